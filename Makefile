@@ -1,0 +1,63 @@
+# Troupe's front door. Every target installs missing Debian packages first, then drives CMake.
+#   make test        build and run the whole test suite
+#   make demo        build and run the main demo
+#   make test-asan   the suite under AddressSanitizer + UBSan
+#   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
+#   make bench       every benchmark; bench-actors, bench-kernels one group
+#   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
+
+MAKEFLAGS += --no-print-directory
+JOBS    ?= $(shell nproc)
+PREFIX  ?= /usr/local
+CMAKE   ?= cmake
+CTEST_ARGS ?=
+TSAN_LABELS ?= unit|stress
+
+.PHONY: all deps build test demo test-asan test-tsan bench bench-actors bench-kernels \
+        install clean fuzz-config
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build/CMakeCache.txt: | deps
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+
+build: deps build/CMakeCache.txt
+	$(CMAKE) --build build -j $(JOBS)
+
+test: build
+	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+demo: build
+	./build/examples/pingpong/pingpong
+
+build-asan/CMakeCache.txt: | deps
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTR_ASAN=ON -DTR_BUILD_BENCH=OFF
+
+test-asan: deps build-asan/CMakeCache.txt
+	$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+build-tsan/CMakeCache.txt: | deps
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_TSAN=ON -DTR_BUILD_BENCH=OFF
+
+test-tsan: deps build-tsan/CMakeCache.txt
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
+
+bench: bench-actors
+
+bench-actors: build
+	@scripts/install-deps.sh libcaf-dev g++
+	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
+	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
+	bench/actors/run.sh build
+
+install: build
+	$(CMAKE) --install build
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz demo-out

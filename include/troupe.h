@@ -1,0 +1,9 @@
+/* Troupe: a C11 actor runtime for deep-learning training. The umbrella header. */
+#ifndef TR_INCLUDE_TROUPE_H
+#define TR_INCLUDE_TROUPE_H
+
+#include "troupe/error.h"
+#include "troupe/msg.h"
+#include "troupe/runtime.h"
+
+#endif

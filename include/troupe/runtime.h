@@ -1,0 +1,191 @@
+/* The Troupe runtime: worker threads that run actors, a libuv loop thread for timers,
+ * signals and file descriptors, and the actor API.
+ *
+ * An actor is a behaviour (a function called with one message at a time) plus a state
+ * pointer. Messages are delivered through a lock-free mailbox with two lanes: urgent
+ * (control: stop, credit, failure notices; drained first, never dropped) and data. An actor is
+ * never run by two threads at once, so its behaviour needs no locks for its own state.
+ *
+ * Lifetime rules, numbered once:
+ *  1. tr_runtime_init starts the workers and the loop thread; actors may be spawned and sent
+ *     to at once, from any thread.
+ *  2. tr_runtime_run blocks until no actor is alive, or an unhandled failure stopped the
+ *     runtime. tr_runtime_shutdown asks every actor to stop gracefully (a TR_MSG_STOP).
+ *  3. A message belongs to its sender until a send succeeds, then to the runtime, which frees
+ *     it after the receiving behaviour returns. A failed send leaves it with the sender.
+ *  4. A stopped actor's address stays safe to use: sends fail with TR_ESTOPPED, or, when the
+ *     stop races with the send, the message is dropped and counted as a dead letter.
+ *  5. tr_runtime_close joins every thread and frees every actor and every message still in a
+ *     mailbox. Call it after tr_runtime_run has returned, from the thread that called init.
+ */
+#ifndef TR_INCLUDE_TROUPE_RUNTIME_H
+#define TR_INCLUDE_TROUPE_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "troupe/error.h"
+#include "troupe/msg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- runtime --------------------------------------------------------------------------- */
+
+typedef struct tr_runtime_opts {
+    unsigned n_workers;      /* worker threads; 0 = online cores */
+    int deterministic;       /* 1 worker, seeded choice of the next actor, replayable */
+    uint64_t seed;           /* deterministic mode's seed; 0 = pick one (printed to stderr) */
+    unsigned batch;          /* most messages an actor handles before yielding; 0 = 64 */
+    uint64_t batch_ns;       /* most time an actor runs before yielding; 0 = 1 ms */
+    int handle_signals;      /* SIGINT/SIGTERM -> graceful stop; a second one exits */
+    int timestamps;          /* record each message's send time (tr_msg_t.send_ns) */
+} tr_runtime_opts_t;
+
+/* Creates a runtime and starts its threads. opts may be NULL for the defaults.
+ * TR_ENOMEM, or an error from thread or loop creation. Any thread. */
+int tr_runtime_init(tr_runtime_t **rt, const tr_runtime_opts_t *opts);
+
+/* Blocks until every actor has stopped. 0 when all stopped normally; TR_EFAILED when an actor
+ * failed with no supervisor to tell (tr_runtime_failure says which and why). Returns at once
+ * if no actor is alive. One thread at a time, not a worker. */
+int tr_runtime_run(tr_runtime_t *rt);
+
+/* Sends TR_MSG_STOP with reason to every live actor. Returns at once. Any thread (not a
+ * signal handler: signals are the runtime's own job, see handle_signals). */
+void tr_runtime_shutdown(tr_runtime_t *rt, const char *reason);
+
+/* Joins the threads and frees everything; messages still queued are freed unread. Lifetime
+ * rule 5. NULL does nothing. The thread that called init. */
+void tr_runtime_close(tr_runtime_t *rt);
+
+/* After tr_runtime_run returned TR_EFAILED: a line naming the actor, the message type and
+ * the error; "" otherwise. Valid until close. Any thread. */
+const char *tr_runtime_failure(tr_runtime_t *rt);
+
+/* The seed deterministic mode uses (0 when not deterministic). Any thread. */
+uint64_t tr_runtime_seed(const tr_runtime_t *rt);
+
+/* Workers actually started. Any thread. */
+unsigned tr_runtime_workers(const tr_runtime_t *rt);
+
+/* Monotonic clock in nanoseconds. Any thread. */
+uint64_t tr_now_ns(void);
+
+typedef struct tr_runtime_stats {
+    uint64_t actors_spawned;
+    uint64_t actors_alive;
+    uint64_t dead_letters;  /* messages dropped because their receiver had stopped */
+    uint64_t parks;         /* times a worker went to sleep */
+    uint64_t steals;        /* actors taken from another worker's queue */
+} tr_runtime_stats_t;
+
+/* A snapshot of runtime-wide counters. Any thread. */
+void tr_runtime_stats(tr_runtime_t *rt, tr_runtime_stats_t *out);
+
+/* --- actors ---------------------------------------------------------------------------- */
+
+/* What a behaviour sees besides the message. */
+typedef struct tr_ctx {
+    tr_runtime_t *rt;
+    tr_actor_t self;
+    void *state;
+} tr_ctx_t;
+
+/* Handles one message. Return 0 to go on; a negative TR_E* code fails the actor: it stops,
+ * and its supervisor is told (or, with none, the runtime stops with a message naming the
+ * actor and the message type). The message is freed by the runtime after the call. */
+typedef int (*tr_behaviour_cb)(tr_ctx_t *ctx, tr_msg_t *msg);
+
+/* Called on the actor's thread before its first message (and again after a restart);
+ * a negative return fails the actor as a behaviour would. */
+typedef int (*tr_actor_init_cb)(tr_ctx_t *ctx);
+
+/* Called once after the actor has stopped, to release its state. */
+typedef void (*tr_actor_cleanup_cb)(tr_ctx_t *ctx, int reason);
+
+typedef struct tr_actor_opts {
+    const char *name;          /* for logs and traces; copied (31 bytes kept) */
+    int pinned;                /* a dedicated thread, for blocking work; same API */
+    int defer_stop;            /* TR_MSG_STOP is only delivered; the actor stops itself */
+    tr_actor_t supervisor;     /* linked at spawn; TR_ACTOR_NONE for none */
+    tr_actor_init_cb init;
+    tr_actor_cleanup_cb cleanup;
+    unsigned batch;            /* override the runtime's batch for this actor; 0 = default */
+} tr_actor_opts_t;
+
+/* Creates an actor running behaviour with state. opts may be NULL. *out gets its address.
+ * TR_ENOMEM; TR_ESHUTDOWN after an unhandled failure. Any thread. */
+int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
+                   const tr_actor_opts_t *opts, tr_actor_t *out);
+
+/* Queues msg on to's data lane. One atomic exchange; the first message to an idle actor
+ * schedules it (from an actor, to run next on the same worker). TR_ESTOPPED or TR_ENOACTOR
+ * leave msg with the caller. Any thread. */
+int tr_actor_send(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg);
+
+/* Queues n messages, in order, with a single exchange. All or nothing. Any thread. */
+int tr_actor_send_chain(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n);
+
+/* Queues msg on the urgent lane, handled before any queued data message. Any thread. */
+int tr_actor_send_urgent(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg);
+
+/* Stops an actor: from its own behaviour, after the current message; from elsewhere, before
+ * its next message. Queued messages are dropped (dead letters); the supervisor gets
+ * TR_MSG_EXIT with reason 0. TR_ESTOPPED if already stopped. Any thread. */
+int tr_actor_stop(tr_runtime_t *rt, tr_actor_t a);
+
+/* Links child to supervisor: when child stops or fails, supervisor receives TR_MSG_EXIT.
+ * TR_ESTOPPED when child has already stopped. Any thread. */
+int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child);
+
+/* Starts a new actor with a stopped actor's behaviour, state, options and supervisor; its
+ * init runs again. The old address stays stopped; *out gets the new one. TR_EBUSY while the
+ * old one is still running; TR_ENOACTOR when its slot has been reused. Any thread. */
+int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out);
+
+/* The actor's name ("" if none); NULL for an unknown address. Valid while the actor lives. */
+const char *tr_actor_name(tr_runtime_t *rt, tr_actor_t a);
+
+/* The actor whose behaviour is running on this thread, or TR_ACTOR_NONE. */
+tr_actor_t tr_actor_self(void);
+
+typedef struct tr_actor_stats {
+    uint64_t msgs_in;     /* messages handled */
+    uint64_t msgs_out;    /* messages sent */
+    uint64_t run_ns;      /* time spent in its behaviour */
+    uint64_t activations; /* times it was scheduled */
+    uint64_t depth;       /* messages queued now */
+    uint64_t peak_depth;
+} tr_actor_stats_t;
+
+/* A snapshot of an actor's counters; values are read without stopping it, so they are each
+ * exact but not a consistent cut. TR_ENOACTOR for an address never used. Any thread. */
+int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
+
+/* --- timers and file descriptors (served by the loop thread) --------------------------- */
+
+/* After timeout_ns, and then every repeat_ns if not 0, sends TR_MSG_TIMER carrying tag to
+ * `to`. *timer_id names it for tr_timer_stop. Any thread. */
+int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
+                   uint64_t repeat_ns, uint64_t *timer_id);
+
+/* Stops a timer; a firing already sent is still delivered. TR_ENOENT for an unknown id. */
+int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id);
+
+#define TR_POLL_READABLE 1u
+#define TR_POLL_WRITABLE 2u
+
+/* Watches fd for events; when ready, sends TR_MSG_POLL carrying tag to `to` and pauses
+ * until tr_poll_resume (one message per readiness, never a flood). fd stays the caller's.
+ * Any thread. */
+int tr_poll_start(tr_runtime_t *rt, int fd, unsigned events, tr_actor_t to, uint64_t tag,
+                  uint64_t *poll_id);
+int tr_poll_resume(tr_runtime_t *rt, uint64_t poll_id);
+int tr_poll_stop(tr_runtime_t *rt, uint64_t poll_id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

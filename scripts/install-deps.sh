@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs with apt whatever Troupe's build and tests need and this machine lacks.
+# A no-op (one dpkg query) when everything is present. Extra package names may be passed
+# as arguments (the benchmarks pass their peers: libcaf-dev, python3-torch).
+set -euo pipefail
+
+pkgs=(cmake pkg-config make gcc libuv1-dev libmsgpack-dev libjansson-dev libaio-dev
+      libcmocka-dev libopenblas-dev libopenmpi-dev openmpi-bin "$@")
+
+missing=()
+for p in "${pkgs[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,12 @@
+/* The `troupe` program's subcommands. Each takes the arguments after its name (argv[0] is
+ * the subcommand) and returns the process exit status: 0 success, 2 bad usage or input. */
+#ifndef TR_TOOLS_COMMANDS_H
+#define TR_TOOLS_COMMANDS_H
+
+typedef struct tr_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} tr_command_t;
+
+#endif

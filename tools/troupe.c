@@ -1,0 +1,49 @@
+/* troupe: the command-line front end. `troupe <command> [args]`; `troupe help` lists them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tr_build_config.h"
+
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const tr_command_t commands[] = {
+    {"version", "print the version and the optional parts this build has", cmd_version},
+    {"help", "list the commands", cmd_help},
+};
+static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
+
+static int cmd_version(int argc, char **argv)
+{
+    printf("troupe %s (mpi %s, cuda %s, nccl %s)\n", TR_VERSION_STRING, TR_HAVE_MPI ? "yes" : "no",
+           TR_HAVE_CUDA ? "yes" : "no", TR_HAVE_NCCL ? "yes" : "no");
+    return 0;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    printf("usage: troupe <command> [args]\n\ncommands:\n");
+    for (size_t i = 0; i < n_commands; i++)
+        printf("  %-10s %s\n", commands[i].name, commands[i].summary);
+    printf("\n`troupe <command> --help` describes one command.\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        cmd_help(0, NULL);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h"))
+        return cmd_help(0, NULL);
+    if (!strcmp(name, "--version"))
+        return cmd_version(0, NULL);
+    for (size_t i = 0; i < n_commands; i++)
+        if (!strcmp(commands[i].name, name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "troupe: unknown command '%s' (see `troupe help`)\n", name);
+    return 2;
+}
