@@ -1,0 +1,280 @@
+/* pool.c: per-thread message memory with batched cross-thread returns.
+ *
+ * Design:
+ * - Producers of frees: any thread. A free by the owner pushes onto the owner's private free
+ *   list. A free by another thread goes into that thread's batch for the owner (a small
+ *   direct-mapped table of REMOTE_SLOTS owners); a full batch, an evicted one or a flush is
+ *   pushed onto owner->returned with a CAS loop (a Treiber push of a whole chain).
+ * - Consumer of returns: the owner only, which takes the whole returned stack with one
+ *   exchange. Taking everything at once means no ABA: nobody ever pops a single node.
+ * - Ordering: the CAS that pushes a chain is a release, pairing with the owner's acquire
+ *   exchange, so the chain's links (plain stores through tr_next_, relaxed) are visible.
+ * - Message memory is never returned to the system before tr__pool_set_destroy, so a
+ *   message can outlive the thread that allocated it.
+ * - Under AddressSanitizer, free chunks are poisoned past the pool's bookkeeping fields, so
+ *   a use after tr__pool_free is reported as it would be with malloc.
+ */
+#include "mailbox/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(TR_ASAN_BUILD)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define MIN_SHIFT 7                   /* smallest chunk: 128 bytes */
+#define N_CLASSES 10                  /* up to 64 KiB */
+#define CLASS_LARGE 0xffffu
+#define SLAB_BYTES (256u * 1024u)
+#define REMOTE_SLOTS 8
+#define REMOTE_BATCH 64
+#define HEADER_BYTES ((sizeof(tr_msg_t) + 15u) & ~(size_t)15u)
+#define KEEP_BYTES offsetof(tr_msg_t, type) /* bookkeeping that stays unpoisoned */
+
+typedef struct slab {
+    struct slab *next;
+} slab_t;
+
+typedef struct remote {
+    tr__pool_t *owner;
+    tr_msg_t *head, *tail;
+    unsigned count;
+} remote_t;
+
+struct tr__pool {
+    /* written by the owning thread */
+    tr__pool_set_t *set;
+    pthread_t thread;
+    tr__pool_t *next_in_set; /* under set->mu */
+    tr_msg_t *free[N_CLASSES];
+    remote_t remote[REMOTE_SLOTS];
+    slab_t *slabs;
+    _Atomic size_t bytes;
+    char pad_[64];
+    /* written by other threads */
+    _Atomic(tr_msg_t *) returned;
+};
+
+struct tr__pool_set {
+    pthread_mutex_t mu;
+    uint64_t id;
+    tr__pool_t *pools;
+};
+
+static _Atomic uint64_t next_set_id = 1;
+static _Thread_local uint64_t tls_set_id;
+static _Thread_local tr__pool_t *tls_pool;
+
+static unsigned class_of(size_t total)
+{
+    if (total <= ((size_t)1 << MIN_SHIFT))
+        return 0;
+    unsigned shift = 64 - (unsigned)__builtin_clzll((unsigned long long)(total - 1));
+    unsigned c = shift - MIN_SHIFT;
+    return c < N_CLASSES ? c : CLASS_LARGE;
+}
+
+static size_t class_bytes(unsigned c)
+{
+    return (size_t)1 << (MIN_SHIFT + c);
+}
+
+static inline tr_msg_t *link_of(tr_msg_t *m)
+{
+    return atomic_load_explicit(&m->tr_next_, memory_order_relaxed);
+}
+
+static inline void set_link(tr_msg_t *m, tr_msg_t *next)
+{
+    atomic_store_explicit(&m->tr_next_, next, memory_order_relaxed);
+}
+
+tr__pool_set_t *tr__pool_set_create(void)
+{
+    tr__pool_set_t *set = calloc(1, sizeof(*set));
+    if (!set)
+        return NULL;
+    pthread_mutex_init(&set->mu, NULL);
+    set->id = atomic_fetch_add_explicit(&next_set_id, 1, memory_order_relaxed);
+    return set;
+}
+
+void tr__pool_set_destroy(tr__pool_set_t *set)
+{
+    if (!set)
+        return;
+    tr__pool_t *p = set->pools;
+    while (p) {
+        tr__pool_t *next = p->next_in_set;
+        for (slab_t *s = p->slabs; s;) {
+            slab_t *sn = s->next;
+            UNPOISON(s, SLAB_BYTES);
+            free(s);
+            s = sn;
+        }
+        free(p);
+        p = next;
+    }
+    pthread_mutex_destroy(&set->mu);
+    free(set);
+}
+
+static tr__pool_t *pool_for_thread(tr__pool_set_t *set)
+{
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&set->mu);
+    tr__pool_t *p = set->pools;
+    while (p && !pthread_equal(p->thread, self))
+        p = p->next_in_set;
+    if (!p && (p = aligned_alloc(64, (sizeof(*p) + 63) & ~(size_t)63))) {
+        memset(p, 0, sizeof(*p));
+        p->set = set;
+        p->thread = self; /* a later thread with the same id adopts it: this one is gone */
+        atomic_init(&p->returned, NULL);
+        p->next_in_set = set->pools;
+        set->pools = p;
+    }
+    pthread_mutex_unlock(&set->mu);
+    return p;
+}
+
+tr__pool_t *tr__pool_get(tr__pool_set_t *set)
+{
+    if (tls_set_id == set->id)
+        return tls_pool;
+    tr__pool_t *p = pool_for_thread(set);
+    if (p) {
+        tls_set_id = set->id;
+        tls_pool = p;
+    }
+    return p;
+}
+
+/* Carves a new slab into chunks of class c. */
+static int add_slab(tr__pool_t *pool, unsigned c)
+{
+    size_t chunk = class_bytes(c);
+    size_t bytes = SLAB_BYTES > chunk * 4 ? SLAB_BYTES : chunk * 4;
+    slab_t *s = aligned_alloc(64, bytes);
+    if (!s)
+        return TR_ENOMEM;
+    s->next = pool->slabs;
+    pool->slabs = s;
+    atomic_fetch_add_explicit(&pool->bytes, bytes, memory_order_relaxed);
+    /* the first chunk holds the slab header: start at the first chunk boundary past it */
+    for (size_t off = chunk; off + chunk <= bytes; off += chunk) {
+        tr_msg_t *m = (tr_msg_t *)((char *)s + off);
+        m->tr_pool_ = pool;
+        m->tr_class_ = c;
+        set_link(m, pool->free[c]);
+        pool->free[c] = m;
+        POISON((char *)m + KEEP_BYTES, chunk - KEEP_BYTES);
+    }
+    return 0;
+}
+
+/* Takes everything other threads returned and sorts it into the free lists. */
+static void take_returned(tr__pool_t *pool)
+{
+    /* acquire: pairs with the release CAS in push_remote */
+    tr_msg_t *m = atomic_exchange_explicit(&pool->returned, NULL, memory_order_acquire);
+    while (m) {
+        tr_msg_t *next = link_of(m);
+        unsigned c = m->tr_class_;
+        set_link(m, pool->free[c]);
+        pool->free[c] = m;
+        m = next;
+    }
+}
+
+tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
+{
+    size_t total = HEADER_BYTES + body_size;
+    unsigned c = class_of(total);
+    tr_msg_t *m;
+    if (c == CLASS_LARGE) {
+        m = aligned_alloc(64, (total + 63) & ~(size_t)63);
+        if (!m)
+            return NULL;
+        m->tr_pool_ = pool;
+        m->tr_class_ = CLASS_LARGE;
+    } else {
+        if (!pool->free[c]) {
+            take_returned(pool);
+            if (!pool->free[c] && add_slab(pool, c) < 0)
+                return NULL;
+        }
+        m = pool->free[c];
+        pool->free[c] = link_of(m);
+        UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
+    }
+    set_link(m, NULL);
+    memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
+    m->tr_cap_ = (uint32_t)(c == CLASS_LARGE ? body_size : class_bytes(c) - HEADER_BYTES);
+    return m;
+}
+
+static void push_remote(remote_t *r)
+{
+    tr__pool_t *owner = r->owner;
+    tr_msg_t *old = atomic_load_explicit(&owner->returned, memory_order_relaxed);
+    do {
+        set_link(r->tail, old);
+        /* release: publishes the chain's links to the owner's acquire exchange */
+    } while (!atomic_compare_exchange_weak_explicit(&owner->returned, &old, r->head,
+                                                    memory_order_release, memory_order_relaxed));
+    r->head = r->tail = NULL;
+    r->count = 0;
+}
+
+void tr__pool_free(tr__pool_t *pool, tr_msg_t *m)
+{
+    unsigned c = m->tr_class_;
+    if (c == CLASS_LARGE) {
+        free(m);
+        return;
+    }
+    tr__pool_t *owner = m->tr_pool_;
+    POISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
+    if (owner == pool) {
+        set_link(m, pool->free[c]);
+        pool->free[c] = m;
+        return;
+    }
+    remote_t *r = &pool->remote[((uintptr_t)owner >> 6) % REMOTE_SLOTS];
+    if (r->owner != owner && r->count)
+        push_remote(r);
+    r->owner = owner;
+    set_link(m, r->head);
+    r->head = m;
+    if (!r->tail)
+        r->tail = m;
+    if (++r->count >= REMOTE_BATCH)
+        push_remote(r);
+}
+
+void tr__pool_flush(tr__pool_t *pool)
+{
+    for (int i = 0; i < REMOTE_SLOTS; i++)
+        if (pool->remote[i].count)
+            push_remote(&pool->remote[i]);
+}
+
+size_t tr__pool_set_bytes(tr__pool_set_t *set)
+{
+    size_t total = 0;
+    pthread_mutex_lock(&set->mu);
+    for (tr__pool_t *p = set->pools; p; p = p->next_in_set)
+        total += atomic_load_explicit(&p->bytes, memory_order_relaxed);
+    pthread_mutex_unlock(&set->mu);
+    return total;
+}

@@ -1,0 +1,567 @@
+/* actor.c: actor slots, spawn, send, stop, supervision, and running an actor.
+ *
+ * Design:
+ * - An address is (generation, slot). Slots live in chunks that exist until close, so any
+ *   address may be looked up at any time. gen is odd while an actor lives in the slot.
+ * - Senders check gen (relaxed, a fast refusal for stopped actors) and push. A send that
+ *   races with a stop may still land; the message's receiver generation no longer matches
+ *   when popped, and it is dropped as a dead letter. So a slot can be reused at once.
+ * - Exactly one thread runs an actor at a time: whoever observes the data lane's idle mark
+ *   (a sender's exchange, or an unmark CAS) schedules it; the thread running it gives it up
+ *   only by marking the data lane empty again.
+ * - Urgent lane: no idle mark of its own. An urgent send pushes, then tries to unmark the
+ *   data lane; the running thread, after marking the data lane empty (seq_cst CAS), checks the
+ *   urgent lane (seq_cst load) and unmarks it again if something arrived. Both sides do a
+ *   store then a load on the other's word, so at least one sees the other (Dekker), and the
+ *   unmark CAS lets exactly one of them schedule.
+ * - Slots of supervised actors are kept after stop for tr_actor_restart, which reuses them;
+ *   pinned actors get fresh slots and keep them (their thread may still be leaving).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+_Thread_local tr__tls_t tr__tls;
+
+static _Atomic uint32_t next_thread_no = 1;
+static _Thread_local uint32_t tls_thread_no;
+static _Thread_local uint64_t tls_flow;
+
+/* --- slots ----------------------------------------------------------------------------- */
+
+static int ensure_chunk(tr_runtime_t *rt, uint32_t slot)
+{
+    uint32_t c = slot >> TR__CHUNK_SHIFT;
+    if (atomic_load_explicit(&rt->chunks[c], memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&rt->mu);
+    int rc = 0;
+    if (!atomic_load_explicit(&rt->chunks[c], memory_order_relaxed)) {
+        size_t bytes = TR__CHUNK_SLOTS * sizeof(tr__actor_t);
+        tr__actor_t *chunk = aligned_alloc(TR__CACHE_LINE, bytes);
+        if (chunk) {
+            memset(chunk, 0, bytes);
+            for (uint32_t i = 0; i < TR__CHUNK_SLOTS; i++) {
+                tr__actor_t *a = &chunk[i];
+                tr__mpscq_init(&a->data_in, &a->data_out, true);
+                tr__mpscq_init(&a->urgent_in, &a->urgent_out, false);
+                atomic_init(&a->gen, 0);
+                a->slot = (c << TR__CHUNK_SHIFT) | i;
+            }
+            /* release: publishes the initialised chunk to tr__slot's acquire load */
+            atomic_store_explicit(&rt->chunks[c], chunk, memory_order_release);
+        } else {
+            rc = TR_ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return rc;
+}
+
+static tr__actor_t *fresh_slot(tr_runtime_t *rt)
+{
+    uint32_t slot = atomic_fetch_add_explicit(&rt->next_slot, 1, memory_order_relaxed);
+    if (slot >= TR__MAX_CHUNKS * TR__CHUNK_SLOTS || ensure_chunk(rt, slot) < 0)
+        return NULL;
+    return tr__slot(rt, slot);
+}
+
+/* Moves up to n slots from the global free list into w's cache. Called with rt->mu held. */
+static void refill_slot_cache(tr_runtime_t *rt, tr__worker_t *w, unsigned n)
+{
+    while (n-- && rt->free_head) {
+        tr__actor_t *a = tr__slot(rt, rt->free_head - 1);
+        rt->free_head = a->next_free;
+        rt->n_free--;
+        w->free_slots[w->n_free_slots++] = a->slot;
+    }
+}
+
+static tr__actor_t *alloc_slot(tr_runtime_t *rt, bool reuse)
+{
+    tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
+    if (reuse && w && w->n_free_slots)
+        return tr__slot(rt, w->free_slots[--w->n_free_slots]);
+    if (reuse) {
+        tr__actor_t *a = NULL;
+        pthread_mutex_lock(&rt->mu);
+        if (w)
+            refill_slot_cache(rt, w, TR__SLOT_CACHE / 2);
+        else if (rt->free_head) {
+            a = tr__slot(rt, rt->free_head - 1);
+            rt->free_head = a->next_free;
+            rt->n_free--;
+        }
+        pthread_mutex_unlock(&rt->mu);
+        if (w && w->n_free_slots)
+            return tr__slot(rt, w->free_slots[--w->n_free_slots]);
+        if (a)
+            return a;
+    }
+    return fresh_slot(rt);
+}
+
+static void free_slot(tr_runtime_t *rt, tr__actor_t *a)
+{
+    tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
+    if (w && w->n_free_slots < TR__SLOT_CACHE) {
+        w->free_slots[w->n_free_slots++] = a->slot;
+        return;
+    }
+    pthread_mutex_lock(&rt->mu);
+    if (w) { /* spill half of the cache to the global list */
+        while (w->n_free_slots > TR__SLOT_CACHE / 2) {
+            tr__actor_t *s = tr__slot(rt, w->free_slots[--w->n_free_slots]);
+            s->next_free = rt->free_head;
+            rt->free_head = s->slot + 1;
+            rt->n_free++;
+        }
+        w->free_slots[w->n_free_slots++] = a->slot;
+    } else {
+        a->next_free = rt->free_head;
+        rt->free_head = a->slot + 1;
+        rt->n_free++;
+    }
+    pthread_mutex_unlock(&rt->mu);
+}
+
+tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t addr)
+{
+    uint32_t slot = (uint32_t)addr.id;
+    uint32_t gen = (uint32_t)(addr.id >> 32);
+    if (!(gen & 1) || slot >= atomic_load_explicit(&rt->next_slot, memory_order_relaxed))
+        return NULL;
+    return tr__slot(rt, slot);
+}
+
+static inline tr_actor_t current_id(tr__actor_t *a)
+{
+    return tr__actor_id(atomic_load_explicit(&a->gen, memory_order_relaxed), a->slot);
+}
+
+/* --- spawn ----------------------------------------------------------------------------- */
+
+static void reset_counters(tr__actor_t *a)
+{
+    atomic_store_explicit(&a->msgs_in, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->msgs_out, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->run_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->activations, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->peak_depth, 0, memory_order_relaxed);
+    a->seq = 0;
+    a->stop_requested = 0;
+}
+
+/* Publishes a prepared slot as a new generation and schedules its init if it has one. */
+static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
+{
+    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_relaxed) + 1;
+    a->init_pending = a->init != NULL;
+    reset_counters(a);
+    atomic_fetch_add_explicit(&rt->alive, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rt->spawned, 1, memory_order_relaxed);
+    /* release: the fields above are visible to whoever reads gen with acquire */
+    atomic_store_explicit(&a->gen, gen, memory_order_release);
+    if (a->init && tr__mpscq_unmark(&a->data_in))
+        tr__sched_schedule(rt, a);
+    return tr__actor_id(gen, a->slot);
+}
+
+int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
+                   const tr_actor_opts_t *opts, tr_actor_t *out)
+{
+    static const tr_actor_opts_t defaults = {0};
+    if (!rt || !behaviour || !out)
+        return TR_EINVAL;
+    if (!opts)
+        opts = &defaults;
+    if (atomic_load_explicit(&rt->failed, memory_order_relaxed) ||
+        atomic_load_explicit(&rt->stopping, memory_order_relaxed))
+        return TR_ESHUTDOWN;
+    bool pinned = opts->pinned && !rt->deterministic;
+    tr__actor_t *a = alloc_slot(rt, !pinned);
+    if (!a)
+        return TR_ENOMEM;
+    a->behaviour = behaviour;
+    a->state = state;
+    a->init = opts->init;
+    a->cleanup = opts->cleanup;
+    atomic_store_explicit(&a->supervisor, opts->supervisor.id, memory_order_relaxed);
+    a->batch = opts->batch ? opts->batch : rt->batch;
+    a->defer_stop = (uint8_t)(opts->defer_stop != 0);
+    a->recyclable = !pinned && tr_actor_is_none(opts->supervisor);
+    atomic_store_explicit(&a->pinned, (uint8_t)pinned, memory_order_relaxed);
+    snprintf(a->name, sizeof(a->name), "%s", opts->name ? opts->name : "");
+    if (pinned) {
+        int rc = tr__pinned_start(rt, a);
+        if (rc < 0)
+            return rc; /* the fresh slot stays unused: harmless */
+    }
+    *out = publish(rt, a);
+    return 0;
+}
+
+int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out)
+{
+    uint32_t slot = (uint32_t)dead.id;
+    uint32_t gen = (uint32_t)(dead.id >> 32);
+    tr__actor_t *a = slot < atomic_load_explicit(&rt->next_slot, memory_order_relaxed)
+                         ? tr__slot(rt, slot) : NULL;
+    if (!a || !(gen & 1) || !out)
+        return TR_EINVAL;
+    uint32_t now = atomic_load_explicit(&a->gen, memory_order_acquire);
+    if (now == gen)
+        return TR_EBUSY;
+    if (now != gen + 1 || a->recyclable)
+        return TR_ENOACTOR; /* reused, or never kept for restart */
+    if (atomic_load_explicit(&rt->failed, memory_order_relaxed))
+        return TR_ESHUTDOWN;
+    if (atomic_load_explicit(&a->pinned, memory_order_relaxed)) {
+        tr_actor_opts_t o = {.name = a->name, .pinned = 1, .defer_stop = a->defer_stop,
+                             .supervisor = {atomic_load(&a->supervisor)}, .init = a->init,
+                             .cleanup = a->cleanup, .batch = a->batch};
+        return tr_actor_spawn(rt, a->behaviour, a->state, &o, out);
+    }
+    *out = publish(rt, a);
+    return 0;
+}
+
+/* --- send ------------------------------------------------------------------------------ */
+
+static inline void fill_envelope(tr_runtime_t *rt, tr_msg_t *m, tr_actor_t to, bool urgent)
+{
+    tr__actor_t *self = tr__tls.rt == rt ? tr__tls.actor : NULL;
+    if (!tls_thread_no)
+        tls_thread_no = atomic_fetch_add_explicit(&next_thread_no, 1, memory_order_relaxed);
+    m->receiver = to;
+    m->flags = urgent ? (m->flags | TR_MSG_F_URGENT) : (m->flags & ~TR_MSG_F_URGENT);
+    if (self) {
+        m->sender = current_id(self);
+        m->seq = ++self->seq;
+        atomic_store_explicit(&self->msgs_out,
+                              atomic_load_explicit(&self->msgs_out, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    } else {
+        m->sender = TR_ACTOR_NONE;
+        m->seq = atomic_fetch_add_explicit(&rt->external_seq, 1, memory_order_relaxed) + 1;
+    }
+    m->flow_id = ((uint64_t)tls_thread_no << 44) | ++tls_flow;
+    if (rt->timestamps)
+        m->send_ns = tr_now_ns();
+}
+
+static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
+{
+    if (!rt || !msgs || n == 0)
+        return TR_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i])
+            return TR_EINVAL;
+    tr__actor_t *a = tr__actor_lookup(rt, to);
+    if (!a)
+        return TR_ENOACTOR;
+    /* relaxed: a fast refusal only; a stop racing with this send is handled at pop */
+    if (atomic_load_explicit(&a->gen, memory_order_relaxed) != (uint32_t)(to.id >> 32))
+        return TR_ESTOPPED;
+    for (size_t i = 0; i < n; i++) {
+        fill_envelope(rt, msgs[i], to, urgent);
+        if (i + 1 < n)
+            atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
+    }
+    if (!urgent) {
+        if (tr__mpscq_push(&a->data_in, msgs[0], msgs[n - 1], n))
+            tr__sched_schedule(rt, a);
+    } else {
+        tr__mpscq_push(&a->urgent_in, msgs[0], msgs[n - 1], n);
+        if (tr__mpscq_unmark(&a->data_in))
+            tr__sched_schedule(rt, a);
+    }
+    return 0;
+}
+
+int tr_actor_send(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg)
+{
+    return send_impl(rt, to, &msg, 1, false);
+}
+
+int tr_actor_send_chain(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n)
+{
+    return send_impl(rt, to, msgs, n, false);
+}
+
+int tr_actor_send_urgent(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg)
+{
+    return send_impl(rt, to, &msg, 1, true);
+}
+
+int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent)
+{
+    int rc = send_impl(rt, to, &m, 1, urgent);
+    if (rc < 0)
+        tr_msg_free(rt, m);
+    return rc;
+}
+
+static int send_kill(tr_runtime_t *rt, tr_actor_t a, int reason)
+{
+    tr_msg_t *m = tr_msg_new(rt, TR_MSG_KILL);
+    if (!m)
+        return TR_ENOMEM;
+    TR_MSG_AS(m, kill)->reason = reason;
+    return tr__actor_send_internal(rt, a, m, true);
+}
+
+/* --- stop, link ------------------------------------------------------------------------ */
+
+int tr_actor_stop(tr_runtime_t *rt, tr_actor_t addr)
+{
+    tr__actor_t *a = tr__actor_lookup(rt, addr);
+    if (!a)
+        return TR_ENOACTOR;
+    if (atomic_load_explicit(&a->gen, memory_order_relaxed) != (uint32_t)(addr.id >> 32))
+        return TR_ESTOPPED;
+    if (tr__tls.rt == rt && tr__tls.actor == a) {
+        a->stop_requested = 1;
+        return 0;
+    }
+    return send_kill(rt, addr, 0);
+}
+
+int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child)
+{
+    tr__actor_t *a = tr__actor_lookup(rt, child);
+    if (!a || !tr__actor_lookup(rt, supervisor))
+        return TR_ENOACTOR;
+    if (atomic_load_explicit(&a->gen, memory_order_acquire) != (uint32_t)(child.id >> 32))
+        return TR_ESTOPPED;
+    atomic_store_explicit(&a->supervisor, supervisor.id, memory_order_relaxed);
+    return 0;
+}
+
+static void kill_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
+{
+    send_kill(rt, a, *(int *)arg);
+}
+
+/* Ends the current generation: cleanup, gen bump, supervisor notice, slot reuse. Runs on
+ * the thread running the actor; after the gen bump it touches only the mailbox. */
+static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_type)
+{
+    tr_ctx_t ctx = {rt, current_id(a), a->state};
+    if (a->cleanup)
+        a->cleanup(&ctx, reason);
+    tr_actor_t sup = {atomic_load_explicit(&a->supervisor, memory_order_relaxed)};
+    char name[TR__NAME_MAX];
+    memcpy(name, a->name, sizeof(name));
+    bool recycle = a->recyclable;
+    /* release: cleanup's effects happen-before a restart that reads gen with acquire */
+    atomic_store_explicit(&a->gen, atomic_load_explicit(&a->gen, memory_order_relaxed) + 1,
+                          memory_order_release);
+    if (!tr_actor_is_none(sup)) {
+        tr_msg_t *m = tr_msg_new(rt, TR_MSG_EXIT);
+        if (m) {
+            tr_msg_exit_t *e = TR_MSG_AS(m, exit);
+            e->actor = ctx.self;
+            e->reason = reason;
+            e->msg_type = msg_type;
+            memcpy(e->name, name, sizeof(e->name));
+            m->sender = ctx.self;
+            if (tr__actor_send_internal(rt, sup, m, true) < 0)
+                sup = TR_ACTOR_NONE; /* the supervisor is gone: nobody is told */
+        }
+    }
+    if (tr_actor_is_none(sup) && reason < 0)
+        tr__runtime_fail(rt, "actor '%s' (#%u) failed handling message '%s': %s (%s)", name,
+                         a->slot, msg_type ? tr_msg_type_name(msg_type) : "(init)",
+                         tr_err_name(reason), tr_strerror(reason));
+    if (recycle)
+        free_slot(rt, a);
+    tr__runtime_actor_stopped(rt);
+}
+
+void tr__runtime_kill_all(tr_runtime_t *rt, int reason)
+{
+    tr__actor_for_each_alive(rt, kill_one, &reason);
+}
+
+/* --- running an actor ------------------------------------------------------------------ */
+
+static bool run_init(tr_runtime_t *rt, tr__actor_t *a)
+{
+    a->init_pending = 0;
+    tr_ctx_t ctx = {rt, current_id(a), a->state};
+    int rc = a->init(&ctx);
+    if (rc < 0) {
+        finish(rt, a, rc, 0);
+        return false;
+    }
+    return true;
+}
+
+static void dead_letter(tr_runtime_t *rt)
+{
+    atomic_fetch_add_explicit(&rt->dead_letters, 1, memory_order_relaxed);
+}
+
+/* Delivers one message to the current generation, or drops it. */
+static void handle(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *m)
+{
+    /* acquire: pairs with publish()'s release, making the generation's fields visible */
+    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+    if ((uint32_t)(m->receiver.id >> 32) != gen) {
+        dead_letter(rt);
+        return;
+    }
+    if (a->init_pending && !run_init(rt, a)) {
+        dead_letter(rt);
+        return;
+    }
+    if (m->type == TR_MSG_KILL) {
+        finish(rt, a, TR_MSG_AS(m, kill)->reason, 0);
+        return;
+    }
+    tr_ctx_t ctx = {rt, tr__actor_id(gen, a->slot), a->state};
+    int rc = a->behaviour(&ctx, m);
+    atomic_store_explicit(&a->msgs_in, atomic_load_explicit(&a->msgs_in, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (rc < 0)
+        finish(rt, a, rc, m->type);
+    else if (a->stop_requested || (m->type == TR_MSG_STOP && !a->defer_stop))
+        finish(rt, a, 0, 0);
+}
+
+static inline tr_msg_t *next_message(tr__actor_t *a, tr__pool_t *pool)
+{
+    tr_msg_t *done;
+    tr_msg_t *m = tr__mpscq_pop(&a->urgent_out, &done);
+    if (!m)
+        m = tr__mpscq_pop(&a->data_out, &done);
+    if (done)
+        tr__pool_free(pool, done);
+    return m;
+}
+
+static void note_depth(tr__actor_t *a)
+{
+    uint64_t in = atomic_load_explicit(&a->data_in.pushed, memory_order_relaxed) +
+                  atomic_load_explicit(&a->urgent_in.pushed, memory_order_relaxed);
+    uint64_t out = atomic_load_explicit(&a->data_out.popped, memory_order_relaxed) +
+                   atomic_load_explicit(&a->urgent_out.popped, memory_order_relaxed);
+    uint64_t depth = in - out;
+    if (depth > atomic_load_explicit(&a->peak_depth, memory_order_relaxed))
+        atomic_store_explicit(&a->peak_depth, depth, memory_order_relaxed);
+}
+
+/* One activation: up to a batch of messages (urgent first), then give the actor up (mark
+ * idle) or put it back in a run queue. w is NULL on a pinned actor's thread. */
+void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+{
+    tr__pool_t *pool = tr__thread_pool(rt);
+    uint64_t t0 = tr_now_ns();
+    unsigned limit = a->batch ? a->batch : rt->batch, n = 0;
+    bool yielded = false;
+    tr__tls.actor = a;
+    note_depth(a);
+    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+    if ((gen & 1) && a->init_pending)
+        run_init(rt, a);
+    tr_msg_t *m;
+    while ((m = next_message(a, pool))) {
+        handle(rt, a, m);
+        if (++n >= limit || ((n & 7) == 0 && tr_now_ns() - t0 > rt->batch_ns)) {
+            yielded = true;
+            break;
+        }
+    }
+    tr__tls.actor = NULL;
+    uint64_t t1 = tr_now_ns();
+    atomic_store_explicit(&a->run_ns, atomic_load_explicit(&a->run_ns, memory_order_relaxed) + (t1 - t0),
+                          memory_order_relaxed);
+    atomic_store_explicit(&a->activations,
+                          atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
+        tr__sched_reschedule(rt, w, a);
+        return;
+    }
+    /* Idle now. An urgent send that missed the mark is seen here (see design block). */
+    if (!tr__mpscq_is_empty(&a->urgent_in, &a->urgent_out) && tr__mpscq_unmark(&a->data_in))
+        tr__sched_reschedule(rt, w, a);
+}
+
+/* --- queries --------------------------------------------------------------------------- */
+
+const char *tr_actor_name(tr_runtime_t *rt, tr_actor_t addr)
+{
+    tr__actor_t *a = tr__actor_lookup(rt, addr);
+    if (!a || atomic_load_explicit(&a->gen, memory_order_acquire) != (uint32_t)(addr.id >> 32))
+        return NULL;
+    return a->name;
+}
+
+tr_actor_t tr_actor_self(void)
+{
+    return tr__tls.actor ? current_id(tr__tls.actor) : TR_ACTOR_NONE;
+}
+
+int tr_actor_stats(tr_runtime_t *rt, tr_actor_t addr, tr_actor_stats_t *out)
+{
+    tr__actor_t *a = tr__actor_lookup(rt, addr);
+    if (!a || !out)
+        return a ? TR_EINVAL : TR_ENOACTOR;
+    if (atomic_load_explicit(&a->gen, memory_order_acquire) != (uint32_t)(addr.id >> 32))
+        return TR_ESTOPPED;
+    out->msgs_in = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
+    out->msgs_out = atomic_load_explicit(&a->msgs_out, memory_order_relaxed);
+    out->run_ns = atomic_load_explicit(&a->run_ns, memory_order_relaxed);
+    out->activations = atomic_load_explicit(&a->activations, memory_order_relaxed);
+    uint64_t in = atomic_load_explicit(&a->data_in.pushed, memory_order_relaxed) +
+                  atomic_load_explicit(&a->urgent_in.pushed, memory_order_relaxed);
+    uint64_t popped = atomic_load_explicit(&a->data_out.popped, memory_order_relaxed) +
+                      atomic_load_explicit(&a->urgent_out.popped, memory_order_relaxed);
+    out->depth = in > popped ? in - popped : 0;
+    out->peak_depth = atomic_load_explicit(&a->peak_depth, memory_order_relaxed);
+    if (out->depth > out->peak_depth)
+        out->peak_depth = out->depth;
+    return 0;
+}
+
+void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_actor_t, void *),
+                              void *arg)
+{
+    uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_acquire);
+    for (uint32_t s = 0; s < n; s++) {
+        tr__actor_t *a = tr__slot(rt, s);
+        if (!a)
+            continue;
+        uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+        if (gen & 1)
+            fn(rt, tr__actor_id(gen, s), arg);
+    }
+}
+
+/* At close, with every thread joined: runs cleanup for actors still alive and frees every
+ * queued message and every mailbox's last popped message. */
+void tr__actor_drain_all(tr_runtime_t *rt)
+{
+    tr__pool_t *pool = tr__thread_pool(rt);
+    uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_relaxed);
+    for (uint32_t s = 0; s < n; s++) {
+        tr__actor_t *a = tr__slot(rt, s);
+        if (!a)
+            continue;
+        uint32_t gen = atomic_load_explicit(&a->gen, memory_order_relaxed);
+        if ((gen & 1) && a->cleanup) {
+            tr_ctx_t ctx = {rt, tr__actor_id(gen, s), a->state};
+            a->cleanup(&ctx, TR_ESHUTDOWN);
+        }
+        while (next_message(a, pool))
+            ;
+        tr__mpscq_tail_t *tails[2] = {&a->data_out, &a->urgent_out};
+        for (int i = 0; i < 2; i++)
+            if (tails[i]->tail != tr__mpscq_stub(tails[i]))
+                tr__pool_free(pool, tails[i]->tail);
+    }
+}

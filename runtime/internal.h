@@ -1,0 +1,200 @@
+/* internal.h: the runtime's private structures, shared by the files of runtime/.
+ *
+ * Fields of shared structs are grouped by the thread that writes them, with cache-line
+ * padding between groups (after Pony's runtime).
+ */
+#ifndef TR_RUNTIME_INTERNAL_H
+#define TR_RUNTIME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "mailbox/mpscq.h"
+#include "mailbox/pool.h"
+#include "mailbox/runq.h"
+#include "troupe/runtime.h"
+
+#define TR__CACHE_LINE 64
+#define TR__CHUNK_SHIFT 12 /* 4096 actor slots per chunk */
+#define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
+#define TR__MAX_CHUNKS (1u << 16)
+#define TR__SLOT_CACHE 128 /* free slots a worker keeps for itself */
+#define TR__NAME_MAX 32
+
+typedef struct tr__pinned tr__pinned_t;
+typedef struct tr__worker tr__worker_t;
+
+/* An actor slot. Slots live in chunks that are never freed before tr_runtime_close, so an
+ * address never dangles. A slot's generation `gen` is odd while an actor lives in it; it is
+ * bumped at spawn (to odd) and at stop (to even). The mailbox persists across generations:
+ * messages addressed to an older generation are dropped as dead letters when popped. */
+typedef struct tr__actor {
+    /* --- written by senders (any thread) --- */
+    tr__mpscq_head_t data_in;
+    tr__mpscq_head_t urgent_in;
+    char pad0_[TR__CACHE_LINE - 2 * sizeof(tr__mpscq_head_t)];
+
+    /* --- written by the thread running the actor --- */
+    tr__mpscq_tail_t data_out;
+    tr__mpscq_tail_t urgent_out;
+    uint64_t seq;                   /* messages sent by this actor (envelope seq) */
+    _Atomic uint64_t msgs_in, msgs_out, run_ns, activations, peak_depth;
+    uint8_t stop_requested;
+    uint8_t init_pending;           /* written by spawn before gen is published */
+    tr__qnode_t qnode;              /* link in the inject queue while queued there */
+
+    /* --- written by spawn/restart while the slot is dead, read after gen (acquire) --- */
+    _Atomic uint32_t gen;
+    uint32_t slot;
+    tr_behaviour_cb behaviour;
+    void *state;
+    tr_actor_init_cb init;
+    tr_actor_cleanup_cb cleanup;
+    _Atomic uint64_t supervisor;    /* tr_actor_t.id; tr_actor_link may write it any time */
+    unsigned batch;
+    uint8_t defer_stop;
+    _Atomic uint8_t pinned;
+    uint8_t recyclable;             /* the slot returns to the free list at stop */
+    tr__pinned_t *pin;              /* the dedicated thread of a pinned actor */
+    char name[TR__NAME_MAX];
+    uint32_t next_free;             /* free-list link (slot index + 1, 0 = end) */
+} tr__actor_t;
+
+/* One worker thread and its queues. */
+struct tr__worker {
+    /* --- read and written by thieves --- */
+    tr__runq_t runq;                       /* its own padding inside */
+    _Atomic(tr__actor_t *) run_next;       /* woken by the running actor's send; runs next */
+    _Atomic uint64_t activation_start;     /* when the current activation began (0 idle) */
+    char pad0_[TR__CACHE_LINE - sizeof(void *) - sizeof(uint64_t)];
+
+    /* --- park word: written by the worker and by wakers --- */
+    _Atomic uint32_t parked;
+    char pad1_[TR__CACHE_LINE - sizeof(uint32_t)];
+
+    /* --- the worker's own --- */
+    tr_runtime_t *rt;
+    unsigned index;
+    pthread_t thread;
+    uint32_t tick;
+    uint64_t rng;
+    tr__pool_t *pool;
+    uint32_t free_slots[TR__SLOT_CACHE];
+    unsigned n_free_slots;
+    tr__worker_t *next_idle;               /* under rt->idle_mu */
+    bool in_idle_list;                     /* under rt->idle_mu */
+    bool deterministic;
+    tr__actor_t **ready;                   /* deterministic mode: the ready set */
+    size_t n_ready, cap_ready;
+};
+
+/* A pinned actor's thread. state: IDLE (asleep, waiting), SIGNALED (must run the actor),
+ * EXITED (gone; the actor is dead and whatever still reaches it runs on the workers). */
+enum { TR__PIN_IDLE = 0, TR__PIN_SIGNALED = 1, TR__PIN_EXITED = 2 };
+struct tr__pinned {
+    _Atomic uint32_t state; /* futex word; CAS by signallers and by the thread to exit */
+    pthread_t thread;
+    tr_runtime_t *rt;
+    tr__actor_t *actor;
+    tr__pinned_t *next;     /* under rt->mu */
+};
+
+typedef struct tr__loop tr__loop_t;
+
+struct tr_runtime {
+    /* --- read-mostly --- */
+    tr_runtime_opts_t opts;
+    unsigned n_workers;
+    unsigned batch;
+    uint64_t batch_ns;
+    uint64_t seed;
+    bool deterministic;
+    bool timestamps;
+    tr__worker_t *workers;   /* n_workers; in deterministic mode one, run by tr_runtime_run */
+    tr__pool_set_t *pools;
+    _Atomic(tr__actor_t *) chunks[TR__MAX_CHUNKS];
+    char pad0_[TR__CACHE_LINE];
+
+    /* --- shared counters, each touched rarely --- */
+    _Atomic uint32_t next_slot;      /* fresh slots handed out */
+    _Atomic uint64_t alive;
+    _Atomic uint64_t spawned;
+    _Atomic uint64_t dead_letters;
+    _Atomic uint64_t parks;
+    _Atomic uint64_t steals;
+    _Atomic uint64_t external_seq;   /* envelope seq for sends from outside any actor */
+    _Atomic int n_idle;
+    _Atomic int stopping;            /* close has begun: threads exit */
+    _Atomic int failed;              /* an unhandled failure: no more spawns */
+    char pad1_[TR__CACHE_LINE];
+
+    tr__inject_t inject;
+
+    /* --- under mu --- */
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;          /* alive reached 0, or deterministic work arrived */
+    uint32_t free_head;              /* global free slots (index + 1) */
+    uint32_t n_free;
+    tr__pinned_t *pinned;
+    char failure[512];
+
+    /* --- under idle_mu --- */
+    pthread_mutex_t idle_mu;
+    tr__worker_t *idle;
+
+    tr__loop_t *loop;
+};
+
+/* Thread-local: which runtime, worker and actor this thread is serving. */
+typedef struct tr__tls {
+    tr_runtime_t *rt;
+    tr__worker_t *worker;   /* NULL on non-worker threads (pinned, loop, main) */
+    tr__actor_t *actor;     /* the actor whose behaviour is running */
+} tr__tls_t;
+
+extern _Thread_local tr__tls_t tr__tls;
+
+/* --- actor.c --- */
+tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t a);
+void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
+void tr__actor_drain_all(tr_runtime_t *rt);
+void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
+int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent);
+void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_actor_t, void *),
+                              void *arg);
+
+/* --- sched.c --- */
+int tr__sched_start(tr_runtime_t *rt);
+void tr__sched_stop(tr_runtime_t *rt);
+void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a);
+void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
+void tr__sched_run_deterministic(tr_runtime_t *rt);
+int tr__pinned_start(tr_runtime_t *rt, tr__actor_t *a);
+
+/* --- loop.c --- */
+int tr__loop_start(tr_runtime_t *rt);
+void tr__loop_stop(tr_runtime_t *rt);
+
+/* --- runtime.c --- */
+tr__pool_t *tr__thread_pool(tr_runtime_t *rt);
+void tr__runtime_actor_stopped(tr_runtime_t *rt);
+void tr__runtime_fail(tr_runtime_t *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static inline tr__actor_t *tr__slot(tr_runtime_t *rt, uint32_t slot)
+{
+    /* acquire: pairs with the release store that publishes a new chunk */
+    tr__actor_t *chunk =
+        atomic_load_explicit(&rt->chunks[slot >> TR__CHUNK_SHIFT], memory_order_acquire);
+    return chunk ? &chunk[slot & (TR__CHUNK_SLOTS - 1)] : NULL;
+}
+
+static inline tr_actor_t tr__actor_id(uint32_t gen, uint32_t slot)
+{
+    return (tr_actor_t){((uint64_t)gen << 32) | slot};
+}
+
+#endif

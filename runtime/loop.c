@@ -1,0 +1,398 @@
+/* loop.c: the libuv loop thread. It owns timers, signals and file-descriptor watches and
+ * turns each event into a message to an actor.
+ *
+ * Design: other threads never touch libuv handles. tr_timer_start & co. append a command to
+ * a mutex-protected list and wake the loop with uv_async_send (the only cross-thread libuv
+ * call); the loop thread applies commands in order. A registry of live ids (under the same
+ * mutex) lets tr_timer_stop/tr_poll_* answer TR_ENOENT at once. Timer and poll records are
+ * owned by the loop thread and freed in their close callbacks.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+
+typedef enum { CMD_TIMER_START, CMD_TIMER_STOP, CMD_POLL_START, CMD_POLL_RESUME, CMD_POLL_STOP } cmd_kind_t;
+
+typedef struct cmd {
+    cmd_kind_t kind;
+    uint64_t id, tag, timeout_ns, repeat_ns;
+    tr_actor_t to;
+    int fd;
+    unsigned events;
+    struct cmd *next;
+} cmd_t;
+
+typedef struct watch { /* a timer or a poll, owned by the loop thread */
+    union {
+        uv_handle_t handle;
+        uv_timer_t timer;
+        uv_poll_t poll;
+    } u;
+    tr__loop_t *loop;
+    uint64_t id, tag, count, deadline_ns, repeat_ns;
+    tr_actor_t to;
+    int fd;
+    unsigned events;
+    struct watch *next;
+} watch_t;
+
+typedef struct live_id {
+    uint64_t id;
+    struct live_id *next;
+} live_id_t;
+
+struct tr__loop {
+    tr_runtime_t *rt;
+    uv_loop_t uv;
+    uv_async_t async;
+    uv_signal_t sigint, sigterm;
+    pthread_t thread;
+    pthread_mutex_t mu;     /* guards cmds, live, stopping */
+    cmd_t *cmds, *cmds_tail;
+    live_id_t *live;
+    int stopping;
+    uint64_t next_id;
+    watch_t *watches;       /* loop thread only */
+    int signals_seen;       /* loop thread only */
+};
+
+/* --- registry of live ids (under mu) --------------------------------------------------- */
+
+static bool live_remove(tr__loop_t *l, uint64_t id)
+{
+    for (live_id_t **p = &l->live; *p; p = &(*p)->next)
+        if ((*p)->id == id) {
+            live_id_t *dead = *p;
+            *p = dead->next;
+            free(dead);
+            return true;
+        }
+    return false;
+}
+
+static bool live_has(tr__loop_t *l, uint64_t id)
+{
+    for (live_id_t *p = l->live; p; p = p->next)
+        if (p->id == id)
+            return true;
+    return false;
+}
+
+/* Queues a command for the loop thread. */
+static int post(tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
+{
+    tr__loop_t *l = rt->loop;
+    cmd_t *cmd = malloc(sizeof(*cmd));
+    live_id_t *live = new_id ? malloc(sizeof(*live)) : NULL;
+    if (!cmd || (new_id && !live)) {
+        free(cmd);
+        free(live);
+        return TR_ENOMEM;
+    }
+    *cmd = c;
+    cmd->next = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&l->mu);
+    if (l->stopping) {
+        rc = TR_ESHUTDOWN;
+    } else if (new_id) {
+        cmd->id = ++l->next_id;
+        live->id = cmd->id;
+        live->next = l->live;
+        l->live = live;
+        *id_out = cmd->id;
+    } else if (!live_has(l, c.id)) {
+        rc = TR_ENOENT;
+    } else if (c.kind == CMD_TIMER_STOP || c.kind == CMD_POLL_STOP) {
+        live_remove(l, c.id);
+    }
+    if (rc == 0) {
+        if (l->cmds_tail)
+            l->cmds_tail->next = cmd;
+        else
+            l->cmds = cmd;
+        l->cmds_tail = cmd;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (rc < 0) {
+        free(cmd);
+        free(live);
+        return rc;
+    }
+    uv_async_send(&l->async);
+    return 0;
+}
+
+/* --- events into messages (loop thread) ------------------------------------------------ */
+
+static void close_watch(watch_t *w);
+
+static void on_timer(uv_timer_t *t)
+{
+    watch_t *w = (watch_t *)t;
+    tr__loop_t *l = w->loop;
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_TIMER);
+    if (m) {
+        tr_msg_timer_t *b = TR_MSG_AS(m, timer);
+        b->timer_id = w->id;
+        b->tag = w->tag;
+        b->deadline_ns = w->deadline_ns;
+        b->fired_ns = tr_now_ns();
+        b->count = ++w->count;
+        if (tr__actor_send_internal(l->rt, w->to, m, false) < 0)
+            w->repeat_ns = 0; /* the receiver is gone: this timer ends */
+    }
+    w->deadline_ns += w->repeat_ns;
+    if (!w->repeat_ns) {
+        pthread_mutex_lock(&l->mu);
+        live_remove(l, w->id);
+        pthread_mutex_unlock(&l->mu);
+        close_watch(w);
+    }
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+    watch_t *w = (watch_t *)p;
+    uv_poll_stop(p); /* one message per readiness; tr_poll_resume re-arms */
+    tr_msg_t *m = tr_msg_new(w->loop->rt, TR_MSG_POLL);
+    if (!m)
+        return;
+    tr_msg_poll_t *b = TR_MSG_AS(m, poll);
+    b->poll_id = w->id;
+    b->tag = w->tag;
+    b->fd = w->fd;
+    b->events = status < 0 ? 0 : (unsigned)events;
+    tr__actor_send_internal(w->loop->rt, w->to, m, false);
+}
+
+static void on_watch_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void close_watch(watch_t *w)
+{
+    for (watch_t **p = &w->loop->watches; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    uv_close(&w->u.handle, on_watch_closed);
+}
+
+static watch_t *find_watch(tr__loop_t *l, uint64_t id)
+{
+    for (watch_t *w = l->watches; w; w = w->next)
+        if (w->id == id)
+            return w;
+    return NULL;
+}
+
+static void start_watch(tr__loop_t *l, cmd_t *c)
+{
+    watch_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        fprintf(stderr, "troupe: out of memory starting timer/poll %llu\n",
+                (unsigned long long)c->id);
+        return;
+    }
+    w->loop = l;
+    w->id = c->id;
+    w->tag = c->tag;
+    w->to = c->to;
+    w->fd = c->fd;
+    w->events = c->events;
+    w->repeat_ns = c->repeat_ns;
+    if (c->kind == CMD_TIMER_START) {
+        uv_timer_init(&l->uv, &w->u.timer);
+        uv_update_time(&l->uv); /* the loop's clock is stale after sleeping */
+        w->deadline_ns = tr_now_ns() + c->timeout_ns;
+        uint64_t ms = (c->timeout_ns + 999999) / 1000000;
+        uint64_t rep = c->repeat_ns ? (c->repeat_ns + 999999) / 1000000 : 0;
+        uv_timer_start(&w->u.timer, on_timer, ms, rep ? rep : 0);
+    } else {
+        int rc = uv_poll_init(&l->uv, &w->u.poll, c->fd);
+        if (rc < 0) {
+            fprintf(stderr, "troupe: cannot watch fd %d: %s\n", c->fd, uv_strerror(rc));
+            free(w);
+            return;
+        }
+        int ev = (c->events & TR_POLL_READABLE ? UV_READABLE : 0) |
+                 (c->events & TR_POLL_WRITABLE ? UV_WRITABLE : 0);
+        uv_poll_start(&w->u.poll, ev, on_poll);
+    }
+    w->next = l->watches;
+    l->watches = w;
+}
+
+static void apply(tr__loop_t *l, cmd_t *c)
+{
+    watch_t *w = c->kind == CMD_TIMER_START || c->kind == CMD_POLL_START ? NULL : find_watch(l, c->id);
+    switch (c->kind) {
+    case CMD_TIMER_START:
+    case CMD_POLL_START:
+        start_watch(l, c);
+        break;
+    case CMD_POLL_RESUME:
+        if (w) {
+            int ev = (w->events & TR_POLL_READABLE ? UV_READABLE : 0) |
+                     (w->events & TR_POLL_WRITABLE ? UV_WRITABLE : 0);
+            uv_poll_start(&w->u.poll, ev, on_poll);
+        }
+        break;
+    case CMD_TIMER_STOP:
+    case CMD_POLL_STOP:
+        if (w)
+            close_watch(w);
+        break;
+    }
+}
+
+static void close_all(uv_handle_t *h, void *arg)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, h->data == arg ? NULL : on_watch_closed);
+}
+
+static void on_async(uv_async_t *a)
+{
+    tr__loop_t *l = a->data;
+    pthread_mutex_lock(&l->mu);
+    cmd_t *c = l->cmds;
+    l->cmds = l->cmds_tail = NULL;
+    int stopping = l->stopping;
+    pthread_mutex_unlock(&l->mu);
+    while (c) {
+        cmd_t *next = c->next;
+        if (!stopping)
+            apply(l, c);
+        free(c);
+        c = next;
+    }
+    if (stopping) {
+        l->watches = NULL;
+        uv_walk(&l->uv, close_all, l); /* handles we own (async, signals) carry data == l */
+    }
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    tr__loop_t *l = s->data;
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+    if (++l->signals_seen == 1) {
+        fprintf(stderr, "troupe: %s received: stopping gracefully (send it again to exit now)\n",
+                name);
+        tr_runtime_shutdown(l->rt, name);
+    } else {
+        fprintf(stderr, "troupe: second %s: exiting now\n", name);
+        _exit(128 + signum);
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    tr__loop_t *l = arg;
+    uv_run(&l->uv, UV_RUN_DEFAULT);
+    tr__pool_flush(tr__thread_pool(l->rt));
+    return NULL;
+}
+
+int tr__loop_start(tr_runtime_t *rt)
+{
+    tr__loop_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return TR_ENOMEM;
+    l->rt = rt;
+    pthread_mutex_init(&l->mu, NULL);
+    int rc = uv_loop_init(&l->uv);
+    if (rc < 0)
+        goto fail;
+    uv_async_init(&l->uv, &l->async, on_async);
+    l->async.data = l;
+    if (rt->opts.handle_signals) {
+        uv_signal_init(&l->uv, &l->sigint);
+        uv_signal_init(&l->uv, &l->sigterm);
+        l->sigint.data = l->sigterm.data = l;
+        uv_signal_start(&l->sigint, on_signal, SIGINT);
+        uv_signal_start(&l->sigterm, on_signal, SIGTERM);
+    }
+    rt->loop = l;
+    rc = -pthread_create(&l->thread, NULL, loop_main, l);
+    if (rc == 0)
+        return 0;
+    rt->loop = NULL;
+    uv_walk(&l->uv, close_all, l);
+    uv_run(&l->uv, UV_RUN_DEFAULT);
+    uv_loop_close(&l->uv);
+fail:
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return rc;
+}
+
+void tr__loop_stop(tr_runtime_t *rt)
+{
+    tr__loop_t *l = rt->loop;
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stopping = 1;
+    pthread_mutex_unlock(&l->mu);
+    uv_async_send(&l->async);
+    pthread_join(l->thread, NULL);
+    uv_loop_close(&l->uv);
+    cmd_t *c = l->cmds;
+    while (c) {
+        cmd_t *next = c->next;
+        free(c);
+        c = next;
+    }
+    while (l->live)
+        live_remove(l, l->live->id);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    rt->loop = NULL;
+}
+
+/* --- public API ------------------------------------------------------------------------ */
+
+int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
+                   uint64_t repeat_ns, uint64_t *timer_id)
+{
+    if (!rt || !timer_id || !tr__actor_lookup(rt, to))
+        return rt && timer_id ? TR_ENOACTOR : TR_EINVAL;
+    cmd_t c = {.kind = CMD_TIMER_START, .tag = tag, .timeout_ns = timeout_ns,
+               .repeat_ns = repeat_ns, .to = to};
+    return post(rt, c, true, timer_id);
+}
+
+int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id)
+{
+    return post(rt, (cmd_t){.kind = CMD_TIMER_STOP, .id = timer_id}, false, NULL);
+}
+
+int tr_poll_start(tr_runtime_t *rt, int fd, unsigned events, tr_actor_t to, uint64_t tag,
+                  uint64_t *poll_id)
+{
+    if (!rt || !poll_id || fd < 0 || !(events & (TR_POLL_READABLE | TR_POLL_WRITABLE)))
+        return TR_EINVAL;
+    if (!tr__actor_lookup(rt, to))
+        return TR_ENOACTOR;
+    cmd_t c = {.kind = CMD_POLL_START, .tag = tag, .to = to, .fd = fd, .events = events};
+    return post(rt, c, true, poll_id);
+}
+
+int tr_poll_resume(tr_runtime_t *rt, uint64_t poll_id)
+{
+    return post(rt, (cmd_t){.kind = CMD_POLL_RESUME, .id = poll_id}, false, NULL);
+}
+
+int tr_poll_stop(tr_runtime_t *rt, uint64_t poll_id)
+{
+    return post(rt, (cmd_t){.kind = CMD_POLL_STOP, .id = poll_id}, false, NULL);
+}

@@ -1,0 +1,205 @@
+/* runtime.c: creating, running and closing a runtime; failure reporting; counters. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+
+uint64_t tr_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
+{
+    tr__pool_t *p = tr__pool_get(rt->pools);
+    if (!p) {
+        fprintf(stderr, "troupe: out of memory creating a thread's message pool\n");
+        abort();
+    }
+    return p;
+}
+
+static uint64_t pick_seed(void)
+{
+    uint64_t s = tr_now_ns() ^ ((uint64_t)getpid() << 32);
+    return s ? s : 1;
+}
+
+static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
+{
+    if (opts)
+        rt->opts = *opts;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rt->deterministic = rt->opts.deterministic != 0;
+    rt->n_workers = rt->deterministic ? 1 : rt->opts.n_workers ? rt->opts.n_workers
+                                                                : (unsigned)(cores > 0 ? cores : 1);
+    rt->batch = rt->deterministic ? 1 : rt->opts.batch ? rt->opts.batch : 64;
+    rt->batch_ns = rt->opts.batch_ns ? rt->opts.batch_ns : 1000000;
+    rt->timestamps = rt->opts.timestamps != 0;
+    if (rt->deterministic) {
+        rt->seed = rt->opts.seed ? rt->opts.seed : pick_seed();
+        fprintf(stderr, "troupe: deterministic scheduler, seed %llu\n",
+                (unsigned long long)rt->seed);
+    }
+    pthread_mutex_init(&rt->mu, NULL);
+    pthread_mutex_init(&rt->idle_mu, NULL);
+    pthread_cond_init(&rt->done_cv, NULL);
+    tr__inject_init(&rt->inject);
+    rt->pools = tr__pool_set_create();
+    size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
+    rt->workers = aligned_alloc(TR__CACHE_LINE, (wbytes + TR__CACHE_LINE - 1) & ~(size_t)63);
+    if (!rt->pools || !rt->workers)
+        return TR_ENOMEM;
+    memset(rt->workers, 0, wbytes);
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        tr__worker_t *w = &rt->workers[i];
+        tr__runq_init(&w->runq);
+        w->rt = rt;
+        w->index = i;
+        w->rng = (rt->deterministic ? rt->seed : pick_seed()) + i * 0x9e3779b97f4a7c15ull;
+        w->deterministic = rt->deterministic;
+    }
+    return 0;
+}
+
+static void release(tr_runtime_t *rt)
+{
+    for (unsigned c = 0; c < TR__MAX_CHUNKS; c++) {
+        tr__actor_t *chunk = atomic_load(&rt->chunks[c]);
+        if (!chunk)
+            break;
+        free(chunk);
+    }
+    if (rt->workers)
+        for (unsigned i = 0; i < rt->n_workers; i++)
+            free(rt->workers[i].ready);
+    free(rt->workers);
+    tr__pool_set_destroy(rt->pools);
+    tr__inject_destroy(&rt->inject);
+    pthread_cond_destroy(&rt->done_cv);
+    pthread_mutex_destroy(&rt->idle_mu);
+    pthread_mutex_destroy(&rt->mu);
+    free(rt);
+}
+
+int tr_runtime_init(tr_runtime_t **out, const tr_runtime_opts_t *opts)
+{
+    if (!out)
+        return TR_EINVAL;
+    *out = NULL;
+    tr_runtime_t *rt = aligned_alloc(TR__CACHE_LINE, (sizeof(*rt) + 63) & ~(size_t)63);
+    if (!rt)
+        return TR_ENOMEM;
+    memset(rt, 0, sizeof(*rt));
+    int rc = setup(rt, opts);
+    if (rc == 0)
+        rc = tr__sched_start(rt);
+    if (rc == 0 && (rc = tr__loop_start(rt)) < 0)
+        tr__sched_stop(rt);
+    if (rc < 0) {
+        release(rt);
+        return rc;
+    }
+    *out = rt;
+    return 0;
+}
+
+int tr_runtime_run(tr_runtime_t *rt)
+{
+    if (!rt)
+        return TR_EINVAL;
+    if (rt->deterministic) {
+        tr__sched_run_deterministic(rt);
+    } else {
+        pthread_mutex_lock(&rt->mu);
+        while (atomic_load_explicit(&rt->alive, memory_order_acquire) > 0)
+            pthread_cond_wait(&rt->done_cv, &rt->mu);
+        pthread_mutex_unlock(&rt->mu);
+    }
+    return atomic_load(&rt->failed) ? TR_EFAILED : 0;
+}
+
+static void stop_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
+{
+    tr_msg_t *m = tr_msg_new(rt, TR_MSG_STOP);
+    if (!m)
+        return;
+    snprintf(TR_MSG_AS(m, stop)->reason, sizeof(TR_MSG_AS(m, stop)->reason), "%s",
+             (const char *)arg);
+    tr__actor_send_internal(rt, a, m, true);
+}
+
+void tr_runtime_shutdown(tr_runtime_t *rt, const char *reason)
+{
+    if (rt)
+        tr__actor_for_each_alive(rt, stop_one, (void *)(reason ? reason : "shutdown"));
+}
+
+void tr_runtime_close(tr_runtime_t *rt)
+{
+    if (!rt)
+        return;
+    tr__loop_stop(rt);
+    tr__sched_stop(rt);
+    tr__actor_drain_all(rt);
+    release(rt);
+}
+
+const char *tr_runtime_failure(tr_runtime_t *rt)
+{
+    return rt ? rt->failure : "";
+}
+
+uint64_t tr_runtime_seed(const tr_runtime_t *rt)
+{
+    return rt && rt->deterministic ? rt->seed : 0;
+}
+
+unsigned tr_runtime_workers(const tr_runtime_t *rt)
+{
+    return rt ? rt->n_workers : 0;
+}
+
+void tr_runtime_stats(tr_runtime_t *rt, tr_runtime_stats_t *out)
+{
+    out->actors_spawned = atomic_load_explicit(&rt->spawned, memory_order_relaxed);
+    out->actors_alive = atomic_load_explicit(&rt->alive, memory_order_relaxed);
+    out->dead_letters = atomic_load_explicit(&rt->dead_letters, memory_order_relaxed);
+    out->parks = atomic_load_explicit(&rt->parks, memory_order_relaxed);
+    out->steals = atomic_load_explicit(&rt->steals, memory_order_relaxed);
+}
+
+void tr__runtime_actor_stopped(tr_runtime_t *rt)
+{
+    /* acq_rel: the last stop's effects happen-before tr_runtime_run's return */
+    if (atomic_fetch_sub_explicit(&rt->alive, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&rt->mu);
+        pthread_cond_broadcast(&rt->done_cv);
+        pthread_mutex_unlock(&rt->mu);
+    }
+}
+
+void tr__runtime_fail(tr_runtime_t *rt, const char *fmt, ...)
+{
+    int first = 0;
+    pthread_mutex_lock(&rt->mu);
+    if (!atomic_load(&rt->failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(rt->failure, sizeof(rt->failure), fmt, ap);
+        va_end(ap);
+        atomic_store(&rt->failed, 1);
+        first = 1;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    if (first) {
+        fprintf(stderr, "troupe: %s; no supervisor: stopping the runtime\n", rt->failure);
+        tr__runtime_kill_all(rt, TR_ESHUTDOWN);
+    }
+}

@@ -1,0 +1,419 @@
+/* sched.c: worker threads, run queues, stealing, parking; pinned actors' threads; the
+ * deterministic scheduler.
+ *
+ * Design:
+ * - Each worker has a bounded local run queue (mailbox/runq.h) and a run-next slot. An actor
+ *   woken by a send from a running actor goes into the sender's worker's run-next slot and
+ *   runs as soon as the current activation ends (cache-hot, no queue traffic); whatever it
+ *   displaces goes to the back of the local queue. Other threads (main, loop, pinned) put
+ *   actors on the global inject queue. A full local queue spills half to the inject queue.
+ * - A worker looks for work in this order: run-next, (every 61st time) inject, its local
+ *   queue, inject, then steals half of another worker's queue, or that worker's run-next if
+ *   it has waited more than STEAL_NEXT_NS behind a long activation.
+ * - Parking: a worker that finds nothing spins briefly, then adds itself to the idle list
+ *   (under idle_mu), bumps n_idle, issues a seq_cst fence and looks once more; only then
+ *   sleeps on its futex word. A thread that queues work issues a seq_cst fence and reads
+ *   n_idle: if some worker is idle it pops one from the list and wakes it. The two fences make
+ *   sure that either the parker sees the work or the queuer sees the parker.
+ * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
+ *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
+ *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
+ *   messages are drained by the workers.
+ * - Deterministic mode has no worker thread: tr_runtime_run runs one scheduler loop on the
+ *   caller, picking the next actor from the ready set with a seeded PRNG, one message per
+ *   activation. Same seed and same inputs, same order.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/futex.h"
+#include "runtime/internal.h"
+
+#define SPIN_ROUNDS 24
+#define SPIN_PAUSES 16
+#define STEAL_NEXT_NS 50000
+#define INJECT_EVERY 61
+
+static tr__actor_t *from_qnode(tr__qnode_t *n)
+{
+    return n ? (tr__actor_t *)((char *)n - offsetof(tr__actor_t, qnode)) : NULL;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* --- waking and parking ---------------------------------------------------------------- */
+
+static void notify(tr_runtime_t *rt)
+{
+    /* seq_cst fence: pairs with the parker's fence (see design block) */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rt->n_idle, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&rt->idle_mu);
+    tr__worker_t *w = rt->idle;
+    if (w) {
+        rt->idle = w->next_idle;
+        w->in_idle_list = false;
+        atomic_fetch_sub_explicit(&rt->n_idle, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&rt->idle_mu);
+    if (w) {
+        /* release: pairs with the parker's acquire load of its word */
+        atomic_store_explicit(&w->parked, 0, memory_order_release);
+        tr__futex_wake(&w->parked, 1);
+    }
+}
+
+static bool work_visible(tr_runtime_t *rt)
+{
+    if (tr__inject_len(&rt->inject))
+        return true;
+    for (unsigned i = 0; i < rt->n_workers; i++)
+        if (tr__runq_len(&rt->workers[i].runq))
+            return true;
+    return false;
+}
+
+static void leave_idle_list(tr_runtime_t *rt, tr__worker_t *w)
+{
+    pthread_mutex_lock(&rt->idle_mu);
+    if (w->in_idle_list) {
+        tr__worker_t **p = &rt->idle;
+        while (*p != w)
+            p = &(*p)->next_idle;
+        *p = w->next_idle;
+        w->in_idle_list = false;
+        atomic_fetch_sub_explicit(&rt->n_idle, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&rt->idle_mu);
+    atomic_store_explicit(&w->parked, 0, memory_order_relaxed);
+}
+
+static void park(tr_runtime_t *rt, tr__worker_t *w)
+{
+    tr__pool_flush(w->pool);
+    pthread_mutex_lock(&rt->idle_mu);
+    w->next_idle = rt->idle;
+    rt->idle = w;
+    w->in_idle_list = true;
+    atomic_store_explicit(&w->parked, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rt->n_idle, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->idle_mu);
+    /* seq_cst fence: pairs with notify()'s fence */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (work_visible(rt) || atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+        leave_idle_list(rt, w);
+        return;
+    }
+    atomic_fetch_add_explicit(&rt->parks, 1, memory_order_relaxed);
+    /* acquire: pairs with notify()'s release store */
+    while (atomic_load_explicit(&w->parked, memory_order_acquire) == 1 &&
+           !atomic_load_explicit(&rt->stopping, memory_order_relaxed))
+        tr__futex_wait(&w->parked, 1);
+    leave_idle_list(rt, w); /* only does something when woken by close */
+}
+
+/* --- queues ---------------------------------------------------------------------------- */
+
+static void inject(tr_runtime_t *rt, tr__actor_t *a)
+{
+    tr__qnode_t *n = &a->qnode;
+    tr__inject_push(&rt->inject, &n, 1);
+}
+
+static void push_local(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+{
+    if (tr__runq_push(&w->runq, a))
+        return;
+    void *half[TR__RUNQ_CAP / 2 + 1];
+    uint32_t n = tr__runq_take_half(&w->runq, half, TR__RUNQ_CAP / 2);
+    half[n++] = a;
+    tr__qnode_t *nodes[TR__RUNQ_CAP / 2 + 1];
+    for (uint32_t i = 0; i < n; i++)
+        nodes[i] = &((tr__actor_t *)half[i])->qnode;
+    tr__inject_push(&rt->inject, nodes, n);
+}
+
+static void ready_push(tr__worker_t *w, tr__actor_t *a)
+{
+    if (w->n_ready == w->cap_ready) {
+        size_t cap = w->cap_ready ? w->cap_ready * 2 : 64;
+        tr__actor_t **r = realloc(w->ready, cap * sizeof(*r));
+        if (!r) {
+            fprintf(stderr, "troupe: out of memory growing the deterministic ready set\n");
+            abort();
+        }
+        w->ready = r;
+        w->cap_ready = cap;
+    }
+    w->ready[w->n_ready++] = a;
+}
+
+static void wake_deterministic(tr_runtime_t *rt, tr__actor_t *a)
+{
+    inject(rt, a);
+    pthread_mutex_lock(&rt->mu);
+    pthread_cond_broadcast(&rt->done_cv);
+    pthread_mutex_unlock(&rt->mu);
+}
+
+/* Hands a pinned actor to its thread; false when that thread has exited. */
+static bool pin_signal(tr__pinned_t *p)
+{
+    uint32_t s = TR__PIN_IDLE;
+    /* seq_cst: exactly one of a signaller and an exiting thread wins the IDLE state */
+    if (atomic_compare_exchange_strong_explicit(&p->state, &s, TR__PIN_SIGNALED,
+                                                memory_order_seq_cst, memory_order_relaxed)) {
+        tr__futex_wake(&p->state, 1);
+        return true;
+    }
+    return s == TR__PIN_SIGNALED;
+}
+
+void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a)
+{
+    if (atomic_load_explicit(&a->pinned, memory_order_relaxed) && pin_signal(a->pin))
+        return;
+    tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
+    if (rt->deterministic) {
+        if (w)
+            ready_push(w, a);
+        else
+            wake_deterministic(rt, a);
+        return;
+    }
+    if (w) {
+        if (tr__tls.actor) {
+            /* acq_rel: hands a (and its mailbox state) to whoever takes the slot */
+            a = atomic_exchange_explicit(&w->run_next, a, memory_order_acq_rel);
+            if (!a)
+                return;
+        }
+        push_local(rt, w, a);
+    } else {
+        inject(rt, a);
+    }
+    notify(rt);
+}
+
+void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+{
+    if (!w) { /* the pinned actor's own thread: run again without sleeping */
+        atomic_store_explicit(&a->pin->state, TR__PIN_SIGNALED, memory_order_relaxed);
+        return;
+    }
+    if (w->deterministic) {
+        ready_push(w, a);
+        return;
+    }
+    push_local(rt, w, a);
+    notify(rt);
+}
+
+/* --- finding work ---------------------------------------------------------------------- */
+
+static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
+{
+    unsigned n = rt->n_workers;
+    if (n < 2)
+        return NULL;
+    unsigned start = (unsigned)(rng_next(&w->rng) % n);
+    uint64_t now = 0;
+    for (unsigned i = 0; i < n; i++) {
+        tr__worker_t *v = &rt->workers[(start + i) % n];
+        if (v == w)
+            continue;
+        tr__actor_t *a = tr__runq_steal(&w->runq, &v->runq);
+        if (!a && atomic_load_explicit(&v->run_next, memory_order_relaxed)) {
+            uint64_t since = atomic_load_explicit(&v->activation_start, memory_order_relaxed);
+            now = now ? now : tr_now_ns();
+            if (since && now - since > STEAL_NEXT_NS)
+                a = atomic_exchange_explicit(&v->run_next, NULL, memory_order_acq_rel);
+        }
+        if (a) {
+            atomic_fetch_add_explicit(&rt->steals, 1, memory_order_relaxed);
+            return a;
+        }
+    }
+    return NULL;
+}
+
+static tr__actor_t *find_work(tr_runtime_t *rt, tr__worker_t *w)
+{
+    /* acq_rel: takes the actor handed over by tr__sched_schedule */
+    tr__actor_t *a = atomic_exchange_explicit(&w->run_next, NULL, memory_order_acq_rel);
+    if (a)
+        return a;
+    if (++w->tick % INJECT_EVERY == 0 && (a = from_qnode(tr__inject_pop(&rt->inject))))
+        return a;
+    if ((a = tr__runq_pop(&w->runq)))
+        return a;
+    if ((a = from_qnode(tr__inject_pop(&rt->inject))))
+        return a;
+    return steal(rt, w);
+}
+
+static tr__actor_t *find_work_or_park(tr_runtime_t *rt, tr__worker_t *w)
+{
+    for (int round = 0; round < SPIN_ROUNDS; round++) {
+        tr__actor_t *a = find_work(rt, w);
+        if (a)
+            return a;
+        for (int i = 0; i < SPIN_PAUSES; i++)
+            tr__cpu_relax();
+    }
+    park(rt, w);
+    return NULL;
+}
+
+static void *worker_main(void *arg)
+{
+    tr__worker_t *w = arg;
+    tr_runtime_t *rt = w->rt;
+    tr__tls.rt = rt;
+    tr__tls.worker = w;
+    w->pool = tr__thread_pool(rt);
+    while (!atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+        tr__actor_t *a = find_work_or_park(rt, w);
+        if (!a)
+            continue;
+        atomic_store_explicit(&w->activation_start, tr_now_ns(), memory_order_relaxed);
+        tr__actor_run(rt, w, a);
+        atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
+    }
+    tr__pool_flush(w->pool);
+    tr__tls = (tr__tls_t){0};
+    return NULL;
+}
+
+int tr__sched_start(tr_runtime_t *rt)
+{
+    if (rt->deterministic)
+        return 0;
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        int rc = pthread_create(&rt->workers[i].thread, NULL, worker_main, &rt->workers[i]);
+        if (rc) {
+            atomic_store(&rt->stopping, 1);
+            for (unsigned j = 0; j < i; j++) {
+                atomic_store(&rt->workers[j].parked, 0);
+                tr__futex_wake(&rt->workers[j].parked, 1);
+                pthread_join(rt->workers[j].thread, NULL);
+            }
+            return -rc;
+        }
+    }
+    return 0;
+}
+
+/* --- pinned actors --------------------------------------------------------------------- */
+
+static void *pinned_main(void *arg)
+{
+    tr__pinned_t *p = arg;
+    tr_runtime_t *rt = p->rt;
+    tr__tls.rt = rt;
+    tr__tls.worker = NULL;
+    for (;;) {
+        if (atomic_load_explicit(&rt->stopping, memory_order_relaxed))
+            break;
+        uint32_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        if (s == TR__PIN_IDLE) {
+            if (!(atomic_load_explicit(&p->actor->gen, memory_order_acquire) & 1) &&
+                atomic_compare_exchange_strong_explicit(&p->state, &s, TR__PIN_EXITED,
+                                                        memory_order_seq_cst,
+                                                        memory_order_relaxed))
+                break; /* dead and idle: strays go to the workers from now on */
+            tr__futex_wait(&p->state, TR__PIN_IDLE);
+            continue;
+        }
+        atomic_store_explicit(&p->state, TR__PIN_IDLE, memory_order_seq_cst);
+        tr__actor_run(rt, NULL, p->actor);
+    }
+    tr__pool_flush(tr__thread_pool(rt));
+    tr__tls = (tr__tls_t){0};
+    return NULL;
+}
+
+int tr__pinned_start(tr_runtime_t *rt, tr__actor_t *a)
+{
+    tr__pinned_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return TR_ENOMEM;
+    atomic_init(&p->state, TR__PIN_IDLE);
+    p->rt = rt;
+    p->actor = a;
+    a->pin = p;
+    int rc = pthread_create(&p->thread, NULL, pinned_main, p);
+    if (rc) {
+        free(p);
+        a->pin = NULL;
+        return -rc;
+    }
+    pthread_mutex_lock(&rt->mu);
+    p->next = rt->pinned;
+    rt->pinned = p;
+    pthread_mutex_unlock(&rt->mu);
+    return 0;
+}
+
+void tr__sched_stop(tr_runtime_t *rt)
+{
+    atomic_store(&rt->stopping, 1);
+    if (!rt->deterministic) {
+        for (unsigned i = 0; i < rt->n_workers; i++) {
+            atomic_store(&rt->workers[i].parked, 0);
+            tr__futex_wake(&rt->workers[i].parked, 1);
+        }
+        for (unsigned i = 0; i < rt->n_workers; i++)
+            pthread_join(rt->workers[i].thread, NULL);
+    }
+    pthread_mutex_lock(&rt->mu);
+    tr__pinned_t *p = rt->pinned;
+    rt->pinned = NULL;
+    pthread_mutex_unlock(&rt->mu);
+    while (p) {
+        tr__pinned_t *next = p->next;
+        uint32_t s = TR__PIN_IDLE;
+        atomic_compare_exchange_strong(&p->state, &s, TR__PIN_SIGNALED);
+        tr__futex_wake(&p->state, 1);
+        pthread_join(p->thread, NULL);
+        free(p);
+        p = next;
+    }
+}
+
+/* --- deterministic mode ---------------------------------------------------------------- */
+
+void tr__sched_run_deterministic(tr_runtime_t *rt)
+{
+    tr__worker_t *w = &rt->workers[0];
+    tr__tls.rt = rt;
+    tr__tls.worker = w;
+    w->pool = tr__thread_pool(rt);
+    while (atomic_load_explicit(&rt->alive, memory_order_acquire) > 0) {
+        tr__actor_t *a;
+        while ((a = from_qnode(tr__inject_pop(&rt->inject))))
+            ready_push(w, a);
+        if (w->n_ready == 0) {
+            pthread_mutex_lock(&rt->mu);
+            while (tr__inject_len(&rt->inject) == 0 &&
+                   atomic_load_explicit(&rt->alive, memory_order_acquire) > 0)
+                pthread_cond_wait(&rt->done_cv, &rt->mu);
+            pthread_mutex_unlock(&rt->mu);
+            continue;
+        }
+        size_t i = (size_t)(rng_next(&w->rng) % w->n_ready);
+        a = w->ready[i];
+        w->ready[i] = w->ready[--w->n_ready];
+        tr__actor_run(rt, w, a);
+    }
+    tr__tls.worker = NULL;
+}
