@@ -194,12 +194,12 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
     a->recyclable = !pinned && tr_actor_is_none(opts->supervisor);
     atomic_store_explicit(&a->pinned, (uint8_t)pinned, memory_order_relaxed);
     snprintf(a->name, sizeof(a->name), "%s", opts->name ? opts->name : "");
-    if (pinned) {
-        int rc = tr__pinned_start(rt, a);
-        if (rc < 0)
-            return rc; /* the fresh slot stays unused: harmless */
-    }
+    if (pinned && tr__pinned_prepare(rt, a) < 0)
+        return TR_ENOMEM; /* the fresh slot stays unused: harmless */
     *out = publish(rt, a);
+    if (pinned && tr__pinned_launch(rt, a) < 0)
+        fprintf(stderr, "troupe: no thread for pinned actor '%s': it runs on the workers\n",
+                a->name);
     return 0;
 }
 

@@ -173,7 +173,8 @@ void tr__sched_stop(tr_runtime_t *rt);
 void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a);
 void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);
-int tr__pinned_start(tr_runtime_t *rt, tr__actor_t *a);
+int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a);
+int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a);
 
 /* --- loop.c --- */
 int tr__loop_start(tr_runtime_t *rt);

@@ -19,7 +19,7 @@ typedef enum { CMD_TIMER_START, CMD_TIMER_STOP, CMD_POLL_START, CMD_POLL_RESUME,
 
 typedef struct cmd {
     cmd_kind_t kind;
-    uint64_t id, tag, timeout_ns, repeat_ns;
+    uint64_t id, tag, deadline_ns, repeat_ns;
     tr_actor_t to;
     int fd;
     unsigned events;
@@ -130,11 +130,27 @@ static int post(tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
 /* --- events into messages (loop thread) ------------------------------------------------ */
 
 static void close_watch(watch_t *w);
+static void on_timer(uv_timer_t *t);
+
+/* libuv's loop clock is whole milliseconds, floored, so a libuv timer may fire up to 1 ms
+ * before our nanosecond deadline: timers are one-shots re-armed until the deadline has
+ * truly passed, and repeats are scheduled from the previous deadline (no drift). */
+static void arm_timer(watch_t *w)
+{
+    uint64_t now = tr_now_ns();
+    uint64_t ms = w->deadline_ns > now ? (w->deadline_ns - now + 999999) / 1000000 : 0;
+    uv_update_time(&w->loop->uv);
+    uv_timer_start(&w->u.timer, on_timer, ms, 0);
+}
 
 static void on_timer(uv_timer_t *t)
 {
     watch_t *w = (watch_t *)t;
     tr__loop_t *l = w->loop;
+    if (tr_now_ns() < w->deadline_ns) {
+        arm_timer(w);
+        return;
+    }
     tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_TIMER);
     if (m) {
         tr_msg_timer_t *b = TR_MSG_AS(m, timer);
@@ -147,7 +163,9 @@ static void on_timer(uv_timer_t *t)
             w->repeat_ns = 0; /* the receiver is gone: this timer ends */
     }
     w->deadline_ns += w->repeat_ns;
-    if (!w->repeat_ns) {
+    if (w->repeat_ns) {
+        arm_timer(w);
+    } else {
         pthread_mutex_lock(&l->mu);
         live_remove(l, w->id);
         pthread_mutex_unlock(&l->mu);
@@ -210,11 +228,8 @@ static void start_watch(tr__loop_t *l, cmd_t *c)
     w->repeat_ns = c->repeat_ns;
     if (c->kind == CMD_TIMER_START) {
         uv_timer_init(&l->uv, &w->u.timer);
-        uv_update_time(&l->uv); /* the loop's clock is stale after sleeping */
-        w->deadline_ns = tr_now_ns() + c->timeout_ns;
-        uint64_t ms = (c->timeout_ns + 999999) / 1000000;
-        uint64_t rep = c->repeat_ns ? (c->repeat_ns + 999999) / 1000000 : 0;
-        uv_timer_start(&w->u.timer, on_timer, ms, rep ? rep : 0);
+        w->deadline_ns = c->deadline_ns;
+        arm_timer(w);
     } else {
         int rc = uv_poll_init(&l->uv, &w->u.poll, c->fd);
         if (rc < 0) {
@@ -366,7 +381,8 @@ int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeo
 {
     if (!rt || !timer_id || !tr__actor_lookup(rt, to))
         return rt && timer_id ? TR_ENOACTOR : TR_EINVAL;
-    cmd_t c = {.kind = CMD_TIMER_START, .tag = tag, .timeout_ns = timeout_ns,
+    /* the deadline counts from this call, not from when the loop thread gets to it */
+    cmd_t c = {.kind = CMD_TIMER_START, .tag = tag, .deadline_ns = tr_now_ns() + timeout_ns,
                .repeat_ns = repeat_ns, .to = to};
     return post(rt, c, true, timer_id);
 }

@@ -342,7 +342,7 @@ static void *pinned_main(void *arg)
     return NULL;
 }
 
-int tr__pinned_start(tr_runtime_t *rt, tr__actor_t *a)
+int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a)
 {
     tr__pinned_t *p = calloc(1, sizeof(*p));
     if (!p)
@@ -351,10 +351,17 @@ int tr__pinned_start(tr_runtime_t *rt, tr__actor_t *a)
     p->rt = rt;
     p->actor = a;
     a->pin = p;
+    return 0;
+}
+
+int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a)
+{
+    tr__pinned_t *p = a->pin;
     int rc = pthread_create(&p->thread, NULL, pinned_main, p);
     if (rc) {
-        free(p);
-        a->pin = NULL;
+        /* no thread: the actor runs on the workers; whatever was signalled goes there too */
+        if (atomic_exchange(&p->state, TR__PIN_EXITED) == TR__PIN_SIGNALED)
+            tr__sched_schedule(rt, a);
         return -rc;
     }
     pthread_mutex_lock(&rt->mu);
@@ -398,7 +405,7 @@ void tr__sched_run_deterministic(tr_runtime_t *rt)
     tr__tls.rt = rt;
     tr__tls.worker = w;
     w->pool = tr__thread_pool(rt);
-    while (atomic_load_explicit(&rt->alive, memory_order_acquire) > 0) {
+    while (atomic_load_explicit(&rt->alive, memory_order_acquire) > 0 || w->n_ready) {
         tr__actor_t *a;
         while ((a = from_qnode(tr__inject_pop(&rt->inject))))
             ready_push(w, a);

@@ -1,0 +1,159 @@
+/* The loop thread: timers fire within 2 ms of their deadline, repeat and stop; a watched
+ * file descriptor produces one message per readiness; SIGINT gives a graceful stop. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define MS 1000000ull
+
+typedef struct timer_state {
+    int64_t worst_fire_late_ns; /* the loop thread's send vs the deadline: the timer itself */
+    int64_t worst_late_ns, worst_early_ns; /* the handler's start vs the deadline */
+    int fired[4];
+    uint64_t repeat_id;
+    int done;
+} timer_state_t;
+
+static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    timer_state_t *s = ctx->state;
+    if (msg->type != TR_MSG_TIMER)
+        return 0;
+    tr_msg_timer_t *t = TR_MSG_AS(msg, timer);
+    int64_t late = (int64_t)(tr_now_ns() - t->deadline_ns);
+    int64_t fire_late = (int64_t)(t->fired_ns - t->deadline_ns);
+    if (fire_late > s->worst_fire_late_ns)
+        s->worst_fire_late_ns = fire_late;
+    if (late > s->worst_late_ns)
+        s->worst_late_ns = late;
+    if (-late > s->worst_early_ns)
+        s->worst_early_ns = -late;
+    s->fired[t->tag]++;
+    if (t->tag == 3 && t->count == 5)
+        tr_timer_stop(ctx->rt, s->repeat_id);
+    if (s->fired[0] == 1 && s->fired[1] == 1 && s->fired[2] == 1 && s->fired[3] == 5 && !s->done++)
+        return tr_actor_stop(ctx->rt, ctx->self);
+    return 0;
+}
+
+static void test_loop_timers_fire_within_2ms(void **state)
+{
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, NULL), 0);
+    timer_state_t s = {0};
+    tr_actor_t a;
+    assert_int_equal(tr_actor_spawn(rt, timer_actor, &s, NULL, &a), 0);
+    uint64_t id[3];
+    assert_int_equal(tr_timer_start(rt, a, 0, 5 * MS, 0, &id[0]), 0);
+    assert_int_equal(tr_timer_start(rt, a, 1, 20 * MS, 0, &id[1]), 0);
+    assert_int_equal(tr_timer_start(rt, a, 2, 37 * MS, 0, &id[2]), 0);
+    assert_int_equal(tr_timer_start(rt, a, 3, 10 * MS, 10 * MS, &s.repeat_id), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    printf("timers: fired at most %.3f ms late; handlers started at most %.3f ms late, "
+           "%.3f ms early\n", s.worst_fire_late_ns / 1e6, s.worst_late_ns / 1e6,
+           s.worst_early_ns / 1e6);
+    assert_true(s.worst_fire_late_ns < (int64_t)(2 * MS));
+    /* the handler also waits for a worker to be scheduled by the OS */
+    assert_true(s.worst_late_ns < (int64_t)(5 * MS));
+    assert_true(s.worst_early_ns <= 0); /* never before the deadline */
+    assert_int_equal(s.fired[3], 5);      /* stopped after the fifth */
+    assert_int_equal(tr_timer_stop(rt, id[0]), TR_ENOENT); /* one-shot: already gone */
+    tr_runtime_close(rt);
+}
+
+typedef struct poll_state {
+    int fd;
+    uint64_t poll_id;
+    uint64_t total;
+    int messages;
+} poll_state_t;
+
+static int poll_actor(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    poll_state_t *s = ctx->state;
+    if (msg->type != TR_MSG_POLL)
+        return 0;
+    assert_int_equal(TR_MSG_AS(msg, poll)->fd, s->fd);
+    assert_true(TR_MSG_AS(msg, poll)->events & TR_POLL_READABLE);
+    uint64_t v;
+    assert_int_equal(read(s->fd, &v, sizeof(v)), sizeof(v));
+    s->total += v;
+    s->messages++;
+    if (s->total == 6) {
+        tr_poll_stop(ctx->rt, s->poll_id);
+        return tr_actor_stop(ctx->rt, ctx->self);
+    }
+    return tr_poll_resume(ctx->rt, s->poll_id);
+}
+
+static void test_loop_fd_readiness_becomes_messages(void **state)
+{
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, NULL), 0);
+    poll_state_t s = {.fd = eventfd(0, EFD_NONBLOCK)};
+    tr_actor_t a;
+    assert_int_equal(tr_actor_spawn(rt, poll_actor, &s, NULL, &a), 0);
+    assert_int_equal(tr_poll_start(rt, s.fd, TR_POLL_READABLE, a, 9, &s.poll_id), 0);
+    for (uint64_t v = 1; v <= 3; v++) {
+        assert_int_equal(write(s.fd, &v, sizeof(v)), sizeof(v));
+        usleep(20000); /* one readiness at a time */
+    }
+    assert_int_equal(tr_runtime_run(rt), 0);
+    assert_int_equal(s.total, 6);
+    assert_int_equal(s.messages, 3);
+    assert_int_equal(tr_poll_resume(rt, s.poll_id), TR_ENOENT);
+    tr_runtime_close(rt);
+    close(s.fd);
+}
+
+typedef struct stop_state {
+    char reason[48];
+    int saved;
+} stop_state_t;
+
+static int trainer(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    stop_state_t *s = ctx->state;
+    if (msg->type == TR_MSG_STOP) {
+        snprintf(s->reason, sizeof(s->reason), "%s", TR_MSG_AS(msg, stop)->reason);
+        s->saved = 1; /* "finish the step and save" */
+        return tr_actor_stop(ctx->rt, ctx->self);
+    }
+    return 0;
+}
+
+static void test_loop_sigint_stops_gracefully(void **state)
+{
+    tr_runtime_t *rt;
+    tr_runtime_opts_t o = {.handle_signals = 1};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    stop_state_t s = {{0}, 0};
+    tr_actor_opts_t ao = {.defer_stop = 1};
+    tr_actor_t a;
+    assert_int_equal(tr_actor_spawn(rt, trainer, &s, &ao, &a), 0);
+    usleep(10000);
+    assert_int_equal(raise(SIGINT), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    assert_string_equal(s.reason, "SIGINT");
+    assert_int_equal(s.saved, 1);
+    tr_runtime_close(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loop_timers_fire_within_2ms),
+        cmocka_unit_test(test_loop_fd_readiness_becomes_messages),
+        cmocka_unit_test(test_loop_sigint_stops_gracefully),
+    };
+    return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
+}
