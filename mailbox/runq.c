@@ -29,8 +29,9 @@ bool tr__runq_push(tr__runq_t *q, void *item)
     if (t - h >= TR__RUNQ_CAP)
         return false;
     atomic_store_explicit(&q->slots[t & MASK], item, memory_order_relaxed);
-    /* release: publishes the slot to consumers' acquire load of tail */
-    atomic_store_explicit(&q->tail, t + 1, memory_order_release);
+    /* seq_cst: publishes the slot to consumers' acquire load of tail, and orders it before
+     * the scheduler's seq_cst read of the idle count (runtime/sched.c) */
+    atomic_store_explicit(&q->tail, t + 1, memory_order_seq_cst);
     return true;
 }
 

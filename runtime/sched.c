@@ -11,10 +11,12 @@
  *   queue, inject, then steals half of another worker's queue, or that worker's run-next if
  *   it has waited more than STEAL_NEXT_NS behind a long activation.
  * - Parking: a worker that finds nothing spins briefly, then adds itself to the idle list
- *   (under idle_mu), bumps n_idle, issues a seq_cst fence and looks once more; only then
- *   sleeps on its futex word. A thread that queues work issues a seq_cst fence and reads
- *   n_idle: if some worker is idle it pops one from the list and wakes it. The two fences make
- *   sure that either the parker sees the work or the queuer sees the parker.
+ *   (under idle_mu), bumps n_idle (seq_cst) and looks once more (seq_cst loads); only then
+ *   sleeps on its futex word. A thread that queues work publishes it with a seq_cst store
+ *   (run queue tail, inject length) and then reads n_idle (seq_cst): if some worker is idle it
+ *   pops one from the list and wakes it. All four accesses are in the single seq_cst order,
+ *   so either the parker sees the work or the queuer sees the parker (no fences: GCC's
+ *   ThreadSanitizer does not model them).
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
@@ -53,9 +55,9 @@ static uint64_t rng_next(uint64_t *s)
 
 static void notify(tr_runtime_t *rt)
 {
-    /* seq_cst fence: pairs with the parker's fence (see design block) */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&rt->n_idle, memory_order_relaxed) == 0)
+    /* seq_cst: after the queue's seq_cst publication of the work, before the parker's
+     * seq_cst n_idle increment or after it (see design block) */
+    if (atomic_load_explicit(&rt->n_idle, memory_order_seq_cst) == 0)
         return;
     pthread_mutex_lock(&rt->idle_mu);
     tr__worker_t *w = rt->idle;
@@ -105,10 +107,9 @@ static void park(tr_runtime_t *rt, tr__worker_t *w)
     rt->idle = w;
     w->in_idle_list = true;
     atomic_store_explicit(&w->parked, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&rt->n_idle, 1, memory_order_relaxed);
+    /* seq_cst: pairs with notify()'s seq_cst load; work_visible's loads are seq_cst too */
+    atomic_fetch_add_explicit(&rt->n_idle, 1, memory_order_seq_cst);
     pthread_mutex_unlock(&rt->idle_mu);
-    /* seq_cst fence: pairs with notify()'s fence */
-    atomic_thread_fence(memory_order_seq_cst);
     if (work_visible(rt) || atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
         leave_idle_list(rt, w);
         return;
