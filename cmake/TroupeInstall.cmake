@@ -17,5 +17,6 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/troupeConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/troupeConfig.cmake ${PROJECT_BINARY_DIR}/troupeConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 set(TR_PC_REQUIRES_PRIVATE "libuv jansson openblas ${MSGPACK_MODULE_NAME}")
+file(RELATIVE_PATH TR_PC_UP "/x/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/x") # relocatable .pc
 configure_file(${CMAKE_CURRENT_LIST_DIR}/troupe.pc.in ${PROJECT_BINARY_DIR}/troupe.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/troupe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

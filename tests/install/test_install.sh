@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The installed package works for a user: install libtroupe to a temporary prefix, then build
+# the README's example against it with pkg-config (shared library) and with CMake's
+# find_package(troupe), and run both. Keeps the README's API snippet honest.
+set -euo pipefail
+build_dir=$1
+src_dir=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
+libdir=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+
+# the first C block of the README is the example
+awk '/^```c$/{on=1; next} /^```$/{if(on) exit} on' "$src_dir/README.md" > "$tmp/app.c"
+grep -q tr_runtime_init "$tmp/app.c"
+sed -i '1a #include <stdio.h>' "$tmp/app.c"
+
+cc -std=c11 -Wall -Wextra -Werror "$tmp/app.c" $(pkg-config --cflags --libs troupe) -o "$tmp/app"
+LD_LIBRARY_PATH="$libdir" "$tmp/app" > "$tmp/out.txt"
+test "$(grep -c '^ping ' "$tmp/out.txt")" -eq 3
+
+mkdir -p "$tmp/cm"
+cp "$tmp/app.c" "$tmp/cm/app.c"
+cat > "$tmp/cm/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(app C)
+find_package(troupe REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app troupe::troupe)
+CM
+cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/cm/build" >/dev/null
+LD_LIBRARY_PATH="$libdir" "$tmp/cm/build/app" | grep -q '^ping 3 '
+echo "install: pkg-config and find_package(troupe) builds of the README example ran"
