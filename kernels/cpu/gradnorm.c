@@ -47,7 +47,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static double sumsq_avx512(
         __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 x = _mm512_maskz_loadu_ps(k, g + i);
         __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+        __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+        __m512d hi = _mm512_cvtps_pd(upper);
         a0 = _mm512_fmadd_pd(lo, lo, a0);
         a1 = _mm512_fmadd_pd(hi, hi, a1);
     }
