@@ -30,7 +30,8 @@ typedef struct tr_lamb_opts {
 
 /* Updates one tensor of n parameters with the Adam-style state st (advance it once per
  * step with tr_adam_state_advance, giving it beta1/beta2 through a tr_adam_opts_t).
- * Returns the trust ratio used. The caller's thread, using the kernels' pool. */
+ * Returns the trust ratio used, or 0 when there was no memory for the per-block norm
+ * sums (then nothing was changed). The caller's thread, using the kernels' pool. */
 float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
                      float *p, const float *g, float *m, float *v, size_t n);
 
