@@ -48,7 +48,11 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors
+bench: bench-actors bench-kernels
+
+bench-kernels: build
+	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
+	./build/bench/kernels/bench_adam
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
