@@ -1,0 +1,282 @@
+/* ckpt_file.c: checkpoint files written atomically and read back verified (see the header
+ * for the layout and the crash-safety argument). */
+#include "io/ckpt_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/crc32c.h"
+#include "troupe/error.h"
+
+#define MAGIC "TRCKPT\0\1"
+#define END_MAGIC "TEND"
+#define FIXED 24 /* magic, header length, reserved, payload length */
+#define ALIGN 64
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static size_t padded(size_t header_len)
+{
+    return (FIXED + header_len + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static int write_all(int fd, const void *data, size_t len, uint32_t *crc)
+{
+    const char *p = data;
+    *crc = tr__crc32c(*crc, data, len);
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return TR_ENOMEM;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    free(copy);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static void maybe_crash(void)
+{
+    static int renamed;
+    const char *after = getenv("TR_CKPT_CRASH_AFTER");
+    if (after && ++renamed >= atoi(after)) {
+        fprintf(stderr, "troupe: TR_CKPT_CRASH_AFTER=%s: exiting after %d checkpoint file(s)\n",
+                after, renamed);
+        _exit(TR_CKPT_CRASH_EXIT);
+    }
+}
+
+static int write_body(int fd, const void *header, size_t header_len, const tr_ckpt_blob_t *blobs,
+                      size_t n_blobs)
+{
+    uint64_t payload = 0;
+    for (size_t i = 0; i < n_blobs; i++)
+        payload += blobs[i].len;
+    unsigned char fixed[FIXED] = {0};
+    memcpy(fixed, MAGIC, 8);
+    put32(fixed + 8, (uint32_t)header_len);
+    put64(fixed + 16, payload);
+    static const unsigned char zeros[ALIGN] = {0};
+    uint32_t crc = 0;
+    int rc = write_all(fd, fixed, FIXED, &crc);
+    if (!rc)
+        rc = write_all(fd, header, header_len, &crc);
+    if (!rc)
+        rc = write_all(fd, zeros, padded(header_len) - FIXED - header_len, &crc);
+    for (size_t i = 0; !rc && i < n_blobs; i++)
+        rc = write_all(fd, blobs[i].data, blobs[i].len, &crc);
+    unsigned char trailer[8];
+    put32(trailer, crc);
+    memcpy(trailer + 4, END_MAGIC, 4);
+    uint32_t ignored = 0;
+    if (!rc)
+        rc = write_all(fd, trailer, 8, &ignored);
+    if (!rc && fsync(fd) < 0)
+        rc = -errno;
+    return rc;
+}
+
+int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
+                        const tr_ckpt_blob_t *blobs, size_t n_blobs, char *err, size_t errlen)
+{
+    if (header_len > UINT32_MAX)
+        return fail(err, errlen, TR_EINVAL, "%s: header of %zu bytes is too large", path,
+                    header_len);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return fail(err, errlen, TR_EINVAL, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    int rc = write_body(fd, header, header_len, blobs, n_blobs);
+    if (close(fd) < 0 && !rc)
+        rc = -errno;
+    if (!rc && rename(tmp, path) < 0)
+        rc = -errno;
+    if (!rc)
+        rc = fsync_dir_of(path);
+    if (rc) {
+        unlink(tmp);
+        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
+    }
+    maybe_crash();
+    return 0;
+}
+
+static int read_whole(const char *path, unsigned char **mem, size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
+    }
+    *len = (size_t)st.st_size;
+    *mem = aligned_alloc(ALIGN, (*len + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
+    if (!*mem) {
+        close(fd);
+        return fail(err, errlen, TR_ENOMEM, "%s: no memory for %zu bytes", path, *len);
+    }
+    size_t got = 0;
+    while (got < *len) {
+        ssize_t n = read(fd, *mem + got, *len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            close(fd);
+            free(*mem);
+            return fail(err, errlen, -e, "%s: read failed at byte %zu: %s", path, got, strerror(e));
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    return 0;
+}
+
+static int verify(const char *path, unsigned char *m, size_t len, tr_ckpt_file_t *out, char *err,
+                  size_t errlen)
+{
+    if (len < FIXED + 8 || memcmp(m, MAGIC, 8) != 0)
+        return fail(err, errlen, TR_EFORMAT, "%s: magic: not a troupe checkpoint file", path);
+    uint64_t header_len = get32(m + 8), payload = get64(m + 16);
+    if (header_len > len || payload > len || padded(header_len) + payload + 8 != len)
+        return fail(err, errlen, TR_EFORMAT,
+                    "%s: length: header %llu + payload %llu bytes do not match the file's %zu "
+                    "bytes (truncated?)",
+                    path, (unsigned long long)header_len, (unsigned long long)payload, len);
+    if (memcmp(m + len - 4, END_MAGIC, 4) != 0)
+        return fail(err, errlen, TR_EFORMAT, "%s: trailer: end marker missing (truncated?)", path);
+    uint32_t want = get32(m + len - 8), got = tr__crc32c(0, m, len - 8);
+    if (want != got)
+        return fail(err, errlen, TR_ECHECKSUM,
+                    "%s: checksum: CRC-32C is %08x, the file says %08x (corrupted)", path, got,
+                    want);
+    out->mem = m;
+    out->header = m + FIXED;
+    out->header_len = header_len;
+    out->payload = m + padded(header_len);
+    out->payload_len = payload;
+    return 0;
+}
+
+int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen)
+{
+    unsigned char *m = NULL;
+    size_t len = 0;
+    memset(out, 0, sizeof(*out));
+    int rc = read_whole(path, &m, &len, err, errlen);
+    if (rc)
+        return rc;
+    rc = verify(path, m, len, out, err, errlen);
+    if (rc)
+        free(m);
+    return rc;
+}
+
+void tr__ckpt_file_free(tr_ckpt_file_t *f)
+{
+    if (f) {
+        free(f->mem);
+        memset(f, 0, sizeof(*f));
+    }
+}
+
+int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t errlen)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/latest", dir) >= (int)sizeof(path))
+        return fail(err, errlen, TR_EINVAL, "%s: path too long", dir);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fputs(tag, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int rc = ok ? 0 : -errno;
+    if (fclose(f) != 0 && !rc)
+        rc = -errno;
+    if (!rc && rename(tmp, path) < 0)
+        rc = -errno;
+    if (!rc)
+        rc = fsync_dir_of(path);
+    if (rc) {
+        unlink(tmp);
+        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
+    }
+    return 0;
+}
+
+int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    size_t n = fread(tag, 1, cap, f);
+    fclose(f);
+    while (n && (tag[n - 1] == '\n' || tag[n - 1] == ' '))
+        n--;
+    if (n == 0 || n >= cap)
+        return fail(err, errlen, TR_EFORMAT, "%s: expected a tag of 1 to %zu bytes", path, cap - 1);
+    tag[n] = '\0';
+    if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
+        return fail(err, errlen, TR_EFORMAT, "%s: tag '%s' is not a directory name", path, tag);
+    return 0;
+}

@@ -1,0 +1,55 @@
+/* ckpt_file: crash-safe checkpoint files and the `latest` pointer.
+ *
+ * A checkpoint file is: magic "TRCKPT\0\1" | u32 header length | u32 0 | u64 payload length |
+ * header (msgpack, the caller's) | zero padding to a 64-byte boundary | payload | u32 CRC-32C
+ * of everything before it | "TEND". All integers little-endian. The payload is 64-byte
+ * aligned in the file so it can be read straight into aligned buffers.
+ *
+ * Writing goes to "<path>.tmp.<pid>", is fsynced, renamed over <path>, and the directory is
+ * fsynced: a crash at any instant leaves either the old file or the new one, never a torn
+ * one. `latest` (a file holding a tag) is written the same way, and callers write it last.
+ *
+ * For crash tests, the environment variable TR_CKPT_CRASH_AFTER=N makes the process exit
+ * with status 86 right after the N-th file of the process has been renamed into place.
+ */
+#ifndef TR_IO_CKPT_FILE_H
+#define TR_IO_CKPT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TR_CKPT_CRASH_EXIT 86
+
+typedef struct tr_ckpt_blob {
+    const void *data;
+    size_t len;
+} tr_ckpt_blob_t;
+
+/* Writes header and the blobs (concatenated as the payload) to path, atomically. On error
+ * the previous file at path, if any, is untouched and err says what failed on which path.
+ * Any thread. */
+int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
+                        const tr_ckpt_blob_t *blobs, size_t n_blobs, char *err, size_t errlen);
+
+/* A file read back and verified: magic, lengths, trailer and CRC. */
+typedef struct tr_ckpt_file {
+    void *mem;            /* the whole file; header and payload point into it */
+    const void *header;
+    size_t header_len;
+    const void *payload;  /* 64-byte aligned */
+    size_t payload_len;
+} tr_ckpt_file_t;
+
+/* Reads and verifies path. TR_EFORMAT (bad magic, lengths, truncated), TR_ECHECKSUM, or an
+ * errno code; err names the file and the field. Free with tr__ckpt_file_free. Any thread. */
+int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen);
+void tr__ckpt_file_free(tr_ckpt_file_t *f);
+
+/* Writes <dir>/latest holding tag, atomically. Any thread. */
+int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t errlen);
+
+/* Reads <dir>/latest into tag (cap bytes). TR_ENOENT when there is none; TR_EFORMAT for an
+ * empty or oversized tag or one that is not a plain directory name. Any thread. */
+int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size_t errlen);
+
+#endif

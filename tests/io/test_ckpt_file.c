@@ -1,0 +1,183 @@
+/* Checkpoint files: round trip, every truncation and every corrupted byte refused with a
+ * clear error, `latest` validated, and a process killed between file writes leaves the
+ * previous file and `latest` intact. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "io/ckpt_file.h"
+#include "io/crc32c.h"
+#include "troupe/error.h"
+
+static char dir[256];
+static char err[512];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof(dir), "/tmp/tr_ckpt_test.XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd);
+}
+
+static void path_of(char *out, const char *name)
+{
+    snprintf(out, 512, "%s/%s", dir, name);
+}
+
+static void write_sample(const char *path, unsigned char fill, size_t n)
+{
+    unsigned char *a = malloc(n), hdr[5] = {0x93, 1, 2, 3, 0xc0};
+    memset(a, fill, n);
+    tr_ckpt_blob_t blobs[2] = {{a, n / 2}, {a + n / 2, n - n / 2}};
+    assert_int_equal(tr__ckpt_file_write(path, hdr, sizeof(hdr), blobs, 2, err, sizeof(err)), 0);
+    free(a);
+}
+
+static void test_crc32c_standard_check_value(void **state)
+{
+    assert_int_equal(tr__crc32c(0, "123456789", 9), 0xE3069283u);
+    /* incremental equals one shot */
+    assert_int_equal(tr__crc32c(tr__crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+}
+
+static void test_ckpt_file_round_trip(void **state)
+{
+    char path[512];
+    path_of(path, "model.bin");
+    write_sample(path, 0x5a, 1000);
+    tr_ckpt_file_t f;
+    assert_int_equal(tr__ckpt_file_read(path, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.header_len, 5);
+    assert_int_equal(((const unsigned char *)f.header)[0], 0x93);
+    assert_int_equal(f.payload_len, 1000);
+    assert_int_equal((uintptr_t)f.payload % 64, 0);
+    for (size_t i = 0; i < 1000; i++)
+        assert_int_equal(((const unsigned char *)f.payload)[i], 0x5a);
+    tr__ckpt_file_free(&f);
+}
+
+static size_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (size_t)st.st_size;
+}
+
+static void test_ckpt_file_every_truncation_is_refused(void **state)
+{
+    char path[512], cut[512];
+    path_of(path, "full.bin");
+    path_of(cut, "cut.bin");
+    write_sample(path, 1, 300);
+    size_t n = file_size(path);
+    FILE *in = fopen(path, "rb");
+    unsigned char *buf = malloc(n);
+    assert_int_equal(fread(buf, 1, n, in), n);
+    fclose(in);
+    for (size_t len = 0; len < n; len++) {
+        FILE *out = fopen(cut, "wb");
+        fwrite(buf, 1, len, out);
+        fclose(out);
+        tr_ckpt_file_t f;
+        int rc = tr__ckpt_file_read(cut, &f, err, sizeof(err));
+        assert_true(rc == TR_EFORMAT || rc == TR_ECHECKSUM);
+        assert_non_null(strstr(err, cut)); /* the error names the file */
+    }
+    free(buf);
+}
+
+static void test_ckpt_file_corruption_is_refused(void **state)
+{
+    char path[512];
+    path_of(path, "flip.bin");
+    write_sample(path, 7, 200);
+    size_t n = file_size(path);
+    for (size_t at = 0; at < n; at += 3) {
+        write_sample(path, 7, 200);
+        int fd = open(path, O_RDWR);
+        unsigned char b;
+        assert_int_equal(pread(fd, &b, 1, (off_t)at), 1);
+        b ^= 0x10;
+        assert_int_equal(pwrite(fd, &b, 1, (off_t)at), 1);
+        close(fd);
+        tr_ckpt_file_t f;
+        int rc = tr__ckpt_file_read(path, &f, err, sizeof(err));
+        assert_true(rc == TR_EFORMAT || rc == TR_ECHECKSUM);
+    }
+    tr_ckpt_file_t f;
+    path_of(path, "missing.bin");
+    assert_int_equal(tr__ckpt_file_read(path, &f, err, sizeof(err)), TR_ENOENT);
+    assert_int_equal(tr__ckpt_file_read(dir, &f, err, sizeof(err)), TR_EFORMAT); /* a dir */
+}
+
+static void test_ckpt_latest_round_trip_and_validation(void **state)
+{
+    char tag[64];
+    assert_int_equal(tr__ckpt_latest_read(dir, tag, sizeof(tag), err, sizeof(err)), TR_ENOENT);
+    assert_int_equal(tr__ckpt_latest_write(dir, "global_step10", err, sizeof(err)), 0);
+    assert_int_equal(tr__ckpt_latest_read(dir, tag, sizeof(tag), err, sizeof(err)), 0);
+    assert_string_equal(tag, "global_step10");
+    assert_int_equal(tr__ckpt_latest_write(dir, "../etc", err, sizeof(err)), 0);
+    assert_int_equal(tr__ckpt_latest_read(dir, tag, sizeof(tag), err, sizeof(err)), TR_EFORMAT);
+    assert_non_null(strstr(err, "not a directory name"));
+    assert_int_equal(tr__ckpt_latest_write(dir, "", err, sizeof(err)), 0);
+    assert_int_equal(tr__ckpt_latest_read(dir, tag, sizeof(tag), err, sizeof(err)), TR_EFORMAT);
+}
+
+static void test_ckpt_crash_between_files_keeps_previous(void **state)
+{
+    char a[512], b[512], tag[64];
+    path_of(a, "a.bin");
+    path_of(b, "b.bin");
+    write_sample(a, 1, 100); /* the previous checkpoint: a.bin, latest = old */
+    write_sample(b, 1, 100);
+    assert_int_equal(tr__ckpt_latest_write(dir, "old", err, sizeof(err)), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* a new save that dies after its first file */
+        setenv("TR_CKPT_CRASH_AFTER", "1", 1);
+        write_sample(a, 2, 100);
+        write_sample(b, 2, 100);
+        tr__ckpt_latest_write(dir, "new", err, sizeof(err));
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), TR_CKPT_CRASH_EXIT);
+    assert_int_equal(tr__ckpt_latest_read(dir, tag, sizeof(tag), err, sizeof(err)), 0);
+    assert_string_equal(tag, "old");
+    tr_ckpt_file_t f;
+    assert_int_equal(tr__ckpt_file_read(b, &f, err, sizeof(err)), 0); /* untouched, whole */
+    assert_int_equal(((const unsigned char *)f.payload)[0], 1);
+    tr__ckpt_file_free(&f);
+    assert_int_equal(tr__ckpt_file_read(a, &f, err, sizeof(err)), 0); /* new, but whole */
+    tr__ckpt_file_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32c_standard_check_value),
+        cmocka_unit_test_setup_teardown(test_ckpt_file_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_file_every_truncation_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_file_corruption_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_latest_round_trip_and_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_crash_between_files_keeps_previous, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("ckpt_file", tests, NULL, NULL);
+}
