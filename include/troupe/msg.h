@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "troupe/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,25 +49,6 @@ static inline int tr_actor_eq(tr_actor_t a, tr_actor_t b)
 
 /* --- tensor references ---------------------------------------------------------------- */
 
-typedef enum {
-    TR_DTYPE_F32 = 0,
-    TR_DTYPE_F16 = 1,
-    TR_DTYPE_BF16 = 2,
-    TR_DTYPE_F64 = 3,
-    TR_DTYPE_I32 = 4,
-    TR_DTYPE_I64 = 5,
-    TR_DTYPE_U16 = 6,
-    TR_DTYPE_U8 = 7,
-    TR_DTYPE_COUNT_
-} tr_dtype_t;
-
-typedef enum {
-    TR_DEVICE_CPU = 0,
-    TR_DEVICE_CUDA = 1,
-    TR_DEVICE_NVME = 2,
-    TR_DEVICE_COUNT_
-} tr_device_type_t;
-
 #define TR_TENSOR_MAX_DIMS 6
 
 /* Names bytes that live elsewhere: a registered buffer, a byte range in it, its element
@@ -75,7 +58,7 @@ typedef struct tr_tensor_ref {
     uint64_t offset; /* bytes from the start of the buffer */
     uint64_t length; /* bytes */
     uint8_t dtype;   /* tr_dtype_t */
-    uint8_t device_type; /* tr_device_type_t */
+    uint8_t device_type; /* tr_device_kind_t */
     int16_t device_index;
     uint8_t ndim;
     uint8_t pad_[3];
