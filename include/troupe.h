@@ -3,6 +3,7 @@
 #define TR_INCLUDE_TROUPE_H
 
 #include "troupe/error.h"
+#include "troupe/io.h"
 #include "troupe/model.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
