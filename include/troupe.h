@@ -2,6 +2,7 @@
 #ifndef TR_INCLUDE_TROUPE_H
 #define TR_INCLUDE_TROUPE_H
 
+#include "troupe/blas.h"
 #include "troupe/error.h"
 #include "troupe/io.h"
 #include "troupe/model.h"
