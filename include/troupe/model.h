@@ -168,6 +168,10 @@ int tr_model_gpt2_create(tr_model_t **out, const tr_gpt2_config_t *config, char 
 /* The config of a model made by tr_model_gpt2_create; NULL for another model. */
 const tr_gpt2_config_t *tr_model_gpt2_config(const tr_model_t *model);
 
+/* After a forward: (B, T, Vp) logits when the batch had no targets, probabilities (the
+ * softmax over the first V, padding 0) when it had. NULL for another model or before. */
+const float *tr_model_gpt2_logits(const tr_model_t *model);
+
 /* An MLP classifier: widths[0] inputs, linear (with bias) + GELU between consecutive widths,
  * no GELU after the last linear, then cross-entropy over widths[n-1] classes. n >= 2. */
 int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, size_t why_len);
@@ -203,6 +207,8 @@ size_t tr_model_num_params(const tr_model_t *model);
 size_t tr_model_num_acts(const tr_model_t *model); /* for the current (B, T); 0 before */
 const float *tr_model_output(const tr_model_t *model, int layer); /* layer's (B, T, out_dim) */
 tr_device_t tr_model_device(const tr_model_t *model);
+/* The (B, T) of the activations (0, 0 before the first forward). */
+void tr_model_batch_shape(const tr_model_t *model, int *B, int *T);
 /* Multiplies the loss gradient (default 1; a loss scaler sets it). */
 void tr_model_set_loss_scale(tr_model_t *model, float scale);
 

@@ -397,6 +397,12 @@ size_t tr_model_num_acts(const tr_model_t *model) { return model->n_acts; }
 tr_device_t tr_model_device(const tr_model_t *model) { return model->device; }
 void tr_model_set_loss_scale(tr_model_t *model, float scale) { model->loss_scale = scale; }
 
+void tr_model_batch_shape(const tr_model_t *model, int *B, int *T)
+{
+    *B = model->B;
+    *T = model->T;
+}
+
 tr_layer_t *tr_model_layer(const tr_model_t *model, int i)
 {
     return i >= 0 && i < model->n ? model->layers[i] : NULL;

@@ -309,3 +309,15 @@ int tr_model_gpt2_create(tr_model_t **out, const tr_gpt2_config_t *config, char 
         tr__model_set_gpt2(*out, &g);
     return err;
 }
+
+const float *tr_model_gpt2_logits(const tr_model_t *model)
+{
+    const tr_gpt2_config_t *g = tr_model_gpt2_config(model);
+    const float *head = g ? tr_model_output(model, g->num_layers + 1) : NULL;
+    if (!head)
+        return NULL;
+    int B, T;
+    tr_model_batch_shape(model, &B, &T);
+    size_t N = (size_t)B * T;
+    return head + N + N * g->channels + 2 * N; // past losses, lnf, lnf_mean, lnf_rstd
+}
