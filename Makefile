@@ -48,13 +48,18 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors
+bench: bench-actors bench-kernels
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
 	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
 	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
 	bench/actors/run.sh build
+
+bench-kernels: build
+	@scripts/install-deps.sh python3-torch
+	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
+	bench/kernels/run.sh build
 
 install: build
 	$(CMAKE) --install build
