@@ -437,48 +437,70 @@ static void test_layers_crossentropy_matches_naive_and_finite_differences(void *
 
 /* ---- the vector primitives: every ISA equals scalar on odd lengths and unaligned tails ------- */
 
+enum { N_VEC_OPS = 14 };
+
+/* Runs primitive `op` on inputs in[0..3] (n floats each); array results go to out (and out2),
+ * which the caller pre-fills (accumulating ops add to them); returns the scalar result. */
+static float run_op(const tr__vec_ops_t *v, int op, float *out, float *out2, float *const *in,
+                    size_t n)
+{
+    const float *a = in[0], *b = in[1], *c = in[2], *d = in[3];
+    float r1 = 0, r2 = 0;
+    switch (op) {
+    case 0: return v->dot(a, b, n);
+    case 1: return v->sum(a, n);
+    case 2: return v->max(a, n);
+    case 3: return v->sqdev(a, 0.3f, n);
+    case 4: v->ln_bwd_sums(a, b, c, 0.2f, 1.3f, n, &r1, &r2); return r1 + 3 * r2;
+    case 5: v->axpy(0.7f, a, out, n); return 0;
+    case 6: v->add(out, a, b, n); return 0;
+    case 7: v->acc(out, a, n); return 0;
+    case 8: v->scale(out, 1.3f, n); return 0;
+    case 9: return v->exp_sum(out, a, 1.0f, n);
+    case 10: v->ln_row(out, a, b, c, 0.1f, 1.7f, n); return 0;
+    case 11: v->ln_bwd_row(out, a, b, c, 0.1f, 1.7f, 0.3f, -0.2f, n); return 0;
+    case 12: v->ln_bwd_params(out, out2, a, d, 0.1f, 1.7f, n); return 0;
+    default: v->gelu_fwd(out, a, n); v->gelu_bwd(out2, a, b, n); return 0;
+    }
+}
+
+/* Every primitive, every ISA vs scalar, on n floats at a misaligned offset; the float past
+ * each output must survive (masked tails write nothing beyond n). */
 static void compare_isas(size_t n, size_t offset)
 {
-    float *buf[6];
-    for (int k = 0; k < 6; k++) {
-        buf[k] = malloc((n + offset + 1) * sizeof(float));
-        for (size_t i = 0; i < n + offset + 1; i++)
-            buf[k][i] = (float)urand() * 3.0f;
+    float *in[4], *out = malloc((n + offset + 1) * 4), *out2 = malloc((n + offset + 1) * 4);
+    float ref[64], ref2[64];
+    for (int k = 0; k < 4; k++) {
+        in[k] = malloc((n + offset) * sizeof(float));
+        for (size_t i = 0; i < n + offset; i++)
+            in[k][i] = (float)urand() * 3.0f;
+        in[k] += offset;
     }
-    const float *a = buf[0] + offset, *b = buf[1] + offset; // unaligned inputs
-    float ref[5][64 + 8], got[64 + 8];
-    float rdot, rsum, rmax, rexp;
-    tr__vec_set_isa(TR__ISA_SCALAR);
-    const tr__vec_ops_t *s = tr__vec();
-    rdot = s->dot(a, b, n), rsum = s->sum(a, n), rmax = s->max(a, n);
-    rexp = s->exp_sum(ref[0], a, 1.0f, n);
-    s->gelu_fwd(ref[1], a, n);
-    memcpy(ref[2], b, n * sizeof(float));
-    s->gelu_bwd(ref[2], a, b, n);
-    for (int isa = TR__ISA_AVX2; isa <= (int)tr__vec_best_isa(); isa++) {
-        tr__vec_set_isa(isa);
-        const tr__vec_ops_t *v = tr__vec();
-        float tol = 1e-5f * (float)n;
-        assert_float_equal(v->dot(a, b, n), rdot, tol);
-        assert_float_equal(v->sum(a, n), rsum, tol);
-        assert_true(v->max(a, n) == rmax);
-        assert_float_equal(v->exp_sum(got, a, 1.0f, n), rexp, tol * 10);
-        for (size_t i = 0; i < n; i++)
-            assert_float_equal(got[i], ref[0][i], 1e-6f * (1 + fabsf(ref[0][i])));
-        float *out = buf[2] + offset; // unaligned output; the float after it must survive
-        out[n] = 12345.0f;
-        v->gelu_fwd(out, a, n);
-        for (size_t i = 0; i < n; i++)
-            assert_float_equal(out[i], ref[1][i], 1e-6f);
-        assert_true(out[n] == 12345.0f);
-        memcpy(out, b, n * sizeof(float));
-        v->gelu_bwd(out, a, b, n);
-        for (size_t i = 0; i < n; i++)
-            assert_float_equal(out[i], ref[2][i], 1e-6f);
-        assert_true(out[n] == 12345.0f);
+    float *o = out + offset, *o2 = out2 + offset;
+    for (int op = 0; op < N_VEC_OPS; op++) {
+        memcpy(o, in[2], n * 4), memcpy(o2, in[3], n * 4);
+        tr__vec_set_isa(TR__ISA_SCALAR);
+        float want = run_op(tr__vec(), op, o, o2, in, n);
+        memcpy(ref, o, n * 4), memcpy(ref2, o2, n * 4);
+        for (int isa = TR__ISA_AVX2; isa <= (int)tr__vec_best_isa(); isa++) {
+            memcpy(o, in[2], n * 4), memcpy(o2, in[3], n * 4);
+            o[n] = o2[n] = 12345.0f;
+            tr__vec_set_isa(isa);
+            float got = run_op(tr__vec(), op, o, o2, in, n);
+            if (fabsf(got - want) > 1e-5f * (float)n * (1 + fabsf(want)))
+                fail_msg("op %d, n %zu, offset %zu, %s: %g, scalar %g", op, n, offset,
+                         tr__vec_isa_name(isa), got, want);
+            for (size_t i = 0; i < n; i++)
+                if (fabsf(o[i] - ref[i]) > 2e-6f * (1 + fabsf(ref[i])) ||
+                    fabsf(o2[i] - ref2[i]) > 2e-6f * (1 + fabsf(ref2[i])))
+                    fail_msg("op %d, n %zu, offset %zu, %s: element %zu differs from scalar",
+                             op, n, offset, tr__vec_isa_name(isa), i);
+            assert_true(o[n] == 12345.0f && o2[n] == 12345.0f);
+        }
     }
-    for (int k = 0; k < 6; k++)
-        free(buf[k]);
+    for (int k = 0; k < 4; k++)
+        free(in[k] - offset);
+    free(out), free(out2);
 }
 
 static void test_layers_vector_paths_equal_scalar_on_odd_tails(void **state)
