@@ -64,7 +64,6 @@ int main(int argc, char **argv)
     tr_gpt2_config_t cfg = {.max_seq_len = T, .vocab_size = 8192, .padded_vocab_size = 8192,
                             .num_layers = 6, .num_heads = 6, .channels = 384};
     tr_parallel_set_threads(threads);
-    openblas_set_num_threads(threads);
     tr_blas_info_t blas;
     tr_blas_check(&blas);
     printf("blas: %s\n", blas.description);
@@ -108,6 +107,7 @@ int main(int argc, char **argv)
             bwd = t2 - t1;
         }
     }
+    openblas_set_num_threads(threads); // the kernels ran OpenBLAS single-threaded per block
     double gemm_model = sgemm_gflops(B * T, 4 * cfg.channels, cfg.channels, 5);
     double gemm_square = sgemm_gflops(1024, 1024, 1024, 5);
     double gflops = 6.0 * P * tok / step / 1e9;
