@@ -14,6 +14,9 @@
  * L layers, NH heads, OC output channels.
  * Users add layers by filling a tr_layer_t (tr_layer_init, tr_layer_add_param) with their
  * own tr_layer_ops_t. All math is fp32 on the CPU for now; buffers carry a device.
+ * Threads: every function here may be called from any thread, but a model is used by one
+ * thread at a time; its kernels spread over the kernels' thread pool (and set OpenBLAS to one
+ * thread per call, see kernels/cpu/linear.c).
  */
 #ifndef TR_INCLUDE_TROUPE_MODEL_H
 #define TR_INCLUDE_TROUPE_MODEL_H

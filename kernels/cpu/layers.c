@@ -177,15 +177,24 @@ int tr_layer_layernorm_create(tr_layer_t **out, const char *name, int C)
 
 /* ---- embedding: tokens (B, T) -> (B, T, C); wte (V, C), wpe (maxT, C) ------------------------ */
 
+typedef struct {
+    int V; // token ids must be below this (GPT-2: the real vocabulary, not the padded rows)
+} emb_state;
+
 static int embedding_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
-    const tr_param_info_t *wte = &l->params[0];
+    const emb_state *s = l->state;
     int has_wpe = l->n_params == 2;
     if (has_wpe && c->T > l->params[1].shape[0])
         return TR_EINVAL;
     return tr__embedding_forward(c->out, c->tokens, c->params,
                                  has_wpe ? c->params + l->params[1].offset : NULL, c->B, c->T,
-                                 l->out_dim, (int)wte->shape[0]);
+                                 l->out_dim, s->V);
+}
+
+void tr__layer_embedding_limit(tr_layer_t *layer, int V)
+{
+    ((emb_state *)layer->state)->V = V;
 }
 
 static int embedding_backward(tr_layer_t *l, tr_layer_ctx_t *c)
@@ -202,14 +211,18 @@ static void embedding_init(tr_layer_t *l, float *params, uint64_t *rng)
 
 static const tr_layer_ops_t embedding_ops = {
     "embedding", out_size, no_scratch, embedding_forward, embedding_backward, embedding_init,
-    NULL,
+    free_state,
 };
 
 int tr_layer_embedding_create(tr_layer_t **out, const char *name, int V, int maxT, int C)
 {
     if (V < 1 || C < 1 || maxT < 0)
         return TR_EINVAL;
-    int err = new_layer(out, &embedding_ops, name, 0, C, NULL);
+    emb_state *s = malloc(sizeof(*s));
+    if (!s)
+        return TR_ENOMEM;
+    s->V = V;
+    int err = new_layer(out, &embedding_ops, name, 0, C, s);
     if (err)
         return err;
     err = tr_layer_add_param(*out, "wte", 2, (int64_t[]){V, C});

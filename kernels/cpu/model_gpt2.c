@@ -269,6 +269,8 @@ static int make_layers(tr_layer_t **layers, const tr_gpt2_config_t *g)
     gpt2_state proto = {.C = C, .NH = g->num_heads, .L = L, .V = g->vocab_size,
                         .Vp = g->padded_vocab_size, .wte_off = 0};
     err = tr_layer_embedding_create(&layers[0], "embed", g->padded_vocab_size, g->max_seq_len, C);
+    if (!err)
+        tr__layer_embedding_limit(layers[0], g->vocab_size);
     for (int i = 0; i < L && !err; i++) {
         char name[TR_LAYER_NAME_MAX];
         snprintf(name, sizeof(name), "h%d", i);

@@ -24,6 +24,9 @@ int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
 /* Frees a layer made by a create function (ops->destroy, then the layer). */
 void tr__layer_free(tr_layer_t *layer);
 
+/* Makes an embedding layer refuse token ids >= V (its table may have more, padded, rows). */
+void tr__layer_embedding_limit(tr_layer_t *layer, int V);
+
 /* Records the GPT-2 config on a model tr_model_gpt2_create built. */
 void tr__model_set_gpt2(tr_model_t *model, const tr_gpt2_config_t *config);
 

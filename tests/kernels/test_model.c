@@ -167,6 +167,9 @@ static void test_model_rejects_bad_configs_and_batches(void **state)
     int bad_target[4] = {1, 2, 11, 3};
     tr_batch_t b = {.B = 1, .T = 4, .tokens = tokens, .targets = bad_target};
     assert_int_equal(tr_model_forward(m, &b, NULL), TR_EINVAL);
+    int padded_token[4] = {1, 2, 3, 11}; // below Vp = 128 but not a real token (V = 11)
+    tr_batch_t c = {.B = 1, .T = 4, .tokens = padded_token};
+    assert_int_equal(tr_model_forward(m, &c, NULL), TR_EINVAL);
     tr_model_destroy(m);
     int widths[] = {4};
     assert_int_equal(tr_model_mlp_create(&m, widths, 1, why, sizeof(why)), TR_EINVAL);
