@@ -130,3 +130,9 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
     fprintf(stderr, "%s\n", info.warning);
     return 0;
 }
+
+void tr__blas_one_thread(void)
+{
+    if (openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
+}

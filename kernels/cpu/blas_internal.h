@@ -20,4 +20,8 @@ int tr__blas_core_class(const char *core);
 void tr__blas_assess(tr_blas_info_t *info, const char *core, const char *config,
                      const tr__blas_cpu_t *cpu);
 
+/* Sets OpenBLAS to one thread unless it already is: the kernels split matrix products over
+ * their own pool (see kernels/cpu/linear.c). Call before a parallel region that calls BLAS. */
+void tr__blas_one_thread(void);
+
 #endif

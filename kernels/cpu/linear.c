@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 
@@ -52,8 +53,7 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
-    if (openblas_get_num_threads() != 1)
-        openblas_set_num_threads(1); // the pool owns the cores; see the top of this file
+    tr__blas_one_thread(); // the pool owns the cores; see the top of this file
     gemm_job g = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
     size_t blocks = ((size_t)M + GEMM_ROWS - 1) / GEMM_ROWS;
     int t = tr_parallel_threads();

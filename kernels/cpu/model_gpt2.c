@@ -60,11 +60,11 @@ static size_t block_act_size(const tr_layer_t *l, int B, int T)
 }
 
 /* dres2 (N, C) | dfch_gelu (N, 4C) | dfch (N, 4C) | dln (N, C) | datty (N, C) | dqkv (N, 3C) |
- * attention scratch (B, NH, T) */
+ * attention scratch (B, NH, T, T) */
 static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 {
     const gpt2_state *s = l->state;
-    return (size_t)B * T * 14 * s->C + (size_t)B * s->NH * T;
+    return (size_t)B * T * 14 * s->C + (size_t)B * s->NH * T * T;
 }
 
 #define PARAM(c, l, i) ((c)->params + (l)->params[i].offset)

@@ -44,7 +44,7 @@ void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const i
 
 /* attention.c: causal multi-head self-attention. inp (B, T, 3C) holds q, k, v; att
  * (B, NH, T, T) keeps the softmax for backward (upper triangle zero); out (B, T, C).
- * scratch holds B * NH * T floats. */
+ * scratch holds B * NH * T * T floats. */
 void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
 void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                             const float *att, int B, int T, int C, int NH);

@@ -362,7 +362,7 @@ static void test_layers_attention_matches_naive_and_finite_differences(void **st
     {
         att_ctx c = {drand_array(N * 3 * C, 1.5), drand_array(N * C, 1)};
         float *qkv = to_float(c.qkv, N * 3 * C), *r = to_float(c.r, N * C), out[N * C];
-        float att[B * NH * T * T], dqkv[N * 3 * C] = {0}, scratch[B * NH * T];
+        float att[B * NH * T * T], dqkv[N * 3 * C] = {0}, scratch[B * NH * T * T];
         double want[N * C];
         tr__attention_forward(out, att, qkv, B, T, C, NH);
         ref_attention(want, c.qkv);
