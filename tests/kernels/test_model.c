@@ -120,6 +120,70 @@ static void test_model_mlp_gradient_matches_finite_differences(void **state)
     tr_model_destroy(m);
 }
 
+/* A layer written the way a user would, with only the public header: y = x * scale, one
+ * learned scale per channel. */
+static size_t scale_acts(const tr_layer_t *l, int B, int T)
+{
+    return (size_t)B * T * l->out_dim;
+}
+
+static int scale_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int i = 0; i < l->out_dim; i++)
+            c->out[r * l->out_dim + i] = c->in[r * l->in_dim + i] * c->params[i];
+    return 0;
+}
+
+static int scale_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int i = 0; i < l->out_dim; i++) {
+            float d = c->dout[r * l->out_dim + i];
+            c->grads[i] += d * c->in[r * l->in_dim + i];
+            if (c->din)
+                c->din[r * l->in_dim + i] += d * c->params[i];
+        }
+    return 0;
+}
+
+static void scale_init(tr_layer_t *l, float *params, uint64_t *rng)
+{
+    for (int i = 0; i < l->out_dim; i++)
+        params[i] = 0.5f + 0.1f * i;
+}
+
+static const tr_layer_ops_t scale_ops = {"scale", scale_acts, NULL, scale_forward,
+                                         scale_backward, scale_init, NULL};
+
+static void test_model_user_layer_joins_a_model(void **state)
+{
+    tr_layer_t *layers[3], *user = calloc(1, sizeof(*user));
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc", 4, 5, 1), 0);
+    assert_int_equal(tr_layer_init(user, &scale_ops, "myscale", 5, 5, NULL), 0);
+    assert_int_equal(tr_layer_add_param(user, "scale", 1, (int64_t[]){5}), 0);
+    layers[1] = user;
+    assert_int_equal(tr_layer_crossentropy_create(&layers[2], "loss", 5, TR_IGNORE_INDEX), 0);
+    tr_model_t *m;
+    assert_int_equal(tr_model_create(&m, layers, 3, NULL, 0), 0);
+    assert_int_equal(tr_model_num_params(m), 4 * 5 + 5 + 5);
+    assert_int_equal(tr_model_layer(m, 1)->param_offset, 25); // after fc's weight and bias
+    tr_model_init_params(m, 5);
+    float x[2 * 3 * 4];
+    int targets[6] = {0, 1, 2, 3, 4, 0};
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)(irand(2001) - 1000) * 2e-3f;
+    tr_batch_t b = {.B = 2, .T = 3, .x = x, .targets = targets};
+    check_model_gradient(m, &b);
+    tr_model_destroy(m);
+    // a chain that does not fit is refused, and the layers are freed (ASan checks)
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc", 4, 5, 1), 0);
+    assert_int_equal(tr_layer_crossentropy_create(&layers[1], "loss", 6, TR_IGNORE_INDEX), 0);
+    char why[160];
+    assert_int_equal(tr_model_create(&m, layers, 2, why, sizeof(why)), TR_EINVAL);
+    assert_non_null(strstr(why, "loss"));
+}
+
 typedef struct {
     int calls, last_layer;
     size_t covered;
@@ -181,6 +245,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gpt2_gradient_matches_finite_differences),
         cmocka_unit_test(test_model_mlp_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_user_layer_joins_a_model),
         cmocka_unit_test(test_model_backward_reports_layers_last_to_first),
         cmocka_unit_test(test_model_rejects_bad_configs_and_batches),
     };
