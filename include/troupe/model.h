@@ -142,9 +142,9 @@ typedef struct {
     const int *targets; /* (B, T) or NULL: forward computes no loss, backward is refused */
 } tr_batch_t;
 
-/* Builds a model from n layers (allocated with the create functions above or by the user
- * with malloc; the model takes ownership of them on success and on failure alone frees
- * them) and allocates parameters and gradients (zeroed). Consecutive layers must agree:
+/* Builds a model from n layers (made by the create functions above, or by the user with
+ * malloc and tr_layer_init) and allocates parameters and gradients (zeroed). The layers
+ * always become the model's: on failure they are freed, the array itself stays the caller's. Consecutive layers must agree:
  * layer i's in_dim == layer i-1's out_dim; only the last layer may be a loss layer.
  * TR_EINVAL (with why filled in when why != NULL) otherwise, TR_ENOMEM. Any thread. */
 int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, size_t why_len);
