@@ -87,7 +87,7 @@ def main():
         dt = time.perf_counter() - t0
         if step > 0:
             best = min(best, dt)
-    name = "torch_fwdbwd" if args.no_optim else "torch_step"
+    name = "torch_fwdbwd" if args.no_optim else "torch_train"
     print("torch_version: %s" % torch.__version__)
     print("torch_threads: %d" % torch.get_num_threads())
     print("openblas_coretype: %s" % os.environ.get("OPENBLAS_CORETYPE", "(unset)"))
