@@ -31,7 +31,8 @@ static double now(void)
 /* Best GFLOP/s of `reps` sgemms C (M, N) = A (M, K) B^T (K, N), after one warm-up. */
 static double sgemm_gflops(int M, int N, int K, int reps)
 {
-    float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)N * K * 4), *c = malloc((size_t)M * N * 4);
+    float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)N * K * 4),
+          *c = malloc((size_t)M * N * 4);
     for (size_t i = 0; i < (size_t)M * K; i++)
         a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)N * K; i++)
@@ -41,8 +42,7 @@ static double sgemm_gflops(int M, int N, int K, int reps)
         double t = now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
         t = now() - t;
-        if (r > 0 && 2.0 * M * N * K / t / 1e9 > best)
-            best = 2.0 * M * N * K / t / 1e9;
+        if (r > 0 && 2.0 * M * N * K / t / 1e9 > best) best = 2.0 * M * N * K / t / 1e9;
     }
     free(a), free(b), free(c);
     return best;
@@ -51,8 +51,7 @@ static double sgemm_gflops(int M, int N, int K, int reps)
 static int arg_int(int argc, char **argv, const char *name, int dflt)
 {
     for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0)
-            return atoi(argv[i + 1]);
+        if (strcmp(argv[i], name) == 0) return atoi(argv[i + 1]);
     return dflt;
 }
 
@@ -61,8 +60,12 @@ int main(int argc, char **argv)
     tr_blas_reexec_if_needed(argc, argv);
     int threads = arg_int(argc, argv, "--threads", 2), steps = arg_int(argc, argv, "--steps", 5);
     int B = arg_int(argc, argv, "--batch", 8), T = 128;
-    tr_gpt2_config_t cfg = {.max_seq_len = T, .vocab_size = 8192, .padded_vocab_size = 8192,
-                            .num_layers = 6, .num_heads = 6, .channels = 384};
+    tr_gpt2_config_t cfg = {.max_seq_len = T,
+                            .vocab_size = 8192,
+                            .padded_vocab_size = 8192,
+                            .num_layers = 6,
+                            .num_heads = 6,
+                            .channels = 384};
     tr_parallel_set_threads(threads);
     tr_blas_info_t blas;
     tr_blas_check(&blas);
@@ -81,7 +84,8 @@ int main(int argc, char **argv)
         return 1;
     }
     tr_model_init_params(m, 1);
-    int *tokens = malloc((size_t)B * T * sizeof(int)), *targets = malloc((size_t)B * T * sizeof(int));
+    int *tokens = malloc((size_t)B * T * sizeof(int)),
+        *targets = malloc((size_t)B * T * sizeof(int));
     for (int i = 0; i < B * T; i++) {
         tokens[i] = (i * 7919) % cfg.vocab_size;
         targets[i] = (i * 104729 + 1) % cfg.vocab_size;
@@ -96,11 +100,9 @@ int main(int argc, char **argv)
     for (int s = 0; s <= steps; s++) { // step 0 warms up (allocations, page faults)
         tr_model_zero_grad(m);
         double t0 = now();
-        if (tr_model_forward(m, &batch, &loss))
-            return 1;
+        if (tr_model_forward(m, &batch, &loss)) return 1;
         double t1 = now();
-        if (tr_model_backward(m, NULL, NULL))
-            return 1;
+        if (tr_model_backward(m, NULL, NULL)) return 1;
         double t2 = now();
         if (s == 0) {
             loss_first = loss;
@@ -124,7 +126,8 @@ int main(int argc, char **argv)
     printf("gpt2_fwdbwd_gflops: %.1f GFLOP/s\n", gflops);
     printf("sgemm_model_shape: %.1f GFLOP/s\n", gemm_model);
     printf("sgemm_1024: %.1f GFLOP/s\n", gemm_square);
-    printf("gpt2_fwdbwd_fraction_of_sgemm: %.2f\n", gflops / (gemm_square > gemm_model ? gemm_square : gemm_model));
+    printf("gpt2_fwdbwd_fraction_of_sgemm: %.2f\n",
+           gflops / (gemm_square > gemm_model ? gemm_square : gemm_model));
     tr_model_destroy(m);
     free(tokens), free(targets);
     return 0;

@@ -25,15 +25,14 @@
 extern "C" {
 #endif
 
-#define TR_LLMC_HEADER_INTS 256
-#define TR_LLMC_MODEL_MAGIC 20240326
-#define TR_LLMC_MODEL_VERSION 3
-#define TR_LLMC_TOKENS_MAGIC 20240520
+#define TR_LLMC_HEADER_INTS    256
+#define TR_LLMC_MODEL_MAGIC    20240326
+#define TR_LLMC_MODEL_VERSION  3
+#define TR_LLMC_TOKENS_MAGIC   20240520
 #define TR_LLMC_TOKENS_VERSION 1
 
 /* Reads only the checkpoint's header and checks it and the file size. */
-int tr_llmc_gpt2_read_config(const char *path, tr_gpt2_config_t *config, char *why,
-                             size_t why_len);
+int tr_llmc_gpt2_read_config(const char *path, tr_gpt2_config_t *config, char *why, size_t why_len);
 
 /* Creates a GPT-2 model from a checkpoint. *out is set only on success. */
 int tr_llmc_gpt2_load(const char *path, tr_model_t **out, char *why, size_t why_len);

@@ -35,9 +35,9 @@ typedef struct {
     int index;
 } tr_device_t;
 
-#define TR_TENSOR_MAX_DIMS 4
+#define TR_TENSOR_MAX_DIMS  4
 #define TR_LAYER_MAX_PARAMS 16
-#define TR_LAYER_NAME_MAX 32
+#define TR_LAYER_NAME_MAX   32
 /* Targets equal to this are skipped by the loss (PyTorch's default ignore_index). */
 #define TR_IGNORE_INDEX (-100)
 
@@ -56,21 +56,21 @@ typedef struct tr_layer tr_layer_t;
  * acts, din, grads, scratch and loss. */
 typedef struct {
     int B, T;
-    const int *tokens;    /* (B, T) token ids of the batch, or NULL */
-    const int *targets;   /* (B, T) targets of the batch, or NULL (forward without loss) */
-    const float *in;      /* (B, T, in_dim): previous layer's output, or the batch's floats */
-    float *acts;          /* this layer's activation region, act_size floats */
-    float *out;           /* == acts: (B, T, out_dim) */
-    float *params;        /* this layer's parameter range */
-    float *grads;         /* this layer's gradient range (backward accumulates into it) */
-    float *model_params;  /* the whole model's buffers, for tied parameters */
+    const int *tokens;   /* (B, T) token ids of the batch, or NULL */
+    const int *targets;  /* (B, T) targets of the batch, or NULL (forward without loss) */
+    const float *in;     /* (B, T, in_dim): previous layer's output, or the batch's floats */
+    float *acts;         /* this layer's activation region, act_size floats */
+    float *out;          /* == acts: (B, T, out_dim) */
+    float *params;       /* this layer's parameter range */
+    float *grads;        /* this layer's gradient range (backward accumulates into it) */
+    float *model_params; /* the whole model's buffers, for tied parameters */
     float *model_grads;
-    const float *dout;    /* backward: (B, T, out_dim) gradient of out; NULL for a loss layer */
-    float *din;           /* backward: (B, T, in_dim), zeroed by the model; accumulate into it.
-                           * NULL when the input is the batch (nothing needs its gradient) */
-    float *scratch;       /* backward: scratch_size floats, contents undefined */
-    float loss;           /* loss layers: forward sets the mean loss */
-    float loss_scale;     /* loss layers: backward multiplies d(mean loss) by this (1 = plain) */
+    const float *dout; /* backward: (B, T, out_dim) gradient of out; NULL for a loss layer */
+    float *din;        /* backward: (B, T, in_dim), zeroed by the model; accumulate into it.
+                        * NULL when the input is the batch (nothing needs its gradient) */
+    float *scratch;    /* backward: scratch_size floats, contents undefined */
+    float loss;        /* loss layers: forward sets the mean loss */
+    float loss_scale;  /* loss layers: backward multiplies d(mean loss) by this (1 = plain) */
 } tr_layer_ctx_t;
 
 typedef struct {
@@ -91,14 +91,14 @@ typedef struct {
 struct tr_layer {
     const tr_layer_ops_t *ops;
     char name[TR_LAYER_NAME_MAX];
-    int in_dim;           /* floats per position read (0: the layer reads token ids) */
-    int out_dim;          /* floats per position written (1 for a loss layer: the losses) */
+    int in_dim;  /* floats per position read (0: the layer reads token ids) */
+    int out_dim; /* floats per position written (1 for a loss layer: the losses) */
     int is_loss;
     int n_params;
     tr_param_info_t params[TR_LAYER_MAX_PARAMS];
-    size_t param_count;   /* floats in the layer's range (the sum of the table) */
-    size_t param_offset;  /* set by the model: the range's start in the model's buffer */
-    void *state;          /* the layer's own configuration */
+    size_t param_count;  /* floats in the layer's range (the sum of the table) */
+    size_t param_offset; /* set by the model: the range's start in the model's buffer */
+    void *state;         /* the layer's own configuration */
 };
 
 /* Sets up a layer with no parameters yet. TR_EINVAL for a NULL ops or an over-long name. */
@@ -144,9 +144,10 @@ typedef struct {
 
 /* Builds a model from n layers (made by the create functions above, or by the user with
  * malloc and tr_layer_init) and allocates parameters and gradients (zeroed). The layers
- * always become the model's: on failure they are freed, the array itself stays the caller's. Consecutive layers must agree:
- * layer i's in_dim == layer i-1's out_dim; only the last layer may be a loss layer.
- * TR_EINVAL (with why filled in when why != NULL) otherwise, TR_ENOMEM. Any thread. */
+ * always become the model's: on failure they are freed, the array itself stays the caller's.
+ * Consecutive layers must agree: layer i's in_dim == layer i-1's out_dim; only the last layer may
+ * be a loss layer. TR_EINVAL (with why filled in when why != NULL) otherwise, TR_ENOMEM. Any
+ * thread. */
 int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, size_t why_len);
 /* Frees the model and its layers. NULL does nothing. */
 void tr_model_destroy(tr_model_t *model);

@@ -27,7 +27,7 @@ typedef struct {
     int B, T, C, NH;
 } att_job;
 
-#define MM(ta, tb, M, N, K, A, lda, B, ldb, beta, Cm, ldc)                                       \
+#define MM(ta, tb, M, N, K, A, lda, B, ldb, beta, Cm, ldc)                                         \
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc)
 #define NT CblasNoTrans
 #define TT CblasTrans
@@ -51,10 +51,10 @@ static void forward_heads(void *ctx, size_t begin, size_t end, int thread)
         int b = (int)bh / NH, h = (int)bh % NH;
         const float *q = j->inp + (size_t)b * T * 3 * C + h * hs; // (T, hs), row stride 3C
         const float *k = q + C, *val = q + 2 * C;
-        float *a = j->att + bh * T * (size_t)T;                    // (T, T)
-        float *o = j->out + (size_t)b * T * C + h * hs;            // (T, hs), row stride C
-        cblas_sgemm(CblasRowMajor, NT, TT, T, T, hs, 1.0f / sqrtf((float)hs), q, 3 * C, k,
-                    3 * C, 0.0f, a, T);
+        float *a = j->att + bh * T * (size_t)T;         // (T, T)
+        float *o = j->out + (size_t)b * T * C + h * hs; // (T, hs), row stride C
+        cblas_sgemm(CblasRowMajor, NT, TT, T, T, hs, 1.0f / sqrtf((float)hs), q, 3 * C, k, 3 * C,
+                    0.0f, a, T);
         causal_softmax(a, T, tr__vec());
         MM(NT, NT, T, hs, T, a, T, val, 3 * C, 0.0f, o, C);
     }
@@ -77,7 +77,7 @@ static void backward_heads(void *ctx, size_t begin, size_t end, int thread)
         int b = (int)bh / NH, h = (int)bh % NH;
         size_t base = (size_t)b * T * 3 * C + h * hs;
         const float *q = j->inp + base, *k = q + C, *val = q + 2 * C; // (T, hs), stride 3C
-        float *dq = j->dinp + base, *dk = dq + C, *dv = dq + 2 * C;  // (T, hs), stride 3C
+        float *dq = j->dinp + base, *dk = dq + C, *dv = dq + 2 * C;   // (T, hs), stride 3C
         const float *a = j->catt + bh * T * (size_t)T;                // (T, T)
         const float *dout = j->dout + (size_t)b * T * C + h * hs;     // (T, hs), stride C
         float *da = j->scratch + bh * T * (size_t)T;                  // (T, T)
@@ -100,7 +100,14 @@ void tr__attention_backward(float *dinp, float *scratch, const float *dout, cons
                             const float *att, int B, int T, int C, int NH)
 {
     tr__blas_one_thread();
-    att_job j = {.dinp = dinp, .scratch = scratch, .dout = dout, .inp = inp, .catt = att,
-                 .B = B, .T = T, .C = C, .NH = NH};
+    att_job j = {.dinp = dinp,
+                 .scratch = scratch,
+                 .dout = dout,
+                 .inp = inp,
+                 .catt = att,
+                 .B = B,
+                 .T = T,
+                 .C = C,
+                 .NH = NH};
     tr_parallel_for((size_t)B * NH, 1, backward_heads, &j);
 }

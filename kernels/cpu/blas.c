@@ -4,8 +4,9 @@
  * VL, DQ, CD: what OpenBLAS's SkylakeX kernels use). The CPU's class comes from
  * __builtin_cpu_supports; OpenBLAS's from the name of the core it chose, through the table
  * of OpenBLAS 0.3.21's x86-64 DYNAMIC_ARCH targets below. OpenBLAS is "slow" when its class
- * is below what the CPU needs to reach its peak (needed_class). The best core for a class: Cooperlake (AVX-512 with BF16), SkylakeX,
- * Zen (AMD) or Haswell, Sandybridge; all exist in 0.3.21's DYNAMIC_ARCH builds.
+ * is below what the CPU needs to reach its peak (needed_class). The best core for a class:
+ * Cooperlake (AVX-512 with BF16), SkylakeX, Zen (AMD) or Haswell, Sandybridge; all exist in
+ * 0.3.21's DYNAMIC_ARCH builds.
  */
 #include "troupe/blas.h"
 
@@ -23,9 +24,10 @@ static const struct {
     const char *core;
     int cls;
 } cores[] = {
-    {"SapphireRapids", 3}, {"Cooperlake", 3}, {"SkylakeX", 3}, {"Haswell", 2},
-    {"Zen", 2},            {"Excavator", 2},  {"Sandybridge", 1}, {"Steamroller", 1},
-    {"Piledriver", 1},     {"Bulldozer", 1},
+    {"SapphireRapids", 3}, {"Cooperlake", 3},  {"SkylakeX", 3},
+    {"Haswell", 2},        {"Zen", 2},         {"Excavator", 2},
+    {"Sandybridge", 1},    {"Steamroller", 1}, {"Piledriver", 1},
+    {"Bulldozer", 1},
 };
 
 static const char *class_names[] = {"sse", "avx", "avx2", "avx512"};
@@ -33,8 +35,7 @@ static const char *class_names[] = {"sse", "avx", "avx2", "avx512"};
 int tr__blas_core_class(const char *core)
 {
     for (size_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++)
-        if (strcasecmp(core, cores[i].core) == 0)
-            return cores[i].cls;
+        if (strcasecmp(core, cores[i].core) == 0) return cores[i].cls;
     return 0; // Prescott, Core2, Nehalem, Barcelona, Atom...: SSE kernels
 }
 
@@ -92,8 +93,7 @@ void tr__blas_assess(tr_blas_info_t *info, const char *core, const char *config,
     snprintf(info->description, sizeof(info->description),
              "%s; core %s (%s kernels); CPU class %s, best core %s", config, core,
              class_names[have], class_names[cpu->cls], info->best_core);
-    if (!info->slow)
-        return;
+    if (!info->slow) return;
     const char *fix = strstr(config, "DYNAMIC_ARCH")
                           ? "set OPENBLAS_CORETYPE=%s in the environment before the program "
                             "starts (OpenBLAS reads it only when it loads)"
@@ -114,8 +114,7 @@ void tr_blas_check(tr_blas_info_t *info)
     tr__blas_cpu(&cpu);
     const char *core = openblas_get_corename();
     const char *pretend = getenv("TR_BLAS_PRETEND_CORE");
-    if (pretend && *pretend && !getenv("OPENBLAS_CORETYPE"))
-        core = pretend;
+    if (pretend && *pretend && !getenv("OPENBLAS_CORETYPE")) core = pretend;
     tr__blas_assess(info, core ? core : "unknown", openblas_get_config(), &cpu);
 }
 
@@ -123,8 +122,7 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
 {
     tr_blas_info_t info;
     tr_blas_check(&info);
-    if (!info.slow)
-        return 0;
+    if (!info.slow) return 0;
     if (!getenv("OPENBLAS_CORETYPE") && !getenv("TR_BLAS_REEXEC") && argc > 0 && argv &&
         !argv[argc]) {
         setenv("OPENBLAS_CORETYPE", info.best_core, 1);
@@ -142,6 +140,5 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
 
 void tr__blas_one_thread(void)
 {
-    if (openblas_get_num_threads() != 1)
-        openblas_set_num_threads(1);
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }

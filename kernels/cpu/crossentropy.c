@@ -40,18 +40,20 @@ static void forward_rows(void *ctx, size_t begin, size_t end, int thread)
     }
 }
 
-int tr__crossentropy_forward(float *losses, float *probs_logits, const int *targets, int N,
-                             int V, int Vp, int ignore_index, float *mean, int *count)
+int tr__crossentropy_forward(float *losses, float *probs_logits, const int *targets, int N, int V,
+                             int Vp, int ignore_index, float *mean, int *count)
 {
     int n = 0;
     for (int r = 0; r < N; r++) {
-        if (targets[r] == ignore_index)
-            continue;
-        if (targets[r] < 0 || targets[r] >= V)
-            return TR_EINVAL;
+        if (targets[r] == ignore_index) continue;
+        if (targets[r] < 0 || targets[r] >= V) return TR_EINVAL;
         n++;
     }
-    ce_job j = {.probs = probs_logits, .losses = losses, .targets = targets, .V = V, .Vp = Vp,
+    ce_job j = {.probs = probs_logits,
+                .losses = losses,
+                .targets = targets,
+                .V = V,
+                .Vp = Vp,
                 .ignore = ignore_index};
     tr_parallel_for(N, 4, forward_rows, &j);
     double total = 0.0;
@@ -68,18 +70,22 @@ static void backward_rows(void *ctx, size_t begin, size_t end, int thread)
     const tr__vec_ops_t *v = tr__vec();
     for (size_t r = begin; r < end; r++) {
         int tg = j->targets[r];
-        if (tg == j->ignore)
-            continue;
+        if (tg == j->ignore) continue;
         float *d = j->dlogits + r * j->Vp; // (Vp), padding columns stay untouched
         v->axpy(j->dloss, j->cprobs + r * j->Vp, d, j->V);
         d[tg] -= j->dloss;
     }
 }
 
-void tr__crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
-                               int V, int Vp, int ignore_index, float dloss)
+void tr__crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V,
+                               int Vp, int ignore_index, float dloss)
 {
-    ce_job j = {.cprobs = probs, .targets = targets, .V = V, .Vp = Vp, .ignore = ignore_index,
-                .dloss = dloss, .dlogits = dlogits};
+    ce_job j = {.cprobs = probs,
+                .targets = targets,
+                .V = V,
+                .Vp = Vp,
+                .ignore = ignore_index,
+                .dloss = dloss,
+                .dlogits = dlogits};
     tr_parallel_for(N, 4, backward_rows, &j);
 }

@@ -34,25 +34,23 @@ static void forward_rows(void *ctx, size_t begin, size_t end, int thread)
     }
 }
 
-int tr__embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
-                          int B, int T, int C, int V)
+int tr__embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                          int T, int C, int V)
 {
     for (size_t i = 0; i < (size_t)B * T; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return TR_EINVAL;
+        if (tokens[i] < 0 || tokens[i] >= V) return TR_EINVAL;
     emb_job j = {out, tokens, wte, wpe, T, C};
     tr_parallel_for((size_t)B * T, 16, forward_rows, &j);
     return 0;
 }
 
-void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                            int B, int T, int C)
+void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                            int T, int C)
 {
     const tr__vec_ops_t *v = tr__vec();
     for (size_t r = 0; r < (size_t)B * T; r++) {
         const float *d = dout + r * C; // (C)
         v->acc(dwte + (size_t)tokens[r] * C, d, C);
-        if (dwpe)
-            v->acc(dwpe + (r % T) * C, d, C);
+        if (dwpe) v->acc(dwpe + (r % T) * C, d, C);
     }
 }

@@ -12,7 +12,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 
-#define LN_EPS 1e-5f
+#define LN_EPS    1e-5f
 #define COL_BLOCK 128
 
 typedef struct {
@@ -39,8 +39,14 @@ static void forward_rows(void *ctx, size_t begin, size_t end, int thread)
 void tr__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C)
 {
-    ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
-                .bias = bias, .N = N, .C = C};
+    ln_job j = {.out = out,
+                .mean = mean,
+                .rstd = rstd,
+                .inp = inp,
+                .weight = weight,
+                .bias = bias,
+                .N = N,
+                .C = C};
     tr_parallel_for(N, 16, forward_rows, &j);
 }
 
@@ -64,11 +70,12 @@ static void backward_params(void *ctx, size_t begin, size_t end, int thread)
     const ln_job *j = ctx;
     const tr__vec_ops_t *v = tr__vec();
     for (size_t blk = begin; blk < end; blk++) {
-        size_t c0 = blk * COL_BLOCK, len = (size_t)j->C - c0 < COL_BLOCK ? (size_t)j->C - c0 : COL_BLOCK;
+        size_t c0 = blk * COL_BLOCK,
+               len = (size_t)j->C - c0 < COL_BLOCK ? (size_t)j->C - c0 : COL_BLOCK;
         for (int r = 0; r < j->N; r++) {
             size_t o = (size_t)r * j->C + c0;
-            v->ln_bwd_params(j->dweight + c0, j->dbias + c0, j->dout + o, j->inp + o,
-                             j->cmean[r], j->crstd[r], len);
+            v->ln_bwd_params(j->dweight + c0, j->dbias + c0, j->dout + o, j->inp + o, j->cmean[r],
+                             j->crstd[r], len);
         }
     }
 }
@@ -77,8 +84,16 @@ void tr__layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C)
 {
-    ln_job j = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .inp = inp, .weight = weight,
-                .dout = dout, .cmean = mean, .crstd = rstd, .N = N, .C = C};
+    ln_job j = {.dinp = dinp,
+                .dweight = dweight,
+                .dbias = dbias,
+                .inp = inp,
+                .weight = weight,
+                .dout = dout,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
     tr_parallel_for(N, 16, backward_rows, &j);
     tr_parallel_for(((size_t)C + COL_BLOCK - 1) / COL_BLOCK, 1, backward_params, &j);
 }

@@ -17,14 +17,20 @@
 
 #define ROWS(ctx) ((size_t)(ctx)->B * (ctx)->T)
 
-static size_t no_scratch(const tr_layer_t *l, int B, int T) { return 0; }
+static size_t no_scratch(const tr_layer_t *l, int B, int T)
+{
+    return 0;
+}
 
 static size_t out_size(const tr_layer_t *l, int B, int T)
 {
     return (size_t)B * T * l->out_dim;
 }
 
-static void free_state(tr_layer_t *l) { free(l->state); }
+static void free_state(tr_layer_t *l)
+{
+    free(l->state);
+}
 
 /* Allocates a layer and runs tr_layer_init; *state (if any) becomes the layer's. */
 static int new_layer(tr_layer_t **out, const tr_layer_ops_t *ops, const char *name, int in_dim,
@@ -69,8 +75,8 @@ static int linear_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 static int linear_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     float *dbias = l->n_params == 2 ? c->grads + l->params[1].offset : NULL;
-    tr__linear_backward(c->din, c->grads, dbias, c->dout, c->in, c->params, (int)ROWS(c),
-                        l->in_dim, l->out_dim);
+    tr__linear_backward(c->din, c->grads, dbias, c->dout, c->in, c->params, (int)ROWS(c), l->in_dim,
+                        l->out_dim);
     return 0;
 }
 
@@ -85,14 +91,11 @@ static const tr_layer_ops_t linear_ops = {
 
 int tr_layer_linear_create(tr_layer_t **out, const char *name, int C, int OC, int with_bias)
 {
-    if (C < 1 || OC < 1)
-        return TR_EINVAL;
+    if (C < 1 || OC < 1) return TR_EINVAL;
     int err = new_layer(out, &linear_ops, name, C, OC, NULL);
-    if (err)
-        return err;
+    if (err) return err;
     err = tr_layer_add_param(*out, "weight", 2, (int64_t[]){OC, C});
-    if (!err && with_bias)
-        err = tr_layer_add_param(*out, "bias", 1, (int64_t[]){OC});
+    if (!err && with_bias) err = tr_layer_add_param(*out, "bias", 1, (int64_t[]){OC});
     return finish(out, err);
 }
 
@@ -106,8 +109,7 @@ static int gelu_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 
 static int gelu_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
-    if (c->din)
-        tr__gelu_backward(c->din, c->in, c->dout, ROWS(c) * l->in_dim);
+    if (c->din) tr__gelu_backward(c->din, c->in, c->dout, ROWS(c) * l->in_dim);
     return 0;
 }
 
@@ -141,8 +143,8 @@ static int layernorm_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     size_t N = ROWS(c);
     const float *mean = c->acts + N * l->out_dim, *rstd = mean + N;
     float *din = c->din ? c->din : c->scratch; // the input's gradient is still computed
-    tr__layernorm_backward(din, c->grads, c->grads + l->in_dim, c->dout, c->in, c->params,
-                           mean, rstd, (int)N, l->in_dim);
+    tr__layernorm_backward(din, c->grads, c->grads + l->in_dim, c->dout, c->in, c->params, mean,
+                           rstd, (int)N, l->in_dim);
     return 0;
 }
 
@@ -158,20 +160,17 @@ static void layernorm_init(tr_layer_t *l, float *params, uint64_t *rng)
 }
 
 static const tr_layer_ops_t layernorm_ops = {
-    "layernorm", layernorm_acts, layernorm_scratch, layernorm_forward, layernorm_backward,
+    "layernorm",    layernorm_acts, layernorm_scratch, layernorm_forward, layernorm_backward,
     layernorm_init, NULL,
 };
 
 int tr_layer_layernorm_create(tr_layer_t **out, const char *name, int C)
 {
-    if (C < 1)
-        return TR_EINVAL;
+    if (C < 1) return TR_EINVAL;
     int err = new_layer(out, &layernorm_ops, name, C, C, NULL);
-    if (err)
-        return err;
+    if (err) return err;
     err = tr_layer_add_param(*out, "weight", 1, (int64_t[]){C});
-    if (!err)
-        err = tr_layer_add_param(*out, "bias", 1, (int64_t[]){C});
+    if (!err) err = tr_layer_add_param(*out, "bias", 1, (int64_t[]){C});
     return finish(out, err);
 }
 
@@ -185,8 +184,7 @@ static int embedding_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     const emb_state *s = l->state;
     int has_wpe = l->n_params == 2;
-    if (has_wpe && c->T > l->params[1].shape[0])
-        return TR_EINVAL;
+    if (has_wpe && c->T > l->params[1].shape[0]) return TR_EINVAL;
     return tr__embedding_forward(c->out, c->tokens, c->params,
                                  has_wpe ? c->params + l->params[1].offset : NULL, c->B, c->T,
                                  l->out_dim, s->V);
@@ -210,24 +208,20 @@ static void embedding_init(tr_layer_t *l, float *params, uint64_t *rng)
 }
 
 static const tr_layer_ops_t embedding_ops = {
-    "embedding", out_size, no_scratch, embedding_forward, embedding_backward, embedding_init,
-    free_state,
+    "embedding",        out_size,       no_scratch, embedding_forward,
+    embedding_backward, embedding_init, free_state,
 };
 
 int tr_layer_embedding_create(tr_layer_t **out, const char *name, int V, int maxT, int C)
 {
-    if (V < 1 || C < 1 || maxT < 0)
-        return TR_EINVAL;
+    if (V < 1 || C < 1 || maxT < 0) return TR_EINVAL;
     emb_state *s = malloc(sizeof(*s));
-    if (!s)
-        return TR_ENOMEM;
+    if (!s) return TR_ENOMEM;
     s->V = V;
     int err = new_layer(out, &embedding_ops, name, 0, C, s);
-    if (err)
-        return err;
+    if (err) return err;
     err = tr_layer_add_param(*out, "wte", 2, (int64_t[]){V, C});
-    if (!err && maxT > 0)
-        err = tr_layer_add_param(*out, "wpe", 2, (int64_t[]){maxT, C});
+    if (!err && maxT > 0) err = tr_layer_add_param(*out, "wpe", 2, (int64_t[]){maxT, C});
     return finish(out, err);
 }
 
@@ -249,8 +243,7 @@ static int crossentropy_forward(tr_layer_t *l, tr_layer_ctx_t *c)
     size_t N = ROWS(c);
     float *probs = c->acts + N; // (N, V)
     memcpy(probs, c->in, N * l->in_dim * sizeof(float));
-    if (!c->targets)
-        return 0;
+    if (!c->targets) return 0;
     return tr__crossentropy_forward(c->out, probs, c->targets, (int)N, l->in_dim, l->in_dim,
                                     s->ignore_index, &c->loss, &s->count);
 }
@@ -267,17 +260,15 @@ static int crossentropy_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 
 static const tr_layer_ops_t crossentropy_ops = {
     "crossentropy", crossentropy_acts, no_scratch, crossentropy_forward, crossentropy_backward,
-    NULL, free_state,
+    NULL,           free_state,
 };
 
 int tr_layer_crossentropy_create(tr_layer_t **out, const char *name, int V, int ignore_index)
 {
     ce_state *s = V < 1 ? NULL : calloc(1, sizeof(*s));
-    if (!s)
-        return V < 1 ? TR_EINVAL : TR_ENOMEM;
+    if (!s) return V < 1 ? TR_EINVAL : TR_ENOMEM;
     s->ignore_index = ignore_index;
     int err = new_layer(out, &crossentropy_ops, name, V, 1, s);
-    if (!err)
-        (*out)->is_loss = 1;
+    if (!err) (*out)->is_loss = 1;
     return err;
 }

@@ -72,8 +72,8 @@ static void bias_columns(void *ctx, size_t begin, size_t end, int thread)
     }
 }
 
-void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias,
-                        int N, int C, int OC)
+void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC)
 {
     // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC)]
     if (bias)
@@ -86,8 +86,7 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
                          const float *inp, const float *weight, int N, int C, int OC)
 {
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
-    if (dinp)
-        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {

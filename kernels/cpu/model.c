@@ -26,12 +26,12 @@ struct tr_model {
     size_t n_params;
     // for the current (B, T)
     int B, T;
-    float *acts;           // (n_acts)
+    float *acts; // (n_acts)
     size_t n_acts;
-    size_t *act_off;       // (n + 1) each layer's region
-    float *scratch;        // (n_scratch)
+    size_t *act_off; // (n + 1) each layer's region
+    float *scratch;  // (n_scratch)
     size_t n_scratch;
-    float *dbuf[2];        // (n_dbuf) each: gradients at layer boundaries
+    float *dbuf[2]; // (n_dbuf) each: gradients at layer boundaries
     size_t n_dbuf;
     int *tokens, *targets; // (B, T) copies of the batch
     float *x;              // (B, T, in_dim of layer 0) copy
@@ -62,8 +62,7 @@ void tr__rand_normal(float *x, size_t n, float std, uint64_t *rng)
         float u1 = 1.0f - tr__rand_uniform(rng), u2 = tr__rand_uniform(rng); // u1 in (0, 1]
         float r = sqrtf(-2.0f * logf(u1)) * std;
         x[i] = r * cosf(6.28318530718f * u2);
-        if (i + 1 < n)
-            x[i + 1] = r * sinf(6.28318530718f * u2);
+        if (i + 1 < n) x[i + 1] = r * sinf(6.28318530718f * u2);
     }
 }
 
@@ -104,16 +103,14 @@ int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int6
 {
     if (ndim < 1 || ndim > TR_TENSOR_MAX_DIMS || strlen(name) >= TR_LAYER_NAME_MAX)
         return TR_EINVAL;
-    if (layer->n_params == TR_LAYER_MAX_PARAMS)
-        return TR_ENOSPC;
+    if (layer->n_params == TR_LAYER_MAX_PARAMS) return TR_ENOSPC;
     tr_param_info_t *p = &layer->params[layer->n_params];
     memset(p, 0, sizeof(*p));
     strcpy(p->name, name);
     p->ndim = ndim;
     p->numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0)
-            return TR_EINVAL;
+        if (shape[d] <= 0) return TR_EINVAL;
         p->shape[d] = shape[d];
         p->numel *= (size_t)shape[d];
     }
@@ -126,17 +123,14 @@ int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int6
 const tr_param_info_t *tr_layer_find_param(const tr_layer_t *layer, const char *name)
 {
     for (int i = 0; i < layer->n_params; i++)
-        if (strcmp(layer->params[i].name, name) == 0)
-            return &layer->params[i];
+        if (strcmp(layer->params[i].name, name) == 0) return &layer->params[i];
     return NULL;
 }
 
 void tr__layer_free(tr_layer_t *layer)
 {
-    if (!layer)
-        return;
-    if (layer->ops && layer->ops->destroy)
-        layer->ops->destroy(layer);
+    if (!layer) return;
+    if (layer->ops && layer->ops->destroy) layer->ops->destroy(layer);
     free(layer);
 }
 
@@ -150,20 +144,18 @@ static void free_layers(tr_layer_t **layers, int n)
 
 static int check_chain(tr_layer_t **layers, int n, char *why, size_t why_len)
 {
-    if (n < 1)
-        return tr__why(TR_EINVAL, why, why_len, "a model needs at least one layer");
+    if (n < 1) return tr__why(TR_EINVAL, why, why_len, "a model needs at least one layer");
     for (int i = 0; i < n; i++) {
         tr_layer_t *l = layers[i];
         if (!l || !l->ops || !l->ops->forward || !l->ops->backward || !l->ops->act_size)
             return tr__why(TR_EINVAL, why, why_len, "layer %d: missing ops", i);
         if (l->is_loss && i != n - 1)
-            return tr__why(TR_EINVAL, why, why_len,
-                           "layer %d (%s): a loss layer must be last", i, l->name);
+            return tr__why(TR_EINVAL, why, why_len, "layer %d (%s): a loss layer must be last", i,
+                           l->name);
         if (i > 0 && l->in_dim != layers[i - 1]->out_dim)
             return tr__why(TR_EINVAL, why, why_len,
-                           "layer %d (%s) reads %d floats per position, layer %d (%s) writes %d",
-                           i, l->name, l->in_dim, i - 1, layers[i - 1]->name,
-                           layers[i - 1]->out_dim);
+                           "layer %d (%s) reads %d floats per position, layer %d (%s) writes %d", i,
+                           l->name, l->in_dim, i - 1, layers[i - 1]->name, layers[i - 1]->out_dim);
     }
     return 0;
 }
@@ -172,8 +164,7 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
 {
     int err = check_chain(layers, n, why, why_len);
     tr_model_t *m = err ? NULL : calloc(1, sizeof(*m));
-    if (!err && !m)
-        err = TR_ENOMEM;
+    if (!err && !m) err = TR_ENOMEM;
     if (err) {
         free_layers(layers, n);
         return err;
@@ -189,8 +180,7 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
     m->params = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     if (!m->layers || !m->params || !m->grads) {
-        if (!m->layers)
-            free_layers(layers, n), m->n = 0;
+        if (!m->layers) free_layers(layers, n), m->n = 0;
         tr_model_destroy(m);
         return TR_ENOMEM;
     }
@@ -217,8 +207,7 @@ static void free_acts(tr_model_t *m)
 
 void tr_model_destroy(tr_model_t *model)
 {
-    if (!model)
-        return;
+    if (!model) return;
     free_acts(model);
     free_layers(model->layers, model->n);
     free(model->layers);
@@ -231,13 +220,11 @@ void tr_model_destroy(tr_model_t *model)
 
 static int reserve(tr_model_t *m, int B, int T)
 {
-    if (m->B == B && m->T == T)
-        return 0;
+    if (m->B == B && m->T == T) return 0;
     free_acts(m);
     size_t N = (size_t)B * T, n_acts = 0, n_scratch = 0, n_dbuf = 1;
     m->act_off = malloc((size_t)(m->n + 1) * sizeof(size_t));
-    if (!m->act_off)
-        return TR_ENOMEM;
+    if (!m->act_off) return TR_ENOMEM;
     for (int i = 0; i < m->n; i++) {
         tr_layer_t *l = m->layers[i];
         m->act_off[i] = n_acts;
@@ -272,23 +259,16 @@ static int reserve(tr_model_t *m, int B, int T)
 static int take_batch(tr_model_t *m, const tr_batch_t *b)
 {
     tr_layer_t *first = m->layers[0];
-    if (!b || b->B < 1 || b->T < 1)
-        return TR_EINVAL;
-    if (m->is_gpt2 && b->T > m->gpt2.max_seq_len)
-        return TR_EINVAL;
-    if (first->in_dim == 0 ? !b->tokens : !b->x)
-        return TR_EINVAL;
+    if (!b || b->B < 1 || b->T < 1) return TR_EINVAL;
+    if (m->is_gpt2 && b->T > m->gpt2.max_seq_len) return TR_EINVAL;
+    if (first->in_dim == 0 ? !b->tokens : !b->x) return TR_EINVAL;
     int err = reserve(m, b->B, b->T);
-    if (err)
-        return err;
+    if (err) return err;
     size_t N = (size_t)b->B * b->T;
-    if (b->tokens)
-        memcpy(m->tokens, b->tokens, N * sizeof(int));
-    if (b->x)
-        memcpy(m->x, b->x, N * (size_t)first->in_dim * sizeof(float));
+    if (b->tokens) memcpy(m->tokens, b->tokens, N * sizeof(int));
+    if (b->x) memcpy(m->x, b->x, N * (size_t)first->in_dim * sizeof(float));
     m->has_targets = b->targets != NULL;
-    if (b->targets)
-        memcpy(m->targets, b->targets, N * sizeof(int));
+    if (b->targets) memcpy(m->targets, b->targets, N * sizeof(int));
     return 0;
 }
 
@@ -298,7 +278,8 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
 {
     tr_layer_t *l = m->layers[i];
     tr_layer_ctx_t c = {
-        .B = m->B, .T = m->T,
+        .B = m->B,
+        .T = m->T,
         .tokens = m->tokens,
         .targets = m->has_targets ? m->targets : NULL,
         .in = i == 0 ? m->x : m->acts + m->act_off[i - 1],
@@ -316,20 +297,17 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
 
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch)
 {
-    if (layer < 0 || layer >= model->n)
-        return TR_EINVAL;
+    if (layer < 0 || layer >= model->n) return TR_EINVAL;
     if (layer == 0) {
         int err = take_batch(model, batch);
-        if (err)
-            return err;
+        if (err) return err;
     } else if (!model->acts) {
         return TR_EINVAL;
     }
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     int err = l->ops->forward(l, &c);
-    if (!err && l->is_loss)
-        model->loss = c.loss;
+    if (!err && l->is_loss) model->loss = c.loss;
     return err;
 }
 
@@ -337,18 +315,15 @@ int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
 {
     for (int i = 0; i < model->n; i++) {
         int err = tr_model_layer_forward(model, i, batch);
-        if (err)
-            return err;
+        if (err) return err;
     }
-    if (loss)
-        *loss = model->loss;
+    if (loss) *loss = model->loss;
     return 0;
 }
 
 int tr_model_layer_backward(tr_model_t *model, int layer)
 {
-    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets)
-        return TR_EINVAL;
+    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets) return TR_EINVAL;
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];
@@ -363,11 +338,9 @@ int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg)
 {
     for (int i = model->n - 1; i >= 0; i--) {
         int err = tr_model_layer_backward(model, i);
-        if (err)
-            return err;
+        if (err) return err;
         tr_layer_t *l = model->layers[i];
-        if (cb && cb(model, i, l->param_offset, l->param_count, arg))
-            return TR_ECANCELED;
+        if (cb && cb(model, i, l->param_offset, l->param_count, arg)) return TR_ECANCELED;
     }
     return 0;
 }
@@ -377,8 +350,7 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
     uint64_t rng = seed;
     for (int i = 0; i < model->n; i++) {
         tr_layer_t *l = model->layers[i];
-        if (l->ops->init)
-            l->ops->init(l, model->params + l->param_offset, &rng);
+        if (l->ops->init) l->ops->init(l, model->params + l->param_offset, &rng);
     }
 }
 
@@ -389,13 +361,34 @@ void tr_model_zero_grad(tr_model_t *model)
 
 /* ---- introspection ----------------------------------------------------------------------- */
 
-int tr_model_num_layers(const tr_model_t *model) { return model->n; }
-float *tr_model_params(const tr_model_t *model) { return model->params; }
-float *tr_model_grads(const tr_model_t *model) { return model->grads; }
-size_t tr_model_num_params(const tr_model_t *model) { return model->n_params; }
-size_t tr_model_num_acts(const tr_model_t *model) { return model->n_acts; }
-tr_device_t tr_model_device(const tr_model_t *model) { return model->device; }
-void tr_model_set_loss_scale(tr_model_t *model, float scale) { model->loss_scale = scale; }
+int tr_model_num_layers(const tr_model_t *model)
+{
+    return model->n;
+}
+float *tr_model_params(const tr_model_t *model)
+{
+    return model->params;
+}
+float *tr_model_grads(const tr_model_t *model)
+{
+    return model->grads;
+}
+size_t tr_model_num_params(const tr_model_t *model)
+{
+    return model->n_params;
+}
+size_t tr_model_num_acts(const tr_model_t *model)
+{
+    return model->n_acts;
+}
+tr_device_t tr_model_device(const tr_model_t *model)
+{
+    return model->device;
+}
+void tr_model_set_loss_scale(tr_model_t *model, float scale)
+{
+    model->loss_scale = scale;
+}
 
 void tr_model_batch_shape(const tr_model_t *model, int *B, int *T)
 {
@@ -410,8 +403,7 @@ tr_layer_t *tr_model_layer(const tr_model_t *model, int i)
 
 const float *tr_model_output(const tr_model_t *model, int layer)
 {
-    if (layer < 0 || layer >= model->n || !model->acts)
-        return NULL;
+    if (layer < 0 || layer >= model->n || !model->acts) return NULL;
     return model->acts + model->act_off[layer];
 }
 

@@ -14,16 +14,14 @@
 
 int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, size_t why_len)
 {
-    if (n < 2)
-        return tr__why(TR_EINVAL, why, why_len, "MLP: %d widths given, need at least 2", n);
+    if (n < 2) return tr__why(TR_EINVAL, why, why_len, "MLP: %d widths given, need at least 2", n);
     for (int i = 0; i < n; i++)
         if (widths[i] < 1)
             return tr__why(TR_EINVAL, why, why_len, "MLP: widths[%d] = %d, need >= 1", i,
                            widths[i]);
     int n_layers = 2 * (n - 1), k = 0, err = 0;
     tr_layer_t **layers = calloc((size_t)n_layers, sizeof(*layers));
-    if (!layers)
-        return TR_ENOMEM;
+    if (!layers) return TR_ENOMEM;
     for (int i = 0; i + 1 < n && !err; i++) {
         char name[TR_LAYER_NAME_MAX];
         snprintf(name, sizeof(name), "fc%d", i);

@@ -15,8 +15,8 @@
 #include <stddef.h>
 
 /* linear.c: out = inp weight^T + bias. bias and dbias may be NULL; dinp may be NULL. */
-void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias,
-                        int N, int C, int OC);
+void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC);
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
 
@@ -37,10 +37,10 @@ void tr__residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* embedding.c: out[b,t] = wte[tokens[b,t]] + wpe[t]. wpe may be NULL (no positions).
  * TR_EINVAL if a token is outside [0, V) (nothing is written then). */
-int tr__embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
-                          int B, int T, int C, int V);
-void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                            int B, int T, int C);
+int tr__embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                          int T, int C, int V);
+void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                            int T, int C);
 
 /* attention.c: causal multi-head self-attention. inp (B, T, 3C) holds q, k, v; att
  * (B, NH, T, T) keeps the softmax for backward (upper triangle zero); out (B, T, C).
@@ -53,10 +53,10 @@ void tr__attention_backward(float *dinp, float *scratch, const float *dout, cons
  * probabilities (padding columns set to 0); losses (N) get -log p[target], 0 where the target
  * is ignore_index. *count receives the number of counted positions and *mean their mean loss.
  * TR_EINVAL if a target is neither ignore_index nor in [0, V). */
-int tr__crossentropy_forward(float *losses, float *probs_logits, const int *targets, int N,
-                             int V, int Vp, int ignore_index, float *mean, int *count);
+int tr__crossentropy_forward(float *losses, float *probs_logits, const int *targets, int N, int V,
+                             int Vp, int ignore_index, float *mean, int *count);
 /* dlogits (N, Vp) += (probs - onehot(target)) dloss; rows with ignore_index get nothing. */
-void tr__crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
-                               int V, int Vp, int ignore_index, float dloss);
+void tr__crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V,
+                               int Vp, int ignore_index, float dloss);
 
 #endif

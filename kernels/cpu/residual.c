@@ -1,5 +1,6 @@
 /* residual.c: the residual connection, out = a + b, and its backward (the gradient flows
- * unchanged to both inputs; db may be NULL when the caller routes b's gradient itself). Elementwise over n floats, split over the thread pool.
+ * unchanged to both inputs; db may be NULL when the caller routes b's gradient itself). Elementwise
+ * over n floats, split over the thread pool.
  */
 #include "kernels/cpu/ops.h"
 
@@ -33,8 +34,7 @@ static void backward_chunk(void *ctx, size_t begin, size_t end, int thread)
     const res_job *j = ctx;
     size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
     tr__vec()->acc(j->out + lo, j->a + lo, hi - lo);
-    if (j->out2)
-        tr__vec()->acc(j->out2 + lo, j->a + lo, hi - lo);
+    if (j->out2) tr__vec()->acc(j->out2 + lo, j->a + lo, hi - lo);
 }
 
 void tr__residual_backward(float *da, float *db, const float *dout, size_t n)

@@ -18,12 +18,12 @@ typedef struct {
     float (*dot)(const float *a, const float *b, size_t n);
     float (*sum)(const float *x, size_t n);
     float (*max)(const float *x, size_t n);
-    void (*axpy)(float a, const float *x, float *y, size_t n);       /* y += a x */
+    void (*axpy)(float a, const float *x, float *y, size_t n);         /* y += a x */
     void (*add)(float *out, const float *a, const float *b, size_t n); /* out = a + b */
-    void (*acc)(float *y, const float *x, size_t n);                  /* y += x */
-    void (*scale)(float *x, float s, size_t n);                       /* x *= s */
-    float (*exp_sum)(float *out, const float *x, float m, size_t n);  /* out = e^(x-m); sum */
-    float (*sqdev)(const float *x, float m, size_t n);                /* sum (x-m)^2 */
+    void (*acc)(float *y, const float *x, size_t n);                   /* y += x */
+    void (*scale)(float *x, float s, size_t n);                        /* x *= s */
+    float (*exp_sum)(float *out, const float *x, float m, size_t n);   /* out = e^(x-m); sum */
+    float (*sqdev)(const float *x, float m, size_t n);                 /* sum (x-m)^2 */
     /* out = (x - m) s w + b */
     void (*ln_row)(float *out, const float *x, const float *w, const float *b, float m, float s,
                    size_t n);
@@ -34,8 +34,8 @@ typedef struct {
     void (*ln_bwd_row)(float *dx, const float *dout, const float *x, const float *w, float m,
                        float s, float a, float c, size_t n);
     /* dw += xh dout; db += dout (any column range of a row) */
-    void (*ln_bwd_params)(float *dw, float *db, const float *dout, const float *x, float m,
-                          float s, size_t n);
+    void (*ln_bwd_params)(float *dw, float *db, const float *dout, const float *x, float m, float s,
+                          size_t n);
     void (*gelu_fwd)(float *out, const float *x, size_t n);
     void (*gelu_bwd)(float *dx, const float *x, const float *dout, size_t n); /* dx += */
 } tr__vec_ops_t;

@@ -133,8 +133,8 @@ static float P(sqdev)(const float *x, float m, size_t n)
     return HSUM(acc);
 }
 
-static void P(ln_row)(float *out, const float *x, const float *w, const float *b, float m,
-                      float s, size_t n)
+static void P(ln_row)(float *out, const float *x, const float *w, const float *b, float m, float s,
+                      size_t n)
 {
     VT vm = SET1(m), vs = SET1(s);
     for (size_t i = 0; i < n; i += W) {
@@ -249,7 +249,7 @@ static void P(gelu_bwd)(float *dx, const float *x, const float *dout, size_t n)
 #undef TAIL
 
 static const tr__vec_ops_t P(ops) = {
-    P(dot),     P(sum),     P(max),       P(axpy),       P(add),       P(acc),      P(scale),
-    P(exp_sum), P(sqdev),   P(ln_row),    P(ln_bwd_sums), P(ln_bwd_row), P(ln_bwd_params),
-    P(gelu_fwd), P(gelu_bwd),
+    P(dot),         P(sum),        P(max),           P(axpy),     P(add),
+    P(acc),         P(scale),      P(exp_sum),       P(sqdev),    P(ln_row),
+    P(ln_bwd_sums), P(ln_bwd_row), P(ln_bwd_params), P(gelu_fwd), P(gelu_bwd),
 };

@@ -50,8 +50,7 @@ static size_t total_floats(void)
 static void write_checkpoint(const char *path, int field, int value, size_t n)
 {
     int32_t h[256] = {20240326, 3, MAXT, V, L, NH, C, VP};
-    if (field >= 0)
-        h[field] = value;
+    if (field >= 0) h[field] = value;
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     fwrite(h, 4, 256, f);
@@ -84,7 +83,7 @@ static void test_llmc_checkpoint_order_maps_to_layers(void **state)
     size_t wpe = VP * C, ln1w = wpe + MAXT * C, ln1b = ln1w + L * C, qkvw = ln1b + L * C;
     assert_true(param(m, 0, "wte")[5] == 5.0f);
     assert_true(param(m, 0, "wpe")[0] == (float)wpe);
-    assert_true(param(m, 1, "ln1w")[0] == (float)ln1w);     // block 0
+    assert_true(param(m, 1, "ln1w")[0] == (float)ln1w);       // block 0
     assert_true(param(m, 2, "ln1w")[0] == (float)(ln1w + C)); // block 1
     assert_true(param(m, 2, "ln1b")[3] == (float)(ln1b + C + 3));
     assert_true(param(m, 2, "qkvw")[7] == (float)(qkvw + 3 * C * C + 7));
@@ -164,13 +163,11 @@ static void test_llmc_tokens_round_trip_and_reject_bad_shards(void **state)
     // truncate by one token: the header promises more than the file has
     assert_int_equal(truncate(file("tok.bin"), 1024 + 2 * 1000), 0);
     char why[256];
-    assert_int_equal(tr_llmc_tokens_load(file("tok.bin"), &back, &n, why, sizeof(why)),
-                     TR_EFORMAT);
+    assert_int_equal(tr_llmc_tokens_load(file("tok.bin"), &back, &n, why, sizeof(why)), TR_EFORMAT);
     assert_non_null(strstr(why, "truncated"));
     // a checkpoint is not a token shard
     write_checkpoint(file("ck.bin"), -1, 0, 3);
-    assert_int_equal(tr_llmc_tokens_load(file("ck.bin"), &back, &n, why, sizeof(why)),
-                     TR_EFORMAT);
+    assert_int_equal(tr_llmc_tokens_load(file("ck.bin"), &back, &n, why, sizeof(why)), TR_EFORMAT);
     assert_non_null(strstr(why, "magic"));
 }
 

@@ -75,8 +75,7 @@ static void test_blas_reexec_sets_coretype_once(void **state)
 {
     tr__blas_cpu_t cpu;
     tr__blas_cpu(&cpu);
-    if (cpu.cls == 0)
-        skip(); // an SSE-only CPU: Prescott is its best core, nothing to fix
+    if (cpu.cls == 0) skip(); // an SSE-only CPU: Prescott is its best core, nothing to fix
     tr_blas_info_t info;
     tr__blas_assess(&info, "Prescott", dyn, &cpu);
     char self[512], cmd[700], line[256] = "", want[256];
@@ -85,7 +84,8 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     self[n] = '\0';
     snprintf(cmd, sizeof(cmd),
              "env -u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC TR_BLAS_PRETEND_CORE=Prescott '%s' "
-             "reexec-child 2>/dev/null", self);
+             "reexec-child 2>/dev/null",
+             self);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     assert_non_null(fgets(line, sizeof(line), p));
@@ -95,7 +95,8 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     // already re-executed once: the marker stops a second exec even if still "slow"
     snprintf(cmd, sizeof(cmd),
              "env -u OPENBLAS_CORETYPE TR_BLAS_REEXEC=1 TR_BLAS_PRETEND_CORE=Prescott '%s' "
-             "reexec-child 2>/dev/null", self);
+             "reexec-child 2>/dev/null",
+             self);
     p = popen(cmd, "r");
     assert_non_null(fgets(line, sizeof(line), p));
     pclose(p);
@@ -104,8 +105,7 @@ static void test_blas_reexec_sets_coretype_once(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0)
-        return child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0) return child(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blas_verdicts_for_known_cpus),
         cmocka_unit_test(test_blas_check_on_this_machine_is_consistent),

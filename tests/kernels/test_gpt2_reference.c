@@ -33,19 +33,16 @@ typedef struct {
 static int read_ints(FILE *f, const char *tag, int *x, int n)
 {
     char word[32];
-    if (fscanf(f, "%31s", word) != 1 || strcmp(word, tag) != 0)
-        return -1;
+    if (fscanf(f, "%31s", word) != 1 || strcmp(word, tag) != 0) return -1;
     for (int i = 0; i < n; i++)
-        if (fscanf(f, "%d", &x[i]) != 1)
-            return -1;
+        if (fscanf(f, "%d", &x[i]) != 1) return -1;
     return 0;
 }
 
 static void load_expected(const char *path, expected *e)
 {
     FILE *f = fopen(path, "r");
-    if (!f)
-        fail_msg("cannot open %s", path);
+    if (!f) fail_msg("cannot open %s", path);
     assert_int_equal(fscanf(f, "B %d T %d V %d", &e->B, &e->T, &e->V), 3);
     int n = e->B * e->T;
     assert_true(n <= 256 && n * e->V <= 4096);
@@ -65,8 +62,7 @@ static void check_against(const char *dir)
     load_expected(path, e);
     snprintf(path, sizeof(path), "%s/gpt2_tiny.bin", dir);
     tr_model_t *m;
-    if (tr_llmc_gpt2_load(path, &m, why, sizeof(why)))
-        fail_msg("%s", why);
+    if (tr_llmc_gpt2_load(path, &m, why, sizeof(why))) fail_msg("%s", why);
     int Vp = tr_model_gpt2_config(m)->padded_vocab_size, N = e->B * e->T;
     tr_batch_t b = {.B = e->B, .T = e->T, .tokens = e->tokens};
     assert_int_equal(tr_model_forward(m, &b, NULL), 0); // no targets: logits stay logits

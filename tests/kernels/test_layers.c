@@ -27,12 +27,12 @@ enum { B = 2, T = 5, C = 8, OC = 6, NH = 2, V = 7, Vp = 9, N = B * T };
 #define FD_STEP 1e-5
 
 /* Normwise relative error bounds of the backward, per op (float vs double FD). */
-#define TOL_LINEAR 1e-6
-#define TOL_LAYERNORM 2e-6
-#define TOL_GELU 2e-6
-#define TOL_RESIDUAL 5e-7
-#define TOL_EMBEDDING 5e-7
-#define TOL_ATTENTION 1e-6
+#define TOL_LINEAR       1e-6
+#define TOL_LAYERNORM    2e-6
+#define TOL_GELU         2e-6
+#define TOL_RESIDUAL     5e-7
+#define TOL_EMBEDDING    5e-7
+#define TOL_ATTENTION    1e-6
 #define TOL_CROSSENTROPY 1e-6
 /* float forward vs double forward */
 #define TOL_FORWARD 1e-5
@@ -119,9 +119,8 @@ static double dot_r(const double *out, const double *r, size_t n)
 }
 
 /* Runs body once per ISA this CPU supports. */
-#define FOR_EACH_ISA(isa)                                                                      \
-    for (int isa = TR__ISA_SCALAR; isa <= (int)tr__vec_best_isa() && !tr__vec_set_isa(isa);     \
-         isa++)
+#define FOR_EACH_ISA(isa)                                                                          \
+    for (int isa = TR__ISA_SCALAR; isa <= (int)tr__vec_best_isa() && !tr__vec_set_isa(isa); isa++)
 
 /* ---- linear --------------------------------------------------------------------------------- */
 
@@ -162,8 +161,7 @@ static void check_linear(int with_bias)
     tr__linear_backward(dx, dw, with_bias ? db : NULL, r, x, w, N, C, OC);
     expect_grad("linear dinp", lin_objective, &c, c.x, N * C, dx, TOL_LINEAR);
     expect_grad("linear dweight", lin_objective, &c, c.w, OC * C, dw, TOL_LINEAR);
-    if (with_bias)
-        expect_grad("linear dbias", lin_objective, &c, c.b, OC, db, TOL_LINEAR);
+    if (with_bias) expect_grad("linear dbias", lin_objective, &c, c.b, OC, db, TOL_LINEAR);
     free(c.x), free(c.w), free(c.b), free(c.r), free(x), free(w), free(r), free(b);
 }
 
@@ -301,8 +299,8 @@ static double emb_objective(void *p)
 
 static void test_layers_embedding_backward_matches_finite_differences(void **state)
 {
-    emb_ctx c = {.wte = drand_array(V * C, 1), .wpe = drand_array(T * C, 1),
-                 .r = drand_array(N * C, 1)};
+    emb_ctx c = {
+        .wte = drand_array(V * C, 1), .wpe = drand_array(T * C, 1), .r = drand_array(N * C, 1)};
     for (int n = 0; n < N; n++)
         c.tokens[n] = n % 3; // repeated tokens: their gradients must add up
     float *wte = to_float(c.wte, V * C), *wpe = to_float(c.wpe, T * C), *r = to_float(c.r, N * C);
@@ -389,8 +387,7 @@ static double ref_mean_loss(const double *logits, const int *targets)
     double total = 0;
     int count = 0;
     for (int n = 0; n < N; n++) {
-        if (targets[n] == -100)
-            continue;
+        if (targets[n] == -100) continue;
         const double *l = logits + n * Vp;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < V; v++)
@@ -418,8 +415,8 @@ static void test_layers_crossentropy_matches_naive_and_finite_differences(void *
             c.targets[n] = n % 4 == 1 ? -100 : (n * 5) % V;
         float *probs = to_float(c.logits, N * Vp), losses[N], mean, dlogits[N * Vp] = {0};
         int count;
-        assert_int_equal(tr__crossentropy_forward(losses, probs, c.targets, N, V, Vp, -100,
-                                                  &mean, &count), 0);
+        assert_int_equal(
+            tr__crossentropy_forward(losses, probs, c.targets, N, V, Vp, -100, &mean, &count), 0);
         assert_int_equal(count, N - 3);
         assert_float_equal(mean, ref_mean_loss(c.logits, c.targets), 1e-5);
         for (int n = 0; n < N; n++)
@@ -429,8 +426,9 @@ static void test_layers_crossentropy_matches_naive_and_finite_differences(void *
         expect_grad("crossentropy dlogits", ce_objective, &c, c.logits, N * Vp, dlogits,
                     TOL_CROSSENTROPY);
         c.targets[0] = V; // a target in the padding is bad data
-        assert_int_equal(tr__crossentropy_forward(losses, probs, c.targets, N, V, Vp, -100,
-                                                  &mean, &count), TR_EINVAL);
+        assert_int_equal(
+            tr__crossentropy_forward(losses, probs, c.targets, N, V, Vp, -100, &mean, &count),
+            TR_EINVAL);
         free(c.logits), free(probs);
     }
 }
@@ -447,20 +445,44 @@ static float run_op(const tr__vec_ops_t *v, int op, float *out, float *out2, flo
     const float *a = in[0], *b = in[1], *c = in[2], *d = in[3];
     float r1 = 0, r2 = 0;
     switch (op) {
-    case 0: return v->dot(a, b, n);
-    case 1: return v->sum(a, n);
-    case 2: return v->max(a, n);
-    case 3: return v->sqdev(a, 0.3f, n);
-    case 4: v->ln_bwd_sums(a, b, c, 0.2f, 1.3f, n, &r1, &r2); return r1 + 3 * r2;
-    case 5: v->axpy(0.7f, a, out, n); return 0;
-    case 6: v->add(out, a, b, n); return 0;
-    case 7: v->acc(out, a, n); return 0;
-    case 8: v->scale(out, 1.3f, n); return 0;
-    case 9: return v->exp_sum(out, a, 1.0f, n);
-    case 10: v->ln_row(out, a, b, c, 0.1f, 1.7f, n); return 0;
-    case 11: v->ln_bwd_row(out, a, b, c, 0.1f, 1.7f, 0.3f, -0.2f, n); return 0;
-    case 12: v->ln_bwd_params(out, out2, a, d, 0.1f, 1.7f, n); return 0;
-    default: v->gelu_fwd(out, a, n); v->gelu_bwd(out2, a, b, n); return 0;
+    case 0:
+        return v->dot(a, b, n);
+    case 1:
+        return v->sum(a, n);
+    case 2:
+        return v->max(a, n);
+    case 3:
+        return v->sqdev(a, 0.3f, n);
+    case 4:
+        v->ln_bwd_sums(a, b, c, 0.2f, 1.3f, n, &r1, &r2);
+        return r1 + 3 * r2;
+    case 5:
+        v->axpy(0.7f, a, out, n);
+        return 0;
+    case 6:
+        v->add(out, a, b, n);
+        return 0;
+    case 7:
+        v->acc(out, a, n);
+        return 0;
+    case 8:
+        v->scale(out, 1.3f, n);
+        return 0;
+    case 9:
+        return v->exp_sum(out, a, 1.0f, n);
+    case 10:
+        v->ln_row(out, a, b, c, 0.1f, 1.7f, n);
+        return 0;
+    case 11:
+        v->ln_bwd_row(out, a, b, c, 0.1f, 1.7f, 0.3f, -0.2f, n);
+        return 0;
+    case 12:
+        v->ln_bwd_params(out, out2, a, d, 0.1f, 1.7f, n);
+        return 0;
+    default:
+        v->gelu_fwd(out, a, n);
+        v->gelu_bwd(out2, a, b, n);
+        return 0;
     }
 }
 
@@ -493,8 +515,8 @@ static void compare_isas(size_t n, size_t offset)
             for (size_t i = 0; i < n; i++)
                 if (fabsf(o[i] - ref[i]) > 2e-6f * (1 + fabsf(ref[i])) ||
                     fabsf(o2[i] - ref2[i]) > 2e-6f * (1 + fabsf(ref2[i])))
-                    fail_msg("op %d, n %zu, offset %zu, %s: element %zu differs from scalar",
-                             op, n, offset, tr__vec_isa_name(isa), i);
+                    fail_msg("op %d, n %zu, offset %zu, %s: element %zu differs from scalar", op, n,
+                             offset, tr__vec_isa_name(isa), i);
             assert_true(o[n] == 12345.0f && o2[n] == 12345.0f);
         }
     }

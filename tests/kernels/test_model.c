@@ -62,8 +62,7 @@ static void check_model_gradient(tr_model_t *m, const tr_batch_t *b)
         for (int k = 0; k < l->n_params; k++) {
             size_t base = l->param_offset + l->params[k].offset, n = l->params[k].numel, top = 0;
             for (size_t j = 1; j < n; j++)
-                if (fabsf(g[base + j]) > fabsf(g[base + top]))
-                    top = j;
+                if (fabsf(g[base + j]) > fabsf(g[base + top])) top = j;
             char what[80];
             snprintf(what, sizeof(what), "%s.%s", l->name, l->params[k].name);
             check_param(m, b, base + top, what);
@@ -75,8 +74,12 @@ static void check_model_gradient(tr_model_t *m, const tr_batch_t *b)
 
 static tr_model_t *tiny_gpt2(void)
 {
-    tr_gpt2_config_t cfg = {.max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16,
-                            .num_layers = 2, .num_heads = 2, .channels = 8};
+    tr_gpt2_config_t cfg = {.max_seq_len = 8,
+                            .vocab_size = 11,
+                            .padded_vocab_size = 16,
+                            .num_layers = 2,
+                            .num_heads = 2,
+                            .channels = 8};
     tr_model_t *m;
     char why[128];
     assert_int_equal(tr_model_gpt2_create(&m, &cfg, why, sizeof(why)), 0);
@@ -141,8 +144,7 @@ static int scale_backward(tr_layer_t *l, tr_layer_ctx_t *c)
         for (int i = 0; i < l->out_dim; i++) {
             float d = c->dout[r * l->out_dim + i];
             c->grads[i] += d * c->in[r * l->in_dim + i];
-            if (c->din)
-                c->din[r * l->in_dim + i] += d * c->params[i];
+            if (c->din) c->din[r * l->in_dim + i] += d * c->params[i];
         }
     return 0;
 }
@@ -153,7 +155,7 @@ static void scale_init(tr_layer_t *l, float *params, uint64_t *rng)
         params[i] = 0.5f + 0.1f * i;
 }
 
-static const tr_layer_ops_t scale_ops = {"scale", scale_acts, NULL, scale_forward,
+static const tr_layer_ops_t scale_ops = {"scale",        scale_acts, NULL, scale_forward,
                                          scale_backward, scale_init, NULL};
 
 static void test_model_user_layer_joins_a_model(void **state)
@@ -192,7 +194,7 @@ typedef struct {
 static int record(tr_model_t *m, int layer, size_t offset, size_t count, void *arg)
 {
     order_log *log = arg;
-    assert_true(layer == log->last_layer - 1);                 // last to first, each once
+    assert_true(layer == log->last_layer - 1); // last to first, each once
     assert_int_equal(offset + count, tr_model_num_params(m) - log->covered); // contiguous
     log->last_layer = layer;
     log->covered += count;
@@ -216,8 +218,8 @@ static void test_model_backward_reports_layers_last_to_first(void **state)
 
 static void test_model_rejects_bad_configs_and_batches(void **state)
 {
-    tr_gpt2_config_t cfg = {.max_seq_len = 8, .vocab_size = 11, .num_layers = 1,
-                            .num_heads = 3, .channels = 8};
+    tr_gpt2_config_t cfg = {
+        .max_seq_len = 8, .vocab_size = 11, .num_layers = 1, .num_heads = 3, .channels = 8};
     tr_model_t *m = NULL;
     char why[160] = "";
     assert_int_equal(tr_model_gpt2_create(&m, &cfg, why, sizeof(why)), TR_EINVAL);
