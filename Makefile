@@ -50,15 +50,16 @@ test-tsan: deps build-tsan/CMakeCache.txt
 
 bench: bench-actors bench-kernels
 
-bench-kernels: build
-	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
-	./build/bench/kernels/bench_adam
-
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
 	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
 	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
 	bench/actors/run.sh build
+
+bench-kernels: build
+	@scripts/install-deps.sh python3-torch
+	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
+	bench/kernels/run.sh build
 
 install: build
 	$(CMAKE) --install build

@@ -2,8 +2,11 @@
 #ifndef TR_INCLUDE_TROUPE_H
 #define TR_INCLUDE_TROUPE_H
 
+#include "troupe/blas.h"
 #include "troupe/error.h"
 #include "troupe/types.h"
+#include "troupe/io.h"
+#include "troupe/model.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
 

@@ -1,0 +1,134 @@
+/* bench_gpt2_fwdbwd: forward + backward of a GPT-2 on the CPU, against OpenBLAS sgemm.
+ *
+ * Model V=8192, T=128, C=384, L=6, NH=6, batch B=8 (1024 tokens per step), 2 threads by
+ * default (--threads N, --steps N, --batch N). FLOP convention: a forward + backward costs
+ * 6 P per token (2 P forward, 4 P backward: one multiply-add per parameter per token, and two
+ * in backward), P = all parameters including wte, which does real work as the tied output
+ * projection (wpe is 0.4% of P and does none; attention's T^2 terms are not counted). This
+ * is the 6 P tokens of a training step minus the optimizer, whose cost is O(P), not
+ * O(P tokens). The bound: sgemm GFLOP/s measured in this run on the model's largest matrix
+ * product shape (N=1024 rows, 4C x C) and on a 1024^3 square product, same threads.
+ * Prints `name: value unit` lines. Re-executes itself once with OPENBLAS_CORETYPE set if
+ * OpenBLAS picked slow kernels (tr_blas_reexec_if_needed).
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/parallel.h"
+#include "troupe/blas.h"
+#include "troupe/model.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Best GFLOP/s of `reps` sgemms C (M, N) = A (M, K) B^T (K, N), after one warm-up. */
+static double sgemm_gflops(int M, int N, int K, int reps)
+{
+    float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)N * K * 4),
+          *c = malloc((size_t)M * N * 4);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        b[i] = (float)(i % 5) * 0.1f;
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        t = now() - t;
+        if (r > 0 && 2.0 * M * N * K / t / 1e9 > best) best = 2.0 * M * N * K / t / 1e9;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static int arg_int(int argc, char **argv, const char *name, int dflt)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return atoi(argv[i + 1]);
+    return dflt;
+}
+
+int main(int argc, char **argv)
+{
+    tr_blas_reexec_if_needed(argc, argv);
+    int threads = arg_int(argc, argv, "--threads", 2), steps = arg_int(argc, argv, "--steps", 5);
+    int B = arg_int(argc, argv, "--batch", 8), T = 128;
+    tr_gpt2_config_t cfg = {.max_seq_len = T,
+                            .vocab_size = 8192,
+                            .padded_vocab_size = 8192,
+                            .num_layers = 6,
+                            .num_heads = 6,
+                            .channels = 384};
+    tr_parallel_set_threads(threads);
+    tr_blas_info_t blas;
+    tr_blas_check(&blas);
+    printf("blas: %s\n", blas.description);
+    printf("blas_core: %s\n", blas.corename);
+    printf("blas_best_core: %s\n", blas.best_core);
+    printf("threads: %d\n", threads);
+
+    // sgemm before and after the model: other processes on the machine disturb either
+    openblas_set_num_threads(threads);
+    double gemm_before = sgemm_gflops(1024, 1024, 1024, 10);
+    tr_model_t *m;
+    char why[256];
+    if (tr_model_gpt2_create(&m, &cfg, why, sizeof(why))) {
+        fprintf(stderr, "bench_gpt2_fwdbwd: %s\n", why);
+        return 1;
+    }
+    tr_model_init_params(m, 1);
+    int *tokens = malloc((size_t)B * T * sizeof(int)),
+        *targets = malloc((size_t)B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (i * 7919) % cfg.vocab_size;
+        targets[i] = (i * 104729 + 1) % cfg.vocab_size;
+    }
+    tr_batch_t batch = {.B = B, .T = T, .tokens = tokens, .targets = targets};
+    double P = (double)tr_model_num_params(m), tok = (double)B * T;
+    printf("params: %.0f\n", P);
+    printf("tokens_per_step: %.0f\n", tok);
+
+    double fwd = 1e30, bwd = 1e30, step = 1e30, loss_first = 0;
+    float loss = 0;
+    for (int s = 0; s <= steps; s++) { // step 0 warms up (allocations, page faults)
+        tr_model_zero_grad(m);
+        double t0 = now();
+        if (tr_model_forward(m, &batch, &loss)) return 1;
+        double t1 = now();
+        if (tr_model_backward(m, NULL, NULL)) return 1;
+        double t2 = now();
+        if (s == 0) {
+            loss_first = loss;
+        } else if (t2 - t0 < step) { // the fastest step: least disturbed by other processes
+            step = t2 - t0;
+            fwd = t1 - t0;
+            bwd = t2 - t1;
+        }
+    }
+    openblas_set_num_threads(threads); // the kernels ran OpenBLAS single-threaded per block
+    double gemm_model = sgemm_gflops(B * T, 4 * cfg.channels, cfg.channels, 10);
+    double gemm_square = sgemm_gflops(1024, 1024, 1024, 10);
+    if (gemm_before > gemm_square) // the best of both runs: the least disturbed
+        gemm_square = gemm_before;
+    double gflops = 6.0 * P * tok / step / 1e9;
+    printf("loss_step0: %.4f\n", loss_first);
+    printf("gpt2_forward: %.2f ms\n", fwd * 1e3);
+    printf("gpt2_backward: %.2f ms\n", bwd * 1e3);
+    printf("gpt2_fwdbwd_step: %.2f ms\n", step * 1e3);
+    printf("gpt2_fwdbwd_tokens_per_s: %.0f tokens/s\n", tok / step);
+    printf("gpt2_fwdbwd_gflops: %.1f GFLOP/s\n", gflops);
+    printf("sgemm_model_shape: %.1f GFLOP/s\n", gemm_model);
+    printf("sgemm_1024: %.1f GFLOP/s\n", gemm_square);
+    printf("gpt2_fwdbwd_fraction_of_sgemm: %.2f\n",
+           gflops / (gemm_square > gemm_model ? gemm_square : gemm_model));
+    tr_model_destroy(m);
+    free(tokens), free(targets);
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* The training engine: DeepSpeed's engine as actors, embedded in a C program.
+ *
+ * tr_engine_create builds a runtime and the engine's actors — loader, executor (pinned),
+ * bucketer, comm, optimizer (pinned), checkpointer (pinned) — for a model, a DeepSpeed config
+ * and a dataset. Two ways to drive it:
+ *
+ *  1. Engine-driven: tr_engine_train_batch runs gradient_accumulation_steps micro-batches
+ *     drawn by the loader, then the optimizer step; tr_engine_eval measures the loss.
+ *  2. DeepSpeed-style, for trainers that own their loop: tr_engine_forward(batch),
+ *     tr_engine_backward, tr_engine_step (a no-op except at the accumulation boundary).
+ *
+ * Every call below is synchronous for its caller (it sends a request to the actors and waits
+ * for their answer) and is made from one thread at a time, the thread that created the engine
+ * or any other, but never from inside an actor. Failures inside the actors (a layer's forward
+ * returning an error, a checkpoint that cannot be written, a loss-scale underflow) come back
+ * as the call's error, and tr_engine_error says which actor, layer and step.
+ */
+#ifndef TR_INCLUDE_TROUPE_ENGINE_H
+#define TR_INCLUDE_TROUPE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "troupe/config.h"
+#include "troupe/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_engine tr_engine_t;
+
+/* --- datasets -------------------------------------------------------------------------- */
+
+/* A user's batch source: fill B*T inputs and B*T targets for the batch numbered `index`
+ * (0, 1, 2, ... in the order the loader asks). tokens/targets are (B, T) token ids; for a
+ * float-input model (an MLP) fill x (B*T*in_dim floats) instead of tokens. Return 0, or a
+ * negative TR_E* code to stop training with that error. Called on the loader's thread. */
+typedef int (*tr_batch_cb)(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                           int *targets);
+
+typedef struct tr_dataset {
+    /* llm.c token shards: a glob ("data/train_*.bin"); each shard's windows of B*T+1 tokens
+     * become (inputs, targets shifted by one). Ignored when `batch` is set. */
+    const char *shards;
+    tr_batch_cb batch; /* or a callback */
+    void *user;
+    int x_dim;         /* floats per position for a float-input model (0 for tokens) */
+} tr_dataset_t;
+
+/* --- creating ------------------------------------------------------------------------- */
+
+typedef struct tr_engine_opts {
+    const char *config_path;    /* a DeepSpeed JSON config, or: */
+    const tr_config_t *config;  /* an already loaded one (the engine keeps a reference) */
+    tr_model_t *model;          /* the engine takes ownership, also on failure */
+    tr_dataset_t train;         /* for tr_engine_train_batch (unused for forward/backward) */
+    tr_dataset_t val;           /* for tr_engine_eval (optional) */
+    int seq_len;                /* T: positions per sequence (1 for an MLP) */
+    uint64_t seed;              /* data order and parameter init; 0 = the config's */
+    int init_params;            /* 1: initialise the parameters from seed (training from
+                                 * scratch); 0: keep the model's (loaded from a file) */
+    int handle_signals;         /* SIGINT/SIGTERM: finish the step, then stop (see
+                                 * tr_engine_stop_requested) */
+} tr_engine_opts_t;
+
+/* Creates the engine. Errors (a bad config, a dataset that cannot be opened, a model the
+ * config cannot train) return a negative code and, when err is not NULL, a message. The
+ * thread that will drive it. */
+int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *opts, char *err, size_t errlen);
+
+/* Stops the actors and frees everything, the model too. NULL does nothing. */
+void tr_engine_destroy(tr_engine_t *eng);
+
+/* --- engine-driven training ------------------------------------------------------------ */
+
+typedef struct tr_step_stats {
+    uint64_t global_step;       /* optimizer steps taken, skipped ones included (DeepSpeed) */
+    uint64_t global_samples;    /* samples consumed */
+    uint64_t skipped_steps;     /* steps skipped on overflow so far */
+    float loss;                 /* mean loss over the step's micro-batches */
+    double lr;                  /* learning rate used by this step */
+    double grad_norm;           /* global gradient norm before clipping (0 when skipped) */
+    double loss_scale;          /* fp16 loss scale in use (1 without fp16) */
+    int skipped;                /* this step was skipped (overflow) */
+    uint64_t tokens;            /* positions processed by this step */
+    double step_ms;             /* wall time of the whole step */
+} tr_step_stats_t;
+
+/* Runs gradient_accumulation_steps micro-batches from the train dataset and one optimizer
+ * step. stats may be NULL. The caller's thread. */
+int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats);
+
+/* Mean loss over n_batches micro-batches of the val dataset (the train one if none), without
+ * touching gradients or optimizer state. The caller's thread. */
+int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss);
+
+/* --- DeepSpeed-style -------------------------------------------------------------------- */
+
+/* A batch for forward: B = train_micro_batch_size_per_gpu sequences of seq_len positions. */
+typedef struct tr_engine_batch {
+    const int *tokens;  /* (B, T) */
+    const float *x;     /* (B, T, x_dim), for float-input models */
+    const int *targets; /* (B, T) */
+} tr_engine_batch_t;
+
+/* Forward on one micro-batch; *loss gets its mean loss (unscaled, not divided by GAS). */
+int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss);
+
+/* Backward for the last forward, accumulating gradients (the loss divided by GAS); at the
+ * accumulation boundary the gradient buckets go to the communicator as layers finish. */
+int tr_engine_backward(tr_engine_t *eng);
+
+/* The optimizer step at the accumulation boundary; a no-op returning 0 otherwise (as
+ * DeepSpeed's engine.step()). stats, when not NULL, is filled at a boundary. */
+int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats);
+
+/* True when the next tr_engine_step will step (the micro-batch count reached GAS). */
+int tr_engine_is_boundary(const tr_engine_t *eng);
+
+/* --- checkpoints ----------------------------------------------------------------------- */
+
+/* Saves <dir>/<tag>/ (tag NULL: "global_step<N>") with model states, one optimizer-state
+ * file per data-parallel rank, then <dir>/latest. Each file is written to a temporary name,
+ * fsynced and renamed; latest last: a crash leaves the previous checkpoint loadable. */
+int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
+
+/* Loads <dir>/<tag> (NULL: the tag in <dir>/latest): parameters, optimizer state, step
+ * counters, scheduler, loss scaler, data position and RNG, so training resumes bit-exactly.
+ * Checks sizes, checksums and compatibility with this engine's model and config; a mismatch
+ * is an error that says what differs, and leaves the engine as it was. */
+int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
+
+/* --- queries --------------------------------------------------------------------------- */
+
+/* The last error's explanation ("" if none). Valid until the next call. */
+const char *tr_engine_error(const tr_engine_t *eng);
+
+/* The engine's model (parameters readable between calls). */
+tr_model_t *tr_engine_model(const tr_engine_t *eng);
+const tr_config_t *tr_engine_config(const tr_engine_t *eng);
+
+/* The runtime the actors run on (for tracing and counters). */
+tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
+
+/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. */
+int tr_engine_stop_requested(const tr_engine_t *eng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

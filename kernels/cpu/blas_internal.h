@@ -1,0 +1,27 @@
+/* blas_internal: the pieces of the BLAS check that tests drive with made-up CPUs and cores. */
+#ifndef TR_KERNELS_CPU_BLAS_INTERNAL_H
+#define TR_KERNELS_CPU_BLAS_INTERNAL_H
+
+#include "troupe/blas.h"
+
+typedef struct {
+    int cls;  /* 0 sse, 1 avx, 2 avx2 + fma, 3 avx512 (F BW VL DQ CD) */
+    int bf16; /* AVX-512 BF16 */
+    int amd;
+} tr__blas_cpu_t;
+
+/* This CPU's features. */
+void tr__blas_cpu(tr__blas_cpu_t *cpu);
+
+/* The vector class of an OpenBLAS core name (unknown names: 0). */
+int tr__blas_core_class(const char *core);
+
+/* Fills info for OpenBLAS having chosen core (with config) on cpu. */
+void tr__blas_assess(tr_blas_info_t *info, const char *core, const char *config,
+                     const tr__blas_cpu_t *cpu);
+
+/* Sets OpenBLAS to one thread unless it already is: the kernels split matrix products over
+ * their own pool (see kernels/cpu/linear.c). Call before a parallel region that calls BLAS. */
+void tr__blas_one_thread(void);
+
+#endif

@@ -1,0 +1,33 @@
+/* model_internal: what the model files share that users do not see.
+ *
+ * The random initialisers (splitmix64 + Box-Muller, deterministic across machines), the
+ * helper that formats a "why" message, and the GPT-2 constructor's hook into the model.
+ */
+#ifndef TR_KERNELS_CPU_MODEL_INTERNAL_H
+#define TR_KERNELS_CPU_MODEL_INTERNAL_H
+
+#include <stdint.h>
+
+#include "troupe/model.h"
+
+/* Uniform in [0, 1) from a splitmix64 state. */
+float tr__rand_uniform(uint64_t *rng);
+/* n floats ~ normal(0, std). */
+void tr__rand_normal(float *x, size_t n, float std, uint64_t *rng);
+/* n floats = value. */
+void tr__fill(float *x, size_t n, float value);
+
+/* snprintf into why when why != NULL; returns err, for `return tr__why(...)`. */
+int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Frees a layer made by a create function (ops->destroy, then the layer). */
+void tr__layer_free(tr_layer_t *layer);
+
+/* Makes an embedding layer refuse token ids >= V (its table may have more, padded, rows). */
+void tr__layer_embedding_limit(tr_layer_t *layer, int V);
+
+/* Records the GPT-2 config on a model tr_model_gpt2_create built. */
+void tr__model_set_gpt2(tr_model_t *model, const tr_gpt2_config_t *config);
+
+#endif

@@ -1,0 +1,62 @@
+/* ops: the CPU kernels of the layers, forward and backward, fp32.
+ *
+ * Shape letters, used in every comment below and in the kernel files:
+ *   B batch, T time (sequence length), C channels, OC output channels, N = B * T rows,
+ *   V vocabulary, Vp padded vocabulary (V rounded up; logits are (N, Vp), the loss only
+ *   looks at the first V), NH heads, hs = C / NH head size, L layers.
+ * Tensors are row-major and contiguous. Backward functions accumulate (+=) into every
+ * gradient they produce, as llm.c does, so gradients of shared inputs simply add up; the
+ * caller zeroes them when it wants a fresh gradient. Kernels use tr_parallel_for for their
+ * own loops and OpenBLAS for matrix products; they never allocate.
+ */
+#ifndef TR_KERNELS_CPU_OPS_H
+#define TR_KERNELS_CPU_OPS_H
+
+#include <stddef.h>
+
+/* linear.c: out = inp weight^T + bias. bias and dbias may be NULL; dinp may be NULL. */
+void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC);
+void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+
+/* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept. */
+void tr__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C);
+void tr__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+
+/* gelu.c: tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void tr__gelu_forward(float *out, const float *inp, size_t n);
+void tr__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* residual.c: out = a + b (out may alias a or b); db may be NULL. */
+void tr__residual_forward(float *out, const float *a, const float *b, size_t n);
+void tr__residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* embedding.c: out[b,t] = wte[tokens[b,t]] + wpe[t]. wpe may be NULL (no positions).
+ * TR_EINVAL if a token is outside [0, V) (nothing is written then). */
+int tr__embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                          int T, int C, int V);
+void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                            int T, int C);
+
+/* attention.c: causal multi-head self-attention. inp (B, T, 3C) holds q, k, v; att
+ * (B, NH, T, T) keeps the softmax for backward (upper triangle zero); out (B, T, C).
+ * scratch holds B * NH * T * T floats. */
+void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
+void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
+                            const float *att, int B, int T, int C, int NH);
+
+/* crossentropy.c: fused softmax + cross-entropy. logits (N, Vp) are replaced by the
+ * probabilities (padding columns set to 0); losses (N) get -log p[target], 0 where the target
+ * is ignore_index. *count receives the number of counted positions and *mean their mean loss.
+ * TR_EINVAL if a target is neither ignore_index nor in [0, V). */
+int tr__crossentropy_forward(float *losses, float *probs_logits, const int *targets, int N, int V,
+                             int Vp, int ignore_index, float *mean, int *count);
+/* dlogits (N, Vp) += (probs - onehot(target)) dloss; rows with ignore_index get nothing. */
+void tr__crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V,
+                               int Vp, int ignore_index, float dloss);
+
+#endif

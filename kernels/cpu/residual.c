@@ -1,0 +1,45 @@
+/* residual.c: the residual connection, out = a + b, and its backward (the gradient flows
+ * unchanged to both inputs; db may be NULL when the caller routes b's gradient itself). Elementwise
+ * over n floats, split over the thread pool.
+ */
+#include "kernels/cpu/ops.h"
+
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec.h"
+
+#define CHUNK 8192
+
+typedef struct {
+    float *out, *out2;
+    const float *a, *b;
+    size_t n;
+} res_job;
+
+static void forward_chunk(void *ctx, size_t begin, size_t end, int thread)
+{
+    const res_job *j = ctx;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
+    tr__vec()->add(j->out + lo, j->a + lo, j->b + lo, hi - lo);
+}
+
+void tr__residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    // out, a, b (n)
+    res_job j = {out, NULL, a, b, n};
+    tr_parallel_for((n + CHUNK - 1) / CHUNK, 1, forward_chunk, &j);
+}
+
+static void backward_chunk(void *ctx, size_t begin, size_t end, int thread)
+{
+    const res_job *j = ctx;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
+    tr__vec()->acc(j->out + lo, j->a + lo, hi - lo);
+    if (j->out2) tr__vec()->acc(j->out2 + lo, j->a + lo, hi - lo);
+}
+
+void tr__residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+    // da, db, dout (n)
+    res_job j = {da, db, dout, NULL, n};
+    tr_parallel_for((n + CHUNK - 1) / CHUNK, 1, backward_chunk, &j);
+}

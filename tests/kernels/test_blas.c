@@ -1,0 +1,115 @@
+/* The BLAS check: the right verdict for made-up CPU/core pairs (the Intel AVX-512 machine on
+ * which OpenBLAS 0.3.21 fell back to Prescott among them), a consistent verdict on this
+ * machine, and a re-exec that happens once, with the right OPENBLAS_CORETYPE, and does not
+ * loop.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/blas_internal.h"
+
+static const char *dyn = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott";
+
+static void test_blas_verdicts_for_known_cpus(void **state)
+{
+    tr_blas_info_t info;
+    tr__blas_cpu_t sapphire = {.cls = 3, .bf16 = 1}, skx = {.cls = 3}, zen2 = {.cls = 2, .amd = 1};
+    tr__blas_assess(&info, "Prescott", dyn, &sapphire);
+    assert_true(info.slow);
+    assert_string_equal(info.best_core, "Cooperlake");
+    assert_non_null(strstr(info.warning, "OPENBLAS_CORETYPE=Cooperlake"));
+    tr__blas_assess(&info, "Haswell", dyn, &skx);
+    assert_true(info.slow);
+    assert_non_null(strstr(info.warning, "OPENBLAS_CORETYPE=SkylakeX"));
+    tr__blas_assess(&info, "SkylakeX", dyn, &skx);
+    assert_false(info.slow);
+    assert_string_equal(info.warning, "");
+    tr__blas_assess(&info, "Zen", dyn, &zen2);
+    assert_false(info.slow);
+    tr__blas_assess(&info, "Prescott", dyn, &zen2);
+    assert_true(info.slow);
+    assert_string_equal(info.best_core, "Zen");
+    tr__blas_cpu_t zen4 = {.cls = 3, .bf16 = 1, .amd = 1}; // 512-bit FMAs as two 256-bit halves
+    tr__blas_assess(&info, "Zen", dyn, &zen4);
+    assert_false(info.slow);
+    tr__blas_assess(&info, "Prescott", dyn, &zen4);
+    assert_true(info.slow);
+    assert_string_equal(info.best_core, "Cooperlake"); // what OpenBLAS 0.3.21 picks itself
+    tr__blas_assess(&info, "Prescott", "OpenBLAS 0.3.21 Prescott", &zen2); // not DYNAMIC_ARCH
+    assert_non_null(strstr(info.warning, "DYNAMIC_ARCH"));
+}
+
+static void test_blas_check_on_this_machine_is_consistent(void **state)
+{
+    tr_blas_info_t info;
+    tr__blas_cpu_t cpu;
+    tr_blas_check(&info);
+    tr__blas_cpu(&cpu);
+    print_message("blas: %s\n", info.description);
+    assert_string_equal(info.corename, openblas_get_corename());
+    assert_int_equal(info.slow,
+                     tr__blas_core_class(info.corename) < (cpu.amd && cpu.cls == 3 ? 2 : cpu.cls));
+    assert_int_equal(info.slow, info.warning[0] != '\0');
+}
+
+/* The child half: re-exec if needed, then report what it runs with. */
+static int child(int argc, char **argv)
+{
+    tr_blas_reexec_if_needed(argc, argv);
+    const char *ct = getenv("OPENBLAS_CORETYPE"), *marker = getenv("TR_BLAS_REEXEC");
+    printf("coretype=%s marker=%s core=%s\n", ct ? ct : "-", marker ? marker : "-",
+           openblas_get_corename());
+    return 0;
+}
+
+static void test_blas_reexec_sets_coretype_once(void **state)
+{
+    tr__blas_cpu_t cpu;
+    tr__blas_cpu(&cpu);
+    if (cpu.cls == 0) skip(); // an SSE-only CPU: Prescott is its best core, nothing to fix
+    tr_blas_info_t info;
+    tr__blas_assess(&info, "Prescott", dyn, &cpu);
+    char self[512], cmd[700], line[256] = "", want[256];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    snprintf(cmd, sizeof(cmd),
+             "env -u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC TR_BLAS_PRETEND_CORE=Prescott '%s' "
+             "reexec-child 2>/dev/null",
+             self);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_non_null(fgets(line, sizeof(line), p));
+    assert_int_equal(pclose(p), 0);
+    snprintf(want, sizeof(want), "coretype=%s marker=1 core=%s\n", info.best_core, info.best_core);
+    assert_string_equal(line, want);
+    // already re-executed once: the marker stops a second exec even if still "slow"
+    snprintf(cmd, sizeof(cmd),
+             "env -u OPENBLAS_CORETYPE TR_BLAS_REEXEC=1 TR_BLAS_PRETEND_CORE=Prescott '%s' "
+             "reexec-child 2>/dev/null",
+             self);
+    p = popen(cmd, "r");
+    assert_non_null(fgets(line, sizeof(line), p));
+    pclose(p);
+    assert_non_null(strstr(line, "coretype=- marker=1"));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0) return child(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_blas_verdicts_for_known_cpus),
+        cmocka_unit_test(test_blas_check_on_this_machine_is_consistent),
+        cmocka_unit_test(test_blas_reexec_sets_coretype_once),
+    };
+    return cmocka_run_group_tests_name("blas", tests, NULL, NULL);
+}

@@ -1,0 +1,255 @@
+/* Models built from layers: GPT-2 and the MLP, end to end through tr_model_t.
+ *
+ * The whole-model gradient (every layer chained, GPT-2's tied embedding included) is checked
+ * against central finite differences of the float loss (step 1e-2 on a few parameters of
+ * every tensor: the largest-gradient entry and two random ones). In float the difference
+ * quotient carries ~1e-4 of rounding noise, so the bound is |g - fd| <= 1e-3 + 2e-2 |fd|; the
+ * per-layer checks in test_layers.c hold the kernels to ~1e-6. Also: backward reports each
+ * layer's range once, last to first, and the ranges tile the gradient buffer; bad configs and
+ * bad batches are errors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "troupe/error.h"
+#include "troupe/model.h"
+
+static uint64_t rng_state = 7;
+
+static int irand(int n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((rng_state >> 33) % (uint64_t)n);
+}
+
+static float loss_of(tr_model_t *m, const tr_batch_t *b)
+{
+    float loss;
+    assert_int_equal(tr_model_forward(m, b, &loss), 0);
+    return loss;
+}
+
+static void check_param(tr_model_t *m, const tr_batch_t *b, size_t i, const char *what)
+{
+    float *p = tr_model_params(m), g = tr_model_grads(m)[i], save = p[i], h = 1e-2f;
+    p[i] = save + h;
+    double lp = loss_of(m, b);
+    p[i] = save - h;
+    double lm = loss_of(m, b);
+    p[i] = save;
+    double fd = (lp - lm) / (2 * h);
+    if (fabs(g - fd) > 1e-3 + 2e-2 * fabs(fd))
+        fail_msg("%s[%zu]: backward %.6g, finite differences %.6g", what, i - 0, g, fd);
+}
+
+/* Forward + backward, then finite differences on 3 entries of every parameter tensor. */
+static void check_model_gradient(tr_model_t *m, const tr_batch_t *b)
+{
+    tr_model_zero_grad(m);
+    loss_of(m, b);
+    assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+    const float *g = tr_model_grads(m);
+    for (int li = 0; li < tr_model_num_layers(m); li++) {
+        tr_layer_t *l = tr_model_layer(m, li);
+        for (int k = 0; k < l->n_params; k++) {
+            size_t base = l->param_offset + l->params[k].offset, n = l->params[k].numel, top = 0;
+            for (size_t j = 1; j < n; j++)
+                if (fabsf(g[base + j]) > fabsf(g[base + top])) top = j;
+            char what[80];
+            snprintf(what, sizeof(what), "%s.%s", l->name, l->params[k].name);
+            check_param(m, b, base + top, what);
+            check_param(m, b, base + (size_t)irand((int)n), what);
+            check_param(m, b, base + (size_t)irand((int)n), what);
+        }
+    }
+}
+
+static tr_model_t *tiny_gpt2(void)
+{
+    tr_gpt2_config_t cfg = {.max_seq_len = 8,
+                            .vocab_size = 11,
+                            .padded_vocab_size = 16,
+                            .num_layers = 2,
+                            .num_heads = 2,
+                            .channels = 8};
+    tr_model_t *m;
+    char why[128];
+    assert_int_equal(tr_model_gpt2_create(&m, &cfg, why, sizeof(why)), 0);
+    tr_model_init_params(m, 1);
+    // larger weights than GPT-2's init so every path carries a visible gradient
+    float *p = tr_model_params(m);
+    for (size_t i = 0; i < tr_model_num_params(m); i++)
+        p[i] += (float)(irand(2001) - 1000) * 2e-4f;
+    return m;
+}
+
+static void test_model_gpt2_gradient_matches_finite_differences(void **state)
+{
+    tr_model_t *m = tiny_gpt2();
+    int tokens[2 * 6], targets[2 * 6];
+    for (int i = 0; i < 12; i++)
+        tokens[i] = irand(11), targets[i] = i == 4 ? TR_IGNORE_INDEX : irand(11);
+    tr_batch_t b = {.B = 2, .T = 6, .tokens = tokens, .targets = targets};
+    check_model_gradient(m, &b);
+    // the padded rows of wte (tokens 11..15) never get a gradient
+    tr_layer_t *embed = tr_model_layer(m, 0);
+    assert_string_equal(embed->params[0].name, "wte");
+    for (size_t i = 11 * 8; i < 16 * 8; i++)
+        assert_true(tr_model_grads(m)[embed->param_offset + i] == 0.0f);
+    tr_model_destroy(m);
+}
+
+static void test_model_mlp_gradient_matches_finite_differences(void **state)
+{
+    int widths[] = {5, 12, 7, 4};
+    tr_model_t *m;
+    assert_int_equal(tr_model_mlp_create(&m, widths, 4, NULL, 0), 0);
+    assert_int_equal(tr_model_num_layers(m), 6); // fc0 gelu0 fc1 gelu1 fc2 loss
+    tr_model_init_params(m, 3);
+    float x[3 * 2 * 5];
+    int targets[6] = {0, 3, 2, TR_IGNORE_INDEX, 1, 1};
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)(irand(2001) - 1000) * 1e-3f;
+    tr_batch_t b = {.B = 3, .T = 2, .x = x, .targets = targets};
+    check_model_gradient(m, &b);
+    tr_model_destroy(m);
+}
+
+/* A layer written the way a user would, with only the public header: y = x * scale, one
+ * learned scale per channel. */
+static size_t scale_acts(const tr_layer_t *l, int B, int T)
+{
+    return (size_t)B * T * l->out_dim;
+}
+
+static int scale_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int i = 0; i < l->out_dim; i++)
+            c->out[r * l->out_dim + i] = c->in[r * l->in_dim + i] * c->params[i];
+    return 0;
+}
+
+static int scale_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int i = 0; i < l->out_dim; i++) {
+            float d = c->dout[r * l->out_dim + i];
+            c->grads[i] += d * c->in[r * l->in_dim + i];
+            if (c->din) c->din[r * l->in_dim + i] += d * c->params[i];
+        }
+    return 0;
+}
+
+static void scale_init(tr_layer_t *l, float *params, uint64_t *rng)
+{
+    for (int i = 0; i < l->out_dim; i++)
+        params[i] = 0.5f + 0.1f * i;
+}
+
+static const tr_layer_ops_t scale_ops = {"scale",        scale_acts, NULL, scale_forward,
+                                         scale_backward, scale_init, NULL};
+
+static void test_model_user_layer_joins_a_model(void **state)
+{
+    tr_layer_t *layers[3], *user = calloc(1, sizeof(*user));
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc", 4, 5, 1), 0);
+    assert_int_equal(tr_layer_init(user, &scale_ops, "myscale", 5, 5, NULL), 0);
+    assert_int_equal(tr_layer_add_param(user, "scale", 1, (int64_t[]){5}), 0);
+    layers[1] = user;
+    assert_int_equal(tr_layer_crossentropy_create(&layers[2], "loss", 5, TR_IGNORE_INDEX), 0);
+    tr_model_t *m;
+    assert_int_equal(tr_model_create(&m, layers, 3, NULL, 0), 0);
+    assert_int_equal(tr_model_num_params(m), 4 * 5 + 5 + 5);
+    assert_int_equal(tr_model_layer(m, 1)->param_offset, 25); // after fc's weight and bias
+    tr_model_init_params(m, 5);
+    float x[2 * 3 * 4];
+    int targets[6] = {0, 1, 2, 3, 4, 0};
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)(irand(2001) - 1000) * 2e-3f;
+    tr_batch_t b = {.B = 2, .T = 3, .x = x, .targets = targets};
+    check_model_gradient(m, &b);
+    tr_model_destroy(m);
+    // a chain that does not fit is refused, and the layers are freed (ASan checks)
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc", 4, 5, 1), 0);
+    assert_int_equal(tr_layer_crossentropy_create(&layers[1], "loss", 6, TR_IGNORE_INDEX), 0);
+    char why[160];
+    assert_int_equal(tr_model_create(&m, layers, 2, why, sizeof(why)), TR_EINVAL);
+    assert_non_null(strstr(why, "loss"));
+}
+
+typedef struct {
+    int calls, last_layer;
+    size_t covered;
+} order_log;
+
+static int record(tr_model_t *m, int layer, size_t offset, size_t count, void *arg)
+{
+    order_log *log = arg;
+    assert_true(layer == log->last_layer - 1); // last to first, each once
+    assert_int_equal(offset + count, tr_model_num_params(m) - log->covered); // contiguous
+    log->last_layer = layer;
+    log->covered += count;
+    log->calls++;
+    return 0;
+}
+
+static void test_model_backward_reports_layers_last_to_first(void **state)
+{
+    tr_model_t *m = tiny_gpt2();
+    int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    tr_batch_t b = {.B = 1, .T = 8, .tokens = tokens, .targets = tokens};
+    order_log log = {0, tr_model_num_layers(m), 0};
+    assert_int_equal(tr_model_forward(m, &b, NULL), 0);
+    assert_int_equal(tr_model_backward(m, record, &log), 0);
+    assert_int_equal(log.calls, 4); // embed h0 h1 head
+    assert_int_equal(log.covered, tr_model_num_params(m));
+    assert_string_equal(tr_model_layer(m, 3)->name, "head");
+    tr_model_destroy(m);
+}
+
+static void test_model_rejects_bad_configs_and_batches(void **state)
+{
+    tr_gpt2_config_t cfg = {
+        .max_seq_len = 8, .vocab_size = 11, .num_layers = 1, .num_heads = 3, .channels = 8};
+    tr_model_t *m = NULL;
+    char why[160] = "";
+    assert_int_equal(tr_model_gpt2_create(&m, &cfg, why, sizeof(why)), TR_EINVAL);
+    assert_non_null(strstr(why, "num_heads"));
+    cfg.num_heads = 2;
+    assert_int_equal(tr_model_gpt2_create(&m, &cfg, why, sizeof(why)), 0);
+    assert_int_equal(tr_model_gpt2_config(m)->padded_vocab_size, 128); // rounded up
+    int tokens[9] = {0};
+    tr_batch_t too_long = {.B = 1, .T = 9, .tokens = tokens, .targets = tokens};
+    assert_int_equal(tr_model_forward(m, &too_long, NULL), TR_EINVAL);
+    int bad_target[4] = {1, 2, 11, 3};
+    tr_batch_t b = {.B = 1, .T = 4, .tokens = tokens, .targets = bad_target};
+    assert_int_equal(tr_model_forward(m, &b, NULL), TR_EINVAL);
+    int padded_token[4] = {1, 2, 3, 11}; // below Vp = 128 but not a real token (V = 11)
+    tr_batch_t c = {.B = 1, .T = 4, .tokens = padded_token};
+    assert_int_equal(tr_model_forward(m, &c, NULL), TR_EINVAL);
+    tr_model_destroy(m);
+    int widths[] = {4};
+    assert_int_equal(tr_model_mlp_create(&m, widths, 1, why, sizeof(why)), TR_EINVAL);
+    tr_model_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_gpt2_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_mlp_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_user_layer_joins_a_model),
+        cmocka_unit_test(test_model_backward_reports_layers_last_to_first),
+        cmocka_unit_test(test_model_rejects_bad_configs_and_batches),
+    };
+    return cmocka_run_group_tests_name("model", tests, NULL, NULL);
+}
