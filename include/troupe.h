@@ -2,6 +2,7 @@
 #ifndef TR_INCLUDE_TROUPE_H
 #define TR_INCLUDE_TROUPE_H
 
+#include "troupe/config.h"
 #include "troupe/error.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
