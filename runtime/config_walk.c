@@ -101,6 +101,15 @@ static int64_t to_i64(double d)
     return (int64_t)d;
 }
 
+/* A default as shown in a note: the whole value, compact. */
+static const char *show_all(const json_t *v, char *buf, size_t n)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+    snprintf(buf, n, "%s", s ? s : "null");
+    free(s);
+    return buf;
+}
+
 /* --- what a key expects ------------------------------------------------------------------ */
 
 static void range_text(const tr__cfg_key_t *k, const char *what, bool ints, char *b, size_t n)
@@ -296,14 +305,14 @@ static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp
     json_t *def = default_json(w, k);
     if (!strchr(kp, '.')) {
         tr__cfg_error(w, kp, "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
-                      "default is %s)", expectation(k, e, sizeof(e)), show(def, d, sizeof(d)));
+                      "default is %s)", expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "default");
     } else if (k->flags & TR__F_REQUIRED) {
         tr__cfg_error(w, kp, "\"auto\" has no default to stand for here; write %s",
                       expectation(k, e, sizeof(e)));
         put(w, out, k, kp, def, "default");
     } else {
-        tr__cfg_note(w, kp, "\"auto\" means the default here: %s", show(def, d, sizeof(d)));
+        tr__cfg_note(w, kp, "\"auto\" means the default here: %s", show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "auto");
     }
 }
