@@ -373,10 +373,10 @@ static void unknown_key(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const c
         if (!dot)
             tr__cfg_error(w, path, "unknown key '%s' ('%s' is a top-level section: move it out "
                           "of '%s')", q, q, path);
-        else {
-            *dot = 0;
+        else if (*dot = 0, strcmp(where, path)) /* strcmp: another variant of this section */
             tr__cfg_error(w, path, "unknown key '%s' (it belongs in '%s')", q, where);
-        }
+        else
+            tr__cfg_error(w, path, "unknown key '%s' (not a parameter of this type)", q);
         return;
     }
     const char *c = tr__cfg_closest(sec, name);
@@ -406,7 +406,7 @@ static void take_alias(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const tr
     size_t i = (size_t)(t - sec->keys);
     char kp[512];
     join(kp, sizeof(kp), path, k->name);
-    if (t->kind == TR__K_SECTION) {
+    if (t->kind == TR__K_SECTION && !json_is_object(v)) {
         tr__cfg_warn(w, kp, "deprecated; write \"%s\": {\"device\": \"cpu\"} instead", t->name);
         if (!(v = section_alias(w, kp, v)))
             return;
