@@ -4,6 +4,7 @@
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels one group
+#   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
 
 MAKEFLAGS += --no-print-directory
@@ -60,6 +61,19 @@ bench-kernels: build
 	@scripts/install-deps.sh python3-torch
 	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
 	bench/kernels/run.sh build
+
+build-fuzz/CMakeCache.txt: | deps
+	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \
+	    -DTR_BUILD_TESTS=OFF -DTR_BUILD_BENCH=OFF
+
+# New inputs go to build-fuzz/corpus-config; tests/fuzz/config/ holds the kept seeds. A crash
+# is written as tests/fuzz/config/crash-* (ignored by git until it becomes a test).
+fuzz-config: deps build-fuzz/CMakeCache.txt
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target fuzz_config
+	mkdir -p build-fuzz/corpus-config
+	./build-fuzz/tests/fuzz/fuzz_config -max_total_time=$${FUZZ_SECONDS:-600} \
+	    -artifact_prefix=tests/fuzz/config/ -dict=tests/fuzz/config.dict \
+	    -print_final_stats=1 build-fuzz/corpus-config tests/fuzz/config
 
 install: build
 	$(CMAKE) --install build

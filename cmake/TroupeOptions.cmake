@@ -24,3 +24,12 @@ if(TR_TSAN)
   add_link_options(-fsanitize=thread)
   add_compile_definitions(TR_TSAN_BUILD=1)
 endif()
+if(TR_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "TR_FUZZ=ON needs clang (CC=clang), got ${CMAKE_C_COMPILER_ID}")
+  endif()
+  # Every library object is instrumented for coverage; the fuzz targets add -fsanitize=fuzzer.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -9,4 +9,7 @@ typedef struct tr_command {
     int (*run)(int argc, char **argv);
 } tr_command_t;
 
+/* troupe config check|show FILE [--world-size N]: tools/cmd_config.c */
+int tr_cmd_config(int argc, char **argv);
+
 #endif

@@ -9,6 +9,7 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const tr_command_t commands[] = {
+    {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},
     {"help", "list the commands", cmd_help},
 };

@@ -1,0 +1,190 @@
+/* config_resolve.c: the rules that span keys, applied after the walk. The batch triple is
+ * resolved exactly as DeepSpeed's DeepSpeedConfig._set_batch_related_parameters and checked
+ * as _batch_assertion, with DeepSpeed's own wording; then precision (fp16 and bf16 exclude each
+ * other; communication_data_type follows the precision), ZeRO's stage-dependent default of
+ * overlap_comm, and the offload settings that need each other. */
+#include "runtime/config_walk.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const batch_names[3] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps"};
+
+static bool given_in_file(tr__cfg_walk_t *w, const char *path)
+{
+    return json_object_get(w->origins, path) == NULL;
+}
+
+/* --- the batch triple -------------------------------------------------------------------- */
+
+/* DeepSpeed's derivation; has[] says which of TB, MB, GAS are known. Every known value is
+ * positive here, so C's division is Python's floor division. -1 when neither TB nor MB is
+ * known; -2 when a product overflows. */
+static int derive(int64_t b[3], const bool has[3], int64_t world)
+{
+    int64_t p;
+    if (has[TR__TB] && has[TR__MB] && has[TR__GAS])
+        return 0;
+    if (has[TR__TB] && has[TR__MB]) {
+        b[TR__GAS] = (b[TR__TB] / b[TR__MB]) / world;
+    } else if (has[TR__TB] && has[TR__GAS]) {
+        b[TR__MB] = (b[TR__TB] / world) / b[TR__GAS];
+    } else if (has[TR__MB] && has[TR__GAS]) {
+        if (__builtin_mul_overflow(b[TR__MB], b[TR__GAS], &p) ||
+            __builtin_mul_overflow(p, world, &b[TR__TB]))
+            return -2;
+    } else if (has[TR__TB]) {
+        b[TR__GAS] = 1;
+        b[TR__MB] = b[TR__TB] / world;
+    } else if (has[TR__MB]) {
+        if (__builtin_mul_overflow(b[TR__MB], world, &b[TR__TB]))
+            return -2;
+        b[TR__GAS] = 1;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* "auto" is resolved only when the other two are given; otherwise say what to write. */
+static bool batch_autos_ok(tr__cfg_walk_t *w)
+{
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        if (w->batch_state[i] != TR__BATCH_AUTO)
+            continue;
+        int others = 0;
+        for (int j = 0; j < 3; j++)
+            others += j != i && w->batch_state[j] == TR__BATCH_GIVEN;
+        if (others == 2)
+            continue;
+        int64_t b[3] = {w->batch[0], w->batch[1], w->batch[2]};
+        bool has[3];
+        for (int j = 0; j < 3; j++)
+            has[j] = w->batch_state[j] == TR__BATCH_GIVEN && b[j] > 0;
+        if (derive(b, has, w->cfg->world_size) == 0 && b[i] > 0)
+            tr__cfg_error(w, batch_names[i], "\"auto\" can be resolved only when the other two "
+                          "batch sizes are given; write %lld (what DeepSpeed derives from the "
+                          "keys given and world size %lld)", (long long)b[i],
+                          (long long)w->cfg->world_size);
+        else
+            tr__cfg_error(w, batch_names[i], "\"auto\" can be resolved only when the other two "
+                          "batch sizes are given; write a positive integer");
+        ok = false;
+    }
+    return ok;
+}
+
+static bool batch_positive(tr__cfg_walk_t *w, const int64_t b[3])
+{
+    static const char *const what[3] = {"Train batch size", "Micro batch size per gpu",
+                                        "Gradient accumulation steps"};
+    bool ok = true;
+    for (int i = 0; i < 3; i++)
+        if (b[i] <= 0) {
+            tr__cfg_error(w, "", "%s: %lld has to be greater than 0", what[i], (long long)b[i]);
+            ok = false;
+        }
+    return ok;
+}
+
+static void batch_store(tr__cfg_walk_t *w, const int64_t b[3])
+{
+    int64_t *f[3] = {&w->cfg->train_batch_size, &w->cfg->train_micro_batch_size_per_gpu,
+                     &w->cfg->gradient_accumulation_steps};
+    for (int i = 0; i < 3; i++) {
+        *f[i] = b[i];
+        tr__cfg_tree_set(w, batch_names[i], json_integer(b[i]));
+        if (w->batch_state[i] == TR__BATCH_AUTO)
+            tr__cfg_set_origin(w, batch_names[i], "auto");
+        else if (w->batch_state[i] != TR__BATCH_GIVEN)
+            tr__cfg_set_origin(w, batch_names[i], "derived");
+    }
+}
+
+static void resolve_batch(tr__cfg_walk_t *w)
+{
+    int64_t b[3] = {w->batch[0], w->batch[1], w->batch[2]};
+    bool has[3], bad = false;
+    for (int i = 0; i < 3; i++) {
+        has[i] = w->batch_state[i] == TR__BATCH_GIVEN;
+        bad |= w->batch_state[i] == TR__BATCH_BAD;
+    }
+    if (!batch_autos_ok(w) || bad)
+        return;
+    if (!has[TR__TB] && !has[TR__MB] && w->batch_state[TR__TB] != TR__BATCH_AUTO &&
+        w->batch_state[TR__MB] != TR__BATCH_AUTO) {
+        tr__cfg_error(w, "", "Either train_batch_size or train_micro_batch_size_per_gpu needs to "
+                      "be provided");
+        return;
+    }
+    for (int i = 0; i < 3; i++) /* DeepSpeed would divide by these: check them first */
+        if (has[i] && b[i] <= 0)
+            return (void)batch_positive(w, b);
+    if (derive(b, has, w->cfg->world_size) == -2) {
+        tr__cfg_error(w, "train_batch_size", "train_micro_batch_size_per_gpu * "
+                      "gradient_accumulation_steps * world_size does not fit in 64 bits");
+        return;
+    }
+    if (!batch_positive(w, b))
+        return;
+    int64_t p;
+    if (__builtin_mul_overflow(b[TR__MB], b[TR__GAS], &p) ||
+        __builtin_mul_overflow(p, w->cfg->world_size, &p) || p != b[TR__TB])
+        tr__cfg_error(w, "", "Check batch related parameters. train_batch_size is not equal to "
+                      "micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld "
+                      "* %lld", (long long)b[0], (long long)b[1], (long long)b[2],
+                      (long long)w->cfg->world_size);
+    batch_store(w, b);
+}
+
+/* --- precision, ZeRO, offload ------------------------------------------------------------ */
+
+static void resolve_precision(tr__cfg_walk_t *w)
+{
+    tr_config_t *c = w->cfg;
+    if (c->fp16.enabled && c->bf16.enabled)
+        tr__cfg_error(w, "bf16", "bfloat16 and fp16 modes cannot be simultaneously enabled "
+                      "(fp16.enabled and bf16.enabled are both true)");
+    if (given_in_file(w, "communication_data_type"))
+        return;
+    static const char *const names[] = {"fp32", "fp16", "bf16"};
+    c->communication_data_type = c->fp16.enabled ? TR_DTYPE_F16
+                                 : c->bf16.enabled ? TR_DTYPE_BF16 : TR_DTYPE_F32;
+    tr__cfg_tree_set(w, "communication_data_type", json_string(names[c->communication_data_type]));
+    tr__cfg_set_origin(w, "communication_data_type", "derived");
+}
+
+static void check_nvme(tr__cfg_walk_t *w, const char *path, int device, const char *nvme_path)
+{
+    if (device == TR_OFFLOAD_NVME && (!nvme_path || !nvme_path[0]))
+        tr__cfg_error(w, path, "device is \"nvme\", so nvme_path must name a folder");
+}
+
+static void resolve_zero(tr__cfg_walk_t *w)
+{
+    tr_config_zero_t *z = &w->cfg->zero;
+    if (!given_in_file(w, "zero_optimization.overlap_comm")) {
+        z->overlap_comm = z->stage == 3; /* DeepSpeed: off for stages 0-2, on for 3 */
+        tr__cfg_tree_set(w, "zero_optimization.overlap_comm", json_boolean(z->overlap_comm));
+    }
+    check_nvme(w, "zero_optimization.offload_optimizer", z->offload_optimizer.device,
+               z->offload_optimizer.nvme_path);
+    check_nvme(w, "zero_optimization.offload_param", z->offload_param.device,
+               z->offload_param.nvme_path);
+    if (z->offload_optimizer.device != TR_OFFLOAD_NONE && z->stage == 0)
+        tr__cfg_warn(w, "zero_optimization.offload_optimizer", "has no effect at stage 0; "
+                     "optimizer state is offloaded at stages 1, 2 and 3");
+    if (z->offload_param.device != TR_OFFLOAD_NONE && z->stage != 3)
+        tr__cfg_warn(w, "zero_optimization.offload_param", "has no effect at stage %lld; "
+                     "parameters are offloaded only at stage 3", (long long)z->stage);
+}
+
+void tr__cfg_resolve(tr__cfg_walk_t *w)
+{
+    resolve_batch(w);
+    resolve_precision(w);
+    resolve_zero(w);
+}
