@@ -231,7 +231,10 @@ typedef struct reader {
     msgpack_zone zone;         /* arrays and maps only; strings point into buf */
     msgpack_object obj;        /* the object just read */
     const tr_msg_desc_t *desc; /* NULL until the type is known */
-    char field[80];            /* what is being read, for errors: "'tag'" */
+    /* What is being read, for errors; formatted only when one is reported. */
+    const char *field;         /* "tag", "envelope.seq"; NULL for the message as a whole */
+    uint32_t name_no;          /* reading the name of body field #name_no (from 1), or 0 */
+    char unknown[52];          /* an unknown field's name, printable */
     char *errbuf;
     size_t errlen;
 } reader_t;
@@ -245,13 +248,17 @@ static int fail(reader_t *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    char type[80] = "";
+    char type[80] = "", field[112] = "";
     if (r->desc)
         snprintf(type, sizeof(type), " '%s'", r->desc->name);
-    if (r->field[0])
-        snprintf(line, sizeof(line), "decode%s: field %s: %s", type, r->field, why);
-    else
-        snprintf(line, sizeof(line), "decode%s: %s", type, why);
+    if (r->unknown[0])
+        snprintf(field, sizeof(field), " field '%s':", r->unknown);
+    else if (r->name_no)
+        snprintf(field, sizeof(field), " field #%u name (in table order '%s'):", r->name_no,
+                 r->field);
+    else if (r->field)
+        snprintf(field, sizeof(field), " field '%s':", r->field);
+    snprintf(line, sizeof(line), "decode%s:%s %s", type, field, why);
     if (r->errbuf && r->errlen)
         snprintf(r->errbuf, r->errlen, "%s", line);
     fprintf(stderr, "troupe: %s\n", line);
@@ -260,7 +267,8 @@ static int fail(reader_t *r, const char *fmt, ...)
 
 static void set_field(reader_t *r, const char *name)
 {
-    snprintf(r->field, sizeof(r->field), "'%s'", name);
+    r->field = name;
+    r->name_no = 0;
 }
 
 static const char *object_kind(const msgpack_object *o)
@@ -324,7 +332,8 @@ static int unpack_at(reader_t *r, const char *data, size_t len, size_t *off, msg
     default:
         return fail(r, "malformed msgpack at byte %zu", start);
     }
-    if (depth_of(obj, TR_MSG_MAX_DEPTH) > TR_MSG_MAX_DEPTH)
+    if ((obj->type == MSGPACK_OBJECT_ARRAY || obj->type == MSGPACK_OBJECT_MAP) &&
+        depth_of(obj, TR_MSG_MAX_DEPTH) > TR_MSG_MAX_DEPTH)
         return fail(r, "nesting deeper than %d levels", TR_MSG_MAX_DEPTH);
     return 0;
 }
@@ -523,28 +532,35 @@ static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
     }
 }
 
-/* The index of the field named by r->obj (a string) in the type's table. */
-static int find_field(reader_t *r, uint32_t *index)
+static bool name_is(const msgpack_object *o, const char *name)
+{
+    return strnlen(name, (size_t)o->via.str.size + 1) == o->via.str.size &&
+           !memcmp(name, o->via.str.ptr, o->via.str.size);
+}
+
+/* The index of the field named by r->obj (a string) in the type's table; encoders write
+ * fields in table order, so index `hint` is tried first. */
+static int find_field(reader_t *r, uint32_t hint, uint32_t *index)
 {
     const msgpack_object *o = &r->obj;
     if (o->type != MSGPACK_OBJECT_STR)
         return fail(r, "expected field name (string), got %s", object_kind(o));
-    for (uint32_t i = 0; i < r->desc->n_fields; i++) {
-        const char *name = r->desc->fields[i].name;
-        if (strlen(name) == o->via.str.size && !memcmp(name, o->via.str.ptr, o->via.str.size)) {
+    if (hint < r->desc->n_fields && name_is(o, r->desc->fields[hint].name)) {
+        *index = hint;
+        return 0;
+    }
+    for (uint32_t i = 0; i < r->desc->n_fields; i++)
+        if (name_is(o, r->desc->fields[i].name)) {
             *index = i;
             return 0;
         }
-    }
     /* the name is from outside: at most 48 bytes of it, unprintable ones as '?' */
-    char name[49];
     uint32_t n = o->via.str.size > 48 ? 48 : o->via.str.size;
     for (uint32_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)o->via.str.ptr[i];
-        name[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+        r->unknown[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
-    name[n] = '\0';
-    snprintf(r->field, sizeof(r->field), "'%s%s'", name, n < o->via.str.size ? "..." : "");
+    strcpy(r->unknown + n, n < o->via.str.size ? "..." : "");
     return fail(r, "unknown field (see docs/messages.md for type '%s')", r->desc->name);
 }
 
@@ -556,9 +572,9 @@ static int read_body(reader_t *r, char *body)
     int rc = read_uint(r, d->n_fields, "field count up to the type's fields", &n);
     for (uint64_t k = 0; rc == 0 && k < n; k++) {
         uint32_t i = 0;
-        snprintf(r->field, sizeof(r->field), "#%" PRIu64 " name (in table order '%s')", k + 1,
-                 d->fields[k].name);
-        if ((rc = next(r)) < 0 || (rc = find_field(r, &i)) < 0)
+        r->field = d->fields[k].name;
+        r->name_no = (uint32_t)k + 1;
+        if ((rc = next(r)) < 0 || (rc = find_field(r, (uint32_t)k, &i)) < 0)
             break;
         set_field(r, d->fields[i].name);
         if (seen & (1ull << i))
@@ -631,7 +647,7 @@ static int decode(tr_runtime_t *rt, reader_t *r, tr_msg_t **out)
         return TR_ENOMEM;
     if ((rc = read_envelope(r, m)) == 0 && (rc = read_body(r, tr_msg_body(m))) == 0 &&
         r->off != r->len) {
-        r->field[0] = '\0';
+        set_field(r, NULL);
         rc = fail(r, "%zu trailing bytes after the last field", r->len - r->off);
     }
     if (rc < 0)
