@@ -23,8 +23,9 @@
  *
  * The encoder writes every field, in table order. The decoder accepts them in any order and
  * rejects an unknown, repeated or missing field, a value of the wrong kind or out of range,
- * nesting deeper than TR_MSG_MAX_DEPTH, a message over TR_MSG_MAX_ENCODED bytes, and trailing
- * bytes. Each rejection is TR_EDECODE plus one stderr line naming the type and the field.
+ * nesting deeper than TR_MSG_MAX_DEPTH, an array or map claiming more elements than bytes
+ * remain, a message over TR_MSG_MAX_ENCODED bytes, and trailing bytes. Each rejection is
+ * TR_EDECODE plus one stderr line naming the type and the field.
  */
 #include <float.h>
 #include <inttypes.h>
@@ -34,7 +35,6 @@
 #include <string.h>
 
 #include <msgpack.h>
-#include <msgpack/unpack_define.h> /* MSGPACK_EMBED_STACK_SIZE: msgpack-c's nesting bound */
 
 #include "troupe/error.h"
 #include "troupe/msg.h"
@@ -243,7 +243,7 @@ typedef struct reader {
 static int fail(reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(reader_t *r, const char *fmt, ...)
 {
-    char why[192], line[384];
+    char why[192], line[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -289,52 +289,107 @@ static const char *object_kind(const msgpack_object *o)
     }
 }
 
-/* Nesting depth of o (a scalar is 0), counted no further than limit + 1. msgpack-c already
- * bounds it at MSGPACK_EMBED_STACK_SIZE, so the recursion is bounded too. */
-static unsigned depth_of(const msgpack_object *o, unsigned limit)
+/* --- decoding: bounds before msgpack-c allocates -------------------------------------- */
+
+/* msgpack-c's C unpacker has no limits (its C++ one has unpack_limit): it allocates room for
+ * an array or map as soon as it reads the header, so six bytes claiming 2^32 pairs would
+ * make it ask for 200 GiB. Before each value is unpacked, scan() walks its headers only
+ * (lengths and counts, never values) and refuses nesting deeper than TR_MSG_MAX_DEPTH and
+ * containers claiming more elements than bytes remain. Anything else, including truncation
+ * and invalid bytes, is left for msgpack-c to report. */
+enum { SCAN_OK, SCAN_DEEP, SCAN_HUGE };
+
+static uint32_t load_be(const unsigned char *p, unsigned n)
 {
-    unsigned deepest = 0;
-    if (o->type == MSGPACK_OBJECT_ARRAY) {
-        for (uint32_t i = 0; i < o->via.array.size && deepest <= limit; i++) {
-            unsigned d = depth_of(&o->via.array.ptr[i], limit);
-            deepest = d > deepest ? d : deepest;
-        }
-    } else if (o->type == MSGPACK_OBJECT_MAP) {
-        for (uint32_t i = 0; i < o->via.map.size && deepest <= limit; i++) {
-            unsigned k = depth_of(&o->via.map.ptr[i].key, limit);
-            unsigned v = depth_of(&o->via.map.ptr[i].val, limit);
-            deepest = k > deepest ? k : deepest;
-            deepest = v > deepest ? v : deepest;
-        }
-    } else {
-        return 0;
+    uint32_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* For header byte b: bytes of its length or count field (0, 1, 2 or 4), fixed payload
+ * bytes, and whether the count is of elements (1) or pairs (2); a fix-length count or
+ * length is returned in *inline_n. */
+static void header_shape(unsigned b, unsigned *nbytes, uint32_t *fixed, unsigned *per,
+                         uint32_t *inline_n)
+{
+    static const uint8_t fixed_size[0x20] = {
+        [0x0a] = 4, [0x0b] = 8, [0x0c] = 1, [0x0d] = 2, [0x0e] = 4, [0x0f] = 8, [0x10] = 1,
+        [0x11] = 2, [0x12] = 4, [0x13] = 8, [0x14] = 2, [0x15] = 3, [0x16] = 5, [0x17] = 9,
+        [0x18] = 17};
+    static const uint8_t len_bytes[0x20] = {[0x04] = 1, [0x05] = 2, [0x06] = 4, [0x07] = 1,
+                                            [0x08] = 2, [0x09] = 4, [0x19] = 1, [0x1a] = 2,
+                                            [0x1b] = 4, [0x1c] = 2, [0x1d] = 4, [0x1e] = 2,
+                                            [0x1f] = 4};
+    *nbytes = 0, *fixed = 0, *per = 0, *inline_n = 0;
+    if (b >= 0x80 && b <= 0x9f) { /* fixmap, fixarray */
+        *per = b <= 0x8f ? 2 : 1;
+        *inline_n = b & 0x0f;
+    } else if (b >= 0xa0 && b <= 0xbf) { /* fixstr */
+        *fixed = b & 0x1f;
+    } else if (b >= 0xc0 && b <= 0xdf) {
+        *fixed = fixed_size[b - 0xc0] + (b >= 0xc7 && b <= 0xc9); /* ext: its type byte */
+        *nbytes = len_bytes[b - 0xc0];
+        *per = b >= 0xdc ? (b >= 0xde ? 2 : 1) : 0;
     }
-    return deepest + 1;
+}
+
+static int scan(const unsigned char *p, size_t len, size_t *off, unsigned depth)
+{
+    if (*off >= len)
+        return SCAN_OK;
+    unsigned nbytes, per;
+    uint32_t fixed, n;
+    header_shape(p[*off], &nbytes, &fixed, &per, &n);
+    if (len - *off < 1 + (size_t)nbytes)
+        return SCAN_OK; /* truncated: msgpack-c says so */
+    if (nbytes)
+        n = load_be(p + *off + 1, nbytes);
+    *off += 1 + nbytes;
+    if (!per) { /* a scalar, string, bin or ext: skip its payload */
+        uint64_t skip = (uint64_t)fixed + (nbytes ? n : 0);
+        *off = skip > len - *off ? len : *off + skip;
+        return SCAN_OK;
+    }
+    if (depth >= TR_MSG_MAX_DEPTH)
+        return SCAN_DEEP;
+    if ((uint64_t)n * per > len - *off)
+        return SCAN_HUGE;
+    for (uint64_t i = 0; i < (uint64_t)n * per; i++) {
+        int rc = scan(p, len, off, depth + 1);
+        if (rc != SCAN_OK)
+            return rc;
+    }
+    return SCAN_OK;
 }
 
 /* Unpacks one object of data[0..len) at *off into *obj, naming the failure in r's terms. */
 static int unpack_at(reader_t *r, const char *data, size_t len, size_t *off, msgpack_object *obj)
 {
+    const char *what = data == r->buf ? "message" : "tensor ref payload";
     if (*off >= len)
-        return fail(r, "truncated: the %s ends before this value (%zu bytes)",
-                    data == r->buf ? "message" : "tensor ref payload", len);
-    size_t start = *off;
+        return fail(r, "truncated: the %s ends before this value (%zu bytes)", what, len);
+    size_t start = *off, end = *off;
+    switch (scan((const unsigned char *)data, len, &end, 0)) {
+    case SCAN_DEEP:
+        return fail(r, "nesting deeper than %d levels", TR_MSG_MAX_DEPTH);
+    case SCAN_HUGE:
+        return fail(r, "an array or map in the %s at byte %zu claims more elements than the "
+                       "%zu bytes left (truncated or corrupt)", what, start, len - start);
+    default:
+        break;
+    }
     switch (msgpack_unpack(data, len, off, &r->zone, obj)) {
     case MSGPACK_UNPACK_SUCCESS:
     case MSGPACK_UNPACK_EXTRA_BYTES:
         break;
     case MSGPACK_UNPACK_CONTINUE:
-        return fail(r, "truncated: the %s ends at byte %zu, inside this value",
-                    data == r->buf ? "message" : "tensor ref payload", len);
+        return fail(r, "truncated: the %s ends at byte %zu, inside this value", what, len);
     case MSGPACK_UNPACK_NOMEM_ERROR:
-        return fail(r, "value at byte %zu nests deeper than %d levels or is too large to unpack",
-                    start, MSGPACK_EMBED_STACK_SIZE);
+        return fail(r, "out of memory unpacking the value at byte %zu", start);
     default:
-        return fail(r, "malformed msgpack at byte %zu", start);
+        return fail(r, "malformed msgpack in the %s at byte %zu", what, start);
     }
-    if ((obj->type == MSGPACK_OBJECT_ARRAY || obj->type == MSGPACK_OBJECT_MAP) &&
-        depth_of(obj, TR_MSG_MAX_DEPTH) > TR_MSG_MAX_DEPTH)
-        return fail(r, "nesting deeper than %d levels", TR_MSG_MAX_DEPTH);
     return 0;
 }
 
@@ -470,6 +525,10 @@ static int read_str(reader_t *r, const tr_field_desc_t *f, char *p)
     if (o->via.str.size >= f->size)
         return fail(r, "string of %u bytes, longer than its capacity (%u with the NUL)",
                     o->via.str.size, f->size);
+    if (o->via.str.size == 0) { /* msgpack-c may give an empty string a NULL ptr */
+        p[0] = '\0';
+        return 0;
+    }
     if (memchr(o->via.str.ptr, '\0', o->via.str.size))
         return fail(r, "string contains a NUL byte");
     memcpy(p, o->via.str.ptr, o->via.str.size);
@@ -535,7 +594,7 @@ static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
 static bool name_is(const msgpack_object *o, const char *name)
 {
     return strnlen(name, (size_t)o->via.str.size + 1) == o->via.str.size &&
-           !memcmp(name, o->via.str.ptr, o->via.str.size);
+           (o->via.str.size == 0 || !memcmp(name, o->via.str.ptr, o->via.str.size));
 }
 
 /* The index of the field named by r->obj (a string) in the type's table; encoders write

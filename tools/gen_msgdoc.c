@@ -67,7 +67,9 @@ static void print_layout(FILE *f)
         fprintf(f, "| %s | %s", kind_name(k), wire_kind(k));
         if (k == TR_FIELD_TENSOR)
             fprintf(f, "%d; its payload is one msgpack array `[buffer_id, offset, length, "
-                       "dtype, device_type, device_index, [shape...]]` |\n",
+                       "dtype, device_type, device_index, [shape...]]`: uints, except device_index (int16, -1 "
+                       "for none) and the shape's dimensions (int64 >= 0); dtype a `tr_dtype_t`, "
+                       "device_type a `tr_device_type_t` (troupe/msg.h) |\n",
                     TR_MSGPACK_EXT_TENSOR);
         else
             fprintf(f, " |\n");
@@ -80,7 +82,8 @@ static void print_layout(FILE *f)
             "a value of the wrong kind or out of range, a string as long as its\ncapacity, "
             "a tensor reference with dtype >= %d, device_type >= %d, device_index < -1, more "
             "than %d\ndimensions, a negative dimension or offset + length overflowing 64 bits, "
-            "and trailing bytes.\n\n",
+            "an array or map claiming\nmore elements than bytes remain, and trailing "
+            "bytes.\n\n",
             TR_MSG_MAX_ENCODED, TR_MSG_MAX_DEPTH, TR_DTYPE_COUNT_, TR_DEVICE_COUNT_,
             TR_TENSOR_MAX_DIMS);
 }

@@ -543,12 +543,24 @@ static void test_codec_nesting_and_size_are_bounded(void **state)
     b_init(&b); /* 100 levels: beyond msgpack-c's own stack */
     b_timer_until(&b, 1);
     pack_nested(&b.pk, 100);
-    b_reject(&b, "field 'tag'", "nests deeper than 32", NULL);
+    b_reject(&b, "field 'tag'", "nesting deeper than 8", NULL);
 
     b_init(&b); /* a map claiming 2^32-1 pairs in a few bytes */
     b_timer_until(&b, 1);
     msgpack_sbuffer_write(&b.sb, "\xdf\xff\xff\xff\xff\x01", 6);
-    b_reject(&b, "field 'tag'", NULL);
+    b_reject(&b, "field 'tag'", "claims more elements than the 6 bytes left", NULL);
+
+    b_init(&b); /* the same, nested in an array */
+    b_timer_until(&b, 1);
+    msgpack_sbuffer_write(&b.sb, "\x91\xdd\xff\xff\xff\xff\x01", 7);
+    b_reject(&b, "field 'tag'", "claims more elements", NULL);
+
+    b_init(&b); /* and inside a tensor reference's payload */
+    b_head(&b, MSG_SAMPLE, 1);
+    b_name(&b, "grad");
+    msgpack_pack_ext_with_body(&b.pk, "\x97\x01\x02\x03\x00\x00\x00\xdc\xff\xff", 10,
+                               TR_MSGPACK_EXT_TENSOR);
+    b_reject(&b, "field 'grad'", "claims more elements", NULL);
 
     char *big = calloc(TR_MSG_MAX_ENCODED + 1, 1);
     assert_non_null(big);
@@ -653,7 +665,7 @@ static void test_codec_garbage_is_rejected(void **state)
 {
     (void)state;
     expect_reject("", 0, "field 'version'", "truncated", NULL);
-    expect_reject("\xc1", 1, "field 'version'", "malformed msgpack at byte 0", NULL);
+    expect_reject("\xc1", 1, "field 'version'", "malformed msgpack in the message at byte 0", NULL);
     expect_reject("\x01\xc1", 2, "field 'type'", "malformed", NULL);
     expect_reject("\x01\x03\xc1", 3, "decode 'timer'", "field 'envelope.flags'", NULL);
     char junk[300];
