@@ -45,16 +45,42 @@ const char *tr_msg_type_name(uint32_t type)
     return d ? d->name : "unknown";
 }
 
+/* The bytes a field of kind k occupies; 0 for STR, whose size is its capacity. */
+static uint32_t kind_size(tr_field_kind_t k)
+{
+    static const uint32_t sizes[TR_FIELD_KIND_COUNT_] = {
+        [TR_FIELD_BOOL] = 1, [TR_FIELD_I32] = 4,   [TR_FIELD_U32] = 4,
+        [TR_FIELD_I64] = 8,  [TR_FIELD_U64] = 8,   [TR_FIELD_F32] = 4,
+        [TR_FIELD_F64] = 8,  [TR_FIELD_STR] = 0,   [TR_FIELD_ACTOR] = sizeof(tr_actor_t),
+        [TR_FIELD_TENSOR] = sizeof(tr_tensor_ref_t)};
+    return sizes[k];
+}
+
+/* A field the codec can read and write: a name unique in its type, a known kind, the size
+ * its kind implies (a STR at least 1 byte, for the NUL), inside the body. */
+static bool field_valid(const tr_msg_desc_t *desc, uint32_t i)
+{
+    const tr_field_desc_t *f = &desc->fields[i];
+    if (!f->name || !f->name[0] || f->kind >= TR_FIELD_KIND_COUNT_ ||
+        (uint64_t)f->offset + f->size > desc->body_size)
+        return false;
+    if (f->kind == TR_FIELD_STR ? f->size == 0 : f->size != kind_size(f->kind))
+        return false;
+    for (uint32_t j = 0; j < i; j++)
+        if (!strcmp(desc->fields[j].name, f->name))
+            return false;
+    return true;
+}
+
 int tr_msg_type_register(const tr_msg_desc_t *desc)
 {
     if (!desc || !desc->name || desc->type < TR_MSG_USER ||
-        desc->type >= TR_MSG_USER + MAX_USER_TYPES || (desc->n_fields && !desc->fields))
+        desc->type >= TR_MSG_USER + MAX_USER_TYPES || (desc->n_fields && !desc->fields) ||
+        desc->n_fields > TR_MSG_MAX_FIELDS)
         return TR_EINVAL;
-    for (uint32_t i = 0; i < desc->n_fields; i++) {
-        const tr_field_desc_t *f = &desc->fields[i];
-        if (!f->name || f->kind >= TR_FIELD_KIND_COUNT_ || f->offset + f->size > desc->body_size)
+    for (uint32_t i = 0; i < desc->n_fields; i++)
+        if (!field_valid(desc, i))
             return TR_EINVAL;
-    }
     const tr_msg_desc_t *expected = NULL;
     /* release: publishes *desc to tr_msg_desc's acquire load */
     if (!atomic_compare_exchange_strong_explicit(&user_types[desc->type - TR_MSG_USER],

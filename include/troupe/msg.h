@@ -195,17 +195,32 @@ const char *tr_msg_type_name(uint32_t type);
 
 /* Registers an application message type (desc->type >= TR_MSG_USER) so that it can be
  * encoded, decoded and named. desc must outlive the process's use of it. TR_EEXIST when the
- * type is taken, TR_EINVAL for a malformed descriptor. Call before starting runtimes. */
+ * type is taken, TR_EINVAL for a malformed descriptor (more than TR_MSG_MAX_FIELDS fields, a
+ * field without a name or with a repeated one, outside the body, or whose size does not match
+ * its kind). Call before starting runtimes. */
 int tr_msg_type_register(const tr_msg_desc_t *desc);
+
+/* The wire format (docs/messages.md describes it): its version, the largest encoded message
+ * tr_msg_decode accepts, and the deepest nesting of msgpack arrays and maps it accepts. */
+#define TR_MSG_WIRE_VERSION 1
+#define TR_MSG_MAX_ENCODED (1u << 20)
+#define TR_MSG_MAX_DEPTH 8
+/* Most fields a registered type may declare (the decoder tracks them in a 64-bit mask). */
+#define TR_MSG_MAX_FIELDS 64
 
 /* Encodes m (envelope and body) as msgpack into buf. On success *len is the encoded size.
  * TR_ENOSPC when cap is too small (*len then says how much is needed), TR_ENOTSUP for a type
- * without a descriptor. Any thread. */
+ * without a descriptor, TR_EINVAL for a body the decoder would reject (a string without its
+ * NUL, a malformed tensor reference, a body smaller than the type's), TR_EOVERFLOW when the
+ * encoding would exceed TR_MSG_MAX_ENCODED. Any thread. */
 int tr_msg_encode(const tr_msg_t *m, void *buf, size_t cap, size_t *len);
 
-/* Decodes a msgpack message into a new message from rt's pool. A truncated, mistyped,
- * too-deep or oversize payload gives TR_EDECODE and a log line naming the type and field;
- * when errbuf is not NULL the same text is written there. Any thread. */
+/* Decodes a msgpack message into a new message from rt's pool; *out is the caller's, to send
+ * or tr_msg_free. A truncated, mistyped, too-deep or oversize payload, an unknown type, or a
+ * missing, unknown or repeated field gives TR_EDECODE and one log line on stderr naming the
+ * type and field ("decode 'timer': field 'tag': expected unsigned integer, got string");
+ * when errbuf is not NULL the same text is written there. TR_ENOMEM when the pool is
+ * exhausted. Any thread. */
 int tr_msg_decode(tr_runtime_t *rt, const void *buf, size_t len, tr_msg_t **out, char *errbuf,
                   size_t errlen);
 
