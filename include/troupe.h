@@ -3,6 +3,7 @@
 #define TR_INCLUDE_TROUPE_H
 
 #include "troupe/error.h"
+#include "troupe/monitor.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
 
