@@ -9,4 +9,7 @@ typedef struct tr_command {
     int (*run)(int argc, char **argv);
 } tr_command_t;
 
+/* `troupe trace summary|plot|merge` (cmd_trace.c). */
+int tr_cmd_trace(int argc, char **argv);
+
 #endif
