@@ -59,7 +59,11 @@ void tr__out_json_str(tr__outbuf_t *o, const char *s)
     if (!s)
         s = "";
     out_mem(o, "\"", 1);
-    for (; *s; s++) {
+    size_t plain = 0; /* the common case: nothing to escape, one copy */
+    while (s[plain] && s[plain] != '"' && s[plain] != '\\' && (unsigned char)s[plain] >= 0x20)
+        plain++;
+    out_mem(o, s, plain);
+    for (s += plain; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\') {
             char esc[2] = {'\\', (char)c};
@@ -129,9 +133,18 @@ static void head(tr__outbuf_t *o, const char *ph, unsigned rank, uint32_t tid)
 
 static void flow_id(tr__outbuf_t *o, uint64_t flow)
 {
+    static const char hex[] = "0123456789abcdef";
     char tmp[24];
-    snprintf(tmp, sizeof(tmp), "\"0x%llx\"", (unsigned long long)flow);
-    tr__out_str(o, tmp);
+    int n = sizeof(tmp);
+    tmp[--n] = '"';
+    do {
+        tmp[--n] = hex[flow & 15];
+        flow >>= 4;
+    } while (flow);
+    tmp[--n] = 'x';
+    tmp[--n] = '0';
+    tmp[--n] = '"';
+    out_mem(o, tmp + n, sizeof(tmp) - (size_t)n);
 }
 
 void tr__chrome_header(tr__outbuf_t *o, unsigned rank, uint64_t base_unix_ns)
