@@ -142,6 +142,14 @@ void tr_monitor_stats(tr_monitor_t *m, tr_monitor_stats_t *out);
  * does only for the trace (reading a mailbox depth) when this is 0. Any thread. */
 int tr_monitor_recording(const tr_monitor_t *m);
 
+/* NVTX ranges named like the spans, for Nsight Systems: push when a behaviour starts
+ * handling a message, pop when it returns (the thread that runs it). No-ops when m is NULL
+ * or the build has no CUDA. */
+void tr_monitor_range_push(const tr_monitor_t *m, const char *name);
+void tr_monitor_range_pop(const tr_monitor_t *m);
+/* 1 when this build sends ranges to NVTX. Any thread. */
+int tr_monitor_nvtx_available(void);
+
 /* --- DeepSpeed's SynchronizedWallClockTimer (wall_clock_breakdown) ----------------------- */
 
 /* DeepSpeed's engine timer names, in the order its lines print them. */

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "tr_build_config.h"
 #include "trace_check.h"
 #include "troupe/monitor.h"
 
@@ -240,6 +241,23 @@ static void test_recorder_flight_dump_keeps_last_spans(void **state)
     json_decref(root);
 }
 
+static void test_recorder_nvtx_ranges_follow_the_build(void **state)
+{
+    tr_trace_opts_t o = {.flight_recorder = 1};
+    tr_monitor_t *m;
+    assert_int_equal(tr_monitor_create(&o, &m), 0);
+    assert_int_equal(tr_monitor_nvtx_available(), TR_HAVE_CUDA);
+    for (int i = 0; i < 100; i++) { /* no tool attached: nested pushes and pops are no-ops */
+        tr_monitor_range_push(m, "forward");
+        tr_monitor_range_push(m, "grad_ready");
+        tr_monitor_range_pop(m);
+        tr_monitor_range_pop(m);
+    }
+    tr_monitor_range_push(NULL, "x");
+    tr_monitor_range_pop(NULL);
+    tr_monitor_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_recorder_rejects_bad_options),
         cmocka_unit_test(test_recorder_full_buffer_drops_and_counts),
         cmocka_unit_test(test_recorder_flight_dump_keeps_last_spans),
+        cmocka_unit_test(test_recorder_nvtx_ranges_follow_the_build),
     };
     return cmocka_run_group_tests_name("recorder", tests, make_dir, NULL);
 }
