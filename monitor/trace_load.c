@@ -122,6 +122,8 @@ static int lane_cmp(const void *a, const void *b)
 static int lane_find(const tr_trace_t *t, int rank, int64_t tid)
 {
     tr__tlane_t key = {.rank = rank, .tid = tid};
+    if (!t->n_lanes)
+        return -1;
     const tr__tlane_t *l = bsearch(&key, t->lanes, (size_t)t->n_lanes, sizeof(key), lane_cmp);
     return l ? (int)(l - t->lanes) : -1;
 }
@@ -168,7 +170,8 @@ static int collect_lanes(tr_trace_t *t)
             rank_add(t, (int)json_integer_value(pid));
         }
     }
-    qsort(t->lanes, (size_t)t->n_lanes, sizeof(*t->lanes), lane_cmp);
+    if (t->n_lanes)
+        qsort(t->lanes, (size_t)t->n_lanes, sizeof(*t->lanes), lane_cmp);
     int n = 0;
     for (int i = 0; i < t->n_lanes; i++)
         if (!n || lane_cmp(&t->lanes[n - 1], &t->lanes[i]))
@@ -315,8 +318,10 @@ static int flow_id_cmp(const void *a, const void *b)
 
 static int build_index(tr_trace_t *t)
 {
-    qsort(t->spans, t->n_spans, sizeof(*t->spans), span_cmp);
-    qsort(t->flows, t->n_flows, sizeof(*t->flows), flow_cmp);
+    if (t->n_spans)
+        qsort(t->spans, t->n_spans, sizeof(*t->spans), span_cmp);
+    if (t->n_flows)
+        qsort(t->flows, t->n_flows, sizeof(*t->flows), flow_cmp);
     t->lane_first = calloc((size_t)t->n_lanes + 1, sizeof(size_t));
     t->lane_count = calloc((size_t)t->n_lanes + 1, sizeof(size_t));
     if (!t->lane_first || !t->lane_count)
@@ -347,6 +352,8 @@ long tr__trace_span_at(const tr_trace_t *t, int lane, double t_us)
 const tr__tflow_t *tr__trace_flow(const tr_trace_t *t, uint64_t id, int rank)
 {
     tr__tflow_t key = {.id = id};
+    if (!t->n_flows)
+        return NULL;
     const tr__tflow_t *f = bsearch(&key, t->flows, t->n_flows, sizeof(key), flow_id_cmp);
     if (!f)
         return NULL;

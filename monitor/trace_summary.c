@@ -57,6 +57,8 @@ static int pair_cmp(const void *a, const void *b)
 /* Sorts, clips to [lo, hi] and merges overlapping intervals. */
 static void iv_normalize(ivset_t *s, double lo, double hi)
 {
+    if (!s->n)
+        return;
     qsort(s->v, s->n, 2 * sizeof(double), pair_cmp);
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++) {
