@@ -61,17 +61,19 @@ static double tick_step(double span_ms)
     return raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
 }
 
+/* Ticks every 1, 2 or 5 x 10^k ms from the window's start, labelled relative to it. */
 static void draw_axis(const plot_t *p, int height)
 {
     double span_ms = (p->t1 - p->t0) / 1e3, step = tick_step(span_ms);
-    fprintf(p->out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", LABEL_W,
-            TOP - 8, LABEL_W + p->plot_w, TOP - 8);
-    for (double ms = ceil(p->t0 / 1e3 / step) * step; ms <= p->t1 / 1e3 + 1e-9; ms += step) {
-        double x = px(p, ms * 1e3);
-        fprintf(p->out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>\n"
-                        "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g ms"
+    fprintf(p->out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n"
+                    "<text x=\"6\" y=\"%d\" font-size=\"10\">ms from %.3f ms</text>\n",
+            LABEL_W, TOP - 8, LABEL_W + p->plot_w, TOP - 8, TOP - 12, p->t0 / 1e3);
+    for (int i = 0; i * step <= span_ms * (1 + 1e-9); i++) {
+        double rel = i * step, x = px(p, p->t0 + rel * 1e3);
+        fprintf(p->out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n"
+                        "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g"
                         "</text>\n",
-                x, TOP - 8, x, height - 20, x, TOP - 12, ms);
+                x, TOP - 8, x, height - 24, x, TOP - 12, rel);
     }
 }
 
@@ -147,7 +149,8 @@ static void draw_steps(const plot_t *p, int height)
         fprintf(p->out, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#c00\" "
                         "stroke-dasharray=\"4,3\"/>\n<text x=\"%.2f\" y=\"%d\" font-size=\"10\" "
                         "fill=\"#c00\">r%d step %lld</text>\n",
-                x, TOP - 4, x, height - 20, x + 2, height - 8, m->rank, (long long)m->step);
+                x, TOP - 4, x, height - 24, x + 2, height - 14 + 10 * (m->rank % 2), m->rank,
+                (long long)m->step);
     }
 }
 
@@ -179,7 +182,7 @@ int tr_trace_plot_svg(const tr_trace_t *t, FILE *out, const tr_plot_opts_t *o)
     for (int l = 0; l < t->n_lanes; l++)
         p.row[l] = t->lane_count[l] ? p.rows++ : -1;
     time_range(&p, o);
-    int height = (int)row_y(p.rows) + 30;
+    int height = (int)row_y(p.rows) + 34;
     fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
                  "2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n"
                  "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
@@ -187,8 +190,8 @@ int tr_trace_plot_svg(const tr_trace_t *t, FILE *out, const tr_plot_opts_t *o)
                  "L0,10 z\" fill=\"#222\"/></marker></defs>\n<rect width=\"100%%\" "
                  "height=\"100%%\" fill=\"white\"/>\n", p.width, height);
     draw_legend(&p);
-    draw_axis(&p, height);
     draw_lanes(&p);
+    draw_axis(&p, height);
     draw_spans(&p);
     draw_steps(&p, height);
     draw_arrows(&p, o && o->max_arrows > 0 ? o->max_arrows : 4000);

@@ -19,7 +19,7 @@ static int usage(FILE *out)
     fprintf(out, "usage: troupe trace summary DIR|FILE [--json]\n"
                  "       troupe trace plot DIR|FILE -o timeline.svg [--width PX] [--from US] "
                  "[--to US]\n"
-                 "       troupe trace merge DIR|FILE... -o merged.json\n"
+                 "       troupe trace merge DIR -o merged.json\n"
                  "DIR holds trace_rank<R>.json files; a file cut short by a crash is repaired.\n");
     return out == stdout ? 0 : 2;
 }
