@@ -121,6 +121,13 @@ void tr_monitor_send(tr_monitor_t *m, uint32_t lane, uint64_t flow, const char *
 void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double value,
                         uint64_t now_ns);
 
+/* The counters' names, so every actor reports the same series. */
+#define TR_COUNTER_MAILBOX_DEPTH "mailbox_depth"     /* per lane: messages queued */
+#define TR_COUNTER_BUCKET_BYTES "bucket_bytes"       /* gradient bucket memory in use */
+#define TR_COUNTER_PINNED_BYTES "pinned_bytes"       /* pinned host memory in use */
+#define TR_COUNTER_DEVICE_BYTES "device_bytes"       /* device memory in use */
+#define TR_COUNTER_AIO_INFLIGHT "aio_bytes_in_flight" /* NVMe reads/writes submitted */
+
 /* An instant marker on a lane. Any thread. */
 void tr_monitor_instant(tr_monitor_t *m, uint32_t lane, const char *name, uint64_t now_ns);
 
@@ -218,6 +225,18 @@ size_t tr_progress_line(unsigned rank, uint64_t step, uint64_t skipped, const do
 size_t tr_pyfloat_format(double v, char *buf, size_t cap);
 
 /* --- csv_monitor ----------------------------------------------------------------------- */
+
+/* The tags DeepSpeed's engine writes to its monitors (csv_monitor, tensorboard), with the
+ * step being the number of samples trained so far. */
+#define TR_TAG_TRAIN_LOSS "Train/Samples/train_loss"
+#define TR_TAG_LR "Train/Samples/lr"
+#define TR_TAG_LOSS_SCALE "Train/Samples/loss_scale" /* fp16 only */
+#define TR_TAG_FORWARD_MS "Train/Samples/elapsed_time_ms_forward"
+#define TR_TAG_BACKWARD_MS "Train/Samples/elapsed_time_ms_backward"
+#define TR_TAG_BACKWARD_INNER_MS "Train/Samples/elapsed_time_ms_backward_inner"
+#define TR_TAG_BACKWARD_ALLREDUCE_MS "Train/Samples/elapsed_time_ms_backward_allreduce"
+#define TR_TAG_STEP_MS "Train/Samples/elapsed_time_ms_step"
+/* comms_logger's records land here with the multi-rank issue. */
 
 typedef struct tr_csv_monitor tr_csv_monitor_t;
 

@@ -16,14 +16,14 @@
 #include "troupe/monitor.h"
 
 static const char *tags[] = {
-    "Train/Samples/train_loss",
-    "Train/Samples/lr",
-    "Train/Samples/loss_scale",
-    "Train/Samples/elapsed_time_ms_forward",
-    "Train/Samples/elapsed_time_ms_backward",
-    "Train/Samples/elapsed_time_ms_backward_inner",
-    "Train/Samples/elapsed_time_ms_backward_allreduce",
-    "Train/Samples/elapsed_time_ms_step",
+    TR_TAG_TRAIN_LOSS,
+    TR_TAG_LR,
+    TR_TAG_LOSS_SCALE,
+    TR_TAG_FORWARD_MS,
+    TR_TAG_BACKWARD_MS,
+    TR_TAG_BACKWARD_INNER_MS,
+    TR_TAG_BACKWARD_ALLREDUCE_MS,
+    TR_TAG_STEP_MS,
     "odd tag, with \"quotes\"",
 };
 #define N_TAGS (sizeof(tags) / sizeof(tags[0]))
