@@ -150,6 +150,50 @@ static void test_recorder_pairs_flows_across_threads(void **state)
     assert_int_equal(c.flow_ends, 5000);
 }
 
+/* Each thread owns a lane and records n back-to-back spans. */
+static void *lane_thread(void *arg)
+{
+    pair_ctx_t *p = arg;
+    uint64_t t = base + 1000;
+    for (int i = 0; i < p->n; i++) {
+        tr_span_t s = span((uint32_t)p->sender, t + (uint64_t)i * 100,
+                           t + (uint64_t)i * 100 + 50, 0, 0);
+        tr_monitor_span(p->m, &s);
+    }
+    return NULL;
+}
+
+static void test_recorder_accounts_for_every_event_under_contention(void **state)
+{
+    /* small buffers and a fast writer: some events are dropped, none is lost or doubled */
+    enum { THREADS = 4, N = 20000 };
+    tr_trace_opts_t o = {.enabled = 1, .output_path = dir, .rank = 3, .buffer_events = 512,
+                         .flush_ms = 1};
+    tr_monitor_t *m;
+    assert_int_equal(tr_monitor_create(&o, &m), 0);
+    pthread_t th[THREADS];
+    pair_ctx_t ctx[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        ctx[i] = (pair_ctx_t){m, i, N};
+        pthread_create(&th[i], NULL, lane_thread, &ctx[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    tr_monitor_destroy(m);
+    trace_counts_t c;
+    json_t *root = trace_check_file(path, &c); /* lanes do not overlap: none doubled */
+    json_int_t dropped = -1;
+    for (size_t i = 0; i < json_array_size(root); i++) {
+        json_t *ev = json_array_get(root, i);
+        if (!strcmp(json_string_value(json_object_get(ev, "name")), "troupe_stats"))
+            dropped = json_integer_value(json_object_get(json_object_get(ev, "args"), "dropped"));
+    }
+    json_decref(root);
+    assert_true(dropped >= 0);
+    assert_int_equal(c.spans + dropped, THREADS * N);
+    assert_true(c.spans >= THREADS * 512);
+}
+
 static void test_recorder_window_selects_steps(void **state)
 {
     /* wait 1, warmup 1, active 2, once: steps 2 and 3 are written, nothing after */
@@ -263,6 +307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recorder_writes_valid_chrome_json),
         cmocka_unit_test(test_recorder_pairs_flows_across_threads),
+        cmocka_unit_test(test_recorder_accounts_for_every_event_under_contention),
         cmocka_unit_test(test_recorder_window_selects_steps),
         cmocka_unit_test(test_recorder_rejects_bad_options),
         cmocka_unit_test(test_recorder_full_buffer_drops_and_counts),
