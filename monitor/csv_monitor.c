@@ -92,7 +92,8 @@ static void put_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
-int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uint64_t step)
+/* Appends "<step>,<value>" (value already formatted) to the tag's file. */
+static int write_row(tr_csv_monitor_t *c, const char *tag, const char *value, uint64_t step)
 {
     size_t n = strlen(c->dir) + strlen(tag) + 8;
     char *path = malloc(n);
@@ -112,9 +113,7 @@ int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uin
             put_field(f, slash ? slash + 1 : tag);
             fputs("\r\n", f);
         }
-        char v[40];
-        tr_pyfloat_format(value, v, sizeof(v));
-        fprintf(f, "%llu,%s\r\n", (unsigned long long)step, v);
+        fprintf(f, "%llu,%s\r\n", (unsigned long long)step, value);
         if (ferror(f) | fclose(f))
             err = errno ? -errno : TR_EIO;
     }
@@ -122,4 +121,19 @@ int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uin
         fprintf(stderr, "csv_monitor: cannot write %s: %s\n", path, tr_strerror(err));
     free(path);
     return err;
+}
+
+int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uint64_t step)
+{
+    char v[40];
+    tr_pyfloat_format(value, v, sizeof(v));
+    return write_row(c, tag, v, step);
+}
+
+int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value,
+                             uint64_t step)
+{
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)value);
+    return write_row(c, tag, v, step);
 }

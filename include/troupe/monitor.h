@@ -97,9 +97,10 @@ int tr_monitor_create(const tr_trace_opts_t *opts, tr_monitor_t **out);
  * create. */
 void tr_monitor_destroy(tr_monitor_t *m);
 
-/* Names lane (< TR_MONITOR_MAX_LANES) and gives its kind; name is copied. Writes the lane's
- * thread_name and thread_sort_index metadata. TR_EINVAL for a lane out of range. Any
- * thread; before the lane's first span. */
+/* Names lane (< TR_MONITOR_MAX_LANES) and gives its kind; name is copied (47 bytes kept).
+ * Writes the lane's thread_name and thread_sort_index metadata. A lane is named once: later
+ * calls for it are ignored. TR_EINVAL for a lane or kind out of range. Any thread; before
+ * the lane's first span. */
 int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lane_kind_t kind);
 
 /* The engine starts step `step` (0-based, counting optimizer steps): moves the window and
@@ -250,6 +251,11 @@ void tr_csv_monitor_destroy(tr_csv_monitor_t *c);
  * Train_Samples_lr.csv, header "step,lr"), as Python's csv module writes it. -errno on a
  * write error, naming the file on stderr. */
 int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uint64_t step);
+/* The same for a value DeepSpeed holds as a Python int, printed without ".0": the fp16 loss
+ * scale is 2**initial_scale_power (an int) until the scaler first changes it, and a float
+ * ("32768.0") from then on. */
+int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value,
+                             uint64_t step);
 /* The directory the files go to. */
 const char *tr_csv_monitor_dir(const tr_csv_monitor_t *c);
 

@@ -3,7 +3,8 @@
 only, used by test_csv_monitor as the independent reference for the files' bytes.
 
 usage: ds_csv_reference.py EVENTS OUTPUT_PATH JOB_NAME
-EVENTS has one event per line: tag<TAB>value (%.17g)<TAB>step. A line "RESUME" starts a new
+EVENTS has one event per line: tag<TAB>value<TAB>step, the value as %.17g for a Python float
+or as i:<n> for a Python int. A line "RESUME" starts a new
 process (DeepSpeed forgets which files it has written); the one change from DeepSpeed is
 that the header is written only into an empty file, so a resumed run has one header.
 """
@@ -45,7 +46,8 @@ def main():
                 mon = CsvMonitor(output_path, job_name)
                 continue
             tag, value, step = line.split('\t')
-            mon.write_events([(tag, float(value), int(step))])
+            value = int(value[2:]) if value.startswith('i:') else float(value)
+            mon.write_events([(tag, value, int(step))])
 
 
 main()
