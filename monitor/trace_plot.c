@@ -107,19 +107,43 @@ static void draw_lanes(const plot_t *p)
     }
 }
 
-static void draw_spans(const plot_t *p)
+static void draw_rect(const plot_t *p, int lane, double x0, double x1, const char *title,
+                      const tr__tspan_t *s, size_t n)
 {
-    for (size_t i = 0; i < p->t->n_spans; i++) {
-        const tr__tspan_t *s = &p->t->spans[i];
-        if (s->end < p->t0 || s->ts > p->t1)
-            continue;
-        double x0 = px(p, fmax(s->ts, p->t0)), x1 = px(p, fmin(s->end, p->t1));
-        fprintf(p->out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
-                        "<title>", x0, row_y(p->row[s->lane]) + 1, fmax(x1 - x0, 0.5), LANE_H - 2,
-                kind_colour[p->t->lanes[s->lane].kind]);
-        xml_text(p->out, s->name);
+    fprintf(p->out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+                    "<title>", x0, row_y(p->row[lane]) + 1, fmax(x1 - x0, 0.5), LANE_H - 2,
+            kind_colour[p->t->lanes[lane].kind]);
+    if (n > 1)
+        fprintf(p->out, "%zu messages, %.3f ms</title></rect>\n", n, (s->end - s->ts) / 1e3);
+    else {
+        xml_text(p->out, title);
         fprintf(p->out, " step %lld/%lld, %.3f ms</title></rect>\n", (long long)s->step,
                 (long long)s->micro_step, (s->end - s->ts) / 1e3);
+    }
+}
+
+/* Spans in lane order; a run of spans each under a pixel wide with sub-pixel gaps is drawn
+ * as one rectangle ("N messages"), which keeps a long run's picture small and readable. */
+static void draw_spans(const plot_t *p)
+{
+    const tr__tspan_t *sp = p->t->spans;
+    for (size_t i = 0; i < p->t->n_spans;) {
+        if (sp[i].end < p->t0 || sp[i].ts > p->t1) {
+            i++;
+            continue;
+        }
+        double x0 = px(p, fmax(sp[i].ts, p->t0)), x1 = px(p, fmin(sp[i].end, p->t1));
+        size_t j = i + 1;
+        while (x1 - x0 < 1 && j < p->t->n_spans && sp[j].lane == sp[i].lane &&
+               sp[j].ts <= p->t1 && px(p, sp[j].ts) - x1 < 0.5 &&
+               px(p, fmin(sp[j].end, p->t1)) - px(p, sp[j].ts) < 1) {
+            x1 = px(p, fmin(sp[j].end, p->t1));
+            j++;
+        }
+        tr__tspan_t run = sp[i];
+        run.end = sp[j - 1].end;
+        draw_rect(p, sp[i].lane, x0, x1, sp[i].name, j - i > 1 ? &run : &sp[i], j - i);
+        i = j;
     }
 }
 

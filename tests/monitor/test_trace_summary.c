@@ -300,6 +300,37 @@ static void test_trace_summary_plot_draws_lanes_spans_arrows(void **state)
     free(buf);
 }
 
+static void test_trace_summary_plot_groups_subpixel_spans(void **state)
+{
+    uint64_t base = mono_now() + 1000000000; /* after every monitor of the test starts */
+    tr_monitor_t *m = open_rank("dense", 0);
+    for (uint64_t i = 0; i < 1000; i++) { /* 1000 back-to-back 1 us messages, then a long one */
+        tr_span_t s = {"credit", base + i * 1000, base + i * 1000 + 900, 0, 0, 2, 0, 0};
+        tr_monitor_span(m, &s);
+    }
+    tr_span_t s = {"forward", base + 1000000, base + 9000000, 0, 0, 0, 0, 0};
+    tr_monitor_span(m, &s);
+    tr_monitor_destroy(m);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/dense", dir);
+    tr_trace_t *t;
+    char err[256];
+    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    assert_int_equal(tr_trace_plot_svg(t, mem, &(tr_plot_opts_t){.width = 1000}), 0);
+    fclose(mem);
+    tr_trace_destroy(t);
+    int titles = 0;
+    for (char *p = buf; (p = strstr(p, "<title>")); p++)
+        titles++;
+    assert_true(titles < 100);
+    assert_non_null(strstr(buf, " messages, "));
+    assert_non_null(strstr(buf, "<title>forward step 0/0, 8.000 ms</title>"));
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_trace_summary_reads_killed_run),
         cmocka_unit_test(test_trace_summary_bad_input_names_file_and_field),
         cmocka_unit_test(test_trace_summary_plot_draws_lanes_spans_arrows),
+        cmocka_unit_test(test_trace_summary_plot_groups_subpixel_spans),
     };
     return cmocka_run_group_tests_name("trace_summary", tests, setup, teardown);
 }
