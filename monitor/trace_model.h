@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "troupe/monitor.h"
 #include "troupe/trace.h"
@@ -74,5 +75,8 @@ long tr__trace_span_at(const tr_trace_t *t, int lane, double t_us);
 const tr__tflow_t *tr__trace_flow(const tr_trace_t *t, uint64_t id, int rank);
 /* Reads and, when cut short, repairs one file into a JSON array. */
 int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *err, size_t cap);
+
+/* Prints the summary document (trace_summary.c) as text (trace_text.c). */
+void tr__summary_print_text(FILE *out, json_t *doc);
 
 #endif

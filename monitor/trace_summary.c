@@ -11,7 +11,7 @@
  *    the sender of its message or, when its actor was still busy when the message arrived,
  *    the actor's previous span; a chain through the message graph whose length is the step.
  * With several ranks it adds min/median/max per phase and the slowest ranks. The result is
- * one JSON document (jansson); the text form is printed from it.
+ * one JSON document (jansson); trace_text.c prints the text form from it.
  */
 #include "monitor/trace_model.h"
 
@@ -407,110 +407,6 @@ static json_t *summary_json(const tr_trace_t *t)
     return doc;
 }
 
-/* --- text -------------------------------------------------------------------------------- */
-
-static double num(json_t *o, const char *k)
-{
-    return json_number_value(json_object_get(o, k));
-}
-
-static void print_overlap(FILE *out, json_t *ov)
-{
-    json_t *c = json_object_get(ov, "comm"), *io = json_object_get(ov, "io");
-    fprintf(out, "    overlap: comm ");
-    if (json_is_number(c))
-        fprintf(out, "%.1f%% of %.3f ms hidden", 100 * json_number_value(c), num(ov, "comm_busy_ms"));
-    else
-        fprintf(out, "n/a (none)");
-    fprintf(out, " | io ");
-    if (json_is_number(io))
-        fprintf(out, "%.1f%% of %.3f ms hidden\n", 100 * json_number_value(io), num(ov, "io_busy_ms"));
-    else
-        fprintf(out, "n/a (none)\n");
-}
-
-static void print_breakdown(FILE *out, json_t *b, double wall)
-{
-    fprintf(out, "    breakdown:");
-    for (int p = 0; p < N_PHASES; p++) {
-        double ms = num(b, phase_names[p]);
-        fprintf(out, "%s %s %.3f ms (%.1f%%)", p ? " |" : "", phase_names[p], ms,
-                wall > 0 ? 100 * ms / wall : 0);
-    }
-    fprintf(out, "\n");
-}
-
-static void print_step(FILE *out, json_t *st)
-{
-    double wall = num(st, "wall_ms");
-    fprintf(out, "  step %lld: wall %.3f ms\n", (long long)json_integer_value(json_object_get(st, "step")), wall);
-    print_breakdown(out, json_object_get(st, "breakdown_ms"), wall);
-    print_overlap(out, json_object_get(st, "overlap"));
-    size_t i;
-    json_t *a;
-    fprintf(out, "    busy:");
-    json_array_foreach(json_object_get(st, "busy"), i, a)
-        fprintf(out, "%s %s %.3f ms", i ? "," : "", json_string_value(json_object_get(a, "actor")),
-                num(a, "ms"));
-    json_t *cp = json_object_get(st, "critical_path"), *spans = json_object_get(cp, "spans");
-    fprintf(out, "\n    critical path: %.3f ms, %zu spans, %.3f ms busy:", num(cp, "ms"),
-            json_array_size(spans), num(cp, "busy_ms"));
-    json_array_foreach(spans, i, a)
-    {
-        if (i == 8 && json_array_size(spans) > 10) {
-            fprintf(out, " ... (%zu more)", json_array_size(spans) - 9);
-            i = json_array_size(spans) - 1;
-            a = json_array_get(spans, i);
-        }
-        fprintf(out, "%s %s/%s %.3f", i ? " ->" : "", json_string_value(json_object_get(a, "actor")),
-                json_string_value(json_object_get(a, "message")), num(a, "ms"));
-    }
-    fprintf(out, "\n");
-}
-
-static void print_across(FILE *out, json_t *across)
-{
-    size_t i;
-    json_t *st;
-    json_array_foreach(across, i, st)
-    {
-        fprintf(out, "across ranks, step %lld (min/median/max ms):",
-                (long long)json_integer_value(json_object_get(st, "step")));
-        const char *k;
-        json_t *v;
-        json_object_foreach(json_object_get(st, "phases_ms"), k, v)
-            fprintf(out, " %s %.3f/%.3f/%.3f;", k, num(v, "min"), num(v, "median"), num(v, "max"));
-        fprintf(out, " slowest:");
-        size_t j;
-        json_t *r;
-        json_array_foreach(json_object_get(st, "slowest_ranks"), j, r)
-            fprintf(out, " rank %d (%.3f ms)", (int)json_integer_value(json_object_get(r, "rank")),
-                    num(r, "wall_ms"));
-        fprintf(out, "\n");
-    }
-}
-
-static void print_text(FILE *out, json_t *doc)
-{
-    fprintf(out, "%d rank(s), %lld spans%s\n", (int)json_integer_value(json_object_get(doc, "ranks")),
-            (long long)json_integer_value(json_object_get(doc, "spans")),
-            json_integer_value(json_object_get(doc, "repaired_files"))
-                ? " (repaired: cut short by a crash)" : "");
-    size_t i, j;
-    json_t *r, *st;
-    json_array_foreach(json_object_get(doc, "per_rank"), i, r)
-    {
-        fprintf(out, "rank %d\n", (int)json_integer_value(json_object_get(r, "rank")));
-        json_array_foreach(json_object_get(r, "steps"), j, st)
-            print_step(out, st);
-        json_t *tot = json_object_get(r, "total");
-        fprintf(out, "  all steps: wall %.3f ms\n", num(tot, "wall_ms"));
-        print_breakdown(out, json_object_get(tot, "breakdown_ms"), num(tot, "wall_ms"));
-        print_overlap(out, json_object_get(tot, "overlap"));
-    }
-    print_across(out, json_object_get(doc, "across_ranks"));
-}
-
 int tr_trace_summary_write(const tr_trace_t *t, FILE *out, int json)
 {
     json_t *doc = summary_json(t);
@@ -520,7 +416,7 @@ int tr_trace_summary_write(const tr_trace_t *t, FILE *out, int json)
         json_dumpf(doc, out, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
         fputc('\n', out);
     } else {
-        print_text(out, doc);
+        tr__summary_print_text(out, doc);
     }
     json_decref(doc);
     return ferror(out) ? TR_EIO : 0;
