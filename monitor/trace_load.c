@@ -27,7 +27,7 @@ static int fail(char *err, size_t cap, int code, const char *fmt, ...)
     return code;
 }
 
-/* --- reading and repairing one file -------------------------------------------------------- */
+/* --- reading and repairing one file ------------------------------------------------------- */
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -109,7 +109,7 @@ int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *
     return 0;
 }
 
-/* --- lanes ----------------------------------------------------------------------------------- */
+/* --- lanes -------------------------------------------------------------------------------- */
 
 static int lane_cmp(const void *a, const void *b)
 {
@@ -193,7 +193,7 @@ static void name_lane(tr_trace_t *t, json_t *ev)
         t->lanes[l].kind = kind;
 }
 
-/* --- events ---------------------------------------------------------------------------------- */
+/* --- events ------------------------------------------------------------------------------- */
 
 static uint64_t flow_value(json_t *v)
 {
@@ -292,7 +292,7 @@ static int add_event(tr_trace_t *t, caps_t *c, const tr__tfile_t *f, json_t *ev,
     return 0;
 }
 
-/* --- indexes ----------------------------------------------------------------------------------- */
+/* --- indexes ------------------------------------------------------------------------------ */
 
 static int span_cmp(const void *a, const void *b)
 {
@@ -365,7 +365,7 @@ const tr__tflow_t *tr__trace_flow(const tr_trace_t *t, uint64_t id, int rank)
     return f;
 }
 
-/* --- loading ------------------------------------------------------------------------------------ */
+/* --- loading ------------------------------------------------------------------------------ */
 
 static int name_cmp(const void *a, const void *b)
 {
@@ -391,7 +391,8 @@ static int list_files(const char *path, char ***names, int *n, char *err, size_t
         return fail(err, cap, -errno, "%s: %s", path, strerror(errno));
     for (struct dirent *e; (e = readdir(d)) && *n < 1024;) {
         size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "trace_rank", 10) || len < 15 || strcmp(e->d_name + len - 5, ".json"))
+        if (strncmp(e->d_name, "trace_rank", 10) || len < 15 ||
+            strcmp(e->d_name + len - 5, ".json"))
             continue;
         char *p = malloc(strlen(path) + len + 2);
         if (p)

@@ -74,7 +74,8 @@ static void print_details(FILE *out, json_t *st)
             i = n - 1;
         }
         a = json_array_get(spans, i);
-        fprintf(out, "%s %s/%s %.3f", i ? " ->" : "", json_string_value(json_object_get(a, "actor")),
+        fprintf(out, "%s %s/%s %.3f", i ? " ->" : "",
+                json_string_value(json_object_get(a, "actor")),
                 json_string_value(json_object_get(a, "message")), num(a, "ms"));
     }
     fprintf(out, "\n");
@@ -90,7 +91,8 @@ static void print_rank(FILE *out, json_t *r)
     json_array_foreach(steps, i, st)
     {
         char label[24];
-        snprintf(label, sizeof(label), "%lld", (long long)json_integer_value(json_object_get(st, "step")));
+        snprintf(label, sizeof(label), "%lld",
+                 (long long)json_integer_value(json_object_get(st, "step")));
         table_row(out, label, st);
         if (!slowest || num(st, "wall_ms") > num(slowest, "wall_ms"))
             slowest = st;
@@ -123,7 +125,8 @@ static void print_across(FILE *out, json_t *across)
 
 void tr__summary_print_text(FILE *out, json_t *doc)
 {
-    fprintf(out, "%d rank(s), %lld spans%s\n", (int)json_integer_value(json_object_get(doc, "ranks")),
+    fprintf(out, "%d rank(s), %lld spans%s\n",
+            (int)json_integer_value(json_object_get(doc, "ranks")),
             (long long)json_integer_value(json_object_get(doc, "spans")),
             json_integer_value(json_object_get(doc, "repaired_files"))
                 ? " (repaired: cut short by a crash)" : "");

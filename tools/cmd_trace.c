@@ -93,7 +93,8 @@ static int write_output(const trace_args_t *a, tr_trace_t *t, const char *what)
     if (out != stdout && fclose(out))
         err = err ? err : -1;
     if (err)
-        fprintf(stderr, "troupe trace %s: cannot write %s\n", what, a->output ? a->output : "stdout");
+        fprintf(stderr, "troupe trace %s: cannot write %s\n", what,
+                a->output ? a->output : "stdout");
     return err ? 1 : 0;
 }
 

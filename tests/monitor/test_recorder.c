@@ -213,7 +213,8 @@ static void test_recorder_window_selects_steps(void **state)
     for (size_t i = 0; i < json_array_size(root); i++) {
         json_t *ev = json_array_get(root, i);
         if (!strcmp(json_string_value(json_object_get(ev, "ph")), "X")) {
-            json_int_t step = json_integer_value(json_object_get(json_object_get(ev, "args"), "step"));
+            json_t *args = json_object_get(ev, "args");
+            json_int_t step = json_integer_value(json_object_get(args, "step"));
             assert_true(step == 2 || step == 3);
         }
     }
