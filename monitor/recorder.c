@@ -29,8 +29,11 @@
 #include <time.h>
 
 static _Atomic uint64_t next_monitor_id = 1;
-static _Thread_local tr__tbuf_t *tls_buf;
-static _Thread_local uint64_t tls_monitor_id;
+/* This thread's buffers for the last few monitors it recorded to; slot 0 is the current
+ * one. Monitor ids are never reused, so a stale entry of a destroyed monitor never matches. */
+#define TLS_SLOTS 4
+static _Thread_local tr__tbuf_t *tls_buf[TLS_SLOTS];
+static _Thread_local uint64_t tls_monitor_id[TLS_SLOTS];
 
 static const char *const kind_names[TR_LANE_KIND_COUNT_] = {"compute", "comm", "io", "control",
                                                            "data"};
@@ -117,14 +120,32 @@ static tr__tbuf_t *tbuf_new(tr_monitor_t *m)
     return b;
 }
 
+/* Finds or registers this thread's buffer for m and moves it to slot 0. */
+static tr__tbuf_t *tbuf_lookup(tr_monitor_t *m)
+{
+    int i = 1;
+    while (i < TLS_SLOTS && tls_monitor_id[i] != m->id)
+        i++;
+    tr__tbuf_t *b = i < TLS_SLOTS ? tls_buf[i] : tbuf_new(m);
+    if (!b)
+        return NULL;
+    if (i == TLS_SLOTS)
+        i = TLS_SLOTS - 1; /* the least recently used slot gives way */
+    for (; i > 0; i--) {
+        tls_buf[i] = tls_buf[i - 1];
+        tls_monitor_id[i] = tls_monitor_id[i - 1];
+    }
+    tls_buf[0] = b;
+    tls_monitor_id[0] = m->id;
+    return b;
+}
+
 /* This thread's buffer for m; NULL when it cannot be allocated (the event is lost). */
 static inline tr__tbuf_t *tbuf_get(tr_monitor_t *m)
 {
-    if (__builtin_expect(tls_monitor_id == m->id && tls_buf, 1))
-        return tls_buf;
-    tls_buf = tbuf_new(m);
-    tls_monitor_id = tls_buf ? m->id : 0;
-    return tls_buf;
+    if (__builtin_expect(tls_monitor_id[0] == m->id, 1))
+        return tls_buf[0];
+    return tbuf_lookup(m);
 }
 
 /* The slot for the next event, or NULL (buffer full: counted as dropped). */
@@ -230,8 +251,9 @@ void tr_monitor_destroy(tr_monitor_t *m)
         free(b);
         b = next;
     }
-    if (tls_monitor_id == m->id)
-        tls_buf = NULL, tls_monitor_id = 0;
+    for (int i = 0; i < TLS_SLOTS; i++)
+        if (tls_monitor_id[i] == m->id)
+            tls_buf[i] = NULL, tls_monitor_id[i] = 0;
     pthread_mutex_destroy(&m->write_mu);
     pthread_mutex_destroy(&m->wake_mu);
     pthread_cond_destroy(&m->wake);

@@ -37,6 +37,13 @@ static int make_dir(void **state)
     return 0;
 }
 
+static int remove_dir(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd);
+}
+
 static tr_monitor_t *open_monitor(tr_trace_steps_t steps, size_t buffer_events)
 {
     tr_trace_opts_t o = {.enabled = 1, .output_path = dir, .rank = 3, .steps = steps,
@@ -303,6 +310,30 @@ static void test_recorder_nvtx_ranges_follow_the_build(void **state)
     tr_monitor_destroy(m);
 }
 
+static void test_recorder_two_monitors_on_one_thread(void **state)
+{
+    /* alternating between monitors reuses each one's buffer: one per (thread, monitor) */
+    char dir2[300];
+    snprintf(dir2, sizeof(dir2), "%s/second", dir);
+    tr_trace_opts_t o = {.enabled = 1, .output_path = dir2, .rank = 0};
+    tr_monitor_t *a = open_monitor((tr_trace_steps_t){0}, 0), *b;
+    assert_int_equal(tr_monitor_create(&o, &b), 0);
+    for (uint64_t i = 0; i < 1000; i++) {
+        tr_span_t s = span(0, base + i * 10, base + i * 10 + 5, 0, 0);
+        tr_monitor_span(i % 2 ? a : b, &s);
+    }
+    tr_monitor_stats_t sa, sb;
+    tr_monitor_stats(a, &sa);
+    tr_monitor_stats(b, &sb);
+    assert_int_equal(sa.threads, 1);
+    assert_int_equal(sb.threads, 1);
+    tr_monitor_destroy(b);
+    tr_monitor_destroy(a);
+    trace_counts_t c;
+    json_decref(trace_check_file(path, &c));
+    assert_int_equal(c.spans, 500);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_recorder_full_buffer_drops_and_counts),
         cmocka_unit_test(test_recorder_flight_dump_keeps_last_spans),
         cmocka_unit_test(test_recorder_nvtx_ranges_follow_the_build),
+        cmocka_unit_test(test_recorder_two_monitors_on_one_thread),
     };
-    return cmocka_run_group_tests_name("recorder", tests, make_dir, NULL);
+    return cmocka_run_group_tests_name("recorder", tests, make_dir, remove_dir);
 }
