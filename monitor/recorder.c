@@ -392,6 +392,6 @@ void tr_monitor_stats(tr_monitor_t *m, tr_monitor_stats_t *out)
     }
     pthread_mutex_lock(&m->write_mu);
     out->events_written = m->events_written;
-    out->unmatched_flows = m->flows_pending;
+    out->unmatched_flows = m->flows_pending + m->flows_pruned;
     pthread_mutex_unlock(&m->write_mu);
 }

@@ -82,6 +82,9 @@ struct tr_monitor {
     tr__flowmap_t *flows;
     uint64_t events_written;
     uint64_t flows_pending;  /* unpaired flow halves in the map */
+    uint64_t flows_pruned;   /* halves dropped from the map unpaired after FLOW_TTL */
+    uint64_t newest_ns;      /* the latest event time drained */
+    double fill;             /* the fullest buffer's fill at the last drain, 0..1 */
     int write_error;
 
     /* the writer thread */

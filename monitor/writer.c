@@ -10,11 +10,18 @@
  * drained in either order, so the writer pairs them in a hash map keyed by flow id: the first
  * half to arrive waits in the map, the second writes both the "s" and the "f" event. Flow
  * halves still unpaired at close are never written (counted as unmatched_flows), so every
- * flow start in the file has its end. Spans and other events are written at once.
+ * flow start in the file has its end. A half that waits longer than FLOW_TTL (a message that
+ * was never handled: a dead letter, a stop) is pruned once the map is large, so a long run's
+ * map stays bounded. Spans and other events are written at once.
+ *
+ * Pace. The thread sleeps flush_ms between drains, halved (down to 1 ms) while some buffer
+ * was more than half full at the last drain and doubled back when all are below an eighth,
+ * so a burst is drained before it overflows without waking an idle run often.
  */
 #include "monitor/recorder.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -103,6 +110,25 @@ static void flowmap_remove(tr__flowmap_t *fm, flow_half_t *slot)
     fm->count--;
 }
 
+#define FLOW_TTL_NS (10ull * 1000000000ull)
+#define FLOW_PRUNE_AT 65536
+
+/* Rebuilds the map without halves older than cutoff; returns how many were dropped. */
+static size_t flowmap_prune(tr__flowmap_t *fm, uint64_t cutoff)
+{
+    tr__flowmap_t fresh = {0};
+    size_t dropped = 0;
+    for (size_t i = 0; i < fm->cap; i++) {
+        if (!fm->slots[i].flow)
+            continue;
+        if (fm->slots[i].ns < cutoff || flowmap_put(&fresh, &fm->slots[i]))
+            dropped++;
+    }
+    free(fm->slots);
+    *fm = fresh;
+    return dropped;
+}
+
 /* --- draining ---------------------------------------------------------------------------- */
 
 static void pair_flow(tr_monitor_t *m, tr__outbuf_t *o, const flow_half_t *h)
@@ -146,6 +172,8 @@ static tr_lane_kind_t lane_kind(tr_monitor_t *m, uint32_t lane)
 static void write_event(tr_monitor_t *m, tr__outbuf_t *o, const tr__event_t *e)
 {
     unsigned rank = m->opts.rank;
+    if (e->t0 > m->newest_ns)
+        m->newest_ns = e->t0;
     switch (e->type) {
     case TR__EV_SPAN: {
         tr_span_t s = {e->name, e->t0, e->t1, e->step, e->micro_step, e->lane, e->bytes, e->flow};
@@ -169,11 +197,13 @@ static void write_event(tr_monitor_t *m, tr__outbuf_t *o, const tr__event_t *e)
     }
 }
 
-static void drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
+/* Writes out one buffer's events; returns how full it was (0..1). */
+static double drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
 {
     uint64_t t = atomic_load_explicit(&b->tail, memory_order_relaxed);
     /* acquire: pairs with the owner's release store of head in slot_publish */
     uint64_t h = atomic_load_explicit(&b->head, memory_order_acquire);
+    double fill = (double)(h - t) / (double)(b->mask + 1);
     for (; t != h; t++) {
         const tr__event_t *e = &b->events[t & b->mask];
         if (!e->warmup)
@@ -181,6 +211,7 @@ static void drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
     }
     /* release: pairs with the owner's acquire load of tail; our reads of the slots are done */
     atomic_store_explicit(&b->tail, t, memory_order_release);
+    return fill;
 }
 
 static int out_write(tr_monitor_t *m, tr__outbuf_t *o)
@@ -200,9 +231,15 @@ int tr__writer_drain(tr_monitor_t *m)
     pthread_mutex_lock(&m->write_mu);
     tr__outbuf_t o = {0};
     write_lanes(m, &o);
+    double fill = 0;
     for (tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire); b; b = b->next)
         if (b->events)
-            drain_buffer(m, b, &o);
+            fill = fmax(fill, drain_buffer(m, b, &o));
+    m->fill = fill;
+    if (m->flows->count > FLOW_PRUNE_AT && m->newest_ns > FLOW_TTL_NS) {
+        m->flows_pruned += flowmap_prune(m->flows, m->newest_ns - FLOW_TTL_NS);
+        m->flows_pending = m->flows->count;
+    }
     int err = out_write(m, &o);
     if (err && !m->write_error)
         m->write_error = err;
@@ -258,14 +295,29 @@ int tr__writer_open(tr_monitor_t *m)
     return err;
 }
 
+/* The next sleep: shorter while buffers fill up, back to flush_ms when they do not. */
+static uint64_t next_period(tr_monitor_t *m, uint64_t period_ns)
+{
+    uint64_t max_ns = (uint64_t)m->opts.flush_ms * 1000000u;
+    pthread_mutex_lock(&m->write_mu);
+    double fill = m->fill;
+    pthread_mutex_unlock(&m->write_mu);
+    if (fill > 0.5)
+        return period_ns / 2 > 1000000u ? period_ns / 2 : 1000000u;
+    if (fill < 0.125)
+        return period_ns * 2 < max_ns ? period_ns * 2 : max_ns;
+    return period_ns;
+}
+
 static void *writer_main(void *arg)
 {
     tr_monitor_t *m = arg;
+    uint64_t period_ns = (uint64_t)m->opts.flush_ms * 1000000u;
     pthread_mutex_lock(&m->wake_mu);
     while (!m->stopping) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)m->opts.flush_ms * 1000000u;
+        uint64_t ns = (uint64_t)until.tv_nsec + period_ns;
         until.tv_sec += (time_t)(ns / 1000000000u);
         until.tv_nsec = (long)(ns % 1000000000u);
         pthread_cond_timedwait(&m->wake, &m->wake_mu, &until);
@@ -273,6 +325,7 @@ static void *writer_main(void *arg)
             break;
         pthread_mutex_unlock(&m->wake_mu);
         tr__writer_drain(m);
+        period_ns = next_period(m, period_ns);
         pthread_mutex_lock(&m->wake_mu);
     }
     pthread_mutex_unlock(&m->wake_mu);

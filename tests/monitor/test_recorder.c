@@ -334,6 +334,31 @@ static void test_recorder_two_monitors_on_one_thread(void **state)
     assert_int_equal(c.spans, 500);
 }
 
+static void test_recorder_prunes_flows_never_handled(void **state)
+{
+    /* 70000 sends never handled (dead letters) spread over 7 s, then one 20 s later: the
+     * writer forgets the old halves, so handling one of them much later writes no arrow */
+    tr_monitor_t *m = open_monitor((tr_trace_steps_t){0}, 1 << 17);
+    for (uint64_t i = 1; i <= 70000; i++)
+        tr_monitor_send(m, 0, i, "dead_letter", base + i * 100000);
+    tr_monitor_send(m, 0, 999999, "recent", base + 20000000000ull);
+    assert_int_equal(tr_monitor_flush(m), 0);
+    uint64_t late = base + 20000000000ull;
+    for (uint64_t i = 1; i <= 10; i++) {
+        tr_span_t s = span(1, late + i * 100, late + i * 100 + 50, 0, i);
+        tr_monitor_span(m, &s);
+    }
+    assert_int_equal(tr_monitor_flush(m), 0);
+    tr_monitor_stats_t st;
+    tr_monitor_stats(m, &st);
+    assert_int_equal(st.unmatched_flows, 70000 + 1 + 10);
+    tr_monitor_destroy(m);
+    trace_counts_t c;
+    json_decref(trace_check_file(path, &c));
+    assert_int_equal(c.flow_starts, 0);
+    assert_int_equal(c.spans, 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_recorder_flight_dump_keeps_last_spans),
         cmocka_unit_test(test_recorder_nvtx_ranges_follow_the_build),
         cmocka_unit_test(test_recorder_two_monitors_on_one_thread),
+        cmocka_unit_test(test_recorder_prunes_flows_never_handled),
     };
     return cmocka_run_group_tests_name("recorder", tests, make_dir, remove_dir);
 }
