@@ -75,6 +75,39 @@ static void count_flow(json_t *map, json_t *ev)
     assert_string_equal(json_string_value(json_object_get(ev, "cat")), "msg");
 }
 
+/* Whether a span on (pid, tid) encloses ts: a flow event binds to it (iv sorted). */
+static int enclosed(const span_iv_t *iv, int n, long long pid, long long tid, double ts)
+{
+    int lo = 0, hi = n; /* the first span after (pid, tid, ts) */
+    span_iv_t key = {pid, tid, ts, ts};
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (by_lane_then_ts(&iv[mid], &key) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && iv[lo - 1].pid == pid && iv[lo - 1].tid == tid && iv[lo - 1].end >= ts;
+}
+
+/* Every "s" and "f" lies inside a span of its lane, so viewers can bind the arrow. */
+static void check_bindings(json_t *root, const span_iv_t *iv, int n)
+{
+    size_t i;
+    json_t *ev;
+    json_array_foreach(root, i, ev)
+    {
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        if (strcmp(ph, "s") && strcmp(ph, "f"))
+            continue;
+        if (!enclosed(iv, n, json_integer_value(json_object_get(ev, "pid")),
+                      json_integer_value(json_object_get(ev, "tid")),
+                      json_number_value(json_object_get(ev, "ts"))))
+            fail_msg("event %zu: flow \"%s\" at ts %.3f is not inside a span of its lane", i, ph,
+                     json_number_value(json_object_get(ev, "ts")));
+    }
+}
+
 json_t *trace_check_file(const char *path, trace_counts_t *c)
 {
     json_error_t jerr;
@@ -119,6 +152,7 @@ json_t *trace_check_file(const char *path, trace_counts_t *c)
     for (int i = 1; i < c->spans; i++)
         if (iv[i].pid == iv[i - 1].pid && iv[i].tid == iv[i - 1].tid)
             assert_true(iv[i].ts >= iv[i - 1].end);
+    check_bindings(root, iv, c->spans);
     json_decref(fs);
     json_decref(ff);
     free(iv);

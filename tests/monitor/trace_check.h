@@ -1,6 +1,7 @@
 /* A checker for Chrome trace-event files, shared by the monitor's tests: it parses a file
  * with jansson and asserts the format (event fields by phase, every flow start has one end,
- * spans on one lane never overlap). */
+ * both inside a span of their lane so viewers bind the arrow, spans on one lane never
+ * overlap). */
 #ifndef TR_TESTS_MONITOR_TRACE_CHECK_H
 #define TR_TESTS_MONITOR_TRACE_CHECK_H
 
