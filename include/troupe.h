@@ -6,5 +6,6 @@
 #include "troupe/monitor.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
+#include "troupe/trace.h"
 
 #endif

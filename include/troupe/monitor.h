@@ -99,8 +99,8 @@ void tr_monitor_destroy(tr_monitor_t *m);
 
 /* Names lane (< TR_MONITOR_MAX_LANES) and gives its kind; name is copied (47 bytes kept).
  * Writes the lane's thread_name and thread_sort_index metadata. A lane is named once: later
- * calls for it are ignored. TR_EINVAL for a lane or kind out of range. Any thread; before
- * the lane's first span. */
+ * calls for it are ignored. TR_EINVAL for a lane or kind out of range; NULL m does
+ * nothing. Any thread; before the lane's first span. */
 int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lane_kind_t kind);
 
 /* The engine starts step `step` (0-based, counting optimizer steps): moves the window and
