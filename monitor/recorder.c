@@ -148,6 +148,13 @@ static inline tr__tbuf_t *tbuf_get(tr_monitor_t *m)
     return tbuf_lookup(m);
 }
 
+/* Counts a lost event (owner-written, relaxed: read for the stats only). */
+static void count_drop(tr__tbuf_t *b)
+{
+    atomic_store_explicit(&b->dropped, atomic_load_explicit(&b->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
 /* The slot for the next event, or NULL (buffer full: counted as dropped). */
 static inline tr__event_t *slot_claim(tr__tbuf_t *b, uint64_t *head)
 {
@@ -155,9 +162,7 @@ static inline tr__event_t *slot_claim(tr__tbuf_t *b, uint64_t *head)
     /* acquire: pairs with the writer's release store of tail after it copied the slots */
     uint64_t t = atomic_load_explicit(&b->tail, memory_order_acquire);
     if (h - t > b->mask) {
-        atomic_store_explicit(&b->dropped,
-                              atomic_load_explicit(&b->dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+        count_drop(b);
         return NULL;
     }
     *head = h;
@@ -170,16 +175,23 @@ static inline void slot_publish(tr__tbuf_t *b, uint64_t head)
     atomic_store_explicit(&b->head, head + 1, memory_order_release);
 }
 
-/* Claims a slot when m is recording; fills the common fields. */
-static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type, uint64_t *h)
+/* Claims a slot when m is recording; fills the common fields. A lane out of range (a bug
+ * in the caller) is counted as a drop rather than written under a wrong lane. */
+static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type, uint32_t lane,
+                                       uint64_t *h)
 {
     int state = atomic_load_explicit(&m->state, memory_order_relaxed);
     if (!state || !b->events)
         return NULL;
+    if (lane > TR_MONITOR_MAX_LANES) {
+        count_drop(b);
+        return NULL;
+    }
     tr__event_t *e = slot_claim(b, h);
     if (e) {
         e->type = (uint8_t)type;
         e->warmup = state == 1;
+        e->lane = (uint16_t)lane;
     }
     return e;
 }
@@ -287,11 +299,10 @@ void tr_monitor_step(tr_monitor_t *m, uint64_t step, uint64_t now_ns)
     atomic_store_explicit(&m->state, window_state(&m->opts.steps, step), memory_order_relaxed);
     tr__tbuf_t *b = tbuf_get(m);
     uint64_t h;
-    tr__event_t *e = b ? event_begin(m, b, TR__EV_STEP, &h) : NULL;
+    tr__event_t *e = b ? event_begin(m, b, TR__EV_STEP, 0, &h) : NULL;
     if (!e)
         return;
     e->name = "step";
-    e->lane = 0;
     e->t0 = now_ns;
     e->step = step;
     slot_publish(b, h);
@@ -315,11 +326,12 @@ void tr_monitor_span(tr_monitor_t *m, const tr_span_t *s)
     if (b->flight)
         flight_put(b, s);
     uint64_t h;
-    tr__event_t *e = event_begin(m, b, TR__EV_SPAN, &h);
+    /* a span's lane must be < TR_MONITOR_MAX_LANES (a counter's lane + 1 may equal it) */
+    tr__event_t *e = event_begin(m, b, TR__EV_SPAN, s->lane < TR_MONITOR_MAX_LANES ? s->lane : ~0u,
+                                 &h);
     if (!e)
         return;
     e->name = s->name;
-    e->lane = s->lane;
     e->t0 = s->begin_ns;
     e->t1 = s->end_ns;
     e->step = s->step;
@@ -337,9 +349,10 @@ static inline tr__event_t *point_begin(tr_monitor_t *m, tr__tbuf_t **bp, int typ
     if (!m || !m->opts.enabled)
         return NULL;
     tr__tbuf_t *b = tbuf_get(m);
-    tr__event_t *e = b ? event_begin(m, b, type, h) : NULL;
+    if (type != TR__EV_COUNTER && lane >= TR_MONITOR_MAX_LANES)
+        lane = ~0u; /* counted as a drop */
+    tr__event_t *e = b ? event_begin(m, b, type, lane, h) : NULL;
     if (e) {
-        e->lane = lane;
         e->name = name;
         e->t0 = ns;
     }
@@ -364,7 +377,7 @@ void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double valu
 {
     tr__tbuf_t *b;
     uint64_t h;
-    uint32_t l = lane < 0 ? 0 : (uint32_t)lane + 1;
+    uint32_t l = lane < 0 ? 0 : lane < TR_MONITOR_MAX_LANES ? (uint32_t)lane + 1 : ~0u;
     tr__event_t *e = point_begin(m, &b, TR__EV_COUNTER, l, name, now_ns, &h);
     if (e) {
         e->value = value;

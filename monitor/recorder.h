@@ -24,8 +24,8 @@ enum {
 typedef struct tr__event {
     uint8_t type;
     uint8_t warmup;  /* recorded in a warmup step: drained but not written */
-    uint16_t pad_;
-    uint32_t lane;   /* for a counter: lane + 1, 0 = process-wide */
+    uint16_t lane;   /* < TR_MONITOR_MAX_LANES; for a counter: lane + 1, 0 = process-wide */
+    uint32_t micro_step;
     const char *name;
     uint64_t t0, t1; /* ns; t1 only for spans */
     uint64_t step;
@@ -34,7 +34,6 @@ typedef struct tr__event {
         uint64_t flow;
         double value;
     };
-    uint32_t micro_step;
 } tr__event_t;
 
 /* A thread's buffers: the trace ring (single producer: the owning thread; single consumer:

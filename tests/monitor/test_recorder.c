@@ -83,6 +83,12 @@ static void test_recorder_writes_valid_chrome_json(void **state)
     tr_monitor_stats(m, &st);
     assert_int_equal(st.dropped, 0);
     assert_int_equal(st.unmatched_flows, 0);
+    /* a lane out of range is not written under a wrong lane: it is dropped and counted */
+    tr_span_t bad = span(TR_MONITOR_MAX_LANES, t + 30000, t + 30001, 0, 0);
+    tr_monitor_span(m, &bad);
+    tr_monitor_send(m, TR_MONITOR_MAX_LANES + 7, 99, "x", t + 30000);
+    tr_monitor_stats(m, &st);
+    assert_int_equal(st.dropped, 2);
     tr_monitor_destroy(m);
 
     trace_counts_t c;
