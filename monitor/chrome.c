@@ -40,13 +40,16 @@ void tr__out_free(tr__outbuf_t *o)
     memset(o, 0, sizeof(*o));
 }
 
-static void out_mem(tr__outbuf_t *o, const char *s, size_t n)
+static inline void out_mem(tr__outbuf_t *o, const char *s, size_t n)
 {
-    if (reserve(o, n))
+    if (__builtin_expect(o->len + n > o->cap, 0) && reserve(o, n))
         return;
     memcpy(o->data + o->len, s, n);
     o->len += n;
 }
+
+/* A string literal: its length is known at compile time, so the copy is inlined. */
+#define OUT_LIT(o, lit) out_mem((o), (lit), sizeof(lit) - 1)
 
 void tr__out_str(tr__outbuf_t *o, const char *s)
 {
@@ -105,7 +108,7 @@ void tr__out_double(tr__outbuf_t *o, double v)
         return;
     }
     if (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
-        tr__out_str(o, "null"); /* JSON has no NaN or infinity */
+        OUT_LIT(o, "null"); /* JSON has no NaN or infinity */
         return;
     }
     char tmp[32];
@@ -123,11 +126,11 @@ static uint64_t rel(uint64_t ns, uint64_t base)
 /* {"ph":"<ph>","pid":R,"tid":T, — the common head of every event. */
 static void head(tr__outbuf_t *o, const char *ph, unsigned rank, uint32_t tid)
 {
-    tr__out_str(o, "{\"ph\":\"");
+    OUT_LIT(o, "{\"ph\":\"");
     tr__out_str(o, ph);
-    tr__out_str(o, "\",\"pid\":");
+    OUT_LIT(o, "\",\"pid\":");
     tr__out_u64(o, rank);
-    tr__out_str(o, ",\"tid\":");
+    OUT_LIT(o, ",\"tid\":");
     tr__out_u64(o, tid);
 }
 
@@ -149,35 +152,35 @@ static void flow_id(tr__outbuf_t *o, uint64_t flow)
 
 void tr__chrome_header(tr__outbuf_t *o, unsigned rank, uint64_t base_unix_ns)
 {
-    tr__out_str(o, "[\n");
+    OUT_LIT(o, "[\n");
     head(o, "M", rank, 0);
-    tr__out_str(o, ",\"name\":\"process_name\",\"args\":{\"name\":\"rank ");
+    OUT_LIT(o, ",\"name\":\"process_name\",\"args\":{\"name\":\"rank ");
     tr__out_u64(o, rank);
-    tr__out_str(o, "\"}},\n");
+    OUT_LIT(o, "\"}},\n");
     head(o, "M", rank, 0);
-    tr__out_str(o, ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+    OUT_LIT(o, ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
     tr__out_u64(o, rank);
-    tr__out_str(o, "}},\n");
+    OUT_LIT(o, "}},\n");
     head(o, "M", rank, 0);
-    tr__out_str(o, ",\"name\":\"troupe_clock\",\"args\":{\"base_unix_ns\":");
+    OUT_LIT(o, ",\"name\":\"troupe_clock\",\"args\":{\"base_unix_ns\":");
     tr__out_u64(o, base_unix_ns);
-    tr__out_str(o, ",\"rank\":");
+    OUT_LIT(o, ",\"rank\":");
     tr__out_u64(o, rank);
-    tr__out_str(o, ",\"ts_unit\":\"us\",\"version\":1}},\n");
+    OUT_LIT(o, ",\"ts_unit\":\"us\",\"version\":1}},\n");
 }
 
 void tr__chrome_lane(tr__outbuf_t *o, unsigned rank, uint32_t lane, const tr__lane_t *l)
 {
     head(o, "M", rank, lane);
-    tr__out_str(o, ",\"name\":\"thread_name\",\"args\":{\"name\":");
+    OUT_LIT(o, ",\"name\":\"thread_name\",\"args\":{\"name\":");
     tr__out_json_str(o, l->name);
-    tr__out_str(o, ",\"kind\":\"");
+    OUT_LIT(o, ",\"kind\":\"");
     tr__out_str(o, tr_lane_kind_name(l->kind));
-    tr__out_str(o, "\"}},\n");
+    OUT_LIT(o, "\"}},\n");
     head(o, "M", rank, lane);
-    tr__out_str(o, ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+    OUT_LIT(o, ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
     tr__out_u64(o, lane);
-    tr__out_str(o, "}},\n");
+    OUT_LIT(o, "}},\n");
 }
 
 void tr__chrome_span(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const tr_span_t *s,
@@ -185,25 +188,25 @@ void tr__chrome_span(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const tr_
 {
     uint64_t t0 = rel(s->begin_ns, base_ns), t1 = rel(s->end_ns, base_ns);
     head(o, "X", rank, s->lane);
-    tr__out_str(o, ",\"name\":");
+    OUT_LIT(o, ",\"name\":");
     tr__out_json_str(o, s->name);
-    tr__out_str(o, ",\"cat\":\"");
+    OUT_LIT(o, ",\"cat\":\"");
     tr__out_str(o, tr_lane_kind_name(kind));
-    tr__out_str(o, "\",\"ts\":");
+    OUT_LIT(o, "\",\"ts\":");
     tr__out_us(o, t0);
-    tr__out_str(o, ",\"dur\":");
+    OUT_LIT(o, ",\"dur\":");
     tr__out_us(o, t1 > t0 ? t1 - t0 : 0);
-    tr__out_str(o, ",\"args\":{\"step\":");
+    OUT_LIT(o, ",\"args\":{\"step\":");
     tr__out_u64(o, s->step);
-    tr__out_str(o, ",\"micro_step\":");
+    OUT_LIT(o, ",\"micro_step\":");
     tr__out_u64(o, s->micro_step);
-    tr__out_str(o, ",\"bytes\":");
+    OUT_LIT(o, ",\"bytes\":");
     tr__out_u64(o, s->bytes);
     if (s->flow) {
-        tr__out_str(o, ",\"flow\":");
+        OUT_LIT(o, ",\"flow\":");
         flow_id(o, s->flow);
     }
-    tr__out_str(o, "}},\n");
+    OUT_LIT(o, "}},\n");
 }
 
 static void flow_half(tr__outbuf_t *o, const char *ph, unsigned rank, uint64_t ts_rel,
@@ -211,14 +214,14 @@ static void flow_half(tr__outbuf_t *o, const char *ph, unsigned rank, uint64_t t
 {
     head(o, ph, rank, lane);
     if (ph[0] == 'f')
-        tr__out_str(o, ",\"bp\":\"e\"");
-    tr__out_str(o, ",\"name\":");
+        OUT_LIT(o, ",\"bp\":\"e\"");
+    OUT_LIT(o, ",\"name\":");
     tr__out_json_str(o, name);
-    tr__out_str(o, ",\"cat\":\"msg\",\"id\":");
+    OUT_LIT(o, ",\"cat\":\"msg\",\"id\":");
     flow_id(o, flow);
-    tr__out_str(o, ",\"ts\":");
+    OUT_LIT(o, ",\"ts\":");
     tr__out_us(o, ts_rel);
-    tr__out_str(o, "},\n");
+    OUT_LIT(o, "},\n");
 }
 
 void tr__chrome_flow(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, uint64_t flow,
@@ -233,7 +236,7 @@ void tr__chrome_counter(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const 
                         const tr__lane_t *lanes)
 {
     head(o, "C", rank, e->lane ? e->lane - 1 : 0);
-    tr__out_str(o, ",\"name\":");
+    OUT_LIT(o, ",\"name\":");
     char name[128]; /* the counter's name with the lane's appended, escaped as one string */
     const tr__lane_t *l = e->lane && e->lane - 1 < TR_MONITOR_MAX_LANES ? &lanes[e->lane - 1]
                                                                        : NULL;
@@ -244,37 +247,40 @@ void tr__chrome_counter(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const 
     else
         snprintf(name, sizeof(name), "%s", e->name);
     tr__out_json_str(o, name);
-    tr__out_str(o, ",\"ts\":");
+    OUT_LIT(o, ",\"ts\":");
     tr__out_us(o, rel(e->t0, base_ns));
-    tr__out_str(o, ",\"args\":{\"value\":");
+    OUT_LIT(o, ",\"args\":{\"value\":");
     tr__out_double(o, e->value);
-    tr__out_str(o, "}},\n");
+    OUT_LIT(o, "}},\n");
 }
 
 void tr__chrome_instant(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const tr__event_t *e)
 {
     int step = e->type == TR__EV_STEP;
     head(o, "i", rank, e->lane);
-    tr__out_str(o, step ? ",\"s\":\"p\",\"name\":" : ",\"s\":\"t\",\"name\":");
+    if (step)
+        OUT_LIT(o, ",\"s\":\"p\",\"name\":");
+    else
+        OUT_LIT(o, ",\"s\":\"t\",\"name\":");
     tr__out_json_str(o, e->name);
-    tr__out_str(o, ",\"ts\":");
+    OUT_LIT(o, ",\"ts\":");
     tr__out_us(o, rel(e->t0, base_ns));
     if (step) {
-        tr__out_str(o, ",\"args\":{\"step\":");
+        OUT_LIT(o, ",\"args\":{\"step\":");
         tr__out_u64(o, e->step);
-        tr__out_str(o, "}");
+        OUT_LIT(o, "}");
     }
-    tr__out_str(o, "},\n");
+    OUT_LIT(o, "},\n");
 }
 
 void tr__chrome_footer(tr__outbuf_t *o, unsigned rank, const tr_monitor_stats_t *st)
 {
     head(o, "M", rank, 0);
-    tr__out_str(o, ",\"name\":\"troupe_stats\",\"args\":{\"events\":");
+    OUT_LIT(o, ",\"name\":\"troupe_stats\",\"args\":{\"events\":");
     tr__out_u64(o, st->events_written);
-    tr__out_str(o, ",\"dropped\":");
+    OUT_LIT(o, ",\"dropped\":");
     tr__out_u64(o, st->dropped);
-    tr__out_str(o, ",\"unmatched_flows\":");
+    OUT_LIT(o, ",\"unmatched_flows\":");
     tr__out_u64(o, st->unmatched_flows);
-    tr__out_str(o, "}}\n]\n");
+    OUT_LIT(o, "}}\n]\n");
 }

@@ -77,6 +77,7 @@ struct tr_monitor {
     /* the writer's side, under write_mu */
     pthread_mutex_t write_mu;
     FILE *file;
+    struct tr__outbuf *out;  /* formatted text not yet written, reused across drains */
     char *path;
     tr__flowmap_t *flows;
     uint64_t events_written;
@@ -96,11 +97,12 @@ struct tr_monitor {
 
 /* --- chrome.c: one Chrome trace event per line ------------------------------------------ */
 
-typedef struct tr__outbuf {
+typedef struct tr__outbuf tr__outbuf_t;
+struct tr__outbuf {
     char *data;
     size_t len, cap;
     int oom;
-} tr__outbuf_t;
+};
 
 void tr__out_free(tr__outbuf_t *o);
 void tr__out_str(tr__outbuf_t *o, const char *s);

@@ -199,6 +199,38 @@ static void write_event(tr_monitor_t *m, tr__outbuf_t *o, const tr__event_t *e)
     }
 }
 
+static int out_put(tr_monitor_t *m, tr__outbuf_t *o)
+{
+    if (o->oom)
+        return TR_ENOMEM;
+    if (o->len && fwrite(o->data, 1, o->len, m->file) != o->len)
+        return errno ? -errno : TR_EIO;
+    o->len = 0;
+    return 0;
+}
+
+static int out_write(tr_monitor_t *m, tr__outbuf_t *o)
+{
+    int err = out_put(m, o);
+    if (!err && fflush(m->file))
+        err = errno ? -errno : TR_EIO;
+    return err;
+}
+
+/* The text is written in chunks of OUT_CHUNK, so the buffer stays small and warm instead
+ * of growing to a whole drain (fresh pages to fault in every time). */
+#define OUT_CHUNK (256u << 10)
+
+static void out_spill(tr_monitor_t *m, tr__outbuf_t *o)
+{
+    if (o->len < OUT_CHUNK)
+        return;
+    int err = out_put(m, o);
+    if (err && !m->write_error)
+        m->write_error = err;
+    o->len = 0;
+}
+
 /* Writes out one buffer's events; returns how full it was (0..1). */
 static double drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
 {
@@ -210,20 +242,11 @@ static double drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
         const tr__event_t *e = &b->events[t & b->mask];
         if (!e->warmup)
             write_event(m, o, e);
+        out_spill(m, o);
     }
     /* release: pairs with the owner's acquire load of tail; our reads of the slots are done */
     atomic_store_explicit(&b->tail, t, memory_order_release);
     return fill;
-}
-
-static int out_write(tr_monitor_t *m, tr__outbuf_t *o)
-{
-    if (o->oom)
-        return TR_ENOMEM;
-    if (o->len && fwrite(o->data, 1, o->len, m->file) != o->len)
-        return -errno ? -errno : TR_EIO;
-    o->len = 0;
-    return fflush(m->file) ? (errno ? -errno : TR_EIO) : 0;
 }
 
 int tr__writer_drain(tr_monitor_t *m)
@@ -231,23 +254,22 @@ int tr__writer_drain(tr_monitor_t *m)
     if (!m->file)
         return 0;
     pthread_mutex_lock(&m->write_mu);
-    tr__outbuf_t o = {0};
-    write_lanes(m, &o);
+    tr__outbuf_t *o = m->out;
+    write_lanes(m, o);
     double fill = 0;
     for (tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire); b; b = b->next)
         if (b->events)
-            fill = fmax(fill, drain_buffer(m, b, &o));
+            fill = fmax(fill, drain_buffer(m, b, o));
     m->fill = fill;
     if (m->flows->count > FLOW_PRUNE_AT && m->newest_ns > FLOW_TTL_NS) {
         m->flows_pruned += flowmap_prune(m->flows, m->newest_ns - FLOW_TTL_NS);
         m->flows_pending = m->flows->count;
     }
-    int err = out_write(m, &o);
+    int err = out_write(m, o);
     if (err && !m->write_error)
         m->write_error = err;
     err = m->write_error;
     pthread_mutex_unlock(&m->write_mu);
-    tr__out_free(&o);
     return err;
 }
 
@@ -284,7 +306,8 @@ int tr__writer_open(tr_monitor_t *m)
     size_t n = strlen(m->output_path) + 64;
     m->path = malloc(n);
     m->flows = calloc(1, sizeof(*m->flows));
-    if (!m->path || !m->flows)
+    m->out = calloc(1, sizeof(*m->out));
+    if (!m->path || !m->flows || !m->out)
         return TR_ENOMEM;
     snprintf(m->path, n, "%s/trace_rank%u.json", m->output_path, m->opts.rank);
     m->file = fopen(m->path, "w");
@@ -364,6 +387,10 @@ void tr__writer_close(tr_monitor_t *m)
         fclose(m->file);
         m->file = NULL;
     }
+    if (m->out)
+        tr__out_free(m->out);
+    free(m->out);
+    m->out = NULL;
     if (m->flows)
         free(m->flows->slots);
     free(m->flows);
