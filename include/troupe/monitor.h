@@ -80,7 +80,7 @@ typedef struct tr_span {
 
 typedef struct tr_monitor_stats {
     uint64_t events_written; /* trace events written to the file */
-    uint64_t dropped;        /* events lost because a thread buffer was full */
+    uint64_t dropped;        /* events lost: a thread buffer was full, or a lane out of range */
     uint64_t unmatched_flows; /* sends never handled in the window (not written) */
     uint64_t threads;        /* thread buffers registered */
 } tr_monitor_stats_t;
@@ -107,8 +107,9 @@ int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lan
  * records a "step" instant marker at now_ns. NULL does nothing. One thread (the engine's). */
 void tr_monitor_step(tr_monitor_t *m, uint64_t step, uint64_t now_ns);
 
-/* Records a handled message: a complete event on span->lane, and the end of its flow.
- * Lock-free, no allocation. NULL does nothing. Worker threads (any thread). */
+/* Records a handled message: a complete event on span->lane (< TR_MONITOR_MAX_LANES), and
+ * the end of its flow. Lock-free, no allocation. NULL does nothing. Worker threads (any
+ * thread). */
 void tr_monitor_span(tr_monitor_t *m, const tr_span_t *span);
 
 /* Records a send from lane: the start of flow `flow` (nonzero, unique per run; unique across
@@ -132,9 +133,9 @@ void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double valu
 /* An instant marker on a lane. Any thread. */
 void tr_monitor_instant(tr_monitor_t *m, uint32_t lane, const char *name, uint64_t now_ns);
 
-/* Writes out everything recorded so far (the writer thread does this every flush_ms).
- * -errno on a write error. Any thread but a recording one blocks briefly on the writer's
- * mutex, never the recorders. */
+/* Writes out everything recorded so far (the writer thread does this every flush_ms, more
+ * often while buffers fill). -errno on a write error. Any thread; the caller waits for a
+ * drain in progress, the recording threads never wait. */
 int tr_monitor_flush(tr_monitor_t *m);
 
 /* Writes every thread's flight ring (the last spans) as a Chrome trace file at path.
