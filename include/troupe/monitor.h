@@ -238,7 +238,6 @@ size_t tr_pyfloat_format(double v, char *buf, size_t cap);
 #define TR_TAG_BACKWARD_INNER_MS "Train/Samples/elapsed_time_ms_backward_inner"
 #define TR_TAG_BACKWARD_ALLREDUCE_MS "Train/Samples/elapsed_time_ms_backward_allreduce"
 #define TR_TAG_STEP_MS "Train/Samples/elapsed_time_ms_step"
-/* comms_logger's records land here with the multi-rank issue. */
 
 typedef struct tr_csv_monitor tr_csv_monitor_t;
 
@@ -264,8 +263,9 @@ const char *tr_csv_monitor_dir(const tr_csv_monitor_t *c);
 
 typedef struct tr_tb_writer tr_tb_writer_t;
 
-/* An event file events.out.tfevents.<unix seconds>.<host> in <output_path>/<job_name>/
- * (created), starting with the file_version event. -errno from mkdir/fopen. */
+/* An event file events.out.tfevents.<unix seconds>.<host>.<pid>.0 in
+ * <output_path>/<job_name>/ (created), starting with the file_version event. -errno from
+ * mkdir/fopen. One thread (rank 0's engine). */
 int tr_tb_writer_create(const char *output_path, const char *job_name, tr_tb_writer_t **out);
 void tr_tb_writer_destroy(tr_tb_writer_t *w);
 /* Appends one Event{wall_time, step, summary{value{tag, simple_value}}} record. -errno on a
@@ -279,6 +279,12 @@ const char *tr_tb_writer_path(const tr_tb_writer_t *w);
 /* TFRecord's masked CRC-32C of data. Any thread. */
 uint32_t tr_crc32c_masked(const void *data, size_t len);
 uint32_t tr_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* --- comms_logger ---------------------------------------------------------------------- */
+
+/* DeepSpeed's comms_logger lands with the multi-rank issue: its per-collective records (op,
+ * message size, latency, algorithm and bus bandwidth) will be spans and counters on the comm
+ * actor's lane, its summary table part of `troupe trace summary`. */
 
 #ifdef __cplusplus
 }
