@@ -331,6 +331,62 @@ static void test_trace_summary_plot_groups_subpixel_spans(void **state)
     free(buf);
 }
 
+/* Random traces (the seed is printed): the breakdown partitions each step's wall time,
+ * overlaps are fractions, hidden time never exceeds busy time, and the critical path is no
+ * longer than the step. */
+static void test_trace_summary_invariants_on_random_traces(void **state)
+{
+    const char *given = getenv("TR_TEST_SEED"); /* replays a failing run */
+    unsigned seed = given ? (unsigned)strtoul(given, NULL, 10) : (unsigned)time(NULL);
+    printf("seed %u (TR_TEST_SEED replays it)\n", seed);
+    srand(seed);
+    uint64_t base = mono_now() + 1000000000; /* after every monitor of the test starts */
+    tr_monitor_t *m = open_rank("random", 0);
+    tr_monitor_lane_set(m, 3, "loader", TR_LANE_DATA);
+    uint64_t flow = 1;
+    for (uint64_t step = 0; step < 5; step++) {
+        uint64_t lane_free[4] = {0}, t0 = base + step * 10000000;
+        tr_monitor_step(m, step, t0);
+        for (int i = 0; i < 200; i++) {
+            uint32_t lane = (uint32_t)(rand() % 4), from = (uint32_t)(rand() % 4);
+            uint64_t start = t0 + (uint64_t)(rand() % 5000000), len = 1000 + rand() % 200000;
+            if (start < lane_free[lane])
+                start = lane_free[lane]; /* an actor runs one message at a time */
+            if (start + len > t0 + 9000000)
+                continue;
+            tr_monitor_send(m, from, flow, "msg", start - (uint64_t)(rand() % 50000));
+            tr_span_t sp = {"msg", start, start + len, step, 0, lane, 0, flow++};
+            tr_monitor_span(m, &sp);
+            lane_free[lane] = start + len;
+        }
+    }
+    tr_monitor_destroy(m);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/random", dir);
+    json_t *doc = summary_of(path);
+    for (int k = 0; k < 5; k++) {
+        json_t *st = step_of(doc, 0, k), *b = json_object_get(st, "breakdown_ms");
+        json_t *ov = json_object_get(st, "overlap");
+        double sum = 0, wall = json_number_value(json_object_get(st, "wall_ms"));
+        const char *key;
+        json_t *v;
+        json_object_foreach(b, key, v)
+        {
+            assert_true(json_number_value(v) >= 0);
+            sum += json_number_value(v);
+        }
+        assert_float_equal(sum, wall, 1e-6 * wall + 1e-9);
+        for (int i = 0; i < 2; i++) {
+            json_t *f = json_object_get(ov, i ? "io" : "comm");
+            double x = json_number_value(f);
+            assert_true(json_is_null(f) || (x >= 0 && x <= 1));
+        }
+        double cp = json_number_value(json_object_get(json_object_get(st, "critical_path"), "ms"));
+        assert_true(cp > 0 && cp <= wall + 1e-9);
+    }
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_trace_summary_bad_input_names_file_and_field),
         cmocka_unit_test(test_trace_summary_plot_draws_lanes_spans_arrows),
         cmocka_unit_test(test_trace_summary_plot_groups_subpixel_spans),
+        cmocka_unit_test(test_trace_summary_invariants_on_random_traces),
     };
     return cmocka_run_group_tests_name("trace_summary", tests, setup, teardown);
 }
