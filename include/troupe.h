@@ -8,7 +8,9 @@
 #include "troupe/types.h"
 #include "troupe/io.h"
 #include "troupe/model.h"
+#include "troupe/monitor.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
+#include "troupe/trace.h"
 
 #endif

@@ -11,5 +11,7 @@ typedef struct tr_command {
 
 /* troupe config check|show FILE [--world-size N]: tools/cmd_config.c */
 int tr_cmd_config(int argc, char **argv);
+/* `troupe trace summary|plot|merge` (cmd_trace.c). */
+int tr_cmd_trace(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static int cmd_help(int argc, char **argv);
 static const tr_command_t commands[] = {
     {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},
+    {"trace", "summarise, plot or merge trace files (troupe trace --help)", tr_cmd_trace},
     {"help", "list the commands", cmd_help},
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
