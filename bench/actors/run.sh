@@ -3,7 +3,7 @@
 #
 # Runs Troupe's actor benchmarks (BUILD_DIR/bench/actors/troupe_actors) and, when it was
 # built (-DTR_BENCH_PEERS=ON), the CAF peer (BUILD_DIR/bench/peers/caf/savina_caf) with the
-# same arguments, one after the other, then prints:
+# same arguments, alternating benchmark by benchmark, then prints:
 #   - one table: name, troupe, caf, unit, caf/troupe, target, met;
 #   - machine-readable lines: `NAME: V UNIT` (Troupe), `caf.NAME: V UNIT`, `ratio.NAME: R x`.
 # caf/troupe compares times, so > 1 means Troupe is faster; for rates (Mmsg/s) it is
@@ -22,13 +22,26 @@ status=0
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
      "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-"$troupe" "$@" | tee "$tmp/troupe" || status=1
-if [[ -x $caf ]]; then
-    "$caf" "$@" | tee "$tmp/caf" || status=1
-else
-    echo "# no CAF peer: configure with -DTR_BENCH_PEERS=ON (make bench-actors does)"
-    : >"$tmp/caf"
-fi
+"$troupe" --only none "$@" | grep '^#'
+[[ -x $caf ]] && "$caf" --only none "$@" | grep '^#'
+[[ -x $caf ]] || echo "# no CAF peer: configure with -DTR_BENCH_PEERS=ON (make bench-actors does)"
+: >"$tmp/troupe"
+: >"$tmp/caf"
+
+# One benchmark group at a time, Troupe then CAF, so that both sides of a comparison run
+# close together in time even when the machine's load drifts. An explicit --only is passed
+# through as it is.
+groups=(pingpong counting threadring chameneos big fjthrput fib skynet fanin latency idle_cpu)
+[[ " $* " == *" --only "* ]] && groups=("")
+for g in "${groups[@]}"; do
+    only=()
+    [[ -n $g ]] && only=(--only "$g")
+    "$troupe" "$@" "${only[@]}" | grep -v '^#' | tee -a "$tmp/troupe" || status=1
+    if [[ -x $caf ]]; then
+        "$caf" "$@" "${only[@]}" | grep -v '^#' | sed 's/^/caf./' | tee -a "$tmp/caf" || status=1
+    fi
+done
+sed -i 's/^caf\.//' "$tmp/caf"
 echo
 
 awk '
