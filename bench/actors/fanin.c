@@ -61,9 +61,8 @@ static int fanin_once(const bench_args_t *a, unsigned p, double *ms)
     }
     for (unsigned i = 0; i < p && rc == 0; i++)
         rc = bench_send(rt, addr[i], MSG_GO, NULL, 0);
-    if (bench_rt_finish(rt, rc, "fanin") < 0)
+    if (bench_rt_finish(rt, rc, "fanin", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     uint64_t want = p * (per * (per + 1) / 2);
     if (cs.received != FANIN_TOTAL || cs.sum != want) {
         fprintf(stderr, "fanin_%u: received %llu (sum %llu), expected %d (sum %llu)\n", p,

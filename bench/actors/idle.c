@@ -72,7 +72,7 @@ int bench_latency(const bench_args_t *a)
     if (rc == 0 && pthread_create(&th, NULL, lat_send_loop, &snd) != 0)
         rc = TR_EAGAIN;
     if (rc < 0)
-        return bench_rt_finish(rt, rc, "latency");
+        return bench_rt_finish(rt, rc, "latency", 0, NULL);
     int run_rc = tr_runtime_run(rt);
     pthread_join(th, NULL); /* before close: the sender may still be inside its last send */
     tr_runtime_close(rt);
@@ -114,7 +114,7 @@ int bench_idle_cpu(const bench_args_t *a)
     uint64_t c1 = bench_cpu_ns(), t1 = bench_now_ns();
     for (int i = 0; i < n; i++)
         tr_actor_stop(rt, addr[i]);
-    if (bench_rt_finish(rt, rc, "idle_cpu") < 0)
+    if (bench_rt_finish(rt, rc, "idle_cpu", 0, NULL) < 0)
         return -1;
     bench_print("idle_cpu", 100.0 * (double)(c1 - c0) / (double)(t1 - t0), "%");
     return 0;

@@ -76,9 +76,8 @@ int bench_pingpong(const bench_args_t *a, double *ms)
         rc = tr_actor_spawn(rt, pp_ping, &ping, NULL, &p);
     if (rc == 0)
         rc = bench_send(rt, p, MSG_START, NULL, 0);
-    if (bench_rt_finish(rt, rc, "pingpong") < 0)
+    if (bench_rt_finish(rt, rc, "pingpong", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     if (ping.pongs != PINGPONG_N) {
         fprintf(stderr, "pingpong: %llu pongs, expected %d\n", (unsigned long long)ping.pongs,
                 PINGPONG_N);
@@ -134,9 +133,8 @@ int bench_counting(const bench_args_t *a, double *ms)
         rc = tr_actor_spawn(rt, count_producer, &prod, NULL, &p);
     if (rc == 0)
         rc = bench_send(rt, p, MSG_START, NULL, 0);
-    if (bench_rt_finish(rt, rc, "counting") < 0)
+    if (bench_rt_finish(rt, rc, "counting", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     if (prod.result != COUNTING_N) {
         fprintf(stderr, "counting: counted %llu, expected %d\n",
                 (unsigned long long)prod.result, COUNTING_N);
@@ -188,9 +186,8 @@ int bench_threadring(const bench_args_t *a, double *ms)
         nodes[i].next = addr[(i + 1) % THREADRING_ACTORS];
     if (rc == 0)
         rc = bench_send_u64(rt, addr[0], MSG_TOKEN, THREADRING_HOPS);
-    if (bench_rt_finish(rt, rc, "threadring") < 0)
+    if (bench_rt_finish(rt, rc, "threadring", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     uint64_t tokens = 0;
     for (int i = 0; i < THREADRING_ACTORS; i++)
         tokens += nodes[i].tokens;
@@ -298,9 +295,8 @@ int bench_chameneos(const bench_args_t *a, double *ms)
         cs[i] = (creature_t){.mall = m, .color = (uint32_t)(i % 3)};
         rc = tr_actor_spawn(rt, creature, &cs[i], &copts, &c);
     }
-    if (bench_rt_finish(rt, rc, "chameneos") < 0)
+    if (bench_rt_finish(rt, rc, "chameneos", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     if (ms_state.sum != 2ull * CHAMENEOS_MEETINGS) {
         fprintf(stderr, "chameneos: %llu meetings counted, expected %d\n",
                 (unsigned long long)ms_state.sum, 2 * CHAMENEOS_MEETINGS);
@@ -379,9 +375,8 @@ int bench_big(const bench_args_t *a, double *ms)
     /* every address is known before the first pong starts the pinging */
     for (int i = 0; i < BIG_ACTORS && rc == 0; i++)
         rc = bench_send_u64(rt, all[i], MSG_PONG, (uint64_t)-1);
-    if (bench_rt_finish(rt, rc, "big") < 0)
+    if (bench_rt_finish(rt, rc, "big", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     uint64_t pongs = 0, errors = 0;
     for (int i = 0; i < BIG_ACTORS; i++)
         pongs += st[i].pongs, errors += st[i].errors;
@@ -428,9 +423,8 @@ int bench_fjthrput(const bench_args_t *a, double *ms)
     for (int n = 0; n < FJTHRPUT_N && rc == 0; n++)
         for (int i = 0; i < FJTHRPUT_ACTORS && rc == 0; i++)
             rc = bench_send(rt, addr[i], MSG_WORK, NULL, 0);
-    if (bench_rt_finish(rt, rc, "fjthrput") < 0)
+    if (bench_rt_finish(rt, rc, "fjthrput", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     uint64_t handled = 0;
     for (int i = 0; i < FJTHRPUT_ACTORS; i++)
         handled += st[i].handled;
@@ -523,9 +517,8 @@ int bench_fib(const bench_args_t *a, double *ms)
     int rc = tr_actor_spawn(rt, fib_call, &root, NULL, &r);
     if (rc == 0)
         rc = bench_send_u64(rt, r, MSG_REQUEST, FIB_N);
-    if (bench_rt_finish(rt, rc, "fib") < 0)
+    if (bench_rt_finish(rt, rc, "fib", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     if (result != FIB_EXPECT) {
         fprintf(stderr, "fib: fib(%d) = %llu, expected %llu\n", FIB_N,
                 (unsigned long long)result, FIB_EXPECT);

@@ -97,9 +97,8 @@ int bench_skynet(const bench_args_t *a, double *ms)
     int rc = tr_actor_spawn(rt, sky_node, &root, NULL, &r);
     if (rc == 0)
         rc = bench_send(rt, r, MSG_REQUEST, &rq, sizeof(rq));
-    if (bench_rt_finish(rt, rc, "skynet") < 0)
+    if (bench_rt_finish(rt, rc, "skynet", t0, ms) < 0)
         return -1;
-    *ms = bench_ms_since(t0);
     if (result != SKYNET_EXPECT) {
         fprintf(stderr, "skynet: sum %llu, expected %llu\n", (unsigned long long)result,
                 SKYNET_EXPECT);
