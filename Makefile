@@ -5,6 +5,7 @@
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels one group
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
+#                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
 
 MAKEFLAGS += --no-print-directory
@@ -55,7 +56,7 @@ bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
 	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
 	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
-	bench/actors/run.sh build
+	bench/actors/run.sh build $(BENCH_ARGS)
 
 bench-kernels: build
 	@scripts/install-deps.sh python3-torch

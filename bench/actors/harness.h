@@ -1,0 +1,157 @@
+/* harness.h: what the actor benchmarks and their peers share, so both sides are measured and
+ * reported the same way: argument parsing (--only, --reps, --workers), a monotonic clock,
+ * process CPU time, the median of repetitions, percentiles, and the `name: value unit`
+ * output lines that bench/actors/run.sh reads.
+ *
+ * Plain C, usable from C++ (bench/peers/caf includes it too). No Troupe header: the peers
+ * must not depend on the runtime they are compared with.
+ */
+#ifndef TR_BENCH_ACTORS_HARNESS_H
+#define TR_BENCH_ACTORS_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BENCH_MAX_REPS 101
+
+typedef struct bench_args {
+    const char *only; /* run only the benchmarks this names (see bench_selected); NULL: all */
+    int reps;         /* repetitions of each timed benchmark; the median is reported */
+    unsigned workers; /* scheduler threads; 0 = online cores (the same on both sides) */
+} bench_args_t;
+
+/* Parses --only NAME, --reps N, --workers N. Prints usage and returns -1 on anything else. */
+static inline int bench_parse(int argc, char **argv, bench_args_t *a)
+{
+    a->only = NULL;
+    a->reps = 5;
+    a->workers = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--only") && v)
+            a->only = v;
+        else if (!strcmp(argv[i], "--reps") && v)
+            a->reps = atoi(v);
+        else if (!strcmp(argv[i], "--workers") && v)
+            a->workers = (unsigned)atoi(v);
+        else {
+            fprintf(stderr, "usage: %s [--only NAME] [--reps N (1..%d)] [--workers N]\n",
+                    argv[0], BENCH_MAX_REPS);
+            return -1;
+        }
+        i++;
+    }
+    if (a->reps < 1 || a->reps > BENCH_MAX_REPS) {
+        fprintf(stderr, "%s: --reps must be 1..%d\n", argv[0], BENCH_MAX_REPS);
+        return -1;
+    }
+    if (a->workers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        a->workers = n > 0 ? (unsigned)n : 1;
+    }
+    return 0;
+}
+
+/* Whether `name` runs under --only: when one names a prefix of the other, so that
+ * "--only fanin" runs fanin_1..fanin_8 and "--only latency_p99" runs the latency group. */
+static inline int bench_selected(const bench_args_t *a, const char *name)
+{
+    return !a->only || !strncmp(name, a->only, strlen(a->only)) ||
+           !strncmp(a->only, name, strlen(name));
+}
+
+/* Monotonic time; the same clock as tr_now_ns(). */
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* User plus system CPU time of the whole process (every thread), in nanoseconds. */
+static inline uint64_t bench_cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+}
+
+static inline void bench_sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline int bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v in place and returns its median. */
+static inline double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The p-th percentile (0..100, nearest rank) of v, which must be sorted ascending. */
+static inline uint64_t bench_percentile(const uint64_t *v, size_t n, double p)
+{
+    size_t rank = (size_t)(p / 100.0 * (double)n + 0.999999);
+    return v[rank == 0 ? 0 : (rank > n ? n - 1 : rank - 1)];
+}
+
+/* A small LCG both sides use where a benchmark needs random choices (Big's targets), so
+ * Troupe and its peers make the same choices from the same seeds. */
+static inline uint32_t bench_rand(uint64_t *state, uint32_t bound)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)((*state >> 33) % bound);
+}
+
+/* The machine-readable result line that run.sh parses. */
+static inline void bench_print(const char *name, double value, const char *unit)
+{
+    printf("%s: %.3f %s\n", name, value, unit);
+    fflush(stdout);
+}
+
+/* What one repetition of a timed benchmark returns: 0 and its time in ms, or -1 when its
+ * result was wrong (it has said why on stderr). */
+typedef int (*bench_fn)(const bench_args_t *a, double *ms);
+
+/* Runs fn a->reps times and prints the median as `name: X ms`. -1 if any repetition failed. */
+static inline int bench_timed(const bench_args_t *a, const char *name, bench_fn fn)
+{
+    double ms[BENCH_MAX_REPS];
+    for (int r = 0; r < a->reps; r++)
+        if (fn(a, &ms[r]) < 0) {
+            fprintf(stderr, "%s: FAILED (wrong result)\n", name);
+            return -1;
+        }
+    bench_print(name, bench_median(ms, a->reps), "ms");
+    return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
