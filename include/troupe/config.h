@@ -68,7 +68,7 @@ typedef enum {
     TR_SCHEDULER_ONE_CYCLE,
     TR_SCHEDULER_LR_RANGE_TEST,
 } tr_config_scheduler_type_t;
-typedef enum { TR_WARMUP_LOG, TR_WARMUP_LINEAR } tr_config_warmup_type_t;
+typedef enum { TR_CONFIG_WARMUP_LOG, TR_CONFIG_WARMUP_LINEAR } tr_config_warmup_type_t;
 typedef enum { TR_TAG_IGNORE, TR_TAG_WARN, TR_TAG_FAIL } tr_config_tag_validation_t;
 
 #define TR_CONFIG_MAX_LIST 32

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "troupe/config.h"
+#include "troupe/runtime.h"
 #include "troupe/model.h"
 
 #ifdef __cplusplus

@@ -208,6 +208,9 @@ const float *tr_model_output(const tr_model_t *model, int layer); /* layer's (B,
 tr_device_t tr_model_device(const tr_model_t *model);
 /* The (B, T) of the activations (0, 0 before the first forward). */
 void tr_model_batch_shape(const tr_model_t *model, int *B, int *T);
+/* The mean loss of the last forward with targets (set by the loss layer). */
+float tr_model_loss(const tr_model_t *model);
+
 /* Multiplies the loss gradient (default 1; a loss scaler sets it). */
 void tr_model_set_loss_scale(tr_model_t *model, float scale);
 

@@ -354,6 +354,11 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
     }
 }
 
+float tr_model_loss(const tr_model_t *model)
+{
+    return model->loss;
+}
+
 void tr_model_zero_grad(tr_model_t *model)
 {
     memset(model->grads, 0, model->n_params * sizeof(float));

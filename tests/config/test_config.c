@@ -334,7 +334,7 @@ static void test_config_scheduler_types_and_defaults(void **state)
     assert_true(c->scheduler.params.warmup_min_lr == 0);
     assert_true(c->scheduler.params.warmup_max_lr == 0.001);
     assert_int_equal(c->scheduler.params.warmup_num_steps, 1000);
-    assert_int_equal(c->scheduler.params.warmup_type, TR_WARMUP_LOG);
+    assert_int_equal(c->scheduler.params.warmup_type, TR_CONFIG_WARMUP_LOG);
     tr_config_destroy(c);
     c = ok("{\"train_batch_size\":1,\"scheduler\":{\"type\":\"WarmupCosineLR\",\"params\":"
            "{\"total_num_steps\":100}}}");

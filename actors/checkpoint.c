@@ -1,0 +1,378 @@
+/* checkpoint.c: the checkpointer actor (pinned: it blocks on file I/O and fsync).
+ *
+ * Layout, after DeepSpeed's: <dir>/<tag>/model_states.trck and
+ * <dir>/<tag>/optim_states_rank<R>.trck, then <dir>/latest holding the tag. Each file is an
+ * io/ckpt_file: a msgpack header, then arrays of fp32 (parameters; optimizer moments), with a
+ * CRC and written to a temporary name, fsynced and renamed; latest is written last, so a crash
+ * at any instant leaves the previous checkpoint whole and latest pointing at it.
+ *
+ * The model header carries: format and version, the layer and parameter table (names and
+ * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
+ * position, the seed and world size, and the resolved config (JSON). The optimizer header
+ * carries the optimizer's own state (step, beta powers, scheduler position, loss scaler).
+ * Loading reads and checks everything first — sizes, checksums, the parameter table against
+ * this model, the optimizer type and world size against this config — and only then writes
+ * into the engine, so a refused checkpoint changes nothing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <msgpack.h>
+
+#include "actors/engine_internal.h"
+#include "io/ckpt_file.h"
+
+#define FORMAT "troupe-checkpoint"
+#define VERSION 1
+#define KEY(pk, s) (msgpack_pack_str(pk, strlen(s)), msgpack_pack_str_body(pk, s, strlen(s)))
+
+struct tr__ckpt_actor {
+    tr_engine_t *eng;
+    char err[8192];
+};
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void pack_layers(msgpack_packer *pk, tr_model_t *model)
+{
+    int n = tr_model_num_layers(model);
+    msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        tr_layer_t *l = tr_model_layer(model, i);
+        msgpack_pack_array(pk, 2);
+        pack_str(pk, l->name);
+        msgpack_pack_array(pk, (size_t)l->n_params);
+        for (int k = 0; k < l->n_params; k++) {
+            msgpack_pack_array(pk, 2);
+            pack_str(pk, l->params[k].name);
+            msgpack_pack_array(pk, (size_t)l->params[k].ndim);
+            for (int d = 0; d < l->params[k].ndim; d++)
+                msgpack_pack_int64(pk, l->params[k].shape[d]);
+        }
+    }
+}
+
+static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *config_json)
+{
+    tr__data_pos_t pos = e->consumed; /* not the loader's: it has prefetched past it */
+    msgpack_pack_map(pk, 12);
+    KEY(pk, "format");
+    pack_str(pk, FORMAT);
+    KEY(pk, "version");
+    msgpack_pack_int(pk, VERSION);
+    KEY(pk, "kind");
+    pack_str(pk, "model_states");
+    KEY(pk, "n_params");
+    msgpack_pack_uint64(pk, e->n_params);
+    KEY(pk, "layers");
+    pack_layers(pk, e->model);
+    KEY(pk, "counters");
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint64(pk, e->global_steps);
+    msgpack_pack_uint64(pk, e->global_samples);
+    msgpack_pack_uint64(pk, e->skipped_steps);
+    msgpack_pack_uint64(pk, e->micro_steps);
+    KEY(pk, "data");
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint64(pk, pos.epoch);
+    msgpack_pack_uint64(pk, pos.cursor);
+    msgpack_pack_uint64(pk, pos.batch_index);
+    KEY(pk, "seed");
+    msgpack_pack_uint64(pk, e->seed);
+    KEY(pk, "world");
+    msgpack_pack_int(pk, e->world);
+    KEY(pk, "micro_batch");
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_int(pk, e->B);
+    msgpack_pack_int(pk, e->T);
+    msgpack_pack_int(pk, e->GAS);
+    KEY(pk, "config");
+    pack_str(pk, config_json ? config_json : "");
+    KEY(pk, "optimizer");
+    tr__optimizer_state_pack(e, pk);
+}
+
+static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffer *hdr,
+                      const tr_ckpt_blob_t *blobs, size_t n)
+{
+    return tr__ckpt_file_write(path, hdr->data, hdr->size, blobs, n, c->err, sizeof(c->err));
+}
+
+static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+{
+    tr_engine_t *e = c->eng;
+    char tag[64], tagdir[4096], path[4200];
+    if (tag_in && tag_in[0])
+        snprintf(tag, sizeof(tag), "%s", tag_in);
+    else
+        snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)e->global_steps);
+    if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
+        return snprintf(c->err, sizeof(c->err), "save: tag '%s' is not a directory name", tag),
+               TR_EINVAL;
+    snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+    if ((mkdir(dir, 0755) < 0 && errno != EEXIST) || (mkdir(tagdir, 0755) < 0 && errno != EEXIST))
+        return snprintf(c->err, sizeof(c->err), "save: cannot create %s: %s", tagdir,
+                        strerror(errno)),
+               -errno;
+    char *config_json = tr_config_dump(e->cfg, 0);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_model_header(&pk, e, config_json);
+    free(config_json);
+    tr_ckpt_blob_t params = {tr_model_params(e->model), e->n_params * sizeof(float)};
+    snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
+    int rc = write_file(c, path, &sb, &params, 1);
+    if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
+        msgpack_sbuffer_clear(&sb);
+        float *arrays[2];
+        const char *names[2];
+        int n = tr__optimizer_arrays(e, arrays, names, 2);
+        tr_ckpt_blob_t blobs[2];
+        msgpack_pack_map(&pk, 5);
+        KEY(&pk, "format");
+        pack_str(&pk, FORMAT);
+        KEY(&pk, "kind");
+        pack_str(&pk, "optim_states");
+        KEY(&pk, "rank");
+        msgpack_pack_int(&pk, e->rank);
+        KEY(&pk, "n_params");
+        msgpack_pack_uint64(&pk, e->n_params);
+        KEY(&pk, "arrays");
+        msgpack_pack_array(&pk, (size_t)n);
+        for (int i = 0; i < n; i++) {
+            pack_str(&pk, names[i]);
+            blobs[i] = (tr_ckpt_blob_t){arrays[i], e->n_params * sizeof(float)};
+        }
+        snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
+        rc = write_file(c, path, &sb, blobs, (size_t)n);
+    }
+    msgpack_sbuffer_destroy(&sb);
+    if (rc == 0)
+        rc = tr__ckpt_latest_write(dir, tag, c->err, sizeof(c->err));
+    return rc;
+}
+
+/* --- loading ---------------------------------------------------------------------------- */
+
+static const msgpack_object *field(const msgpack_object *map, const char *key)
+{
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+            !memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size))
+            return &kv->val;
+    }
+    return NULL;
+}
+
+static bool u64_array(const msgpack_object *o, uint64_t *out, uint32_t n)
+{
+    if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return false;
+        out[i] = o->via.array.ptr[i].via.u64;
+    }
+    return true;
+}
+
+static bool str_is(const msgpack_object *o, const char *s)
+{
+    return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
+           !memcmp(o->via.str.ptr, s, o->via.str.size);
+}
+
+/* The saved parameter table must be this model's, name for name and shape for shape. */
+static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpack_object *layers)
+{
+    tr_model_t *model = c->eng->model;
+    int n = tr_model_num_layers(model);
+    if (!layers || layers->type != MSGPACK_OBJECT_ARRAY)
+        return snprintf(c->err, sizeof(c->err), "%s: layers: missing", path), TR_EFORMAT;
+    if (layers->via.array.size != (uint32_t)n)
+        return snprintf(c->err, sizeof(c->err), "%s: layers: checkpoint has %u, the model has %d",
+                        path, layers->via.array.size, n),
+               TR_EMISMATCH;
+    for (int i = 0; i < n; i++) {
+        tr_layer_t *l = tr_model_layer(model, i);
+        const msgpack_object *s = &layers->via.array.ptr[i];
+        const msgpack_object *ps = s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2
+                                       ? &s->via.array.ptr[1] : NULL;
+        if (!ps || !str_is(&s->via.array.ptr[0], l->name) || ps->type != MSGPACK_OBJECT_ARRAY ||
+            ps->via.array.size != (uint32_t)l->n_params)
+            return snprintf(c->err, sizeof(c->err),
+                            "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
+                            "checkpoint's differs", path, i, l->name, l->n_params),
+                   TR_EMISMATCH;
+        for (int k = 0; k < l->n_params; k++) {
+            const msgpack_object *p = &ps->via.array.ptr[k];
+            uint64_t shape[TR_PARAM_MAX_DIMS];
+            int nd = l->params[k].ndim;
+            bool ok = p->type == MSGPACK_OBJECT_ARRAY && p->via.array.size == 2 &&
+                      str_is(&p->via.array.ptr[0], l->params[k].name) &&
+                      u64_array(&p->via.array.ptr[1], shape, (uint32_t)nd);
+            for (int d = 0; ok && d < nd; d++)
+                ok = shape[d] == (uint64_t)l->params[k].shape[d];
+            if (!ok)
+                return snprintf(c->err, sizeof(c->err),
+                                "%s: layer '%s' parameter '%s': name or shape differs from the "
+                                "model's", path, l->name, l->params[k].name),
+                       TR_EMISMATCH;
+        }
+    }
+    return 0;
+}
+
+typedef struct loaded {
+    tr_ckpt_file_t model, optim;
+    msgpack_unpacked mh, oh;
+    uint64_t counters[4], data[3], seed;
+} loaded_t;
+
+static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file_t *f,
+                  msgpack_unpacked *u, const char *kind)
+{
+    msgpack_unpacked_init(u);
+    size_t off = 0;
+    if (msgpack_unpack_next(u, f->header, f->header_len, &off) != MSGPACK_UNPACK_SUCCESS ||
+        !str_is(field(&u->data, "format"), FORMAT) || !str_is(field(&u->data, "kind"), kind))
+        return snprintf(c->err, sizeof(c->err), "%s: header: not a troupe %s file", path, kind),
+               TR_EFORMAT;
+    const msgpack_object *n = field(&u->data, "n_params");
+    if (!n || n->type != MSGPACK_OBJECT_POSITIVE_INTEGER || n->via.u64 != c->eng->n_params)
+        return snprintf(c->err, sizeof(c->err),
+                        "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
+                        n ? (unsigned long long)n->via.u64 : 0ull, c->eng->n_params),
+               TR_EMISMATCH;
+    return 0;
+}
+
+/* Reads and checks both files; nothing in the engine changes. */
+static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *L)
+{
+    tr_engine_t *e = c->eng;
+    char mpath[4200], opath[4200];
+    snprintf(mpath, sizeof(mpath), "%s/model_states.trck", tagdir);
+    snprintf(opath, sizeof(opath), "%s/optim_states_rank%d.trck", tagdir, e->rank);
+    int rc = tr__ckpt_file_read(mpath, &L->model, c->err, sizeof(c->err));
+    if (!rc)
+        rc = tr__ckpt_file_read(opath, &L->optim, c->err, sizeof(c->err));
+    if (!rc)
+        rc = unpack(c, mpath, &L->model, &L->mh, "model_states");
+    if (!rc)
+        rc = unpack(c, opath, &L->optim, &L->oh, "optim_states");
+    if (rc)
+        return rc;
+    const msgpack_object *h = &L->mh.data, *w = field(h, "world");
+    if (!w || w->type != MSGPACK_OBJECT_POSITIVE_INTEGER || w->via.u64 != (uint64_t)e->world)
+        return snprintf(c->err, sizeof(c->err), "%s: world: saved by %llu ranks, this run has %d",
+                        mpath, w ? (unsigned long long)w->via.u64 : 0ull, e->world),
+               TR_EMISMATCH;
+    if ((rc = check_layers(c, mpath, field(h, "layers"))))
+        return rc;
+    if (!u64_array(field(h, "counters"), L->counters, 4) || !u64_array(field(h, "data"), L->data, 3))
+        return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
+               TR_EFORMAT;
+    const msgpack_object *arrays = field(&L->oh.data, "arrays");
+    float *mine[2];
+    const char *names[2];
+    int n = tr__optimizer_arrays(e, mine, names, 2);
+    if (!arrays || arrays->type != MSGPACK_OBJECT_ARRAY || arrays->via.array.size != (uint32_t)n ||
+        L->optim.payload_len != (size_t)n * e->n_params * sizeof(float) ||
+        L->model.payload_len != e->n_params * sizeof(float))
+        return snprintf(c->err, sizeof(c->err),
+                        "%s: arrays: the optimizer keeps %d state arrays of %zu floats; the "
+                        "checkpoint's differ (another optimizer type?)", opath, n, e->n_params),
+               TR_EMISMATCH;
+    return 0;
+}
+
+static void loaded_free(loaded_t *L)
+{
+    if (L->model.mem)
+        msgpack_unpacked_destroy(&L->mh);
+    if (L->optim.mem)
+        msgpack_unpacked_destroy(&L->oh);
+    tr__ckpt_file_free(&L->model);
+    tr__ckpt_file_free(&L->optim);
+}
+
+static int load(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+{
+    tr_engine_t *e = c->eng;
+    char tag[64], tagdir[4096];
+    int rc = 0;
+    if (tag_in && tag_in[0])
+        snprintf(tag, sizeof(tag), "%s", tag_in);
+    else if ((rc = tr__ckpt_latest_read(dir, tag, sizeof(tag), c->err, sizeof(c->err))) < 0)
+        return rc;
+    snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+    loaded_t L;
+    memset(&L, 0, sizeof(L));
+    rc = read_checked(c, tagdir, &L);
+    const msgpack_object *ost = rc ? NULL : field(&L.mh.data, "optimizer");
+    if (!rc && !ost)
+        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state missing", tagdir), TR_EFORMAT);
+    if (!rc) /* the last check; it writes the optimizer's scalars only on success */
+        rc = tr__optimizer_state_unpack(e, ost, c->err, sizeof(c->err));
+    if (rc) {
+        loaded_free(&L);
+        return rc;
+    }
+    memcpy(tr_model_params(e->model), L.model.payload, e->n_params * sizeof(float));
+    float *mine[2];
+    const char *names[2];
+    int n = tr__optimizer_arrays(e, mine, names, 2);
+    for (int i = 0; i < n; i++)
+        memcpy(mine[i], (const float *)L.optim.payload + (size_t)i * e->n_params,
+               e->n_params * sizeof(float));
+    e->global_steps = L.counters[0];
+    e->global_samples = L.counters[1];
+    e->skipped_steps = L.counters[2];
+    e->micro_steps = L.counters[3];
+    e->resume = e->consumed = (tr__data_pos_t){L.data[0], L.data[1], L.data[2]};
+    loaded_free(&L);
+    return 0;
+}
+
+static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__ckpt_actor *c = ctx->state;
+    if (msg->type != TR_MSG_ENGINE_REQ)
+        return 0;
+    tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
+    c->err[0] = '\0';
+    int rc = r->kind == TR__REQ_SAVE ? save(c, r->dir, r->tag) : load(c, r->dir, r->tag);
+    tr__engine_reply(c->eng, rc, "%s: %s", r->kind == TR__REQ_SAVE ? "save" : "load", c->err);
+    return 0;
+}
+
+int tr__checkpointer_spawn(tr_engine_t *eng)
+{
+    struct tr__ckpt_actor *c = calloc(1, sizeof(*c));
+    if (!c)
+        return TR_ENOMEM;
+    c->eng = eng;
+    eng->ck = c;
+    tr_actor_opts_t o = {.name = "checkpointer", .pinned = 1, .defer_stop = 1,
+                         .supervisor = eng->supervisor};
+    return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
+}
+
+void tr__checkpointer_free(tr_engine_t *eng)
+{
+    free(eng->ck);
+    eng->ck = NULL;
+}

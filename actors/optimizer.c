@@ -1,0 +1,402 @@
+/* optimizer.c: the optimizer actor (pinned: an update pass over every parameter blocks its
+ * thread for a while).
+ *
+ * As each REDUCED bucket arrives it adds the bucket's squared norm (fp64, which also catches
+ * Inf/NaN) while the executor is still in backward for the layers below. When the buckets
+ * cover every parameter it runs DeepSpeed's step, in DeepSpeed's order:
+ *   overflow check -> loss-scale update -> skip (counted, logged), or
+ *   global norm -> one combined unscale-and-clip multiply -> optimizer -> scheduler step,
+ * then sends STEP_DONE to the executor. Learning rates follow DeepSpeed: the first step uses
+ * the optimizer's lr (OneCycle and LRRangeTest start from their minimum), each later one the
+ * scheduler's lr at its current iteration.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "actors/engine_internal.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/gradnorm.h"
+#include "kernels/cpu/lamb.h"
+#include "kernels/cpu/loss_scaler.h"
+#include "kernels/cpu/lr_schedule.h"
+#include "kernels/cpu/sgd.h"
+
+struct tr__optim {
+    tr_engine_t *eng;
+    int type;                 /* tr_config_optimizer_type_t */
+    tr_adam_opts_t adam;
+    tr_sgd_opts_t sgd;
+    tr_lamb_opts_t lamb;
+    tr_adam_state_t st;       /* step count and beta powers (Adam, Lamb) */
+    float *m, *v;             /* moments; SGD uses m as its momentum buffer */
+    bool fp16;
+    tr_loss_scaler_t scaler;
+    bool has_schedule;
+    tr_lr_schedule_opts_t sched;
+    int64_t sched_steps;      /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
+    double base_lr, clip;
+    /* the step being assembled */
+    double sumsq;
+    size_t covered;
+};
+
+double tr__optimizer_loss_scale(const tr_engine_t *eng)
+{
+    const tr__optim_t *o = eng->op;
+    return o->fp16 ? tr_loss_scaler_scale(&o->scaler) : 1.0;
+}
+
+static double current_lr(const tr__optim_t *o)
+{
+    if (!o->has_schedule)
+        return o->base_lr;
+    if (o->sched_steps == 0) { /* DeepSpeed: before the scheduler's first step */
+        if (o->sched.type == TR_LR_ONE_CYCLE)
+            return o->sched.cycle_min_lr;
+        if (o->sched.type == TR_LR_RANGE_TEST)
+            return o->sched.lr_range_test_min_lr;
+        return o->base_lr;
+    }
+    return tr_lr_schedule_lr(&o->sched, o->sched_steps - 1);
+}
+
+/* Adam and Lamb beta1 follow OneCycle's momentum cycle when it has one. */
+static void apply_momentum(tr__optim_t *o)
+{
+    double beta1;
+    if (o->has_schedule && o->sched_steps > 0 &&
+        tr_lr_schedule_momentum(&o->sched, o->sched_steps - 1, &beta1) == 1) {
+        o->adam.beta1 = (float)beta1;
+        o->lamb.beta1 = (float)beta1;
+    }
+}
+
+/* The update itself, with the combined unscale-and-clip factor. */
+static void update(tr__optim_t *o, float lr, float mul)
+{
+    tr_engine_t *e = o->eng;
+    float *p = tr_model_params(e->model), *g = tr_model_grads(e->model);
+    size_t n = e->n_params;
+    if (o->type == TR_OPTIMIZER_SGD) {
+        o->sgd.lr = lr;
+        tr_sgd_update(&o->sgd, o->st.step == 0, mul, p, g, o->m, n);
+        o->st.step++;
+        return;
+    }
+    o->adam.lr = o->lamb.lr = lr;
+    tr_adam_state_advance(&o->adam, &o->st);
+    if (o->type != TR_OPTIMIZER_LAMB) {
+        tr_adam_update(&o->adam, &o->st, mul, p, g, o->m, o->v, n, NULL, TR_HALF_NONE);
+        return;
+    }
+    for (int i = 0; i < tr_model_num_layers(e->model); i++) { /* trust ratio per tensor */
+        tr_layer_t *l = tr_model_layer(e->model, i);
+        for (int k = 0; k < l->n_params; k++) {
+            size_t at = l->param_offset + l->params[k].offset;
+            tr_lamb_update(&o->lamb, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
+                           l->params[k].numel);
+        }
+    }
+}
+
+/* DeepSpeed's step order. Fills d; returns a negative code only to stop training. */
+static int step(tr__optim_t *o, tr_msg_step_done_t *d)
+{
+    tr_engine_t *e = o->eng;
+    double scale = tr__optimizer_loss_scale(e);
+    bool overflow = !isfinite(o->sumsq);
+    int skip = 0;
+    d->loss_scale = scale;
+    if (o->fp16) {
+        int rc = tr_loss_scaler_update(&o->scaler, overflow, &skip);
+        if (rc < 0) {
+            snprintf(e->error, sizeof(e->error), "optimizer: step %llu: %s",
+                     (unsigned long long)e->global_steps, o->scaler.message);
+            return rc;
+        }
+    } else if (overflow) {
+        snprintf(e->error, sizeof(e->error),
+                 "optimizer: step %llu: the gradients hold Inf or NaN (no fp16 loss scaling to "
+                 "skip the step): stopping before the parameters are corrupted",
+                 (unsigned long long)e->global_steps);
+        return TR_ENONFINITE;
+    }
+    e->global_steps++;
+    if (skip) {
+        e->skipped_steps++;
+        d->skipped = 1;
+        d->lr = current_lr(o);
+        fprintf(stderr, "troupe: optimizer: step %llu skipped: %s\n",
+                (unsigned long long)e->global_steps, o->scaler.message);
+        return 0;
+    }
+    double scaled_norm;
+    tr_grad_norm_finish(o->sumsq, &scaled_norm);
+    d->grad_norm = scaled_norm / scale;
+    float mul = tr_grad_clip_mul(scaled_norm, scale, o->clip);
+    d->lr = current_lr(o);
+    apply_momentum(o);
+    update(o, (float)d->lr, mul);
+    if (o->has_schedule)
+        o->sched_steps++;
+    return 0;
+}
+
+static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    tr__optim_t *o = ctx->state;
+    tr_engine_t *e = o->eng;
+    if (msg->type != TR_MSG_REDUCED)
+        return 0;
+    tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
+    size_t count = r->grads.length / sizeof(float);
+    o->sumsq += tr_grad_sumsq(tr__engine_buffer(e, &r->grads), count);
+    o->covered += count;
+    if (o->covered < e->n_params)
+        return 0;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
+    if (!m)
+        return TR_ENOMEM;
+    tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
+    d->rc = step(o, d);
+    o->sumsq = 0;
+    o->covered = 0;
+    m->step = e->global_steps;
+    int rc = tr_actor_send(ctx->rt, e->executor, m);
+    if (rc < 0)
+        tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* --- set-up from the config ------------------------------------------------------------ */
+
+static void schedule_from_config(tr__optim_t *o, const tr_config_t *c)
+{
+    const __typeof__(c->scheduler.params) *s = &c->scheduler.params;
+    tr_lr_schedule_opts_t *d = &o->sched;
+    tr_lr_schedule_opts_default(d, (tr_lr_schedule_type_t)(c->scheduler.type - 1));
+    d->base_lr = o->base_lr;
+    d->warmup_min_lr = s->warmup_min_lr;
+    d->warmup_max_lr = s->warmup_max_lr;
+    d->warmup_num_steps = s->warmup_num_steps;
+    d->warmup_type = s->warmup_type == TR_CONFIG_WARMUP_LINEAR ? TR_WARMUP_LINEAR : TR_WARMUP_LOG;
+    d->total_num_steps = s->total_num_steps;
+    d->cos_min_ratio = s->cos_min_ratio;
+    d->warmup_min_ratio = s->warmup_min_ratio;
+    d->cycle_min_lr = s->cycle_min_lr;
+    d->cycle_max_lr = s->cycle_max_lr;
+    d->decay_lr_rate = s->decay_lr_rate;
+    d->cycle_first_step_size = s->cycle_first_step_size;
+    d->cycle_second_step_size = s->cycle_second_step_size ? s->cycle_second_step_size : -1;
+    d->cycle_first_stair_count = s->cycle_first_stair_count;
+    d->cycle_second_stair_count =
+        tr_config_origin(c, "scheduler.params.cycle_second_stair_count") == TR_ORIGIN_GIVEN
+            ? s->cycle_second_stair_count : -1;
+    d->decay_step_size = s->decay_step_size;
+    d->cycle_momentum = s->cycle_momentum;
+    d->cycle_min_mom = s->cycle_min_mom;
+    d->cycle_max_mom = s->cycle_max_mom;
+    d->decay_mom_rate = s->decay_mom_rate;
+    d->lr_range_test_min_lr = s->lr_range_test_min_lr;
+    d->lr_range_test_step_size = s->lr_range_test_step_size;
+    d->lr_range_test_step_rate = s->lr_range_test_step_rate;
+    d->lr_range_test_staircase = s->lr_range_test_staircase;
+}
+
+static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
+{
+    const __typeof__(c->optimizer.params) *p = &c->optimizer.params;
+    o->adam = (tr_adam_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
+                               (float)p->eps, (float)p->weight_decay,
+                               o->type == TR_OPTIMIZER_ADAMW || p->adam_w_mode,
+                               p->bias_correction};
+    o->sgd = (tr_sgd_opts_t){(float)p->lr, (float)p->momentum, (float)p->dampening,
+                             (float)p->weight_decay, p->nesterov};
+    o->lamb = (tr_lamb_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
+                               (float)p->eps, (float)p->weight_decay, (float)p->max_coeff,
+                               (float)p->min_coeff, p->bias_correction, p->eps_inside_sqrt};
+}
+
+static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, size_t errlen)
+{
+    tr_loss_scaler_opts_t so;
+    tr_loss_scaler_opts_default(&so);
+    so.loss_scale = c->fp16.loss_scale;
+    so.initial_scale_power = (int)c->fp16.initial_scale_power;
+    so.loss_scale_window = (int)c->fp16.loss_scale_window;
+    so.hysteresis = (int)c->fp16.hysteresis;
+    so.consecutive_hysteresis = c->fp16.consecutive_hysteresis;
+    so.min_loss_scale = c->fp16.min_loss_scale;
+    int rc = tr_loss_scaler_init(&o->scaler, &so);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: fp16: %s", c->source, o->scaler.message);
+    return rc;
+}
+
+int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    tr__optim_t *o = calloc(1, sizeof(*o));
+    if (!o)
+        return TR_ENOMEM;
+    eng->op = o;
+    o->eng = eng;
+    o->type = c->optimizer.type;
+    if (o->type == TR_OPTIMIZER_NONE) {
+        snprintf(err, errlen, "%s: optimizer: the engine needs an \"optimizer\" section (Adam, "
+                 "AdamW, SGD or Lamb)", c->source);
+        return TR_ECONFIG;
+    }
+    o->base_lr = c->optimizer.params.lr;
+    o->clip = c->gradient_clipping;
+    kernels_from_config(o, c);
+    tr_adam_state_init(&o->st);
+    o->has_schedule = c->scheduler.type != TR_SCHEDULER_NONE;
+    if (o->has_schedule) {
+        schedule_from_config(o, c);
+        char why[256];
+        if (tr_lr_schedule_check(&o->sched, why, sizeof(why)) < 0) {
+            snprintf(err, errlen, "%s: scheduler: %s", c->source, why);
+            return TR_ECONFIG;
+        }
+    }
+    o->fp16 = c->fp16.enabled;
+    if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0)
+        return TR_ECONFIG;
+    size_t bytes = eng->n_params * sizeof(float);
+    o->m = calloc(1, bytes ? bytes : 1);
+    o->v = o->type == TR_OPTIMIZER_SGD ? NULL : calloc(1, bytes ? bytes : 1);
+    if (!o->m || (o->type != TR_OPTIMIZER_SGD && !o->v))
+        return TR_ENOMEM;
+    tr_actor_opts_t ao = {.name = "optimizer", .pinned = 1, .defer_stop = 1,
+                          .supervisor = eng->supervisor};
+    return tr_actor_spawn(eng->rt, optimizer_behaviour, o, &ao, &eng->optimizer);
+}
+
+void tr__optimizer_free(tr_engine_t *eng)
+{
+    tr__optim_t *o = eng->op;
+    if (!o)
+        return;
+    free(o->m);
+    free(o->v);
+    free(o);
+    eng->op = NULL;
+}
+
+/* --- checkpoint state ------------------------------------------------------------------ */
+
+int tr__optimizer_arrays(tr_engine_t *eng, float **arrays, const char **names, int max)
+{
+    tr__optim_t *o = eng->op;
+    int n = 0;
+    if (max > 0 && o->m) {
+        arrays[n] = o->m;
+        names[n++] = o->type == TR_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg";
+    }
+    if (max > 1 && o->v) {
+        arrays[n] = o->v;
+        names[n++] = "exp_avg_sq";
+    }
+    return n;
+}
+
+#define PACK_KEY(pk, s) (msgpack_pack_str(pk, strlen(s)), msgpack_pack_str_body(pk, s, strlen(s)))
+
+int tr__optimizer_state_pack(const tr_engine_t *eng, void *pkv)
+{
+    msgpack_packer *pk = pkv;
+    const tr__optim_t *o = eng->op;
+    msgpack_pack_map(pk, 9);
+    PACK_KEY(pk, "type");
+    msgpack_pack_int(pk, o->type);
+    PACK_KEY(pk, "step");
+    msgpack_pack_int64(pk, o->st.step);
+    PACK_KEY(pk, "beta1_pow");
+    msgpack_pack_double(pk, o->st.beta1_pow);
+    PACK_KEY(pk, "beta2_pow");
+    msgpack_pack_double(pk, o->st.beta2_pow);
+    PACK_KEY(pk, "beta1");
+    msgpack_pack_float(pk, o->adam.beta1);
+    PACK_KEY(pk, "sched_steps");
+    msgpack_pack_int64(pk, o->sched_steps);
+    PACK_KEY(pk, "loss_scale");
+    msgpack_pack_double(pk, o->scaler.cur_scale);
+    PACK_KEY(pk, "hysteresis");
+    msgpack_pack_int(pk, o->scaler.cur_hysteresis);
+    PACK_KEY(pk, "scaler_iters");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_int64(pk, o->scaler.cur_iter);
+    msgpack_pack_int64(pk, o->scaler.last_overflow_iter);
+    return 0;
+}
+
+static const msgpack_object *find(const msgpack_object *map, const char *key)
+{
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+            !memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size))
+            return &kv->val;
+    }
+    return NULL;
+}
+
+static int get_num(const msgpack_object *map, const char *key, double *out, char *err,
+                   size_t errlen)
+{
+    const msgpack_object *v = find(map, key);
+    if (v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        *out = (double)v->via.u64;
+    else if (v && v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *out = (double)v->via.i64;
+    else if (v && (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32))
+        *out = v->via.f64;
+    else {
+        snprintf(err, errlen, "optimizer state: field '%s': missing or not a number", key);
+        return TR_EFORMAT;
+    }
+    return 0;
+}
+
+int tr__optimizer_state_unpack(tr_engine_t *eng, const void *objv, char *err, size_t errlen)
+{
+    const msgpack_object *obj = objv;
+    tr__optim_t *o = eng->op;
+    double type, step, b1p, b2p, beta1, sched, scale, hyst;
+    if (get_num(obj, "type", &type, err, errlen) || get_num(obj, "step", &step, err, errlen) ||
+        get_num(obj, "beta1_pow", &b1p, err, errlen) ||
+        get_num(obj, "beta2_pow", &b2p, err, errlen) || get_num(obj, "beta1", &beta1, err, errlen) ||
+        get_num(obj, "sched_steps", &sched, err, errlen) ||
+        get_num(obj, "loss_scale", &scale, err, errlen) ||
+        get_num(obj, "hysteresis", &hyst, err, errlen))
+        return TR_EFORMAT;
+    const msgpack_object *it = find(obj, "scaler_iters");
+    if (!it || it->type != MSGPACK_OBJECT_ARRAY || it->via.array.size != 2) {
+        snprintf(err, errlen, "optimizer state: field 'scaler_iters': expected 2 integers");
+        return TR_EFORMAT;
+    }
+    if ((int)type != o->type) {
+        snprintf(err, errlen, "optimizer state: saved with optimizer type %d, the config now "
+                 "asks for type %d", (int)type, o->type);
+        return TR_EMISMATCH;
+    }
+    o->st.step = (int64_t)step;
+    o->st.beta1_pow = b1p;
+    o->st.beta2_pow = b2p;
+    o->adam.beta1 = o->lamb.beta1 = (float)beta1;
+    o->sched_steps = (int64_t)sched;
+    if (o->fp16) {
+        o->scaler.cur_scale = scale;
+        o->scaler.cur_hysteresis = (int)hyst;
+        o->scaler.cur_iter = it->via.array.ptr[0].via.i64;
+        o->scaler.last_overflow_iter = it->via.array.ptr[1].via.i64;
+    }
+    return 0;
+}
