@@ -63,6 +63,8 @@ typedef struct tr_engine_opts {
                                  * scratch); 0: keep the model's (loaded from a file) */
     int handle_signals;         /* SIGINT/SIGTERM: finish the step, then stop (see
                                  * tr_engine_stop_requested) */
+    const char *trace_dir;      /* write actor timelines here (overrides the config's
+                                 * troupe.trace); NULL: as the config says */
 } tr_engine_opts_t;
 
 /* Creates the engine. Errors (a bad config, a dataset that cannot be opened, a model the
