@@ -73,9 +73,10 @@ struct tr_engine {
 
     void *buffers[TR__MAX_BUFFERS]; /* tensor references' buffer ids resolve here */
 
-    /* Training counters: written by the executor and optimizer at step boundaries, read by
-     * the client between calls (ordered by the reply's mutex). */
-    uint64_t global_steps, global_samples, skipped_steps, micro_steps;
+    /* Training counters: global_steps and skipped_steps written by the optimizer, the others
+     * by the executor; other actors read them to stamp messages, the client between calls.
+     * Atomic (each has one writer), so those reads are never torn. */
+    _Atomic uint64_t global_steps, global_samples, skipped_steps, micro_steps;
     _Atomic uint32_t data_gen;      /* bumped by a reseek; stale batches are dropped */
     tr__data_pos_t resume;          /* the position a reseek continues from */
     tr__data_pos_t consumed;        /* after the last batch trained on: what a save records */

@@ -2,11 +2,14 @@
  *
  * Design:
  * - Producers of frees: any thread. A free by the owner pushes onto the owner's private free
- *   list. A free by another thread goes into that thread's batch for the owner (a small
- *   direct-mapped table of REMOTE_SLOTS owners); a full batch, an evicted one or a flush is
- *   pushed onto owner->returned with a CAS loop (a Treiber push of a whole chain).
- * - Consumer of returns: the owner only, which takes the whole returned stack with one
- *   exchange. Taking everything at once means no ABA: nobody ever pops a single node.
+ *   list. A free by another thread goes into that thread's batch for (owner, size class) (a
+ *   small direct-mapped table of REMOTE_SLOTS batches); a full batch, an evicted one or a
+ *   flush is pushed onto owner->returned[class] with a CAS loop (a Treiber push of a whole
+ *   chain).
+ * - Consumer of returns: the owner only, which takes a class's whole returned stack with one
+ *   exchange when its free list of that class is empty, and makes it the free list as it is:
+ *   no walk over the chain. Taking everything at once means no ABA: nobody ever pops a single
+ *   node.
  * - Ordering: the CAS that pushes a chain is a release, pairing with the owner's acquire
  *   exchange, so the chain's links (plain stores through tr_next_, relaxed) are visible.
  * - Message memory is never returned to the system before tr__pool_set_destroy, so a
@@ -35,7 +38,7 @@
 #define N_CLASSES 10                  /* up to 64 KiB */
 #define CLASS_LARGE 0xffffu
 #define SLAB_BYTES (256u * 1024u)
-#define REMOTE_SLOTS 8
+#define REMOTE_SLOTS 16
 #define REMOTE_BATCH 64
 #define HEADER_BYTES ((sizeof(tr_msg_t) + 15u) & ~(size_t)15u)
 #define KEEP_BYTES offsetof(tr_msg_t, type) /* bookkeeping that stays unpoisoned */
@@ -46,6 +49,7 @@ typedef struct slab {
 
 typedef struct remote {
     tr__pool_t *owner;
+    unsigned cls;
     tr_msg_t *head, *tail;
     unsigned count;
 } remote_t;
@@ -61,7 +65,7 @@ struct tr__pool {
     _Atomic size_t bytes;
     char pad_[64];
     /* written by other threads */
-    _Atomic(tr_msg_t *) returned;
+    _Atomic(tr_msg_t *) returned[N_CLASSES];
 };
 
 struct tr__pool_set {
@@ -139,7 +143,8 @@ static tr__pool_t *pool_for_thread(tr__pool_set_t *set)
         memset(p, 0, sizeof(*p));
         p->set = set;
         p->thread = self; /* a later thread with the same id adopts it: this one is gone */
-        atomic_init(&p->returned, NULL);
+        for (int c = 0; c < N_CLASSES; c++)
+            atomic_init(&p->returned[c], NULL);
         p->next_in_set = set->pools;
         set->pools = p;
     }
@@ -182,18 +187,13 @@ static int add_slab(tr__pool_t *pool, unsigned c)
     return 0;
 }
 
-/* Takes everything other threads returned and sorts it into the free lists. */
-static void take_returned(tr__pool_t *pool)
+/* Takes everything other threads returned of class c as the (empty) free list. */
+static void take_returned(tr__pool_t *pool, unsigned c)
 {
+    if (!atomic_load_explicit(&pool->returned[c], memory_order_relaxed))
+        return;
     /* acquire: pairs with the release CAS in push_remote */
-    tr_msg_t *m = atomic_exchange_explicit(&pool->returned, NULL, memory_order_acquire);
-    while (m) {
-        tr_msg_t *next = link_of(m);
-        unsigned c = m->tr_class_;
-        set_link(m, pool->free[c]);
-        pool->free[c] = m;
-        m = next;
-    }
+    pool->free[c] = atomic_exchange_explicit(&pool->returned[c], NULL, memory_order_acquire);
 }
 
 tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
@@ -209,12 +209,14 @@ tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
         m->tr_class_ = CLASS_LARGE;
     } else {
         if (!pool->free[c]) {
-            take_returned(pool);
+            take_returned(pool, c);
             if (!pool->free[c] && add_slab(pool, c) < 0)
                 return NULL;
         }
         m = pool->free[c];
         pool->free[c] = link_of(m);
+        if (pool->free[c]) /* chunks often come back from another core: fetch the next early */
+            __builtin_prefetch(pool->free[c], 1, 3);
         UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
     }
     set_link(m, NULL);
@@ -225,13 +227,13 @@ tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
 
 static void push_remote(remote_t *r)
 {
-    tr__pool_t *owner = r->owner;
-    tr_msg_t *old = atomic_load_explicit(&owner->returned, memory_order_relaxed);
+    _Atomic(tr_msg_t *) *stack = &r->owner->returned[r->cls];
+    tr_msg_t *old = atomic_load_explicit(stack, memory_order_relaxed);
     do {
         set_link(r->tail, old);
         /* release: publishes the chain's links to the owner's acquire exchange */
-    } while (!atomic_compare_exchange_weak_explicit(&owner->returned, &old, r->head,
-                                                    memory_order_release, memory_order_relaxed));
+    } while (!atomic_compare_exchange_weak_explicit(stack, &old, r->head, memory_order_release,
+                                                    memory_order_relaxed));
     r->head = r->tail = NULL;
     r->count = 0;
 }
@@ -250,10 +252,11 @@ void tr__pool_free(tr__pool_t *pool, tr_msg_t *m)
         pool->free[c] = m;
         return;
     }
-    remote_t *r = &pool->remote[((uintptr_t)owner >> 6) % REMOTE_SLOTS];
-    if (r->owner != owner && r->count)
+    remote_t *r = &pool->remote[(((uintptr_t)owner >> 6) + c) % REMOTE_SLOTS];
+    if ((r->owner != owner || r->cls != c) && r->count)
         push_remote(r);
     r->owner = owner;
+    r->cls = c;
     set_link(m, r->head);
     r->head = m;
     if (!r->tail)

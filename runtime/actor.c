@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/clock.h"
 #include "runtime/internal.h"
 
 _Thread_local tr__tls_t tr__tls;
@@ -459,8 +460,10 @@ static void note_depth(tr__actor_t *a)
 void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
 {
     tr__pool_t *pool = tr__thread_pool(rt);
-    uint64_t t0 = tr_now_ns();
+    uint64_t t0 = tr__ticks();
     unsigned limit = a->batch ? a->batch : rt->batch, n = 0;
+    if (w)
+        atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
     bool yielded = false;
     tr__tls.actor = a;
     note_depth(a);
@@ -470,13 +473,16 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     tr_msg_t *m;
     while ((m = next_message(a, pool))) {
         handle(rt, a, m);
-        if (++n >= limit || ((n & 7) == 0 && tr_now_ns() - t0 > rt->batch_ns)) {
+        if (++n >= limit || ((n & 7) == 0 && tr__ticks() - t0 > rt->batch_ticks)) {
             yielded = true;
             break;
         }
     }
     tr__tls.actor = NULL;
-    uint64_t t1 = tr_now_ns();
+    uint64_t t1 = tr__ticks();
+    if (w)
+        atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
+    /* run_ns holds ticks; tr_actor_stats converts */
     atomic_store_explicit(&a->run_ns, atomic_load_explicit(&a->run_ns, memory_order_relaxed) + (t1 - t0),
                           memory_order_relaxed);
     atomic_store_explicit(&a->activations,
@@ -515,7 +521,7 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t addr, tr_actor_stats_t *out)
         return TR_ESTOPPED;
     out->msgs_in = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
     out->msgs_out = atomic_load_explicit(&a->msgs_out, memory_order_relaxed);
-    out->run_ns = atomic_load_explicit(&a->run_ns, memory_order_relaxed);
+    out->run_ns = tr__ticks_to_ns(atomic_load_explicit(&a->run_ns, memory_order_relaxed));
     out->activations = atomic_load_explicit(&a->activations, memory_order_relaxed);
     uint64_t in = atomic_load_explicit(&a->data_in.pushed, memory_order_relaxed) +
                   atomic_load_explicit(&a->urgent_in.pushed, memory_order_relaxed);

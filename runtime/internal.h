@@ -69,7 +69,7 @@ struct tr__worker {
     /* --- read and written by thieves --- */
     tr__runq_t runq;                       /* its own padding inside */
     _Atomic(tr__actor_t *) run_next;       /* woken by the running actor's send; runs next */
-    _Atomic uint64_t activation_start;     /* when the current activation began (0 idle) */
+    _Atomic uint64_t activation_start;     /* ticks when the current activation began (0 idle) */
     char pad0_[TR__CACHE_LINE - sizeof(void *) - sizeof(uint64_t)];
 
     /* --- park word: written by the worker and by wakers --- */
@@ -111,6 +111,8 @@ struct tr_runtime {
     unsigned n_workers;
     unsigned batch;
     uint64_t batch_ns;
+    uint64_t batch_ticks;        /* batch_ns in runtime/clock.h ticks */
+    uint64_t steal_next_ticks;   /* how long a run-next actor waits before others may take it */
     uint64_t seed;
     bool deterministic;
     bool timestamps;

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/clock.h"
 #include "runtime/internal.h"
 
 uint64_t tr_now_ns(void)
@@ -41,6 +42,8 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
                                                                 : (unsigned)(cores > 0 ? cores : 1);
     rt->batch = rt->deterministic ? 1 : rt->opts.batch ? rt->opts.batch : 64;
     rt->batch_ns = rt->opts.batch_ns ? rt->opts.batch_ns : 1000000;
+    rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
+    rt->steal_next_ticks = tr__ns_to_ticks(50000);
     rt->timestamps = rt->opts.timestamps != 0;
     if (rt->deterministic) {
         rt->seed = rt->opts.seed ? rt->opts.seed : pick_seed();

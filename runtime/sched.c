@@ -9,7 +9,7 @@
  *   actors on the global inject queue. A full local queue spills half to the inject queue.
  * - A worker looks for work in this order: run-next, (every 61st time) inject, its local
  *   queue, inject, then steals half of another worker's queue, or that worker's run-next if
- *   it has waited more than STEAL_NEXT_NS behind a long activation.
+ *   it has waited more than 50 µs behind a long activation.
  * - Parking: a worker that finds nothing spins briefly, then adds itself to the idle list
  *   (under idle_mu), bumps n_idle (seq_cst) and looks once more (seq_cst loads); only then
  *   sleeps on its futex word. A thread that queues work publishes it with a seq_cst store
@@ -29,12 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/clock.h"
 #include "runtime/futex.h"
 #include "runtime/internal.h"
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
-#define STEAL_NEXT_NS 50000
 #define INJECT_EVERY 61
 
 static tr__actor_t *from_qnode(tr__qnode_t *n)
@@ -235,8 +235,8 @@ static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
         tr__actor_t *a = tr__runq_steal(&w->runq, &v->runq);
         if (!a && atomic_load_explicit(&v->run_next, memory_order_relaxed)) {
             uint64_t since = atomic_load_explicit(&v->activation_start, memory_order_relaxed);
-            now = now ? now : tr_now_ns();
-            if (since && now - since > STEAL_NEXT_NS)
+            now = now ? now : tr__ticks();
+            if (since && now - since > rt->steal_next_ticks)
                 a = atomic_exchange_explicit(&v->run_next, NULL, memory_order_acq_rel);
         }
         if (a) {
@@ -286,9 +286,7 @@ static void *worker_main(void *arg)
         tr__actor_t *a = find_work_or_park(rt, w);
         if (!a)
             continue;
-        atomic_store_explicit(&w->activation_start, tr_now_ns(), memory_order_relaxed);
         tr__actor_run(rt, w, a);
-        atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};

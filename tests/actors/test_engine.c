@@ -6,6 +6,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,7 +37,7 @@ static uint64_t mix(uint64_t x)
 }
 
 typedef struct task {
-    uint64_t asked;  /* batches the loader asked for */
+    _Atomic uint64_t asked; /* batches the loader asked for (written on its thread) */
     int fail_at;     /* return an error for this batch index (-1: never) */
 } task_t;
 
@@ -251,7 +252,8 @@ static void test_engine_resume_is_bit_exact(void **state)
     memcpy(expect, tr_model_params(tr_engine_model(eng)), n * sizeof(float));
     tr_engine_destroy(eng);
 
-    task = (task_t){0, -1};
+    atomic_store(&task.asked, 0);
+    task.fail_at = -1;
     eng = mlp_engine(cfg, &task);
     run_steps(eng, 10, half);
     for (int i = 0; i < 10; i++)
@@ -360,7 +362,8 @@ static void test_engine_failing_layer_names_itself(void **state)
     assert_non_null(strstr(why, "step 2"));
     tr_engine_destroy(eng);
 
-    task = (task_t){0, 5}; /* the data source fails on batch 5 */
+    atomic_store(&task.asked, 0);
+    task.fail_at = 5; /* the data source fails on batch 5 */
     eng = mlp_engine(cfg, &task);
     int rc = 0;
     for (int i = 0; i < 10 && rc == 0; i++)
