@@ -15,22 +15,20 @@
 
 struct tr__bucketer {
     tr_engine_t *eng;
-    size_t bucket_size;   /* elements */
-    size_t lo, hi;        /* the open bucket: [lo, hi) of the gradient buffer */
-    uint32_t next_id;     /* bucket number within the step */
+    size_t bucket_size; /* elements */
+    size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
+    uint32_t next_id;   /* bucket number within the step */
 };
 
 static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uint64_t step)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BUCKET);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, bucket)->bucket = b->next_id++;
     TR_MSG_AS(m, bucket)->grads = tr__grad_ref(b->eng, lo, hi - lo);
     m->step = step;
     int rc = tr_actor_send(ctx->rt, b->eng->comm, m);
-    if (rc < 0)
-        tr_msg_free(ctx->rt, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
@@ -40,8 +38,7 @@ static int drain(tr_ctx_t *ctx, struct tr__bucketer *b, bool flush, uint64_t ste
     while (b->hi - b->lo >= b->bucket_size || (flush && b->hi > b->lo)) {
         size_t n = b->hi - b->lo < b->bucket_size ? b->hi - b->lo : b->bucket_size;
         int rc = emit(ctx, b, b->hi - n, b->hi, step);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
         b->hi -= n;
     }
     return 0;
@@ -50,16 +47,14 @@ static int drain(tr_ctx_t *ctx, struct tr__bucketer *b, bool flush, uint64_t ste
 static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__bucketer *b = ctx->state;
-    if (msg->type != TR_MSG_GRAD_READY)
-        return 0;
+    if (msg->type != TR_MSG_GRAD_READY) return 0;
     tr_msg_grad_ready_t *g = TR_MSG_AS(msg, grad_ready);
     int rc = 0;
     if (g->count) {
         if (b->hi > b->lo && g->offset + g->count != b->lo)
             rc = drain(ctx, b, true, msg->step); /* not adjacent: close the open bucket */
         if (rc == 0) {
-            if (b->hi == b->lo)
-                b->hi = g->offset + g->count;
+            if (b->hi == b->lo) b->hi = g->offset + g->count;
             b->lo = g->offset;
             rc = drain(ctx, b, false, msg->step);
         }
@@ -74,8 +69,7 @@ static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 int tr__bucketer_spawn(tr_engine_t *eng)
 {
     struct tr__bucketer *b = calloc(1, sizeof(*b));
-    if (!b)
-        return TR_ENOMEM;
+    if (!b) return TR_ENOMEM;
     eng->bk = b;
     b->eng = eng;
     int64_t size = eng->cfg->zero.reduce_bucket_size;

@@ -24,21 +24,16 @@
 
 #include "actors/engine_internal.h"
 #include "io/ckpt_file.h"
+#include "runtime/mpack.h"
 
-#define FORMAT "troupe-checkpoint"
-#define VERSION 1
-#define KEY(pk, s) (msgpack_pack_str(pk, strlen(s)), msgpack_pack_str_body(pk, s, strlen(s)))
+#define FORMAT     "troupe-checkpoint"
+#define VERSION    1
+#define KEY(pk, s) tr__mp_pack_str(pk, s)
 
 struct tr__ckpt_actor {
     tr_engine_t *eng;
     char err[8192];
 };
-
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str(pk, strlen(s));
-    msgpack_pack_str_body(pk, s, strlen(s));
-}
 
 static void pack_layers(msgpack_packer *pk, tr_model_t *model)
 {
@@ -47,11 +42,11 @@ static void pack_layers(msgpack_packer *pk, tr_model_t *model)
     for (int i = 0; i < n; i++) {
         tr_layer_t *l = tr_model_layer(model, i);
         msgpack_pack_array(pk, 2);
-        pack_str(pk, l->name);
+        tr__mp_pack_str(pk, l->name);
         msgpack_pack_array(pk, (size_t)l->n_params);
         for (int k = 0; k < l->n_params; k++) {
             msgpack_pack_array(pk, 2);
-            pack_str(pk, l->params[k].name);
+            tr__mp_pack_str(pk, l->params[k].name);
             msgpack_pack_array(pk, (size_t)l->params[k].ndim);
             for (int d = 0; d < l->params[k].ndim; d++)
                 msgpack_pack_int64(pk, l->params[k].shape[d]);
@@ -64,11 +59,11 @@ static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *co
     tr__data_pos_t pos = e->consumed; /* not the loader's: it has prefetched past it */
     msgpack_pack_map(pk, 12);
     KEY(pk, "format");
-    pack_str(pk, FORMAT);
+    tr__mp_pack_str(pk, FORMAT);
     KEY(pk, "version");
     msgpack_pack_int(pk, VERSION);
     KEY(pk, "kind");
-    pack_str(pk, "model_states");
+    tr__mp_pack_str(pk, "model_states");
     KEY(pk, "n_params");
     msgpack_pack_uint64(pk, e->n_params);
     KEY(pk, "layers");
@@ -94,7 +89,7 @@ static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *co
     msgpack_pack_int(pk, e->T);
     msgpack_pack_int(pk, e->GAS);
     KEY(pk, "config");
-    pack_str(pk, config_json ? config_json : "");
+    tr__mp_pack_str(pk, config_json ? config_json : "");
     KEY(pk, "optimizer");
     tr__optimizer_state_pack(e, pk);
 }
@@ -139,9 +134,9 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
         tr_ckpt_blob_t blobs[2];
         msgpack_pack_map(&pk, 5);
         KEY(&pk, "format");
-        pack_str(&pk, FORMAT);
+        tr__mp_pack_str(&pk, FORMAT);
         KEY(&pk, "kind");
-        pack_str(&pk, "optim_states");
+        tr__mp_pack_str(&pk, "optim_states");
         KEY(&pk, "rank");
         msgpack_pack_int(&pk, e->rank);
         KEY(&pk, "n_params");
@@ -149,40 +144,24 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
         KEY(&pk, "arrays");
         msgpack_pack_array(&pk, (size_t)n);
         for (int i = 0; i < n; i++) {
-            pack_str(&pk, names[i]);
+            tr__mp_pack_str(&pk, names[i]);
             blobs[i] = (tr_ckpt_blob_t){arrays[i], e->n_params * sizeof(float)};
         }
         snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
         rc = write_file(c, path, &sb, blobs, (size_t)n);
     }
     msgpack_sbuffer_destroy(&sb);
-    if (rc == 0)
-        rc = tr__ckpt_latest_write(dir, tag, c->err, sizeof(c->err));
+    if (rc == 0) rc = tr__ckpt_latest_write(dir, tag, c->err, sizeof(c->err));
     return rc;
 }
 
 /* --- loading ---------------------------------------------------------------------------- */
 
-static const msgpack_object *field(const msgpack_object *map, const char *key)
-{
-    if (map->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object_kv *kv = &map->via.map.ptr[i];
-        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
-            !memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size))
-            return &kv->val;
-    }
-    return NULL;
-}
-
 static bool u64_array(const msgpack_object *o, uint64_t *out, uint32_t n)
 {
-    if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n)
-        return false;
+    if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n) return false;
     for (uint32_t i = 0; i < n; i++) {
-        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-            return false;
+        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
         out[i] = o->via.array.ptr[i].via.u64;
     }
     return true;
@@ -208,13 +187,14 @@ static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpac
     for (int i = 0; i < n; i++) {
         tr_layer_t *l = tr_model_layer(model, i);
         const msgpack_object *s = &layers->via.array.ptr[i];
-        const msgpack_object *ps = s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2
-                                       ? &s->via.array.ptr[1] : NULL;
+        const msgpack_object *ps =
+            s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2 ? &s->via.array.ptr[1] : NULL;
         if (!ps || !str_is(&s->via.array.ptr[0], l->name) || ps->type != MSGPACK_OBJECT_ARRAY ||
             ps->via.array.size != (uint32_t)l->n_params)
             return snprintf(c->err, sizeof(c->err),
                             "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
-                            "checkpoint's differs", path, i, l->name, l->n_params),
+                            "checkpoint's differs",
+                            path, i, l->name, l->n_params),
                    TR_EMISMATCH;
         for (int k = 0; k < l->n_params; k++) {
             const msgpack_object *p = &ps->via.array.ptr[k];
@@ -228,7 +208,8 @@ static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpac
             if (!ok)
                 return snprintf(c->err, sizeof(c->err),
                                 "%s: layer '%s' parameter '%s': name or shape differs from the "
-                                "model's", path, l->name, l->params[k].name),
+                                "model's",
+                                path, l->name, l->params[k].name),
                        TR_EMISMATCH;
         }
     }
@@ -247,10 +228,11 @@ static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file
     msgpack_unpacked_init(u);
     size_t off = 0;
     if (msgpack_unpack_next(u, f->header, f->header_len, &off) != MSGPACK_UNPACK_SUCCESS ||
-        !str_is(field(&u->data, "format"), FORMAT) || !str_is(field(&u->data, "kind"), kind))
+        !str_is(tr__mp_field(&u->data, "format"), FORMAT) ||
+        !str_is(tr__mp_field(&u->data, "kind"), kind))
         return snprintf(c->err, sizeof(c->err), "%s: header: not a troupe %s file", path, kind),
                TR_EFORMAT;
-    const msgpack_object *n = field(&u->data, "n_params");
+    const msgpack_object *n = tr__mp_field(&u->data, "n_params");
     if (!n || n->type != MSGPACK_OBJECT_POSITIVE_INTEGER || n->via.u64 != c->eng->n_params)
         return snprintf(c->err, sizeof(c->err),
                         "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
@@ -267,25 +249,21 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
     snprintf(mpath, sizeof(mpath), "%s/model_states.trck", tagdir);
     snprintf(opath, sizeof(opath), "%s/optim_states_rank%d.trck", tagdir, e->rank);
     int rc = tr__ckpt_file_read(mpath, &L->model, c->err, sizeof(c->err));
-    if (!rc)
-        rc = tr__ckpt_file_read(opath, &L->optim, c->err, sizeof(c->err));
-    if (!rc)
-        rc = unpack(c, mpath, &L->model, &L->mh, "model_states");
-    if (!rc)
-        rc = unpack(c, opath, &L->optim, &L->oh, "optim_states");
-    if (rc)
-        return rc;
-    const msgpack_object *h = &L->mh.data, *w = field(h, "world");
+    if (!rc) rc = tr__ckpt_file_read(opath, &L->optim, c->err, sizeof(c->err));
+    if (!rc) rc = unpack(c, mpath, &L->model, &L->mh, "model_states");
+    if (!rc) rc = unpack(c, opath, &L->optim, &L->oh, "optim_states");
+    if (rc) return rc;
+    const msgpack_object *h = &L->mh.data, *w = tr__mp_field(h, "world");
     if (!w || w->type != MSGPACK_OBJECT_POSITIVE_INTEGER || w->via.u64 != (uint64_t)e->world)
         return snprintf(c->err, sizeof(c->err), "%s: world: saved by %llu ranks, this run has %d",
                         mpath, w ? (unsigned long long)w->via.u64 : 0ull, e->world),
                TR_EMISMATCH;
-    if ((rc = check_layers(c, mpath, field(h, "layers"))))
-        return rc;
-    if (!u64_array(field(h, "counters"), L->counters, 4) || !u64_array(field(h, "data"), L->data, 3))
+    if ((rc = check_layers(c, mpath, tr__mp_field(h, "layers")))) return rc;
+    if (!u64_array(tr__mp_field(h, "counters"), L->counters, 4) ||
+        !u64_array(tr__mp_field(h, "data"), L->data, 3))
         return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
                TR_EFORMAT;
-    const msgpack_object *arrays = field(&L->oh.data, "arrays");
+    const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
     float *mine[2];
     const char *names[2];
     int n = tr__optimizer_arrays(e, mine, names, 2);
@@ -294,17 +272,16 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
         L->model.payload_len != e->n_params * sizeof(float))
         return snprintf(c->err, sizeof(c->err),
                         "%s: arrays: the optimizer keeps %d state arrays of %zu floats; the "
-                        "checkpoint's differ (another optimizer type?)", opath, n, e->n_params),
+                        "checkpoint's differ (another optimizer type?)",
+                        opath, n, e->n_params),
                TR_EMISMATCH;
     return 0;
 }
 
 static void loaded_free(loaded_t *L)
 {
-    if (L->model.mem)
-        msgpack_unpacked_destroy(&L->mh);
-    if (L->optim.mem)
-        msgpack_unpacked_destroy(&L->oh);
+    if (L->model.mem) msgpack_unpacked_destroy(&L->mh);
+    if (L->optim.mem) msgpack_unpacked_destroy(&L->oh);
     tr__ckpt_file_free(&L->model);
     tr__ckpt_file_free(&L->optim);
 }
@@ -322,7 +299,7 @@ static int load(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
     loaded_t L;
     memset(&L, 0, sizeof(L));
     rc = read_checked(c, tagdir, &L);
-    const msgpack_object *ost = rc ? NULL : field(&L.mh.data, "optimizer");
+    const msgpack_object *ost = rc ? NULL : tr__mp_field(&L.mh.data, "optimizer");
     if (!rc && !ost)
         rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state missing", tagdir), TR_EFORMAT);
     if (!rc) /* the last check; it writes the optimizer's scalars only on success */
@@ -350,8 +327,7 @@ static int load(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
 static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__ckpt_actor *c = ctx->state;
-    if (msg->type != TR_MSG_ENGINE_REQ)
-        return 0;
+    if (msg->type != TR_MSG_ENGINE_REQ) return 0;
     tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
     c->err[0] = '\0';
     int rc = r->kind == TR__REQ_SAVE ? save(c, r->dir, r->tag) : load(c, r->dir, r->tag);
@@ -362,12 +338,11 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 int tr__checkpointer_spawn(tr_engine_t *eng)
 {
     struct tr__ckpt_actor *c = calloc(1, sizeof(*c));
-    if (!c)
-        return TR_ENOMEM;
+    if (!c) return TR_ENOMEM;
     c->eng = eng;
     eng->ck = c;
-    tr_actor_opts_t o = {.name = "checkpointer", .pinned = 1, .defer_stop = 1,
-                         .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {
+        .name = "checkpointer", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
     return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
 }
 

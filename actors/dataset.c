@@ -43,7 +43,7 @@ struct tr__dataset {
     uint64_t n_samples;
     bool shuffle;
     uint64_t seed;
-    uint32_t *perm;       /* this epoch's order (shuffle only) */
+    uint32_t *perm; /* this epoch's order (shuffle only) */
     uint64_t perm_epoch;
     tr__data_pos_t pos;
 };
@@ -60,8 +60,7 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -106,8 +105,7 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc != 0) {
-        if (grc != GLOB_NOMATCH)
-            globfree(&g);
+        if (grc != GLOB_NOMATCH) globfree(&g);
         return fail(err, errlen, TR_ENOENT, "%s: no file matches", pattern);
     }
     ds->shards = calloc(g.gl_pathc, sizeof(shard_t));
@@ -115,8 +113,7 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
     int rc = ds->shards && ds->first_sample ? 0 : TR_ENOMEM;
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
         rc = map_shard(g.gl_pathv[i], &ds->shards[i], err, errlen);
-        if (rc)
-            break;
+        if (rc) break;
         ds->n_shards++;
         size_t n = ds->shards[i].n_tokens;
         ds->first_sample[i] = ds->n_samples;
@@ -131,11 +128,17 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
                      bool shuffle, uint64_t seed, char *err, size_t errlen)
 {
     tr__dataset_t *ds = calloc(1, sizeof(*ds));
-    if (!ds)
-        return TR_ENOMEM;
-    *ds = (tr__dataset_t){.B = eng->B, .T = eng->T, .x_dim = spec->x_dim, .rank = eng->rank,
-                          .world = eng->world, .cb = spec->batch, .user = spec->user,
-                          .shuffle = shuffle, .seed = seed, .perm_epoch = UINT64_MAX};
+    if (!ds) return TR_ENOMEM;
+    *ds = (tr__dataset_t){.B = eng->B,
+                          .T = eng->T,
+                          .x_dim = spec->x_dim,
+                          .rank = eng->rank,
+                          .world = eng->world,
+                          .cb = spec->batch,
+                          .user = spec->user,
+                          .shuffle = shuffle,
+                          .seed = seed,
+                          .perm_epoch = UINT64_MAX};
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     ds->vocab = g ? g->vocab_size : 0;
     int rc = 0;
@@ -162,8 +165,7 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
 
 void tr__dataset_close(tr__dataset_t *ds)
 {
-    if (!ds)
-        return;
+    if (!ds) return;
     for (size_t i = 0; i < ds->n_shards; i++)
         munmap(ds->shards[i].map, ds->shards[i].map_len);
     free(ds->shards);
@@ -188,10 +190,8 @@ static uint64_t splitmix(uint64_t *s)
 /* The epoch's order: Fisher-Yates over all samples, seeded by (seed, epoch). */
 static int make_perm(tr__dataset_t *ds, uint64_t epoch)
 {
-    if (ds->perm_epoch == epoch)
-        return 0;
-    if (!ds->perm && !(ds->perm = malloc(ds->n_samples * sizeof(uint32_t))))
-        return TR_ENOMEM;
+    if (ds->perm_epoch == epoch) return 0;
+    if (!ds->perm && !(ds->perm = malloc(ds->n_samples * sizeof(uint32_t)))) return TR_ENOMEM;
     for (uint64_t i = 0; i < ds->n_samples; i++)
         ds->perm[i] = (uint32_t)i;
     uint64_t rng = ds->seed * 0x2545f4914f6cdd1dull + epoch;
@@ -219,8 +219,8 @@ static const uint16_t *sample_tokens(const tr__dataset_t *ds, uint64_t s)
     return ds->shards[lo].tokens + (s - ds->first_sample[lo]) * (uint64_t)ds->T;
 }
 
-static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *wrapped,
-                            char *err, size_t errlen)
+static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *wrapped, char *err,
+                            size_t errlen)
 {
     uint64_t per_epoch = tr__dataset_samples_per_epoch(ds);
     for (int b = 0; b < ds->B; b++) {
@@ -229,8 +229,7 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
             ds->pos.cursor = 0;
             *wrapped = true;
         }
-        if (ds->shuffle && make_perm(ds, ds->pos.epoch) < 0)
-            return TR_ENOMEM;
+        if (ds->shuffle && make_perm(ds, ds->pos.epoch) < 0) return TR_ENOMEM;
         uint64_t k = ds->pos.cursor++ * (uint64_t)ds->world + (uint64_t)ds->rank;
         const uint16_t *w = sample_tokens(ds, ds->shuffle ? ds->perm[k] : k);
         for (int t = 0; t < ds->T; t++) {
@@ -260,8 +259,7 @@ int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, boo
                         (unsigned long long)ds->pos.batch_index, tr_strerror(rc));
     } else {
         rc = next_from_shards(ds, tokens, targets, wrapped, err, errlen);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     ds->pos.batch_index++;
     return 0;
@@ -274,8 +272,7 @@ tr__data_pos_t tr__dataset_pos(const tr__dataset_t *ds)
 
 int tr__dataset_seek(tr__dataset_t *ds, tr__data_pos_t pos)
 {
-    if (!ds->cb && pos.cursor > tr__dataset_samples_per_epoch(ds))
-        return TR_ERANGE;
+    if (!ds->cb && pos.cursor > tr__dataset_samples_per_epoch(ds)) return TR_ERANGE;
     ds->pos = pos;
     return 0;
 }

@@ -15,9 +15,12 @@
 
 tr_tensor_ref_t tr__grad_ref(tr_engine_t *eng, size_t offset, size_t count)
 {
-    tr_tensor_ref_t r = {.buffer_id = TR__BUF_GRADS, .offset = offset * sizeof(float),
-                         .length = count * sizeof(float), .dtype = TR_DTYPE_F32,
-                         .device_type = TR_DEVICE_CPU, .ndim = 1};
+    tr_tensor_ref_t r = {.buffer_id = TR__BUF_GRADS,
+                         .offset = offset * sizeof(float),
+                         .length = count * sizeof(float),
+                         .dtype = TR_DTYPE_F32,
+                         .device_type = TR_DEVICE_CPU,
+                         .ndim = 1};
     r.shape[0] = (int64_t)count;
     return r;
 }
@@ -41,8 +44,7 @@ int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uin
                        const char *dir, const char *tag)
 {
     tr_msg_t *m = tr_msg_new(eng->rt, TR_MSG_ENGINE_REQ);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
     r->kind = kind;
     r->n = n;
@@ -50,8 +52,7 @@ int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uin
     snprintf(r->tag, sizeof(r->tag), "%s", tag ? tag : "");
     m->step = eng->global_steps;
     int rc = tr_actor_send(eng->rt, to, m);
-    if (rc < 0)
-        tr_msg_free(eng->rt, m);
+    if (rc < 0) tr_msg_free(eng->rt, m);
     return rc;
 }
 
@@ -59,15 +60,13 @@ int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uin
 static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n, const char *dir,
                 const char *tag)
 {
-    if (eng->failed)
-        return eng->failed;
+    if (eng->failed) return eng->failed;
     pthread_mutex_lock(&eng->mu);
     eng->waiting = true;
     eng->error[0] = '\0';
     pthread_mutex_unlock(&eng->mu);
     int rc = tr__engine_request(eng, to, kind, n, dir, tag);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     pthread_mutex_lock(&eng->mu);
     while (eng->waiting)
         pthread_cond_wait(&eng->cv, &eng->mu);
@@ -84,8 +83,7 @@ static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
         atomic_store(&eng->stop_requested, 1);
         return 0;
     }
-    if (msg->type != TR_MSG_EXIT || TR_MSG_AS(msg, exit)->reason >= 0)
-        return 0;
+    if (msg->type != TR_MSG_EXIT || TR_MSG_AS(msg, exit)->reason >= 0) return 0;
     tr_msg_exit_t *x = TR_MSG_AS(msg, exit);
     pthread_mutex_lock(&eng->mu);
     if (!eng->failed) {
@@ -139,15 +137,20 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
     eng->world = (int)c->world_size;
     eng->prefetch = (int)c->troupe.data.prefetch;
     if (eng->world != 1)
-        return snprintf(err, errlen, "%s: world size %d: this build trains on one rank "
-                        "(the local comm backend)", c->source, eng->world), TR_ENOTSUP;
+        return snprintf(err, errlen,
+                        "%s: world size %d: this build trains on one rank "
+                        "(the local comm backend)",
+                        c->source, eng->world),
+               TR_ENOTSUP;
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
-        return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d",
-                        c->source, TR__MAX_PREFETCH, eng->prefetch), TR_ECONFIG;
+        return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
+                        TR__MAX_PREFETCH, eng->prefetch),
+               TR_ECONFIG;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->T > g->max_seq_len)
         return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,
-                        g->max_seq_len), TR_EINVAL;
+                        g->max_seq_len),
+               TR_EINVAL;
     return 0;
 }
 
@@ -168,18 +171,12 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
     tr_actor_opts_t so = {.name = "engine-supervisor", .defer_stop = 1};
     int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
-    if (!rc)
-        rc = tr__optimizer_spawn(eng, err, errlen);
-    if (!rc)
-        rc = tr__executor_spawn(eng);
-    if (!rc)
-        rc = tr__bucketer_spawn(eng);
-    if (!rc)
-        rc = tr__comm_spawn(eng);
-    if (!rc)
-        rc = tr__checkpointer_spawn(eng);
-    if (!rc && eng->train)
-        rc = tr__loader_spawn(eng);
+    if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
+    if (!rc) rc = tr__executor_spawn(eng);
+    if (!rc) rc = tr__bucketer_spawn(eng);
+    if (!rc) rc = tr__comm_spawn(eng);
+    if (!rc) rc = tr__checkpointer_spawn(eng);
+    if (!rc && eng->train) rc = tr__loader_spawn(eng);
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "engine: starting the actors: %s", tr_strerror(rc));
     return rc;
@@ -212,10 +209,8 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = check_shapes(eng, o, err, errlen);
     }
-    if (!rc && o->init_params)
-        tr_model_init_params(eng->model, eng->seed);
-    if (!rc)
-        rc = open_data(eng, o, err, errlen);
+    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
+    if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) {
         tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
                                 .handle_signals = o->handle_signals};
@@ -235,16 +230,14 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
 
 static void stop_one(tr_engine_t *eng, tr_actor_t a)
 {
-    if (!tr_actor_is_none(a))
-        tr_actor_stop(eng->rt, a);
+    if (!tr_actor_is_none(a)) tr_actor_stop(eng->rt, a);
 }
 
 void tr_engine_destroy(tr_engine_t *eng)
 {
-    if (!eng)
-        return;
+    if (!eng) return;
     if (eng->rt) {
-        tr_actor_t all[] = {eng->loader, eng->executor, eng->bucketer, eng->comm,
+        tr_actor_t all[] = {eng->loader,    eng->executor,     eng->bucketer,  eng->comm,
                             eng->optimizer, eng->checkpointer, eng->supervisor};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             stop_one(eng, all[i]);
@@ -260,8 +253,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     tr__dataset_close(eng->train);
     tr__dataset_close(eng->val);
     tr_model_destroy(eng->model);
-    if (eng->own_cfg)
-        tr_config_destroy(eng->cfg);
+    if (eng->own_cfg) tr_config_destroy(eng->cfg);
     pthread_cond_destroy(&eng->cv);
     pthread_mutex_destroy(&eng->mu);
     free(eng);
@@ -276,21 +268,18 @@ int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
                         "tr_engine_train_batch: the engine was created without a train dataset"),
                TR_EINVAL;
     int rc = call(eng, eng->executor, TR__REQ_TRAIN, 0, NULL, NULL);
-    if (rc == 0 && stats)
-        *stats = eng->reply_stats;
+    if (rc == 0 && stats) *stats = eng->reply_stats;
     return rc;
 }
 
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 {
     if (!eng->val || n_batches <= 0)
-        return snprintf(eng->error, sizeof(eng->error),
-                        "tr_engine_eval: %s", eng->val ? "n_batches must be positive"
-                                                       : "no dataset to evaluate on"),
+        return snprintf(eng->error, sizeof(eng->error), "tr_engine_eval: %s",
+                        eng->val ? "n_batches must be positive" : "no dataset to evaluate on"),
                TR_EINVAL;
     int rc = call(eng, eng->executor, TR__REQ_EVAL, (uint32_t)n_batches, NULL, NULL);
-    if (rc == 0 && loss)
-        *loss = eng->reply_loss;
+    if (rc == 0 && loss) *loss = eng->reply_loss;
     return rc;
 }
 
@@ -299,8 +288,7 @@ int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *l
     eng->req_batch = batch;
     int rc = call(eng, eng->executor, TR__REQ_FORWARD, 0, NULL, NULL);
     eng->req_batch = NULL;
-    if (rc == 0 && loss)
-        *loss = eng->reply_loss;
+    if (rc == 0 && loss) *loss = eng->reply_loss;
     return rc;
 }
 
@@ -312,8 +300,7 @@ int tr_engine_backward(tr_engine_t *eng)
 int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats)
 {
     int rc = call(eng, eng->executor, TR__REQ_STEP, 0, NULL, NULL);
-    if (rc == 0 && stats)
-        *stats = eng->reply_stats;
+    if (rc == 0 && stats) *stats = eng->reply_stats;
     return rc > 0 ? 0 : rc; /* 1: not a boundary, a no-op as in DeepSpeed */
 }
 

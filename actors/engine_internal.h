@@ -28,19 +28,19 @@
 #include "troupe/runtime.h"
 
 #define TR__MAX_PREFETCH 64
-#define TR__MAX_BUFFERS (TR__MAX_PREFETCH + 8)
-#define TR__BUF_GRADS 1 /* buffer id of the flat gradient buffer; loader slots follow */
+#define TR__MAX_BUFFERS  (TR__MAX_PREFETCH + 8)
+#define TR__BUF_GRADS    1 /* buffer id of the flat gradient buffer; loader slots follow */
 
 typedef enum {
-    TR__REQ_TRAIN = 1,  /* executor: GAS micro-batches from the loader, then the step */
-    TR__REQ_EVAL,       /* executor: n batches of the val set, loss only */
-    TR__REQ_FORWARD,    /* executor: forward on eng->req_batch */
-    TR__REQ_BACKWARD,   /* executor: backward of the last forward */
-    TR__REQ_STEP,       /* executor: wait for the optimizer step at the boundary */
-    TR__REQ_SAVE,       /* checkpointer */
-    TR__REQ_LOAD,       /* checkpointer */
-    TR__REQ_RESEEK,     /* loader: drop prefetched batches, continue from eng->resume */
-    TR__REQ_START,      /* loader: start prefetching */
+    TR__REQ_TRAIN = 1, /* executor: GAS micro-batches from the loader, then the step */
+    TR__REQ_EVAL,      /* executor: n batches of the val set, loss only */
+    TR__REQ_FORWARD,   /* executor: forward on eng->req_batch */
+    TR__REQ_BACKWARD,  /* executor: backward of the last forward */
+    TR__REQ_STEP,      /* executor: wait for the optimizer step at the boundary */
+    TR__REQ_SAVE,      /* checkpointer */
+    TR__REQ_LOAD,      /* checkpointer */
+    TR__REQ_RESEEK,    /* loader: drop prefetched batches, continue from eng->resume */
+    TR__REQ_START,     /* loader: start prefetching */
 } tr__req_kind_t;
 
 typedef struct tr__dataset tr__dataset_t;
@@ -77,9 +77,9 @@ struct tr_engine {
      * by the executor; other actors read them to stamp messages, the client between calls.
      * Atomic (each has one writer), so those reads are never torn. */
     _Atomic uint64_t global_steps, global_samples, skipped_steps, micro_steps;
-    _Atomic uint32_t data_gen;      /* bumped by a reseek; stale batches are dropped */
-    tr__data_pos_t resume;          /* the position a reseek continues from */
-    tr__data_pos_t consumed;        /* after the last batch trained on: what a save records */
+    _Atomic uint32_t data_gen;          /* bumped by a reseek; stale batches are dropped */
+    tr__data_pos_t resume;              /* the position a reseek continues from */
+    tr__data_pos_t consumed;            /* after the last batch trained on: what a save records */
     const tr_engine_batch_t *req_batch; /* FORWARD's batch, valid during the request */
 
     /* the client's rendezvous */
@@ -90,7 +90,7 @@ struct tr_engine {
     float reply_loss;
     tr_step_stats_t reply_stats;
     char error[1024];
-    int failed;                     /* an actor failed: every call returns this */
+    int failed; /* an actor failed: every call returns this */
     _Atomic int stop_requested;
 };
 
@@ -145,7 +145,7 @@ void tr__checkpointer_free(tr_engine_t *eng);
 
 /* optimizer.c: the state checkpoints save and restore (quiescent engine only). */
 double tr__optimizer_loss_scale(const tr_engine_t *eng);
-int tr__optimizer_state_pack(const tr_engine_t *eng, void *pk);   /* a msgpack_packer * */
+int tr__optimizer_state_pack(const tr_engine_t *eng, void *pk); /* a msgpack_packer * */
 int tr__optimizer_state_unpack(tr_engine_t *eng, const void *obj, char *err, size_t errlen);
 /* The moment arrays (NULL when the optimizer has none): n_params floats each. */
 int tr__optimizer_arrays(tr_engine_t *eng, float **arrays, const char **names, int max);

@@ -22,7 +22,7 @@
 typedef struct queued {
     uint32_t slot, gen;
     tr__data_pos_t after; /* the stream position once this batch is consumed */
-    int *tokens; /* or float x */
+    int *tokens;          /* or float x */
     int *targets;
 } queued_t;
 
@@ -30,17 +30,17 @@ struct tr__exec {
     tr_engine_t *eng;
     queued_t q[TR__MAX_PREFETCH];
     int q_head, q_n;
-    int req;              /* the client's request being served (0: none) */
-    int want;             /* TRAIN: micro-batches still to run */
-    int micro;            /* micro-batches done in the accumulation window */
-    double loss_sum;      /* over the window */
+    int req;         /* the client's request being served (0: none) */
+    int want;        /* TRAIN: micro-batches still to run */
+    int micro;       /* micro-batches done in the accumulation window */
+    double loss_sum; /* over the window */
     uint64_t t_window, tokens_window;
-    bool started;         /* the loader has been told to start */
-    bool step_pending;    /* boundary backward done, STEP_DONE not arrived */
-    bool step_ready;      /* STEP_DONE arrived, not reported yet (DeepSpeed-style) */
-    int deferred;         /* a FORWARD that arrived while the step was pending */
+    bool started;      /* the loader has been told to start */
+    bool step_pending; /* boundary backward done, STEP_DONE not arrived */
+    bool step_ready;   /* STEP_DONE arrived, not reported yet (DeepSpeed-style) */
+    int deferred;      /* a FORWARD that arrived while the step was pending */
     tr_step_stats_t stats;
-    bool have_forward;    /* DeepSpeed-style: forward done, backward not yet */
+    bool have_forward;     /* DeepSpeed-style: forward done, backward not yet */
     int *tokens, *targets; /* the executor's copy of a client batch */
     float *x;
 };
@@ -48,22 +48,18 @@ struct tr__exec {
 static void credit(tr_ctx_t *ctx, tr_engine_t *e, uint32_t slot)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
-    if (!m)
-        return;
+    if (!m) return;
     TR_MSG_AS(m, credit)->slot = slot;
-    if (tr_actor_send(ctx->rt, e->loader, m) < 0)
-        tr_msg_free(ctx->rt, m);
+    if (tr_actor_send(ctx->rt, e->loader, m) < 0) tr_msg_free(ctx->rt, m);
 }
 
 static int grad_ready(tr_model_t *model, int layer, size_t offset, size_t count, void *arg)
 {
     tr_ctx_t *ctx = arg;
     struct tr__exec *x = ctx->state;
-    if (count == 0 && layer != 0)
-        return 0;
+    if (count == 0 && layer != 0) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRAD_READY);
-    if (!m)
-        return 1;
+    if (!m) return 1;
     tr_msg_grad_ready_t *g = TR_MSG_AS(m, grad_ready);
     g->layer = (uint32_t)layer;
     g->offset = offset;
@@ -72,9 +68,18 @@ static int grad_ready(tr_model_t *model, int layer, size_t offset, size_t count,
     m->step = x->eng->global_steps;
     m->micro_step = (uint32_t)x->micro;
     int rc = tr_actor_send(ctx->rt, x->eng->bucketer, m);
-    if (rc < 0)
-        tr_msg_free(ctx->rt, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc < 0;
+}
+
+/* Ends the request with an error naming the layer, the pass and the step. */
+static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
+{
+    tr_engine_t *e = x->eng;
+    tr__engine_reply(e, rc, "executor: step %llu, micro-step %d: layer %d '%s' %s failed: %s (%s)",
+                     (unsigned long long)e->global_steps, x->micro, layer,
+                     tr_model_layer(e->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+    return rc;
 }
 
 /* Forward over every layer; errors name the layer and the step. */
@@ -83,13 +88,7 @@ static int forward(struct tr__exec *x, const tr_batch_t *b, float *loss)
     tr_engine_t *e = x->eng;
     for (int i = 0; i < tr_model_num_layers(e->model); i++) {
         int rc = tr_model_layer_forward(e->model, i, b);
-        if (rc < 0) {
-            tr__engine_reply(e, rc, "executor: step %llu, micro-step %d: layer %d '%s' forward "
-                             "failed: %s (%s)",
-                             (unsigned long long)e->global_steps, x->micro, i,
-                             tr_model_layer(e->model, i)->name, tr_err_name(rc), tr_strerror(rc));
-            return rc;
-        }
+        if (rc < 0) return layer_failed(x, i, "forward", rc);
     }
     *loss = tr_model_loss(e->model);
     return 0;
@@ -101,13 +100,7 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
     tr_model_set_loss_scale(e->model, (float)(tr__optimizer_loss_scale(e) / e->GAS));
     for (int i = tr_model_num_layers(e->model) - 1; i >= 0; i--) {
         int rc = tr_model_layer_backward(e->model, i);
-        if (rc < 0) {
-            tr__engine_reply(e, rc, "executor: step %llu, micro-step %d: layer %d '%s' backward "
-                             "failed: %s (%s)",
-                             (unsigned long long)e->global_steps, x->micro, i,
-                             tr_model_layer(e->model, i)->name, tr_err_name(rc), tr_strerror(rc));
-            return rc;
-        }
+        if (rc < 0) return layer_failed(x, i, "backward", rc);
         tr_layer_t *l = tr_model_layer(e->model, i);
         if (boundary && grad_ready(e->model, i, l->param_offset, l->param_count, ctx))
             return TR_ENOMEM;
@@ -157,8 +150,7 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
             batch.tokens = b.tokens;
         int rc = micro_batch(ctx, x, &batch);
         credit(ctx, e, b.slot);
-        if (rc == 0)
-            e->consumed = b.after;
+        if (rc == 0) e->consumed = b.after;
         if (rc < 0) {
             finish_request_error(x);
             return;
@@ -176,8 +168,11 @@ static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return;
     }
     int at = (x->q_head + x->q_n) % TR__MAX_PREFETCH;
-    x->q[at] = (queued_t){b->slot, b->gen, {b->epoch, b->cursor, b->index + 1},
-                          tr__engine_buffer(e, &b->tokens), tr__engine_buffer(e, &b->targets)};
+    x->q[at] = (queued_t){b->slot,
+                          b->gen,
+                          {b->epoch, b->cursor, b->index + 1},
+                          tr__engine_buffer(e, &b->tokens),
+                          tr__engine_buffer(e, &b->targets)};
     x->q_n++;
     run_train(ctx, x);
 }
@@ -185,12 +180,16 @@ static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 static void report_stats(struct tr__exec *x, tr_msg_step_done_t *d)
 {
     tr_engine_t *e = x->eng;
-    x->stats = (tr_step_stats_t){
-        .global_step = e->global_steps, .global_samples = e->global_samples,
-        .skipped_steps = e->skipped_steps, .loss = (float)(x->loss_sum / (x->micro ? x->micro : 1)),
-        .lr = d->lr, .grad_norm = d->grad_norm, .loss_scale = d->loss_scale,
-        .skipped = d->skipped, .tokens = x->tokens_window,
-        .step_ms = (tr_now_ns() - x->t_window) / 1e6};
+    x->stats = (tr_step_stats_t){.global_step = e->global_steps,
+                                 .global_samples = e->global_samples,
+                                 .skipped_steps = e->skipped_steps,
+                                 .loss = (float)(x->loss_sum / (x->micro ? x->micro : 1)),
+                                 .lr = d->lr,
+                                 .grad_norm = d->grad_norm,
+                                 .loss_scale = d->loss_scale,
+                                 .skipped = d->skipped,
+                                 .tokens = x->tokens_window,
+                                 .step_ms = (tr_now_ns() - x->t_window) / 1e6};
     x->micro = 0;
     x->loss_sum = 0;
     x->tokens_window = 0;
@@ -218,13 +217,14 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     copy_client_batch(x);
-    tr_batch_t batch = {.B = e->B, .T = e->T, .tokens = e->x_dim ? NULL : x->tokens,
-                        .x = e->x_dim ? x->x : NULL, .targets = x->targets};
+    tr_batch_t batch = {.B = e->B,
+                        .T = e->T,
+                        .tokens = e->x_dim ? NULL : x->tokens,
+                        .x = e->x_dim ? x->x : NULL,
+                        .targets = x->targets};
     float loss;
-    if (forward(x, &batch, &loss) < 0)
-        return;
-    if (x->micro == 0)
-        x->t_window = tr_now_ns();
+    if (forward(x, &batch, &loss) < 0) return;
+    if (x->micro == 0) x->t_window = tr_now_ns();
     x->have_forward = true;
     e->reply_loss = loss;
     x->loss_sum += loss;
@@ -240,8 +240,7 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     }
     x->have_forward = false;
     bool boundary = x->micro == e->GAS - 1;
-    if (backward(ctx, x, boundary) < 0)
-        return;
+    if (backward(ctx, x, boundary) < 0) return;
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     e->micro_steps++;
@@ -289,11 +288,13 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
             tr__engine_reply(e, rc, "eval: %s", err);
             return;
         }
-        tr_batch_t batch = {.B = e->B, .T = e->T, .tokens = e->x_dim ? NULL : x->tokens,
-                            .x = e->x_dim ? x->x : NULL, .targets = x->targets};
+        tr_batch_t batch = {.B = e->B,
+                            .T = e->T,
+                            .tokens = e->x_dim ? NULL : x->tokens,
+                            .x = e->x_dim ? x->x : NULL,
+                            .targets = x->targets};
         float loss;
-        if (forward(x, &batch, &loss) < 0)
-            return;
+        if (forward(x, &batch, &loss) < 0) return;
         sum += loss;
     }
     e->reply_loss = n ? (float)(sum / n) : 0.0f;
@@ -302,8 +303,7 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 
 static const char *busy_reason(struct tr__exec *x, int kind)
 {
-    if (x->have_forward && kind != TR__REQ_BACKWARD)
-        return "a forward is waiting for its backward";
+    if (x->have_forward && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
     if (kind == TR__REQ_TRAIN && x->micro > 0)
         return "the accumulation window was started with tr_engine_forward/backward; finish it "
                "with tr_engine_step";
@@ -391,26 +391,23 @@ int tr__executor_window(const tr_engine_t *eng)
 int tr__executor_spawn(tr_engine_t *eng)
 {
     struct tr__exec *x = calloc(1, sizeof(*x));
-    if (!x)
-        return TR_ENOMEM;
+    if (!x) return TR_ENOMEM;
     eng->ex = x;
     x->eng = eng;
     size_t bt = (size_t)eng->B * (size_t)eng->T;
     x->tokens = malloc(bt * sizeof(int));
     x->targets = malloc(bt * sizeof(int));
     x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
-    if (!x->tokens || !x->targets || !x->x)
-        return TR_ENOMEM;
-    tr_actor_opts_t o = {.name = "executor", .pinned = 1, .defer_stop = 1,
-                         .supervisor = eng->supervisor};
+    if (!x->tokens || !x->targets || !x->x) return TR_ENOMEM;
+    tr_actor_opts_t o = {
+        .name = "executor", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
     return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
 }
 
 void tr__executor_free(tr_engine_t *eng)
 {
     struct tr__exec *x = eng->ex;
-    if (!x)
-        return;
+    if (!x) return;
     free(x->tokens);
     free(x->targets);
     free(x->x);

@@ -18,7 +18,7 @@
 struct tr__loader {
     tr_engine_t *eng;
     int n_slots;
-    size_t in_floats;   /* floats (or ints) of input per slot */
+    size_t in_floats; /* floats (or ints) of input per slot */
     void *slot_mem[TR__MAX_PREFETCH];
     bool out[TR__MAX_PREFETCH]; /* sent, waiting for its credit */
     bool started;
@@ -40,9 +40,12 @@ static tr_tensor_ref_t ref(struct tr__loader *l, int s, size_t offset, size_t co
                            int ndim)
 {
     tr_engine_t *e = l->eng;
-    tr_tensor_ref_t r = {.buffer_id = (uint64_t)(BUF_SLOT0 + s), .offset = offset,
-                         .length = count * 4, .dtype = (uint8_t)dtype,
-                         .device_type = TR_DEVICE_CPU, .ndim = (uint8_t)ndim};
+    tr_tensor_ref_t r = {.buffer_id = (uint64_t)(BUF_SLOT0 + s),
+                         .offset = offset,
+                         .length = count * 4,
+                         .dtype = (uint8_t)dtype,
+                         .device_type = TR_DEVICE_CPU,
+                         .ndim = (uint8_t)ndim};
     r.shape[0] = e->B;
     r.shape[1] = e->T;
     r.shape[2] = e->x_dim;
@@ -67,8 +70,7 @@ static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
                 (unsigned long long)before.epoch,
                 (unsigned long long)tr__dataset_pos(e->train).epoch);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BATCH);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     tr_msg_batch_t *b = TR_MSG_AS(m, batch);
     b->slot = (uint32_t)s;
     b->gen = l->gen;
@@ -76,14 +78,13 @@ static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
     b->index = before.batch_index;
     b->epoch = after.epoch;
     b->cursor = after.cursor;
-    b->tokens = ref(l, s, 0, l->in_floats, e->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32,
-                    e->x_dim ? 3 : 2);
+    b->tokens =
+        ref(l, s, 0, l->in_floats, e->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, e->x_dim ? 3 : 2);
     b->targets = ref(l, s, l->in_floats * 4, (size_t)e->B * (size_t)e->T, TR_DTYPE_I32, 2);
     m->step = e->global_steps;
     l->out[s] = true;
     rc = tr_actor_send(ctx->rt, e->executor, m);
-    if (rc < 0)
-        tr_msg_free(ctx->rt, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
@@ -92,8 +93,7 @@ static int fill_free_slots(tr_ctx_t *ctx, struct tr__loader *l)
     for (int s = 0; s < l->n_slots; s++)
         if (!l->out[s]) {
             int rc = fill(ctx, l, s);
-            if (rc < 0)
-                return rc;
+            if (rc < 0) return rc;
         }
     return 0;
 }
@@ -132,16 +132,14 @@ static int loader_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 int tr__loader_spawn(tr_engine_t *eng)
 {
     struct tr__loader *l = calloc(1, sizeof(*l));
-    if (!l)
-        return TR_ENOMEM;
+    if (!l) return TR_ENOMEM;
     l->eng = eng;
     l->n_slots = eng->prefetch;
     size_t bt = (size_t)eng->B * (size_t)eng->T;
     l->in_floats = eng->x_dim ? bt * (size_t)eng->x_dim : bt;
     for (int s = 0; s < l->n_slots; s++) {
         l->slot_mem[s] = aligned_alloc(64, ((l->in_floats + bt) * 4 + 63) & ~(size_t)63);
-        if (!l->slot_mem[s])
-            return TR_ENOMEM; /* freed by tr__loader_free */
+        if (!l->slot_mem[s]) return TR_ENOMEM; /* freed by tr__loader_free */
         eng->buffers[BUF_SLOT0 + s] = l->slot_mem[s];
     }
     eng->ld = l;
@@ -152,8 +150,7 @@ int tr__loader_spawn(tr_engine_t *eng)
 void tr__loader_free(tr_engine_t *eng)
 {
     struct tr__loader *l = eng->ld;
-    if (!l)
-        return;
+    if (!l) return;
     for (int s = 0; s < TR__MAX_PREFETCH; s++)
         free(l->slot_mem[s]);
     free(l);

@@ -24,20 +24,21 @@
 #include "kernels/cpu/loss_scaler.h"
 #include "kernels/cpu/lr_schedule.h"
 #include "kernels/cpu/sgd.h"
+#include "runtime/mpack.h"
 
 struct tr__optim {
     tr_engine_t *eng;
-    int type;                 /* tr_config_optimizer_type_t */
+    int type; /* tr_config_optimizer_type_t */
     tr_adam_opts_t adam;
     tr_sgd_opts_t sgd;
     tr_lamb_opts_t lamb;
-    tr_adam_state_t st;       /* step count and beta powers (Adam, Lamb) */
-    float *m, *v;             /* moments; SGD uses m as its momentum buffer */
+    tr_adam_state_t st; /* step count and beta powers (Adam, Lamb) */
+    float *m, *v;       /* moments; SGD uses m as its momentum buffer */
     bool fp16;
     tr_loss_scaler_t scaler;
     bool has_schedule;
     tr_lr_schedule_opts_t sched;
-    int64_t sched_steps;      /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
+    int64_t sched_steps; /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
     double base_lr, clip;
     /* the step being assembled */
     double sumsq;
@@ -52,13 +53,10 @@ double tr__optimizer_loss_scale(const tr_engine_t *eng)
 
 static double current_lr(const tr__optim_t *o)
 {
-    if (!o->has_schedule)
-        return o->base_lr;
+    if (!o->has_schedule) return o->base_lr;
     if (o->sched_steps == 0) { /* DeepSpeed: before the scheduler's first step */
-        if (o->sched.type == TR_LR_ONE_CYCLE)
-            return o->sched.cycle_min_lr;
-        if (o->sched.type == TR_LR_RANGE_TEST)
-            return o->sched.lr_range_test_min_lr;
+        if (o->sched.type == TR_LR_ONE_CYCLE) return o->sched.cycle_min_lr;
+        if (o->sched.type == TR_LR_RANGE_TEST) return o->sched.lr_range_test_min_lr;
         return o->base_lr;
     }
     return tr_lr_schedule_lr(&o->sched, o->sched_steps - 1);
@@ -141,8 +139,7 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     d->lr = current_lr(o);
     apply_momentum(o);
     update(o, (float)d->lr, mul);
-    if (o->has_schedule)
-        o->sched_steps++;
+    if (o->has_schedule) o->sched_steps++;
     return 0;
 }
 
@@ -150,25 +147,21 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     tr__optim_t *o = ctx->state;
     tr_engine_t *e = o->eng;
-    if (msg->type != TR_MSG_REDUCED)
-        return 0;
+    if (msg->type != TR_MSG_REDUCED) return 0;
     tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
     size_t count = r->grads.length / sizeof(float);
     o->sumsq += tr_grad_sumsq(tr__engine_buffer(e, &r->grads), count);
     o->covered += count;
-    if (o->covered < e->n_params)
-        return 0;
+    if (o->covered < e->n_params) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     d->rc = step(o, d);
     o->sumsq = 0;
     o->covered = 0;
     m->step = e->global_steps;
     int rc = tr_actor_send(ctx->rt, e->executor, m);
-    if (rc < 0)
-        tr_msg_free(ctx->rt, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
@@ -195,7 +188,8 @@ static void schedule_from_config(tr__optim_t *o, const tr_config_t *c)
     d->cycle_first_stair_count = s->cycle_first_stair_count;
     d->cycle_second_stair_count =
         tr_config_origin(c, "scheduler.params.cycle_second_stair_count") == TR_ORIGIN_GIVEN
-            ? s->cycle_second_stair_count : -1;
+            ? s->cycle_second_stair_count
+            : -1;
     d->decay_step_size = s->decay_step_size;
     d->cycle_momentum = s->cycle_momentum;
     d->cycle_min_mom = s->cycle_min_mom;
@@ -210,15 +204,15 @@ static void schedule_from_config(tr__optim_t *o, const tr_config_t *c)
 static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
 {
     const __typeof__(c->optimizer.params) *p = &c->optimizer.params;
-    o->adam = (tr_adam_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
-                               (float)p->eps, (float)p->weight_decay,
-                               o->type == TR_OPTIMIZER_ADAMW || p->adam_w_mode,
-                               p->bias_correction};
+    o->adam = (tr_adam_opts_t){
+        (float)p->lr,      (float)p->betas[0],     (float)p->betas[1],
+        (float)p->eps,     (float)p->weight_decay, o->type == TR_OPTIMIZER_ADAMW || p->adam_w_mode,
+        p->bias_correction};
     o->sgd = (tr_sgd_opts_t){(float)p->lr, (float)p->momentum, (float)p->dampening,
                              (float)p->weight_decay, p->nesterov};
-    o->lamb = (tr_lamb_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
-                               (float)p->eps, (float)p->weight_decay, (float)p->max_coeff,
-                               (float)p->min_coeff, p->bias_correction, p->eps_inside_sqrt};
+    o->lamb = (tr_lamb_opts_t){(float)p->lr,        (float)p->betas[0],     (float)p->betas[1],
+                               (float)p->eps,       (float)p->weight_decay, (float)p->max_coeff,
+                               (float)p->min_coeff, p->bias_correction,     p->eps_inside_sqrt};
 }
 
 static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, size_t errlen)
@@ -232,8 +226,7 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
     so.consecutive_hysteresis = c->fp16.consecutive_hysteresis;
     so.min_loss_scale = c->fp16.min_loss_scale;
     int rc = tr_loss_scaler_init(&o->scaler, &so);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: fp16: %s", c->source, o->scaler.message);
+    if (rc < 0) snprintf(err, errlen, "%s: fp16: %s", c->source, o->scaler.message);
     return rc;
 }
 
@@ -241,14 +234,15 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     tr__optim_t *o = calloc(1, sizeof(*o));
-    if (!o)
-        return TR_ENOMEM;
+    if (!o) return TR_ENOMEM;
     eng->op = o;
     o->eng = eng;
     o->type = c->optimizer.type;
     if (o->type == TR_OPTIMIZER_NONE) {
-        snprintf(err, errlen, "%s: optimizer: the engine needs an \"optimizer\" section (Adam, "
-                 "AdamW, SGD or Lamb)", c->source);
+        snprintf(err, errlen,
+                 "%s: optimizer: the engine needs an \"optimizer\" section (Adam, "
+                 "AdamW, SGD or Lamb)",
+                 c->source);
         return TR_ECONFIG;
     }
     o->base_lr = c->optimizer.params.lr;
@@ -265,23 +259,20 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
         }
     }
     o->fp16 = c->fp16.enabled;
-    if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0)
-        return TR_ECONFIG;
+    if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
     size_t bytes = eng->n_params * sizeof(float);
     o->m = calloc(1, bytes ? bytes : 1);
     o->v = o->type == TR_OPTIMIZER_SGD ? NULL : calloc(1, bytes ? bytes : 1);
-    if (!o->m || (o->type != TR_OPTIMIZER_SGD && !o->v))
-        return TR_ENOMEM;
-    tr_actor_opts_t ao = {.name = "optimizer", .pinned = 1, .defer_stop = 1,
-                          .supervisor = eng->supervisor};
+    if (!o->m || (o->type != TR_OPTIMIZER_SGD && !o->v)) return TR_ENOMEM;
+    tr_actor_opts_t ao = {
+        .name = "optimizer", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
     return tr_actor_spawn(eng->rt, optimizer_behaviour, o, &ao, &eng->optimizer);
 }
 
 void tr__optimizer_free(tr_engine_t *eng)
 {
     tr__optim_t *o = eng->op;
-    if (!o)
-        return;
+    if (!o) return;
     free(o->m);
     free(o->v);
     free(o);
@@ -305,7 +296,7 @@ int tr__optimizer_arrays(tr_engine_t *eng, float **arrays, const char **names, i
     return n;
 }
 
-#define PACK_KEY(pk, s) (msgpack_pack_str(pk, strlen(s)), msgpack_pack_str_body(pk, s, strlen(s)))
+#define PACK_KEY(pk, s) tr__mp_pack_str(pk, s)
 
 int tr__optimizer_state_pack(const tr_engine_t *eng, void *pkv)
 {
@@ -335,23 +326,10 @@ int tr__optimizer_state_pack(const tr_engine_t *eng, void *pkv)
     return 0;
 }
 
-static const msgpack_object *find(const msgpack_object *map, const char *key)
-{
-    if (map->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object_kv *kv = &map->via.map.ptr[i];
-        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
-            !memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size))
-            return &kv->val;
-    }
-    return NULL;
-}
-
 static int get_num(const msgpack_object *map, const char *key, double *out, char *err,
                    size_t errlen)
 {
-    const msgpack_object *v = find(map, key);
+    const msgpack_object *v = tr__mp_field(map, key);
     if (v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
         *out = (double)v->via.u64;
     else if (v && v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
@@ -372,19 +350,22 @@ int tr__optimizer_state_unpack(tr_engine_t *eng, const void *objv, char *err, si
     double type, step, b1p, b2p, beta1, sched, scale, hyst;
     if (get_num(obj, "type", &type, err, errlen) || get_num(obj, "step", &step, err, errlen) ||
         get_num(obj, "beta1_pow", &b1p, err, errlen) ||
-        get_num(obj, "beta2_pow", &b2p, err, errlen) || get_num(obj, "beta1", &beta1, err, errlen) ||
+        get_num(obj, "beta2_pow", &b2p, err, errlen) ||
+        get_num(obj, "beta1", &beta1, err, errlen) ||
         get_num(obj, "sched_steps", &sched, err, errlen) ||
         get_num(obj, "loss_scale", &scale, err, errlen) ||
         get_num(obj, "hysteresis", &hyst, err, errlen))
         return TR_EFORMAT;
-    const msgpack_object *it = find(obj, "scaler_iters");
+    const msgpack_object *it = tr__mp_field(obj, "scaler_iters");
     if (!it || it->type != MSGPACK_OBJECT_ARRAY || it->via.array.size != 2) {
         snprintf(err, errlen, "optimizer state: field 'scaler_iters': expected 2 integers");
         return TR_EFORMAT;
     }
     if ((int)type != o->type) {
-        snprintf(err, errlen, "optimizer state: saved with optimizer type %d, the config now "
-                 "asks for type %d", (int)type, o->type);
+        snprintf(err, errlen,
+                 "optimizer state: saved with optimizer type %d, the config now "
+                 "asks for type %d",
+                 (int)type, o->type);
         return TR_EMISMATCH;
     }
     o->st.step = (int64_t)step;

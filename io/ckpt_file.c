@@ -15,10 +15,10 @@
 #include "io/crc32c.h"
 #include "troupe/error.h"
 
-#define MAGIC "TRCKPT\0\1"
+#define MAGIC     "TRCKPT\0\1"
 #define END_MAGIC "TEND"
-#define FIXED 24 /* magic, header length, reserved, payload length */
-#define ALIGN 64
+#define FIXED     24 /* magic, header length, reserved, payload length */
+#define ALIGN     64
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
@@ -64,10 +64,8 @@ static int write_all(int fd, const void *data, size_t len, uint32_t *crc)
     *crc = tr__crc32c(*crc, data, len);
     while (len) {
         ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
         p += n;
         len -= (size_t)n;
     }
@@ -77,15 +75,26 @@ static int write_all(int fd, const void *data, size_t len, uint32_t *crc)
 static int fsync_dir_of(const char *path)
 {
     char *copy = strdup(path);
-    if (!copy)
-        return TR_ENOMEM;
+    if (!copy) return TR_ENOMEM;
     int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
     free(copy);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) return -errno;
     int rc = fsync(fd) < 0 ? -errno : 0;
     close(fd);
     return rc;
+}
+
+/* Renames tmp over path and syncs the directory, or removes tmp: the last step of every
+ * write, whether rc (the writing so far) succeeded or not. */
+static int commit(const char *tmp, const char *path, int rc, char *err, size_t errlen)
+{
+    if (!rc && rename(tmp, path) < 0) rc = -errno;
+    if (!rc) rc = fsync_dir_of(path);
+    if (rc) {
+        unlink(tmp);
+        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
+    }
+    return 0;
 }
 
 static void maybe_crash(void)
@@ -112,20 +121,16 @@ static int write_body(int fd, const void *header, size_t header_len, const tr_ck
     static const unsigned char zeros[ALIGN] = {0};
     uint32_t crc = 0;
     int rc = write_all(fd, fixed, FIXED, &crc);
-    if (!rc)
-        rc = write_all(fd, header, header_len, &crc);
-    if (!rc)
-        rc = write_all(fd, zeros, padded(header_len) - FIXED - header_len, &crc);
+    if (!rc) rc = write_all(fd, header, header_len, &crc);
+    if (!rc) rc = write_all(fd, zeros, padded(header_len) - FIXED - header_len, &crc);
     for (size_t i = 0; !rc && i < n_blobs; i++)
         rc = write_all(fd, blobs[i].data, blobs[i].len, &crc);
     unsigned char trailer[8];
     put32(trailer, crc);
     memcpy(trailer + 4, END_MAGIC, 4);
     uint32_t ignored = 0;
-    if (!rc)
-        rc = write_all(fd, trailer, 8, &ignored);
-    if (!rc && fsync(fd) < 0)
-        rc = -errno;
+    if (!rc) rc = write_all(fd, trailer, 8, &ignored);
+    if (!rc && fsync(fd) < 0) rc = -errno;
     return rc;
 }
 
@@ -139,28 +144,17 @@ int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
         return fail(err, errlen, TR_EINVAL, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     int rc = write_body(fd, header, header_len, blobs, n_blobs);
-    if (close(fd) < 0 && !rc)
-        rc = -errno;
-    if (!rc && rename(tmp, path) < 0)
-        rc = -errno;
-    if (!rc)
-        rc = fsync_dir_of(path);
-    if (rc) {
-        unlink(tmp);
-        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
-    }
-    maybe_crash();
-    return 0;
+    if (close(fd) < 0 && !rc) rc = -errno;
+    if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
+    return rc;
 }
 
 static int read_whole(const char *path, unsigned char **mem, size_t *len, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -175,8 +169,7 @@ static int read_whole(const char *path, unsigned char **mem, size_t *len, char *
     size_t got = 0;
     while (got < *len) {
         ssize_t n = read(fd, *mem + got, *len - got);
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             int e = n < 0 ? errno : EIO;
             close(fd);
@@ -221,11 +214,9 @@ int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t 
     size_t len = 0;
     memset(out, 0, sizeof(*out));
     int rc = read_whole(path, &m, &len, err, errlen);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     rc = verify(path, m, len, out, err, errlen);
-    if (rc)
-        free(m);
+    if (rc) free(m);
     return rc;
 }
 
@@ -245,21 +236,11 @@ int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t er
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     int ok = fputs(tag, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int rc = ok ? 0 : -errno;
-    if (fclose(f) != 0 && !rc)
-        rc = -errno;
-    if (!rc && rename(tmp, path) < 0)
-        rc = -errno;
-    if (!rc)
-        rc = fsync_dir_of(path);
-    if (rc) {
-        unlink(tmp);
-        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
-    }
-    return 0;
+    if (fclose(f) != 0 && !rc) rc = -errno;
+    return commit(tmp, path, rc, err, errlen);
 }
 
 int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size_t errlen)
@@ -267,8 +248,7 @@ int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size
     char path[4096];
     snprintf(path, sizeof(path), "%s/latest", dir);
     FILE *f = fopen(path, "r");
-    if (!f)
-        return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    if (!f) return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
     size_t n = fread(tag, 1, cap, f);
     fclose(f);
     while (n && (tag[n - 1] == '\n' || tag[n - 1] == ' '))

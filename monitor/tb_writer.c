@@ -9,6 +9,7 @@
  * TensorBoard monitor writes through torch's SummaryWriter, into <output_path>/<job_name>/.
  * One thread per writer.
  */
+#include "io/crc32c.h"
 #include "troupe/monitor.h"
 
 #include <errno.h>
@@ -24,29 +25,11 @@ struct tr_tb_writer {
     char *path;
 };
 
-/* --- CRC-32C (Castagnoli), table-driven ---------------------------------------------- */
-
-static uint32_t crc_table[256];
-
-static void crc_table_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
+/* --- CRC-32C (Castagnoli): io/crc32c.c has the one implementation ------------------- */
 
 uint32_t tr_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, crc_table_init);
-    const uint8_t *p = data;
-    crc = ~crc;
-    while (len--)
-        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return tr__crc32c(crc, data, len);
 }
 
 uint32_t tr_crc32c_masked(const void *data, size_t len)

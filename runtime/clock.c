@@ -19,8 +19,7 @@ static int tsc_invariant(void)
 {
 #if defined(__x86_64__)
     unsigned a, b, c, d;
-    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
-        return 0;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return 0;
     __get_cpuid(0x80000007u, &a, &b, &c, &d);
     return (d >> 8) & 1;
 #else
@@ -31,8 +30,7 @@ static int tsc_invariant(void)
 static void calibrate(void)
 {
 #if defined(__x86_64__)
-    if (!tsc_invariant())
-        return;
+    if (!tsc_invariant()) return;
     uint64_t n0 = tr_now_ns(), t0 = __rdtsc(), n1, t1;
     do { /* 2 ms: the two clock reads' cost is then a few parts per million */
         n1 = tr_now_ns();

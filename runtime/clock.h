@@ -24,8 +24,7 @@ extern int tr__tsc_ok;
 static inline uint64_t tr__ticks(void)
 {
 #if defined(__x86_64__)
-    if (tr__tsc_ok)
-        return __rdtsc();
+    if (tr__tsc_ok) return __rdtsc();
 #endif
     extern uint64_t tr_now_ns(void);
     return tr_now_ns();
