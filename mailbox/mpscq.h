@@ -112,6 +112,15 @@ static inline bool tr__mpscq_is_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t)
     return (tr_msg_t *)(head & ~TR__MARK_EMPTY) == t->tail;
 }
 
+/* True when something was pushed after the consumer saw `tail` as its tail. Any thread: it
+ * reads only the producers' head (the caller took `tail` while it was the consumer). */
+static inline bool tr__mpscq_pushed_since(tr__mpscq_head_t *h, const tr_msg_t *tail)
+{
+    /* seq_cst: orders this load after a preceding seq_cst mark (store-load, see actor.c) */
+    uintptr_t head = atomic_load_explicit(&h->head, memory_order_seq_cst);
+    return (const tr_msg_t *)(head & ~TR__MARK_EMPTY) != tail;
+}
+
 /* Marks the queue empty and idle. False when a push is in flight or messages remain: the
  * consumer must stay scheduled. Consumer only; after true it must not touch the queue. */
 static inline bool tr__mpscq_mark_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t)

@@ -488,12 +488,17 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     atomic_store_explicit(&a->activations,
                           atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    /* The urgent lane's tail, taken while this thread still owns the actor: once the data
+     * lane is marked idle another thread may run it, so only the head may be read after. */
+    const tr_msg_t *urgent_tail = a->urgent_out.tail;
     if (yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
         tr__sched_reschedule(rt, w, a);
         return;
     }
-    /* Idle now. An urgent send that missed the mark is seen here (see design block). */
-    if (!tr__mpscq_is_empty(&a->urgent_in, &a->urgent_out) && tr__mpscq_unmark(&a->data_in))
+    /* Idle now. An urgent send that missed the mark is seen here (see design block); a
+     * spurious unmark after another thread ran the actor meanwhile only schedules it once
+     * more. */
+    if (tr__mpscq_pushed_since(&a->urgent_in, urgent_tail) && tr__mpscq_unmark(&a->data_in))
         tr__sched_reschedule(rt, w, a);
 }
 
