@@ -312,7 +312,9 @@ static const tr__cfg_key_t comms_keys[] = {
 SECTION(comms_sec, "comms_logger", comms_keys);
 
 static const tr__cfg_key_t pipeline_keys[] = {
-    INTF("stages", pipeline.stages, 0, 1, 65536, TR__F_AUTO_ZERO, "pipeline stages or auto"),
+    {.name = "stages", .kind = TR__K_INT, .offset = OFF(pipeline.stages), .min = 1,
+     .max = 65536, .flags = TR__F_AUTO_ZERO, .expect = "an integer between 1 and 65536 or \"auto\"",
+     .doc = "pipeline stages; \"auto\" = as many as ranks allow"},
     STR("partition", pipeline.partition, "best", 0, "layer partitioning method"),
     BOOL("seed_layers", pipeline.seed_layers, 0, "seed each layer's init"),
     INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval, 0, 0, BIG,
@@ -395,7 +397,7 @@ SECTION(troupe_sec, "troupe", troupe_keys);
 
 #define BATCH(n, f, doc_)                                                                      \
     {.name = n, .kind = TR__K_INT, .offset = OFF(f), .min = -BIG, .max = BIG,                 \
-     .flags = TR__F_BATCH, .doc = doc_}
+     .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_}
 
 static const tr__cfg_key_t top_keys[] = {
     BATCH("train_batch_size", train_batch_size, "samples per optimizer step, all ranks"),

@@ -136,7 +136,7 @@ static void choices_text(const tr__cfg_key_t *k, char *b, size_t n)
         snprintf(b + o, n - o, " (any case)");
 }
 
-static const char *expectation(const tr__cfg_key_t *k, char *b, size_t n)
+const char *tr__cfg_expectation(const tr__cfg_key_t *k, char *b, size_t n)
 {
     if (k->expect)
         return k->expect;
@@ -155,7 +155,7 @@ static const char *expectation(const tr__cfg_key_t *k, char *b, size_t n)
 static void mistyped(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, const json_t *v)
 {
     char e[256], g[64];
-    tr__cfg_error(w, kp, "must be %s, got %s", expectation(k, e, sizeof(e)), show(v, g, sizeof(g)));
+    tr__cfg_error(w, kp, "must be %s, got %s", tr__cfg_expectation(k, e, sizeof(e)), show(v, g, sizeof(g)));
 }
 
 /* --- storing values ---------------------------------------------------------------------- */
@@ -168,7 +168,7 @@ static void put(tr__cfg_walk_t *w, json_t *out, const tr__cfg_key_t *k, const ch
         tr__cfg_set_origin(w, kp, origin);
 }
 
-static json_t *default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
+json_t *tr__cfg_default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
 {
     bool null_default = (k->flags & (TR__F_NULLABLE | TR__F_DERIVED)) && k->def == 0;
     switch (k->kind) {
@@ -197,7 +197,7 @@ static json_t *default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
 static void store_default(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, json_t *out,
                           const char *origin)
 {
-    put(w, out, k, kp, default_json(w, k), origin);
+    put(w, out, k, kp, tr__cfg_default_json(w, k), origin);
 }
 
 static int parse_int(const json_t *v, int64_t *out)
@@ -302,14 +302,14 @@ static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp
         put(w, out, k, kp, json_string("auto"), NULL);
         return;
     }
-    json_t *def = default_json(w, k);
+    json_t *def = tr__cfg_default_json(w, k);
     if (!strchr(kp, '.')) {
         tr__cfg_error(w, kp, "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
-                      "default is %s)", expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
+                      "default is %s)", tr__cfg_expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "default");
     } else if (k->flags & TR__F_REQUIRED) {
         tr__cfg_error(w, kp, "\"auto\" has no default to stand for here; write %s",
-                      expectation(k, e, sizeof(e)));
+                      tr__cfg_expectation(k, e, sizeof(e)));
         put(w, out, k, kp, def, "default");
     } else {
         tr__cfg_note(w, kp, "\"auto\" means the default here: %s", show_all(def, d, sizeof(d)));
@@ -343,7 +343,7 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
         batch_key(w, k, kp, v, out);
     } else if (!v || (json_is_null(v) && k->flags & TR__F_NULLABLE)) {
         if (!v && present && k->flags & TR__F_REQUIRED)
-            tr__cfg_error(w, kp, "missing; must be %s", expectation(k, e, sizeof(e)));
+            tr__cfg_error(w, kp, "missing; must be %s", tr__cfg_expectation(k, e, sizeof(e)));
         store_default(w, k, kp, out, "default");
     } else if (is_auto(v) && k->kind != TR__K_STRING) {
         auto_value(w, k, kp, out);

@@ -273,6 +273,11 @@ tr_config_origin_t tr_config_origin(const tr_config_t *cfg, const char *path);
  * Returns a malloc'd string the caller frees, or NULL when out of memory. Any thread. */
 char *tr_config_dump(const tr_config_t *cfg, unsigned flags);
 
+/* The key reference (docs/config.md's tables) as Markdown, generated from the schema: every
+ * section, key, accepted values, default and meaning. A malloc'd string the caller frees, or
+ * NULL when out of memory. Any thread. */
+char *tr_config_reference(void);
+
 #ifdef __cplusplus
 }
 #endif

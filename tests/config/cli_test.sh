@@ -43,5 +43,11 @@ done
     | grep -q "train_batch_size 512 = train_micro_batch_size_per_gpu 8 \* gradient_accumulation_steps 8 \* world_size 8" \
     || bad "--world-size 8 not applied"
 
+# docs/config.md's key reference is the generated one
+sed -n '/^<!-- reference: begin -->$/,/^<!-- reference: end -->$/p' "$src/docs/config.md" \
+    | sed '1d;$d' >"$tmp/doc"
+"$troupe" config reference >"$tmp/ref" || bad "reference failed"
+cmp -s "$tmp/doc" "$tmp/ref" || bad "docs/config.md is stale: regenerate with troupe config reference"
+
 echo "$n examples accepted, $m broken configs rejected, $fails failures"
 [ "$fails" -eq 0 ]
