@@ -5,6 +5,7 @@
  * means the default. The walk never stops early: every problem is reported. */
 #include "runtime/config_walk.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -155,7 +156,8 @@ const char *tr__cfg_expectation(const tr__cfg_key_t *k, char *b, size_t n)
 static void mistyped(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, const json_t *v)
 {
     char e[256], g[64];
-    tr__cfg_error(w, kp, "must be %s, got %s", tr__cfg_expectation(k, e, sizeof(e)), show(v, g, sizeof(g)));
+    tr__cfg_error(w, kp, "must be %s, got %s", tr__cfg_expectation(k, e, sizeof(e)),
+                  show(v, g, sizeof(g)));
 }
 
 /* --- storing values ---------------------------------------------------------------------- */
@@ -305,7 +307,8 @@ static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp
     json_t *def = tr__cfg_default_json(w, k);
     if (!strchr(kp, '.')) {
         tr__cfg_error(w, kp, "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
-                      "default is %s)", tr__cfg_expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
+                      "default is %s)", tr__cfg_expectation(k, e, sizeof(e)),
+                      show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "default");
     } else if (k->flags & TR__F_REQUIRED) {
         tr__cfg_error(w, kp, "\"auto\" has no default to stand for here; write %s",
@@ -330,7 +333,8 @@ static void batch_key(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp,
         w->batch_state[i] = TR__BATCH_GIVEN;
     else {
         char g[64];
-        tr__cfg_error(w, kp, "must be a positive integer or \"auto\", got %s", show(v, g, sizeof(g)));
+        tr__cfg_error(w, kp, "must be a positive integer or \"auto\", got %s",
+                      show(v, g, sizeof(g)));
         w->batch_state[i] = TR__BATCH_BAD;
     }
 }
@@ -510,6 +514,7 @@ static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t
                          json_t *out, const char *path, bool present)
 {
     json_t *vals[MAX_KEYS] = {0};
+    assert(sec->n_keys <= MAX_KEYS); /* the schema table's own limit */
     if (in)
         classify(w, sec, in, path, vals);
     for (size_t i = 0; i < sec->n_keys; i++)

@@ -1,6 +1,7 @@
-/* cmd_config.c: `troupe config check|show FILE [--world-size N]` and `troupe config reference`. check prints the resolved
- * batch triple and every warning (exit 0), or every error (exit 2); show prints the fully
- * resolved config, defaults marked. */
+/* cmd_config.c: `troupe config check|show FILE [--world-size N]` and `troupe config
+ * reference`. check prints the resolved batch triple and every warning (exit 0), or every
+ * error (exit 2); show prints the fully resolved config, defaults marked; reference prints the
+ * key tables of docs/config.md. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -345,7 +345,8 @@ static void test_config_scheduler_types_and_defaults(void **state)
            "{\"cycle_min_lr\":0.001,\"cycle_max_lr\":0.01}}}");
     assert_int_equal(c->scheduler.params.cycle_first_step_size, 2000);
     assert_true(c->scheduler.params.cycle_momentum);
-    assert_true(c->scheduler.params.cycle_min_mom == 0.8 && c->scheduler.params.cycle_max_mom == 0.9);
+    assert_true(c->scheduler.params.cycle_min_mom == 0.8);
+    assert_true(c->scheduler.params.cycle_max_mom == 0.9);
     tr_config_destroy(c);
     c = ok("{\"train_batch_size\":1,\"scheduler\":{\"type\":\"LRRangeTest\"}}");
     assert_true(c->scheduler.params.lr_range_test_min_lr == 1e-3);
