@@ -222,13 +222,16 @@ SECTION(optimizer_sec, "optimizer", optimizer_keys);
         DBL("warmup_max_lr", SP(warmup_max_lr), 1e-3, 0, 1e300, "learning rate after warmup"), \
         INT("warmup_num_steps", SP(warmup_num_steps), 1000, 0, BIG, "warmup length"),          \
         ENUM("warmup_type", SP(warmup_type), 0, warmup_types, 0, "log or linear")
+#define LAST_ITER                                                                              \
+    INT("last_batch_iteration", SP(last_batch_iteration), -1, -1, BIG,                         \
+        "resume the schedule after this step; -1 = start")
 #define TOTAL_STEPS                                                                            \
     INTF("total_num_steps", SP(total_num_steps), 0, 1, BIG, TR__F_REQUIRED,                   \
          "steps of the whole run")
 
-static const tr__cfg_key_t warmup_lr_keys[] = {WARMUP_KEYS};
+static const tr__cfg_key_t warmup_lr_keys[] = {WARMUP_KEYS, LAST_ITER};
 SECTION(warmup_lr_sec, "scheduler.params", warmup_lr_keys);
-static const tr__cfg_key_t warmup_decay_keys[] = {TOTAL_STEPS, WARMUP_KEYS};
+static const tr__cfg_key_t warmup_decay_keys[] = {TOTAL_STEPS, WARMUP_KEYS, LAST_ITER};
 SECTION(warmup_decay_sec, "scheduler.params", warmup_decay_keys);
 
 static const tr__cfg_key_t warmup_cosine_keys[] = {
@@ -237,6 +240,7 @@ static const tr__cfg_key_t warmup_cosine_keys[] = {
     INT("warmup_num_steps", SP(warmup_num_steps), 1000, 0, BIG, "warmup length"),
     DBL("cos_min_ratio", SP(cos_min_ratio), 1e-4, 0, 1, "end, as a share of lr"),
     ENUM("warmup_type", SP(warmup_type), 0, warmup_types, 0, "log or linear"),
+    LAST_ITER,
 };
 SECTION(warmup_cosine_sec, "scheduler.params", warmup_cosine_keys);
 
@@ -255,6 +259,7 @@ static const tr__cfg_key_t one_cycle_keys[] = {
     DBL("cycle_min_mom", SP(cycle_min_mom), 0.8, 0, 1, "lowest momentum"),
     DBL("cycle_max_mom", SP(cycle_max_mom), 0.9, 0, 1, "highest momentum"),
     DBL("decay_mom_rate", SP(decay_mom_rate), 0, 0, 1e300, "momentum decay after the cycle"),
+    LAST_ITER,
 };
 SECTION(one_cycle_sec, "scheduler.params", one_cycle_keys);
 
@@ -264,6 +269,7 @@ static const tr__cfg_key_t lr_range_keys[] = {
         "steps per increase"),
     DBL("lr_range_test_step_rate", SP(lr_range_test_step_rate), 1.0, 0, 1e300, "increase"),
     BOOL("lr_range_test_staircase", SP(lr_range_test_staircase), 0, "stairs, not a ramp"),
+    LAST_ITER,
 };
 SECTION(lr_range_sec, "scheduler.params", lr_range_keys);
 

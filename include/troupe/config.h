@@ -145,6 +145,7 @@ typedef struct tr_config_scheduler {
         double lr_range_test_min_lr, lr_range_test_step_rate;
         int64_t lr_range_test_step_size;
         bool lr_range_test_staircase;
+        int64_t last_batch_iteration; /* -1 = start from the beginning */
     } params;
 } tr_config_scheduler_t;
 
