@@ -5,6 +5,7 @@
  * runtime/zero/config.py, runtime/lr_schedules.py); the "troupe" section is our own. */
 #include "runtime/config_schema.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -473,36 +474,34 @@ const tr__cfg_key_t *tr__cfg_find(const tr__cfg_section_t *sec, const char *name
     return NULL;
 }
 
-/* Counts the places (other than not_in) where a key called name exists; the first goes to
- * hint as a dotted path. */
+/* Collects into places (distinct dotted paths, at most TR__CFG_WHERE_MAX + 1) where a key
+ * called name exists, skipping section not_in. */
 static int where_in(const tr__cfg_section_t *sec, const char *name,
-                    const tr__cfg_section_t *not_in, char *hint, size_t n, int found)
+                    const tr__cfg_section_t *not_in, char places[][256], int found)
 {
-    if (sec != not_in) {
-        const tr__cfg_key_t *k = tr__cfg_find(sec, name);
-        if (k && k->kind != TR__K_REJECT && k->kind != TR__K_ALIAS) {
-            char here[256];
-            snprintf(here, sizeof(here), "%s%s%s", sec->name, sec->name[0] ? "." : "", name);
-            if (!found)
-                snprintf(hint, n, "%s", here);
-            if (!found || strcmp(here, hint)) /* variants share a path: count it once */
-                found++;
-        }
+    const tr__cfg_key_t *k = sec != not_in ? tr__cfg_find(sec, name) : NULL;
+    if (k && k->kind != TR__K_REJECT && k->kind != TR__K_ALIAS && found <= TR__CFG_WHERE_MAX) {
+        char here[256];
+        snprintf(here, sizeof(here), "%s%s%s", sec->name, sec->name[0] ? "." : "", name);
+        bool seen = false; /* variants of one section share a path: count it once */
+        for (int i = 0; i < found; i++)
+            seen |= !strcmp(places[i], here);
+        if (!seen)
+            memcpy(places[found++], here, sizeof(here));
     }
     for (size_t i = 0; i < sec->n_keys; i++) {
-        const tr__cfg_key_t *k = &sec->keys[i];
+        k = &sec->keys[i];
         if (k->kind == TR__K_SECTION)
-            found = where_in(k->sub, name, not_in, hint, n, found);
-        if (k->kind == TR__K_VARIANT)
-            for (int v = 1; k->variants[v]; v++)
-                found = where_in(k->variants[v], name, not_in, hint, n, found);
+            found = where_in(k->sub, name, not_in, places, found);
+        for (int v = 1; k->kind == TR__K_VARIANT && k->variants[v]; v++)
+            found = where_in(k->variants[v], name, not_in, places, found);
     }
     return found;
 }
 
-int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char *hint, size_t n)
+int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char places[][256])
 {
-    return where_in(&tr__cfg_top, name, not_in, hint, n, 0) == 1;
+    return where_in(&tr__cfg_top, name, not_in, places, 0);
 }
 
 int tr__cfg_edit_distance(const char *a, const char *b)

@@ -367,27 +367,41 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
 static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in,
                          json_t *out, const char *path, bool present);
 
+/* "(it belongs in 'a' or 'b')" for a key that exists in other sections, "" otherwise. */
+static void belongs_hint(const tr__cfg_section_t *sec, const char *path, const char *name,
+                         char *hint, size_t n)
+{
+    char places[TR__CFG_WHERE_MAX + 1][256];
+    int found = tr__cfg_where(name, sec, places);
+    hint[0] = 0;
+    if (found == 0 || found > TR__CFG_WHERE_MAX)
+        return;
+    if (found == 1 && !strchr(places[0], '.')) {
+        snprintf(hint, n, " ('%s' is a top-level section: move it out of '%s')", name, path);
+        return;
+    }
+    size_t o = (size_t)snprintf(hint, n, " (it belongs in ");
+    for (int i = 0; i < found && o < n; i++) {
+        *strrchr(places[i], '.') = 0; /* the section, not the key */
+        if (!strcmp(places[i], path)) /* another variant of this very section */
+            return (void)snprintf(hint, n, " (not a parameter of this type)");
+        o += (size_t)snprintf(hint + o, n - o, "%s'%s'", i ? " or " : "", places[i]);
+    }
+    if (o < n)
+        snprintf(hint + o, n - o, ")");
+}
+
 static void unknown_key(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const char *path,
                         const char *name)
 {
-    char q[300], where[256];
+    char q[300], hint[1100];
     safe(name, q, sizeof(q));
-    if (tr__cfg_where(name, sec, where, sizeof(where))) {
-        char *dot = strrchr(where, '.');
-        if (!dot)
-            tr__cfg_error(w, path, "unknown key '%s' ('%s' is a top-level section: move it out "
-                          "of '%s')", q, q, path);
-        else if (*dot = 0, strcmp(where, path)) /* strcmp: another variant of this section */
-            tr__cfg_error(w, path, "unknown key '%s' (it belongs in '%s')", q, where);
-        else
-            tr__cfg_error(w, path, "unknown key '%s' (not a parameter of this type)", q);
-        return;
-    }
-    const char *c = tr__cfg_closest(sec, name);
+    belongs_hint(sec, path, name, hint, sizeof(hint));
+    const char *c = hint[0] ? NULL : tr__cfg_closest(sec, name);
     if (c)
         tr__cfg_error(w, path, "unknown key '%s' (did you mean '%s'?)", q, c);
     else
-        tr__cfg_error(w, path, "unknown key '%s'", q);
+        tr__cfg_error(w, path, "unknown key '%s'%s", q, hint);
 }
 
 /* cpu_offload: true stands for "offload_optimizer": {"device": "cpu"}. */

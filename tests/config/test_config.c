@@ -384,8 +384,11 @@ static void test_config_misplaced_keys_say_where_they_belong(void **state)
     has("ds.json: zero_optimization: unknown key 'aio' ('aio' is a top-level section: move it "
         "out of 'zero_optimization')");
     has("ds.json: unknown key 'stage' (it belongs in 'zero_optimization')");
-    /* nvme_path lives in two sections: no single place to point to */
-    has("ds.json: fp16: unknown key 'nvme_path'");
+    has("ds.json: fp16: unknown key 'nvme_path' (it belongs in "
+        "'zero_optimization.offload_optimizer' or 'zero_optimization.offload_param')");
+    /* too common a name to point anywhere */
+    fails("{\"train_batch_size\":1,\"aio\":{\"enabled\":true}}");
+    has("ds.json: aio: unknown key 'enabled'");
 }
 
 static void test_config_deprecated_names_warn_and_apply(void **state)
