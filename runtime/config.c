@@ -174,6 +174,10 @@ int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_dia
     *cfg = NULL;
     char *buf = NULL;
     size_t len = 0;
+    if (!path) {
+        tr_config_diag_close(&scratch);
+        return TR_EINVAL;
+    }
     int err = slurp(path, &buf, &len, diag);
     if (err == 0)
         err = tr_config_from_string(buf, len, path, world, cfg, diag);

@@ -5,6 +5,7 @@
  * runtime/zero/config.py, runtime/lr_schedules.py); the "troupe" section is our own. */
 #include "runtime/config_schema.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -222,13 +223,16 @@ SECTION(optimizer_sec, "optimizer", optimizer_keys);
         DBL("warmup_max_lr", SP(warmup_max_lr), 1e-3, 0, 1e300, "learning rate after warmup"), \
         INT("warmup_num_steps", SP(warmup_num_steps), 1000, 0, BIG, "warmup length"),          \
         ENUM("warmup_type", SP(warmup_type), 0, warmup_types, 0, "log or linear")
+#define LAST_ITER                                                                              \
+    INT("last_batch_iteration", SP(last_batch_iteration), -1, -1, BIG,                         \
+        "resume the schedule after this step; -1 = start")
 #define TOTAL_STEPS                                                                            \
     INTF("total_num_steps", SP(total_num_steps), 0, 1, BIG, TR__F_REQUIRED,                   \
          "steps of the whole run")
 
-static const tr__cfg_key_t warmup_lr_keys[] = {WARMUP_KEYS};
+static const tr__cfg_key_t warmup_lr_keys[] = {WARMUP_KEYS, LAST_ITER};
 SECTION(warmup_lr_sec, "scheduler.params", warmup_lr_keys);
-static const tr__cfg_key_t warmup_decay_keys[] = {TOTAL_STEPS, WARMUP_KEYS};
+static const tr__cfg_key_t warmup_decay_keys[] = {TOTAL_STEPS, WARMUP_KEYS, LAST_ITER};
 SECTION(warmup_decay_sec, "scheduler.params", warmup_decay_keys);
 
 static const tr__cfg_key_t warmup_cosine_keys[] = {
@@ -237,6 +241,7 @@ static const tr__cfg_key_t warmup_cosine_keys[] = {
     INT("warmup_num_steps", SP(warmup_num_steps), 1000, 0, BIG, "warmup length"),
     DBL("cos_min_ratio", SP(cos_min_ratio), 1e-4, 0, 1, "end, as a share of lr"),
     ENUM("warmup_type", SP(warmup_type), 0, warmup_types, 0, "log or linear"),
+    LAST_ITER,
 };
 SECTION(warmup_cosine_sec, "scheduler.params", warmup_cosine_keys);
 
@@ -255,6 +260,7 @@ static const tr__cfg_key_t one_cycle_keys[] = {
     DBL("cycle_min_mom", SP(cycle_min_mom), 0.8, 0, 1, "lowest momentum"),
     DBL("cycle_max_mom", SP(cycle_max_mom), 0.9, 0, 1, "highest momentum"),
     DBL("decay_mom_rate", SP(decay_mom_rate), 0, 0, 1e300, "momentum decay after the cycle"),
+    LAST_ITER,
 };
 SECTION(one_cycle_sec, "scheduler.params", one_cycle_keys);
 
@@ -264,6 +270,7 @@ static const tr__cfg_key_t lr_range_keys[] = {
         "steps per increase"),
     DBL("lr_range_test_step_rate", SP(lr_range_test_step_rate), 1.0, 0, 1e300, "increase"),
     BOOL("lr_range_test_staircase", SP(lr_range_test_staircase), 0, "stairs, not a ramp"),
+    LAST_ITER,
 };
 SECTION(lr_range_sec, "scheduler.params", lr_range_keys);
 
@@ -312,7 +319,9 @@ static const tr__cfg_key_t comms_keys[] = {
 SECTION(comms_sec, "comms_logger", comms_keys);
 
 static const tr__cfg_key_t pipeline_keys[] = {
-    INTF("stages", pipeline.stages, 0, 1, 65536, TR__F_AUTO_ZERO, "pipeline stages or auto"),
+    {.name = "stages", .kind = TR__K_INT, .offset = OFF(pipeline.stages), .min = 1,
+     .max = 65536, .flags = TR__F_AUTO_ZERO, .expect = "an integer between 1 and 65536 or \"auto\"",
+     .doc = "pipeline stages; \"auto\" = as many as ranks allow"},
     STR("partition", pipeline.partition, "best", 0, "layer partitioning method"),
     BOOL("seed_layers", pipeline.seed_layers, 0, "seed each layer's init"),
     INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval, 0, 0, BIG,
@@ -395,7 +404,7 @@ SECTION(troupe_sec, "troupe", troupe_keys);
 
 #define BATCH(n, f, doc_)                                                                      \
     {.name = n, .kind = TR__K_INT, .offset = OFF(f), .min = -BIG, .max = BIG,                 \
-     .flags = TR__F_BATCH, .doc = doc_}
+     .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_}
 
 static const tr__cfg_key_t top_keys[] = {
     BATCH("train_batch_size", train_batch_size, "samples per optimizer step, all ranks"),
@@ -465,36 +474,34 @@ const tr__cfg_key_t *tr__cfg_find(const tr__cfg_section_t *sec, const char *name
     return NULL;
 }
 
-/* Counts the places (other than not_in) where a key called name exists; the first goes to
- * hint as a dotted path. */
+/* Collects into places (distinct dotted paths, at most TR__CFG_WHERE_MAX + 1) where a key
+ * called name exists, skipping section not_in. */
 static int where_in(const tr__cfg_section_t *sec, const char *name,
-                    const tr__cfg_section_t *not_in, char *hint, size_t n, int found)
+                    const tr__cfg_section_t *not_in, char places[][256], int found)
 {
-    if (sec != not_in) {
-        const tr__cfg_key_t *k = tr__cfg_find(sec, name);
-        if (k && k->kind != TR__K_REJECT && k->kind != TR__K_ALIAS) {
-            char here[256];
-            snprintf(here, sizeof(here), "%s%s%s", sec->name, sec->name[0] ? "." : "", name);
-            if (!found)
-                snprintf(hint, n, "%s", here);
-            if (!found || strcmp(here, hint)) /* variants share a path: count it once */
-                found++;
-        }
+    const tr__cfg_key_t *k = sec != not_in ? tr__cfg_find(sec, name) : NULL;
+    if (k && k->kind != TR__K_REJECT && k->kind != TR__K_ALIAS && found <= TR__CFG_WHERE_MAX) {
+        char here[256];
+        snprintf(here, sizeof(here), "%s%s%s", sec->name, sec->name[0] ? "." : "", name);
+        bool seen = false; /* variants of one section share a path: count it once */
+        for (int i = 0; i < found; i++)
+            seen |= !strcmp(places[i], here);
+        if (!seen)
+            memcpy(places[found++], here, sizeof(here));
     }
     for (size_t i = 0; i < sec->n_keys; i++) {
-        const tr__cfg_key_t *k = &sec->keys[i];
+        k = &sec->keys[i];
         if (k->kind == TR__K_SECTION)
-            found = where_in(k->sub, name, not_in, hint, n, found);
-        if (k->kind == TR__K_VARIANT)
-            for (int v = 1; k->variants[v]; v++)
-                found = where_in(k->variants[v], name, not_in, hint, n, found);
+            found = where_in(k->sub, name, not_in, places, found);
+        for (int v = 1; k->kind == TR__K_VARIANT && k->variants[v]; v++)
+            found = where_in(k->variants[v], name, not_in, places, found);
     }
     return found;
 }
 
-int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char *hint, size_t n)
+int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char places[][256])
 {
-    return where_in(&tr__cfg_top, name, not_in, hint, n, 0) == 1;
+    return where_in(&tr__cfg_top, name, not_in, places, 0);
 }
 
 int tr__cfg_edit_distance(const char *a, const char *b)

@@ -68,9 +68,12 @@ extern const tr__cfg_section_t tr__cfg_top;
 /* Finds name in sec (exact). NULL when absent. */
 const tr__cfg_key_t *tr__cfg_find(const tr__cfg_section_t *sec, const char *name);
 
-/* Writes into hint (size n) where a key called name lives elsewhere in the schema (its dotted
- * path), skipping section `not_in`. Returns 1 when found. */
-int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char *hint, size_t n);
+#define TR__CFG_WHERE_MAX 3
+
+/* Where else in the schema a key called name lives: fills places with up to
+ * TR__CFG_WHERE_MAX + 1 distinct dotted paths (section not_in skipped) and returns how many;
+ * more than TR__CFG_WHERE_MAX means "too common to hint at". */
+int tr__cfg_where(const char *name, const tr__cfg_section_t *not_in, char places[][256]);
 
 /* The key of sec closest to name by edit distance, or NULL when none is close enough. */
 const char *tr__cfg_closest(const tr__cfg_section_t *sec, const char *name);

@@ -5,6 +5,7 @@
  * means the default. The walk never stops early: every problem is reported. */
 #include "runtime/config_walk.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -136,7 +137,7 @@ static void choices_text(const tr__cfg_key_t *k, char *b, size_t n)
         snprintf(b + o, n - o, " (any case)");
 }
 
-static const char *expectation(const tr__cfg_key_t *k, char *b, size_t n)
+const char *tr__cfg_expectation(const tr__cfg_key_t *k, char *b, size_t n)
 {
     if (k->expect)
         return k->expect;
@@ -155,7 +156,8 @@ static const char *expectation(const tr__cfg_key_t *k, char *b, size_t n)
 static void mistyped(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, const json_t *v)
 {
     char e[256], g[64];
-    tr__cfg_error(w, kp, "must be %s, got %s", expectation(k, e, sizeof(e)), show(v, g, sizeof(g)));
+    tr__cfg_error(w, kp, "must be %s, got %s", tr__cfg_expectation(k, e, sizeof(e)),
+                  show(v, g, sizeof(g)));
 }
 
 /* --- storing values ---------------------------------------------------------------------- */
@@ -168,7 +170,7 @@ static void put(tr__cfg_walk_t *w, json_t *out, const tr__cfg_key_t *k, const ch
         tr__cfg_set_origin(w, kp, origin);
 }
 
-static json_t *default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
+json_t *tr__cfg_default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
 {
     bool null_default = (k->flags & (TR__F_NULLABLE | TR__F_DERIVED)) && k->def == 0;
     switch (k->kind) {
@@ -197,7 +199,7 @@ static json_t *default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
 static void store_default(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, json_t *out,
                           const char *origin)
 {
-    put(w, out, k, kp, default_json(w, k), origin);
+    put(w, out, k, kp, tr__cfg_default_json(w, k), origin);
 }
 
 static int parse_int(const json_t *v, int64_t *out)
@@ -302,14 +304,15 @@ static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp
         put(w, out, k, kp, json_string("auto"), NULL);
         return;
     }
-    json_t *def = default_json(w, k);
+    json_t *def = tr__cfg_default_json(w, k);
     if (!strchr(kp, '.')) {
         tr__cfg_error(w, kp, "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
-                      "default is %s)", expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
+                      "default is %s)", tr__cfg_expectation(k, e, sizeof(e)),
+                      show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "default");
     } else if (k->flags & TR__F_REQUIRED) {
         tr__cfg_error(w, kp, "\"auto\" has no default to stand for here; write %s",
-                      expectation(k, e, sizeof(e)));
+                      tr__cfg_expectation(k, e, sizeof(e)));
         put(w, out, k, kp, def, "default");
     } else {
         tr__cfg_note(w, kp, "\"auto\" means the default here: %s", show_all(def, d, sizeof(d)));
@@ -330,7 +333,8 @@ static void batch_key(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp,
         w->batch_state[i] = TR__BATCH_GIVEN;
     else {
         char g[64];
-        tr__cfg_error(w, kp, "must be a positive integer or \"auto\", got %s", show(v, g, sizeof(g)));
+        tr__cfg_error(w, kp, "must be a positive integer or \"auto\", got %s",
+                      show(v, g, sizeof(g)));
         w->batch_state[i] = TR__BATCH_BAD;
     }
 }
@@ -343,7 +347,7 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
         batch_key(w, k, kp, v, out);
     } else if (!v || (json_is_null(v) && k->flags & TR__F_NULLABLE)) {
         if (!v && present && k->flags & TR__F_REQUIRED)
-            tr__cfg_error(w, kp, "missing; must be %s", expectation(k, e, sizeof(e)));
+            tr__cfg_error(w, kp, "missing; must be %s", tr__cfg_expectation(k, e, sizeof(e)));
         store_default(w, k, kp, out, "default");
     } else if (is_auto(v) && k->kind != TR__K_STRING) {
         auto_value(w, k, kp, out);
@@ -363,27 +367,41 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
 static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in,
                          json_t *out, const char *path, bool present);
 
+/* "(it belongs in 'a' or 'b')" for a key that exists in other sections, "" otherwise. */
+static void belongs_hint(const tr__cfg_section_t *sec, const char *path, const char *name,
+                         char *hint, size_t n)
+{
+    char places[TR__CFG_WHERE_MAX + 1][256];
+    int found = tr__cfg_where(name, sec, places);
+    hint[0] = 0;
+    if (found == 0 || found > TR__CFG_WHERE_MAX)
+        return;
+    if (found == 1 && !strchr(places[0], '.')) {
+        snprintf(hint, n, " ('%s' is a top-level section: move it out of '%s')", name, path);
+        return;
+    }
+    size_t o = (size_t)snprintf(hint, n, " (it belongs in ");
+    for (int i = 0; i < found && o < n; i++) {
+        *strrchr(places[i], '.') = 0; /* the section, not the key */
+        if (!strcmp(places[i], path)) /* another variant of this very section */
+            return (void)snprintf(hint, n, " (not a parameter of this type)");
+        o += (size_t)snprintf(hint + o, n - o, "%s'%s'", i ? " or " : "", places[i]);
+    }
+    if (o < n)
+        snprintf(hint + o, n - o, ")");
+}
+
 static void unknown_key(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const char *path,
                         const char *name)
 {
-    char q[300], where[256];
+    char q[300], hint[1100];
     safe(name, q, sizeof(q));
-    if (tr__cfg_where(name, sec, where, sizeof(where))) {
-        char *dot = strrchr(where, '.');
-        if (!dot)
-            tr__cfg_error(w, path, "unknown key '%s' ('%s' is a top-level section: move it out "
-                          "of '%s')", q, q, path);
-        else if (*dot = 0, strcmp(where, path)) /* strcmp: another variant of this section */
-            tr__cfg_error(w, path, "unknown key '%s' (it belongs in '%s')", q, where);
-        else
-            tr__cfg_error(w, path, "unknown key '%s' (not a parameter of this type)", q);
-        return;
-    }
-    const char *c = tr__cfg_closest(sec, name);
+    belongs_hint(sec, path, name, hint, sizeof(hint));
+    const char *c = hint[0] ? NULL : tr__cfg_closest(sec, name);
     if (c)
         tr__cfg_error(w, path, "unknown key '%s' (did you mean '%s'?)", q, c);
     else
-        tr__cfg_error(w, path, "unknown key '%s'", q);
+        tr__cfg_error(w, path, "unknown key '%s'%s", q, hint);
 }
 
 /* cpu_offload: true stands for "offload_optimizer": {"device": "cpu"}. */
@@ -510,6 +528,7 @@ static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t
                          json_t *out, const char *path, bool present)
 {
     json_t *vals[MAX_KEYS] = {0};
+    assert(sec->n_keys <= MAX_KEYS); /* the schema table's own limit */
     if (in)
         classify(w, sec, in, path, vals);
     for (size_t i = 0; i < sec->n_keys; i++)

@@ -43,6 +43,12 @@ void tr__cfg_warn(tr__cfg_walk_t *w, const char *path, const char *fmt, ...)
 void tr__cfg_note(tr__cfg_walk_t *w, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* What k accepts, in words ("an integer >= 1"); may use b. */
+const char *tr__cfg_expectation(const tr__cfg_key_t *k, char *b, size_t n);
+
+/* k's default as JSON (null for derived ones), also stored in w->cfg's field. */
+json_t *tr__cfg_default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k);
+
 /* Records where the value at path came from (a string constant: "default", ...). */
 void tr__cfg_set_origin(tr__cfg_walk_t *w, const char *path, const char *origin);
 

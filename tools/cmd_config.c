@@ -1,6 +1,7 @@
-/* cmd_config.c: `troupe config check|show FILE [--world-size N]`. check prints the resolved
- * batch triple and every warning (exit 0), or every error (exit 2); show prints the fully
- * resolved config, defaults marked. */
+/* cmd_config.c: `troupe config check|show FILE [--world-size N]` and `troupe config
+ * reference`. check prints the resolved batch triple and every warning (exit 0), or every
+ * error (exit 2); show prints the fully resolved config, defaults marked; reference prints the
+ * key tables of docs/config.md. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +13,14 @@
 static const char usage[] =
     "usage: troupe config check FILE [--world-size N]\n"
     "       troupe config show FILE [--world-size N] [--plain]\n"
+    "       troupe config reference\n"
     "\n"
     "Reads a DeepSpeed config (ds_config.json) as Troupe resolves it.\n"
     "  check         print the resolved batch triple and any warnings; exit 0 when the\n"
     "                config is valid, 2 with every error otherwise\n"
     "  show          print the fully resolved config; values not written in the file are\n"
     "                marked // default, // auto, // derived or // ignored\n"
+    "  reference     print every section and key with its default (docs/config.md)\n"
     "  --world-size  data-parallel world size used to resolve the batch (default 1)\n"
     "  --plain       show: plain JSON without the markers\n";
 
@@ -94,6 +97,13 @@ int tr_cmd_config(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         }
+    if (argc == 2 && !strcmp(argv[1], "reference")) {
+        char *text = tr_config_reference();
+        if (text)
+            fputs(text, stdout);
+        free(text);
+        return text ? 0 : 1;
+    }
     opts_t o;
     if (parse_args(argc, argv, &o) < 0)
         return 2;

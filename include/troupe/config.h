@@ -145,6 +145,7 @@ typedef struct tr_config_scheduler {
         double lr_range_test_min_lr, lr_range_test_step_rate;
         int64_t lr_range_test_step_size;
         bool lr_range_test_staircase;
+        int64_t last_batch_iteration; /* -1 = start from the beginning */
     } params;
 } tr_config_scheduler_t;
 
@@ -238,7 +239,7 @@ typedef enum {
  * `world` ranks. On success *cfg is a new config (free it with tr_config_destroy) and 0 is
  * returned; warnings may still be in diag. On failure *cfg is NULL and diag (when not NULL)
  * holds every error found: TR_ECONFIG for a bad config, TR_ENOENT/TR_EACCES/TR_EISDIR/... when
- * the file cannot be read, TR_EINVAL when world < 1, TR_ENOMEM. Any thread. */
+ * the file cannot be read, TR_EINVAL when world < 1 or path is NULL, TR_ENOMEM. Any thread. */
 int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_diag_t *diag);
 
 /* As tr_config_load, from len bytes of JSON text; name labels the diagnostics. Any thread. */
@@ -272,6 +273,11 @@ tr_config_origin_t tr_config_origin(const tr_config_t *cfg, const char *path);
  * (JSON with comments); without it the text is plain JSON that loads back to the same config.
  * Returns a malloc'd string the caller frees, or NULL when out of memory. Any thread. */
 char *tr_config_dump(const tr_config_t *cfg, unsigned flags);
+
+/* The key reference (docs/config.md's tables) as Markdown, generated from the schema: every
+ * section, key, accepted values, default and meaning. A malloc'd string the caller frees, or
+ * NULL when out of memory. Any thread. */
+char *tr_config_reference(void);
 
 #ifdef __cplusplus
 }

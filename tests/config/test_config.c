@@ -345,7 +345,8 @@ static void test_config_scheduler_types_and_defaults(void **state)
            "{\"cycle_min_lr\":0.001,\"cycle_max_lr\":0.01}}}");
     assert_int_equal(c->scheduler.params.cycle_first_step_size, 2000);
     assert_true(c->scheduler.params.cycle_momentum);
-    assert_true(c->scheduler.params.cycle_min_mom == 0.8 && c->scheduler.params.cycle_max_mom == 0.9);
+    assert_true(c->scheduler.params.cycle_min_mom == 0.8);
+    assert_true(c->scheduler.params.cycle_max_mom == 0.9);
     tr_config_destroy(c);
     c = ok("{\"train_batch_size\":1,\"scheduler\":{\"type\":\"LRRangeTest\"}}");
     assert_true(c->scheduler.params.lr_range_test_min_lr == 1e-3);
@@ -383,8 +384,11 @@ static void test_config_misplaced_keys_say_where_they_belong(void **state)
     has("ds.json: zero_optimization: unknown key 'aio' ('aio' is a top-level section: move it "
         "out of 'zero_optimization')");
     has("ds.json: unknown key 'stage' (it belongs in 'zero_optimization')");
-    /* nvme_path lives in two sections: no single place to point to */
-    has("ds.json: fp16: unknown key 'nvme_path'");
+    has("ds.json: fp16: unknown key 'nvme_path' (it belongs in "
+        "'zero_optimization.offload_optimizer' or 'zero_optimization.offload_param')");
+    /* too common a name to point anywhere */
+    fails("{\"train_batch_size\":1,\"aio\":{\"enabled\":true}}");
+    has("ds.json: aio: unknown key 'enabled'");
 }
 
 static void test_config_deprecated_names_warn_and_apply(void **state)
