@@ -4,13 +4,21 @@
  * Design: other threads never touch libuv handles. tr_timer_start & co. append a command to
  * a mutex-protected list and wake the loop with uv_async_send (the only cross-thread libuv
  * call); the loop thread applies commands in order. A registry of live ids (under the same
- * mutex) lets tr_timer_stop/tr_poll_* answer TR_ENOENT at once. Timer and poll records are
- * owned by the loop thread and freed in their close callbacks.
+ * mutex) lets tr_timer_stop/tr_poll_* answer TR_ENOENT at once. Poll records are owned by
+ * the loop thread and freed in their close callbacks.
+ *
+ * Timers: libuv's timers have millisecond resolution (and fire up to 1 ms early against a
+ * nanosecond deadline), so timers are kept in a list sorted by deadline and driven by one
+ * timerfd on CLOCK_MONOTONIC, armed for the earliest deadline and watched by the loop: they
+ * fire within microseconds of their deadline on an idle machine. Repeats count from the
+ * previous deadline, so they do not drift.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "runtime/internal.h"
@@ -26,19 +34,24 @@ typedef struct cmd {
     struct cmd *next;
 } cmd_t;
 
-typedef struct watch { /* a timer or a poll, owned by the loop thread */
+typedef struct watch { /* a file-descriptor watch, owned by the loop thread */
     union {
         uv_handle_t handle;
-        uv_timer_t timer;
         uv_poll_t poll;
     } u;
     tr__loop_t *loop;
-    uint64_t id, tag, count, deadline_ns, repeat_ns;
+    uint64_t id, tag;
     tr_actor_t to;
     int fd;
     unsigned events;
     struct watch *next;
 } watch_t;
+
+typedef struct ltimer { /* a timer, owned by the loop thread */
+    uint64_t id, tag, count, deadline_ns, repeat_ns;
+    tr_actor_t to;
+    struct ltimer *next;    /* sorted by deadline */
+} ltimer_t;
 
 typedef struct live_id {
     uint64_t id;
@@ -57,6 +70,9 @@ struct tr__loop {
     int stopping;
     uint64_t next_id;
     watch_t *watches;       /* loop thread only */
+    ltimer_t *timers;       /* loop thread only, earliest first */
+    int tfd;                /* timerfd armed for timers->deadline_ns */
+    uv_poll_t tpoll;
     int signals_seen;       /* loop thread only */
 };
 
@@ -127,51 +143,99 @@ static int post(tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
     return 0;
 }
 
-/* --- events into messages (loop thread) ------------------------------------------------ */
+/* --- timers (loop thread) -------------------------------------------------------------- */
 
-static void close_watch(watch_t *w);
-static void on_timer(uv_timer_t *t);
-
-/* libuv's loop clock is whole milliseconds, floored, so a libuv timer may fire up to 1 ms
- * before our nanosecond deadline: timers are one-shots re-armed until the deadline has
- * truly passed, and repeats are scheduled from the previous deadline (no drift). */
-static void arm_timer(watch_t *w)
+static void timers_insert(tr__loop_t *l, ltimer_t *t)
 {
-    uint64_t now = tr_now_ns();
-    uint64_t ms = w->deadline_ns > now ? (w->deadline_ns - now + 999999) / 1000000 : 0;
-    uv_update_time(&w->loop->uv);
-    uv_timer_start(&w->u.timer, on_timer, ms, 0);
+    ltimer_t **p = &l->timers;
+    while (*p && (*p)->deadline_ns <= t->deadline_ns)
+        p = &(*p)->next;
+    t->next = *p;
+    *p = t;
 }
 
-static void on_timer(uv_timer_t *t)
+static void arm_tfd(tr__loop_t *l)
 {
-    watch_t *w = (watch_t *)t;
-    tr__loop_t *l = w->loop;
-    if (tr_now_ns() < w->deadline_ns) {
-        arm_timer(w);
+    struct itimerspec its = {{0, 0}, {0, 0}}; /* zero disarms */
+    if (l->timers) {
+        uint64_t d = l->timers->deadline_ns ? l->timers->deadline_ns : 1;
+        its.it_value.tv_sec = (time_t)(d / 1000000000u);
+        its.it_value.tv_nsec = (long)(d % 1000000000u);
+    }
+    timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Sends one firing; false when the receiver is gone (the timer then ends). */
+static bool fire(tr__loop_t *l, ltimer_t *t)
+{
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_TIMER);
+    if (!m)
+        return true; /* out of memory: this firing is lost, the timer goes on */
+    tr_msg_timer_t *b = TR_MSG_AS(m, timer);
+    b->timer_id = t->id;
+    b->tag = t->tag;
+    b->deadline_ns = t->deadline_ns;
+    b->fired_ns = tr_now_ns();
+    b->count = ++t->count;
+    return tr__actor_send_internal(l->rt, t->to, m, false) == 0;
+}
+
+static void end_timer(tr__loop_t *l, ltimer_t *t)
+{
+    pthread_mutex_lock(&l->mu);
+    live_remove(l, t->id);
+    pthread_mutex_unlock(&l->mu);
+    free(t);
+}
+
+static void on_tfd(uv_poll_t *p, int status, int events)
+{
+    tr__loop_t *l = p->data;
+    uint64_t expirations;
+    if (read(l->tfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+        fprintf(stderr, "troupe: loop: reading the timerfd: %s\n", strerror(errno));
+    uint64_t now = tr_now_ns();
+    while (l->timers && l->timers->deadline_ns <= now) {
+        ltimer_t *t = l->timers;
+        l->timers = t->next;
+        if (fire(l, t) && t->repeat_ns) {
+            t->deadline_ns += t->repeat_ns;
+            timers_insert(l, t);
+        } else {
+            end_timer(l, t);
+        }
+    }
+    arm_tfd(l);
+}
+
+static void start_timer(tr__loop_t *l, cmd_t *c)
+{
+    ltimer_t *t = calloc(1, sizeof(*t));
+    if (!t) {
+        fprintf(stderr, "troupe: out of memory starting timer %llu\n", (unsigned long long)c->id);
         return;
     }
-    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_TIMER);
-    if (m) {
-        tr_msg_timer_t *b = TR_MSG_AS(m, timer);
-        b->timer_id = w->id;
-        b->tag = w->tag;
-        b->deadline_ns = w->deadline_ns;
-        b->fired_ns = tr_now_ns();
-        b->count = ++w->count;
-        if (tr__actor_send_internal(l->rt, w->to, m, false) < 0)
-            w->repeat_ns = 0; /* the receiver is gone: this timer ends */
-    }
-    w->deadline_ns += w->repeat_ns;
-    if (w->repeat_ns) {
-        arm_timer(w);
-    } else {
-        pthread_mutex_lock(&l->mu);
-        live_remove(l, w->id);
-        pthread_mutex_unlock(&l->mu);
-        close_watch(w);
-    }
+    *t = (ltimer_t){.id = c->id, .tag = c->tag, .deadline_ns = c->deadline_ns,
+                    .repeat_ns = c->repeat_ns, .to = c->to};
+    timers_insert(l, t);
+    arm_tfd(l);
 }
+
+static void stop_timer(tr__loop_t *l, uint64_t id)
+{
+    for (ltimer_t **p = &l->timers; *p; p = &(*p)->next)
+        if ((*p)->id == id) {
+            ltimer_t *t = *p;
+            *p = t->next;
+            free(t); /* the id left the registry when the stop was posted */
+            arm_tfd(l);
+            return;
+        }
+}
+
+/* --- file descriptors (loop thread) -------------------------------------------------------- */
+
+static void close_watch(watch_t *w);
 
 static void on_poll(uv_poll_t *p, int status, int events)
 {
@@ -225,31 +289,29 @@ static void start_watch(tr__loop_t *l, cmd_t *c)
     w->to = c->to;
     w->fd = c->fd;
     w->events = c->events;
-    w->repeat_ns = c->repeat_ns;
-    if (c->kind == CMD_TIMER_START) {
-        uv_timer_init(&l->uv, &w->u.timer);
-        w->deadline_ns = c->deadline_ns;
-        arm_timer(w);
-    } else {
-        int rc = uv_poll_init(&l->uv, &w->u.poll, c->fd);
-        if (rc < 0) {
-            fprintf(stderr, "troupe: cannot watch fd %d: %s\n", c->fd, uv_strerror(rc));
-            free(w);
-            return;
-        }
-        int ev = (c->events & TR_POLL_READABLE ? UV_READABLE : 0) |
-                 (c->events & TR_POLL_WRITABLE ? UV_WRITABLE : 0);
-        uv_poll_start(&w->u.poll, ev, on_poll);
+    int rc = uv_poll_init(&l->uv, &w->u.poll, c->fd);
+    if (rc < 0) {
+        fprintf(stderr, "troupe: cannot watch fd %d: %s\n", c->fd, uv_strerror(rc));
+        free(w);
+        return;
     }
+    int ev = (c->events & TR_POLL_READABLE ? UV_READABLE : 0) |
+             (c->events & TR_POLL_WRITABLE ? UV_WRITABLE : 0);
+    uv_poll_start(&w->u.poll, ev, on_poll);
     w->next = l->watches;
     l->watches = w;
 }
 
 static void apply(tr__loop_t *l, cmd_t *c)
 {
-    watch_t *w = c->kind == CMD_TIMER_START || c->kind == CMD_POLL_START ? NULL : find_watch(l, c->id);
+    watch_t *w = c->kind == CMD_POLL_RESUME || c->kind == CMD_POLL_STOP ? find_watch(l, c->id) : NULL;
     switch (c->kind) {
     case CMD_TIMER_START:
+        start_timer(l, c);
+        break;
+    case CMD_TIMER_STOP:
+        stop_timer(l, c->id);
+        break;
     case CMD_POLL_START:
         start_watch(l, c);
         break;
@@ -260,7 +322,6 @@ static void apply(tr__loop_t *l, cmd_t *c)
             uv_poll_start(&w->u.poll, ev, on_poll);
         }
         break;
-    case CMD_TIMER_STOP:
     case CMD_POLL_STOP:
         if (w)
             close_watch(w);
@@ -291,6 +352,11 @@ static void on_async(uv_async_t *a)
     }
     if (stopping) {
         l->watches = NULL;
+        while (l->timers) {
+            ltimer_t *t = l->timers;
+            l->timers = t->next;
+            free(t);
+        }
         uv_walk(&l->uv, close_all, l); /* handles we own (async, signals) carry data == l */
     }
 }
@@ -329,6 +395,17 @@ int tr__loop_start(tr_runtime_t *rt)
         goto fail;
     uv_async_init(&l->uv, &l->async, on_async);
     l->async.data = l;
+    l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (l->tfd < 0) {
+        rc = -errno;
+        uv_close((uv_handle_t *)&l->async, NULL);
+        uv_run(&l->uv, UV_RUN_DEFAULT);
+        uv_loop_close(&l->uv);
+        goto fail;
+    }
+    uv_poll_init(&l->uv, &l->tpoll, l->tfd);
+    l->tpoll.data = l;
+    uv_poll_start(&l->tpoll, UV_READABLE, on_tfd);
     if (rt->opts.handle_signals) {
         uv_signal_init(&l->uv, &l->sigint);
         uv_signal_init(&l->uv, &l->sigterm);
@@ -344,6 +421,7 @@ int tr__loop_start(tr_runtime_t *rt)
     uv_walk(&l->uv, close_all, l);
     uv_run(&l->uv, UV_RUN_DEFAULT);
     uv_loop_close(&l->uv);
+    close(l->tfd);
 fail:
     pthread_mutex_destroy(&l->mu);
     free(l);
@@ -361,6 +439,7 @@ void tr__loop_stop(tr_runtime_t *rt)
     uv_async_send(&l->async);
     pthread_join(l->thread, NULL);
     uv_loop_close(&l->uv);
+    close(l->tfd);
     cmd_t *c = l->cmds;
     while (c) {
         cmd_t *next = c->next;
