@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/model_internal.h"
 #include "troupe/error.h"
 
@@ -162,6 +163,7 @@ static int check_chain(tr_layer_t **layers, int n, char *why, size_t why_len)
 
 int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, size_t why_len)
 {
+    tr__blas_warn_once(); // a model is where the library starts doing math
     int err = check_chain(layers, n, why, why_len);
     tr_model_t *m = err ? NULL : calloc(1, sizeof(*m));
     if (!err && !m) err = TR_ENOMEM;
