@@ -107,6 +107,30 @@ static void test_model_gpt2_gradient_matches_finite_differences(void **state)
     tr_model_destroy(m);
 }
 
+/* Plain SGD on one batch (the optimizers live elsewhere): a GPT-2 must memorise it. */
+static void test_model_gpt2_learns_a_batch_with_sgd(void **state)
+{
+    tr_model_t *m = tiny_gpt2();
+    int tokens[16], targets[16];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = irand(11), targets[i] = (tokens[i] * 3 + 1) % 11;
+    tr_batch_t b = {.B = 2, .T = 8, .tokens = tokens, .targets = targets};
+    float first = 0, loss = 0;
+    for (int step = 0; step < 60; step++) {
+        tr_model_zero_grad(m);
+        assert_int_equal(tr_model_forward(m, &b, &loss), 0);
+        assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+        float *p = tr_model_params(m), *g = tr_model_grads(m);
+        for (size_t i = 0; i < tr_model_num_params(m); i++)
+            p[i] -= 0.1f * g[i];
+        if (step == 0)
+            first = loss;
+    }
+    print_message("gpt2 sgd: loss %.3f -> %.3f\n", first, loss);
+    assert_true(loss < 0.3f * first);
+    tr_model_destroy(m);
+}
+
 static void test_model_mlp_gradient_matches_finite_differences(void **state)
 {
     int widths[] = {5, 12, 7, 4};
@@ -246,6 +270,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gpt2_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_gpt2_learns_a_batch_with_sgd),
         cmocka_unit_test(test_model_mlp_gradient_matches_finite_differences),
         cmocka_unit_test(test_model_user_layer_joins_a_model),
         cmocka_unit_test(test_model_backward_reports_layers_last_to_first),
