@@ -189,7 +189,8 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed);
 int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss);
 
 /* Backward over all layers after a forward with targets, last to first, accumulating into
- * the gradients; cb (may be NULL) hears each layer's range as it becomes final. */
+ * the gradients; cb (may be NULL) hears each layer's range as it becomes final. TR_EINVAL
+ * when the batch had no targets or the last layer is not a loss layer. */
 int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg);
 
 /* One layer at a time, for executors and pipeline stages (layers [first, last] of a stage):

@@ -325,7 +325,10 @@ int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
 
 int tr_model_layer_backward(tr_model_t *model, int layer)
 {
-    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets) return TR_EINVAL;
+    // backward starts from a loss: the last layer must be one, and the batch must have targets
+    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets ||
+        !model->layers[model->n - 1]->is_loss)
+        return TR_EINVAL;
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];

@@ -263,6 +263,16 @@ static void test_model_rejects_bad_configs_and_batches(void **state)
     tr_model_destroy(m);
     int widths[] = {4};
     assert_int_equal(tr_model_mlp_create(&m, widths, 1, why, sizeof(why)), TR_EINVAL);
+    // no loss layer: forward works, backward has nothing to start from
+    tr_layer_t *only[1];
+    assert_int_equal(tr_layer_gelu_create(&only[0], "g", 3), 0);
+    assert_int_equal(tr_model_create(&m, only, 1, NULL, 0), 0);
+    float x[3] = {1, 2, 3};
+    int t[1] = {0};
+    tr_batch_t g = {.B = 1, .T = 1, .x = x, .targets = t};
+    assert_int_equal(tr_model_forward(m, &g, NULL), 0);
+    assert_int_equal(tr_model_backward(m, NULL, NULL), TR_EINVAL);
+    tr_model_destroy(m);
     tr_model_destroy(NULL);
 }
 
