@@ -199,6 +199,10 @@ int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg);
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
 
+/* Sets how many threads the CPU kernels use, the caller included (0 = online cores). Takes
+ * effect at the next forward or backward; not while one runs. Process-wide. */
+void tr_kernels_set_threads(int n);
+
 /* Zeroes the gradient buffer. */
 void tr_model_zero_grad(tr_model_t *model);
 

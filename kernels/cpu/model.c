@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/model_internal.h"
+#include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
 
 struct tr_model {
@@ -357,6 +358,11 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
         tr_layer_t *l = model->layers[i];
         if (l->ops->init) l->ops->init(l, model->params + l->param_offset, &rng);
     }
+}
+
+void tr_kernels_set_threads(int n)
+{
+    tr_parallel_set_threads(n);
 }
 
 void tr_model_zero_grad(tr_model_t *model)
