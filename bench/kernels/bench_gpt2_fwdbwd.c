@@ -17,7 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/parallel.h"
 #include "troupe/blas.h"
 #include "troupe/model.h"
 
@@ -66,7 +65,7 @@ int main(int argc, char **argv)
                             .num_layers = 6,
                             .num_heads = 6,
                             .channels = 384};
-    tr_parallel_set_threads(threads);
+    tr_kernels_set_threads(threads);
     tr_blas_info_t blas;
     tr_blas_check(&blas);
     printf("blas: %s\n", blas.description);

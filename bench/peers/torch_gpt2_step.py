@@ -91,6 +91,7 @@ def main():
     print("torch_version: %s" % torch.__version__)
     print("torch_threads: %d" % torch.get_num_threads())
     print("openblas_coretype: %s" % os.environ.get("OPENBLAS_CORETYPE", "(unset)"))
+    print("openblas_num_threads: %s" % os.environ.get("OPENBLAS_NUM_THREADS", "(unset)"))
     print("params: %d" % params)
     print("%s_step: %.2f ms" % (name, best * 1e3))
     print("%s_tokens_per_s: %.0f tokens/s" % (name, B * T / best))

@@ -7,7 +7,8 @@
  * the OPENBLAS_CORETYPE environment variable. tr_blas_check compares the core OpenBLAS chose
  * with the CPU's own feature flags; tr_blas_reexec_if_needed fixes a program by re-executing
  * it once with the variable set. A library embedded in someone else's trainer cannot do
- * that, so it prints the warning, which names the exact fix.
+ * that, so it prints the warning, which names the exact fix, to stderr once per process
+ * when the first model is created (tr_model_create).
  */
 #ifndef TR_INCLUDE_TROUPE_BLAS_H
 #define TR_INCLUDE_TROUPE_BLAS_H

@@ -184,7 +184,8 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed);
 int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss);
 
 /* Backward over all layers after a forward with targets, last to first, accumulating into
- * the gradients; cb (may be NULL) hears each layer's range as it becomes final. */
+ * the gradients; cb (may be NULL) hears each layer's range as it becomes final. TR_EINVAL
+ * when the batch had no targets or the last layer is not a loss layer. */
 int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg);
 
 /* One layer at a time, for executors and pipeline stages (layers [first, last] of a stage):
@@ -192,6 +193,10 @@ int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg);
  * (i) needs layers > i done. tr_model_forward/backward are loops over these. */
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
+
+/* Sets how many threads the CPU kernels use, the caller included (0 = online cores). Takes
+ * effect at the next forward or backward; not while one runs. Process-wide. */
+void tr_kernels_set_threads(int n);
 
 /* Zeroes the gradient buffer. */
 void tr_model_zero_grad(tr_model_t *model);

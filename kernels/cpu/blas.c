@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,21 @@ void tr_blas_check(tr_blas_info_t *info)
     tr__blas_assess(info, core ? core : "unknown", openblas_get_config(), &cpu);
 }
 
+static pthread_once_t warn_once = PTHREAD_ONCE_INIT;
+
+static void warn_if_slow(void)
+{
+    tr_blas_info_t info;
+    tr_blas_check(&info);
+    if (info.slow)
+        fprintf(stderr, "%s\n", info.warning);
+}
+
+void tr__blas_warn_once(void)
+{
+    pthread_once(&warn_once, warn_if_slow);
+}
+
 int tr_blas_reexec_if_needed(int argc, char **argv)
 {
     tr_blas_info_t info;
@@ -134,7 +150,7 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
         fprintf(stderr, "%s (re-executing with it failed: %s)\n", info.warning, strerror(-err));
         return err;
     }
-    fprintf(stderr, "%s\n", info.warning);
+    tr__blas_warn_once();
     return 0;
 }
 

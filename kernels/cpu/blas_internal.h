@@ -24,4 +24,9 @@ void tr__blas_assess(tr_blas_info_t *info, const char *core, const char *config,
  * their own pool (see kernels/cpu/linear.c). Call before a parallel region that calls BLAS. */
 void tr__blas_one_thread(void);
 
+/* Prints the warning to stderr, once per process, if OpenBLAS runs slow kernels: the library's
+ * start-up warning when it is embedded in a program that cannot re-exec (tr_model_create
+ * calls it). Any thread. */
+void tr__blas_warn_once(void);
+
 #endif

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/model_internal.h"
+#include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
 
 struct tr_model {
@@ -162,6 +164,7 @@ static int check_chain(tr_layer_t **layers, int n, char *why, size_t why_len)
 
 int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, size_t why_len)
 {
+    tr__blas_warn_once(); // a model is where the library starts doing math
     int err = check_chain(layers, n, why, why_len);
     tr_model_t *m = err ? NULL : calloc(1, sizeof(*m));
     if (!err && !m) err = TR_ENOMEM;
@@ -323,7 +326,10 @@ int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
 
 int tr_model_layer_backward(tr_model_t *model, int layer)
 {
-    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets) return TR_EINVAL;
+    // backward starts from a loss: the last layer must be one, and the batch must have targets
+    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets ||
+        !model->layers[model->n - 1]->is_loss)
+        return TR_EINVAL;
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];
@@ -357,6 +363,11 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
 float tr_model_loss(const tr_model_t *model)
 {
     return model->loss;
+}
+
+void tr_kernels_set_threads(int n)
+{
+    tr_parallel_set_threads(n);
 }
 
 void tr_model_zero_grad(tr_model_t *model)

@@ -1,7 +1,7 @@
 /* The BLAS check: the right verdict for made-up CPU/core pairs (the Intel AVX-512 machine on
  * which OpenBLAS 0.3.21 fell back to Prescott among them), a consistent verdict on this
  * machine, and a re-exec that happens once, with the right OPENBLAS_CORETYPE, and does not
- * loop.
+ * loop; a library inside someone else's program warns once, at its first model.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "kernels/cpu/blas_internal.h"
+#include "troupe/model.h"
 
 static const char *dyn = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott";
 
@@ -103,13 +104,51 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     assert_non_null(strstr(line, "coretype=- marker=1"));
 }
 
+/* Another child: a program embedding the library, creating two models. */
+static int warn_child(void)
+{
+    int widths[] = {3, 2};
+    for (int i = 0; i < 2; i++) {
+        tr_model_t *m;
+        if (tr_model_mlp_create(&m, widths, 2, NULL, 0))
+            return 1;
+        tr_model_destroy(m);
+    }
+    return 0;
+}
+
+static void test_blas_library_warns_once_at_first_model(void **state)
+{
+    tr__blas_cpu_t cpu;
+    tr__blas_cpu(&cpu);
+    if (cpu.cls == 0)
+        skip();
+    char self[512], cmd[700], out[4096] = "";
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    snprintf(cmd, sizeof(cmd),
+             "env -u OPENBLAS_CORETYPE TR_BLAS_PRETEND_CORE=Prescott '%s' warn-child 2>&1", self);
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, sizeof(out) - 1, p);
+    out[got] = '\0';
+    assert_int_equal(pclose(p), 0);
+    const char *first = strstr(out, "OPENBLAS_CORETYPE=");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "OPENBLAS_CORETYPE=")); // once, not per model
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0) return child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0)
+        return child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "warn-child") == 0)
+        return warn_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blas_verdicts_for_known_cpus),
         cmocka_unit_test(test_blas_check_on_this_machine_is_consistent),
         cmocka_unit_test(test_blas_reexec_sets_coretype_once),
+        cmocka_unit_test(test_blas_library_warns_once_at_first_model),
     };
     return cmocka_run_group_tests_name("blas", tests, NULL, NULL);
 }

@@ -107,6 +107,30 @@ static void test_model_gpt2_gradient_matches_finite_differences(void **state)
     tr_model_destroy(m);
 }
 
+/* Plain SGD on one batch (the optimizers live elsewhere): a GPT-2 must memorise it. */
+static void test_model_gpt2_learns_a_batch_with_sgd(void **state)
+{
+    tr_model_t *m = tiny_gpt2();
+    int tokens[16], targets[16];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = irand(11), targets[i] = (tokens[i] * 3 + 1) % 11;
+    tr_batch_t b = {.B = 2, .T = 8, .tokens = tokens, .targets = targets};
+    float first = 0, loss = 0;
+    for (int step = 0; step < 60; step++) {
+        tr_model_zero_grad(m);
+        assert_int_equal(tr_model_forward(m, &b, &loss), 0);
+        assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+        float *p = tr_model_params(m), *g = tr_model_grads(m);
+        for (size_t i = 0; i < tr_model_num_params(m); i++)
+            p[i] -= 0.1f * g[i];
+        if (step == 0)
+            first = loss;
+    }
+    print_message("gpt2 sgd: loss %.3f -> %.3f\n", first, loss);
+    assert_true(loss < 0.3f * first);
+    tr_model_destroy(m);
+}
+
 static void test_model_mlp_gradient_matches_finite_differences(void **state)
 {
     int widths[] = {5, 12, 7, 4};
@@ -239,6 +263,16 @@ static void test_model_rejects_bad_configs_and_batches(void **state)
     tr_model_destroy(m);
     int widths[] = {4};
     assert_int_equal(tr_model_mlp_create(&m, widths, 1, why, sizeof(why)), TR_EINVAL);
+    // no loss layer: forward works, backward has nothing to start from
+    tr_layer_t *only[1];
+    assert_int_equal(tr_layer_gelu_create(&only[0], "g", 3), 0);
+    assert_int_equal(tr_model_create(&m, only, 1, NULL, 0), 0);
+    float x[3] = {1, 2, 3};
+    int t[1] = {0};
+    tr_batch_t g = {.B = 1, .T = 1, .x = x, .targets = t};
+    assert_int_equal(tr_model_forward(m, &g, NULL), 0);
+    assert_int_equal(tr_model_backward(m, NULL, NULL), TR_EINVAL);
+    tr_model_destroy(m);
     tr_model_destroy(NULL);
 }
 
@@ -246,6 +280,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gpt2_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_gpt2_learns_a_batch_with_sgd),
         cmocka_unit_test(test_model_mlp_gradient_matches_finite_differences),
         cmocka_unit_test(test_model_user_layer_joins_a_model),
         cmocka_unit_test(test_model_backward_reports_layers_last_to_first),
