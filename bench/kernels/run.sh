@@ -9,13 +9,13 @@ set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR [--steps N]}
 shift
 "$build/bench/kernels/bench_adam"
-out=$("$build/bench/kernels/bench_gpt2_fwdbwd" "$@")
+out=$("$build/bench/kernels/bench_gpt2_step" "$@")
 echo "$out"
 core=$(sed -n 's/^blas_best_core: //p' <<<"$out")
 threads=$(sed -n 's/^threads: //p' <<<"$out")
-ours=$(sed -n 's/^gpt2_fwdbwd_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
+ours=$(sed -n 's/^gpt2_step_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
 # torch.set_num_threads does not reach OpenBLAS's own pool: cap it to the same count
-peer=$(OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$threads /usr/bin/python3 "$(dirname "$0")/../peers/torch_gpt2_step.py" --no-optim "$@")
+peer=$(OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$threads /usr/bin/python3 "$(dirname "$0")/../peers/torch_gpt2_step.py" "$@")
 echo "$peer"
-theirs=$(sed -n 's/^torch_fwdbwd_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$peer")
-awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "gpt2_fwdbwd_vs_torch: %.2f x\n", a / b }'
+theirs=$(sed -n 's/^torch_train_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$peer")
+awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "gpt2_step_vs_torch: %.2f x\n", a / b }'
