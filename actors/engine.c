@@ -60,8 +60,12 @@ int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uin
 static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n, const char *dir,
                 const char *tag)
 {
-    if (eng->failed) return eng->failed;
     pthread_mutex_lock(&eng->mu);
+    if (eng->failed) { /* an actor failed earlier: the engine does no more work */
+        int failed = eng->failed;
+        pthread_mutex_unlock(&eng->mu);
+        return failed;
+    }
     eng->waiting = true;
     eng->error[0] = '\0';
     pthread_mutex_unlock(&eng->mu);

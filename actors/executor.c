@@ -324,6 +324,7 @@ static void on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     switch (r->kind) {
     case TR__REQ_TRAIN:
         x->req = TR__REQ_TRAIN;
+        x->step_ready = false; /* a DeepSpeed-style step's statistics are not this one's */
         x->want = e->GAS;
         x->t_window = tr_now_ns();
         if (!x->started) {
