@@ -35,7 +35,7 @@ test: build
 # The demo: a byte-level GPT (vocab 256) trained on this repository's own docs and sources
 # (packed into build/demo-data/ at build time by tools/pack_text.c) for about two minutes on
 # two cores; checkpoint, llm.c export, monitor outputs and trace go to demo-out/.
-DEMO_STEPS ?= 500
+DEMO_STEPS ?= 1000
 demo: build
 	rm -rf demo-out
 	mkdir -p demo-out
