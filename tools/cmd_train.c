@@ -31,6 +31,7 @@ typedef struct run {
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
     int have_val, saved_at_end;
+    int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
 static double now_s(void)
@@ -38,6 +39,14 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Ends a terminal's progress line before another line is printed. */
+static void endline(run_t *r)
+{
+    if (r->midline)
+        putchar('\n');
+    r->midline = 0;
 }
 
 /* --- setting up ------------------------------------------------------------------------- */
@@ -243,11 +252,14 @@ static void progress(run_t *r, const tr_step_stats_t *st)
     char eta[32];
     format_eta(done ? elapsed / (double)done * (double)left : 0, eta, sizeof(eta));
     long every = r->o.print_every ? r->o.print_every : (long)r->cfg->steps_per_print;
-    if (r->tty) {
-        printf("\rstep %llu/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s   ",
-               (unsigned long long)st->global_step, r->o.steps, st->loss, st->lr, tps, eta);
+    int due = done == 1 || left == 0 || st->global_step % (uint64_t)(every > 0 ? every : 1) == 0;
+    if (r->tty) { /* one line rewritten each step; kept (a newline) every `every` steps */
+        printf("\rstep %llu/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s   %s",
+               (unsigned long long)st->global_step, r->o.steps, st->loss, st->lr, tps, eta,
+               due && left ? "\n" : "");
+        r->midline = !(due && left);
         fflush(stdout);
-    } else if (done == 1 || left == 0 || st->global_step % (uint64_t)(every > 0 ? every : 1) == 0) {
+    } else if (due) {
         printf("step %llu/%ld loss %.4f lr %.3g grad_norm %.3f %.0f tok/s ETA %s\n",
                (unsigned long long)st->global_step, r->o.steps, st->loss, st->lr, st->grad_norm,
                tps, eta);
@@ -258,12 +270,13 @@ static void progress(run_t *r, const tr_step_stats_t *st)
 static int validate(run_t *r, uint64_t step, uint64_t samples)
 {
     if (tr_engine_eval(r->eng, (int)r->o.val_batches, &r->val_loss) < 0) {
-        fprintf(stderr, "%stroupe train: validation: %s\n", r->tty ? "\n" : "",
-                tr_engine_error(r->eng));
+        endline(r);
+        fprintf(stderr, "troupe train: validation: %s\n", tr_engine_error(r->eng));
         return 1;
     }
     r->have_val = 1;
-    printf("%sval: step %llu loss %.6f (%ld batches)\n", r->tty ? "\n" : "",
+    endline(r);
+    printf("val: step %llu loss %.6f (%ld batches)\n",
            (unsigned long long)step, r->val_loss, r->o.val_batches);
     monitor_write(r, "Eval/Samples/val_loss", r->val_loss, samples);
     return 0;
@@ -272,11 +285,13 @@ static int validate(run_t *r, uint64_t step, uint64_t samples)
 static int save(run_t *r)
 {
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
-        fprintf(stderr, "%stroupe train: saving to %s: %s\n", r->tty ? "\n" : "", r->o.save_dir,
+        endline(r);
+        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
                 tr_engine_error(r->eng));
         return 1;
     }
-    printf("%ssaved: %s/global_step%llu (latest)\n", r->tty ? "\n" : "", r->o.save_dir,
+    endline(r);
+    printf("saved: %s/global_step%llu (latest)\n", r->o.save_dir,
            (unsigned long long)tr_engine_global_step(r->eng));
     return 0;
 }
@@ -312,15 +327,15 @@ static int train_loop(run_t *r)
     while (step < (uint64_t)r->o.steps && !tr_engine_stop_requested(r->eng)) {
         tr_step_stats_t st;
         if (tr_engine_train_batch(r->eng, &st) < 0) {
-            fprintf(stderr, "%stroupe train: %s\n", r->tty ? "\n" : "", tr_engine_error(r->eng));
+            endline(r);
+            fprintf(stderr, "troupe train: %s\n", tr_engine_error(r->eng));
             return 1;
         }
         step = st.global_step;
         if (after_step(r, &st))
             return 1;
     }
-    if (r->tty && step > r->first_step)
-        printf("\n");
+    endline(r);
     return 0;
 }
 
