@@ -30,7 +30,8 @@ typedef struct run {
     double t0, loop_t0, compute_ms;
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
-    int have_val, saved_at_end;
+    int have_val;
+    uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
     int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
@@ -220,8 +221,8 @@ static int resume(run_t *r)
         fprintf(stderr, "troupe train: --resume: %s\n", tr_engine_error(r->eng));
         return 1;
     }
-    printf("resume: loaded %s at step %llu\n", r->o.save_dir,
-           (unsigned long long)tr_engine_global_step(r->eng));
+    r->saved_step = tr_engine_global_step(r->eng);
+    printf("resume: loaded %s at step %llu\n", r->o.save_dir, (unsigned long long)r->saved_step);
     return 0;
 }
 
@@ -290,9 +291,10 @@ static int save(run_t *r)
                 tr_engine_error(r->eng));
         return 1;
     }
+    r->saved_step = tr_engine_global_step(r->eng);
     endline(r);
     printf("saved: %s/global_step%llu (latest)\n", r->o.save_dir,
-           (unsigned long long)tr_engine_global_step(r->eng));
+           (unsigned long long)r->saved_step);
     return 0;
 }
 
@@ -312,10 +314,8 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
     if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0 &&
         validate(r, st->global_step, st->global_samples))
         return 1;
-    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0) {
-        r->saved_at_end = st->global_step == (uint64_t)r->o.steps;
+    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0)
         return save(r);
-    }
     return 0;
 }
 
@@ -403,7 +403,7 @@ static int finish(run_t *r)
     int rc = 0;
     if (!stopped && !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
         rc = validate(r, step, step * (uint64_t)r->cfg->train_batch_size);
-    if (!rc && r->o.save_dir && !r->saved_at_end && (step > r->first_step || !r->o.resume))
+    if (!rc && r->o.save_dir && r->saved_step != step)
         rc = save(r);
     if (!rc && !stopped && r->o.export_llmc)
         rc = export_llmc(r);
@@ -425,7 +425,7 @@ static void teardown(run_t *r)
 
 int tr_cmd_train(int argc, char **argv)
 {
-    run_t r = {.t0 = now_s(), .tty = isatty(STDOUT_FILENO)};
+    run_t r = {.t0 = now_s(), .tty = isatty(STDOUT_FILENO), .saved_step = UINT64_MAX};
     if (train_args_parse(argc, argv, &r.o) < 0)
         return 2;
     if (r.o.help) {
