@@ -1,6 +1,6 @@
 # Troupe's front door. Every target installs missing Debian packages first, then drives CMake.
 #   make test        build and run the whole test suite
-#   make demo        build and run the main demo
+#   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels one group
@@ -15,7 +15,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo test-asan test-tsan bench bench-actors bench-kernels \
+.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels \
         install clean fuzz-config
 
 all: build
@@ -32,7 +32,21 @@ build: deps build/CMakeCache.txt
 test: build
 	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# The demo: a byte-level GPT (vocab 256) trained on this repository's own docs and sources
+# (packed into build/demo-data/ at build time by tools/pack_text.c) for about two minutes on
+# two cores; checkpoint, llm.c export, monitor outputs and trace go to demo-out/.
+DEMO_STEPS ?= 1000
 demo: build
+	rm -rf demo-out
+	mkdir -p demo-out
+	./build/troupe train --deepspeed_config examples/configs/demo.json --model gpt2 \
+	    --vocab 256 --context 128 --channels 128 --layers 4 --heads 4 \
+	    --train-data build/demo-data/text_train.bin --val-data build/demo-data/text_val.bin \
+	    --steps $(DEMO_STEPS) --val-every 100 --val-batches 16 --sample 200 \
+	    --save-dir demo-out/ckpt --trace demo-out/trace --export-llmc demo-out/gpt2_demo.bin
+
+# The actor runtime's smallest example (two actors exchanging messages).
+pingpong: build
 	./build/examples/pingpong/pingpong
 
 build-asan/CMakeCache.txt: | deps

@@ -373,3 +373,8 @@ int tr_engine_stop_requested(const tr_engine_t *eng)
 {
     return atomic_load(&((tr_engine_t *)eng)->stop_requested);
 }
+
+uint64_t tr_engine_global_step(const tr_engine_t *eng)
+{
+    return eng->global_steps;
+}

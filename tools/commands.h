@@ -13,5 +13,8 @@ typedef struct tr_command {
 int tr_cmd_config(int argc, char **argv);
 /* `troupe trace summary|plot|merge` (cmd_trace.c). */
 int tr_cmd_trace(int argc, char **argv);
+/* `troupe train --deepspeed_config FILE --steps N ...` (cmd_train.c; exit 1 when training
+ * fails). */
+int tr_cmd_train(int argc, char **argv);
 
 #endif

@@ -3,12 +3,15 @@
 #include <string.h>
 
 #include "commands.h"
+#include "troupe/blas.h"
 #include "tr_build_config.h"
 
 static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const tr_command_t commands[] = {
+    {"train", "train a GPT-2 or an MLP from a DeepSpeed config (troupe train --help)",
+     tr_cmd_train},
     {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},
     {"trace", "summarise, plot or merge trace files (troupe trace --help)", tr_cmd_trace},
@@ -34,6 +37,7 @@ static int cmd_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    tr_blas_reexec_if_needed(argc, argv); /* returns only when no re-exec was needed */
     if (argc < 2) {
         cmd_help(0, NULL);
         return 2;

@@ -146,6 +146,10 @@ const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 /* The runtime the actors run on (for tracing and counters). */
 tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
 
+/* Optimizer steps taken so far, skipped ones included (tr_step_stats_t.global_step); after
+ * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. */
+uint64_t tr_engine_global_step(const tr_engine_t *eng);
+
 /* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installed package works for a user: install libtroupe to a temporary prefix, then build
 # the README's example against it with pkg-config (shared library) and with CMake's
-# find_package(troupe), and run both. Keeps the README's API snippet honest.
+# find_package(troupe), and run both. Keeps the README's API snippet honest. Then build
+# examples/embed_mlp with its own Makefile (pkg-config) and run it: it trains, saves, reloads.
 set -euo pipefail
 build_dir=$1
 src_dir=$2
@@ -33,4 +34,11 @@ CM
 cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/cm/build/app" | grep -q '^ping 3 '
-echo "install: pkg-config and find_package(troupe) builds of the README example ran"
+cp -r "$src_dir/examples/embed_mlp" "$tmp/embed_mlp"
+make -s -C "$tmp/embed_mlp" >/dev/null
+(cd "$tmp" && LD_LIBRARY_PATH="$libdir" ./embed_mlp/embed_mlp "$tmp/emb_ckpt" > "$tmp/emb.txt" 2>&1) ||
+    { cat "$tmp/emb.txt"; exit 1; }
+grep -q '^reloaded: val loss .* (same)$' "$tmp/emb.txt"
+test -f "$tmp/emb_ckpt/latest"
+echo "install: pkg-config and find_package(troupe) builds of the README example ran;"
+echo "install: examples/embed_mlp built with pkg-config, trained, saved and reloaded"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `troupe train` stopped from outside: SIGINT finishes the step, saves (--save-dir), exits 0,
+# and --resume continues from that checkpoint; a crash in the middle of a save (forced with
+# TR_CKPT_CRASH_AFTER=1: exit 86 right after the first checkpoint file is renamed into place)
+# leaves `latest` naming the previous complete checkpoint, from which --resume works.
+source "$(dirname "$0")/common.sh"
+
+latest() { tr -d '\n' < "$1/latest"; }
+
+# --- SIGINT ------------------------------------------------------------------------------
+"$troupe" train "${tiny[@]}" --steps 1000000 --save-dir "$tmp/ck" --print-every 1 \
+    > int.txt 2> int_err.txt &
+pid=$!
+for _ in $(seq 600); do # up to 60 s for the third step
+    grep -q '^step 3/' int.txt 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q '^step 3/' int.txt || { cat int.txt int_err.txt; fail "no third step"; }
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 0 ] || { cat int.txt int_err.txt; fail "after SIGINT: exit $rc, expected 0"; }
+grep -q 'SIGINT received' int_err.txt || fail "the signal was not reported"
+step=$(sed -n 's/^summary: stopped (signal) at step \([0-9]*\).*/\1/p' int.txt)
+[ -n "$step" ] || { cat int.txt; fail "no 'stopped' summary"; }
+grep -q "^saved: $tmp/ck/global_step$step (latest)" int.txt || fail "no 'saved:' line for step $step"
+[ "$(latest "$tmp/ck")" = "global_step$step" ] || fail "latest is not global_step$step"
+"$troupe" train "${tiny[@]}" --steps $((step + 2)) --save-dir "$tmp/ck" --resume > res.txt 2>err.txt ||
+    { cat err.txt; fail "--resume after SIGINT failed"; }
+grep -q "^resume: loaded $tmp/ck at step $step" res.txt || { cat res.txt; fail "not resumed at $step"; }
+grep -q "^summary: done at step $((step + 2))" res.txt || fail "resumed run did not reach $((step + 2))"
+
+# --- a crash during a save ---------------------------------------------------------------
+"$troupe" train "${tiny[@]}" --steps 4 --save-dir "$tmp/cr" > a.txt 2>&1 || { cat a.txt; fail "first run"; }
+[ "$(latest "$tmp/cr")" = global_step4 ] || fail "latest after the first run"
+rc=0
+TR_CKPT_CRASH_AFTER=1 "$troupe" train "${tiny[@]}" --steps 6 --save-dir "$tmp/cr" --resume \
+    > b.txt 2>&1 || rc=$?
+[ "$rc" -eq 86 ] || { cat b.txt; fail "forced crash: exit $rc, expected 86"; }
+[ "$(latest "$tmp/cr")" = global_step4 ] || fail "after a crash mid-save latest is '$(latest "$tmp/cr")'"
+"$troupe" train "${tiny[@]}" --steps 6 --save-dir "$tmp/cr" --resume > c.txt 2>&1 ||
+    { cat c.txt; fail "--resume after the crash failed"; }
+grep -q "^resume: loaded $tmp/cr at step 4" c.txt || { cat c.txt; fail "not resumed from step 4"; }
+[ "$(latest "$tmp/cr")" = global_step6 ] || fail "latest after the resumed run"
+echo "train signals: SIGINT at step $step saved and resumed; a crash mid-save kept global_step4"

@@ -1,0 +1,444 @@
+/* cmd_train.c: `troupe train` — trains a GPT-2 on llm.c token shards, or an MLP on a built-in
+ * task, with Troupe's engine and a DeepSpeed config. It reads top to bottom as the run does:
+ * load the config, build the model (from scratch or an llm.c checkpoint), create the engine,
+ * resume, then step until --steps, validating and saving on the way; at the end (or after
+ * SIGINT, which finishes the step) save, export, sample and print a summary.
+ *
+ * The csv_monitor and tensorboard sections of the config get DeepSpeed's Train/Samples/...
+ * scalars (step = samples trained) plus Eval/Samples/val_loss. Exit status: 0 done, 1 the
+ * engine failed (its explanation is printed), 2 a bad flag, file or config (named). */
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "train.h"
+
+typedef struct run {
+    train_opts_t o;
+    tr_config_t *cfg;
+    tr_engine_t *eng;
+    mlp_task_t task_train, task_val;
+    tr_csv_monitor_t *csv;
+    tr_tb_writer_t *tb;
+    int tty, is_gpt2;
+    double t0, loop_t0, compute_ms;
+    uint64_t first_step, tokens;
+    float first_loss, last_loss, val_loss;
+    int have_val;
+    uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
+    int midline; /* a terminal's progress line is waiting to be rewritten */
+} run_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Ends a terminal's progress line before another line is printed. */
+static void endline(run_t *r)
+{
+    if (r->midline)
+        putchar('\n');
+    r->midline = 0;
+}
+
+/* --- setting up ------------------------------------------------------------------------- */
+
+static int load_config(run_t *r)
+{
+    tr_config_diag_t d;
+    tr_config_diag_init(&d);
+    int rc = tr_config_load(r->o.config, 1, &r->cfg, &d);
+    for (size_t i = 0; i < d.count; i++)
+        fprintf(stderr, "%s\n", d.items[i].text);
+    if (rc < 0 && d.count == 0)
+        fprintf(stderr, "troupe train: --deepspeed_config %s: %s\n", r->o.config,
+                tr_strerror(rc));
+    tr_config_diag_close(&d);
+    return rc;
+}
+
+/* A dims flag that disagrees with the checkpoint's value is an error naming both. */
+static int dims_agree(const char *file, const char *flag, int given, const char *field, int has)
+{
+    if (given == 0 || given == has)
+        return 0;
+    fprintf(stderr, "troupe train: %s %d conflicts with %s's %s %d (the file's dims are used; "
+            "drop the flag)\n", flag, given, file, field, has);
+    return -1;
+}
+
+static int gpt2_from_file(run_t *r, tr_model_t **model)
+{
+    const train_opts_t *o = &r->o;
+    tr_gpt2_config_t g;
+    char why[512];
+    if (tr_llmc_gpt2_read_config(o->load_llmc, &g, why, sizeof(why)) < 0) {
+        fprintf(stderr, "troupe train: --load-llmc: %s\n", why);
+        return -1;
+    }
+    if (dims_agree(o->load_llmc, "--vocab", o->vocab, "vocab_size", g.vocab_size) ||
+        dims_agree(o->load_llmc, "--context", o->context, "max_seq_len", g.max_seq_len) ||
+        dims_agree(o->load_llmc, "--channels", o->channels, "channels", g.channels) ||
+        dims_agree(o->load_llmc, "--layers", o->layers, "num_layers", g.num_layers) ||
+        dims_agree(o->load_llmc, "--heads", o->heads, "num_heads", g.num_heads))
+        return -1;
+    if (tr_llmc_gpt2_load(o->load_llmc, model, why, sizeof(why)) < 0) {
+        fprintf(stderr, "troupe train: --load-llmc: %s\n", why);
+        return -1;
+    }
+    return 0;
+}
+
+static int build_model(run_t *r, tr_model_t **model)
+{
+    const train_opts_t *o = &r->o;
+    char why[512] = "";
+    int rc;
+    if (!r->is_gpt2) {
+        rc = tr_model_mlp_create(model, o->widths, o->n_widths, why, sizeof(why));
+    } else if (o->load_llmc) {
+        return gpt2_from_file(r, model);
+    } else {
+        tr_gpt2_config_t g = {.vocab_size = o->vocab ? o->vocab : 256,
+                              .max_seq_len = o->context ? o->context : 64,
+                              .channels = o->channels ? o->channels : 128,
+                              .num_layers = o->layers ? o->layers : 4,
+                              .num_heads = o->heads ? o->heads : 4};
+        rc = tr_model_gpt2_create(model, &g, why, sizeof(why));
+    }
+    if (rc < 0)
+        fprintf(stderr, "troupe train: %s: %s\n", r->is_gpt2 ? "gpt2 dims" : "--widths",
+                why[0] ? why : tr_strerror(rc));
+    return rc;
+}
+
+static int glob_matches(const char *flag, const char *pattern)
+{
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    size_t n = rc == 0 ? g.gl_pathc : 0;
+    if (rc == 0)
+        globfree(&g);
+    if (n == 0)
+        fprintf(stderr, "troupe train: %s: no file matches '%s'\n", flag, pattern);
+    return n ? 0 : -1;
+}
+
+static int seq_len(const run_t *r, tr_model_t *model)
+{
+    if (!r->is_gpt2)
+        return 1;
+    int ctx = tr_model_gpt2_config(model)->max_seq_len;
+    if (r->o.seq_len > ctx) {
+        fprintf(stderr, "troupe train: --seq-len %d: longer than the model's context (%d)\n",
+                r->o.seq_len, ctx);
+        return -1;
+    }
+    return r->o.seq_len ? r->o.seq_len : ctx;
+}
+
+static int create_engine(run_t *r, tr_model_t *model, int T)
+{
+    const train_opts_t *o = &r->o;
+    tr_engine_opts_t eo = {.config = r->cfg, .model = model, .seq_len = T, .seed = o->seed,
+                           .init_params = !o->load_llmc, .handle_signals = 1,
+                           .trace_dir = o->trace_dir};
+    if (r->is_gpt2) {
+        eo.train.shards = o->train_data;
+        eo.val.shards = o->val_data;
+    } else {
+        int in = o->widths[0], classes = o->widths[o->n_widths - 1];
+        r->task_train = (mlp_task_t){in, classes, 0};
+        r->task_val = (mlp_task_t){in, classes, TRAIN_VAL_OFFSET};
+        eo.train = (tr_dataset_t){.batch = train_mlp_batch, .user = &r->task_train, .x_dim = in};
+        eo.val = (tr_dataset_t){.batch = train_mlp_batch, .user = &r->task_val, .x_dim = in};
+    }
+    char err[1024];
+    int rc = tr_engine_create(&r->eng, &eo, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "troupe train: %s\n", err[0] ? err : tr_strerror(rc));
+    return rc;
+}
+
+static int open_monitors(run_t *r)
+{
+    const tr_config_monitor_t *c = &r->cfg->csv_monitor, *t = &r->cfg->tensorboard;
+    int rc = 0;
+    if (c->enabled && (rc = tr_csv_monitor_create(c->output_path, c->job_name, &r->csv)) < 0)
+        fprintf(stderr, "troupe train: csv_monitor.output_path %s: %s\n", c->output_path,
+                tr_strerror(rc));
+    if (rc == 0 && t->enabled &&
+        (rc = tr_tb_writer_create(t->output_path, t->job_name, &r->tb)) < 0)
+        fprintf(stderr, "troupe train: tensorboard.output_path %s: %s\n", t->output_path,
+                tr_strerror(rc));
+    return rc;
+}
+
+/* 0, 2 for bad input (already explained). */
+static int setup(run_t *r)
+{
+    const train_opts_t *o = &r->o;
+    r->is_gpt2 = !strcmp(o->model, "gpt2");
+    if (load_config(r) < 0)
+        return 2;
+    if (r->is_gpt2 && (glob_matches("--train-data", o->train_data) < 0 ||
+                       (o->val_data && glob_matches("--val-data", o->val_data) < 0)))
+        return 2;
+    tr_model_t *model;
+    if (build_model(r, &model) < 0)
+        return 2;
+    int T = seq_len(r, model);
+    if (T < 0) {
+        tr_model_destroy(model);
+        return 2;
+    }
+    if (create_engine(r, model, T) < 0 || open_monitors(r) < 0)
+        return 2;
+    return 0;
+}
+
+/* --resume: the checkpoint `latest` names; none yet is not an error (a first run). */
+static int resume(run_t *r)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/latest", r->o.save_dir);
+    if (stat(path, &st) < 0) {
+        printf("resume: no checkpoint in %s yet (no %s): starting at step 0\n", r->o.save_dir,
+               path);
+        return 0;
+    }
+    if (tr_engine_load_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
+        fprintf(stderr, "troupe train: --resume: %s\n", tr_engine_error(r->eng));
+        return 1;
+    }
+    r->saved_step = tr_engine_global_step(r->eng);
+    printf("resume: loaded %s at step %llu\n", r->o.save_dir, (unsigned long long)r->saved_step);
+    return 0;
+}
+
+/* --- the loop --------------------------------------------------------------------------- */
+
+static void monitor_write(run_t *r, const char *tag, double v, uint64_t samples)
+{
+    if (r->csv)
+        tr_csv_monitor_write(r->csv, tag, v, samples);
+    if (r->tb)
+        tr_tb_writer_scalar(r->tb, tag, (float)v, (int64_t)samples, (double)time(NULL));
+}
+
+static void format_eta(double s, char *buf, size_t cap)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+}
+
+static void progress(run_t *r, const tr_step_stats_t *st)
+{
+    uint64_t done = st->global_step - r->first_step, left = (uint64_t)r->o.steps - st->global_step;
+    double elapsed = now_s() - r->loop_t0, tps = r->compute_ms > 0 ? r->tokens / r->compute_ms * 1e3
+                                                                  : 0;
+    char eta[32];
+    format_eta(done ? elapsed / (double)done * (double)left : 0, eta, sizeof(eta));
+    long every = r->o.print_every ? r->o.print_every : (long)r->cfg->steps_per_print;
+    int due = done == 1 || left == 0 || st->global_step % (uint64_t)(every > 0 ? every : 1) == 0;
+    if (r->tty) { /* one line rewritten each step; kept (a newline) every `every` steps */
+        printf("\rstep %llu/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s   %s",
+               (unsigned long long)st->global_step, r->o.steps, st->loss, st->lr, tps, eta,
+               due && left ? "\n" : "");
+        r->midline = !(due && left);
+        fflush(stdout);
+    } else if (due) {
+        printf("step %llu/%ld loss %.4f lr %.3g grad_norm %.3f %.0f tok/s ETA %s\n",
+               (unsigned long long)st->global_step, r->o.steps, st->loss, st->lr, st->grad_norm,
+               tps, eta);
+        fflush(stdout);
+    }
+}
+
+static int validate(run_t *r, uint64_t step, uint64_t samples)
+{
+    if (tr_engine_eval(r->eng, (int)r->o.val_batches, &r->val_loss) < 0) {
+        endline(r);
+        fprintf(stderr, "troupe train: validation: %s\n", tr_engine_error(r->eng));
+        return 1;
+    }
+    r->have_val = 1;
+    endline(r);
+    printf("val: step %llu loss %.6f (%ld batches)\n",
+           (unsigned long long)step, r->val_loss, r->o.val_batches);
+    monitor_write(r, "Eval/Samples/val_loss", r->val_loss, samples);
+    return 0;
+}
+
+static int save(run_t *r)
+{
+    if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
+        endline(r);
+        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
+                tr_engine_error(r->eng));
+        return 1;
+    }
+    r->saved_step = tr_engine_global_step(r->eng);
+    endline(r);
+    printf("saved: %s/global_step%llu (latest)\n", r->o.save_dir,
+           (unsigned long long)r->saved_step);
+    return 0;
+}
+
+/* After each step: monitors, progress, validation and saving when due. 0 or 1. */
+static int after_step(run_t *r, const tr_step_stats_t *st)
+{
+    if (st->global_step == r->first_step + 1)
+        r->first_loss = st->loss;
+    else /* the first step pays for warming up; tokens/s leaves it out */
+        r->tokens += st->tokens, r->compute_ms += st->step_ms;
+    r->last_loss = st->loss;
+    monitor_write(r, TR_TAG_TRAIN_LOSS, st->loss, st->global_samples);
+    monitor_write(r, TR_TAG_LR, st->lr, st->global_samples);
+    if (r->cfg->fp16.enabled)
+        monitor_write(r, TR_TAG_LOSS_SCALE, st->loss_scale, st->global_samples);
+    progress(r, st);
+    if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0 &&
+        validate(r, st->global_step, st->global_samples))
+        return 1;
+    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0)
+        return save(r);
+    return 0;
+}
+
+static int train_loop(run_t *r)
+{
+    r->first_step = tr_engine_global_step(r->eng);
+    r->loop_t0 = now_s();
+    uint64_t step = r->first_step;
+    while (step < (uint64_t)r->o.steps && !tr_engine_stop_requested(r->eng)) {
+        tr_step_stats_t st;
+        if (tr_engine_train_batch(r->eng, &st) < 0) {
+            endline(r);
+            fprintf(stderr, "troupe train: %s\n", tr_engine_error(r->eng));
+            return 1;
+        }
+        step = st.global_step;
+        if (after_step(r, &st))
+            return 1;
+    }
+    endline(r);
+    return 0;
+}
+
+/* --- the end ---------------------------------------------------------------------------- */
+
+static void print_tokens(const run_t *r, const int *tok, int n)
+{
+    int bytes = tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size == 256;
+    printf("sample (%d tokens%s):\n", n, bytes ? ", bytes as text" : "");
+    for (int i = 0; i < n; i++) {
+        if (!bytes)
+            printf("%d ", tok[i]);
+        else
+            putchar(tok[i] == '\n' || tok[i] == '\t' || tok[i] >= 32 ? tok[i] : '.');
+    }
+    printf("\n");
+}
+
+static int sample(run_t *r)
+{
+    int *tok = malloc((size_t)r->o.sample * sizeof(int));
+    int rc = tok ? train_sample(tr_engine_model(r->eng), NULL, 0, (int)r->o.sample,
+                                r->o.seed ? r->o.seed : 1337, tok)
+                 : TR_ENOMEM;
+    if (rc == 0)
+        print_tokens(r, tok, (int)r->o.sample);
+    else
+        fprintf(stderr, "troupe train: --sample: %s\n", tr_strerror(rc));
+    free(tok);
+    return rc < 0 ? 1 : 0;
+}
+
+static int export_llmc(run_t *r)
+{
+    char why[512];
+    if (tr_llmc_gpt2_save(tr_engine_model(r->eng), r->o.export_llmc, why, sizeof(why)) < 0) {
+        fprintf(stderr, "troupe train: --export-llmc: %s\n", why);
+        return 1;
+    }
+    printf("exported: %s (llm.c GPT-2 checkpoint)\n", r->o.export_llmc);
+    return 0;
+}
+
+static void summary(const run_t *r, int stopped)
+{
+    uint64_t step = tr_engine_global_step(r->eng);
+    printf("summary: %s at step %llu", stopped ? "stopped (signal)" : "done",
+           (unsigned long long)step);
+    if (step > r->first_step)
+        printf(", train loss %.4f -> %.4f", r->first_loss, r->last_loss);
+    if (r->is_gpt2 && step > r->first_step)
+        printf(" (uniform: ln %d = %.2f)", tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size,
+               log(tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size));
+    if (r->have_val)
+        printf(", val loss %.6f", r->val_loss);
+    if (r->compute_ms > 0)
+        printf(", %.0f tokens/s", r->tokens / r->compute_ms * 1e3);
+    printf(", %.1f s\n", now_s() - r->t0);
+}
+
+static int finish(run_t *r)
+{
+    int stopped = tr_engine_stop_requested(r->eng);
+    uint64_t step = tr_engine_global_step(r->eng);
+    int rc = 0;
+    if (!stopped && !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
+        rc = validate(r, step, step * (uint64_t)r->cfg->train_batch_size);
+    if (!rc && r->o.save_dir && r->saved_step != step)
+        rc = save(r);
+    if (!rc && !stopped && r->o.export_llmc)
+        rc = export_llmc(r);
+    if (!rc && !stopped && r->o.sample > 0)
+        rc = sample(r);
+    if (r->tb)
+        tr_tb_writer_flush(r->tb);
+    summary(r, stopped);
+    return rc;
+}
+
+static void teardown(run_t *r)
+{
+    tr_engine_destroy(r->eng);
+    tr_config_destroy(r->cfg);
+    tr_csv_monitor_destroy(r->csv);
+    tr_tb_writer_destroy(r->tb);
+}
+
+int tr_cmd_train(int argc, char **argv)
+{
+    run_t r = {.t0 = now_s(), .tty = isatty(STDOUT_FILENO), .saved_step = UINT64_MAX};
+    if (train_args_parse(argc, argv, &r.o) < 0)
+        return 2;
+    if (r.o.help) {
+        train_usage(stdout);
+        return 0;
+    }
+    int status = setup(&r);
+    if (status == 0 && r.o.resume)
+        status = resume(&r);
+    if (status == 0)
+        status = train_loop(&r);
+    if (status == 0)
+        status = finish(&r);
+    teardown(&r);
+    return status;
+}

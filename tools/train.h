@@ -1,0 +1,51 @@
+/* `troupe train`'s parts: its options (train_args.c), the built-in MLP task and text sampling
+ * (train_data.c) and the run itself (cmd_train.c). Private to tools/. */
+#ifndef TR_TOOLS_TRAIN_H
+#define TR_TOOLS_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "troupe.h"
+
+#define TRAIN_MAX_WIDTHS 16
+
+typedef struct train_opts {
+    const char *config, *model, *load_llmc, *export_llmc;
+    const char *train_data, *val_data, *save_dir, *trace_dir;
+    int vocab, context, channels, layers, heads; /* gpt2 dims; 0 = not given */
+    int widths[TRAIN_MAX_WIDTHS], n_widths;      /* mlp */
+    int seq_len;                                 /* 0 = not given */
+    long steps, val_every, val_batches, save_every, sample, print_every;
+    uint64_t seed;
+    int resume, help;
+} train_opts_t;
+
+/* Parses argv (argv[0] is "train") into o and checks what can be checked without opening
+ * anything. Returns 0, or -1 after printing to stderr which flag is wrong and what was
+ * expected. Sets o->help for --help (the caller prints train_usage). */
+int train_args_parse(int argc, char **argv, train_opts_t *o);
+/* Prints every flag with its description. */
+void train_usage(FILE *f);
+
+/* The built-in task an MLP trains on: x uniform in [-1, 1)^in, the class the argmax over c of
+ * sum_i x_i * w(i, c) for a fixed integer table w in {-2..2}. Sample s of the train stream is
+ * a pure function of s; the val stream uses other samples. */
+typedef struct mlp_task {
+    int in, classes;
+    uint64_t offset; /* 0: train samples; TRAIN_VAL_OFFSET: val samples */
+} mlp_task_t;
+#define TRAIN_VAL_OFFSET (1ull << 40)
+
+/* A tr_batch_cb over an mlp_task_t. Loader thread. */
+int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                    int *targets);
+
+/* Generates n tokens from a copy of a GPT-2 model's parameters, starting from prompt (may be
+ * empty: token 10, a newline), sampling with temperature 1 from a splitmix64 seeded by seed.
+ * Writes them to out (n ints). 0 or a negative TR_E* code. The caller's thread, between
+ * engine calls. */
+int train_sample(const tr_model_t *model, const int *prompt, int n_prompt, int n, uint64_t seed,
+                 int *out);
+
+#endif
