@@ -367,7 +367,7 @@ int tr__checkpointer_spawn(tr_engine_t *eng)
     c->eng = eng;
     eng->ck = c;
     tr_actor_opts_t o = {.name = "checkpointer", .pinned = 1, .defer_stop = 1,
-                         .supervisor = eng->supervisor};
+                         .supervisor = eng->supervisor, .lane_kind = TR_LANE_IO};
     return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
 }
 

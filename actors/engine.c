@@ -5,6 +5,11 @@
  * engine, sends an ENGINE_REQ and sleeps on `cv` until an actor calls tr__engine_reply. A
  * supervisor actor is linked to every engine actor: if one fails, the waiting call gets the
  * failure (never a hang) and the engine refuses further work with the same explanation.
+ *
+ * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
+ * attached to the runtime, which records every actor's messages; the engine adds the step
+ * markers (the executor), the bucket-memory counter and, when an actor failed, the flight
+ * recorder's dump at destroy, once the actors have stopped and no thread still records.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,7 +107,41 @@ static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
     return 0;
 }
 
+void tr__engine_bucket_bytes(tr_engine_t *eng, int64_t delta)
+{
+    /* relaxed: a gauge for the trace, ordered with nothing */
+    uint64_t v = atomic_fetch_add_explicit(&eng->bucket_bytes, (uint64_t)delta,
+                                           memory_order_relaxed) + (uint64_t)delta;
+    if (tr_monitor_recording(eng->mon))
+        tr_monitor_counter(eng->mon, -1, TR_COUNTER_BUCKET_BYTES, (double)v, tr_now_ns());
+}
+
 /* --- creating ---------------------------------------------------------------------------- */
+
+/* The recorder, from troupe.trace, with opts.trace_dir turning tracing on into that folder.
+ * None when tracing and the flight recorder are both off. */
+static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    const char *dir = o->trace_dir ? o->trace_dir : c->troupe.trace.output_path;
+    tr_trace_opts_t t = {
+        .enabled = o->trace_dir || c->troupe.trace.enabled, .output_path = dir,
+        .flight_recorder = c->troupe.trace.flight_recorder, .rank = (unsigned)eng->rank,
+        .steps = {(uint32_t)c->troupe.trace.wait, (uint32_t)c->troupe.trace.warmup,
+                  (uint32_t)c->troupe.trace.active, (uint32_t)c->troupe.trace.repeat}};
+    if (!t.enabled && !t.flight_recorder)
+        return 0;
+    if (t.enabled && (!dir || !*dir))
+        return snprintf(err, errlen, "%s: troupe.trace.output_path: a folder is needed when "
+                        "troupe.trace.enabled is true", c->source), TR_ECONFIG;
+    snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
+             dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
+    int rc = tr_monitor_create(&t, &eng->mon);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: troupe.trace: cannot write traces into '%s': %s", c->source,
+                 dir ? dir : "", tr_strerror(rc));
+    return rc;
+}
 
 static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
@@ -166,7 +205,8 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
 
 static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
-    tr_actor_opts_t so = {.name = "engine-supervisor", .defer_stop = 1};
+    tr_actor_opts_t so = {.name = "engine-supervisor", .defer_stop = 1,
+                          .lane_kind = TR_LANE_CONTROL};
     int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
     if (!rc)
         rc = tr__optimizer_spawn(eng, err, errlen);
@@ -216,15 +256,20 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         tr_model_init_params(eng->model, eng->seed);
     if (!rc)
         rc = open_data(eng, o, err, errlen);
+    if (!rc)
+        rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
         tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
-                                .handle_signals = o->handle_signals};
+                                .handle_signals = o->handle_signals, .monitor = eng->mon,
+                                .flight_path = eng->mon ? eng->flight_path : NULL};
         rc = tr_runtime_init(&eng->rt, &ro);
     }
     if (!rc) {
         eng->buffers[TR__BUF_GRADS] = tr_model_grads(eng->model);
         rc = spawn_actors(eng, err, errlen);
     }
+    if (!rc)
+        rc = tr__dsmon_create(eng, err, errlen);
     if (rc < 0) {
         tr_engine_destroy(eng);
         return rc;
@@ -239,6 +284,23 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
         tr_actor_stop(eng->rt, a);
 }
 
+/* A failed engine's last spans per thread, written once every actor has stopped. */
+static void dump_flight(tr_engine_t *eng)
+{
+    if (!eng->mon)
+        return;
+    tr_monitor_flush(eng->mon);
+    int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
+    if (rc == TR_EINVAL)
+        return; /* troupe.trace.flight_recorder is off */
+    if (rc < 0)
+        fprintf(stderr, "troupe: flight recorder: cannot write %s: %s\n", eng->flight_path,
+                tr_strerror(rc));
+    else
+        fprintf(stderr, "troupe: engine failed (%s); flight recorder written to %s\n",
+                eng->error, eng->flight_path);
+}
+
 void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng)
@@ -249,8 +311,12 @@ void tr_engine_destroy(tr_engine_t *eng)
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             stop_one(eng, all[i]);
         tr_runtime_run(eng->rt);
+        if (eng->failed)
+            dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
+    tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */
+    tr__dsmon_destroy(eng);
     tr__loader_free(eng);
     tr__executor_free(eng);
     tr__bucketer_free(eng);
