@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "actors/engine_internal.h"
 
@@ -289,6 +290,13 @@ static void dump_flight(tr_engine_t *eng)
 {
     if (!eng->mon)
         return;
+    char dir[sizeof(eng->flight_path)];
+    snprintf(dir, sizeof(dir), "%s", eng->flight_path);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) { /* mkdir -p */
+        *p = '\0';
+        mkdir(dir, 0777);
+        *p = '/';
+    }
     tr_monitor_flush(eng->mon);
     int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
     if (rc == TR_EINVAL)
