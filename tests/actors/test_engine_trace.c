@@ -2,8 +2,10 @@
  * trace_rank0.json that passes the format checker, with spans on every engine actor's lane,
  * arrows between them, the bucket-memory counter, and only the steps the window asks for;
  * wall_clock_breakdown prints DeepSpeed's timer lines and csv_monitor writes its files with
- * the right names, headers and x values, and a resumed run appends without a second header;
+ * the right names, headers and x values, tensorboard an event file, and a resumed run appends
+ * without a second header;
  * a failing engine leaves a flight recorder dump. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -75,13 +78,13 @@ static tr_engine_t *engine(tr_config_t *cfg, int *fail_at, const char *trace_dir
     return eng;
 }
 
-/* "a/b" in one of 8 rotating buffers (a may be an earlier result). */
+/* "a/b" in one of 8 rotating buffers (a may be an earlier result): for immediate use. */
 static char *path_in(const char *a, const char *b)
 {
     static char p[8][512];
     static int i;
     char tmp[512];
-    snprintf(tmp, sizeof(tmp), "%s/%s", a, b);
+    snprintf(tmp, sizeof(tmp), "%.250s/%.250s", a, b); /* test paths are short */
     char *s = p[i++ & 7];
     memcpy(s, tmp, sizeof(tmp));
     return s;
@@ -210,6 +213,26 @@ static char *slurp(const char *path)
     return buf;
 }
 
+/* The size of the TensorBoard event file in dir (0: none). */
+static long events_file_size(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    long size = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20)) {
+            struct stat st;
+            char p[1024];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            if (stat(p, &st) == 0)
+                size = (long)st.st_size;
+        }
+    closedir(d);
+    return size;
+}
+
 /* Runs `steps` steps with stdout going to out_path. */
 static void run_captured(tr_config_t *cfg, int steps, const char *out_path)
 {
@@ -231,12 +254,14 @@ static void run_captured(tr_config_t *cfg, int steps, const char *out_path)
 static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
 {
     (void)state;
-    char extra[512];
+    char extra[1024];
     snprintf(extra, sizeof(extra), ", \"wall_clock_breakdown\": true, \"steps_per_print\": 2, "
-             "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"job\"}",
-             tmpdir);
+             "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"job\"},"
+             " \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/tb\", \"job_name\": \"job\"}",
+             tmpdir, tmpdir);
     tr_config_t *cfg = config("", extra);
-    char *out = path_in(tmpdir, "stdout.txt");
+    char out[512];
+    snprintf(out, sizeof(out), "%s/stdout.txt", tmpdir);
     run_captured(cfg, 4, out);
     char *text = slurp(out);
     /* a micro timer line per micro-step (GAS 2 x 4 steps), the global one every 2 steps */
@@ -251,7 +276,8 @@ static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
     assert_int_equal(count_lines(text, "epoch=0/micro_step=8/global_step=4, "
                                        "RunningAvgSamplesPerSec="), 1);
 
-    char *job = path_in(tmpdir, "job");
+    char job[512];
+    snprintf(job, sizeof(job), "%s/job", tmpdir);
     char *loss = slurp(path_in(job, "Train_Samples_train_loss.csv"));
     assert_int_equal(strncmp(loss, "step,train_loss\r\n0,", 19), 0); /* before the 1st step */
     assert_int_equal(count_lines(loss, "step,"), 1);
@@ -266,6 +292,8 @@ static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
         assert_int_equal(count_lines(t, "step,elapsed_time_ms_"), 1);
         assert_int_equal(count_lines(t, "32,"), 1);
     }
+
+    assert_true(events_file_size(path_in(tmpdir, "tb/job")) > 100); /* 8 scalars a step */
 
     run_captured(cfg, 2, out); /* a resumed run appends, without a second header */
     loss = slurp(path_in(job, "Train_Samples_train_loss.csv"));
