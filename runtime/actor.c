@@ -534,6 +534,16 @@ static void activation_init(tr_runtime_t *rt, tr__actor_t *a)
     tr_monitor_span(rt->monitor, &s);
 }
 
+/* After the data lane's mark: whether the urgent lane's head moved past the tail this thread
+ * last saw. A stale answer (another thread has run the actor since) costs at most one empty
+ * activation: the unmark that follows lets exactly one thread schedule it. */
+static inline bool urgent_pending(tr__mpscq_head_t *h, tr_msg_t *tail_seen)
+{
+    /* seq_cst: after the mark's seq_cst CAS (store-load, see the design block) */
+    uintptr_t head = atomic_load_explicit(&h->head, memory_order_seq_cst);
+    return (tr_msg_t *)(head & ~TR__MARK_EMPTY) != tail_seen;
+}
+
 /* One activation: up to a batch of messages (urgent first), then give the actor up (mark
  * idle) or put it back in a run queue. w is NULL on a pinned actor's thread. */
 void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
@@ -572,12 +582,15 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     atomic_store_explicit(&a->activations,
                           atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    /* the urgent lane's tail, read while this thread still owns the actor: once the data
+     * lane is marked, another thread may run the actor and move it */
+    tr_msg_t *urgent_tail = a->urgent_out.tail;
     if (yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
         tr__sched_reschedule(rt, w, a);
         return;
     }
     /* Idle now. An urgent send that missed the mark is seen here (see design block). */
-    if (!tr__mpscq_is_empty(&a->urgent_in, &a->urgent_out) && tr__mpscq_unmark(&a->data_in))
+    if (urgent_pending(&a->urgent_in, urgent_tail) && tr__mpscq_unmark(&a->data_in))
         tr__sched_reschedule(rt, w, a);
 }
 

@@ -186,7 +186,10 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     printf("gradient spans per step: %d %d %d %d\n", per_step[0], per_step[1], per_step[2],
            per_step[3]);
     assert_int_equal(per_step[0], 0); /* wait */
-    assert_true(per_step[1] <= 1);    /* warmup: at most a straggler recorded across the edge */
+    /* warmup: not written, except stragglers recorded across the edge: the last bucket's
+     * grad_ready, bucket and reduced spans end after the optimizer's STEP_DONE is sent, and
+     * step 2 may have started by then */
+    assert_true(per_step[1] <= 3);
     assert_true(per_step[2] > 0 && per_step[3] > 0);
     json_decref(root);
 }
