@@ -32,6 +32,8 @@ void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
 {
     pthread_mutex_lock(&eng->mu);
     eng->reply_rc = rc;
+    if (rc < 0 && !eng->waiting && !eng->failed)
+        eng->failed = rc; /* an actor failed between calls (the loader, ahead): keep why */
     if (rc < 0 && fmt) {
         va_list ap;
         va_start(ap, fmt);
@@ -65,12 +67,15 @@ int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uin
 static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n, const char *dir,
                 const char *tag)
 {
-    if (eng->failed)
-        return eng->failed;
     pthread_mutex_lock(&eng->mu);
-    eng->waiting = true;
-    eng->error[0] = '\0';
+    int failed = eng->failed; /* under mu: actors write it */
+    if (!failed) {
+        eng->waiting = true;
+        eng->error[0] = '\0';
+    }
     pthread_mutex_unlock(&eng->mu);
+    if (failed)
+        return failed;
     int rc = tr__engine_request(eng, to, kind, n, dir, tag);
     if (rc < 0)
         return rc;
@@ -261,8 +266,8 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
         tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
-                                .handle_signals = o->handle_signals, .monitor = eng->mon,
-                                .flight_path = eng->mon ? eng->flight_path : NULL};
+                                .handle_signals = o->handle_signals, .monitor = eng->mon};
+        /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
         rc = tr_runtime_init(&eng->rt, &ro);
     }
     if (!rc) {
@@ -306,7 +311,7 @@ static void dump_flight(tr_engine_t *eng)
                 tr_strerror(rc));
     else
         fprintf(stderr, "troupe: engine failed (%s); flight recorder written to %s\n",
-                eng->error, eng->flight_path);
+                eng->error[0] ? eng->error : tr_runtime_failure(eng->rt), eng->flight_path);
 }
 
 void tr_engine_destroy(tr_engine_t *eng)
@@ -318,8 +323,7 @@ void tr_engine_destroy(tr_engine_t *eng)
                             eng->optimizer, eng->checkpointer, eng->supervisor};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             stop_one(eng, all[i]);
-        tr_runtime_run(eng->rt);
-        if (eng->failed)
+        if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->failed)
             dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
