@@ -87,18 +87,14 @@ static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n
     return rc;
 }
 
-/* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why. */
-static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
+/* A child's exit notice: a failure fails the engine (unless a peer merely stopped first
+ * while destroy stops them all). Under mu. */
+static void child_exited(tr_engine_t *eng, const tr_msg_exit_t *x)
 {
-    tr_engine_t *eng = ctx->state;
-    if (msg->type == TR_MSG_STOP) {
-        atomic_store(&eng->stop_requested, 1);
-        return 0;
-    }
-    if (msg->type != TR_MSG_EXIT || TR_MSG_AS(msg, exit)->reason >= 0)
-        return 0;
-    tr_msg_exit_t *x = TR_MSG_AS(msg, exit);
-    pthread_mutex_lock(&eng->mu);
+    eng->exits++;
+    if (x->reason >= 0 ||
+        (eng->destroying && (x->reason == TR_ESTOPPED || x->reason == TR_ESHUTDOWN)))
+        return;
     if (!eng->failed) {
         eng->failed = x->reason;
         if (!eng->error[0])
@@ -109,7 +105,22 @@ static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
     eng->reply_rc = x->reason;
     eng->waiting = false;
     pthread_cond_broadcast(&eng->cv);
+}
+
+/* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why.
+ * At destroy it stops itself once every child's exit notice has arrived, so none is lost. */
+static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    tr_engine_t *eng = ctx->state;
+    pthread_mutex_lock(&eng->mu);
+    if (msg->type == TR_MSG_STOP && !eng->destroying)
+        atomic_store(&eng->stop_requested, 1); /* a signal: finish the step, then stop */
+    if (msg->type == TR_MSG_EXIT)
+        child_exited(eng, TR_MSG_AS(msg, exit));
+    bool done = eng->destroying && eng->exits >= eng->n_children;
     pthread_mutex_unlock(&eng->mu);
+    if (done)
+        tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -290,6 +301,26 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
         tr_actor_stop(eng->rt, a);
 }
 
+/* Stops the actors; the supervisor stops itself after their exit notices (see supervise),
+ * so a failure reported as the others stop still reaches it. */
+static void stop_actors(tr_engine_t *eng)
+{
+    tr_actor_t all[] = {eng->loader, eng->executor, eng->bucketer, eng->comm, eng->optimizer,
+                        eng->checkpointer};
+    size_t n = sizeof(all) / sizeof(all[0]);
+    pthread_mutex_lock(&eng->mu);
+    eng->destroying = true;
+    eng->n_children = 0;
+    for (size_t i = 0; i < n; i++)
+        eng->n_children += !tr_actor_is_none(all[i]);
+    pthread_mutex_unlock(&eng->mu);
+    for (size_t i = 0; i < n; i++)
+        stop_one(eng, all[i]);
+    tr_msg_t *m = tr_actor_is_none(eng->supervisor) ? NULL : tr_msg_new(eng->rt, TR_MSG_STOP);
+    if (m && tr_actor_send(eng->rt, eng->supervisor, m) < 0) /* wake it to count */
+        tr_msg_free(eng->rt, m);
+}
+
 /* A failed engine's last spans per thread, written once every actor has stopped. */
 static void dump_flight(tr_engine_t *eng)
 {
@@ -319,10 +350,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     if (!eng)
         return;
     if (eng->rt) {
-        tr_actor_t all[] = {eng->loader, eng->executor, eng->bucketer, eng->comm,
-                            eng->optimizer, eng->checkpointer, eng->supervisor};
-        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-            stop_one(eng, all[i]);
+        stop_actors(eng);
         if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->failed)
             dump_flight(eng);
         tr_runtime_close(eng->rt);

@@ -102,6 +102,8 @@ struct tr_engine {
     tr_step_stats_t reply_stats;
     char error[1024];
     int failed;                     /* an actor failed: every call returns this */
+    bool destroying;                /* tr_engine_destroy is stopping the actors */
+    int n_children, exits;          /* actors to hear from at destroy; exit notices heard */
     _Atomic int stop_requested;
 };
 
