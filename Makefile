@@ -3,7 +3,7 @@
 #   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
-#   make bench       every benchmark; bench-actors, bench-kernels one group
+#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine one group
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -15,7 +15,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels \
+.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine \
         install clean fuzz-config
 
 all: build
@@ -64,7 +64,7 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors bench-kernels
+bench: bench-actors bench-kernels bench-engine
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
@@ -76,6 +76,11 @@ bench-kernels: build
 	@scripts/install-deps.sh python3-torch
 	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
 	bench/kernels/run.sh build
+
+# The engine against a plain loop on the same GPT-2 step, and with tracing on (BENCH_ARGS).
+bench-engine: build
+	$(CMAKE) --build build -j $(JOBS) --target bench_engine
+	./build/bench/engine/bench_engine $(BENCH_ARGS)
 
 build-fuzz/CMakeCache.txt: | deps
 	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \

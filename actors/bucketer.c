@@ -28,7 +28,10 @@ static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uin
     TR_MSG_AS(m, bucket)->grads = tr__grad_ref(b->eng, lo, hi - lo);
     m->step = step;
     int rc = tr_actor_send(ctx->rt, b->eng->comm, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
+    if (rc < 0)
+        tr_msg_free(ctx->rt, m);
+    else
+        tr__engine_bucket_bytes(b->eng, (int64_t)((hi - lo) * sizeof(float)));
     return rc;
 }
 
@@ -79,7 +82,10 @@ int tr__bucketer_spawn(tr_engine_t *eng)
             "troupe: bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "
             "(reduce_bucket_size); buckets are views of the gradient buffer: 0 extra bytes\n",
             eng->n_params, n_buckets, b->bucket_size);
-    tr_actor_opts_t o = {.name = "bucketer", .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {.name = "bucketer",
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_DATA};
     return tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, &eng->bucketer);
 }
 

@@ -341,8 +341,11 @@ int tr__checkpointer_spawn(tr_engine_t *eng)
     if (!c) return TR_ENOMEM;
     c->eng = eng;
     eng->ck = c;
-    tr_actor_opts_t o = {
-        .name = "checkpointer", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {.name = "checkpointer",
+                         .pinned = 1,
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_IO};
     return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
 }
 

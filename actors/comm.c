@@ -43,7 +43,8 @@ int tr__comm_spawn(tr_engine_t *eng)
     c->eng = eng;
     int rc = tr_comm_create("local", eng->rank, eng->world, &c->backend);
     if (rc < 0) return rc;
-    tr_actor_opts_t o = {.name = "comm", .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {
+        .name = "comm", .defer_stop = 1, .supervisor = eng->supervisor, .lane_kind = TR_LANE_COMM};
     return tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
 }
 

@@ -5,11 +5,17 @@
  * engine, sends an ENGINE_REQ and sleeps on `cv` until an actor calls tr__engine_reply. A
  * supervisor actor is linked to every engine actor: if one fails, the waiting call gets the
  * failure (never a hang) and the engine refuses further work with the same explanation.
+ *
+ * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
+ * attached to the runtime, which records every actor's messages; the engine adds the step
+ * markers (the executor), the bucket-memory counter and, when an actor failed, the flight
+ * recorder's dump at destroy, once the actors have stopped and no thread still records.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "actors/engine_internal.h"
 
@@ -29,6 +35,8 @@ void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
 {
     pthread_mutex_lock(&eng->mu);
     eng->reply_rc = rc;
+    if (rc < 0 && !eng->waiting && !eng->failed)
+        eng->failed = rc; /* an actor failed between calls (the loader, ahead): keep why */
     if (rc < 0 && fmt) {
         va_list ap;
         va_start(ap, fmt);
@@ -61,14 +69,13 @@ static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n
                 const char *tag)
 {
     pthread_mutex_lock(&eng->mu);
-    if (eng->failed) { /* an actor failed earlier: the engine does no more work */
-        int failed = eng->failed;
-        pthread_mutex_unlock(&eng->mu);
-        return failed;
+    int failed = eng->failed; /* under mu: actors write it */
+    if (!failed) {
+        eng->waiting = true;
+        eng->error[0] = '\0';
     }
-    eng->waiting = true;
-    eng->error[0] = '\0';
     pthread_mutex_unlock(&eng->mu);
+    if (failed) return failed;
     int rc = tr__engine_request(eng, to, kind, n, dir, tag);
     if (rc < 0) return rc;
     pthread_mutex_lock(&eng->mu);
@@ -79,17 +86,14 @@ static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n
     return rc;
 }
 
-/* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why. */
-static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
+/* A child's exit notice: a failure fails the engine (unless a peer merely stopped first
+ * while destroy stops them all). Under mu. */
+static void child_exited(tr_engine_t *eng, const tr_msg_exit_t *x)
 {
-    tr_engine_t *eng = ctx->state;
-    if (msg->type == TR_MSG_STOP) {
-        atomic_store(&eng->stop_requested, 1);
-        return 0;
-    }
-    if (msg->type != TR_MSG_EXIT || TR_MSG_AS(msg, exit)->reason >= 0) return 0;
-    tr_msg_exit_t *x = TR_MSG_AS(msg, exit);
-    pthread_mutex_lock(&eng->mu);
+    eng->exits++;
+    if (x->reason >= 0 ||
+        (eng->destroying && (x->reason == TR_ESTOPPED || x->reason == TR_ESHUTDOWN)))
+        return;
     if (!eng->failed) {
         eng->failed = x->reason;
         if (!eng->error[0])
@@ -100,11 +104,63 @@ static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
     eng->reply_rc = x->reason;
     eng->waiting = false;
     pthread_cond_broadcast(&eng->cv);
+}
+
+/* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why.
+ * At destroy it stops itself once every child's exit notice has arrived, so none is lost. */
+static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    tr_engine_t *eng = ctx->state;
+    pthread_mutex_lock(&eng->mu);
+    if (msg->type == TR_MSG_STOP && !eng->destroying)
+        atomic_store(&eng->stop_requested, 1); /* a signal: finish the step, then stop */
+    if (msg->type == TR_MSG_EXIT) child_exited(eng, TR_MSG_AS(msg, exit));
+    bool done = eng->destroying && eng->exits >= eng->n_children;
     pthread_mutex_unlock(&eng->mu);
+    if (done) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
+void tr__engine_bucket_bytes(tr_engine_t *eng, int64_t delta)
+{
+    /* relaxed: a gauge for the trace, ordered with nothing */
+    uint64_t v =
+        atomic_fetch_add_explicit(&eng->bucket_bytes, (uint64_t)delta, memory_order_relaxed) +
+        (uint64_t)delta;
+    if (tr_monitor_recording(eng->mon))
+        tr_monitor_counter(eng->mon, -1, TR_COUNTER_BUCKET_BYTES, (double)v, tr_now_ns());
+}
+
 /* --- creating ---------------------------------------------------------------------------- */
+
+/* The recorder, from troupe.trace, with opts.trace_dir turning tracing on into that folder.
+ * None when tracing and the flight recorder are both off. */
+static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    const char *dir = o->trace_dir ? o->trace_dir : c->troupe.trace.output_path;
+    tr_trace_opts_t t = {.enabled = o->trace_dir || c->troupe.trace.enabled,
+                         .output_path = dir,
+                         .flight_recorder = c->troupe.trace.flight_recorder,
+                         .rank = (unsigned)eng->rank,
+                         .steps = {(uint32_t)c->troupe.trace.wait, (uint32_t)c->troupe.trace.warmup,
+                                   (uint32_t)c->troupe.trace.active,
+                                   (uint32_t)c->troupe.trace.repeat}};
+    if (!t.enabled && !t.flight_recorder) return 0;
+    if (t.enabled && (!dir || !*dir))
+        return snprintf(err, errlen,
+                        "%s: troupe.trace.output_path: a folder is needed when "
+                        "troupe.trace.enabled is true",
+                        c->source),
+               TR_ECONFIG;
+    snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
+             dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
+    int rc = tr_monitor_create(&t, &eng->mon);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: troupe.trace: cannot write traces into '%s': %s", c->source,
+                 dir ? dir : "", tr_strerror(rc));
+    return rc;
+}
 
 static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
@@ -184,7 +240,8 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
 
 static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
-    tr_actor_opts_t so = {.name = "engine-supervisor", .defer_stop = 1};
+    tr_actor_opts_t so = {
+        .name = "engine-supervisor", .defer_stop = 1, .lane_kind = TR_LANE_CONTROL};
     int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
     if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
     if (!rc) rc = tr__executor_spawn(eng);
@@ -226,15 +283,19 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
     }
     if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
     if (!rc) rc = open_data(eng, o, err, errlen);
+    if (!rc) rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
         tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
-                                .handle_signals = o->handle_signals};
+                                .handle_signals = o->handle_signals,
+                                .monitor = eng->mon};
+        /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
         rc = tr_runtime_init(&eng->rt, &ro);
     }
     if (!rc) {
         eng->buffers[TR__BUF_GRADS] = tr_model_grads(eng->model);
         rc = spawn_actors(eng, err, errlen);
     }
+    if (!rc) rc = tr__dsmon_create(eng, err, errlen);
     if (rc < 0) {
         tr_engine_destroy(eng);
         return rc;
@@ -248,17 +309,58 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
     if (!tr_actor_is_none(a)) tr_actor_stop(eng->rt, a);
 }
 
+/* Stops the actors; the supervisor stops itself after their exit notices (see supervise),
+ * so a failure reported as the others stop still reaches it. */
+static void stop_actors(tr_engine_t *eng)
+{
+    tr_actor_t all[] = {eng->loader, eng->executor,  eng->bucketer,
+                        eng->comm,   eng->optimizer, eng->checkpointer};
+    size_t n = sizeof(all) / sizeof(all[0]);
+    pthread_mutex_lock(&eng->mu);
+    eng->destroying = true;
+    eng->n_children = 0;
+    for (size_t i = 0; i < n; i++)
+        eng->n_children += !tr_actor_is_none(all[i]);
+    pthread_mutex_unlock(&eng->mu);
+    for (size_t i = 0; i < n; i++)
+        stop_one(eng, all[i]);
+    tr_msg_t *m = tr_actor_is_none(eng->supervisor) ? NULL : tr_msg_new(eng->rt, TR_MSG_STOP);
+    if (m && tr_actor_send(eng->rt, eng->supervisor, m) < 0) /* wake it to count */
+        tr_msg_free(eng->rt, m);
+}
+
+/* A failed engine's last spans per thread, written once every actor has stopped. */
+static void dump_flight(tr_engine_t *eng)
+{
+    if (!eng->mon) return;
+    char dir[sizeof(eng->flight_path)];
+    snprintf(dir, sizeof(dir), "%s", eng->flight_path);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) { /* mkdir -p */
+        *p = '\0';
+        mkdir(dir, 0777);
+        *p = '/';
+    }
+    tr_monitor_flush(eng->mon);
+    int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
+    if (rc == TR_EINVAL) return; /* troupe.trace.flight_recorder is off */
+    if (rc < 0)
+        fprintf(stderr, "troupe: flight recorder: cannot write %s: %s\n", eng->flight_path,
+                tr_strerror(rc));
+    else
+        fprintf(stderr, "troupe: engine failed (%s); flight recorder written to %s\n",
+                eng->error[0] ? eng->error : tr_runtime_failure(eng->rt), eng->flight_path);
+}
+
 void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng) return;
     if (eng->rt) {
-        tr_actor_t all[] = {eng->loader,    eng->executor,     eng->bucketer,  eng->comm,
-                            eng->optimizer, eng->checkpointer, eng->supervisor};
-        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-            stop_one(eng, all[i]);
-        tr_runtime_run(eng->rt);
+        stop_actors(eng);
+        if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->failed) dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
+    tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */
+    tr__dsmon_destroy(eng);
     tr__loader_free(eng);
     tr__executor_free(eng);
     tr__bucketer_free(eng);

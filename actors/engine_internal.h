@@ -25,6 +25,7 @@
 #include <stdbool.h>
 
 #include "troupe/engine.h"
+#include "troupe/monitor.h"
 #include "troupe/runtime.h"
 
 #define TR__MAX_PREFETCH 64
@@ -82,6 +83,16 @@ struct tr_engine {
     tr__data_pos_t consumed;            /* after the last batch trained on: what a save records */
     const tr_engine_batch_t *req_batch; /* FORWARD's batch, valid during the request */
 
+    /* Tracing and DeepSpeed's outputs. mon (NULL: off) is fixed at create. bucket_bytes:
+     * gradient bytes in buckets sent and not yet reduced into the step (a counter; relaxed).
+     * The t_* are written by the optimizer before it sends STEP_DONE and read by the
+     * executor after receiving it (the message orders them). */
+    tr_monitor_t *mon;
+    char flight_path[1024]; /* where a failed engine's flight recorder goes */
+    struct tr__dsmon *ds;
+    _Atomic uint64_t bucket_bytes;
+    uint64_t t_last_reduced, t_step_begin, t_step_end;
+
     /* the client's rendezvous */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -90,7 +101,9 @@ struct tr_engine {
     float reply_loss;
     tr_step_stats_t reply_stats;
     char error[1024];
-    int failed; /* an actor failed: every call returns this */
+    int failed;            /* an actor failed: every call returns this */
+    bool destroying;       /* tr_engine_destroy is stopping the actors */
+    int n_children, exits; /* actors to hear from at destroy; exit notices heard */
     _Atomic int stop_requested;
 };
 
@@ -142,6 +155,24 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen);
 void tr__optimizer_free(tr_engine_t *eng);
 int tr__checkpointer_spawn(tr_engine_t *eng);
 void tr__checkpointer_free(tr_engine_t *eng);
+
+/* ds_monitor.c: DeepSpeed's timer lines, throughput/progress lines, csv_monitor and
+ * tensorboard scalars. create/destroy on the client's thread; the rest on the executor's. */
+int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen);
+void tr__dsmon_destroy(tr_engine_t *eng);
+/* A training micro-batch's forward ran from t0 to t1. */
+void tr__dsmon_forward(tr_engine_t *eng, uint64_t t0, uint64_t t1);
+/* Its backward ran from t0 to t1; off the boundary this ends the micro-step's outputs. */
+void tr__dsmon_backward(tr_engine_t *eng, uint64_t t0, uint64_t t1, bool boundary);
+/* The boundary's STEP_DONE arrived: the step's outputs. */
+void tr__dsmon_step(tr_engine_t *eng, const tr_step_stats_t *st);
+
+/* A gradient bucket of `delta` bytes entered (>0) or left (<0) the reduction pipeline: the
+ * bucket_bytes counter, sampled into the trace while it records. Any actor. */
+void tr__engine_bucket_bytes(tr_engine_t *eng, int64_t delta);
+
+/* optimizer.c: the learning rate the next step will use (DeepSpeed's get_lr()[0]). */
+double tr__optimizer_lr(const tr_engine_t *eng);
 
 /* optimizer.c: the state checkpoints save and restore (quiescent engine only). */
 double tr__optimizer_loss_scale(const tr_engine_t *eng);

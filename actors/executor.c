@@ -108,16 +108,29 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
     return 0;
 }
 
+/* The time a micro-batch starts; the first of a window also starts the step in the trace
+ * (its marker, and the step window moves). */
+static uint64_t step_start(struct tr__exec *x)
+{
+    uint64_t now = tr_now_ns();
+    if (x->micro == 0) tr_monitor_step(x->eng->mon, x->eng->global_steps, now);
+    return now;
+}
+
 /* One micro-batch: forward, backward; at the boundary the gradients go out layer by layer. */
 static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
 {
     tr_engine_t *e = x->eng;
     float loss;
+    uint64_t t0 = step_start(x);
     int rc = forward(x, b, &loss);
+    uint64_t t1 = tr_now_ns();
     if (rc == 0) {
+        tr__dsmon_forward(e, t0, t1);
         bool boundary = x->micro == e->GAS - 1;
         rc = backward(ctx, x, boundary);
         if (rc == 0) {
+            tr__dsmon_backward(e, t1, tr_now_ns(), boundary);
             x->loss_sum += loss;
             x->micro++;
             x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
@@ -223,8 +236,10 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
                         .x = e->x_dim ? x->x : NULL,
                         .targets = x->targets};
     float loss;
+    uint64_t t0 = step_start(x);
     if (forward(x, &batch, &loss) < 0) return;
-    if (x->micro == 0) x->t_window = tr_now_ns();
+    tr__dsmon_forward(e, t0, tr_now_ns());
+    if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
     e->reply_loss = loss;
     x->loss_sum += loss;
@@ -240,12 +255,14 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     }
     x->have_forward = false;
     bool boundary = x->micro == e->GAS - 1;
+    uint64_t t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     e->micro_steps++;
     e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
     x->step_pending = boundary;
+    tr__dsmon_backward(e, t0, tr_now_ns(), boundary);
     tr__engine_reply(e, 0, NULL);
 }
 
@@ -256,6 +273,7 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     x->step_pending = false;
     tr_model_zero_grad(e->model);
     report_stats(x, d);
+    if (d->rc >= 0) tr__dsmon_step(e, &x->stats);
     if (d->rc < 0) {
         x->req = 0;
         tr__engine_reply(e, d->rc, "%s", e->error); /* the optimizer wrote the explanation */
@@ -400,8 +418,11 @@ int tr__executor_spawn(tr_engine_t *eng)
     x->targets = malloc(bt * sizeof(int));
     x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
     if (!x->tokens || !x->targets || !x->x) return TR_ENOMEM;
-    tr_actor_opts_t o = {
-        .name = "executor", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {.name = "executor",
+                         .pinned = 1,
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_COMPUTE};
     return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
 }
 

@@ -143,7 +143,10 @@ int tr__loader_spawn(tr_engine_t *eng)
         eng->buffers[BUF_SLOT0 + s] = l->slot_mem[s];
     }
     eng->ld = l;
-    tr_actor_opts_t o = {.name = "loader", .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t o = {.name = "loader",
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_DATA};
     return tr_actor_spawn(eng->rt, loader_behaviour, l, &o, &eng->loader);
 }
 

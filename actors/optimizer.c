@@ -62,6 +62,11 @@ static double current_lr(const tr__optim_t *o)
     return tr_lr_schedule_lr(&o->sched, o->sched_steps - 1);
 }
 
+double tr__optimizer_lr(const tr_engine_t *eng)
+{
+    return current_lr(eng->op);
+}
+
 /* Adam and Lamb beta1 follow OneCycle's momentum cycle when it has one. */
 static void apply_momentum(tr__optim_t *o)
 {
@@ -152,11 +157,14 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     size_t count = r->grads.length / sizeof(float);
     o->sumsq += tr_grad_sumsq(tr__engine_buffer(e, &r->grads), count);
     o->covered += count;
+    tr__engine_bucket_bytes(e, -(int64_t)r->grads.length);
     if (o->covered < e->n_params) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
     if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
+    e->t_last_reduced = e->t_step_begin = tr_now_ns();
     d->rc = step(o, d);
+    e->t_step_end = tr_now_ns();
     o->sumsq = 0;
     o->covered = 0;
     m->step = e->global_steps;
@@ -264,8 +272,11 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     o->m = calloc(1, bytes ? bytes : 1);
     o->v = o->type == TR_OPTIMIZER_SGD ? NULL : calloc(1, bytes ? bytes : 1);
     if (!o->m || (o->type != TR_OPTIMIZER_SGD && !o->v)) return TR_ENOMEM;
-    tr_actor_opts_t ao = {
-        .name = "optimizer", .pinned = 1, .defer_stop = 1, .supervisor = eng->supervisor};
+    tr_actor_opts_t ao = {.name = "optimizer",
+                          .pinned = 1,
+                          .defer_stop = 1,
+                          .supervisor = eng->supervisor,
+                          .lane_kind = TR_LANE_COMPUTE};
     return tr_actor_spawn(eng->rt, optimizer_behaviour, o, &ao, &eng->optimizer);
 }
 

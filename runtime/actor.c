@@ -16,6 +16,11 @@
  *   unmark CAS lets exactly one of them schedule.
  * - Slots of supervised actors are kept after stop for tr_actor_restart, which reuses them;
  *   pinned actors get fresh slots and keep them (their thread may still be leaving).
+ * - Tracing (rt->monitor set at init, never changed): each send records the start of its
+ *   flow, each handled message (and each init) a span on the actor's lane, and an activation
+ *   samples the mailbox depth at most every TR__DEPTH_SAMPLE_NS. Spans and flows need
+ *   CLOCK_MONOTONIC, so tr_now_ns() is read only on the traced paths; without a monitor the
+ *   cost is one predictable branch per send and per message.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,9 @@
 
 #include "runtime/clock.h"
 #include "runtime/internal.h"
+#include "troupe/monitor.h"
+
+#define TR__DEPTH_SAMPLE_NS 100000u /* mailbox depth counters: at most one per 100 us per actor */
 
 _Thread_local tr__tls_t tr__tls;
 
@@ -142,6 +150,26 @@ static inline tr_actor_t current_id(tr__actor_t *a)
     return tr__actor_id(atomic_load_explicit(&a->gen, memory_order_relaxed), a->slot);
 }
 
+/* --- tracing -------------------------------------------------------------------------- */
+
+static inline uint32_t lane_of(const tr__actor_t *a)
+{
+    return a->slot < TR_RUNTIME_LANE_EXTERNAL ? a->slot : TR_RUNTIME_LANE_OVERFLOW;
+}
+
+/* The start of m's flow. A send from outside any actor gets a zero-length span on the
+ * external lane, so the arrow has a span to start from. */
+static void trace_send(tr_runtime_t *rt, tr__actor_t *self, const tr_msg_t *m)
+{
+    uint64_t now = tr_now_ns();
+    const char *name = tr_msg_type_name(m->type);
+    uint32_t lane = self ? lane_of(self) : TR_RUNTIME_LANE_EXTERNAL;
+    if (!self)
+        tr_monitor_span(rt->monitor, &(tr_span_t){name, now, now, m->step, m->micro_step, lane,
+                                                  m->size, 0});
+    tr_monitor_send(rt->monitor, lane, m->flow_id, name, now);
+}
+
 /* --- spawn ----------------------------------------------------------------------------- */
 
 static void reset_counters(tr__actor_t *a)
@@ -178,6 +206,8 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
         return TR_EINVAL;
     if (!opts)
         opts = &defaults;
+    if (opts->lane_kind < 0 || opts->lane_kind >= TR_LANE_KIND_COUNT_)
+        return TR_EINVAL;
     if (atomic_load_explicit(&rt->failed, memory_order_relaxed) ||
         atomic_load_explicit(&rt->stopping, memory_order_relaxed))
         return TR_ESHUTDOWN;
@@ -195,6 +225,10 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
     a->recyclable = !pinned && tr_actor_is_none(opts->supervisor);
     atomic_store_explicit(&a->pinned, (uint8_t)pinned, memory_order_relaxed);
     snprintf(a->name, sizeof(a->name), "%s", opts->name ? opts->name : "");
+    a->lane_kind = (uint8_t)opts->lane_kind;
+    if (rt->monitor)
+        tr_monitor_lane_set(rt->monitor, lane_of(a), a->name[0] ? a->name : "actor",
+                            (tr_lane_kind_t)opts->lane_kind);
     if (pinned && tr__pinned_prepare(rt, a) < 0)
         return TR_ENOMEM; /* the fresh slot stays unused: harmless */
     *out = publish(rt, a);
@@ -222,7 +256,8 @@ int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out)
     if (atomic_load_explicit(&a->pinned, memory_order_relaxed)) {
         tr_actor_opts_t o = {.name = a->name, .pinned = 1, .defer_stop = a->defer_stop,
                              .supervisor = {atomic_load(&a->supervisor)}, .init = a->init,
-                             .cleanup = a->cleanup, .batch = a->batch};
+                             .cleanup = a->cleanup, .batch = a->batch,
+                             .lane_kind = a->lane_kind};
         return tr_actor_spawn(rt, a->behaviour, a->state, &o, out);
     }
     *out = publish(rt, a);
@@ -251,6 +286,8 @@ static inline void fill_envelope(tr_runtime_t *rt, tr_msg_t *m, tr_actor_t to, b
     m->flow_id = ((uint64_t)tls_thread_no << 44) | ++tls_flow;
     if (rt->timestamps)
         m->send_ns = tr_now_ns();
+    if (rt->monitor)
+        trace_send(rt, self, m);
 }
 
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
@@ -444,7 +481,7 @@ static inline tr_msg_t *next_message(tr__actor_t *a, tr__pool_t *pool)
     return m;
 }
 
-static void note_depth(tr__actor_t *a)
+static uint64_t note_depth(tr__actor_t *a)
 {
     uint64_t in = atomic_load_explicit(&a->data_in.pushed, memory_order_relaxed) +
                   atomic_load_explicit(&a->urgent_in.pushed, memory_order_relaxed);
@@ -453,6 +490,48 @@ static void note_depth(tr__actor_t *a)
     uint64_t depth = in - out;
     if (depth > atomic_load_explicit(&a->peak_depth, memory_order_relaxed))
         atomic_store_explicit(&a->peak_depth, depth, memory_order_relaxed);
+    return depth;
+}
+
+/* A mailbox-depth counter sample, at most one per TR__DEPTH_SAMPLE_NS per actor, and only
+ * while the step window records. depth_sampled_ns is the running thread's own field. */
+static void trace_depth(tr_runtime_t *rt, tr__actor_t *a, uint64_t depth)
+{
+    if (!tr_monitor_recording(rt->monitor))
+        return;
+    uint64_t now = tr_now_ns();
+    if (now - a->depth_sampled_ns < TR__DEPTH_SAMPLE_NS)
+        return;
+    a->depth_sampled_ns = now;
+    tr_monitor_counter(rt->monitor, (int)lane_of(a), TR_COUNTER_MAILBOX_DEPTH, (double)depth,
+                       now);
+}
+
+/* handle() inside a span (and an NVTX range) named after the message type. The span covers
+ * a stop's cleanup and exit notice too, so every send the actor makes lies inside one. */
+static void handle_traced(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *m)
+{
+    tr_monitor_t *mon = rt->monitor;
+    tr_span_t s = {tr_msg_type_name(m->type), tr_now_ns(), 0, m->step, m->micro_step,
+                   lane_of(a), m->size, m->flow_id};
+    tr_monitor_range_push(mon, s.name);
+    handle(rt, a, m);
+    tr_monitor_range_pop(mon);
+    s.end_ns = tr_now_ns();
+    tr_monitor_span(mon, &s);
+}
+
+/* The actor's init at the start of an activation, inside an "init" span when traced. */
+static void activation_init(tr_runtime_t *rt, tr__actor_t *a)
+{
+    if (!rt->monitor) {
+        run_init(rt, a);
+        return;
+    }
+    tr_span_t s = {"init", tr_now_ns(), 0, 0, 0, lane_of(a), 0, 0};
+    run_init(rt, a);
+    s.end_ns = tr_now_ns();
+    tr_monitor_span(rt->monitor, &s);
 }
 
 /* One activation: up to a batch of messages (urgent first), then give the actor up (mark
@@ -466,13 +545,18 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
         atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
     bool yielded = false;
     tr__tls.actor = a;
-    note_depth(a);
+    uint64_t depth = note_depth(a);
+    if (rt->monitor)
+        trace_depth(rt, a, depth);
     uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
     if ((gen & 1) && a->init_pending)
-        run_init(rt, a);
+        activation_init(rt, a);
     tr_msg_t *m;
     while ((m = next_message(a, pool))) {
-        handle(rt, a, m);
+        if (__builtin_expect(rt->monitor != NULL, 0))
+            handle_traced(rt, a, m);
+        else
+            handle(rt, a, m);
         if (++n >= limit || ((n & 7) == 0 && tr__ticks() - t0 > rt->batch_ticks)) {
             yielded = true;
             break;

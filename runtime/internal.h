@@ -45,6 +45,7 @@ typedef struct tr__actor {
     _Atomic uint64_t msgs_in, msgs_out, run_ns, activations, peak_depth;
     uint8_t stop_requested;
     uint8_t init_pending;           /* written by spawn before gen is published */
+    uint64_t depth_sampled_ns;      /* tracing: when the mailbox depth was last recorded */
     tr__qnode_t qnode;              /* link in the inject queue while queued there */
 
     /* --- written by spawn/restart while the slot is dead, read after gen (acquire) --- */
@@ -57,6 +58,7 @@ typedef struct tr__actor {
     _Atomic uint64_t supervisor;    /* tr_actor_t.id; tr_actor_link may write it any time */
     unsigned batch;
     uint8_t defer_stop;
+    uint8_t lane_kind;              /* tr_lane_kind_t, kept for a pinned restart */
     _Atomic uint8_t pinned;
     uint8_t recyclable;             /* the slot returns to the free list at stop */
     tr__pinned_t *pin;              /* the dedicated thread of a pinned actor */
@@ -116,6 +118,9 @@ struct tr_runtime {
     uint64_t seed;
     bool deterministic;
     bool timestamps;
+    tr_monitor_t *monitor;   /* NULL: tracing off (opts.monitor) */
+    char *flight_path;       /* opts.flight_path, copied */
+    bool flight_dumped;      /* under mu */
     tr__worker_t *workers;   /* n_workers; in deterministic mode one, run by tr_runtime_run */
     tr__pool_set_t *pools;
     _Atomic(tr__actor_t *) chunks[TR__MAX_CHUNKS];

@@ -1,4 +1,5 @@
-/* runtime.c: creating, running and closing a runtime; failure reporting; counters. */
+/* runtime.c: creating, running and closing a runtime; failure reporting (with the flight
+ * recorder's dump when a monitor is attached); counters. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/internal.h"
+#include "troupe/monitor.h"
 
 uint64_t tr_now_ns(void)
 {
@@ -45,6 +47,12 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
     rt->timestamps = rt->opts.timestamps != 0;
+    rt->monitor = rt->opts.monitor;
+    if (rt->opts.flight_path && !(rt->flight_path = strdup(rt->opts.flight_path)))
+        return TR_ENOMEM;
+    rt->opts.flight_path = rt->flight_path;
+    tr_monitor_lane_set(rt->monitor, TR_RUNTIME_LANE_EXTERNAL, "external", TR_LANE_CONTROL);
+    tr_monitor_lane_set(rt->monitor, TR_RUNTIME_LANE_OVERFLOW, "overflow", TR_LANE_COMPUTE);
     if (rt->deterministic) {
         rt->seed = rt->opts.seed ? rt->opts.seed : pick_seed();
         fprintf(stderr, "troupe: deterministic scheduler, seed %llu\n",
@@ -88,6 +96,7 @@ static void release(tr_runtime_t *rt)
     pthread_cond_destroy(&rt->done_cv);
     pthread_mutex_destroy(&rt->idle_mu);
     pthread_mutex_destroy(&rt->mu);
+    free(rt->flight_path);
     free(rt);
 }
 
@@ -113,6 +122,28 @@ int tr_runtime_init(tr_runtime_t **out, const tr_runtime_opts_t *opts)
     return 0;
 }
 
+/* After an unhandled failure, with every actor stopped (so no thread records a span): what
+ * the trace buffers hold goes to the trace file, and the last spans per thread to
+ * flight_path. Once per runtime. */
+static void dump_flight(tr_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    bool first = !rt->flight_dumped;
+    rt->flight_dumped = true;
+    pthread_mutex_unlock(&rt->mu);
+    if (!first || !rt->monitor || !rt->flight_path)
+        return;
+    tr_monitor_flush(rt->monitor);
+    int rc = tr_monitor_flight_dump(rt->monitor, rt->flight_path);
+    if (rc == TR_EINVAL)
+        return; /* the monitor keeps no flight ring */
+    if (rc < 0)
+        fprintf(stderr, "troupe: flight recorder: cannot write %s: %s\n", rt->flight_path,
+                tr_strerror(rc));
+    else
+        fprintf(stderr, "troupe: flight recorder written to %s\n", rt->flight_path);
+}
+
 int tr_runtime_run(tr_runtime_t *rt)
 {
     if (!rt)
@@ -125,7 +156,10 @@ int tr_runtime_run(tr_runtime_t *rt)
             pthread_cond_wait(&rt->done_cv, &rt->mu);
         pthread_mutex_unlock(&rt->mu);
     }
-    return atomic_load(&rt->failed) ? TR_EFAILED : 0;
+    if (!atomic_load(&rt->failed))
+        return 0;
+    dump_flight(rt);
+    return TR_EFAILED;
 }
 
 static void stop_one(tr_runtime_t *rt, tr_actor_t a, void *arg)

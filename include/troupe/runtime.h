@@ -33,6 +33,15 @@ extern "C" {
 
 /* --- runtime --------------------------------------------------------------------------- */
 
+typedef struct tr_monitor tr_monitor_t; /* troupe/monitor.h */
+
+/* Trace lanes (troupe/monitor.h): an actor's lane is its slot index; slots from
+ * TR_RUNTIME_LANE_EXTERNAL up share TR_RUNTIME_LANE_OVERFLOW. Sends from outside any actor
+ * (the caller's threads, the loop thread's timers and polls, cleanups at close) start their
+ * arrows on TR_RUNTIME_LANE_EXTERNAL, inside a zero-length span named after the message. */
+#define TR_RUNTIME_LANE_EXTERNAL 4094u
+#define TR_RUNTIME_LANE_OVERFLOW 4095u
+
 typedef struct tr_runtime_opts {
     unsigned n_workers;      /* worker threads; 0 = online cores */
     int deterministic;       /* 1 worker, seeded choice of the next actor, replayable */
@@ -41,6 +50,11 @@ typedef struct tr_runtime_opts {
     uint64_t batch_ns;       /* most time an actor runs before yielding; 0 = 1 ms */
     int handle_signals;      /* SIGINT/SIGTERM -> graceful stop; a second one exits */
     int timestamps;          /* record each message's send time (tr_msg_t.send_ns) */
+    tr_monitor_t *monitor;   /* record a span per handled message, a flow per send, mailbox
+                              * depths; borrowed: destroy it after tr_runtime_close. NULL:
+                              * no tracing, and the hot path pays one predictable branch */
+    const char *flight_path; /* with a monitor: where tr_runtime_run writes the flight
+                              * recorder after an unhandled failure; NULL: no dump; copied */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.
@@ -48,8 +62,10 @@ typedef struct tr_runtime_opts {
 int tr_runtime_init(tr_runtime_t **rt, const tr_runtime_opts_t *opts);
 
 /* Blocks until every actor has stopped. 0 when all stopped normally; TR_EFAILED when an actor
- * failed with no supervisor to tell (tr_runtime_failure says which and why). Returns at once
- * if no actor is alive. One thread at a time, not a worker. */
+ * failed with no supervisor to tell (tr_runtime_failure says which and why); then, with a
+ * monitor and a flight_path, the monitor is flushed and its flight recorder written to
+ * flight_path (once). Returns at once if no actor is alive. One thread at a time, not a
+ * worker. */
 int tr_runtime_run(tr_runtime_t *rt);
 
 /* Sends TR_MSG_STOP with reason to every live actor. Returns at once. Any thread (not a
@@ -113,10 +129,13 @@ typedef struct tr_actor_opts {
     tr_actor_init_cb init;
     tr_actor_cleanup_cb cleanup;
     unsigned batch;            /* override the runtime's batch for this actor; 0 = default */
+    int lane_kind;             /* its trace lane's tr_lane_kind_t; 0 = TR_LANE_COMPUTE */
 } tr_actor_opts_t;
 
 /* Creates an actor running behaviour with state. opts may be NULL. *out gets its address.
- * TR_ENOMEM; TR_ESHUTDOWN after an unhandled failure. Any thread. */
+ * With a monitor, names its trace lane (a reused slot keeps the lane's first name).
+ * TR_EINVAL for a lane_kind out of range; TR_ENOMEM; TR_ESHUTDOWN after an unhandled
+ * failure. Any thread. */
 int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
                    const tr_actor_opts_t *opts, tr_actor_t *out);
 

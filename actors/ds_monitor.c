@@ -1,0 +1,216 @@
+/* ds_monitor.c: the engine's DeepSpeed outputs, byte for byte where DeepSpeed's are defined:
+ * the wall_clock_breakdown timer lines, the throughput and progress lines (stdout, where
+ * DeepSpeed's logger writes them, without its "[date][INFO][file:line]" prefix), and the
+ * csv_monitor and tensorboard scalars, tagged as DeepSpeed tags them with global_samples as
+ * the x value.
+ *
+ * Everything here runs on the executor's thread. The executor reports the times of each
+ * micro-step's forward and backward; at the accumulation boundary the optimizer (another
+ * thread) leaves the time the last reduced bucket arrived and its step's begin and end in
+ * the engine before it sends STEP_DONE, and the executor replays them into the timers on
+ * receipt, so the timer group has a single user. The mapping of DeepSpeed's timers:
+ *   fwd            a micro-batch's forward
+ *   bwd_inner      the layers' backward
+ *   bwd_allreduce  at the boundary, from the end of backward to the last REDUCED bucket (the
+ *                  reduction not hidden behind backward); zero-length otherwise
+ *   bwd            bwd_inner + bwd_allreduce
+ *   step           the optimizer's step at the boundary; zero-length otherwise (DeepSpeed
+ *                  calls engine.step() every micro-step and it does nothing off a boundary)
+ * Lines and rows follow DeepSpeed's engine.step() order: progress, throughput, lr and loss
+ * scale, micro timers, then at the boundary elapsed_time_ms_* and (every steps_per_print
+ * steps) the global timers.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/engine_internal.h"
+#include "troupe/monitor.h"
+
+enum { FWD, BWD, BWD_INNER, BWD_ALLREDUCE, STEP, N_TIMERS };
+
+static const char *const micro_names[N_TIMERS] = {TR_WALLTIMER_MICRO_NAMES};
+static const char *const global_names[N_TIMERS] = {TR_WALLTIMER_GLOBAL_NAMES};
+static const char *const elapsed_tags[N_TIMERS] = {TR_TAG_FORWARD_MS, TR_TAG_BACKWARD_MS,
+                                                   TR_TAG_BACKWARD_INNER_MS,
+                                                   TR_TAG_BACKWARD_ALLREDUCE_MS, TR_TAG_STEP_MS};
+
+struct tr__dsmon {
+    tr_walltimers_t *timers; /* NULL without wall_clock_breakdown */
+    tr_throughput_t tput;
+    tr_csv_monitor_t *csv; /* NULL without csv_monitor */
+    tr_tb_writer_t *tb;    /* NULL without tensorboard */
+    uint64_t spp, train_batch;
+    bool fp16, scale_changed; /* fp16: the scale prints as an int until it first changes */
+    double scale0;
+    uint64_t bwd0, bwd1; /* the boundary micro-step's backward, finished at STEP_DONE */
+};
+
+static void print_line(const char *line)
+{
+    fputs(line, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+static double unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Timer `which`, micro and global, ran from t0 to t1. */
+static void timed(struct tr__dsmon *d, int which, uint64_t t0, uint64_t t1)
+{
+    if (!d->timers) return;
+    tr_walltimers_start(d->timers, micro_names[which], t0);
+    tr_walltimers_stop(d->timers, micro_names[which], t1 > t0 ? t1 : t0);
+    tr_walltimers_start(d->timers, global_names[which], t0);
+    tr_walltimers_stop(d->timers, global_names[which], t1 > t0 ? t1 : t0);
+}
+
+static void log_timers(struct tr__dsmon *d, const char *const *names, uint64_t now)
+{
+    char buf[512];
+    tr_walltimers_log_line(d->timers, 0, names, N_TIMERS, 1.0, 1, now, buf, sizeof(buf));
+    print_line(buf);
+}
+
+/* One scalar to every monitor that is on. */
+static void scalar(struct tr__dsmon *d, const char *tag, double v, uint64_t samples)
+{
+    if (d->csv) tr_csv_monitor_write(d->csv, tag, v, samples);
+    if (d->tb) tr_tb_writer_scalar(d->tb, tag, (float)v, (int64_t)samples, unix_now());
+}
+
+static void loss_scale(struct tr__dsmon *d, double scale, uint64_t samples)
+{
+    d->scale_changed = d->scale_changed || scale != d->scale0;
+    if (d->csv && !d->scale_changed)
+        tr_csv_monitor_write_int(d->csv, TR_TAG_LOSS_SCALE, (int64_t)scale, samples);
+    else if (d->csv)
+        tr_csv_monitor_write(d->csv, TR_TAG_LOSS_SCALE, scale, samples);
+    if (d->tb)
+        tr_tb_writer_scalar(d->tb, TR_TAG_LOSS_SCALE, (float)scale, (int64_t)samples, unix_now());
+}
+
+static int open_monitors(struct tr__dsmon *d, const tr_config_t *c, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (c->csv_monitor.enabled &&
+        (rc = tr_csv_monitor_create(c->csv_monitor.output_path, c->csv_monitor.job_name, &d->csv)) <
+            0)
+        return snprintf(err, errlen,
+                        "%s: csv_monitor: cannot use output_path '%s', job_name "
+                        "'%s': %s",
+                        c->source, c->csv_monitor.output_path, c->csv_monitor.job_name,
+                        tr_strerror(rc)),
+               rc;
+    if (c->tensorboard.enabled &&
+        (rc = tr_tb_writer_create(c->tensorboard.output_path, c->tensorboard.job_name, &d->tb)) < 0)
+        return snprintf(err, errlen,
+                        "%s: tensorboard: cannot use output_path '%s', job_name "
+                        "'%s': %s",
+                        c->source, c->tensorboard.output_path, c->tensorboard.job_name,
+                        tr_strerror(rc)),
+               rc;
+    return 0;
+}
+
+int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    struct tr__dsmon *d = calloc(1, sizeof(*d));
+    if (!d) return TR_ENOMEM;
+    eng->ds = d;
+    d->spp = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 10;
+    d->train_batch = (uint64_t)c->train_batch_size;
+    d->fp16 = c->fp16.enabled;
+    d->scale0 = tr__optimizer_loss_scale(eng);
+    tr_throughput_init(&d->tput, d->train_batch, d->spp, 0);
+    if (c->wall_clock_breakdown && tr_walltimers_create(&d->timers) < 0) return TR_ENOMEM;
+    return open_monitors(d, c, err, errlen);
+}
+
+void tr__dsmon_destroy(tr_engine_t *eng)
+{
+    struct tr__dsmon *d = eng->ds;
+    if (!d) return;
+    tr_walltimers_destroy(d->timers);
+    tr_csv_monitor_destroy(d->csv);
+    if (d->tb) tr_tb_writer_flush(d->tb);
+    tr_tb_writer_destroy(d->tb);
+    free(d);
+    eng->ds = NULL;
+}
+
+void tr__dsmon_forward(tr_engine_t *eng, uint64_t t0, uint64_t t1)
+{
+    struct tr__dsmon *d = eng->ds;
+    tr_throughput_start(&d->tput, t0);
+    timed(d, FWD, t0, t1);
+}
+
+/* The end of a micro-step: DeepSpeed's engine.step() from the throughput timer on. */
+static void micro_end(struct tr__dsmon *d, bool boundary, uint64_t step0, uint64_t step1)
+{
+    char buf[512];
+    if (tr_throughput_stop(&d->tput, boundary, step1, 0, 0, buf, sizeof(buf))) print_line(buf);
+    timed(d, STEP, step0, step1);
+    if (d->timers) log_timers(d, micro_names, step1);
+}
+
+void tr__dsmon_backward(tr_engine_t *eng, uint64_t t0, uint64_t t1, bool boundary)
+{
+    struct tr__dsmon *d = eng->ds;
+    if (boundary) { /* finished by tr__dsmon_step, once the reduction is known */
+        d->bwd0 = t0;
+        d->bwd1 = t1;
+        return;
+    }
+    timed(d, BWD_INNER, t0, t1);
+    timed(d, BWD_ALLREDUCE, t1, t1);
+    timed(d, BWD, t0, t1);
+    micro_end(d, false, t1, t1);
+}
+
+static void progress(tr_engine_t *eng, struct tr__dsmon *d)
+{
+    const tr_config_t *c = eng->cfg;
+    double lr = tr__optimizer_lr(eng);
+    const double(*mom)[2] = (const double(*)[2])c->optimizer.params.betas;
+    size_t n_mom = c->optimizer.type == TR_OPTIMIZER_ADAM ||
+                   c->optimizer.type == TR_OPTIMIZER_ADAMW ||
+                   c->optimizer.type == TR_OPTIMIZER_LAMB;
+    char buf[512];
+    tr_progress_line(0, eng->global_steps, eng->skipped_steps, &lr, 1, mom, n_mom, buf,
+                     sizeof(buf));
+    print_line(buf);
+}
+
+void tr__dsmon_step(tr_engine_t *eng, const tr_step_stats_t *st)
+{
+    struct tr__dsmon *d = eng->ds;
+    uint64_t samples = eng->global_samples;
+    uint64_t steps = eng->global_steps;
+    /* DeepSpeed writes the loss in backward, before the step counts its samples */
+    scalar(d, TR_TAG_TRAIN_LOSS, st->loss, samples - d->train_batch);
+    uint64_t reduced = eng->t_last_reduced > d->bwd1 ? eng->t_last_reduced : d->bwd1;
+    timed(d, BWD_INNER, d->bwd0, d->bwd1);
+    timed(d, BWD_ALLREDUCE, d->bwd1, reduced);
+    timed(d, BWD, d->bwd0, reduced);
+    if (steps % d->spp == 0) progress(eng, d);
+    char buf[512];
+    if (tr_throughput_stop(&d->tput, 1, eng->t_step_end, 0, 0, buf, sizeof(buf))) print_line(buf);
+    scalar(d, TR_TAG_LR, tr__optimizer_lr(eng), samples);
+    if (d->fp16) loss_scale(d, tr__optimizer_loss_scale(eng), samples);
+    timed(d, STEP, eng->t_step_begin, eng->t_step_end);
+    if (!d->timers) return;
+    log_timers(d, micro_names, eng->t_step_end);
+    for (int i = 0; i < N_TIMERS; i++)
+        scalar(d, elapsed_tags[i],
+               tr_walltimers_elapsed_ms(d->timers, global_names[i], 0, eng->t_step_end), samples);
+    if (steps % d->spp == 0) log_timers(d, global_names, eng->t_step_end);
+}
