@@ -4,9 +4,10 @@
  * resume, then step until --steps, validating and saving on the way; at the end (or after
  * SIGINT, which finishes the step) save, export, sample and print a summary.
  *
- * The csv_monitor and tensorboard sections of the config get DeepSpeed's Train/Samples/...
- * scalars (step = samples trained) plus Eval/Samples/val_loss. Exit status: 0 done, 1 the
- * engine failed (its explanation is printed), 2 a bad flag, file or config (named). */
+ * The engine writes DeepSpeed's Train/Samples/... scalars to the config's csv_monitor and
+ * tensorboard outputs; troupe train adds Eval/Samples/val_loss (step = samples trained).
+ * Exit status: 0 done, 1 the engine failed (its explanation is printed), 2 a bad flag, file
+ * or config (named). */
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -306,10 +307,6 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
     else /* the first step pays for warming up; tokens/s leaves it out */
         r->tokens += st->tokens, r->compute_ms += st->step_ms;
     r->last_loss = st->loss;
-    monitor_write(r, TR_TAG_TRAIN_LOSS, st->loss, st->global_samples);
-    monitor_write(r, TR_TAG_LR, st->lr, st->global_samples);
-    if (r->cfg->fp16.enabled)
-        monitor_write(r, TR_TAG_LOSS_SCALE, st->loss_scale, st->global_samples);
     progress(r, st);
     if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0 &&
         validate(r, st->global_step, st->global_samples))
