@@ -34,7 +34,8 @@ test: build
 
 # The demo: a byte-level GPT (vocab 256) trained on this repository's own docs and sources
 # (packed into build/demo-data/ at build time by tools/pack_text.c) for about two minutes on
-# two cores; checkpoint, llm.c export, monitor outputs and trace go to demo-out/.
+# two cores; checkpoint, llm.c export, monitor outputs, the actor trace (3 steps from step 52),
+# its summary and a timeline picture go to demo-out/.
 DEMO_STEPS ?= 1000
 demo: build
 	rm -rf demo-out
@@ -44,6 +45,9 @@ demo: build
 	    --train-data build/demo-data/text_train.bin --val-data build/demo-data/text_val.bin \
 	    --steps $(DEMO_STEPS) --val-every 100 --val-batches 16 --sample 200 \
 	    --save-dir demo-out/ckpt --trace demo-out/trace --export-llmc demo-out/gpt2_demo.bin
+	./build/troupe trace summary demo-out/trace | tee demo-out/trace_summary.txt
+	./build/troupe trace plot demo-out/trace -o demo-out/timeline.svg
+	@echo "demo: trace, summary and timeline picture in demo-out/ (open demo-out/timeline.svg)"
 
 # The actor runtime's smallest example (two actors exchanging messages).
 pingpong: build
