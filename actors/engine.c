@@ -8,7 +8,7 @@
  *
  * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
  * attached to the runtime, which records every actor's messages; the engine adds the step
- * markers (the executor), the bucket-memory counter and, when an actor failed, the flight
+ * markers (when a request opens a step), the bucket-memory counter and, when an actor failed, the flight
  * recorder's dump at destroy, once the actors have stopped and no thread still records.
  */
 #include <stdarg.h>
@@ -378,12 +378,20 @@ void tr_engine_destroy(tr_engine_t *eng)
 
 /* --- calls ------------------------------------------------------------------------------ */
 
+/* A request that opens a step moves the trace's step window (and writes the step marker)
+ * before it is sent, so the request and everything it causes are classed with that step. */
+static void step_begins(tr_engine_t *eng)
+{
+    tr_monitor_step(eng->mon, eng->global_steps, tr_now_ns());
+}
+
 int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
 {
     if (!eng->train)
         return snprintf(eng->error, sizeof(eng->error),
                         "tr_engine_train_batch: the engine was created without a train dataset"),
                TR_EINVAL;
+    step_begins(eng);
     int rc = call(eng, eng->executor, TR__REQ_TRAIN, 0, NULL, NULL);
     if (rc == 0 && stats) *stats = eng->reply_stats;
     return rc;
@@ -403,6 +411,7 @@ int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
     eng->req_batch = batch;
+    if (tr__executor_micro(eng) == 0) step_begins(eng);
     int rc = call(eng, eng->executor, TR__REQ_FORWARD, 0, NULL, NULL);
     eng->req_batch = NULL;
     if (rc == 0 && loss) *loss = eng->reply_loss;

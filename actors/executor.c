@@ -45,12 +45,26 @@ struct tr__exec {
     float *x;
 };
 
-static void credit(tr_ctx_t *ctx, tr_engine_t *e, uint32_t slot)
+/* Gives a batch slot back to the loader. A credit that cannot be sent would leave the loader
+ * one slot short for good, so it fails the request instead; an earlier failure (rc_before)
+ * keeps its own explanation. Returns rc_before, or the credit's failure. */
+static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, int rc_before)
 {
+    tr_engine_t *e = x->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
-    if (!m) return;
-    TR_MSG_AS(m, credit)->slot = slot;
-    if (tr_actor_send(ctx->rt, e->loader, m) < 0) tr_msg_free(ctx->rt, m);
+    int rc = m ? 0 : TR_ENOMEM;
+    if (m) {
+        TR_MSG_AS(m, credit)->slot = slot;
+        m->step = e->global_steps; /* so a trace puts the loader's refill in its step */
+        m->micro_step = (uint32_t)x->micro;
+        rc = tr_actor_send(ctx->rt, e->loader, m);
+        if (rc < 0) tr_msg_free(ctx->rt, m);
+    }
+    if (rc_before < 0) return rc_before;
+    if (rc < 0)
+        tr__engine_reply(e, rc, "executor: cannot return batch slot %u to the loader: %s", slot,
+                         tr_strerror(rc));
+    return rc;
 }
 
 static int grad_ready(tr_model_t *model, int layer, size_t offset, size_t count, void *arg)
@@ -108,21 +122,12 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
     return 0;
 }
 
-/* The time a micro-batch starts; the first of a window also starts the step in the trace
- * (its marker, and the step window moves). */
-static uint64_t step_start(struct tr__exec *x)
-{
-    uint64_t now = tr_now_ns();
-    if (x->micro == 0) tr_monitor_step(x->eng->mon, x->eng->global_steps, now);
-    return now;
-}
-
 /* One micro-batch: forward, backward; at the boundary the gradients go out layer by layer. */
 static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
 {
     tr_engine_t *e = x->eng;
     float loss;
-    uint64_t t0 = step_start(x);
+    uint64_t t0 = tr_now_ns();
     int rc = forward(x, b, &loss);
     uint64_t t1 = tr_now_ns();
     if (rc == 0) {
@@ -162,8 +167,8 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         else
             batch.tokens = b.tokens;
         int rc = micro_batch(ctx, x, &batch);
-        credit(ctx, e, b.slot);
         if (rc == 0) e->consumed = b.after;
+        rc = credit(ctx, x, b.slot, rc);
         if (rc < 0) {
             finish_request_error(x);
             return;
@@ -177,7 +182,7 @@ static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     tr_engine_t *e = x->eng;
     tr_msg_batch_t *b = TR_MSG_AS(msg, batch);
     if (b->gen != atomic_load(&e->data_gen)) { /* from before a reseek: drop it */
-        credit(ctx, e, b->slot);
+        if (credit(ctx, x, b->slot, 0) < 0) finish_request_error(x);
         return;
     }
     int at = (x->q_head + x->q_n) % TR__MAX_PREFETCH;
@@ -236,7 +241,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
                         .x = e->x_dim ? x->x : NULL,
                         .targets = x->targets};
     float loss;
-    uint64_t t0 = step_start(x);
+    uint64_t t0 = tr_now_ns();
     if (forward(x, &batch, &loss) < 0) return;
     tr__dsmon_forward(e, t0, tr_now_ns());
     if (x->micro == 0) x->t_window = t0;

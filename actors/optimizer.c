@@ -162,12 +162,12 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
     if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
+    m->step = e->global_steps; /* the step this completes: step() counts it */
     e->t_last_reduced = e->t_step_begin = tr_now_ns();
     d->rc = step(o, d);
     e->t_step_end = tr_now_ns();
     o->sumsq = 0;
     o->covered = 0;
-    m->step = e->global_steps;
     int rc = tr_actor_send(ctx->rt, e->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
