@@ -1,7 +1,10 @@
 /* trace_summary.c: the wall-clock breakdown of a loaded trace, `troupe trace summary`.
  *
  * For every rank and every step (spans grouped by their "step" argument; the step runs from
- * its "step" marker, or its first span, to its last span's end) it computes:
+ * its "step" marker, or its first span, to its last span's end) it computes the following.
+ * When a rank's trace has step markers, a group of spans whose step has none is a straggler
+ * of a step the window did not write (a span that ended just after its step closed): it is
+ * counted as "outside_steps" rather than shown as a step of a few microseconds.
  *  - busy time per actor (the sum of its spans);
  *  - a breakdown that partitions the step's wall time, by priority: compute (some compute
  *    actor busy), exposed comm (comm busy, no compute), exposed io, other actors (control,
@@ -298,6 +301,19 @@ typedef struct summary {
     json_t *ranks;
 } summary_t;
 
+/* 1 when rank has step markers and none for step: its spans are stragglers (see the top). */
+static int outside_window(const tr_trace_t *t, int rank, int64_t step)
+{
+    int any = 0;
+    for (size_t i = 0; i < t->n_marks; i++)
+        if (t->marks[i].rank == rank) {
+            if (t->marks[i].step == step)
+                return 0;
+            any = 1;
+        }
+    return any;
+}
+
 /* Every (rank, step) group of spans in turn; fills s->stats and s->ranks. */
 static void summarize_groups(const tr_trace_t *t, size_t *idx, summary_t *s)
 {
@@ -315,6 +331,13 @@ static void summarize_groups(const tr_trace_t *t, size_t *idx, summary_t *s)
             json_object_set_new(rank_obj, "steps", steps);
             json_array_append_new(s->ranks, rank_obj);
             total = (step_stat_t){.rank = first->rank};
+        }
+        if (outside_window(t, first->rank, first->step)) {
+            json_t *o = json_object_get(rank_obj, "outside_steps");
+            json_object_set_new(rank_obj, "outside_steps",
+                                json_integer(json_integer_value(o) + (json_int_t)(j - i)));
+            i = j;
+            continue;
         }
         step_stat_t *st = &s->stats[s->n_stats++];
         *st = (step_stat_t){.rank = first->rank, .step = first->step};

@@ -85,8 +85,13 @@ static void print_rank(FILE *out, json_t *r)
 {
     json_t *steps = json_object_get(r, "steps"), *st, *slowest = NULL;
     size_t i;
-    fprintf(out, "rank %d: %zu step%s\n", (int)json_integer_value(json_object_get(r, "rank")),
+    json_int_t outside = json_integer_value(json_object_get(r, "outside_steps"));
+    fprintf(out, "rank %d: %zu step%s", (int)json_integer_value(json_object_get(r, "rank")),
             json_array_size(steps), json_array_size(steps) == 1 ? "" : "s");
+    if (outside)
+        fprintf(out, " (%lld span%s of untraced steps left out)", (long long)outside,
+                outside == 1 ? "" : "s");
+    fputc('\n', out);
     table_header(out);
     json_array_foreach(steps, i, st)
     {

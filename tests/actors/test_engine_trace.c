@@ -191,6 +191,13 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
      * step 2 may have started by then */
     assert_true(per_step[1] <= 3);
     assert_true(per_step[2] > 0 && per_step[3] > 0);
+    /* nothing of the step after the window: the last STEP_DONE carries the step it ends */
+    size_t i;
+    json_t *ev;
+    json_array_foreach(root, i, ev)
+        if (!strcmp(json_string_value(json_object_get(ev, "ph")), "X"))
+            assert_true(json_integer_value(json_object_get(json_object_get(ev, "args"), "step")) <
+                        4);
     json_decref(root);
 }
 

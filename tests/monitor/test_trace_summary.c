@@ -168,6 +168,28 @@ static void test_trace_summary_critical_path_follows_message(void **state)
     json_decref(doc);
 }
 
+static void test_trace_summary_leaves_out_spans_of_unmarked_steps(void **state)
+{
+    /* steps 3 and 4 are traced (markers); one span of step 2 ended just after step 3 opened */
+    uint64_t base = mono_now() + 1000000000; /* after every monitor of the test starts */
+    tr_monitor_t *m = open_rank("straggler", 0);
+    record_step(m, 3, base, (shape_t){120, 100, 10, 60, 1}, 1);
+    tr_span_t late = {"reduced", base + 1000, base + 3000, 2, 0, 1, 64, 0};
+    tr_monitor_span(m, &late);
+    record_step(m, 4, base + 1000000, (shape_t){120, 100, 10, 60, 1}, 2);
+    tr_monitor_destroy(m);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/straggler/trace_rank0.json", dir);
+    json_t *doc = summary_of(path);
+    json_t *r = json_array_get(json_object_get(doc, "per_rank"), 0);
+    json_t *steps = json_object_get(r, "steps");
+    assert_int_equal(json_array_size(steps), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(steps, 0), "step")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(steps, 1), "step")), 4);
+    assert_int_equal(json_integer_value(json_object_get(r, "outside_steps")), 1);
+    json_decref(doc);
+}
+
 static void test_trace_summary_compares_ranks(void **state)
 {
     uint64_t base = mono_now() + 1000000000; /* after every monitor of the test starts */
@@ -392,6 +414,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_summary_overlap_is_exact),
         cmocka_unit_test(test_trace_summary_critical_path_follows_message),
+        cmocka_unit_test(test_trace_summary_leaves_out_spans_of_unmarked_steps),
         cmocka_unit_test(test_trace_summary_compares_ranks),
         cmocka_unit_test(test_trace_summary_reads_killed_run),
         cmocka_unit_test(test_trace_summary_bad_input_names_file_and_field),
