@@ -156,6 +156,8 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
              dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
     int rc = tr_monitor_create(&t, &eng->mon);
+    if (rc == 0)
+        tr_monitor_lane_set(eng->mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
     if (rc < 0)
         snprintf(err, errlen, "%s: troupe.trace: cannot write traces into '%s': %s", c->source,
                  dir ? dir : "", tr_strerror(rc));

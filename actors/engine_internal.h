@@ -31,6 +31,9 @@
 #define TR__MAX_PREFETCH 64
 #define TR__MAX_BUFFERS  (TR__MAX_PREFETCH + 8)
 #define TR__BUF_GRADS    1 /* buffer id of the flat gradient buffer; loader slots follow */
+/* The trace lane of the executor's forward and backward passes, below the runtime's own
+ * lanes (the engine's few actors take the lowest slots). */
+#define TR__LANE_PASSES  (TR_RUNTIME_LANE_EXTERNAL - 1)
 
 typedef enum {
     TR__REQ_TRAIN = 1, /* executor: GAS micro-batches from the loader, then the step */

@@ -122,6 +122,16 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
     return 0;
 }
 
+/* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
+ * message span holds both, and the timeline shows where the gradients leave. */
+static void pass_span(struct tr__exec *x, const char *name, uint64_t t0, uint64_t t1)
+{
+    tr_engine_t *e = x->eng;
+    if (e->mon)
+        tr_monitor_span(e->mon, &(tr_span_t){name, t0, t1, e->global_steps, (uint32_t)x->micro,
+                                             TR__LANE_PASSES, 0, 0});
+}
+
 /* One micro-batch: forward, backward; at the boundary the gradients go out layer by layer. */
 static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
 {
@@ -132,10 +142,13 @@ static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
     uint64_t t1 = tr_now_ns();
     if (rc == 0) {
         tr__dsmon_forward(e, t0, t1);
+        pass_span(x, "forward", t0, t1);
         bool boundary = x->micro == e->GAS - 1;
         rc = backward(ctx, x, boundary);
         if (rc == 0) {
-            tr__dsmon_backward(e, t1, tr_now_ns(), boundary);
+            uint64_t t2 = tr_now_ns();
+            tr__dsmon_backward(e, t1, t2, boundary);
+            pass_span(x, "backward", t1, t2);
             x->loss_sum += loss;
             x->micro++;
             x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
@@ -243,7 +256,9 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
     float loss;
     uint64_t t0 = tr_now_ns();
     if (forward(x, &batch, &loss) < 0) return;
-    tr__dsmon_forward(e, t0, tr_now_ns());
+    uint64_t t1 = tr_now_ns();
+    tr__dsmon_forward(e, t0, t1);
+    pass_span(x, "forward", t0, t1);
     if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
     e->reply_loss = loss;
@@ -262,12 +277,14 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     bool boundary = x->micro == e->GAS - 1;
     uint64_t t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
+    uint64_t t1 = tr_now_ns();
+    pass_span(x, "backward", t0, t1);
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     e->micro_steps++;
     e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
     x->step_pending = boundary;
-    tr__dsmon_backward(e, t0, tr_now_ns(), boundary);
+    tr__dsmon_backward(e, t0, t1, boundary);
     tr__engine_reply(e, 0, NULL);
 }
 

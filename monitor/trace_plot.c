@@ -119,6 +119,12 @@ static void draw_rect(const plot_t *p, int lane, double x0, double x1, const cha
         xml_text(p->out, title);
         fprintf(p->out, " step %lld/%lld, %.3f ms</title></rect>\n", (long long)s->step,
                 (long long)s->micro_step, (s->end - s->ts) / 1e3);
+        if (x1 - x0 >= 7.0 * (double)strlen(title) + 8) { /* the name fits inside: write it */
+            fprintf(p->out, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"white\">",
+                    x0 + 4, row_y(p->row[lane]) + LANE_H - 6);
+            xml_text(p->out, title);
+            fputs("</text>\n", p->out);
+        }
     }
 }
 

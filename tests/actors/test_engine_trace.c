@@ -171,13 +171,27 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     printf("spans %d, flows %d, counters %d, instants %d\n", c.spans, c.flow_starts, c.counters,
            c.instants);
     const char *actors[] = {"executor", "optimizer", "bucketer", "comm", "loader",
-                            "checkpointer"};
+                            "checkpointer", "executor passes"};
     for (size_t i = 0; i < sizeof(actors) / sizeof(actors[0]); i++) {
         long long tid = lane_of(root, actors[i]);
         assert_true(tid >= 0);
         if (spans_on(root, tid) == 0)
             fail_msg("no span on the %s lane", actors[i]);
     }
+    /* forward and backward of each written step's 2 micro-batches, inside the window */
+    int passes[2] = {0, 0};
+    size_t k;
+    json_t *e;
+    json_array_foreach(root, k, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        long long s = json_integer_value(json_object_get(json_object_get(e, "args"), "step"));
+        if (!strcmp(json_string_value(json_object_get(e, "ph")), "X") && s >= 2 &&
+            (!strcmp(n, "forward") || !strcmp(n, "backward")))
+            passes[!strcmp(n, "backward")]++;
+    }
+    assert_int_equal(passes[0], 4);
+    assert_int_equal(passes[1], 4);
     assert_true(c.flow_starts > 10);
     assert_int_equal(c.flow_starts, c.flow_ends);
     assert_true(count_counter(root, "bucket_bytes") > 0);

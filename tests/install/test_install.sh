@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installed package works for a user: install libtroupe to a temporary prefix, then build
 # the README's example against it with pkg-config (shared library) and with CMake's
-# find_package(troupe), and run both. Keeps the README's API snippet honest. Then build
+# find_package(troupe), and run both; build and run its engine example on the demo's text.
+# Keeps the README's snippets honest. Then build
 # examples/embed_mlp with its own Makefile (pkg-config) and run it: it trains, saves, reloads.
 set -euo pipefail
 build_dir=$1
@@ -34,6 +35,25 @@ CM
 cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/cm/build/app" | grep -q '^ping 3 '
+# the second C block is the engine embedded in a trainer: run it on the demo's packed text
+mkdir -p "$tmp/eng/data"
+awk '/^```c$/{n++; on=(n==2); next} /^```$/{if(on) exit; next} on' "$src_dir/README.md" \
+    > "$tmp/eng/eng.c"
+grep -q tr_engine_train_batch "$tmp/eng/eng.c"
+cc -std=c11 -Wall -Wextra -Werror "$tmp/eng/eng.c" $(pkg-config --cflags --libs troupe) \
+    -o "$tmp/eng/eng"
+cp "$build_dir/demo-data/text_train.bin" "$tmp/eng/data/train_000.bin"
+cp "$build_dir/demo-data/text_val.bin" "$tmp/eng/data/val_000.bin"
+cat > "$tmp/eng/ds_config.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "gradient_clipping": 1.0,
+ "troupe": {"runtime": {"workers": 2}}}
+JSON
+(cd "$tmp/eng" && LD_LIBRARY_PATH="$libdir" ./eng > out.txt 2>&1) || { cat "$tmp/eng/out.txt"; exit 1; }
+# from ln 256 = 5.55 at the start; 100 steps of 256 bytes each get well under 4
+awk '/^step 100: loss/{ok = $4 + 0 < 4.0 && $6 + 0 < 4.0} END{exit !ok}' "$tmp/eng/out.txt" ||
+    { cat "$tmp/eng/out.txt"; exit 1; }
+test -f "$tmp/eng/ckpt/latest"
 cp -r "$src_dir/examples/embed_mlp" "$tmp/embed_mlp"
 make -s -C "$tmp/embed_mlp" >/dev/null
 (cd "$tmp" && LD_LIBRARY_PATH="$libdir" ./embed_mlp/embed_mlp "$tmp/emb_ckpt" > "$tmp/emb.txt" 2>&1) ||
@@ -41,4 +61,5 @@ make -s -C "$tmp/embed_mlp" >/dev/null
 grep -q '^reloaded: val loss .* (same)$' "$tmp/emb.txt"
 test -f "$tmp/emb_ckpt/latest"
 echo "install: pkg-config and find_package(troupe) builds of the README example ran;"
+echo "install: the README's engine example trained: $(grep '^step 100' "$tmp/eng/out.txt")"
 echo "install: examples/embed_mlp built with pkg-config, trained, saved and reloaded"
