@@ -48,15 +48,16 @@ struct tr__exec {
 /* Gives a batch slot back to the loader. A credit that cannot be sent would leave the loader
  * one slot short for good, so it fails the request instead; an earlier failure (rc_before)
  * keeps its own explanation. Returns rc_before, or the credit's failure. */
-static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, int rc_before)
+static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t step, int micro,
+                  int rc_before)
 {
     tr_engine_t *e = x->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
     int rc = m ? 0 : TR_ENOMEM;
     if (m) {
         TR_MSG_AS(m, credit)->slot = slot;
-        m->step = e->global_steps; /* so a trace puts the loader's refill in its step */
-        m->micro_step = (uint32_t)x->micro;
+        m->step = step; /* the batch's step: a trace puts the loader's refill in it */
+        m->micro_step = (uint32_t)micro;
         rc = tr_actor_send(ctx->rt, e->loader, m);
         if (rc < 0) tr_msg_free(ctx->rt, m);
     }
@@ -124,11 +125,12 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 
 /* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
  * message span holds both, and the timeline shows where the gradients leave. */
-static void pass_span(struct tr__exec *x, const char *name, uint64_t t0, uint64_t t1)
+static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0,
+                      uint64_t t1)
 {
     tr_engine_t *e = x->eng;
     if (e->mon)
-        tr_monitor_span(e->mon, &(tr_span_t){name, t0, t1, e->global_steps, (uint32_t)x->micro,
+        tr_monitor_span(e->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
                                              TR__LANE_PASSES, 0, 0});
 }
 
@@ -137,18 +139,19 @@ static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
 {
     tr_engine_t *e = x->eng;
     float loss;
+    uint64_t step = e->global_steps; /* the optimizer counts it once the gradients are out */
     uint64_t t0 = tr_now_ns();
     int rc = forward(x, b, &loss);
     uint64_t t1 = tr_now_ns();
     if (rc == 0) {
         tr__dsmon_forward(e, t0, t1);
-        pass_span(x, "forward", t0, t1);
+        pass_span(x, "forward", step, t0, t1);
         bool boundary = x->micro == e->GAS - 1;
         rc = backward(ctx, x, boundary);
         if (rc == 0) {
             uint64_t t2 = tr_now_ns();
             tr__dsmon_backward(e, t1, t2, boundary);
-            pass_span(x, "backward", t1, t2);
+            pass_span(x, "backward", step, t1, t2);
             x->loss_sum += loss;
             x->micro++;
             x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
@@ -179,9 +182,11 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
             batch.x = (const float *)b.tokens;
         else
             batch.tokens = b.tokens;
+        uint64_t step = e->global_steps; /* before the optimizer may count this step */
+        int micro = x->micro;
         int rc = micro_batch(ctx, x, &batch);
         if (rc == 0) e->consumed = b.after;
-        rc = credit(ctx, x, b.slot, rc);
+        rc = credit(ctx, x, b.slot, step, micro, rc);
         if (rc < 0) {
             finish_request_error(x);
             return;
@@ -195,7 +200,7 @@ static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     tr_engine_t *e = x->eng;
     tr_msg_batch_t *b = TR_MSG_AS(msg, batch);
     if (b->gen != atomic_load(&e->data_gen)) { /* from before a reseek: drop it */
-        if (credit(ctx, x, b->slot, 0) < 0) finish_request_error(x);
+        if (credit(ctx, x, b->slot, e->global_steps, x->micro, 0) < 0) finish_request_error(x);
         return;
     }
     int at = (x->q_head + x->q_n) % TR__MAX_PREFETCH;
@@ -258,7 +263,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
     if (forward(x, &batch, &loss) < 0) return;
     uint64_t t1 = tr_now_ns();
     tr__dsmon_forward(e, t0, t1);
-    pass_span(x, "forward", t0, t1);
+    pass_span(x, "forward", e->global_steps, t0, t1);
     if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
     e->reply_loss = loss;
@@ -275,10 +280,10 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     }
     x->have_forward = false;
     bool boundary = x->micro == e->GAS - 1;
-    uint64_t t0 = tr_now_ns();
+    uint64_t step = e->global_steps, t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
     uint64_t t1 = tr_now_ns();
-    pass_span(x, "backward", t0, t1);
+    pass_span(x, "backward", step, t0, t1);
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     e->micro_steps++;
