@@ -45,6 +45,22 @@ static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
     return 0;
 }
 
+/* Under a sanitizer every instruction costs several times more, and the loop thread's first
+ * wake-ups pay for shadow memory: the lateness bounds there are ten times looser (the
+ * ordering and never-early checks stay exact). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) /* gcc */
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) /* clang */
+#define SANITIZED 1
+#endif
+#endif
+#ifdef SANITIZED
+#define SLACK 10
+#else
+#define SLACK 1
+#endif
+
 static void test_loop_timers_fire_within_2ms(void **state)
 {
     tr_runtime_t *rt;
@@ -61,9 +77,9 @@ static void test_loop_timers_fire_within_2ms(void **state)
     printf("timers: fired at most %.3f ms late; handlers started at most %.3f ms late, "
            "%.3f ms early\n", s.worst_fire_late_ns / 1e6, s.worst_late_ns / 1e6,
            s.worst_early_ns / 1e6);
-    assert_true(s.worst_fire_late_ns < (int64_t)(2 * MS));
+    assert_true(s.worst_fire_late_ns < (int64_t)(2 * MS * SLACK));
     /* the handler also waits for a worker to be scheduled by the OS */
-    assert_true(s.worst_late_ns < (int64_t)(5 * MS));
+    assert_true(s.worst_late_ns < (int64_t)(5 * MS * SLACK));
     assert_true(s.worst_early_ns <= 0); /* never before the deadline */
     assert_int_equal(s.fired[3], 5);      /* stopped after the fifth */
     assert_int_equal(tr_timer_stop(rt, id[0]), TR_ENOENT); /* one-shot: already gone */
