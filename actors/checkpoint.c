@@ -24,6 +24,7 @@
 
 #include "actors/engine_internal.h"
 #include "io/ckpt_file.h"
+#include "io/mkdir_p.h"
 #include "runtime/mpack.h"
 
 #define FORMAT     "troupe-checkpoint"
@@ -109,13 +110,14 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
     else
         snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)e->global_steps);
     if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
-        return snprintf(c->err, sizeof(c->err), "save: tag '%s' is not a directory name", tag),
+        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", tag),
                TR_EINVAL;
     snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
-    if ((mkdir(dir, 0755) < 0 && errno != EEXIST) || (mkdir(tagdir, 0755) < 0 && errno != EEXIST))
-        return snprintf(c->err, sizeof(c->err), "save: cannot create %s: %s", tagdir,
-                        strerror(errno)),
-               -errno;
+    int mk = tr__mkdir_p(tagdir);
+    if (mk < 0)
+        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", tagdir,
+                        tr_strerror(mk)),
+               mk;
     char *config_json = tr_config_dump(e->cfg, 0);
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);

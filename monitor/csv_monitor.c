@@ -15,25 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "io/mkdir_p.h"
 
 struct tr_csv_monitor {
     char *dir;
 };
-
-static int mkdir_p(char *path)
-{
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        int bad = mkdir(path, 0777) && errno != EEXIST;
-        *p = '/';
-        if (bad)
-            return -errno;
-    }
-    return mkdir(path, 0777) && errno != EEXIST ? -errno : 0;
-}
 
 int tr_csv_monitor_create(const char *output_path, const char *job_name,
                           tr_csv_monitor_t **out)
@@ -53,7 +40,7 @@ int tr_csv_monitor_create(const char *output_path, const char *job_name,
         snprintf(c->dir, n, "%s%s", output_path, job_name);
     else
         snprintf(c->dir, n, "%s/%s", output_path, job_name);
-    int err = mkdir_p(c->dir);
+    int err = tr__mkdir_p(c->dir);
     if (err) {
         fprintf(stderr, "csv_monitor: cannot create %s: %s\n", c->dir, tr_strerror(err));
         tr_csv_monitor_destroy(c);

@@ -10,6 +10,7 @@
  * One thread per writer.
  */
 #include "io/crc32c.h"
+#include "io/mkdir_p.h"
 #include "troupe/monitor.h"
 
 #include <errno.h>
@@ -135,20 +136,6 @@ const char *tr_tb_writer_path(const tr_tb_writer_t *w)
 
 /* --- lifetime ---------------------------------------------------------------------------- */
 
-static int make_dirs(char *path)
-{
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        int bad = mkdir(path, 0777) && errno != EEXIST;
-        *p = '/';
-        if (bad)
-            return -errno;
-    }
-    return mkdir(path, 0777) && errno != EEXIST ? -errno : 0;
-}
-
 static int open_file(tr_tb_writer_t *w, const char *output_path, const char *job_name)
 {
     char dir[4096], host[256] = "localhost";
@@ -158,7 +145,7 @@ static int open_file(tr_tb_writer_t *w, const char *output_path, const char *job
                 : snprintf(dir, sizeof(dir), "%s", job_name);
     if (n >= (int)sizeof(dir))
         return TR_EINVAL;
-    int err = make_dirs(dir);
+    int err = tr__mkdir_p(dir);
     if (err)
         return err;
     struct timespec now;

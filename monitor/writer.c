@@ -19,6 +19,7 @@
  * so a burst is drained before it overflows without waking an idle run often.
  */
 #include "monitor/recorder.h"
+#include "io/mkdir_p.h"
 
 #include <errno.h>
 #include <math.h>
@@ -280,27 +281,9 @@ int tr_monitor_flush(tr_monitor_t *m)
 
 /* --- opening, the thread, closing -------------------------------------------------------- */
 
-static int mkdir_p(const char *path)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
-        return TR_EINVAL;
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 int tr__writer_open(tr_monitor_t *m)
 {
-    int err = mkdir_p(m->output_path);
+    int err = tr__mkdir_p(m->output_path);
     if (err)
         return err;
     size_t n = strlen(m->output_path) + 64;

@@ -180,23 +180,7 @@ T256 static void range_avx2(const job_t *j, size_t b, size_t e)
 }
 #endif
 
-static void range(void *ctx, size_t b, size_t e, int thread)
-{
-    const job_t *j = ctx;
-#if defined(__x86_64__)
-    switch (tr__isa_get()) {
-    case TR_ISA_AVX512:
-        range_avx512(j, b, e);
-        return;
-    case TR_ISA_AVX2:
-        range_avx2(j, b, e);
-        return;
-    default:
-        break;
-    }
-#endif
-    range_scalar(j, b, e);
-}
+TR__ISA_RANGE(range, job_t, range_scalar, range_avx2, range_avx512)
 
 void tr_adam_update(const tr_adam_opts_t *o, const tr_adam_state_t *st, float grad_mul, float *p,
                     const float *g, float *m, float *v, size_t n, uint16_t *copy,

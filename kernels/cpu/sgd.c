@@ -82,23 +82,7 @@ __attribute__((target("avx2,fma,f16c"), VECTORISE)) static void range_avx2(const
 }
 #endif
 
-static void range(void *ctx, size_t b, size_t e, int thread)
-{
-    const job_t *j = ctx;
-#if defined(__x86_64__)
-    switch (tr__isa_get()) {
-    case TR_ISA_AVX512:
-        range_avx512(j, b, e);
-        return;
-    case TR_ISA_AVX2:
-        range_avx2(j, b, e);
-        return;
-    default:
-        break;
-    }
-#endif
-    range_scalar(j, b, e);
-}
+TR__ISA_RANGE(range, job_t, range_scalar, range_avx2, range_avx512)
 
 int tr_sgd_check(const tr_sgd_opts_t *o)
 {

@@ -48,27 +48,6 @@ static inline float s_exp2i(float k)
 #define ABS(v)          fabsf(v)
 #define COPYSIGN(m, s)  copysignf(m, s)
 #include "kernels/cpu/vec_impl.h"
-#undef W
-#undef VT
-#undef P
-#undef LD
-#undef ST
-#undef LDT
-#undef STT
-#undef SET1
-#undef ADD
-#undef SUB
-#undef MUL
-#undef DIV
-#undef FMA
-#undef VMAX
-#undef VMIN
-#undef HSUM
-#undef HMAX
-#undef EXP2I
-#undef ROUND
-#undef ABS
-#undef COPYSIGN
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -138,27 +117,6 @@ static inline __m256 a2_copysign(__m256 m, __m256 s)
 #define ABS             a2_abs
 #define COPYSIGN        a2_copysign
 #include "kernels/cpu/vec_impl.h"
-#undef W
-#undef VT
-#undef P
-#undef LD
-#undef ST
-#undef LDT
-#undef STT
-#undef SET1
-#undef ADD
-#undef SUB
-#undef MUL
-#undef DIV
-#undef FMA
-#undef VMAX
-#undef VMIN
-#undef HSUM
-#undef HMAX
-#undef EXP2I
-#undef ROUND
-#undef ABS
-#undef COPYSIGN
 #pragma GCC pop_options
 
 /* ---- AVX-512F: W = 16 --------------------------------------------------------------------- */

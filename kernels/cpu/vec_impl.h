@@ -7,7 +7,8 @@
  *   SET1 ADD SUB MUL DIV FMA(a, b, c) = a b + c, VMAX VMIN, HSUM HMAX (horizontal)
  *   EXP2I(v)                    2^v for integral-valued v in [-126, 127], ROUND(v) to nearest
  *   ABS(v) COPYSIGN(mag, sign)
- * Every loop runs whole vectors, then one masked tail, so any n and alignment work.
+ * Every loop runs whole vectors, then one masked tail, so any n and alignment work. The
+ * template undefines all of these at its end, ready for the next ISA's definitions.
  */
 
 #define TAIL(i, n) ((n) - (i) < (size_t)W)
@@ -253,3 +254,25 @@ static const tr__vec_ops_t P(ops) = {
     P(acc),         P(scale),      P(exp_sum),       P(sqdev),    P(ln_row),
     P(ln_bwd_sums), P(ln_bwd_row), P(ln_bwd_params), P(gelu_fwd), P(gelu_bwd),
 };
+
+#undef W
+#undef VT
+#undef P
+#undef LD
+#undef ST
+#undef LDT
+#undef STT
+#undef SET1
+#undef ADD
+#undef SUB
+#undef MUL
+#undef DIV
+#undef FMA
+#undef VMAX
+#undef VMIN
+#undef HSUM
+#undef HMAX
+#undef EXP2I
+#undef ROUND
+#undef ABS
+#undef COPYSIGN

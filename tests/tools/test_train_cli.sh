@@ -29,6 +29,12 @@ expect_exit 2 "--seq-len 32: longer than the model's context (16)" "${tiny[@]}" 
 # tokens past the vocabulary are found by the loader, while training: exit 1, the engine's word
 expect_exit 1 "the model's vocabulary has 50" --deepspeed_config "$cfg" --train-data "$tmp/train.bin" \
     --steps 1 --vocab 50
+# a save folder that cannot be made: exit 1, naming it and why; its missing parents are made
+touch afile
+expect_exit 1 "saving to .*afile/ck: save: cannot create .*afile/ck/global_step1: not a directory" \
+    "${tiny[@]}" --steps 1 --save-dir "$tmp/afile/ck"
+"$troupe" train "${tiny[@]}" --steps 1 --save-dir "$tmp/new/deep/ck" > /dev/null 2>&1 &&
+    test -f "$tmp/new/deep/ck/latest" || fail "--save-dir did not make its missing parents"
 head -c 2000 /dev/urandom > junk.bin
 expect_exit 2 "junk.bin" --deepspeed_config "$cfg" --train-data "$tmp/junk.bin" --steps 1
 

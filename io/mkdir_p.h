@@ -1,0 +1,10 @@
+/* mkdir_p: creates a directory and its missing parents, like `mkdir -p` (mode 0777 before the
+ * umask). Used for every output folder: traces, monitors, checkpoints. */
+#ifndef TR_IO_MKDIR_P_H
+#define TR_IO_MKDIR_P_H
+
+/* 0 when path is a directory afterwards (made now or already there); -errno from the first
+ * component that could not be made; TR_EINVAL for a path of 4096 bytes or more. Any thread. */
+int tr__mkdir_p(const char *path);
+
+#endif
