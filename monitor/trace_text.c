@@ -135,6 +135,9 @@ void tr__summary_print_text(FILE *out, json_t *doc)
             (long long)json_integer_value(json_object_get(doc, "spans")),
             json_integer_value(json_object_get(doc, "repaired_files"))
                 ? " (repaired: cut short by a crash)" : "");
+    if (json_integer_value(json_object_get(doc, "spans")) == 0)
+        fprintf(out, "no spans: no step of the run fell in the trace's step window "
+                     "(troupe.trace.steps), or no message was handled\n");
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(doc, "per_rank"), i, r)
