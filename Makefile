@@ -45,7 +45,8 @@ demo: build
 	    --train-data build/demo-data/text_train.bin --val-data build/demo-data/text_val.bin \
 	    --steps $(DEMO_STEPS) --val-every 100 --val-batches 16 --sample 200 \
 	    --save-dir demo-out/ckpt --trace demo-out/trace --export-llmc demo-out/gpt2_demo.bin
-	./build/troupe trace summary demo-out/trace | tee demo-out/trace_summary.txt
+	./build/troupe trace summary demo-out/trace > demo-out/trace_summary.txt
+	cat demo-out/trace_summary.txt
 	./build/troupe trace plot demo-out/trace -o demo-out/timeline.svg
 	@echo "demo: trace, summary and timeline picture in demo-out/ (open demo-out/timeline.svg)"
 

@@ -31,21 +31,34 @@ tr_tensor_ref_t tr__grad_ref(tr_engine_t *eng, size_t offset, size_t count)
     return r;
 }
 
-void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
+static void reply_v(tr_engine_t *eng, int rc, bool fail_engine, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&eng->mu);
     eng->reply_rc = rc;
-    if (rc < 0 && !eng->waiting && !eng->failed)
-        eng->failed = rc; /* an actor failed between calls (the loader, ahead): keep why */
-    if (rc < 0 && fmt) {
-        va_list ap;
-        va_start(ap, fmt);
+    /* an actor failed between calls (the loader, ahead), or for good: keep why */
+    if (rc < 0 && (fail_engine || !eng->waiting) && !eng->failed)
+        eng->failed = rc;
+    if (rc < 0 && fmt)
         vsnprintf(eng->error, sizeof(eng->error), fmt, ap);
-        va_end(ap);
-    }
     eng->waiting = false;
     pthread_cond_broadcast(&eng->cv);
     pthread_mutex_unlock(&eng->mu);
+}
+
+void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(eng, rc, false, fmt, ap);
+    va_end(ap);
+}
+
+void tr__engine_fail(tr_engine_t *eng, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(eng, rc, true, fmt, ap);
+    va_end(ap);
 }
 
 int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n,
@@ -380,8 +393,10 @@ void tr_engine_destroy(tr_engine_t *eng)
 
 /* --- calls ------------------------------------------------------------------------------ */
 
-/* A request that opens a step moves the trace's step window (and writes the step marker)
- * before it is sent, so the request and everything it causes are classed with that step. */
+/* A TRAIN request opens a step: the trace's step window moves (and the step marker is written)
+ * before it is sent, so the request and everything it causes are classed with that step.
+ * (DeepSpeed-style, the executor does it when it serves the window's first forward: only it
+ * knows, since a forward may wait there for the previous step to finish.) */
 static void step_begins(tr_engine_t *eng)
 {
     tr_monitor_step(eng->mon, eng->global_steps, tr_now_ns());
@@ -412,8 +427,7 @@ int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
-    eng->req_batch = batch;
-    if (tr__executor_micro(eng) == 0) step_begins(eng);
+    eng->req_batch = batch; /* the executor opens the step at the window's first forward */
     int rc = call(eng, eng->executor, TR__REQ_FORWARD, 0, NULL, NULL);
     eng->req_batch = NULL;
     if (rc == 0 && loss) *loss = eng->reply_loss;

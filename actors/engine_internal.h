@@ -121,6 +121,11 @@ static inline void *tr__engine_buffer(tr_engine_t *eng, const tr_tensor_ref_t *r
 /* A reference to [offset, offset + count) floats of the gradient buffer. */
 tr_tensor_ref_t tr__grad_ref(tr_engine_t *eng, size_t offset, size_t count);
 
+/* Fails the engine for good (every later call returns rc) and ends the current request with
+ * the explanation: for a state no later call can recover from. Any actor. */
+void tr__engine_fail(tr_engine_t *eng, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Ends the client's current request: rc and, for rc < 0, the explanation. Any actor. */
 void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -46,8 +46,8 @@ struct tr__exec {
 };
 
 /* Gives a batch slot back to the loader. A credit that cannot be sent would leave the loader
- * one slot short for good, so it fails the request instead; an earlier failure (rc_before)
- * keeps its own explanation. Returns rc_before, or the credit's failure. */
+ * one slot short for good, so it fails the engine; an earlier failure (rc_before) keeps its
+ * own explanation. Returns rc_before, or the credit's failure. */
 static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t step, int micro,
                   int rc_before)
 {
@@ -63,8 +63,8 @@ static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t ste
     }
     if (rc_before < 0) return rc_before;
     if (rc < 0)
-        tr__engine_reply(e, rc, "executor: cannot return batch slot %u to the loader: %s", slot,
-                         tr_strerror(rc));
+        tr__engine_fail(e, rc, "executor: cannot return batch slot %u to the loader: %s", slot,
+                        tr_strerror(rc));
     return rc;
 }
 
@@ -117,8 +117,12 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
         int rc = tr_model_layer_backward(e->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
         tr_layer_t *l = tr_model_layer(e->model, i);
-        if (boundary && grad_ready(e->model, i, l->param_offset, l->param_count, ctx))
+        if (boundary && grad_ready(e->model, i, l->param_offset, l->param_count, ctx)) {
+            tr__engine_reply(e, TR_ENOMEM, "executor: step %llu: cannot send layer %d's "
+                             "gradients to the bucketer: out of message memory",
+                             (unsigned long long)e->global_steps, i);
             return TR_ENOMEM;
+        }
     }
     return 0;
 }
@@ -260,6 +264,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
                         .targets = x->targets};
     float loss;
     uint64_t t0 = tr_now_ns();
+    if (x->micro == 0) tr_monitor_step(e->mon, e->global_steps, t0); /* see step_begins */
     if (forward(x, &batch, &loss) < 0) return;
     uint64_t t1 = tr_now_ns();
     tr__dsmon_forward(e, t0, t1);

@@ -9,7 +9,7 @@
 int tr__mkdir_p(const char *path)
 {
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+    if (!*path || snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
         return TR_EINVAL;
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/')

@@ -13,7 +13,8 @@
  *    (dropped: owner-written, relaxed, read by the writer for the stats only).
  * The monitor's state (0 off, 1 warmup, 2 active) is set by tr_monitor_step and read with
  * relaxed loads: an event recorded just across a step boundary may be classed with the
- * neighbouring step, which the window tolerates; no other data depends on it.
+ * neighbouring step, which the window tolerates; no other data depends on it. A span of an
+ * active step recorded after the window closed is still written (tr_monitor_span).
  * The list head `bufs` is pushed with a release CAS (pairs with the acquire load of the
  * writer and of the flight dump, which then see the buffer's fields initialised).
  * Lanes: tr_monitor_lane_set fills a lane, then sets `set` with release; the writer reads
@@ -175,12 +176,12 @@ static inline void slot_publish(tr__tbuf_t *b, uint64_t head)
     atomic_store_explicit(&b->head, head + 1, memory_order_release);
 }
 
-/* Claims a slot when m is recording; fills the common fields. A lane out of range (a bug
- * in the caller) is counted as a drop rather than written under a wrong lane. */
-static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type, uint32_t lane,
-                                       uint64_t *h)
+/* Claims a slot when state (0 off, 1 warmup, 2 active) records; fills the common fields. A
+ * lane out of range (a bug in the caller) is counted as a drop rather than written under a
+ * wrong lane. */
+static inline tr__event_t *event_begin_in(tr_monitor_t *m, tr__tbuf_t *b, int type,
+                                          uint32_t lane, int state, uint64_t *h)
 {
-    int state = atomic_load_explicit(&m->state, memory_order_relaxed);
     if (!state || !b->events)
         return NULL;
     if (lane > TR_MONITOR_MAX_LANES) {
@@ -194,6 +195,14 @@ static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type,
         e->lane = (uint16_t)lane;
     }
     return e;
+}
+
+/* The same in the monitor's current state. */
+static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type, uint32_t lane,
+                                       uint64_t *h)
+{
+    return event_begin_in(m, b, type, lane, atomic_load_explicit(&m->state, memory_order_relaxed),
+                          h);
 }
 
 /* --- lifetime ---------------------------------------------------------------------------- */
@@ -326,9 +335,15 @@ void tr_monitor_span(tr_monitor_t *m, const tr_span_t *s)
     if (b->flight)
         flight_put(b, s);
     uint64_t h;
+    /* The current state decides, except that a span of an active step that ends after the
+     * window closed (the last step's final message, handled while the caller has already
+     * moved on) is still written with its step. */
+    int state = atomic_load_explicit(&m->state, memory_order_relaxed);
+    if (!state && window_state(&m->opts.steps, s->step) == 2)
+        state = 2;
     /* a span's lane must be < TR_MONITOR_MAX_LANES (a counter's lane + 1 may equal it) */
-    tr__event_t *e = event_begin(m, b, TR__EV_SPAN, s->lane < TR_MONITOR_MAX_LANES ? s->lane : ~0u,
-                                 &h);
+    tr__event_t *e = event_begin_in(m, b, TR__EV_SPAN,
+                                    s->lane < TR_MONITOR_MAX_LANES ? s->lane : ~0u, state, &h);
     if (!e)
         return;
     e->name = s->name;

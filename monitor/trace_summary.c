@@ -4,7 +4,7 @@
  * its "step" marker, or its first span, to its last span's end) it computes the following.
  * When a rank's trace has step markers, a group of spans whose step has none is a straggler
  * of a step the window did not write (a span that ended just after its step closed): it is
- * counted as "outside_steps" rather than shown as a step of a few microseconds.
+ * counted as "outside_spans" rather than shown as a step of a few microseconds.
  *  - busy time per actor (the sum of its spans);
  *  - a breakdown that partitions the step's wall time, by priority: compute (some compute
  *    actor busy), exposed comm (comm busy, no compute), exposed io, other actors (control,
@@ -333,8 +333,8 @@ static void summarize_groups(const tr_trace_t *t, size_t *idx, summary_t *s)
             total = (step_stat_t){.rank = first->rank};
         }
         if (outside_window(t, first->rank, first->step)) {
-            json_t *o = json_object_get(rank_obj, "outside_steps");
-            json_object_set_new(rank_obj, "outside_steps",
+            json_t *o = json_object_get(rank_obj, "outside_spans");
+            json_object_set_new(rank_obj, "outside_spans",
                                 json_integer(json_integer_value(o) + (json_int_t)(j - i)));
             i = j;
             continue;

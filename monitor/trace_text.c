@@ -85,7 +85,7 @@ static void print_rank(FILE *out, json_t *r)
 {
     json_t *steps = json_object_get(r, "steps"), *st, *slowest = NULL;
     size_t i;
-    json_int_t outside = json_integer_value(json_object_get(r, "outside_steps"));
+    json_int_t outside = json_integer_value(json_object_get(r, "outside_spans"));
     fprintf(out, "rank %d: %zu step%s", (int)json_integer_value(json_object_get(r, "rank")),
             json_array_size(steps), json_array_size(steps) == 1 ? "" : "s");
     if (outside)

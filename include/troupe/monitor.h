@@ -104,7 +104,8 @@ void tr_monitor_destroy(tr_monitor_t *m);
 int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lane_kind_t kind);
 
 /* The engine starts step `step` (0-based, counting optimizer steps): moves the window and
- * records a "step" instant marker at now_ns. NULL does nothing. One thread (the engine's). */
+ * records a "step" instant marker at now_ns. NULL does nothing. Any thread, one
+ * call at a time, in step order (the engine calls it where a step opens). */
 void tr_monitor_step(tr_monitor_t *m, uint64_t step, uint64_t now_ns);
 
 /* Records a handled message: a complete event on span->lane (< TR_MONITOR_MAX_LANES), and

@@ -186,7 +186,7 @@ static void test_trace_summary_leaves_out_spans_of_unmarked_steps(void **state)
     assert_int_equal(json_array_size(steps), 2);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(steps, 0), "step")), 3);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(steps, 1), "step")), 4);
-    assert_int_equal(json_integer_value(json_object_get(r, "outside_steps")), 1);
+    assert_int_equal(json_integer_value(json_object_get(r, "outside_spans")), 1);
     json_decref(doc);
 }
 
