@@ -8,8 +8,9 @@
  *
  * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
  * attached to the runtime, which records every actor's messages; the engine adds the step
- * markers (when a request opens a step), the bucket-memory counter and, when an actor failed, the flight
- * recorder's dump at destroy, once the actors have stopped and no thread still records.
+ * markers (where a step opens: see step_begins), the bucket-memory counter and, when an actor
+ * failed, the flight recorder's dump at destroy, once the actors have stopped and no thread
+ * still records.
  */
 #include <stdarg.h>
 #include <stdio.h>

@@ -138,30 +138,43 @@ static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint6
                                              TR__LANE_PASSES, 0, 0});
 }
 
-/* One micro-batch: forward, backward; at the boundary the gradients go out layer by layer. */
-static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b)
+/* A forward pass over [t0, t1) of step `step`: DeepSpeed's timers and the trace's span. */
+static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1)
+{
+    tr__dsmon_forward(x->eng, t0, t1);
+    pass_span(x, "forward", step, t0, t1);
+}
+
+/* A backward pass over [t0, t1): timers, span, and the micro-batch counted as done. */
+static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
+                          bool boundary)
+{
+    tr_engine_t *e = x->eng;
+    tr__dsmon_backward(e, t0, t1, boundary);
+    pass_span(x, "backward", step, t0, t1);
+    x->micro++;
+    x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
+    e->micro_steps++;
+    e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
+    x->step_pending = boundary;
+}
+
+/* One micro-batch of step `step`: forward, backward; at the boundary the gradients go out
+ * layer by layer. */
+static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, uint64_t step)
 {
     tr_engine_t *e = x->eng;
     float loss;
-    uint64_t step = e->global_steps; /* the optimizer counts it once the gradients are out */
     uint64_t t0 = tr_now_ns();
     int rc = forward(x, b, &loss);
     uint64_t t1 = tr_now_ns();
     if (rc == 0) {
-        tr__dsmon_forward(e, t0, t1);
-        pass_span(x, "forward", step, t0, t1);
+        forward_done(x, step, t0, t1);
         bool boundary = x->micro == e->GAS - 1;
         rc = backward(ctx, x, boundary);
         if (rc == 0) {
-            uint64_t t2 = tr_now_ns();
-            tr__dsmon_backward(e, t1, t2, boundary);
-            pass_span(x, "backward", step, t1, t2);
             x->loss_sum += loss;
-            x->micro++;
-            x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
-            e->micro_steps++;
-            e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
-            x->step_pending = boundary;
+            backward_done(x, step, t1, tr_now_ns(), boundary);
         }
     }
     return rc;
@@ -188,7 +201,7 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
             batch.tokens = b.tokens;
         uint64_t step = e->global_steps; /* before the optimizer may count this step */
         int micro = x->micro;
-        int rc = micro_batch(ctx, x, &batch);
+        int rc = micro_batch(ctx, x, &batch, step);
         if (rc == 0) e->consumed = b.after;
         rc = credit(ctx, x, b.slot, step, micro, rc);
         if (rc < 0) {
@@ -266,9 +279,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
     uint64_t t0 = tr_now_ns();
     if (x->micro == 0) tr_monitor_step(e->mon, e->global_steps, t0); /* see step_begins */
     if (forward(x, &batch, &loss) < 0) return;
-    uint64_t t1 = tr_now_ns();
-    tr__dsmon_forward(e, t0, t1);
-    pass_span(x, "forward", e->global_steps, t0, t1);
+    forward_done(x, e->global_steps, t0, tr_now_ns());
     if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
     e->reply_loss = loss;
@@ -287,14 +298,7 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     bool boundary = x->micro == e->GAS - 1;
     uint64_t step = e->global_steps, t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
-    uint64_t t1 = tr_now_ns();
-    pass_span(x, "backward", step, t0, t1);
-    x->micro++;
-    x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
-    e->micro_steps++;
-    e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
-    x->step_pending = boundary;
-    tr__dsmon_backward(e, t0, t1, boundary);
+    backward_done(x, step, t0, tr_now_ns(), boundary);
     tr__engine_reply(e, 0, NULL);
 }
 

@@ -4,7 +4,8 @@
 #define TR_IO_MKDIR_P_H
 
 /* 0 when path is a directory afterwards (made now or already there); -errno from the first
- * component that could not be made; TR_EINVAL for an empty path or one of 4096 bytes or more. Any thread. */
+ * component that could not be made; TR_EINVAL for an empty path or one of 4096 bytes or
+ * more. Any thread. */
 int tr__mkdir_p(const char *path);
 
 #endif

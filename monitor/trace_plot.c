@@ -192,7 +192,8 @@ static void time_range(plot_t *p, const tr_plot_opts_t *o)
         p->t0 = fmin(p->t0, p->t->spans[i].ts);
         p->t1 = fmax(p->t1, p->t->spans[i].end);
     }
-    for (size_t i = 0; i < p->t->n_marks && p->t->n_spans; i++) { /* a step opens before its spans */
+    /* a step's marker comes before its first span */
+    for (size_t i = 0; i < p->t->n_marks && p->t->n_spans; i++) {
         p->t0 = fmin(p->t0, p->t->marks[i].ts);
         p->t1 = fmax(p->t1, p->t->marks[i].ts);
     }
