@@ -3,6 +3,7 @@
 #define TR_INCLUDE_TROUPE_H
 
 #include "troupe/blas.h"
+#include "troupe/buffer.h"
 #include "troupe/config.h"
 #include "troupe/error.h"
 #include "troupe/types.h"

@@ -303,11 +303,15 @@ static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n,
     /* relaxed: a fast refusal only; a stop racing with this send is handled at pop */
     if (atomic_load_explicit(&a->gen, memory_order_relaxed) != (uint32_t)(to.id >> 32))
         return TR_ESTOPPED;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         fill_envelope(rt, msgs[i], to, urgent);
-        if (i + 1 < n)
-            atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
+    if (rt->wire_check && msgs[0]->type != TR_MSG_KILL) {
+        int rc = tr__wire_encode(rt, msgs, n);
+        if (rc < 0)
+            return rc;
     }
+    for (size_t i = 0; i + 1 < n; i++)
+        atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
     if (!urgent) {
         if (tr__mpscq_push(&a->data_in, msgs[0], msgs[n - 1], n))
             tr__sched_schedule(rt, a);
@@ -460,8 +464,21 @@ static void handle(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *m)
         finish(rt, a, TR_MSG_AS(m, kill)->reason, 0);
         return;
     }
+    tr_msg_t *wire = NULL;
+    if (m->flags & TR_MSG_F_WIRE) { /* wire-check mode: the behaviour sees the decoded copy */
+        wire = m;
+        int rc = tr__wire_decode(rt, wire, &m);
+        if (rc < 0) {
+            finish(rt, a, rc, wire->type);
+            return;
+        }
+    }
     tr_ctx_t ctx = {rt, tr__actor_id(gen, a->slot), a->state};
     int rc = a->behaviour(&ctx, m);
+    if (wire) {
+        tr_msg_free(rt, m);
+        m = wire;
+    }
     atomic_store_explicit(&a->msgs_in, atomic_load_explicit(&a->msgs_in, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     if (rc < 0)

@@ -124,8 +124,21 @@ static void pack_tensor(msgpack_packer *pk, const tr_tensor_ref_t *t)
     msgpack_pack_ext_with_body(pk, payload, s.len, TR_MSGPACK_EXT_TENSOR);
 }
 
-/* Packs one body field's value. TR_EINVAL for a value the decoder would reject. */
-static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *p)
+/* The scalar kind of an array kind's elements. */
+static tr_field_kind_t elem_kind(tr_field_kind_t k)
+{
+    static const tr_field_kind_t elem[] = {TR_FIELD_I32, TR_FIELD_U32, TR_FIELD_I64,
+                                           TR_FIELD_U64, TR_FIELD_F32, TR_FIELD_F64};
+    return elem[k - TR_FIELD_ARRAY_I32];
+}
+
+static uint32_t elem_size(tr_field_kind_t k)
+{
+    return k == TR_FIELD_I64 || k == TR_FIELD_U64 || k == TR_FIELD_F64 ? 8 : 4;
+}
+
+/* Packs one numeric value of kind k (BOOL, integers, floats, ACTOR) read from p. */
+static int pack_scalar(msgpack_packer *pk, tr_field_kind_t k, const char *p)
 {
     union {
         int32_t i32;
@@ -135,7 +148,7 @@ static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *
         float f32;
         double f64;
     } v;
-    switch (f->kind) {
+    switch (k) {
     case TR_FIELD_BOOL:
         return *p ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
     case TR_FIELD_I32:
@@ -157,6 +170,15 @@ static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *
     case TR_FIELD_F64:
         memcpy(&v.f64, p, 8);
         return msgpack_pack_double(pk, v.f64);
+    default:
+        return TR_EINVAL;
+    }
+}
+
+/* Packs one body field's value. TR_EINVAL for a value the decoder would reject. */
+static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *p)
+{
+    switch (f->kind) {
     case TR_FIELD_STR: {
         size_t n = strnlen(p, f->size);
         if (n == f->size)
@@ -172,9 +194,24 @@ static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *
         pack_tensor(pk, &t);
         return 0;
     }
-    default:
-        return TR_EINVAL;
+    case TR_FIELD_BYTES: {
+        uint32_t n;
+        memcpy(&n, p, 4);
+        if (n > f->size - 4)
+            return TR_EINVAL; /* longer than its capacity */
+        return msgpack_pack_bin_with_body(pk, p + 4, n);
     }
+    default:
+        break;
+    }
+    if (f->kind < TR_FIELD_ARRAY_I32)
+        return pack_scalar(pk, f->kind, p);
+    tr_field_kind_t ek = elem_kind(f->kind);
+    uint32_t es = elem_size(ek), count = f->size / es;
+    msgpack_pack_array(pk, count);
+    for (uint32_t i = 0; i < count; i++)
+        pack_scalar(pk, ek, p + (size_t)i * es);
+    return 0;
 }
 
 static void pack_envelope(msgpack_packer *pk, const tr_msg_t *m)
@@ -536,15 +573,14 @@ static int read_str(reader_t *r, const tr_field_desc_t *f, char *p)
     return 0;
 }
 
-/* Reads the value of field f (r->obj already holds it) into the body at p. */
-static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
+/* Reads a numeric value of kind k from o into p. */
+static int read_scalar(reader_t *r, tr_field_kind_t k, const msgpack_object *o, char *p)
 {
-    const msgpack_object *o = &r->obj;
     uint64_t u = 0;
     int64_t i = 0;
     double x;
     int rc;
-    switch (f->kind) {
+    switch (k) {
     case TR_FIELD_BOOL:
         if (o->type != MSGPACK_OBJECT_BOOLEAN)
             return fail(r, "expected boolean, got %s", object_kind(o));
@@ -565,8 +601,8 @@ static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
     case TR_FIELD_U64:
     case TR_FIELD_ACTOR:
         if ((rc = want_uint(r, o, UINT64_MAX,
-                            f->kind == TR_FIELD_ACTOR ? "actor id (unsigned integer)"
-                                                      : "unsigned integer",
+                            k == TR_FIELD_ACTOR ? "actor id (unsigned integer)"
+                                                : "unsigned integer",
                             &u)) == 0)
             memcpy(p, &u, 8);
         return rc;
@@ -578,16 +614,58 @@ static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
         if ((rc = want_float(r, o, false, &x)) == 0)
             memcpy(p, &x, 8);
         return rc;
+    default:
+        return fail(r, "field kind %d has no decoder", (int)k);
+    }
+}
+
+static int read_bytes(reader_t *r, const tr_field_desc_t *f, char *p)
+{
+    const msgpack_object *o = &r->obj;
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return fail(r, "expected bin (byte string), got %s", object_kind(o));
+    if (o->via.bin.size > f->size - 4)
+        return fail(r, "byte string of %u bytes, longer than its capacity (%u)",
+                    o->via.bin.size, f->size - 4);
+    memcpy(p, &o->via.bin.size, 4);
+    if (o->via.bin.size) memcpy(p + 4, o->via.bin.ptr, o->via.bin.size);
+    return 0;
+}
+
+static int read_array(reader_t *r, const tr_field_desc_t *f, char *p)
+{
+    const msgpack_object *o = &r->obj;
+    tr_field_kind_t ek = elem_kind(f->kind);
+    uint32_t es = elem_size(ek), count = f->size / es;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return fail(r, "expected array of %u elements, got %s", count, object_kind(o));
+    if (o->via.array.size != count)
+        return fail(r, "expected array of %u elements, got %u", count, o->via.array.size);
+    for (uint32_t i = 0; i < count; i++) {
+        int rc = read_scalar(r, ek, &o->via.array.ptr[i], p + (size_t)i * es);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Reads the value of field f (r->obj already holds it) into the body at p. */
+static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
+{
+    int rc;
+    switch (f->kind) {
     case TR_FIELD_STR:
         return read_str(r, f, p);
     case TR_FIELD_TENSOR: {
         tr_tensor_ref_t t = {0};
-        if ((rc = read_tensor(r, o, &t)) == 0)
+        if ((rc = read_tensor(r, &r->obj, &t)) == 0)
             memcpy(p, &t, sizeof(t));
         return rc;
     }
+    case TR_FIELD_BYTES:
+        return read_bytes(r, f, p);
     default:
-        return fail(r, "field kind %d has no decoder", (int)f->kind);
+        return f->kind >= TR_FIELD_ARRAY_I32 ? read_array(r, f, p)
+                                            : read_scalar(r, f->kind, &r->obj, p);
     }
 }
 

@@ -118,6 +118,7 @@ struct tr_runtime {
     uint64_t seed;
     bool deterministic;
     bool timestamps;
+    bool wire_check;         /* opts.wire_check: wire.c */
     tr_monitor_t *monitor;   /* NULL: tracing off (opts.monitor) */
     char *flight_path;       /* opts.flight_path, copied */
     bool flight_dumped;      /* under mu */
@@ -154,6 +155,7 @@ struct tr_runtime {
     tr__worker_t *idle;
 
     tr__loop_t *loop;
+    struct tr__buffers *buffers; /* buffer.c: the registry, its own lock */
 };
 
 /* Thread-local: which runtime, worker and actor this thread is serving. */
@@ -164,6 +166,19 @@ typedef struct tr__tls {
 } tr__tls_t;
 
 extern _Thread_local tr__tls_t tr__tls;
+
+/* --- wire.c: wire-check mode --- */
+/* Replaces each of msgs[0..n) by its msgpack form (a message of the same envelope whose body is
+ * the encoding, flagged TR_MSG_F_WIRE). All or nothing: on failure msgs are unchanged and a
+ * line names the type. On success the originals are freed. */
+int tr__wire_encode(tr_runtime_t *rt, tr_msg_t **msgs, size_t n);
+/* The message a TR_MSG_F_WIRE message carries, decoded into a new message (the caller frees
+ * it); TR_EDECODE with a line naming the type and field. */
+int tr__wire_decode(tr_runtime_t *rt, const tr_msg_t *wire, tr_msg_t **out);
+
+/* --- buffer.c --- */
+int tr__buffers_init(tr_runtime_t *rt);
+void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
 tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t a);

@@ -45,26 +45,40 @@ const char *tr_msg_type_name(uint32_t type)
     return d ? d->name : "unknown";
 }
 
-/* The bytes a field of kind k occupies; 0 for STR, whose size is its capacity. */
+/* The bytes a field of kind k occupies: for an array, one element's; 0 for STR and BYTES,
+ * whose size comes from their capacity. */
 static uint32_t kind_size(tr_field_kind_t k)
 {
     static const uint32_t sizes[TR_FIELD_KIND_COUNT_] = {
-        [TR_FIELD_BOOL] = 1, [TR_FIELD_I32] = 4,   [TR_FIELD_U32] = 4,
-        [TR_FIELD_I64] = 8,  [TR_FIELD_U64] = 8,   [TR_FIELD_F32] = 4,
-        [TR_FIELD_F64] = 8,  [TR_FIELD_STR] = 0,   [TR_FIELD_ACTOR] = sizeof(tr_actor_t),
-        [TR_FIELD_TENSOR] = sizeof(tr_tensor_ref_t)};
+        [TR_FIELD_BOOL] = 1,      [TR_FIELD_I32] = 4,       [TR_FIELD_U32] = 4,
+        [TR_FIELD_I64] = 8,       [TR_FIELD_U64] = 8,       [TR_FIELD_F32] = 4,
+        [TR_FIELD_F64] = 8,       [TR_FIELD_STR] = 0,       [TR_FIELD_ACTOR] = sizeof(tr_actor_t),
+        [TR_FIELD_TENSOR] = sizeof(tr_tensor_ref_t),        [TR_FIELD_BYTES] = 0,
+        [TR_FIELD_ARRAY_I32] = 4, [TR_FIELD_ARRAY_U32] = 4, [TR_FIELD_ARRAY_I64] = 8,
+        [TR_FIELD_ARRAY_U64] = 8, [TR_FIELD_ARRAY_F32] = 4, [TR_FIELD_ARRAY_F64] = 8};
     return sizes[k];
 }
 
-/* A field the codec can read and write: a name unique in its type, a known kind, the size
- * its kind implies (a STR at least 1 byte, for the NUL), inside the body. */
+/* The size a field of its kind may have: a STR at least 1 byte (the NUL), BYTES more than
+ * its length word (and a whole number of them, as TR_BYTES lays it out), an array a whole
+ * number of elements, any other kind its own size. */
+static bool size_fits_kind(const tr_field_desc_t *f)
+{
+    if (f->kind == TR_FIELD_STR) return f->size > 0;
+    if (f->kind == TR_FIELD_BYTES) return f->size > 4 && f->size % 4 == 0;
+    if (f->kind >= TR_FIELD_ARRAY_I32)
+        return f->size > 0 && f->size % kind_size(f->kind) == 0 &&
+               f->size / kind_size(f->kind) <= TR_MSG_MAX_ARRAY;
+    return f->size == kind_size(f->kind);
+}
+
+/* A field the codec can read and write: a name unique in its type, a known kind, a size that
+ * fits the kind, inside the body. */
 static bool field_valid(const tr_msg_desc_t *desc, uint32_t i)
 {
     const tr_field_desc_t *f = &desc->fields[i];
     if (!f->name || !f->name[0] || f->kind >= TR_FIELD_KIND_COUNT_ ||
-        (uint64_t)f->offset + f->size > desc->body_size)
-        return false;
-    if (f->kind == TR_FIELD_STR ? f->size == 0 : f->size != kind_size(f->kind))
+        (uint64_t)f->offset + f->size > desc->body_size || !size_fits_kind(f))
         return false;
     for (uint32_t j = 0; j < i; j++)
         if (!strcmp(desc->fields[j].name, f->name))

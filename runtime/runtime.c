@@ -47,6 +47,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
     rt->timestamps = rt->opts.timestamps != 0;
+    rt->wire_check = rt->opts.wire_check != 0;
     rt->monitor = rt->opts.monitor;
     if (rt->opts.flight_path && !(rt->flight_path = strdup(rt->opts.flight_path)))
         return TR_ENOMEM;
@@ -65,7 +66,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->pools = tr__pool_set_create();
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
     rt->workers = aligned_alloc(TR__CACHE_LINE, (wbytes + TR__CACHE_LINE - 1) & ~(size_t)63);
-    if (!rt->pools || !rt->workers)
+    if (!rt->pools || !rt->workers || tr__buffers_init(rt) < 0)
         return TR_ENOMEM;
     memset(rt->workers, 0, wbytes);
     for (unsigned i = 0; i < rt->n_workers; i++) {
@@ -92,6 +93,7 @@ static void release(tr_runtime_t *rt)
             free(rt->workers[i].ready);
     free(rt->workers);
     tr__pool_set_destroy(rt->pools);
+    tr__buffers_close(rt);
     tr__inject_destroy(&rt->inject);
     pthread_cond_destroy(&rt->done_cv);
     pthread_mutex_destroy(&rt->idle_mu);

@@ -20,7 +20,9 @@ static const char *kind_name(tr_field_kind_t k)
         [TR_FIELD_BOOL] = "bool",   [TR_FIELD_I32] = "i32",     [TR_FIELD_U32] = "u32",
         [TR_FIELD_I64] = "i64",     [TR_FIELD_U64] = "u64",     [TR_FIELD_F32] = "f32",
         [TR_FIELD_F64] = "f64",     [TR_FIELD_STR] = "str",     [TR_FIELD_ACTOR] = "actor",
-        [TR_FIELD_TENSOR] = "tensor"};
+        [TR_FIELD_TENSOR] = "tensor", [TR_FIELD_BYTES] = "bytes", [TR_FIELD_ARRAY_I32] = "i32[]",
+        [TR_FIELD_ARRAY_U32] = "u32[]", [TR_FIELD_ARRAY_I64] = "i64[]", [TR_FIELD_ARRAY_U64] = "u64[]",
+        [TR_FIELD_ARRAY_F32] = "f32[]", [TR_FIELD_ARRAY_F64] = "f64[]"};
     return k < TR_FIELD_KIND_COUNT_ ? names[k] : "?";
 }
 
@@ -36,7 +38,14 @@ static const char *wire_kind(tr_field_kind_t k)
         [TR_FIELD_F64] = "float 64 (float 32 accepted)",
         [TR_FIELD_STR] = "str, shorter than the capacity, no NUL byte",
         [TR_FIELD_ACTOR] = "uint, the actor's id",
-        [TR_FIELD_TENSOR] = "ext " /* number appended */};
+        [TR_FIELD_TENSOR] = "ext " /* number appended */,
+        [TR_FIELD_BYTES] = "bin, at most the capacity",
+        [TR_FIELD_ARRAY_I32] = "array of exactly the declared count of i32 values",
+        [TR_FIELD_ARRAY_U32] = "array of exactly the declared count of u32 values",
+        [TR_FIELD_ARRAY_I64] = "array of exactly the declared count of i64 values",
+        [TR_FIELD_ARRAY_U64] = "array of exactly the declared count of u64 values",
+        [TR_FIELD_ARRAY_F32] = "array of exactly the declared count of f32 values",
+        [TR_FIELD_ARRAY_F64] = "array of exactly the declared count of f64 values"};
     return k < TR_FIELD_KIND_COUNT_ ? wire[k] : "?";
 }
 

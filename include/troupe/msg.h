@@ -71,6 +71,7 @@ typedef struct tr_tensor_ref {
 /* --- the envelope ---------------------------------------------------------------------- */
 
 #define TR_MSG_F_URGENT 0x1u /* travelled on the urgent lane */
+#define TR_MSG_F_WIRE   0x2u /* private: the body is the msgpack form (wire-check mode) */
 
 typedef struct tr_msg {
     /* Private to the runtime: the mailbox link and the memory pool's bookkeeping. */
@@ -117,14 +118,30 @@ typedef enum {
     TR_FIELD_STR,    /* char[cap], NUL-terminated */
     TR_FIELD_ACTOR,  /* tr_actor_t */
     TR_FIELD_TENSOR, /* tr_tensor_ref_t, as msgpack ext TR_MSGPACK_EXT_TENSOR */
+    TR_FIELD_BYTES,  /* TR_BYTES(cap): a length and up to cap bytes, as msgpack bin */
+    TR_FIELD_ARRAY_I32, /* a fixed array, e.g. int32_t v[16]: a msgpack array of exactly */
+    TR_FIELD_ARRAY_U32, /* that many elements (the table's cap is the element count) */
+    TR_FIELD_ARRAY_I64,
+    TR_FIELD_ARRAY_U64,
+    TR_FIELD_ARRAY_F32,
+    TR_FIELD_ARRAY_F64,
     TR_FIELD_KIND_COUNT_
 } tr_field_kind_t;
+
+/* A byte-string field's C type: `TR_BYTES(64) blob;` holds blob.len (<= 64) bytes. */
+#define TR_BYTES(cap)                                                                          \
+    struct {                                                                                   \
+        uint32_t len;                                                                          \
+        uint8_t data[cap];                                                                     \
+    }
 
 typedef struct tr_field_desc {
     const char *name;
     tr_field_kind_t kind;
     uint32_t offset; /* in the body struct */
-    uint32_t size;   /* bytes the field occupies; for TR_FIELD_STR the buffer's capacity */
+    uint32_t size;   /* bytes the field occupies (sizeof): for TR_FIELD_STR the buffer's
+                      * capacity, for TR_FIELD_BYTES 4 + capacity, for an array the element
+                      * size times the count */
     const char *doc;
 } tr_field_desc_t;
 
@@ -148,6 +165,13 @@ typedef struct tr_msg_desc {
 #define TR__CTYPE_STR(n, cap) char n[cap]
 #define TR__CTYPE_ACTOR(n, cap) tr_actor_t n
 #define TR__CTYPE_TENSOR(n, cap) tr_tensor_ref_t n
+#define TR__CTYPE_BYTES(n, cap) TR_BYTES(cap) n
+#define TR__CTYPE_ARRAY_I32(n, cap) int32_t n[cap]
+#define TR__CTYPE_ARRAY_U32(n, cap) uint32_t n[cap]
+#define TR__CTYPE_ARRAY_I64(n, cap) int64_t n[cap]
+#define TR__CTYPE_ARRAY_U64(n, cap) uint64_t n[cap]
+#define TR__CTYPE_ARRAY_F32(n, cap) float n[cap]
+#define TR__CTYPE_ARRAY_F64(n, cap) double n[cap]
 #define TR__FIELD_DECL(S, kind, n, cap, doc) TR__CTYPE_##kind(n, cap);
 
 #include "troupe/msg_types.def"
@@ -207,6 +231,8 @@ int tr_msg_type_register(const tr_msg_desc_t *desc);
 #define TR_MSG_MAX_DEPTH 8
 /* Most fields a registered type may declare (the decoder tracks them in a 64-bit mask). */
 #define TR_MSG_MAX_FIELDS 64
+/* Most elements a fixed-array field may hold. */
+#define TR_MSG_MAX_ARRAY 65536
 
 /* Encodes m (envelope and body) as msgpack into buf. On success *len is the encoded size.
  * TR_ENOSPC when cap is too small (*len then says how much is needed), TR_ENOTSUP for a type

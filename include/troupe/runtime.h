@@ -55,6 +55,13 @@ typedef struct tr_runtime_opts {
                               * no tracing, and the hot path pays one predictable branch */
     const char *flight_path; /* with a monitor: where tr_runtime_run writes the flight
                               * recorder after an unhandled failure; NULL: no dump; copied */
+    int wire_check;          /* every message is encoded to msgpack at send and decoded at
+                              * receive; behaviours see only the decoded copy. A type that
+                              * cannot be encoded fails its send (TR_ENOTSUP / TR_EINVAL,
+                              * with a line naming it); one that does not decode fails the
+                              * receiver (TR_EDECODE). Proves that every message would mean
+                              * the same in another process. Off by default (it costs an
+                              * encode, a decode and a copy per message). */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.
