@@ -68,8 +68,7 @@ int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
 }
 
 /* Records why a model call fails; returns err, for `return fail(...)`. */
-__attribute__((format(printf, 3, 4))) static int fail(tr_model_t *m, int err, const char *fmt,
-                                                      ...)
+__attribute__((format(printf, 3, 4))) static int fail(tr_model_t *m, int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -304,8 +303,9 @@ static int check_targets(tr_model_t *m, const tr_batch_t *b)
                     "gives integer targets (batch.targets)",
                     loss->name, loss->y_dim);
     if (loss->targets == TR_TARGETS_FLOAT && b->y && b->y_dim != loss->y_dim)
-        return fail(m, TR_EINVAL, "batch: y_dim %d, but loss layer '%s' reads %d floats per position",
-                    b->y_dim, loss->name, loss->y_dim);
+        return fail(m, TR_EINVAL,
+                    "batch: y_dim %d, but loss layer '%s' reads %d floats per position", b->y_dim,
+                    loss->name, loss->y_dim);
     return 0;
 }
 
@@ -322,7 +322,8 @@ static int check_batch(tr_model_t *m, const tr_batch_t *b)
         return fail(m, TR_EINVAL, "batch: layer 0 '%s' reads token ids, batch.tokens is NULL",
                     first->name);
     if (first->in_dim > 0 && !b->x)
-        return fail(m, TR_EINVAL, "batch: layer 0 '%s' reads %d floats per position, batch.x is NULL",
+        return fail(m, TR_EINVAL,
+                    "batch: layer 0 '%s' reads %d floats per position, batch.x is NULL",
                     first->name, first->in_dim);
     return check_targets(m, b);
 }
@@ -378,8 +379,7 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch)
 {
     if (layer < 0 || layer >= model->n)
-        return fail(model, TR_EINVAL, "forward: layer %d of a model of %d layers", layer,
-                    model->n);
+        return fail(model, TR_EINVAL, "forward: layer %d of a model of %d layers", layer, model->n);
     if (layer == 0) {
         int err = take_batch(model, batch);
         if (err) return err;

@@ -473,8 +473,16 @@ static void test_layers_mse_matches_naive_and_finite_differences(void **state)
     float *in = to_float(c.in, N * D), *y = to_float(c.y, N * D), losses[N], din[N * D];
     for (int i = 0; i < N * D; i++)
         din[i] = 0.5f; // backward accumulates: the prefill must survive
-    tr_layer_ctx_t ctx = {.B = B, .T = T, .in = in, .y = y, .y_dim = D, .acts = losses,
-                          .out = losses, .din = din, .loss_scale = (float)c.scale, .training = 1};
+    tr_layer_ctx_t ctx = {.B = B,
+                          .T = T,
+                          .in = in,
+                          .y = y,
+                          .y_dim = D,
+                          .acts = losses,
+                          .out = losses,
+                          .din = din,
+                          .loss_scale = (float)c.scale,
+                          .training = 1};
     assert_int_equal(l->ops->forward(l, &ctx), 0);
     assert_float_equal(ctx.loss, ref_mse(c.in, c.y), 1e-6 * ref_mse(c.in, c.y));
     for (int n = 0; n < N; n++) {

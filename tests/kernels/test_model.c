@@ -412,8 +412,8 @@ static void free_spy_state(tr_layer_t *l)
     free(l->state);
 }
 
-static const tr_layer_ops_t spy_ops = {"spy",        scale_acts, NULL, spy_forward, spy_backward,
-                                       NULL,         free_spy_state};
+static const tr_layer_ops_t spy_ops = {"spy",        scale_acts, NULL,          spy_forward,
+                                       spy_backward, NULL,       free_spy_state};
 
 static void test_model_layers_see_the_training_flag(void **state)
 {
@@ -453,8 +453,8 @@ static void count_destroy(tr_layer_t *l)
     destroyed++;
 }
 
-static const tr_layer_ops_t owned_ops = {"owned", scale_acts,     NULL, scale_forward,
-                                         scale_backward, NULL, count_destroy};
+static const tr_layer_ops_t owned_ops = {"owned",        scale_acts, NULL,         scale_forward,
+                                         scale_backward, NULL,       count_destroy};
 
 /* tr_model_create takes the layers, also when it fails; destroy runs ops->destroy, then free
  * (ASan checks the free). */
@@ -502,8 +502,8 @@ static void test_model_weight_decay_flags_follow_gpt2_recipe(void **state)
             n_decayed += want_decay, n_flagged += !want_decay;
         }
     }
-    assert_int_equal(n_decayed, 2 + 2 * 4);       // wte wpe, 4 matrices in each of 2 blocks
-    assert_int_equal(n_flagged, 2 * 8 + 2);       // 8 vectors per block, lnfw lnfb
+    assert_int_equal(n_decayed, 2 + 2 * 4); // wte wpe, 4 matrices in each of 2 blocks
+    assert_int_equal(n_flagged, 2 * 8 + 2); // 8 vectors per block, lnfw lnfb
     tr_model_destroy(m);
     int widths[] = {5, 6, 2};
     assert_int_equal(tr_model_mlp_create(&m, widths, 3, NULL, 0), 0);
