@@ -151,7 +151,7 @@ int tr_layer_set_loss(tr_layer_t *layer, int targets, int y_dim);
 
 /* ---- built-in layers ---------------------------------------------------------------------
  * Each allocates *out (malloc'ed: give it to tr_model_create, which then owns it); on failure
- * *out is untouched and nothing is left allocated. TR_EINVAL for a size < 1 or a bad name,
+ * nothing is left allocated and *out is not a layer. TR_EINVAL for a size < 1 or a bad name,
  * TR_ENOMEM. Any thread. Weight decay: matrices decayed, vectors not (tr_layer_add_param). */
 
 /* inp (B, T, C) -> (B, T, OC); weight (OC, C), bias (OC) when with_bias. */
@@ -266,7 +266,8 @@ const char *tr_model_error(const tr_model_t *model);
 
 /* One layer at a time, for executors and pipeline stages (layers [first, last] of a stage):
  * tr_model_layer_forward(i) needs layers < i done on the same batch; tr_model_layer_backward
- * (i) needs layers > i done. tr_model_forward/backward are loops over these. */
+ * (i) needs layers > i done. tr_model_forward/backward are loops over these. Errors as theirs,
+ * with tr_model_error naming the layer (a layer's own failure: its name and the code). */
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
 
