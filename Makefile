@@ -100,8 +100,10 @@ fuzz-config: deps build-fuzz/CMakeCache.txt
 	    -artifact_prefix=tests/fuzz/config/ -dict=tests/fuzz/config.dict \
 	    -print_final_stats=1 build-fuzz/corpus-config tests/fuzz/config
 
+# PREFIX is given at install time, so it takes effect whatever prefix build/ was configured
+# with (the configure-time one only chose the default and the lib directory's name).
 install: build
-	$(CMAKE) --install build
+	$(CMAKE) --install build --prefix "$(PREFIX)"
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz demo-out

@@ -10,6 +10,7 @@
 #include "troupe/io.h"
 #include "troupe/model.h"
 #include "troupe/monitor.h"
+#include "troupe/rng.h"
 #include "troupe/msg.h"
 #include "troupe/engine.h"
 #include "troupe/runtime.h"

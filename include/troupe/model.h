@@ -7,13 +7,21 @@
  * layer owns one contiguous range, which is what a gradient bucket or a pipeline stage
  * needs), and activations (each layer's region starts with its output, (B, T, out_dim)).
  * Layer i reads layer i-1's output; the first layer reads the batch (token ids or floats);
- * the last layer is a loss layer whose forward returns the mean loss. Backward runs layer by
- * layer, last to first, and a callback hears as soon as each layer's gradient range is final.
+ * the last layer is a loss layer whose forward returns the mean loss, from integer targets
+ * (class ids, e.g. cross-entropy) or float targets (y_dim floats per position, e.g. MSE), as
+ * the layer declares (tr_layer_set_loss). Backward runs layer by layer, last to first, and a
+ * callback hears as soon as each layer's gradient range is final.
  *
  * Letters used in shapes: B batch, T time, C channels, V vocabulary, Vp padded vocabulary,
  * L layers, NH heads, OC output channels.
  * Users add layers by filling a tr_layer_t (tr_layer_init, tr_layer_add_param) with their
- * own tr_layer_ops_t. All math is fp32 on the CPU for now; buffers carry a device.
+ * own tr_layer_ops_t; docs/custom-layers.md is the guide. All math is fp32 on the CPU for now;
+ * buffers carry a device.
+ *
+ * Ownership, in one place: a layer given to tr_model_create belongs to the model from that
+ * call on, also when the call fails; the model frees it (ops->destroy, then free()) in
+ * tr_model_destroy. So a user's tr_layer_t must come from malloc/calloc, and its state is
+ * freed by its ops->destroy. The array of layer pointers stays the caller's.
  * Threads: every function here may be called from any thread, but a model is used by one
  * thread at a time; its kernels spread over the kernels' thread pool (and set OpenBLAS to one
  * thread per call, see kernels/cpu/linear.c).
@@ -24,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "troupe/rng.h"
 #include "troupe/types.h"
 
 #ifdef __cplusplus
@@ -36,6 +45,10 @@ extern "C" {
 /* Targets equal to this are skipped by the loss (PyTorch's default ignore_index). */
 #define TR_IGNORE_INDEX (-100)
 
+/* What targets a layer reads (tr_layer_t.targets): none (every layer but the loss), integer
+ * class ids (B, T), or y_dim floats per position (B, T, y_dim). */
+enum { TR_TARGETS_NONE = 0, TR_TARGETS_INT = 1, TR_TARGETS_FLOAT = 2 };
+
 /* One parameter tensor of a layer: an entry of the size table. */
 typedef struct {
     char name[TR_LAYER_NAME_MAX];
@@ -43,6 +56,7 @@ typedef struct {
     int64_t shape[TR_PARAM_MAX_DIMS];
     size_t numel;
     size_t offset; /* floats from the start of the layer's parameter range */
+    int no_decay; /* 1: the optimizer applies no weight decay to this tensor */
 } tr_param_info_t;
 
 typedef struct tr_layer tr_layer_t;
@@ -52,7 +66,14 @@ typedef struct tr_layer tr_layer_t;
 typedef struct {
     int B, T;
     const int *tokens;   /* (B, T) token ids of the batch, or NULL */
-    const int *targets;  /* (B, T) targets of the batch, or NULL (forward without loss) */
+    const int *targets;  /* (B, T) integer targets of the batch, or NULL (forward without
+                          * loss, or a model whose loss layer reads float targets) */
+    const float *y;      /* (B, T, y_dim) float targets of the batch, or NULL (forward without
+                          * loss, or a model whose loss layer reads integer targets) */
+    int y_dim;           /* floats per position of y (the loss layer's y_dim), 0 without y */
+    int training;        /* 1: a training forward/backward; 0: evaluation (tr_model_set_training).
+                          * Layers that act differently (dropout) read it; backward may run in
+                          * either mode */
     const float *in;     /* (B, T, in_dim): previous layer's output, or the batch's floats */
     float *acts;         /* this layer's activation region, act_size floats */
     float *out;          /* == acts: (B, T, out_dim) */
@@ -77,7 +98,8 @@ typedef struct {
     /* 0 or a negative TR_E* code (a bad token id, a bad target) */
     int (*forward)(tr_layer_t *layer, tr_layer_ctx_t *ctx);
     int (*backward)(tr_layer_t *layer, tr_layer_ctx_t *ctx);
-    /* fills the layer's parameters for training from scratch; rng is a splitmix64 state */
+    /* fills the layer's parameters for training from scratch (may be NULL: they stay 0);
+     * draw from rng with troupe/rng.h (tr_rng_uniform, tr_rng_normal, tr_rng_fill_*) */
     void (*init)(tr_layer_t *layer, float *params, uint64_t *rng);
     /* frees state; may be NULL */
     void (*destroy)(tr_layer_t *layer);
@@ -88,7 +110,9 @@ struct tr_layer {
     char name[TR_LAYER_NAME_MAX];
     int in_dim;  /* floats per position read (0: the layer reads token ids) */
     int out_dim; /* floats per position written (1 for a loss layer: the losses) */
-    int is_loss;
+    int is_loss; /* read-only: set by tr_layer_set_loss */
+    int targets; /* read-only: TR_TARGETS_* the layer reads, set by tr_layer_set_loss */
+    int y_dim;   /* read-only: floats per position of its float targets (TR_TARGETS_FLOAT) */
     int n_params;
     tr_param_info_t params[TR_LAYER_MAX_PARAMS];
     size_t param_count;  /* floats in the layer's range (the sum of the table) */
@@ -96,18 +120,39 @@ struct tr_layer {
     void *state;         /* the layer's own configuration */
 };
 
-/* Sets up a layer with no parameters yet. TR_EINVAL for a NULL ops or an over-long name. */
+/* Sets up a layer with no parameters yet (not a loss layer, reads no targets). The layer
+ * memory is the caller's until tr_model_create takes it: allocate it with malloc/calloc, since
+ * the model free()s it; state becomes the layer's (ops->destroy frees it, if anything must).
+ * TR_EINVAL for a NULL layer, ops or name, an over-long name, in_dim < 0 or out_dim < 1; the
+ * layer and state are untouched then. Any thread. */
 int tr_layer_init(tr_layer_t *layer, const tr_layer_ops_t *ops, const char *name, int in_dim,
                   int out_dim, void *state);
 
-/* Appends a parameter tensor to the layer's size table. TR_EINVAL for a bad shape, TR_ENOSPC
- * past TR_LAYER_MAX_PARAMS. */
+/* Appends a parameter tensor to the layer's size table. Its weight decay follows the GPT-2 /
+ * PyTorch recipe: a tensor of ndim >= 2 (a matrix, an embedding) is decayed, one of ndim 1 (a
+ * bias, a LayerNorm weight) is not (no_decay = 1); tr_layer_set_param_no_decay changes it.
+ * TR_EINVAL for a bad shape or name, TR_ENOSPC past TR_LAYER_MAX_PARAMS. Any thread. */
 int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int64_t *shape);
+
+/* Sets the no_decay flag of the layer's parameter named name (1: the optimizer applies no
+ * weight decay to it). Before tr_model_create. TR_EINVAL for a NULL layer or name, or no
+ * parameter of that name. Any thread. */
+int tr_layer_set_param_no_decay(tr_layer_t *layer, const char *name, int no_decay);
 
 /* The layer's parameter named name, or NULL. */
 const tr_param_info_t *tr_layer_find_param(const tr_layer_t *layer, const char *name);
 
-/* ---- built-in layers: each allocates a layer the model will own -------------------------- */
+/* Marks the layer as a loss layer that reads targets of the given kind: TR_TARGETS_INT (class
+ * ids; y_dim must be 0) or TR_TARGETS_FLOAT (y_dim >= 1 floats per position). A loss layer's
+ * forward sets ctx->loss (the mean) when the targets are there and its backward starts the
+ * gradient (dout is NULL). TR_EINVAL for another kind or a y_dim that does not fit it. Any
+ * thread. */
+int tr_layer_set_loss(tr_layer_t *layer, int targets, int y_dim);
+
+/* ---- built-in layers ---------------------------------------------------------------------
+ * Each allocates *out (malloc'ed: give it to tr_model_create, which then owns it); on failure
+ * nothing is left allocated and *out is not a layer. TR_EINVAL for a size < 1 or a bad name,
+ * TR_ENOMEM. Any thread. Weight decay: matrices decayed, vectors not (tr_layer_add_param). */
 
 /* inp (B, T, C) -> (B, T, OC); weight (OC, C), bias (OC) when with_bias. */
 int tr_layer_linear_create(tr_layer_t **out, const char *name, int C, int OC, int with_bias);
@@ -117,8 +162,13 @@ int tr_layer_gelu_create(tr_layer_t **out, const char *name, int C);
 int tr_layer_layernorm_create(tr_layer_t **out, const char *name, int C);
 /* token ids (B, T) -> (B, T, C); wte (V, C), wpe (maxT, C) when maxT > 0 */
 int tr_layer_embedding_create(tr_layer_t **out, const char *name, int V, int maxT, int C);
-/* logits (B, T, V) and targets -> losses (B, T), mean over targets != ignore_index */
+/* logits (B, T, V) and integer targets (B, T) -> losses (B, T), mean over targets !=
+ * ignore_index. A TR_TARGETS_INT loss layer. */
 int tr_layer_crossentropy_create(tr_layer_t **out, const char *name, int V, int ignore_index);
+/* predictions (B, T, dim) and float targets y (B, T, dim) -> losses (B, T) (the mean over dim
+ * of (in - y)^2 per position); the loss is the mean of (in - y)^2 over all B T dim floats, as
+ * PyTorch's MSELoss(reduction="mean"). A TR_TARGETS_FLOAT loss layer with y_dim = dim. */
+int tr_layer_mse_create(tr_layer_t **out, const char *name, int dim);
 
 /* ---- models -------------------------------------------------------------------------------- */
 
@@ -129,22 +179,29 @@ typedef struct tr_model tr_model_t;
 typedef int (*tr_model_grad_cb)(tr_model_t *model, int layer, size_t offset, size_t count,
                                 void *arg);
 
-/* A batch: B sequences of T positions; tokens or x (floats, (B, T, in_dim) of layer 0). */
+/* A batch: B sequences of T positions; tokens or x (floats, (B, T, in_dim) of layer 0), and
+ * the targets the model's loss layer reads (tr_model_targets): integer targets or float y.
+ * Without them forward computes no loss and backward is refused; the other kind is refused. */
 typedef struct {
     int B, T;
     const int *tokens;  /* (B, T) or NULL */
     const float *x;     /* (B, T, in_dim) or NULL */
-    const int *targets; /* (B, T) or NULL: forward computes no loss, backward is refused */
+    const int *targets; /* (B, T) integer targets, or NULL */
+    const float *y;     /* (B, T, y_dim) float targets, or NULL */
+    int y_dim;          /* floats per position of y: the loss layer's y_dim */
 } tr_batch_t;
 
 /* Builds a model from n layers (made by the create functions above, or by the user with
- * malloc and tr_layer_init) and allocates parameters and gradients (zeroed). The layers
- * always become the model's: on failure they are freed, the array itself stays the caller's.
- * Consecutive layers must agree: layer i's in_dim == layer i-1's out_dim; only the last layer may
- * be a loss layer. TR_EINVAL (with why filled in when why != NULL) otherwise, TR_ENOMEM. Any
- * thread. */
+ * malloc/calloc and tr_layer_init) and allocates parameters and gradients (zeroed).
+ * Ownership: every layers[i] becomes the model's in this call, ALSO ON FAILURE (then they are
+ * freed here: ops->destroy, then free()); do not touch or free them afterwards. The array
+ * itself stays the caller's. Consecutive layers must agree: layer i's in_dim == layer i-1's
+ * out_dim; only the last layer may be a loss layer, and a loss layer must be marked with
+ * tr_layer_set_loss. TR_EINVAL (with why filled in when why != NULL) otherwise, TR_ENOMEM.
+ * The model starts in training mode. Any thread. */
 int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, size_t why_len);
-/* Frees the model and its layers. NULL does nothing. */
+/* Frees the model and its layers (each: ops->destroy when not NULL, then free()). NULL does
+ * nothing. Any thread, not while another call on the model runs. */
 void tr_model_destroy(tr_model_t *model);
 
 /* GPT-2 as llm.c builds it. padded_vocab_size 0 = vocab_size rounded up to a multiple of 128. */
@@ -172,25 +229,45 @@ const tr_gpt2_config_t *tr_model_gpt2_config(const tr_model_t *model);
 const float *tr_model_gpt2_logits(const tr_model_t *model);
 
 /* An MLP classifier: widths[0] inputs, linear (with bias) + GELU between consecutive widths,
- * no GELU after the last linear, then cross-entropy over widths[n-1] classes. n >= 2. */
+ * no GELU after the last linear, then cross-entropy over widths[n-1] classes. n >= 2.
+ * Weights are decayed, biases not. */
 int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, size_t why_len);
 
-/* Fills parameters for training from scratch (each layer's init; deterministic per seed). */
+/* Fills parameters for training from scratch: each layer's init in layer order, all drawing
+ * from one tr_rng state seeded with seed (deterministic per seed). */
 void tr_model_init_params(tr_model_t *model, uint64_t seed);
+
+/* The targets the model's loss layer reads: TR_TARGETS_INT, TR_TARGETS_FLOAT (then *y_dim,
+ * when y_dim != NULL, gets its floats per position; 0 otherwise) or TR_TARGETS_NONE when the
+ * last layer is not a loss layer. For checking a dataset against the model. Any thread. */
+int tr_model_targets(const tr_model_t *model, int *y_dim);
+
+/* Training (1, the default) or evaluation (0) mode: every later forward/backward hands it to
+ * the layers as ctx->training. Set 1 before training micro-batches, 0 before evaluation. */
+void tr_model_set_training(tr_model_t *model, int training);
+int tr_model_training(const tr_model_t *model);
 
 /* Forward over all layers; with targets, *loss (may be NULL) gets the mean loss. Allocates
  * activations for (B, T) when they change. TR_EINVAL for a batch that does not fit (T larger
- * than the model's context, missing tokens/x, a bad token or target id), TR_ENOMEM. */
+ * than the model's context, missing tokens/x, a bad token or target id, integer targets for a
+ * loss layer that reads float ones or the reverse, a y_dim other than the loss layer's),
+ * TR_ENOMEM; tr_model_error says why. */
 int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss);
 
 /* Backward over all layers after a forward with targets, last to first, accumulating into
  * the gradients; cb (may be NULL) hears each layer's range as it becomes final. TR_EINVAL
- * when the batch had no targets or the last layer is not a loss layer. */
+ * when the batch had no targets or the last layer is not a loss layer; tr_model_error says
+ * why. */
 int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg);
+
+/* Why the last model call that returned an error failed (which field, layer and value): ""
+ * before any error. Valid until the next failing call. */
+const char *tr_model_error(const tr_model_t *model);
 
 /* One layer at a time, for executors and pipeline stages (layers [first, last] of a stage):
  * tr_model_layer_forward(i) needs layers < i done on the same batch; tr_model_layer_backward
- * (i) needs layers > i done. tr_model_forward/backward are loops over these. */
+ * (i) needs layers > i done. tr_model_forward/backward are loops over these. Errors as theirs,
+ * with tr_model_error naming the layer (a layer's own failure: its name and the code). */
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
 

@@ -1,9 +1,10 @@
-/* layers.c: the built-in layers as tr_layer_t: linear, GELU, LayerNorm, embedding and
- * cross-entropy, each a thin wrapper that maps a layer context onto its kernel (ops.h).
+/* layers.c: the built-in layers as tr_layer_t: linear, GELU, LayerNorm, embedding,
+ * cross-entropy and mean squared error, each a thin wrapper that maps a layer context onto
+ * its kernel (ops.h; MSE is small enough to live here).
  *
- * Activation regions (floats, output first), N = B T:
+ * Activation regions (floats, output first), N = B T, D = MSE's dim:
  *   linear (N, OC) | gelu (N, C) | layernorm (N, C) + mean (N) + rstd (N) |
- *   embedding (N, C) | crossentropy losses (N) + probs (N, V).
+ *   embedding (N, C) | crossentropy losses (N) + probs (N, V) | mse losses (N).
  */
 #include "troupe/model.h"
 
@@ -57,12 +58,6 @@ static int finish(tr_layer_t **out, int err)
     return err;
 }
 
-static void init_uniform(float *x, size_t n, float bound, uint64_t *rng)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (2.0f * tr__rand_uniform(rng) - 1.0f) * bound;
-}
-
 /* ---- linear: (N, C) -> (N, OC); weight (OC, C), bias (OC) ---------------------------------- */
 
 static int linear_forward(tr_layer_t *l, tr_layer_ctx_t *c)
@@ -82,7 +77,7 @@ static int linear_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 
 static void linear_init(tr_layer_t *l, float *params, uint64_t *rng)
 {
-    init_uniform(params, l->param_count, 1.0f / sqrtf((float)l->in_dim), rng); // PyTorch's
+    tr_rng_fill_uniform(rng, params, l->param_count, 1.0f / sqrtf((float)l->in_dim)); // PyTorch's
 }
 
 static const tr_layer_ops_t linear_ops = {
@@ -204,7 +199,7 @@ static int embedding_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 
 static void embedding_init(tr_layer_t *l, float *params, uint64_t *rng)
 {
-    tr__rand_normal(params, l->param_count, 0.02f, rng);
+    tr_rng_fill_normal(rng, params, l->param_count, 0.02f);
 }
 
 static const tr_layer_ops_t embedding_ops = {
@@ -269,6 +264,55 @@ int tr_layer_crossentropy_create(tr_layer_t **out, const char *name, int V, int 
     if (!s) return V < 1 ? TR_EINVAL : TR_ENOMEM;
     s->ignore_index = ignore_index;
     int err = new_layer(out, &crossentropy_ops, name, V, 1, s);
-    if (!err) (*out)->is_loss = 1;
+    if (!err) tr_layer_set_loss(*out, TR_TARGETS_INT, 0);
+    return err;
+}
+
+/* ---- mse: predictions (N, D) + float targets y (N, D) -> losses (N) ------------------------- */
+
+/* losses[n] = mean over D of (in - y)^2; loss = the mean over all N D (sums in double). */
+static int mse_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    size_t N = ROWS(c), D = (size_t)l->in_dim;
+    if (!c->y) { // no targets: nothing to compare against, the prediction is the input
+        memset(c->out, 0, N * sizeof(float));
+        return 0;
+    }
+    double total = 0;
+    for (size_t n = 0; n < N; n++) {
+        const float *in = c->in + n * D, *y = c->y + n * D;
+        double row = 0;
+        for (size_t d = 0; d < D; d++) {
+            double e = (double)in[d] - (double)y[d];
+            row += e * e;
+        }
+        c->out[n] = (float)(row / (double)D);
+        total += row;
+    }
+    c->loss = (float)(total / (double)(N * D));
+    return 0;
+}
+
+/* din += 2 (in - y) / (N D) * loss_scale */
+static int mse_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    size_t n = ROWS(c) * (size_t)l->in_dim;
+    if (!c->y) return TR_EINVAL;
+    if (!c->din) return 0; // the input is the batch: nothing needs its gradient
+    float k = 2.0f * c->loss_scale / (float)n;
+    for (size_t i = 0; i < n; i++)
+        c->din[i] += k * (c->in[i] - c->y[i]);
+    return 0;
+}
+
+static const tr_layer_ops_t mse_ops = {
+    "mse", out_size, no_scratch, mse_forward, mse_backward, NULL, NULL,
+};
+
+int tr_layer_mse_create(tr_layer_t **out, const char *name, int dim)
+{
+    if (dim < 1) return TR_EINVAL;
+    int err = new_layer(out, &mse_ops, name, dim, 1, NULL);
+    if (!err) tr_layer_set_loss(*out, TR_TARGETS_FLOAT, dim);
     return err;
 }

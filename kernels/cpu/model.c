@@ -5,7 +5,9 @@
  * for a given (B, T), each layer's region starting with its output. Backward hands gradients
  * between layers through two ping-pong buffers (layer i reads dbuf[i % 2] and writes its
  * input's gradient into dbuf[(i + 1) % 2]), sized for the widest layer boundary, and shares
- * one scratch buffer sized for the hungriest layer. Not thread-safe: one caller per model.
+ * one scratch buffer sized for the hungriest layer. The batch is copied in at layer 0's
+ * forward (tokens or x, and the targets the loss layer reads: integer or float y), after it
+ * has been checked against the layers. Not thread-safe: one caller per model.
  */
 #include "troupe/model.h"
 
@@ -37,36 +39,16 @@ struct tr_model {
     size_t n_dbuf;
     int *tokens, *targets; // (B, T) copies of the batch
     float *x;              // (B, T, in_dim of layer 0) copy
-    int has_targets;
+    float *y;              // (B, T, y_dim of the loss layer) copy, when it reads float targets
+    int has_targets;       // the batch had the targets the loss layer reads
+    int training;
     float loss, loss_scale;
     int is_gpt2;
     tr_gpt2_config_t gpt2;
+    char why[256]; // why the last failing call failed
 };
 
-/* ---- random numbers and small helpers ---------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-float tr__rand_uniform(uint64_t *rng)
-{
-    return (float)(splitmix64(rng) >> 40) / 16777216.0f;
-}
-
-void tr__rand_normal(float *x, size_t n, float std, uint64_t *rng)
-{
-    for (size_t i = 0; i < n; i += 2) {
-        float u1 = 1.0f - tr__rand_uniform(rng), u2 = tr__rand_uniform(rng); // u1 in (0, 1]
-        float r = sqrtf(-2.0f * logf(u1)) * std;
-        x[i] = r * cosf(6.28318530718f * u2);
-        if (i + 1 < n) x[i + 1] = r * sinf(6.28318530718f * u2);
-    }
-}
+/* ---- small helpers ----------------------------------------------------------------------- */
 
 void tr__fill(float *x, size_t n, float value)
 {
@@ -82,6 +64,16 @@ int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
         vsnprintf(why, why_len, fmt, ap);
         va_end(ap);
     }
+    return err;
+}
+
+/* Records why a model call fails; returns err, for `return fail(...)`. */
+__attribute__((format(printf, 3, 4))) static int fail(tr_model_t *m, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->why, sizeof(m->why), fmt, ap);
+    va_end(ap);
     return err;
 }
 
@@ -103,7 +95,8 @@ int tr_layer_init(tr_layer_t *layer, const tr_layer_ops_t *ops, const char *name
 
 int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int64_t *shape)
 {
-    if (ndim < 1 || ndim > TR_PARAM_MAX_DIMS || strlen(name) >= TR_LAYER_NAME_MAX)
+    if (!layer || !name || !shape || ndim < 1 || ndim > TR_PARAM_MAX_DIMS ||
+        strlen(name) >= TR_LAYER_NAME_MAX)
         return TR_EINVAL;
     if (layer->n_params == TR_LAYER_MAX_PARAMS) return TR_ENOSPC;
     tr_param_info_t *p = &layer->params[layer->n_params];
@@ -117,8 +110,31 @@ int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int6
         p->numel *= (size_t)shape[d];
     }
     p->offset = layer->param_count;
+    p->no_decay = ndim < 2; // matrices decay, biases and norm weights do not (GPT-2's recipe)
     layer->param_count += p->numel;
     layer->n_params++;
+    return 0;
+}
+
+int tr_layer_set_param_no_decay(tr_layer_t *layer, const char *name, int no_decay)
+{
+    if (!layer || !name) return TR_EINVAL;
+    for (int i = 0; i < layer->n_params; i++)
+        if (strcmp(layer->params[i].name, name) == 0) {
+            layer->params[i].no_decay = no_decay != 0;
+            return 0;
+        }
+    return TR_EINVAL;
+}
+
+int tr_layer_set_loss(tr_layer_t *layer, int targets, int y_dim)
+{
+    if (!layer) return TR_EINVAL;
+    if (targets == TR_TARGETS_INT ? y_dim != 0 : targets != TR_TARGETS_FLOAT || y_dim < 1)
+        return TR_EINVAL;
+    layer->is_loss = 1;
+    layer->targets = targets;
+    layer->y_dim = y_dim;
     return 0;
 }
 
@@ -154,6 +170,11 @@ static int check_chain(tr_layer_t **layers, int n, char *why, size_t why_len)
         if (l->is_loss && i != n - 1)
             return tr__why(TR_EINVAL, why, why_len, "layer %d (%s): a loss layer must be last", i,
                            l->name);
+        if (l->is_loss != (l->targets == TR_TARGETS_INT || l->targets == TR_TARGETS_FLOAT))
+            return tr__why(TR_EINVAL, why, why_len,
+                           "layer %d (%s): is_loss %d with targets %d: mark a loss layer with "
+                           "tr_layer_set_loss (TR_TARGETS_INT or TR_TARGETS_FLOAT)",
+                           i, l->name, l->is_loss, l->targets);
         if (i > 0 && l->in_dim != layers[i - 1]->out_dim)
             return tr__why(TR_EINVAL, why, why_len,
                            "layer %d (%s) reads %d floats per position, layer %d (%s) writes %d", i,
@@ -175,6 +196,7 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
     m->layers = malloc((size_t)n * sizeof(*m->layers));
     m->n = n;
     m->loss_scale = 1.0f;
+    m->training = 1;
     for (int i = 0; i < n && m->layers; i++) {
         m->layers[i] = layers[i];
         layers[i]->param_offset = m->n_params;
@@ -201,7 +223,8 @@ static void free_acts(tr_model_t *m)
     free(m->tokens);
     free(m->targets);
     free(m->x);
-    m->acts = m->scratch = m->dbuf[0] = m->dbuf[1] = m->x = NULL;
+    free(m->y);
+    m->acts = m->scratch = m->dbuf[0] = m->dbuf[1] = m->x = m->y = NULL;
     m->act_off = NULL;
     m->tokens = m->targets = NULL;
     m->B = m->T = 0;
@@ -245,8 +268,10 @@ static int reserve(tr_model_t *m, int B, int T)
     m->tokens = malloc(N * sizeof(int));
     m->targets = malloc(N * sizeof(int));
     m->x = malloc(N * (size_t)(m->layers[0]->in_dim ? m->layers[0]->in_dim : 1) * sizeof(float));
+    int y_dim = m->layers[m->n - 1]->y_dim;
+    m->y = malloc(N * (size_t)(y_dim ? y_dim : 1) * sizeof(float));
     if (!m->acts || !m->scratch || !m->dbuf[0] || !m->dbuf[1] || !m->tokens || !m->targets ||
-        !m->x) {
+        !m->x || !m->y) {
         free_acts(m);
         return TR_ENOMEM;
     }
@@ -258,20 +283,69 @@ static int reserve(tr_model_t *m, int B, int T)
     return 0;
 }
 
+/* The batch's targets against what the loss layer reads: the other kind is refused, not
+ * ignored. A model without a loss layer reads none and ignores them. */
+static int check_targets(tr_model_t *m, const tr_batch_t *b)
+{
+    const tr_layer_t *loss = m->layers[m->n - 1];
+    if (b->y && b->y_dim < 1)
+        return fail(m, TR_EINVAL, "batch: y (float targets) given with y_dim %d, need >= 1",
+                    b->y_dim);
+    if (!loss->is_loss) return 0;
+    if (loss->targets == TR_TARGETS_INT && b->y)
+        return fail(m, TR_EINVAL,
+                    "batch: loss layer '%s' reads integer targets (batch.targets); the batch "
+                    "gives float targets (batch.y, y_dim %d)",
+                    loss->name, b->y_dim);
+    if (loss->targets == TR_TARGETS_FLOAT && b->targets)
+        return fail(m, TR_EINVAL,
+                    "batch: loss layer '%s' reads float targets (batch.y, y_dim %d); the batch "
+                    "gives integer targets (batch.targets)",
+                    loss->name, loss->y_dim);
+    if (loss->targets == TR_TARGETS_FLOAT && b->y && b->y_dim != loss->y_dim)
+        return fail(m, TR_EINVAL,
+                    "batch: y_dim %d, but loss layer '%s' reads %d floats per position", b->y_dim,
+                    loss->name, loss->y_dim);
+    return 0;
+}
+
+static int check_batch(tr_model_t *m, const tr_batch_t *b)
+{
+    tr_layer_t *first = m->layers[0];
+    if (!b) return fail(m, TR_EINVAL, "batch: NULL");
+    if (b->B < 1 || b->T < 1)
+        return fail(m, TR_EINVAL, "batch: B %d, T %d, need both >= 1", b->B, b->T);
+    if (m->is_gpt2 && b->T > m->gpt2.max_seq_len)
+        return fail(m, TR_EINVAL, "batch: T %d is longer than the model's context (max_seq_len %d)",
+                    b->T, m->gpt2.max_seq_len);
+    if (first->in_dim == 0 && !b->tokens)
+        return fail(m, TR_EINVAL, "batch: layer 0 '%s' reads token ids, batch.tokens is NULL",
+                    first->name);
+    if (first->in_dim > 0 && !b->x)
+        return fail(m, TR_EINVAL,
+                    "batch: layer 0 '%s' reads %d floats per position, batch.x is NULL",
+                    first->name, first->in_dim);
+    return check_targets(m, b);
+}
+
 /* Copies the batch in (the model keeps it for backward). */
 static int take_batch(tr_model_t *m, const tr_batch_t *b)
 {
-    tr_layer_t *first = m->layers[0];
-    if (!b || b->B < 1 || b->T < 1) return TR_EINVAL;
-    if (m->is_gpt2 && b->T > m->gpt2.max_seq_len) return TR_EINVAL;
-    if (first->in_dim == 0 ? !b->tokens : !b->x) return TR_EINVAL;
-    int err = reserve(m, b->B, b->T);
+    tr_layer_t *first = m->layers[0], *loss = m->layers[m->n - 1];
+    int err = check_batch(m, b);
     if (err) return err;
+    err = reserve(m, b->B, b->T);
+    if (err) return fail(m, err, "batch: no memory for the activations of B %d, T %d", b->B, b->T);
     size_t N = (size_t)b->B * b->T;
     if (b->tokens) memcpy(m->tokens, b->tokens, N * sizeof(int));
     if (b->x) memcpy(m->x, b->x, N * (size_t)first->in_dim * sizeof(float));
-    m->has_targets = b->targets != NULL;
-    if (b->targets) memcpy(m->targets, b->targets, N * sizeof(int));
+    if (loss->targets == TR_TARGETS_FLOAT) {
+        m->has_targets = b->y != NULL;
+        if (b->y) memcpy(m->y, b->y, N * (size_t)loss->y_dim * sizeof(float));
+    } else {
+        m->has_targets = b->targets != NULL;
+        if (b->targets) memcpy(m->targets, b->targets, N * sizeof(int));
+    }
     return 0;
 }
 
@@ -280,11 +354,15 @@ static int take_batch(tr_model_t *m, const tr_batch_t *b)
 static tr_layer_ctx_t context(tr_model_t *m, int i)
 {
     tr_layer_t *l = m->layers[i];
+    int float_y = m->layers[m->n - 1]->targets == TR_TARGETS_FLOAT; // what the batch gave
     tr_layer_ctx_t c = {
         .B = m->B,
         .T = m->T,
         .tokens = m->tokens,
-        .targets = m->has_targets ? m->targets : NULL,
+        .targets = m->has_targets && !float_y ? m->targets : NULL,
+        .y = m->has_targets && float_y ? m->y : NULL,
+        .y_dim = m->has_targets && float_y ? m->layers[m->n - 1]->y_dim : 0,
+        .training = m->training,
         .in = i == 0 ? m->x : m->acts + m->act_off[i - 1],
         .acts = m->acts + m->act_off[i],
         .out = m->acts + m->act_off[i],
@@ -300,18 +378,22 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
 
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch)
 {
-    if (layer < 0 || layer >= model->n) return TR_EINVAL;
+    if (layer < 0 || layer >= model->n)
+        return fail(model, TR_EINVAL, "forward: layer %d of a model of %d layers", layer, model->n);
     if (layer == 0) {
         int err = take_batch(model, batch);
         if (err) return err;
     } else if (!model->acts) {
-        return TR_EINVAL;
+        return fail(model, TR_EINVAL, "forward: layer %d before layer 0 took a batch", layer);
     }
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     int err = l->ops->forward(l, &c);
-    if (!err && l->is_loss) model->loss = c.loss;
-    return err;
+    if (err)
+        return fail(model, err, "layer %d '%s': forward returned %s (%s)", layer, l->name,
+                    tr_err_name(err), tr_strerror(err));
+    if (l->is_loss) model->loss = c.loss;
+    return 0;
 }
 
 int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
@@ -327,9 +409,17 @@ int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
 int tr_model_layer_backward(tr_model_t *model, int layer)
 {
     // backward starts from a loss: the last layer must be one, and the batch must have targets
-    if (layer < 0 || layer >= model->n || !model->acts || !model->has_targets ||
-        !model->layers[model->n - 1]->is_loss)
-        return TR_EINVAL;
+    tr_layer_t *last = model->layers[model->n - 1];
+    if (layer < 0 || layer >= model->n)
+        return fail(model, TR_EINVAL, "backward: layer %d of a model of %d layers", layer,
+                    model->n);
+    if (!last->is_loss)
+        return fail(model, TR_EINVAL, "backward: the last layer '%s' is not a loss layer",
+                    last->name);
+    if (!model->acts || !model->has_targets)
+        return fail(model, TR_EINVAL, "backward: needs a forward on a batch with %s first",
+                    last->targets == TR_TARGETS_FLOAT ? "float targets (batch.y)"
+                                                      : "targets (batch.targets)");
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];
@@ -337,7 +427,10 @@ int tr_model_layer_backward(tr_model_t *model, int layer)
         c.din = model->dbuf[(layer + 1) % 2];
         memset(c.din, 0, (size_t)model->B * model->T * l->in_dim * sizeof(float));
     }
-    return l->ops->backward(l, &c);
+    int err = l->ops->backward(l, &c);
+    return err ? fail(model, err, "layer %d '%s': backward returned %s (%s)", layer, l->name,
+                      tr_err_name(err), tr_strerror(err))
+               : 0;
 }
 
 int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg)
@@ -358,6 +451,28 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
         tr_layer_t *l = model->layers[i];
         if (l->ops->init) l->ops->init(l, model->params + l->param_offset, &rng);
     }
+}
+
+int tr_model_targets(const tr_model_t *model, int *y_dim)
+{
+    const tr_layer_t *last = model->layers[model->n - 1];
+    if (y_dim) *y_dim = last->is_loss ? last->y_dim : 0;
+    return last->is_loss ? last->targets : TR_TARGETS_NONE;
+}
+
+void tr_model_set_training(tr_model_t *model, int training)
+{
+    model->training = training != 0;
+}
+
+int tr_model_training(const tr_model_t *model)
+{
+    return model->training;
+}
+
+const char *tr_model_error(const tr_model_t *model)
+{
+    return model->why;
 }
 
 float tr_model_loss(const tr_model_t *model)

@@ -137,9 +137,9 @@ static void block_init(tr_layer_t *l, float *params, uint64_t *rng)
         if (i == LN1W || i == LN2W)
             tr__fill(p, n, 1.0f);
         else if (i == QKVW || i == FCW)
-            tr__rand_normal(p, n, 0.02f, rng);
+            tr_rng_fill_normal(rng, p, n, 0.02f);
         else if (i == ATTPROJW || i == FCPROJW)
-            tr__rand_normal(p, n, 0.02f / sqrtf(2.0f * s->L), rng);
+            tr_rng_fill_normal(rng, p, n, 0.02f / sqrtf(2.0f * s->L));
         else
             tr__fill(p, n, 0.0f);
     }
@@ -283,7 +283,7 @@ static int make_layers(tr_layer_t **layers, const tr_gpt2_config_t *g)
     if (!err) {
         err = tr_layer_add_param(layers[L + 1], "lnfw", 1, (int64_t[]){C});
         err = err ? err : tr_layer_add_param(layers[L + 1], "lnfb", 1, (int64_t[]){C});
-        layers[L + 1]->is_loss = 1;
+        if (!err) tr_layer_set_loss(layers[L + 1], TR_TARGETS_INT, 0);
     }
     if (err)
         for (int i = 0; i < L + 2; i++)

@@ -1,7 +1,7 @@
 /* model_internal: what the model files share that users do not see.
  *
- * The random initialisers (splitmix64 + Box-Muller, deterministic across machines), the
- * helper that formats a "why" message, and the GPT-2 constructor's hook into the model.
+ * A fill helper for initialisers (the random ones are public: troupe/rng.h), the helper that
+ * formats a "why" message, and the GPT-2 constructor's hook into the model.
  */
 #ifndef TR_KERNELS_CPU_MODEL_INTERNAL_H
 #define TR_KERNELS_CPU_MODEL_INTERNAL_H
@@ -10,10 +10,6 @@
 
 #include "troupe/model.h"
 
-/* Uniform in [0, 1) from a splitmix64 state. */
-float tr__rand_uniform(uint64_t *rng);
-/* n floats ~ normal(0, std). */
-void tr__rand_normal(float *x, size_t n, float std, uint64_t *rng);
 /* n floats = value. */
 void tr__fill(float *x, size_t n, float value);
 

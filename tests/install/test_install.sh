@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
-# The installed package works for a user: install libtroupe to a temporary prefix, then build
-# the README's example against it with pkg-config (shared library) and with CMake's
-# find_package(troupe), and run both; build and run its engine example on the demo's text.
-# Keeps the README's snippets honest. Then build
-# examples/embed_mlp with its own Makefile (pkg-config) and run it: it trains, saves, reloads.
+# The installed package works for a user: install libtroupe into two temporary prefixes in a
+# row (as `make install PREFIX=...` run twice; the second must land in its own prefix, not in
+# the first or the one build/ was configured with), then build the README's example against the
+# second with pkg-config (shared library) and with CMake's find_package(troupe), and run both;
+# build and run its engine example on the demo's text. Keeps the README's snippets honest. Then
+# build examples/embed_mlp with its own Makefile (pkg-config) and run it: it trains, saves,
+# reloads.
 set -euo pipefail
 build_dir=$1
 src_dir=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
+# The Makefile's install target when build_dir is its build/ (-o build: install what is built,
+# do not rebuild from inside the test run); cmake --install for a build dir of another name.
+if [ "$(realpath "$build_dir")" = "$(realpath "$src_dir/build")" ]; then
+    install_into() { make -s -C "$src_dir" -o build install PREFIX="$1" >/dev/null; }
+    how="make install PREFIX=..."
+else
+    install_into() { cmake --install "$build_dir" --prefix "$1" >/dev/null; }
+    how="cmake --install --prefix ..."
+fi
+install_into "$tmp/first"
+install_into "$tmp/prefix"
+for p in first prefix; do
+    test -f "$tmp/$p/include/troupe.h" || { echo "install: $how put no troupe.h in $p/include"; exit 1; }
+    ls "$tmp"/$p/lib*/libtroupe.so "$tmp"/$p/lib*/pkgconfig/troupe.pc \
+       "$tmp"/$p/lib*/cmake/troupe/troupeConfig.cmake >/dev/null
+done
 libdir=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# the .pc is relocatable: it names the second prefix, where it lies
+case "$(pkg-config --variable=libdir troupe)" in
+"$tmp/prefix/"*) ;;
+*) echo "install: troupe.pc's libdir $(pkg-config --variable=libdir troupe) is not under $tmp/prefix"; exit 1 ;;
+esac
+rm -rf "$tmp/first" # nothing below may use the first prefix
 
 # the first C block of the README is the example
 awk '/^```c$/{on=1; next} /^```$/{if(on) exit} on' "$src_dir/README.md" > "$tmp/app.c"
@@ -60,6 +83,7 @@ make -s -C "$tmp/embed_mlp" >/dev/null
     { cat "$tmp/emb.txt"; exit 1; }
 grep -q '^reloaded: val loss .* (same)$' "$tmp/emb.txt"
 test -f "$tmp/emb_ckpt/latest"
+echo "install: $how into two prefixes in a row; the second holds the package"
 echo "install: pkg-config and find_package(troupe) builds of the README example ran;"
 echo "install: the README's engine example trained: $(grep '^step 100' "$tmp/eng/out.txt")"
 echo "install: examples/embed_mlp built with pkg-config, trained, saved and reloaded"

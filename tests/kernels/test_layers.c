@@ -21,6 +21,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
 #include "troupe/error.h"
+#include "troupe/model.h"
 
 /* Sizes: B batch, T time, C channels, OC output channels, NH heads, V vocab, Vp padded. */
 enum { B = 2, T = 5, C = 8, OC = 6, NH = 2, V = 7, Vp = 9, N = B * T };
@@ -34,6 +35,7 @@ enum { B = 2, T = 5, C = 8, OC = 6, NH = 2, V = 7, Vp = 9, N = B * T };
 #define TOL_EMBEDDING    5e-7
 #define TOL_ATTENTION    1e-6
 #define TOL_CROSSENTROPY 1e-6
+#define TOL_MSE          1e-6
 /* float forward vs double forward */
 #define TOL_FORWARD 1e-5
 
@@ -433,6 +435,79 @@ static void test_layers_crossentropy_matches_naive_and_finite_differences(void *
     }
 }
 
+/* ---- mse, through its tr_layer_t: mean over all N D of (in - y)^2 --------------------------- */
+
+enum { D = 3 };
+
+typedef struct {
+    double *in, *y; // (N, D) each
+    double scale;   // loss_scale
+} mse_ctx;
+
+static double ref_mse(const double *in, const double *y)
+{
+    double s = 0;
+    for (int i = 0; i < N * D; i++)
+        s += (in[i] - y[i]) * (in[i] - y[i]);
+    return s / (N * D);
+}
+
+static double mse_objective(void *p)
+{
+    mse_ctx *c = p;
+    return ref_mse(c->in, c->y) * c->scale;
+}
+
+/* The layer's forward and backward called as the model calls them: losses per position, the
+ * mean loss, and din (accumulated into, scaled by loss_scale) against finite differences. */
+static void test_layers_mse_matches_naive_and_finite_differences(void **state)
+{
+    tr_layer_t *l;
+    assert_int_equal(tr_layer_mse_create(&l, "mse", D), 0);
+    assert_true(l->is_loss);
+    assert_int_equal(l->targets, TR_TARGETS_FLOAT);
+    assert_int_equal(l->y_dim, D);
+    assert_int_equal(l->out_dim, 1);
+    assert_int_equal(l->ops->act_size(l, B, T), N);
+    mse_ctx c = {drand_array(N * D, 2), drand_array(N * D, 2), 3.0};
+    float *in = to_float(c.in, N * D), *y = to_float(c.y, N * D), losses[N], din[N * D];
+    for (int i = 0; i < N * D; i++)
+        din[i] = 0.5f; // backward accumulates: the prefill must survive
+    tr_layer_ctx_t ctx = {.B = B,
+                          .T = T,
+                          .in = in,
+                          .y = y,
+                          .y_dim = D,
+                          .acts = losses,
+                          .out = losses,
+                          .din = din,
+                          .loss_scale = (float)c.scale,
+                          .training = 1};
+    assert_int_equal(l->ops->forward(l, &ctx), 0);
+    assert_float_equal(ctx.loss, ref_mse(c.in, c.y), 1e-6 * ref_mse(c.in, c.y));
+    for (int n = 0; n < N; n++) {
+        double row = 0;
+        for (int d = 0; d < D; d++)
+            row += (c.in[n * D + d] - c.y[n * D + d]) * (c.in[n * D + d] - c.y[n * D + d]);
+        assert_float_equal(losses[n], row / D, 1e-6 * (row / D) + 1e-7);
+    }
+    assert_int_equal(l->ops->backward(l, &ctx), 0);
+    for (int i = 0; i < N * D; i++)
+        din[i] -= 0.5f;
+    expect_grad("mse din", mse_objective, &c, c.in, N * D, din, TOL_MSE);
+    // without targets forward computes no loss; backward has nothing to start from
+    ctx.y = NULL;
+    ctx.loss = -1;
+    assert_int_equal(l->ops->forward(l, &ctx), 0);
+    assert_true(ctx.loss == -1.0f);
+    assert_int_equal(l->ops->backward(l, &ctx), TR_EINVAL);
+    tr_layer_t *bad = NULL;
+    assert_int_equal(tr_layer_mse_create(&bad, "bad", 0), TR_EINVAL);
+    assert_null(bad);
+    free(l); // no state, no destroy: a model would free it the same way
+    free(c.in), free(c.y), free(in), free(y);
+}
+
 /* ---- the vector primitives: every ISA equals scalar on odd lengths and unaligned tails ------- */
 
 enum { N_VEC_OPS = 14 };
@@ -548,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_layers_embedding_backward_matches_finite_differences),
         cmocka_unit_test(test_layers_attention_matches_naive_and_finite_differences),
         cmocka_unit_test(test_layers_crossentropy_matches_naive_and_finite_differences),
+        cmocka_unit_test(test_layers_mse_matches_naive_and_finite_differences),
         cmocka_unit_test(test_layers_vector_paths_equal_scalar_on_odd_tails),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);

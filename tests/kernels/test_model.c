@@ -6,7 +6,10 @@
  * quotient carries ~1e-4 of rounding noise, so the bound is |g - fd| <= 1e-3 + 2e-2 |fd|; the
  * per-layer checks in test_layers.c hold the kernels to ~1e-6. Also: backward reports each
  * layer's range once, last to first, and the ranges tile the gradient buffer; bad configs and
- * bad batches are errors.
+ * bad batches are errors whose tr_model_error names the field. The embedder's API: a regression
+ * model with float targets (MSE) trains and checks out, a batch with the wrong kind of targets is
+ * refused, layers see the training flag, the model owns its layers also on failure, and the
+ * built-in models' weight-decay flags follow GPT-2's recipe (matrices decayed, vectors not).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -272,8 +275,253 @@ static void test_model_rejects_bad_configs_and_batches(void **state)
     tr_batch_t g = {.B = 1, .T = 1, .x = x, .targets = t};
     assert_int_equal(tr_model_forward(m, &g, NULL), 0);
     assert_int_equal(tr_model_backward(m, NULL, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(m), "'g' is not a loss layer"));
+    tr_batch_t no_x = {.B = 1, .T = 1};
+    assert_int_equal(tr_model_forward(m, &no_x, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(m), "batch.x is NULL"));
     tr_model_destroy(m);
     tr_model_destroy(NULL);
+}
+
+/* ---- float targets ------------------------------------------------------------------------ */
+
+/* 4 -> 8 -> 2 regression with MSE: float x, float y. */
+static tr_model_t *regression_mlp(void)
+{
+    tr_layer_t *layers[4];
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc0", 4, 8, 1), 0);
+    assert_int_equal(tr_layer_gelu_create(&layers[1], "gelu0", 8), 0);
+    assert_int_equal(tr_layer_linear_create(&layers[2], "fc1", 8, 2, 1), 0);
+    assert_int_equal(tr_layer_mse_create(&layers[3], "loss", 2), 0);
+    tr_model_t *m;
+    assert_int_equal(tr_model_create(&m, layers, 4, NULL, 0), 0);
+    tr_model_init_params(m, 9);
+    return m;
+}
+
+static void test_model_mse_regression_gradient_matches_finite_differences(void **state)
+{
+    tr_model_t *m = regression_mlp();
+    int y_dim = -1;
+    assert_int_equal(tr_model_targets(m, &y_dim), TR_TARGETS_FLOAT);
+    assert_int_equal(y_dim, 2);
+    float x[3 * 2 * 4], y[3 * 2 * 2];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)(irand(2001) - 1000) * 1e-3f;
+    for (int i = 0; i < 12; i++)
+        y[i] = (float)(irand(2001) - 1000) * 1e-3f;
+    tr_batch_t b = {.B = 3, .T = 2, .x = x, .y = y, .y_dim = 2};
+    check_model_gradient(m, &b);
+    // the loss is the mean of (prediction - y)^2 over all B T y_dim floats
+    float loss = loss_of(m, &b);
+    const float *pred = tr_model_output(m, 2);
+    double want = 0;
+    for (int i = 0; i < 12; i++)
+        want += ((double)pred[i] - y[i]) * ((double)pred[i] - y[i]) / 12;
+    assert_float_equal(loss, want, 1e-6 * want);
+    // and it learns: 1000 steps of SGD fit the 6 points
+    for (int step = 0; step < 1000; step++) {
+        tr_model_zero_grad(m);
+        loss_of(m, &b);
+        assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+        float *p = tr_model_params(m), *g = tr_model_grads(m);
+        for (size_t i = 0; i < tr_model_num_params(m); i++)
+            p[i] -= 0.5f * g[i];
+    }
+    print_message("mse sgd: loss %.4f -> %.4f\n", loss, loss_of(m, &b));
+    assert_true(loss_of(m, &b) < 0.05f * loss);
+    tr_model_destroy(m);
+}
+
+static void test_model_refuses_targets_of_the_other_kind(void **state)
+{
+    tr_model_t *reg = regression_mlp(), *cls;
+    int widths[] = {4, 3};
+    assert_int_equal(tr_model_mlp_create(&cls, widths, 2, NULL, 0), 0);
+    int y_dim = -1;
+    assert_int_equal(tr_model_targets(cls, &y_dim), TR_TARGETS_INT);
+    assert_int_equal(y_dim, 0);
+    float x[2 * 4] = {0}, y[2 * 3] = {0};
+    int targets[2] = {1, 2};
+    // integer targets for a float loss, float targets for an integer loss: refused, named
+    tr_batch_t b = {.B = 1, .T = 2, .x = x, .targets = targets};
+    assert_int_equal(tr_model_forward(reg, &b, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(reg), "'loss' reads float targets (batch.y, y_dim 2)"));
+    assert_non_null(strstr(tr_model_error(reg), "batch.targets"));
+    b = (tr_batch_t){.B = 1, .T = 2, .x = x, .y = y, .y_dim = 3};
+    assert_int_equal(tr_model_forward(cls, &b, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(cls), "'loss' reads integer targets (batch.targets)"));
+    assert_non_null(strstr(tr_model_error(cls), "batch.y"));
+    // a y_dim other than the loss layer's, or y without a y_dim
+    assert_int_equal(tr_model_forward(reg, &b, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(reg), "y_dim 3, but loss layer 'loss' reads 2"));
+    b.y_dim = 0;
+    assert_int_equal(tr_model_forward(reg, &b, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(reg), "y_dim 0, need >= 1"));
+    // no targets: forward predicts, backward is refused and says what it needs
+    b = (tr_batch_t){.B = 1, .T = 2, .x = x};
+    assert_int_equal(tr_model_forward(reg, &b, NULL), 0);
+    assert_int_equal(tr_model_backward(reg, NULL, NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_model_error(reg), "float targets (batch.y)"));
+    tr_model_destroy(reg);
+    tr_model_destroy(cls);
+}
+
+/* A loss layer must be declared with tr_layer_set_loss; poking is_loss alone is refused. */
+static void test_model_loss_layers_declare_their_targets(void **state)
+{
+    tr_layer_t *l;
+    assert_int_equal(tr_layer_gelu_create(&l, "g", 3), 0);
+    assert_int_equal(l->targets, TR_TARGETS_NONE);
+    assert_int_equal(tr_layer_set_loss(l, TR_TARGETS_INT, 2), TR_EINVAL);   // int takes no y_dim
+    assert_int_equal(tr_layer_set_loss(l, TR_TARGETS_FLOAT, 0), TR_EINVAL); // float needs one
+    assert_int_equal(tr_layer_set_loss(l, TR_TARGETS_NONE, 0), TR_EINVAL);
+    assert_int_equal(tr_layer_set_loss(l, 7, 1), TR_EINVAL);
+    assert_false(l->is_loss);
+    assert_int_equal(tr_layer_set_loss(l, TR_TARGETS_FLOAT, 3), 0);
+    assert_true(l->is_loss);
+    assert_int_equal(l->y_dim, 3);
+    l->targets = TR_TARGETS_NONE; // as a layer that only poked is_loss = 1
+    tr_model_t *m;
+    char why[200] = "";
+    assert_int_equal(tr_model_create(&m, &l, 1, why, sizeof(why)), TR_EINVAL);
+    assert_non_null(strstr(why, "tr_layer_set_loss"));
+}
+
+/* ---- the training flag -------------------------------------------------------------------- */
+
+typedef struct {
+    int fwd, bwd; // ctx->training seen by the last forward / backward, -1 before
+} seen_t;
+
+static int spy_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    ((seen_t *)l->state)->fwd = c->training;
+    memcpy(c->out, c->in, (size_t)c->B * c->T * l->in_dim * sizeof(float));
+    return 0;
+}
+
+static int spy_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    ((seen_t *)l->state)->bwd = c->training;
+    return 0;
+}
+
+static void free_spy_state(tr_layer_t *l)
+{
+    free(l->state);
+}
+
+static const tr_layer_ops_t spy_ops = {"spy",        scale_acts, NULL,          spy_forward,
+                                       spy_backward, NULL,       free_spy_state};
+
+static void test_model_layers_see_the_training_flag(void **state)
+{
+    tr_layer_t *layers[2], *spy = malloc(sizeof(*spy));
+    seen_t *seen = malloc(sizeof(*seen));
+    *seen = (seen_t){-1, -1};
+    assert_int_equal(tr_layer_init(spy, &spy_ops, "spy", 2, 2, seen), 0);
+    layers[0] = spy;
+    assert_int_equal(tr_layer_mse_create(&layers[1], "loss", 2), 0);
+    tr_model_t *m;
+    assert_int_equal(tr_model_create(&m, layers, 2, NULL, 0), 0);
+    float x[2] = {1, 2}, y[2] = {0, 0};
+    tr_batch_t b = {.B = 1, .T = 1, .x = x, .y = y, .y_dim = 2};
+    assert_int_equal(tr_model_training(m), 1); // a new model trains
+    assert_int_equal(tr_model_forward(m, &b, NULL), 0);
+    assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+    assert_int_equal(seen->fwd, 1);
+    assert_int_equal(seen->bwd, 1);
+    tr_model_set_training(m, 0);
+    assert_int_equal(tr_model_training(m), 0);
+    assert_int_equal(tr_model_forward(m, &b, NULL), 0);
+    assert_int_equal(seen->fwd, 0);
+    assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+    assert_int_equal(seen->bwd, 0);
+    tr_model_set_training(m, 1);
+    assert_int_equal(tr_model_forward(m, &b, NULL), 0);
+    assert_int_equal(seen->fwd, 1);
+    tr_model_destroy(m);
+}
+
+/* ---- ownership ---------------------------------------------------------------------------- */
+
+static int destroyed;
+
+static void count_destroy(tr_layer_t *l)
+{
+    destroyed++;
+}
+
+static const tr_layer_ops_t owned_ops = {"owned",        scale_acts, NULL,         scale_forward,
+                                         scale_backward, NULL,       count_destroy};
+
+/* tr_model_create takes the layers, also when it fails; destroy runs ops->destroy, then free
+ * (ASan checks the free). */
+static void test_model_owns_its_layers_also_on_failure(void **state)
+{
+    tr_layer_t *layers[2];
+    for (int i = 0; i < 2; i++) {
+        layers[i] = calloc(1, sizeof(tr_layer_t));
+        assert_int_equal(tr_layer_init(layers[i], &owned_ops, "owned", 3, 3, NULL), 0);
+    }
+    tr_model_t *m;
+    destroyed = 0;
+    assert_int_equal(tr_model_create(&m, layers, 2, NULL, 0), 0);
+    assert_int_equal(destroyed, 0);
+    tr_model_destroy(m);
+    assert_int_equal(destroyed, 2);
+    layers[0] = calloc(1, sizeof(tr_layer_t));
+    layers[1] = calloc(1, sizeof(tr_layer_t));
+    assert_int_equal(tr_layer_init(layers[0], &owned_ops, "a", 3, 3, NULL), 0);
+    assert_int_equal(tr_layer_init(layers[1], &owned_ops, "b", 4, 4, NULL), 0); // 3 != 4
+    destroyed = 0;
+    char why[160];
+    assert_int_equal(tr_model_create(&m, layers, 2, why, sizeof(why)), TR_EINVAL);
+    assert_int_equal(destroyed, 2);
+    assert_non_null(strstr(why, "layer 1 (b) reads 4 floats per position"));
+}
+
+/* ---- per-parameter weight decay ----------------------------------------------------------- */
+
+/* GPT-2 as llm.c's train_gpt2.cu decays: wte, wpe, qkvw, attprojw, fcw, fcprojw; never the
+ * biases or the LayerNorm weights. The MLP: weights decayed, biases not. */
+static void test_model_weight_decay_flags_follow_gpt2_recipe(void **state)
+{
+    tr_model_t *m = tiny_gpt2();
+    static const char *decayed[] = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"};
+    int n_decayed = 0, n_flagged = 0;
+    for (int li = 0; li < tr_model_num_layers(m); li++) {
+        tr_layer_t *l = tr_model_layer(m, li);
+        for (int k = 0; k < l->n_params; k++) {
+            int want_decay = 0;
+            for (int d = 0; d < 6; d++)
+                want_decay |= strcmp(l->params[k].name, decayed[d]) == 0;
+            if (l->params[k].no_decay == want_decay)
+                fail_msg("%s.%s: no_decay %d", l->name, l->params[k].name, l->params[k].no_decay);
+            n_decayed += want_decay, n_flagged += !want_decay;
+        }
+    }
+    assert_int_equal(n_decayed, 2 + 2 * 4); // wte wpe, 4 matrices in each of 2 blocks
+    assert_int_equal(n_flagged, 2 * 8 + 2); // 8 vectors per block, lnfw lnfb
+    tr_model_destroy(m);
+    int widths[] = {5, 6, 2};
+    assert_int_equal(tr_model_mlp_create(&m, widths, 3, NULL, 0), 0);
+    for (int li = 0; li < tr_model_num_layers(m); li += 2) { // fc0, fc1
+        tr_layer_t *l = tr_model_layer(m, li);
+        assert_int_equal(tr_layer_find_param(l, "weight")->no_decay, 0);
+        assert_int_equal(tr_layer_find_param(l, "bias")->no_decay, 1);
+    }
+    tr_model_destroy(m);
+    // a user layer's flags are set by name
+    tr_layer_t *l;
+    assert_int_equal(tr_layer_linear_create(&l, "fc", 3, 3, 1), 0);
+    assert_int_equal(tr_layer_set_param_no_decay(l, "weight", 1), 0);
+    assert_int_equal(tr_layer_set_param_no_decay(l, "bias", 0), 0);
+    assert_int_equal(tr_layer_find_param(l, "weight")->no_decay, 1);
+    assert_int_equal(tr_layer_find_param(l, "bias")->no_decay, 0);
+    assert_int_equal(tr_layer_set_param_no_decay(l, "gamma", 1), TR_EINVAL);
+    free(l);
 }
 
 int main(void)
@@ -285,6 +533,12 @@ int main(void)
         cmocka_unit_test(test_model_user_layer_joins_a_model),
         cmocka_unit_test(test_model_backward_reports_layers_last_to_first),
         cmocka_unit_test(test_model_rejects_bad_configs_and_batches),
+        cmocka_unit_test(test_model_mse_regression_gradient_matches_finite_differences),
+        cmocka_unit_test(test_model_refuses_targets_of_the_other_kind),
+        cmocka_unit_test(test_model_loss_layers_declare_their_targets),
+        cmocka_unit_test(test_model_layers_see_the_training_flag),
+        cmocka_unit_test(test_model_owns_its_layers_also_on_failure),
+        cmocka_unit_test(test_model_weight_decay_flags_follow_gpt2_recipe),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
