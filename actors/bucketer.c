@@ -14,7 +14,7 @@
 #include "actors/engine_internal.h"
 
 struct tr__bucketer {
-    tr_engine_t *eng;
+    const tr_engine_t *eng;
     size_t bucket_size; /* elements */
     size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
     uint32_t next_id;   /* bucket number within the step */
@@ -25,7 +25,7 @@ static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uin
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BUCKET);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, bucket)->bucket = b->next_id++;
-    TR_MSG_AS(m, bucket)->grads = tr__grad_ref(b->eng, lo, hi - lo);
+    TR_MSG_AS(m, bucket)->grads = tr__param_ref(b->eng, b->eng->buf_grads, lo, hi - lo);
     m->step = step;
     int rc = tr_actor_send(ctx->rt, b->eng->comm, m);
     if (rc < 0)

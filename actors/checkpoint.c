@@ -31,12 +31,16 @@
 #define VERSION    1
 #define KEY(pk, s) tr__mp_pack_str(pk, s)
 
+typedef struct loaded loaded_t;
+
 struct tr__ckpt_actor {
-    tr_engine_t *eng;
+    const tr_engine_t *eng;
     char err[8192];
+    loaded_t *restoring;          /* a restore's files, until the executor has taken them */
+    uint64_t stage_params, stage_moments; /* their registry ids while restoring */
 };
 
-static void pack_layers(msgpack_packer *pk, tr_model_t *model)
+static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
 {
     int n = tr_model_num_layers(model);
     msgpack_pack_array(pk, (size_t)n);
@@ -55,9 +59,9 @@ static void pack_layers(msgpack_packer *pk, tr_model_t *model)
     }
 }
 
-static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *config_json)
+static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
+                              const tr_msg_engine_state_t *st, const char *config_json)
 {
-    tr__data_pos_t pos = e->consumed; /* not the loader's: it has prefetched past it */
     msgpack_pack_map(pk, 12);
     KEY(pk, "format");
     tr__mp_pack_str(pk, FORMAT);
@@ -71,15 +75,15 @@ static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *co
     pack_layers(pk, e->model);
     KEY(pk, "counters");
     msgpack_pack_array(pk, 4);
-    msgpack_pack_uint64(pk, e->global_steps);
-    msgpack_pack_uint64(pk, e->global_samples);
-    msgpack_pack_uint64(pk, e->skipped_steps);
-    msgpack_pack_uint64(pk, e->micro_steps);
+    msgpack_pack_uint64(pk, st->global_step);
+    msgpack_pack_uint64(pk, st->global_samples);
+    msgpack_pack_uint64(pk, st->skipped_steps);
+    msgpack_pack_uint64(pk, st->micro_steps);
     KEY(pk, "data");
     msgpack_pack_array(pk, 3);
-    msgpack_pack_uint64(pk, pos.epoch);
-    msgpack_pack_uint64(pk, pos.cursor);
-    msgpack_pack_uint64(pk, pos.batch_index);
+    msgpack_pack_uint64(pk, st->epoch);
+    msgpack_pack_uint64(pk, st->cursor);
+    msgpack_pack_uint64(pk, st->batch_index);
     KEY(pk, "seed");
     msgpack_pack_uint64(pk, e->seed);
     KEY(pk, "world");
@@ -91,8 +95,8 @@ static void pack_model_header(msgpack_packer *pk, tr_engine_t *e, const char *co
     msgpack_pack_int(pk, e->GAS);
     KEY(pk, "config");
     tr__mp_pack_str(pk, config_json ? config_json : "");
-    KEY(pk, "optimizer");
-    tr__optimizer_state_pack(e, pk);
+    KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
+    msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
 
 static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffer *hdr,
@@ -101,17 +105,40 @@ static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffe
     return tr__ckpt_file_write(path, hdr->data, hdr->size, blobs, n, c->err, sizeof(c->err));
 }
 
-static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+/* The registered buffer a save reads: the parameters, or the optimizer's moments as the
+ * optimizer named them. */
+static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref,
+                                uint64_t id, size_t floats)
 {
-    tr_engine_t *e = c->eng;
-    char tag[64], tagdir[4096], path[4200];
-    if (tag_in && tag_in[0])
-        snprintf(tag, sizeof(tag), "%s", tag_in);
+    tr_tensor_ref_t whole;
+    if (!ref && tr_buffer_ref(c->eng->rt, id, 0, floats * sizeof(float), TR_DTYPE_F32, &whole) == 0)
+        ref = &whole;
+    char why[256];
+    const float *p = ref && ref->length == floats * sizeof(float)
+                         ? tr__resolve(c->eng, ref, why, sizeof(why))
+                         : (snprintf(why, sizeof(why), "the state arrays do not match the model"),
+                            NULL);
+    if (!p) snprintf(c->err, sizeof(c->err), "%s", why);
+    return p;
+}
+
+static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+{
+    const tr_engine_t *e = c->eng;
+    char tag[256], tagdir[4400], path[4500];
+    const char *dir = st->dir;
+    if (st->tag[0])
+        snprintf(tag, sizeof(tag), "%s", st->tag);
     else
-        snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)e->global_steps);
+        snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)st->global_step);
     if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
         return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", tag),
                TR_EINVAL;
+    const char *names[2];
+    int n = tr__optimizer_array_names(e, names, 2);
+    const float *params = saved_array(c, NULL, e->buf_params, e->n_params);
+    const float *moments = n ? saved_array(c, &st->moments, 0, (size_t)n * e->n_params) : NULL;
+    if (!params || (n && !moments)) return TR_EINVAL;
     snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
     int mk = tr__mkdir_p(tagdir);
     if (mk < 0)
@@ -123,16 +150,13 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    pack_model_header(&pk, e, config_json);
+    pack_model_header(&pk, &sb, e, st, config_json);
     free(config_json);
-    tr_ckpt_blob_t params = {tr_model_params(e->model), e->n_params * sizeof(float)};
+    tr_ckpt_blob_t blob = {params, e->n_params * sizeof(float)};
     snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
-    int rc = write_file(c, path, &sb, &params, 1);
+    int rc = write_file(c, path, &sb, &blob, 1);
     if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
         msgpack_sbuffer_clear(&sb);
-        float *arrays[2];
-        const char *names[2];
-        int n = tr__optimizer_arrays(e, arrays, names, 2);
         tr_ckpt_blob_t blobs[2];
         msgpack_pack_map(&pk, 5);
         KEY(&pk, "format");
@@ -147,7 +171,8 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
         msgpack_pack_array(&pk, (size_t)n);
         for (int i = 0; i < n; i++) {
             tr__mp_pack_str(&pk, names[i]);
-            blobs[i] = (tr_ckpt_blob_t){arrays[i], e->n_params * sizeof(float)};
+            blobs[i] = (tr_ckpt_blob_t){moments + (size_t)i * e->n_params,
+                                        e->n_params * sizeof(float)};
         }
         snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
         rc = write_file(c, path, &sb, blobs, (size_t)n);
@@ -178,7 +203,7 @@ static bool str_is(const msgpack_object *o, const char *s)
 /* The saved parameter table must be this model's, name for name and shape for shape. */
 static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpack_object *layers)
 {
-    tr_model_t *model = c->eng->model;
+    const tr_model_t *model = c->eng->model;
     int n = tr_model_num_layers(model);
     if (!layers || layers->type != MSGPACK_OBJECT_ARRAY)
         return snprintf(c->err, sizeof(c->err), "%s: layers: missing", path), TR_EFORMAT;
@@ -187,7 +212,7 @@ static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpac
                         path, layers->via.array.size, n),
                TR_EMISMATCH;
     for (int i = 0; i < n; i++) {
-        tr_layer_t *l = tr_model_layer(model, i);
+        const tr_layer_t *l = tr_model_layer(model, i);
         const msgpack_object *s = &layers->via.array.ptr[i];
         const msgpack_object *ps =
             s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2 ? &s->via.array.ptr[1] : NULL;
@@ -218,11 +243,11 @@ static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpac
     return 0;
 }
 
-typedef struct loaded {
+struct loaded {
     tr_ckpt_file_t model, optim;
     msgpack_unpacked mh, oh;
     uint64_t counters[4], data[3], seed;
-} loaded_t;
+};
 
 static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file_t *f,
                   msgpack_unpacked *u, const char *kind)
@@ -246,8 +271,8 @@ static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file
 /* Reads and checks both files; nothing in the engine changes. */
 static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *L)
 {
-    tr_engine_t *e = c->eng;
-    char mpath[4200], opath[4200];
+    const tr_engine_t *e = c->eng;
+    char mpath[4500], opath[4500];
     snprintf(mpath, sizeof(mpath), "%s/model_states.trck", tagdir);
     snprintf(opath, sizeof(opath), "%s/optim_states_rank%d.trck", tagdir, e->rank);
     int rc = tr__ckpt_file_read(mpath, &L->model, c->err, sizeof(c->err));
@@ -266,9 +291,8 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
         return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
                TR_EFORMAT;
     const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
-    float *mine[2];
     const char *names[2];
-    int n = tr__optimizer_arrays(e, mine, names, 2);
+    int n = tr__optimizer_array_names(e, names, 2);
     if (!arrays || arrays->type != MSGPACK_OBJECT_ARRAY || arrays->via.array.size != (uint32_t)n ||
         L->optim.payload_len != (size_t)n * e->n_params * sizeof(float) ||
         L->model.payload_len != e->n_params * sizeof(float))
@@ -288,52 +312,125 @@ static void loaded_free(loaded_t *L)
     tr__ckpt_file_free(&L->optim);
 }
 
-static int load(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+/* Registers one of a restore's staging arrays (the loaded file's payload). */
+static int stage(struct tr__ckpt_actor *c, const char *name, const void *p, size_t bytes,
+                 uint64_t *id, tr_tensor_ref_t *ref)
 {
-    tr_engine_t *e = c->eng;
-    char tag[64], tagdir[4096];
+    tr_buffer_info_t info = {.base = (void *)p,
+                             .bytes = bytes,
+                             .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = c->eng->checkpointer,
+                             .lifetime = TR_BUFFER_REQUEST};
+    snprintf(info.name, sizeof(info.name), "checkpointer/%s", name);
+    int rc = tr_buffer_register(c->eng->rt, &info, id);
+    if (rc == 0) rc = tr_buffer_ref(c->eng->rt, *id, 0, bytes, TR_DTYPE_F32, ref);
+    return rc;
+}
+
+static void end_restore(struct tr__ckpt_actor *c)
+{
+    if (c->stage_params) tr_buffer_unregister(c->eng->rt, c->stage_params);
+    if (c->stage_moments) tr_buffer_unregister(c->eng->rt, c->stage_moments);
+    c->stage_params = c->stage_moments = 0;
+    if (c->restoring) loaded_free(c->restoring);
+    free(c->restoring);
+    c->restoring = NULL;
+}
+
+/* Reads and checks a tag, stages its arrays and sends the restore on its way (optimizer,
+ * executor, back here): nothing in the engine changes unless every check passed. */
+static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+{
+    const tr_engine_t *e = c->eng;
+    char tag[256], tagdir[4400];
     int rc = 0;
     if (tag_in && tag_in[0])
         snprintf(tag, sizeof(tag), "%s", tag_in);
     else if ((rc = tr__ckpt_latest_read(dir, tag, sizeof(tag), c->err, sizeof(c->err))) < 0)
         return rc;
     snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
-    loaded_t L;
-    memset(&L, 0, sizeof(L));
-    rc = read_checked(c, tagdir, &L);
-    const msgpack_object *ost = rc ? NULL : tr__mp_field(&L.mh.data, "optimizer");
+    loaded_t *L = calloc(1, sizeof(*L));
+    if (!L) return snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM;
+    c->restoring = L;
+    rc = read_checked(c, tagdir, L);
+    const msgpack_object *ost = rc ? NULL : tr__mp_field(&L->mh.data, "optimizer");
     if (!rc && !ost)
         rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state missing", tagdir), TR_EFORMAT);
-    if (!rc) /* the last check; it writes the optimizer's scalars only on success */
-        rc = tr__optimizer_state_unpack(e, ost, c->err, sizeof(c->err));
-    if (rc) {
-        loaded_free(&L);
-        return rc;
+    tr_msg_t *m = rc ? NULL : tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!rc && !m) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
+    if (rc) return rc;
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    *s = (tr_msg_engine_state_t){.kind = TR__STATE_RESTORE,
+                                 .global_step = L->counters[0],
+                                 .global_samples = L->counters[1],
+                                 .skipped_steps = L->counters[2],
+                                 .micro_steps = L->counters[3],
+                                 .epoch = L->data[0],
+                                 .cursor = L->data[1],
+                                 .batch_index = L->data[2]};
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_object(&pk, *ost);
+    if (sb.size > sizeof(s->optim.data))
+        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state of %zu bytes, more than %zu",
+                       tagdir, sb.size, sizeof(s->optim.data)), TR_EFORMAT);
+    else
+        memcpy(s->optim.data, sb.data, s->optim.len = (uint32_t)sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    if (!rc) rc = stage(c, "params", L->model.payload, L->model.payload_len, &c->stage_params,
+                        &s->params);
+    if (!rc && L->optim.payload_len)
+        rc = stage(c, "moments", L->optim.payload, L->optim.payload_len, &c->stage_moments,
+                   &s->moments);
+    if (!rc) rc = tr_actor_send(ctx->rt, e->optimizer, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        if (!c->err[0]) snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
     }
-    memcpy(tr_model_params(e->model), L.model.payload, e->n_params * sizeof(float));
-    float *mine[2];
-    const char *names[2];
-    int n = tr__optimizer_arrays(e, mine, names, 2);
-    for (int i = 0; i < n; i++)
-        memcpy(mine[i], (const float *)L.optim.payload + (size_t)i * e->n_params,
-               e->n_params * sizeof(float));
-    e->global_steps = L.counters[0];
-    e->global_samples = L.counters[1];
-    e->skipped_steps = L.counters[2];
-    e->micro_steps = L.counters[3];
-    e->resume = e->consumed = (tr__data_pos_t){L.data[0], L.data[1], L.data[2]};
-    loaded_free(&L);
-    return 0;
+    return rc;
+}
+
+/* The end of a restore: the executor has taken the state (or the optimizer refused it). */
+static void restored(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *s)
+{
+    end_restore(c);
+    if (s->rc < 0)
+        tr__reply(c->eng, s->rc, NULL, "load: %s", s->error);
+    else
+        tr__reply(c->eng, 0, &(tr__reply_t){.global_step = s->global_step}, NULL);
 }
 
 static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__ckpt_actor *c = ctx->state;
+    c->err[0] = '\0';
+    if (msg->type == TR_MSG_ENGINE_STATE) {
+        tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
+        if (s->kind == TR__STATE_RESTORED) {
+            restored(c, s);
+            return 0;
+        }
+        int rc = save(c, s);
+        if (rc < 0)
+            tr__reply(c->eng, rc, NULL, "save: %s", c->err);
+        else
+            tr__reply(c->eng, 0, &(tr__reply_t){.global_step = s->global_step}, NULL);
+        return 0;
+    }
     if (msg->type != TR_MSG_ENGINE_REQ) return 0;
     tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
-    c->err[0] = '\0';
-    int rc = r->kind == TR__REQ_SAVE ? save(c, r->dir, r->tag) : load(c, r->dir, r->tag);
-    tr__engine_reply(c->eng, rc, "%s: %s", r->kind == TR__REQ_SAVE ? "save" : "load", c->err);
+    if (c->restoring) {
+        tr__reply(c->eng, TR_EBUSY, NULL, "load: a restore is still in progress");
+        return 0;
+    }
+    int rc = load(ctx, c, r->dir, r->tag);
+    if (rc < 0) {
+        end_restore(c);
+        tr__reply(c->eng, rc, NULL, "load: %s", c->err);
+    }
     return 0;
 }
 
@@ -353,6 +450,10 @@ int tr__checkpointer_spawn(tr_engine_t *eng)
 
 void tr__checkpointer_free(tr_engine_t *eng)
 {
-    free(eng->ck);
+    struct tr__ckpt_actor *c = eng->ck;
+    if (!c) return;
+    if (c->restoring) loaded_free(c->restoring);
+    free(c->restoring);
+    free(c);
     eng->ck = NULL;
 }

@@ -1,57 +1,167 @@
-/* comm.c: the comm actor. Each BUCKET is reduced (averaged over the data-parallel ranks) by
- * the backend and passed on to the optimizer as REDUCED once the backend reports completion.
- * With the local backend (world size 1) that is at once; asynchronous backends are polled
- * here and never block a worker.
+/* comm.c: the comm actor. Each BUCKET is all-reduced (summed over the data-parallel ranks)
+ * by the backend and passed on to the optimizer as REDUCED once the backend reports its
+ * completion, which arrives as a COMM_DONE message: the actor never waits or spins, and
+ * several buckets may be in flight at once.
+ *
+ * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
+ * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
+ * mean over ranks, computed so that fp16 sums do not overflow); with prescale_gradients it
+ * is divided by world before the sum. At world size 1 with the default factor both are
+ * no-ops and are skipped.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "actors/engine_internal.h"
+#include "kernels/cpu/vec.h"
 #include "runtime/comm.h"
 
+typedef struct pending {
+    uint64_t req; /* 0: free */
+    uint32_t bucket;
+    uint64_t step;
+    tr_tensor_ref_t grads;
+    float *data;
+} pending_t;
+
 struct tr__comm {
-    tr_engine_t *eng;
+    const tr_engine_t *eng;
+    tr_runtime_t *rt;
+    tr_actor_t self;
     tr_comm_t *backend;
+    float pre, post; /* multipliers before and after the sum (1: none) */
+    pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
+    size_t cap;
 };
 
-static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+/* A free entry of the pending table, growing it when full; NULL: no memory. */
+static pending_t *pending_slot(struct tr__comm *c)
 {
-    struct tr__comm *c = ctx->state;
-    if (msg->type != TR_MSG_BUCKET) return 0;
+    for (size_t i = 0; i < c->cap; i++)
+        if (!c->pending[i].req) return &c->pending[i];
+    size_t old = c->cap, cap = old ? 2 * old : 64;
+    pending_t *p = realloc(c->pending, cap * sizeof(*p));
+    if (!p) return NULL;
+    memset(p + old, 0, (cap - old) * sizeof(*p));
+    c->pending = p;
+    c->cap = cap;
+    return &p[old];
+}
+
+/* The backend's completion: a message to the comm actor (any thread). */
+static void op_done(void *arg, uint64_t req, int rc)
+{
+    struct tr__comm *c = arg;
+    tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
+    if (m) {
+        TR_MSG_AS(m, comm_done)->req = req;
+        TR_MSG_AS(m, comm_done)->rc = rc;
+    }
+    if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
+        tr_msg_free(c->rt, m);
+        tr__engine_fail(c->eng, TR_ENOMEM,
+                        "comm: the completion of request %llu could not be delivered",
+                        (unsigned long long)req);
+    }
+}
+
+static void scale(float *x, size_t n, float mul)
+{
+    if (mul != 1.0f) tr__vec()->scale(x, mul, n);
+}
+
+static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
+{
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
+    pending_t *p = pending_slot(c);
+    char why[256];
+    float *data = tr__resolve(c->eng, &b->grads, why, sizeof(why));
+    if (!p || !data) {
+        tr__engine_fail(c->eng, TR_EINVAL, "comm: bucket %u: %s", b->bucket,
+                        p ? why : "out of memory for the operations in flight");
+        return TR_EINVAL;
+    }
+    size_t count = b->grads.length / sizeof(float);
+    *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
+                     .grads = b->grads, .data = data};
+    scale(data, count, c->pre);
     uint64_t req;
-    int done = 0;
-    int rc = c->backend->ops->all_reduce_mean(c->backend, tr__engine_buffer(c->eng, &b->grads),
-                                              b->grads.length / 4, TR_DTYPE_F32, &req);
-    while (rc == 0 && !done) /* the local backend is done at once */
-        rc = c->backend->ops->test(c->backend, req, &done);
-    if (rc < 0) return rc;
+    int rc = c->backend->ops->all_reduce(c->backend, data, count, TR_DTYPE_F32, TR_REDUCE_SUM,
+                                         &req);
+    if (rc < 0) {
+        p->req = 0;
+        tr__engine_fail(c->eng, rc, "comm: all-reduce of bucket %u (%zu floats) on backend "
+                        "'%s' failed: %s", b->bucket, count, c->backend->name, tr_strerror(rc));
+        return rc;
+    }
+    p->req = req;
+    return 0;
+}
+
+static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
+{
+    pending_t *p = NULL;
+    for (size_t i = 0; i < c->cap && !p; i++)
+        if (c->pending[i].req == d->req) p = &c->pending[i];
+    if (!p || d->rc < 0) {
+        int rc = d->rc < 0 ? d->rc : TR_EINVAL;
+        tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
+                        p ? tr_strerror(d->rc) : "completed but was never started");
+        return rc;
+    }
+    scale(p->data, p->grads.length / sizeof(float), c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
-    TR_MSG_AS(m, reduced)->bucket = b->bucket;
-    TR_MSG_AS(m, reduced)->grads = b->grads;
-    m->step = msg->step;
-    rc = tr_actor_send(ctx->rt, c->eng->optimizer, m);
+    TR_MSG_AS(m, reduced)->bucket = p->bucket;
+    TR_MSG_AS(m, reduced)->grads = p->grads;
+    m->step = p->step;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, c->eng->optimizer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
-int tr__comm_spawn(tr_engine_t *eng)
+static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__comm *c = ctx->state;
+    if (msg->type == TR_MSG_BUCKET) return on_bucket(c, msg);
+    if (msg->type == TR_MSG_COMM_DONE) return on_done(ctx, c, TR_MSG_AS(msg, comm_done));
+    return 0;
+}
+
+int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
 {
     struct tr__comm *c = calloc(1, sizeof(*c));
     if (!c) return TR_ENOMEM;
     eng->cm = c;
     c->eng = eng;
-    int rc = tr_comm_create("local", eng->rank, eng->world, &c->backend);
-    if (rc < 0) return rc;
+    c->rt = eng->rt;
+    const tr_config_t *cfg = eng->cfg;
+    double world = eng->world, pre = cfg->gradient_predivide_factor;
+    if (cfg->prescale_gradients) {
+        c->pre = (float)(1.0 / world);
+        c->post = 1.0f;
+    } else {
+        c->pre = (float)(1.0 / pre);
+        c->post = pre != world ? (float)(pre / world) : 1.0f;
+    }
+    char why[256];
+    int rc = tr_comm_create("local", eng->rank, eng->world, op_done, c, &c->backend, why,
+                            sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "%s: %s", cfg->source, why), rc;
     tr_actor_opts_t o = {
         .name = "comm", .defer_stop = 1, .supervisor = eng->supervisor, .lane_kind = TR_LANE_COMM};
-    return tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
+    rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
+    c->self = eng->comm; /* before any message: completions are addressed to it */
+    return rc;
 }
 
 void tr__comm_free(tr_engine_t *eng)
 {
     if (!eng->cm) return;
     tr_comm_destroy(eng->cm->backend);
+    free(eng->cm->pending);
     free(eng->cm);
     eng->cm = NULL;
 }

@@ -247,13 +247,13 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
     return 0;
 }
 
-int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, bool *wrapped,
-                     char *err, size_t errlen)
+int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, float *y,
+                     bool *wrapped, char *err, size_t errlen)
 {
     *wrapped = false;
     int rc;
     if (ds->cb) {
-        rc = ds->cb(ds->user, ds->pos.batch_index, ds->B, ds->T, tokens, x, targets);
+        rc = ds->cb(ds->user, ds->pos.batch_index, ds->B, ds->T, tokens, x, targets, y);
         if (rc < 0)
             return fail(err, errlen, rc, "dataset callback: batch %llu: %s",
                         (unsigned long long)ds->pos.batch_index, tr_strerror(rc));

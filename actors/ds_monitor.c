@@ -4,11 +4,11 @@
  * csv_monitor and tensorboard scalars, tagged as DeepSpeed tags them with global_samples as
  * the x value.
  *
- * Everything here runs on the executor's thread. The executor reports the times of each
- * micro-step's forward and backward; at the accumulation boundary the optimizer (another
- * thread) leaves the time the last reduced bucket arrived and its step's begin and end in
- * the engine before it sends STEP_DONE, and the executor replays them into the timers on
- * receipt, so the timer group has a single user. The mapping of DeepSpeed's timers:
+ * Everything here runs on the executor's thread, which owns this state. The executor reports
+ * the times of each micro-step's forward and backward; at the accumulation boundary the
+ * optimizer's STEP_DONE carries the time the last reduced bucket arrived, its step's begin and
+ * end, the counters and the next learning rate and loss scale, and the executor replays them
+ * into the timers on receipt, so the timer group has a single user. The mapping of DeepSpeed's timers:
  *   fwd            a micro-batch's forward
  *   bwd_inner      the layers' backward
  *   bwd_allreduce  at the boundary, from the end of backward to the last REDUCED bucket (the
@@ -45,6 +45,8 @@ struct tr__dsmon {
     bool fp16, scale_changed; /* fp16: the scale prints as an int until it first changes */
     double scale0;
     uint64_t bwd0, bwd1; /* the boundary micro-step's backward, finished at STEP_DONE */
+    int optimizer_type;
+    const double *betas;
 };
 
 static void print_line(const char *line)
@@ -128,7 +130,9 @@ int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
     d->spp = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 10;
     d->train_batch = (uint64_t)c->train_batch_size;
     d->fp16 = c->fp16.enabled;
-    d->scale0 = tr__optimizer_loss_scale(eng);
+    d->scale0 = eng->loss_scale0;
+    d->optimizer_type = c->optimizer.type;
+    d->betas = c->optimizer.params.betas;
     tr_throughput_init(&d->tput, d->train_batch, d->spp, 0);
     if (c->wall_clock_breakdown && tr_walltimers_create(&d->timers) < 0) return TR_ENOMEM;
     return open_monitors(d, c, err, errlen);
@@ -146,9 +150,8 @@ void tr__dsmon_destroy(tr_engine_t *eng)
     eng->ds = NULL;
 }
 
-void tr__dsmon_forward(tr_engine_t *eng, uint64_t t0, uint64_t t1)
+void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1)
 {
-    struct tr__dsmon *d = eng->ds;
     tr_throughput_start(&d->tput, t0);
     timed(d, FWD, t0, t1);
 }
@@ -162,9 +165,8 @@ static void micro_end(struct tr__dsmon *d, bool boundary, uint64_t step0, uint64
     if (d->timers) log_timers(d, micro_names, step1);
 }
 
-void tr__dsmon_backward(tr_engine_t *eng, uint64_t t0, uint64_t t1, bool boundary)
+void tr__dsmon_backward(struct tr__dsmon *d, uint64_t t0, uint64_t t1, bool boundary)
 {
-    struct tr__dsmon *d = eng->ds;
     if (boundary) { /* finished by tr__dsmon_step, once the reduction is known */
         d->bwd0 = t0;
         d->bwd1 = t1;
@@ -176,41 +178,40 @@ void tr__dsmon_backward(tr_engine_t *eng, uint64_t t0, uint64_t t1, bool boundar
     micro_end(d, false, t1, t1);
 }
 
-static void progress(tr_engine_t *eng, struct tr__dsmon *d)
+static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
 {
-    const tr_config_t *c = eng->cfg;
-    double lr = tr__optimizer_lr(eng);
-    const double(*mom)[2] = (const double(*)[2])c->optimizer.params.betas;
-    size_t n_mom = c->optimizer.type == TR_OPTIMIZER_ADAM ||
-                   c->optimizer.type == TR_OPTIMIZER_ADAMW ||
-                   c->optimizer.type == TR_OPTIMIZER_LAMB;
+    double lr = done->next_lr;
+    const double(*mom)[2] = (const double(*)[2])d->betas;
+    size_t n_mom = d->optimizer_type == TR_OPTIMIZER_ADAM ||
+                   d->optimizer_type == TR_OPTIMIZER_ADAMW ||
+                   d->optimizer_type == TR_OPTIMIZER_LAMB;
     char buf[512];
-    tr_progress_line(0, eng->global_steps, eng->skipped_steps, &lr, 1, mom, n_mom, buf,
+    tr_progress_line(0, done->global_step, done->skipped_steps, &lr, 1, mom, n_mom, buf,
                      sizeof(buf));
     print_line(buf);
 }
 
-void tr__dsmon_step(tr_engine_t *eng, const tr_step_stats_t *st)
+void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
+                    const tr_msg_step_done_t *done)
 {
-    struct tr__dsmon *d = eng->ds;
-    uint64_t samples = eng->global_samples;
-    uint64_t steps = eng->global_steps;
+    uint64_t samples = st->global_samples;
+    uint64_t steps = done->global_step;
     /* DeepSpeed writes the loss in backward, before the step counts its samples */
     scalar(d, TR_TAG_TRAIN_LOSS, st->loss, samples - d->train_batch);
-    uint64_t reduced = eng->t_last_reduced > d->bwd1 ? eng->t_last_reduced : d->bwd1;
+    uint64_t reduced = done->t_reduced > d->bwd1 ? done->t_reduced : d->bwd1;
     timed(d, BWD_INNER, d->bwd0, d->bwd1);
     timed(d, BWD_ALLREDUCE, d->bwd1, reduced);
     timed(d, BWD, d->bwd0, reduced);
-    if (steps % d->spp == 0) progress(eng, d);
+    if (steps % d->spp == 0) progress(d, done);
     char buf[512];
-    if (tr_throughput_stop(&d->tput, 1, eng->t_step_end, 0, 0, buf, sizeof(buf))) print_line(buf);
-    scalar(d, TR_TAG_LR, tr__optimizer_lr(eng), samples);
-    if (d->fp16) loss_scale(d, tr__optimizer_loss_scale(eng), samples);
-    timed(d, STEP, eng->t_step_begin, eng->t_step_end);
+    if (tr_throughput_stop(&d->tput, 1, done->t_end, 0, 0, buf, sizeof(buf))) print_line(buf);
+    scalar(d, TR_TAG_LR, done->next_lr, samples);
+    if (d->fp16) loss_scale(d, done->next_loss_scale, samples);
+    timed(d, STEP, done->t_begin, done->t_end);
     if (!d->timers) return;
-    log_timers(d, micro_names, eng->t_step_end);
+    log_timers(d, micro_names, done->t_end);
     for (int i = 0; i < N_TIMERS; i++)
         scalar(d, elapsed_tags[i],
-               tr_walltimers_elapsed_ms(d->timers, global_names[i], 0, eng->t_step_end), samples);
-    if (steps % d->spp == 0) log_timers(d, global_names, eng->t_step_end);
+               tr_walltimers_elapsed_ms(d->timers, global_names[i], 0, done->t_end), samples);
+    if (steps % d->spp == 0) log_timers(d, global_names, done->t_end);
 }

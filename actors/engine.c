@@ -19,105 +19,154 @@
 #include <sys/stat.h>
 
 #include "actors/engine_internal.h"
+#include "io/mkdir_p.h"
 
-tr_tensor_ref_t tr__grad_ref(tr_engine_t *eng, size_t offset, size_t count)
+tr_tensor_ref_t tr__param_ref(const tr_engine_t *eng, uint64_t buf, size_t offset, size_t count)
 {
-    tr_tensor_ref_t r = {.buffer_id = TR__BUF_GRADS,
+    tr_tensor_ref_t r = {.buffer_id = buf,
                          .offset = offset * sizeof(float),
                          .length = count * sizeof(float),
                          .dtype = TR_DTYPE_F32,
                          .device_type = TR_DEVICE_CPU,
                          .ndim = 1};
     r.shape[0] = (int64_t)count;
+    (void)eng;
     return r;
 }
 
-static void reply_v(tr_engine_t *eng, int rc, bool fail_engine, const char *fmt, va_list ap)
+void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
 {
-    pthread_mutex_lock(&eng->mu);
-    eng->reply_rc = rc;
+    void *p;
+    return tr_buffer_resolve(eng->rt, ref, &p, why, whylen) == 0 ? p : NULL;
+}
+
+/* --- the client's reply slot ----------------------------------------------------------------- */
+
+static void reply_v(const tr_engine_t *eng, int rc, bool fail_engine, const tr__reply_t *r,
+                    const char *fmt, va_list ap)
+{
+    tr__client_t *c = eng->client;
+    pthread_mutex_lock(&c->mu);
+    c->rc = rc;
+    if (r) c->reply = *r;
     /* an actor failed between calls (the loader, ahead), or for good: keep why */
-    if (rc < 0 && (fail_engine || !eng->waiting) && !eng->failed)
-        eng->failed = rc;
-    if (rc < 0 && fmt)
-        vsnprintf(eng->error, sizeof(eng->error), fmt, ap);
-    eng->waiting = false;
-    pthread_cond_broadcast(&eng->cv);
-    pthread_mutex_unlock(&eng->mu);
-}
-
-void tr__engine_reply(tr_engine_t *eng, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    reply_v(eng, rc, false, fmt, ap);
-    va_end(ap);
-}
-
-void tr__engine_fail(tr_engine_t *eng, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    reply_v(eng, rc, true, fmt, ap);
-    va_end(ap);
-}
-
-int tr__engine_request(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n,
-                       const char *dir, const char *tag)
-{
-    tr_msg_t *m = tr_msg_new(eng->rt, TR_MSG_ENGINE_REQ);
-    if (!m) return TR_ENOMEM;
-    tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
-    r->kind = kind;
-    r->n = n;
-    snprintf(r->dir, sizeof(r->dir), "%s", dir ? dir : "");
-    snprintf(r->tag, sizeof(r->tag), "%s", tag ? tag : "");
-    m->step = eng->global_steps;
-    int rc = tr_actor_send(eng->rt, to, m);
-    if (rc < 0) tr_msg_free(eng->rt, m);
-    return rc;
-}
-
-/* Sends a request and waits for its reply. */
-static int call(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n, const char *dir,
-                const char *tag)
-{
-    pthread_mutex_lock(&eng->mu);
-    int failed = eng->failed; /* under mu: actors write it */
-    if (!failed) {
-        eng->waiting = true;
-        eng->error[0] = '\0';
+    if (rc < 0 && (fail_engine || !c->waiting) && !c->failed) c->failed = rc;
+    if (rc < 0) {
+        c->error[0] = '\0';
+        if (fmt) vsnprintf(c->error, sizeof(c->error), fmt, ap);
+        size_t n = strlen(c->error);
+        if (n == 0 || c->error[n - 1] == ' ' || c->error[n - 1] == ':') /* never empty */
+            snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)", n ? " " : "engine: ",
+                     tr_err_name(rc), tr_strerror(rc));
     }
-    pthread_mutex_unlock(&eng->mu);
-    if (failed) return failed;
-    int rc = tr__engine_request(eng, to, kind, n, dir, tag);
-    if (rc < 0) return rc;
-    pthread_mutex_lock(&eng->mu);
-    while (eng->waiting)
-        pthread_cond_wait(&eng->cv, &eng->mu);
-    rc = eng->reply_rc;
-    pthread_mutex_unlock(&eng->mu);
+    c->waiting = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(eng, rc, false, r, fmt, ap);
+    va_end(ap);
+}
+
+void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(eng, rc, true, NULL, fmt, ap);
+    va_end(ap);
+}
+
+tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind)
+{
+    tr_msg_t *m = tr_msg_new(rt, TR_MSG_ENGINE_REQ);
+    if (m) TR_MSG_AS(m, engine_req)->kind = kind;
+    return m;
+}
+
+/* Copies s into a message's string field of capacity cap; a string that does not fit is an
+ * error naming what it is, never a truncation. */
+static int set_str(tr_engine_t *eng, char *field, size_t cap, const char *s, const char *what)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n >= cap)
+        return snprintf(eng->error, sizeof(eng->error),
+                        "%s: %zu bytes, longer than the %zu the engine accepts", what, n, cap - 1),
+               TR_ENAMETOOLONG;
+    memcpy(field, s ? s : "", n + 1);
+    return 0;
+}
+
+/* Sends a request and waits for its reply. On success the reply's view becomes the client's;
+ * on failure eng->error gets the explanation. */
+static int call(tr_engine_t *eng, tr_actor_t to, tr_msg_t *m)
+{
+    tr__client_t *c = eng->client;
+    pthread_mutex_lock(&c->mu);
+    int failed = c->failed; /* under mu: actors write it */
+    if (!failed) {
+        c->waiting = true;
+        c->error[0] = '\0';
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (failed) {
+        tr_msg_free(eng->rt, m);
+        pthread_mutex_lock(&c->mu);
+        snprintf(eng->error, sizeof(eng->error), "%s", c->error);
+        pthread_mutex_unlock(&c->mu);
+        return failed;
+    }
+    m->step = eng->last.global_step;
+    int rc = tr_actor_send(eng->rt, to, m);
+    if (rc < 0) {
+        tr_msg_free(eng->rt, m);
+        pthread_mutex_lock(&c->mu);
+        c->waiting = false;
+        pthread_mutex_unlock(&c->mu);
+        return snprintf(eng->error, sizeof(eng->error), "engine: cannot send the request: %s",
+                        tr_strerror(rc)),
+               rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (c->waiting)
+        pthread_cond_wait(&c->cv, &c->mu);
+    rc = c->rc;
+    if (rc >= 0) eng->last = c->reply;
+    snprintf(eng->error, sizeof(eng->error), "%s", rc < 0 ? c->error : "");
+    pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+/* A request with nothing but its kind and count. */
+static int call_simple(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n)
+{
+    tr_msg_t *m = tr__request_new(eng->rt, kind);
+    if (!m) return snprintf(eng->error, sizeof(eng->error), "engine: out of memory"), TR_ENOMEM;
+    TR_MSG_AS(m, engine_req)->n = n;
+    return call(eng, to, m);
 }
 
 /* A child's exit notice: a failure fails the engine (unless a peer merely stopped first
  * while destroy stops them all). Under mu. */
-static void child_exited(tr_engine_t *eng, const tr_msg_exit_t *x)
+static void child_exited(tr__client_t *c, const tr_msg_exit_t *x)
 {
-    eng->exits++;
+    c->exits++;
     if (x->reason >= 0 ||
-        (eng->destroying && (x->reason == TR_ESTOPPED || x->reason == TR_ESHUTDOWN)))
+        (c->destroying && (x->reason == TR_ESTOPPED || x->reason == TR_ESHUTDOWN)))
         return;
-    if (!eng->failed) {
-        eng->failed = x->reason;
-        if (!eng->error[0])
-            snprintf(eng->error, sizeof(eng->error), "actor '%s' failed handling '%s': %s (%s)",
+    if (!c->failed) {
+        c->failed = x->reason;
+        if (!c->error[0])
+            snprintf(c->error, sizeof(c->error), "actor '%s' failed handling '%s': %s (%s)",
                      x->name, tr_msg_type_name(x->msg_type), tr_err_name(x->reason),
                      tr_strerror(x->reason));
     }
-    eng->reply_rc = x->reason;
-    eng->waiting = false;
-    pthread_cond_broadcast(&eng->cv);
+    c->rc = x->reason;
+    c->waiting = false;
+    pthread_cond_broadcast(&c->cv);
 }
 
 /* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why.
@@ -125,21 +174,23 @@ static void child_exited(tr_engine_t *eng, const tr_msg_exit_t *x)
 static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     tr_engine_t *eng = ctx->state;
-    pthread_mutex_lock(&eng->mu);
-    if (msg->type == TR_MSG_STOP && !eng->destroying)
-        atomic_store(&eng->stop_requested, 1); /* a signal: finish the step, then stop */
-    if (msg->type == TR_MSG_EXIT) child_exited(eng, TR_MSG_AS(msg, exit));
-    bool done = eng->destroying && eng->exits >= eng->n_children;
-    pthread_mutex_unlock(&eng->mu);
+    tr__client_t *c = eng->client;
+    pthread_mutex_lock(&c->mu);
+    if (msg->type == TR_MSG_STOP && !c->destroying)
+        atomic_store(&c->stop_requested, 1); /* a signal: finish the step, then stop */
+    if (msg->type == TR_MSG_EXIT) child_exited(c, TR_MSG_AS(msg, exit));
+    bool done = c->destroying && c->exits >= c->n_children;
+    pthread_mutex_unlock(&c->mu);
     if (done) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
-void tr__engine_bucket_bytes(tr_engine_t *eng, int64_t delta)
+void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta)
 {
     /* relaxed: a gauge for the trace, ordered with nothing */
     uint64_t v =
-        atomic_fetch_add_explicit(&eng->bucket_bytes, (uint64_t)delta, memory_order_relaxed) +
+        atomic_fetch_add_explicit(&eng->client->bucket_bytes, (uint64_t)delta,
+                                  memory_order_relaxed) +
         (uint64_t)delta;
     if (tr_monitor_recording(eng->mon))
         tr_monitor_counter(eng->mon, -1, TR_COUNTER_BUCKET_BYTES, (double)v, tr_now_ns());
@@ -202,16 +253,52 @@ static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, s
     return rc;
 }
 
+/* The model's input and target widths against each dataset's: named, both sides. */
+static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
+{
+    const tr_dataset_t *sets[2] = {&o->train, &o->val};
+    const char *names[2] = {"train", "val"};
+    for (int i = 0; i < 2; i++) {
+        const tr_dataset_t *d = sets[i];
+        if (!d->shards && !d->batch) continue;
+        if (d->x_dim != eng->x_dim)
+            return snprintf(err, errlen,
+                            "engine: %s dataset: x_dim %d, but the model's first layer '%s' "
+                            "reads %s",
+                            names[i], d->x_dim, tr_model_layer(eng->model, 0)->name,
+                            eng->x_dim ? "floats" : "token ids (x_dim must be 0)"),
+                   snprintf(err + strlen(err), errlen - strlen(err),
+                            eng->x_dim ? " of width %d" : "", eng->x_dim),
+                   TR_EINVAL;
+        if (d->y_dim != eng->y_dim)
+            return snprintf(err, errlen,
+                            "engine: %s dataset: y_dim %d, but the model's loss layer '%s' reads "
+                            "%s targets%s",
+                            names[i], d->y_dim,
+                            tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name,
+                            eng->y_dim ? "float" : "integer",
+                            eng->y_dim ? "" : " (y_dim must be 0)"),
+                   TR_EINVAL;
+    }
+    return 0;
+}
+
 static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     eng->B = (int)c->train_micro_batch_size_per_gpu;
     eng->GAS = (int)c->gradient_accumulation_steps;
     eng->T = o->seq_len > 0 ? o->seq_len : 1;
-    eng->x_dim = o->train.x_dim;
+    eng->x_dim = tr_model_layer(eng->model, 0)->in_dim;
+    int targets = tr_model_targets(eng->model, &eng->y_dim);
     eng->rank = 0;
     eng->world = (int)c->world_size;
     eng->prefetch = (int)c->troupe.data.prefetch;
+    if (targets == TR_TARGETS_NONE)
+        return snprintf(err, errlen, "engine: the model's last layer '%s' is not a loss layer "
+                        "(tr_layer_set_loss)",
+                        tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
+               TR_EINVAL;
     if (eng->world != 1)
         return snprintf(err, errlen,
                         "%s: world size %d: this build trains on one rank "
@@ -238,7 +325,12 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
         return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,
                         g->max_seq_len),
                TR_EINVAL;
-    return 0;
+    if (c->fp16.enabled)
+        eng->loss_scale0 = c->fp16.loss_scale > 0 ? c->fp16.loss_scale
+                                                  : (double)(1ull << c->fp16.initial_scale_power);
+    else
+        eng->loss_scale0 = 1.0;
+    return check_widths(eng, o, err, errlen);
 }
 
 static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
@@ -254,6 +346,46 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
     return rc;
 }
 
+/* Registers one buffer the actors name in messages. */
+static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_t bytes,
+                           int dtype, int lifetime, uint64_t *id)
+{
+    tr_buffer_info_t info = {.base = base,
+                             .bytes = bytes,
+                             .dtype = (uint8_t)dtype,
+                             .device_type = TR_DEVICE_CPU,
+                             .lifetime = (uint8_t)lifetime};
+    snprintf(info.name, sizeof(info.name), "%s", name);
+    return tr_buffer_register(eng->rt, &info, id);
+}
+
+/* Parameters and gradients (the executor's), and the client's staging batch. */
+static int register_buffers(tr_engine_t *eng)
+{
+    size_t bt = (size_t)eng->B * (size_t)eng->T, np = eng->n_params * sizeof(float);
+    size_t in = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4, ty = bt * (size_t)eng->y_dim * 4;
+    eng->stage_in = malloc(in);
+    eng->stage_targets = malloc(bt * sizeof(int));
+    eng->stage_y = malloc(ty ? ty : 4);
+    if (!eng->stage_in || !eng->stage_targets || !eng->stage_y) return TR_ENOMEM;
+    int rc = register_buffer(eng, "params", tr_model_params(eng->model), np, TR_DTYPE_F32,
+                             TR_BUFFER_RUNTIME, &eng->buf_params);
+    if (!rc)
+        rc = register_buffer(eng, "grads", tr_model_grads(eng->model), np, TR_DTYPE_F32,
+                             TR_BUFFER_RUNTIME, &eng->buf_grads);
+    if (!rc)
+        rc = register_buffer(eng, "client/inputs", eng->stage_in, in,
+                             eng->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, TR_BUFFER_REQUEST,
+                             &eng->buf_stage_in);
+    if (!rc)
+        rc = register_buffer(eng, "client/targets", eng->stage_targets, bt * sizeof(int),
+                             TR_DTYPE_I32, TR_BUFFER_REQUEST, &eng->buf_stage_targets);
+    if (!rc && ty)
+        rc = register_buffer(eng, "client/y", eng->stage_y, ty, TR_DTYPE_F32, TR_BUFFER_REQUEST,
+                             &eng->buf_stage_y);
+    return rc;
+}
+
 static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
     tr_actor_opts_t so = {
@@ -262,11 +394,45 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
     if (!rc) rc = tr__executor_spawn(eng);
     if (!rc) rc = tr__bucketer_spawn(eng);
-    if (!rc) rc = tr__comm_spawn(eng);
+    if (!rc) rc = tr__comm_spawn(eng, err, errlen);
     if (!rc) rc = tr__checkpointer_spawn(eng);
     if (!rc && eng->train) rc = tr__loader_spawn(eng);
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "engine: starting the actors: %s", tr_strerror(rc));
+    return rc;
+}
+
+static tr__client_t *client_new(void)
+{
+    tr__client_t *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    return c;
+}
+
+static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
+{
+    int rc = load_config(eng, o, err, errlen);
+    if (!rc) {
+        eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
+        rc = check_shapes(eng, o, err, errlen);
+    }
+    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
+    if (!rc) rc = open_data(eng, o, err, errlen);
+    if (!rc) rc = create_monitor(eng, o, err, errlen);
+    if (!rc) {
+        tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
+                                .handle_signals = o->handle_signals,
+                                .monitor = eng->mon,
+                                .wire_check = eng->cfg->troupe.runtime.wire_check};
+        /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
+        rc = tr_runtime_init(&eng->rt, &ro);
+    }
+    if (!rc) rc = register_buffers(eng);
+    if (!rc) rc = tr__dsmon_create(eng, err, errlen);
+    if (!rc) rc = spawn_actors(eng, err, errlen);
+    if (rc < 0 && !err[0]) snprintf(err, errlen, "engine: %s", tr_strerror(rc));
     return rc;
 }
 
@@ -284,34 +450,15 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         return TR_EINVAL;
     }
     tr_engine_t *eng = calloc(1, sizeof(*eng));
-    if (!eng) {
+    if (eng) eng->client = client_new();
+    if (!eng || !eng->client) {
+        free(eng);
         tr_model_destroy(o->model);
-        return TR_ENOMEM;
+        return snprintf(err, errlen, "engine: out of memory"), TR_ENOMEM;
     }
     eng->model = o->model;
     eng->n_params = tr_model_num_params(o->model);
-    pthread_mutex_init(&eng->mu, NULL);
-    pthread_cond_init(&eng->cv, NULL);
-    int rc = load_config(eng, o, err, errlen);
-    if (!rc) {
-        eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
-        rc = check_shapes(eng, o, err, errlen);
-    }
-    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
-    if (!rc) rc = open_data(eng, o, err, errlen);
-    if (!rc) rc = create_monitor(eng, o, err, errlen);
-    if (!rc) {
-        tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
-                                .handle_signals = o->handle_signals,
-                                .monitor = eng->mon};
-        /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
-        rc = tr_runtime_init(&eng->rt, &ro);
-    }
-    if (!rc) {
-        eng->buffers[TR__BUF_GRADS] = tr_model_grads(eng->model);
-        rc = spawn_actors(eng, err, errlen);
-    }
-    if (!rc) rc = tr__dsmon_create(eng, err, errlen);
+    int rc = create(eng, o, err, errlen);
     if (rc < 0) {
         tr_engine_destroy(eng);
         return rc;
@@ -332,12 +479,13 @@ static void stop_actors(tr_engine_t *eng)
     tr_actor_t all[] = {eng->loader, eng->executor,  eng->bucketer,
                         eng->comm,   eng->optimizer, eng->checkpointer};
     size_t n = sizeof(all) / sizeof(all[0]);
-    pthread_mutex_lock(&eng->mu);
-    eng->destroying = true;
-    eng->n_children = 0;
+    tr__client_t *c = eng->client;
+    pthread_mutex_lock(&c->mu);
+    c->destroying = true;
+    c->n_children = 0;
     for (size_t i = 0; i < n; i++)
-        eng->n_children += !tr_actor_is_none(all[i]);
-    pthread_mutex_unlock(&eng->mu);
+        c->n_children += !tr_actor_is_none(all[i]);
+    pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < n; i++)
         stop_one(eng, all[i]);
     tr_msg_t *m = tr_actor_is_none(eng->supervisor) ? NULL : tr_msg_new(eng->rt, TR_MSG_STOP);
@@ -351,10 +499,10 @@ static void dump_flight(tr_engine_t *eng)
     if (!eng->mon) return;
     char dir[sizeof(eng->flight_path)];
     snprintf(dir, sizeof(dir), "%s", eng->flight_path);
-    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) { /* mkdir -p */
-        *p = '\0';
-        mkdir(dir, 0777);
-        *p = '/';
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        tr__mkdir_p(dir);
     }
     tr_monitor_flush(eng->mon);
     int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
@@ -364,7 +512,8 @@ static void dump_flight(tr_engine_t *eng)
                 tr_strerror(rc));
     else
         fprintf(stderr, "troupe: engine failed (%s); flight recorder written to %s\n",
-                eng->error[0] ? eng->error : tr_runtime_failure(eng->rt), eng->flight_path);
+                eng->client->error[0] ? eng->client->error : tr_runtime_failure(eng->rt),
+                eng->flight_path);
 }
 
 void tr_engine_destroy(tr_engine_t *eng)
@@ -372,7 +521,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     if (!eng) return;
     if (eng->rt) {
         stop_actors(eng);
-        if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->failed) dump_flight(eng);
+        if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->client->failed) dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
     tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */
@@ -387,94 +536,138 @@ void tr_engine_destroy(tr_engine_t *eng)
     tr__dataset_close(eng->val);
     tr_model_destroy(eng->model);
     if (eng->own_cfg) tr_config_destroy(eng->cfg);
-    pthread_cond_destroy(&eng->cv);
-    pthread_mutex_destroy(&eng->mu);
+    free(eng->stage_in);
+    free(eng->stage_targets);
+    free(eng->stage_y);
+    pthread_cond_destroy(&eng->client->cv);
+    pthread_mutex_destroy(&eng->client->mu);
+    free(eng->client);
     free(eng);
 }
 
 /* --- calls ------------------------------------------------------------------------------ */
 
-/* A TRAIN request opens a step: the trace's step window moves (and the step marker is written)
- * before it is sent, so the request and everything it causes are classed with that step.
- * (DeepSpeed-style, the executor does it when it serves the window's first forward: only it
- * knows, since a forward may wait there for the previous step to finish.) */
-static void step_begins(tr_engine_t *eng)
+static int refuse(tr_engine_t *eng, int rc, const char *what)
 {
-    tr_monitor_step(eng->mon, eng->global_steps, tr_now_ns());
+    snprintf(eng->error, sizeof(eng->error), "%s", what);
+    return rc;
 }
 
 int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
 {
     if (!eng->train)
-        return snprintf(eng->error, sizeof(eng->error),
-                        "tr_engine_train_batch: the engine was created without a train dataset"),
-               TR_EINVAL;
-    step_begins(eng);
-    int rc = call(eng, eng->executor, TR__REQ_TRAIN, 0, NULL, NULL);
-    if (rc == 0 && stats) *stats = eng->reply_stats;
+        return refuse(eng, TR_EINVAL,
+                      "tr_engine_train_batch: the engine was created without a train dataset");
+    /* The step opens when its request is sent: the trace's step window moves (and the step
+     * marker is written) first, so the request and everything it causes are classed with it.
+     * (DeepSpeed-style, the executor does it at the window's first forward.) */
+    tr_monitor_step(eng->mon, eng->last.global_step, tr_now_ns());
+    int rc = call_simple(eng, eng->executor, TR__REQ_TRAIN, 0);
+    if (rc == 0 && stats) *stats = eng->last.stats;
     return rc;
 }
 
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 {
     if (!eng->val || n_batches <= 0)
-        return snprintf(eng->error, sizeof(eng->error), "tr_engine_eval: %s",
-                        eng->val ? "n_batches must be positive" : "no dataset to evaluate on"),
-               TR_EINVAL;
-    int rc = call(eng, eng->executor, TR__REQ_EVAL, (uint32_t)n_batches, NULL, NULL);
-    if (rc == 0 && loss) *loss = eng->reply_loss;
+        return refuse(eng, TR_EINVAL, eng->val ? "tr_engine_eval: n_batches must be positive"
+                                               : "tr_engine_eval: no dataset to evaluate on");
+    int rc = call_simple(eng, eng->executor, TR__REQ_EVAL, (uint32_t)n_batches);
+    if (rc == 0 && loss) *loss = eng->last.loss;
     return rc;
+}
+
+/* Copies the caller's batch into the registered staging buffers the request names. */
+static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engine_req_t *r)
+{
+    size_t bt = (size_t)eng->B * (size_t)eng->T;
+    const void *in = eng->x_dim ? (const void *)b->x : (const void *)b->tokens;
+    const void *tg = eng->y_dim ? (const void *)b->y : (const void *)b->targets;
+    if (!in || !tg)
+        return snprintf(eng->error, sizeof(eng->error),
+                        "tr_engine_forward: the batch needs %s and %s (this model's first layer "
+                        "reads %s, its loss layer %s targets)",
+                        eng->x_dim ? "x" : "tokens", eng->y_dim ? "y" : "targets",
+                        eng->x_dim ? "floats" : "token ids", eng->y_dim ? "float" : "integer"),
+               TR_EINVAL;
+    size_t in_bytes = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4;
+    size_t tg_bytes = bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * 4;
+    memcpy(eng->stage_in, in, in_bytes);
+    memcpy(eng->y_dim ? eng->stage_y : eng->stage_targets, tg, tg_bytes);
+    tr_buffer_ref(eng->rt, eng->buf_stage_in, 0, in_bytes,
+                  eng->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, &r->inputs);
+    if (eng->y_dim)
+        tr_buffer_ref(eng->rt, eng->buf_stage_y, 0, tg_bytes, TR_DTYPE_F32, &r->y);
+    else
+        tr_buffer_ref(eng->rt, eng->buf_stage_targets, 0, tg_bytes, TR_DTYPE_I32, &r->targets);
+    return 0;
 }
 
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
-    eng->req_batch = batch; /* the executor opens the step at the window's first forward */
-    int rc = call(eng, eng->executor, TR__REQ_FORWARD, 0, NULL, NULL);
-    eng->req_batch = NULL;
-    if (rc == 0 && loss) *loss = eng->reply_loss;
+    if (!batch) return refuse(eng, TR_EINVAL, "tr_engine_forward: no batch");
+    tr_msg_t *m = tr__request_new(eng->rt, TR__REQ_FORWARD);
+    if (!m) return refuse(eng, TR_ENOMEM, "tr_engine_forward: out of memory");
+    int rc = stage_batch(eng, batch, TR_MSG_AS(m, engine_req));
+    if (rc < 0) {
+        tr_msg_free(eng->rt, m);
+        return rc;
+    }
+    rc = call(eng, eng->executor, m);
+    if (rc == 0 && loss) *loss = eng->last.loss;
     return rc;
 }
 
 int tr_engine_backward(tr_engine_t *eng)
 {
-    return call(eng, eng->executor, TR__REQ_BACKWARD, 0, NULL, NULL);
+    return call_simple(eng, eng->executor, TR__REQ_BACKWARD, 0);
 }
 
 int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats)
 {
-    int rc = call(eng, eng->executor, TR__REQ_STEP, 0, NULL, NULL);
-    if (rc == 0 && stats) *stats = eng->reply_stats;
+    int rc = call_simple(eng, eng->executor, TR__REQ_STEP, 0);
+    if (rc >= 0 && stats) *stats = eng->last.stats;
     return rc > 0 ? 0 : rc; /* 1: not a boundary, a no-op as in DeepSpeed */
 }
 
 int tr_engine_is_boundary(const tr_engine_t *eng)
 {
-    return tr__executor_micro(eng) == eng->GAS - 1;
+    return eng->last.micro_pos == eng->GAS - 1;
+}
+
+/* A SAVE or LOAD request for dir/tag, refused in the middle of an accumulation window. */
+static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *dir,
+                           const char *tag)
+{
+    const char *what = kind == TR__REQ_SAVE ? "save" : "load";
+    if (!dir || !*dir) return refuse(eng, TR_EINVAL, kind == TR__REQ_SAVE ? "save: no directory"
+                                                                          : "load: no directory");
+    if (eng->last.window != 0)
+        return snprintf(eng->error, sizeof(eng->error),
+                        "%s: in the middle of an accumulation window; %s between steps", what,
+                        what),
+               TR_EINVAL;
+    tr_msg_t *m = tr__request_new(eng->rt, kind);
+    if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
+    tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
+    int rc = set_str(eng, r->dir, sizeof(r->dir), dir, kind == TR__REQ_SAVE ? "save: directory"
+                                                                            : "load: directory");
+    if (!rc) rc = set_str(eng, r->tag, sizeof(r->tag), tag, "checkpoint tag");
+    if (rc < 0) {
+        tr_msg_free(eng->rt, m);
+        return rc;
+    }
+    return call(eng, kind == TR__REQ_SAVE ? eng->executor : eng->checkpointer, m);
 }
 
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
-    if (!dir || tr__executor_window(eng) != 0)
-        return snprintf(eng->error, sizeof(eng->error), "save: %s",
-                        dir ? "in the middle of an accumulation window; save after a step"
-                            : "no directory"),
-               TR_EINVAL;
-    return call(eng, eng->checkpointer, TR__REQ_SAVE, 0, dir, tag);
+    return checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
 }
 
 int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
-    if (!dir || tr__executor_window(eng) != 0)
-        return snprintf(eng->error, sizeof(eng->error), "load: %s",
-                        dir ? "in the middle of an accumulation window; load between steps"
-                            : "no directory"),
-               TR_EINVAL;
-    int rc = call(eng, eng->checkpointer, TR__REQ_LOAD, 0, dir, tag);
-    if (rc == 0 && eng->train) { /* continue the data stream where the checkpoint left it */
-        atomic_fetch_add(&eng->data_gen, 1);
-        rc = tr__engine_request(eng, eng->loader, TR__REQ_RESEEK, 0, NULL, NULL);
-    }
-    return rc;
+    return checkpoint_call(eng, TR__REQ_LOAD, dir, tag);
 }
 
 const char *tr_engine_error(const tr_engine_t *eng)
@@ -499,10 +692,10 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
-    return atomic_load(&((tr_engine_t *)eng)->stop_requested);
+    return atomic_load(&eng->client->stop_requested);
 }
 
 uint64_t tr_engine_global_step(const tr_engine_t *eng)
 {
-    return eng->global_steps;
+    return eng->last.global_step;
 }

@@ -1,5 +1,7 @@
 /* executor.c: the executor actor (pinned: it runs the model's forward and backward, blocking
- * its thread for the length of a micro-batch).
+ * its thread for the length of a micro-batch). It owns the model's buffers while it runs a
+ * micro-batch, the validation set, the micro-step and sample counters and the data position
+ * a checkpoint records.
  *
  * It keeps the loader's BATCH messages in a small queue (never more than `prefetch`, the
  * loader's credits see to that) and serves one client request at a time:
@@ -8,10 +10,13 @@
  *    gradient range, so the bucketer and the communicator start while the layers below are
  *    still in backward. Then it waits for the optimizer's STEP_DONE, zeroes the gradients and
  *    answers with the step's statistics.
- *  - FORWARD / BACKWARD / STEP: the same, one call at a time, with the client's batches.
+ *  - FORWARD / BACKWARD / STEP: the same, one call at a time, with the client's batches (staged
+ *    in registered buffers and named by the request's tensor references).
  *  - EVAL: forward only over the validation set, from its start.
+ *  - SAVE: starts the save chain (ENGINE_STATE to the optimizer) with its counters.
  * The loss of each micro-batch is scaled by loss_scale / GAS before backward, so gradients
- * accumulate to the mean over the window (DeepSpeed's division by GAS).
+ * accumulate to the mean over the window (DeepSpeed's division by GAS). Every reply carries
+ * the executor's view (global step, accumulation window) for the client.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +25,18 @@
 #include "actors/engine_internal.h"
 
 typedef struct queued {
-    uint32_t slot, gen;
+    uint32_t slot;
     tr__data_pos_t after; /* the stream position once this batch is consumed */
-    int *tokens;          /* or float x */
+    void *in;             /* int tokens or float x */
     int *targets;
+    float *y;
 } queued_t;
 
 struct tr__exec {
-    tr_engine_t *eng;
+    const tr_engine_t *eng;
+    tr_model_t *model;
+    tr__dataset_t *val;
+    struct tr__dsmon *ds;
     queued_t q[TR__MAX_PREFETCH];
     int q_head, q_n;
     int req;         /* the client's request being served (0: none) */
@@ -38,12 +47,44 @@ struct tr__exec {
     bool started;      /* the loader has been told to start */
     bool step_pending; /* boundary backward done, STEP_DONE not arrived */
     bool step_ready;   /* STEP_DONE arrived, not reported yet (DeepSpeed-style) */
-    int deferred;      /* a FORWARD that arrived while the step was pending */
+    bool unstepped;    /* a backward's micro-batch awaits its tr_engine_step */
+    bool deferred;     /* a FORWARD (its message kept) arrived while the step was pending */
+    tr_msg_t *deferred_msg;
     tr_step_stats_t stats;
-    bool have_forward;     /* DeepSpeed-style: forward done, backward not yet */
-    int *tokens, *targets; /* the executor's copy of a client batch */
-    float *x;
+    bool have_forward; /* DeepSpeed-style: forward done, backward not yet */
+    /* counters: global_steps and skipped_steps as the last STEP_DONE said */
+    uint64_t global_steps, skipped_steps, global_samples, micro_steps;
+    double loss_scale;       /* the next step's */
+    uint32_t gen;            /* data generation: batches of older ones are dropped */
+    tr__data_pos_t consumed; /* after the last batch trained on: what a save records */
+    int *tokens, *targets;   /* the executor's copy of a client batch or an eval batch */
+    float *x, *y;
 };
+
+/* --- replies ----------------------------------------------------------------------------- */
+
+static tr__reply_t view(const struct tr__exec *x)
+{
+    const tr_engine_t *e = x->eng;
+    int pos = x->have_forward                   ? x->micro
+              : x->step_pending || x->step_ready ? e->GAS - 1
+              : x->unstepped                     ? x->micro - 1
+                                                 : x->micro;
+    return (tr__reply_t){.global_step = x->global_steps,
+                         .window = x->micro + x->have_forward + x->step_pending,
+                         .micro_pos = pos};
+}
+
+static void reply_ok(struct tr__exec *x, tr__reply_t r)
+{
+    tr__reply_t v = view(x);
+    r.global_step = v.global_step;
+    r.window = v.window;
+    r.micro_pos = v.micro_pos;
+    tr__reply(x->eng, 0, &r, NULL);
+}
+
+/* --- messages out ------------------------------------------------------------------------- */
 
 /* Gives a batch slot back to the loader. A credit that cannot be sent would leave the loader
  * one slot short for good, so it fails the engine; an earlier failure (rc_before) keeps its
@@ -51,7 +92,7 @@ struct tr__exec {
 static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t step, int micro,
                   int rc_before)
 {
-    tr_engine_t *e = x->eng;
+    const tr_engine_t *e = x->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
     int rc = m ? 0 : TR_ENOMEM;
     if (m) {
@@ -68,60 +109,58 @@ static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t ste
     return rc;
 }
 
-static int grad_ready(tr_model_t *model, int layer, size_t offset, size_t count, void *arg)
+static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offset, size_t count)
 {
-    tr_ctx_t *ctx = arg;
-    struct tr__exec *x = ctx->state;
     if (count == 0 && layer != 0) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRAD_READY);
-    if (!m) return 1;
+    if (!m) return TR_ENOMEM;
     tr_msg_grad_ready_t *g = TR_MSG_AS(m, grad_ready);
     g->layer = (uint32_t)layer;
     g->offset = offset;
     g->count = count;
     g->last = layer == 0;
-    m->step = x->eng->global_steps;
+    m->step = x->global_steps;
     m->micro_step = (uint32_t)x->micro;
     int rc = tr_actor_send(ctx->rt, x->eng->bucketer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc < 0;
+    return rc;
 }
+
+/* --- passes --------------------------------------------------------------------------------- */
 
 /* Ends the request with an error naming the layer, the pass and the step. */
 static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
 {
-    tr_engine_t *e = x->eng;
-    tr__engine_reply(e, rc, "executor: step %llu, micro-step %d: layer %d '%s' %s failed: %s (%s)",
-                     (unsigned long long)e->global_steps, x->micro, layer,
-                     tr_model_layer(e->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+    tr__reply(x->eng, rc, NULL, "executor: step %llu, micro-step %d: layer %d '%s' %s failed: "
+              "%s (%s)", (unsigned long long)x->global_steps, x->micro, layer,
+              tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
     return rc;
 }
 
 /* Forward over every layer; errors name the layer and the step. */
 static int forward(struct tr__exec *x, const tr_batch_t *b, float *loss)
 {
-    tr_engine_t *e = x->eng;
-    for (int i = 0; i < tr_model_num_layers(e->model); i++) {
-        int rc = tr_model_layer_forward(e->model, i, b);
+    for (int i = 0; i < tr_model_num_layers(x->model); i++) {
+        int rc = tr_model_layer_forward(x->model, i, b);
         if (rc < 0) return layer_failed(x, i, "forward", rc);
     }
-    *loss = tr_model_loss(e->model);
+    *loss = tr_model_loss(x->model);
     return 0;
 }
 
 static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 {
-    tr_engine_t *e = x->eng;
-    tr_model_set_loss_scale(e->model, (float)(tr__optimizer_loss_scale(e) / e->GAS));
-    for (int i = tr_model_num_layers(e->model) - 1; i >= 0; i--) {
-        int rc = tr_model_layer_backward(e->model, i);
+    const tr_engine_t *e = x->eng;
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / e->GAS));
+    for (int i = tr_model_num_layers(x->model) - 1; i >= 0; i--) {
+        int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
-        tr_layer_t *l = tr_model_layer(e->model, i);
-        if (boundary && grad_ready(e->model, i, l->param_offset, l->param_count, ctx)) {
-            tr__engine_reply(e, TR_ENOMEM, "executor: step %llu: cannot send layer %d's "
-                             "gradients to the bucketer: out of message memory",
-                             (unsigned long long)e->global_steps, i);
-            return TR_ENOMEM;
+        tr_layer_t *l = tr_model_layer(x->model, i);
+        if (boundary && (rc = grad_ready(ctx, x, i, l->param_offset, l->param_count)) < 0) {
+            tr__engine_fail(e, rc, "executor: step %llu: cannot send layer %d's gradients to "
+                            "the bucketer: %s", (unsigned long long)x->global_steps, i,
+                            tr_strerror(rc));
+            return rc;
         }
     }
     return 0;
@@ -132,16 +171,15 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0,
                       uint64_t t1)
 {
-    tr_engine_t *e = x->eng;
-    if (e->mon)
-        tr_monitor_span(e->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
-                                             TR__LANE_PASSES, 0, 0});
+    if (x->eng->mon)
+        tr_monitor_span(x->eng->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
+                                                  TR__LANE_PASSES, 0, 0});
 }
 
 /* A forward pass over [t0, t1) of step `step`: DeepSpeed's timers and the trace's span. */
 static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1)
 {
-    tr__dsmon_forward(x->eng, t0, t1);
+    tr__dsmon_forward(x->ds, t0, t1);
     pass_span(x, "forward", step, t0, t1);
 }
 
@@ -149,13 +187,13 @@ static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_
 static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
                           bool boundary)
 {
-    tr_engine_t *e = x->eng;
-    tr__dsmon_backward(e, t0, t1, boundary);
+    const tr_engine_t *e = x->eng;
+    tr__dsmon_backward(x->ds, t0, t1, boundary);
     pass_span(x, "backward", step, t0, t1);
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
-    e->micro_steps++;
-    e->global_samples += (uint64_t)e->B * (uint64_t)e->world;
+    x->micro_steps++;
+    x->global_samples += (uint64_t)e->B * (uint64_t)e->world;
     x->step_pending = boundary;
 }
 
@@ -163,14 +201,13 @@ static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64
  * layer by layer. */
 static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, uint64_t step)
 {
-    tr_engine_t *e = x->eng;
     float loss;
     uint64_t t0 = tr_now_ns();
     int rc = forward(x, b, &loss);
     uint64_t t1 = tr_now_ns();
     if (rc == 0) {
         forward_done(x, step, t0, t1);
-        bool boundary = x->micro == e->GAS - 1;
+        bool boundary = x->micro == x->eng->GAS - 1;
         rc = backward(ctx, x, boundary);
         if (rc == 0) {
             x->loss_sum += loss;
@@ -180,62 +217,76 @@ static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, u
     return rc;
 }
 
-static void finish_request_error(struct tr__exec *x)
+static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *targets, const float *y)
 {
-    x->req = 0;
-    x->want = 0;
+    const tr_engine_t *e = x->eng;
+    return (tr_batch_t){.B = e->B,
+                        .T = e->T,
+                        .tokens = e->x_dim ? NULL : in,
+                        .x = e->x_dim ? in : NULL,
+                        .targets = targets,
+                        .y = y,
+                        .y_dim = e->y_dim};
 }
+
+/* --- TRAIN ---------------------------------------------------------------------------------- */
 
 /* Runs queued batches while a TRAIN wants them. */
 static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    tr_engine_t *e = x->eng;
     while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
         x->q_n--;
-        tr_batch_t batch = {.B = e->B, .T = e->T, .targets = b.targets};
-        if (e->x_dim)
-            batch.x = (const float *)b.tokens;
-        else
-            batch.tokens = b.tokens;
-        uint64_t step = e->global_steps; /* before the optimizer may count this step */
+        tr_batch_t batch = batch_of(x, b.in, b.targets, b.y);
+        uint64_t step = x->global_steps;
         int micro = x->micro;
         int rc = micro_batch(ctx, x, &batch, step);
-        if (rc == 0) e->consumed = b.after;
+        if (rc == 0) x->consumed = b.after;
         rc = credit(ctx, x, b.slot, step, micro, rc);
         if (rc < 0) {
-            finish_request_error(x);
+            x->req = 0;
+            x->want = 0;
             return;
         }
         x->want--;
     }
 }
 
+/* Resolves a batch's references; an unresolvable one is an engine bug. */
+static bool resolve_batch(const struct tr__exec *x, const tr_msg_batch_t *b, queued_t *q)
+{
+    char why[256];
+    q->in = tr__resolve(x->eng, &b->tokens, why, sizeof(why));
+    q->targets = b->targets.buffer_id ? tr__resolve(x->eng, &b->targets, why, sizeof(why)) : NULL;
+    q->y = b->y.buffer_id ? tr__resolve(x->eng, &b->y, why, sizeof(why)) : NULL;
+    if (q->in && (q->targets || q->y)) return true;
+    tr__engine_fail(x->eng, TR_EINVAL, "executor: batch %llu from the loader: %s",
+                    (unsigned long long)b->index, why);
+    return false;
+}
+
 static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 {
-    tr_engine_t *e = x->eng;
     tr_msg_batch_t *b = TR_MSG_AS(msg, batch);
-    if (b->gen != atomic_load(&e->data_gen)) { /* from before a reseek: drop it */
-        if (credit(ctx, x, b->slot, e->global_steps, x->micro, 0) < 0) finish_request_error(x);
+    if (b->gen != x->gen) { /* from before a restore: drop it */
+        if (credit(ctx, x, b->slot, x->global_steps, x->micro, 0) < 0) x->req = 0;
         return;
     }
-    int at = (x->q_head + x->q_n) % TR__MAX_PREFETCH;
-    x->q[at] = (queued_t){b->slot,
-                          b->gen,
-                          {b->epoch, b->cursor, b->index + 1},
-                          tr__engine_buffer(e, &b->tokens),
-                          tr__engine_buffer(e, &b->targets)};
+    queued_t q = {.slot = b->slot, .after = {b->epoch, b->cursor, b->index + 1}};
+    if (!resolve_batch(x, b, &q)) return;
+    x->q[(x->q_head + x->q_n) % TR__MAX_PREFETCH] = q;
     x->q_n++;
     run_train(ctx, x);
 }
 
-static void report_stats(struct tr__exec *x, tr_msg_step_done_t *d)
+/* --- the step ------------------------------------------------------------------------------ */
+
+static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d)
 {
-    tr_engine_t *e = x->eng;
-    x->stats = (tr_step_stats_t){.global_step = e->global_steps,
-                                 .global_samples = e->global_samples,
-                                 .skipped_steps = e->skipped_steps,
+    x->stats = (tr_step_stats_t){.global_step = d->global_step,
+                                 .global_samples = x->global_samples,
+                                 .skipped_steps = d->skipped_steps,
                                  .loss = (float)(x->loss_sum / (x->micro ? x->micro : 1)),
                                  .lr = d->lr,
                                  .grad_norm = d->grad_norm,
@@ -249,111 +300,214 @@ static void report_stats(struct tr__exec *x, tr_msg_step_done_t *d)
     x->t_window = tr_now_ns();
 }
 
-static void copy_client_batch(struct tr__exec *x)
-{
-    tr_engine_t *e = x->eng;
-    const tr_engine_batch_t *b = e->req_batch;
-    size_t bt = (size_t)e->B * (size_t)e->T;
-    if (e->x_dim)
-        memcpy(x->x, b->x, bt * (size_t)e->x_dim * sizeof(float));
-    else
-        memcpy(x->tokens, b->tokens, bt * sizeof(int));
-    memcpy(x->targets, b->targets, bt * sizeof(int));
-}
+static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
 
-static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x)
+static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 {
-    tr_engine_t *e = x->eng;
-    if (!e->req_batch || (!e->req_batch->tokens && !e->req_batch->x) || !e->req_batch->targets) {
-        tr__engine_reply(e, TR_EINVAL, "tr_engine_forward: the batch needs %s and targets",
-                         e->x_dim ? "x" : "tokens");
+    tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
+    x->step_pending = false;
+    x->global_steps = d->global_step;
+    x->skipped_steps = d->skipped_steps;
+    x->loss_scale = d->next_loss_scale;
+    tr_model_zero_grad(x->model);
+    report_stats(x, d);
+    if (d->rc < 0) {
+        x->req = 0;
+        x->unstepped = false;
+        tr__reply(x->eng, d->rc, NULL, "%s", d->error); /* the optimizer's explanation */
         return;
     }
-    copy_client_batch(x);
-    tr_batch_t batch = {.B = e->B,
-                        .T = e->T,
-                        .tokens = e->x_dim ? NULL : x->tokens,
-                        .x = e->x_dim ? x->x : NULL,
-                        .targets = x->targets};
+    tr__dsmon_step(x->ds, &x->stats, d);
+    if (x->req == TR__REQ_TRAIN || x->req == TR__REQ_STEP) {
+        x->req = 0;
+        x->unstepped = false;
+        reply_ok(x, (tr__reply_t){.stats = x->stats});
+    } else {
+        x->step_ready = true;
+    }
+    if (x->deferred) {
+        x->deferred = false;
+        serve_forward(ctx, x, TR_MSG_AS(x->deferred_msg, engine_req));
+        tr_msg_free(ctx->rt, x->deferred_msg);
+        x->deferred_msg = NULL;
+    }
+}
+
+/* --- DeepSpeed-style calls ----------------------------------------------------------------- */
+
+/* Copies the client's staged batch (registered buffers named by the request) into the
+ * executor's own arrays: the model reads them again in backward, after the reply. */
+static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    const tr_engine_t *e = x->eng;
+    size_t bt = (size_t)e->B * (size_t)e->T;
+    char why[256] = "";
+    const void *in = tr__resolve(e, &r->inputs, why, sizeof(why));
+    const void *t = r->targets.buffer_id ? tr__resolve(e, &r->targets, why, sizeof(why)) : NULL;
+    const void *y = r->y.buffer_id ? tr__resolve(e, &r->y, why, sizeof(why)) : NULL;
+    if (!in || (!t && !y))
+        return tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why), TR_EINVAL;
+    if (e->x_dim)
+        memcpy(x->x, in, bt * (size_t)e->x_dim * sizeof(float));
+    else
+        memcpy(x->tokens, in, bt * sizeof(int));
+    if (t) memcpy(x->targets, t, bt * sizeof(int));
+    if (y) memcpy(x->y, y, bt * (size_t)e->y_dim * sizeof(float));
+    return 0;
+}
+
+static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    (void)ctx;
+    const tr_engine_t *e = x->eng;
+    if (copy_client_batch(x, r) < 0) return;
+    tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
+                                e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
     float loss;
     uint64_t t0 = tr_now_ns();
-    if (x->micro == 0) tr_monitor_step(e->mon, e->global_steps, t0); /* see step_begins */
+    if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, t0); /* the window opens */
+    x->unstepped = false;
     if (forward(x, &batch, &loss) < 0) return;
-    forward_done(x, e->global_steps, t0, tr_now_ns());
+    forward_done(x, x->global_steps, t0, tr_now_ns());
     if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
-    e->reply_loss = loss;
     x->loss_sum += loss;
-    tr__engine_reply(e, 0, NULL);
+    reply_ok(x, (tr__reply_t){.loss = loss});
 }
 
 static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    tr_engine_t *e = x->eng;
     if (!x->have_forward) {
-        tr__engine_reply(e, TR_EINVAL, "tr_engine_backward: no forward to go back through");
+        tr__reply(x->eng, TR_EINVAL, NULL, "tr_engine_backward: no forward to go back through");
         return;
     }
     x->have_forward = false;
-    bool boundary = x->micro == e->GAS - 1;
-    uint64_t step = e->global_steps, t0 = tr_now_ns();
+    bool boundary = x->micro == x->eng->GAS - 1;
+    uint64_t step = x->global_steps, t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
     backward_done(x, step, t0, tr_now_ns(), boundary);
-    tr__engine_reply(e, 0, NULL);
+    x->unstepped = true;
+    reply_ok(x, (tr__reply_t){0});
 }
 
-static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+static void serve_step(struct tr__exec *x)
 {
-    tr_engine_t *e = x->eng;
-    tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
-    x->step_pending = false;
-    tr_model_zero_grad(e->model);
-    report_stats(x, d);
-    if (d->rc >= 0) tr__dsmon_step(e, &x->stats);
-    if (d->rc < 0) {
-        x->req = 0;
-        tr__engine_reply(e, d->rc, "%s", e->error); /* the optimizer wrote the explanation */
+    if (x->step_pending) {
+        x->req = TR__REQ_STEP; /* answered at STEP_DONE */
         return;
     }
-    if (x->req == TR__REQ_TRAIN || x->req == TR__REQ_STEP) {
-        e->reply_stats = x->stats;
-        x->req = 0;
-        tr__engine_reply(e, 0, NULL);
-    } else {
-        x->step_ready = true;
+    bool ready = x->step_ready;
+    x->step_ready = false;
+    x->unstepped = false;
+    tr__reply_t r = {.stats = ready ? x->stats : (tr_step_stats_t){0}};
+    if (ready) {
+        reply_ok(x, r);
+        return;
     }
-    if (x->deferred == TR__REQ_FORWARD) {
-        x->deferred = 0;
-        serve_forward(ctx, x);
+    r.global_step = x->global_steps; /* 1: not a boundary, a no-op as in DeepSpeed */
+    tr__reply_t v = view(x);
+    r.window = v.window;
+    r.micro_pos = v.micro_pos;
+    tr__reply(x->eng, 1, &r, NULL);
+}
+
+/* --- EVAL ---------------------------------------------------------------------------------- */
+
+static void serve_eval(struct tr__exec *x, uint32_t n)
+{
+    const tr_engine_t *e = x->eng;
+    tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
+    double sum = 0;
+    char err[512];
+    tr_model_set_training(x->model, 0);
+    for (uint32_t i = 0; i < n; i++) {
+        bool wrapped;
+        int rc = tr__dataset_next(x->val, x->tokens, x->x, e->y_dim ? NULL : x->targets,
+                                  e->y_dim ? x->y : NULL, &wrapped, err, sizeof(err));
+        if (rc < 0) {
+            tr_model_set_training(x->model, 1);
+            tr__reply(e, rc, NULL, "eval: %s", err);
+            return;
+        }
+        tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
+                                    e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
+        float loss;
+        int frc = forward(x, &batch, &loss);
+        if (frc < 0) {
+            tr_model_set_training(x->model, 1);
+            return;
+        }
+        sum += loss;
+    }
+    tr_model_set_training(x->model, 1);
+    reply_ok(x, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+}
+
+/* --- checkpoints ----------------------------------------------------------------------------- */
+
+/* SAVE: the executor's part of the state, on to the optimizer. */
+static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) {
+        tr__reply(x->eng, TR_ENOMEM, NULL, "save: out of message memory");
+        return;
+    }
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    s->kind = TR__STATE_SAVE;
+    memcpy(s->dir, r->dir, sizeof(s->dir));
+    memcpy(s->tag, r->tag, sizeof(s->tag));
+    s->global_samples = x->global_samples;
+    s->micro_steps = x->micro_steps;
+    s->epoch = x->consumed.epoch; /* not the loader's: it has prefetched past it */
+    s->cursor = x->consumed.cursor;
+    s->batch_index = x->consumed.batch_index;
+    m->step = x->global_steps;
+    int rc = tr_actor_send(ctx->rt, x->eng->optimizer, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__reply(x->eng, rc, NULL, "save: %s", tr_strerror(rc));
     }
 }
 
-static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
+/* A restore's executor part: parameters, counters, data position; then the loader moves and
+ * the checkpointer hears that the restore is complete. */
+static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 {
-    tr_engine_t *e = x->eng;
-    tr__data_pos_t start = {0};
-    tr__dataset_seek(e->val, start); /* every eval measures the same batches */
-    double sum = 0;
-    char err[512];
-    for (uint32_t i = 0; i < n; i++) {
-        bool wrapped;
-        int rc = tr__dataset_next(e->val, x->tokens, x->x, x->targets, &wrapped, err, sizeof(err));
-        if (rc < 0) {
-            tr__engine_reply(e, rc, "eval: %s", err);
-            return;
-        }
-        tr_batch_t batch = {.B = e->B,
-                            .T = e->T,
-                            .tokens = e->x_dim ? NULL : x->tokens,
-                            .x = e->x_dim ? x->x : NULL,
-                            .targets = x->targets};
-        float loss;
-        if (forward(x, &batch, &loss) < 0) return;
-        sum += loss;
+    const tr_engine_t *e = x->eng;
+    tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
+    char why[256];
+    const float *params = tr__resolve(e, &s->params, why, sizeof(why));
+    if (!params) {
+        tr__engine_fail(e, TR_EINVAL, "load: executor: %s", why);
+        return 0;
     }
-    e->reply_loss = n ? (float)(sum / n) : 0.0f;
-    tr__engine_reply(e, 0, NULL);
+    memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
+    x->global_steps = s->global_step;
+    x->skipped_steps = s->skipped_steps;
+    x->global_samples = s->global_samples;
+    x->micro_steps = s->micro_steps;
+    x->consumed = (tr__data_pos_t){s->epoch, s->cursor, s->batch_index};
+    x->gen++;
+    for (; x->q_n > 0; x->q_n--, x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH)
+        if (credit(ctx, x, x->q[x->q_head].slot, x->global_steps, 0, 0) < 0) return 0;
+    tr_msg_t *seek = tr_actor_is_none(e->loader) ? NULL : tr_msg_new(ctx->rt, TR_MSG_LOADER_SEEK);
+    if (seek) {
+        *TR_MSG_AS(seek, loader_seek) = (tr_msg_loader_seek_t){x->gen, s->epoch, s->cursor,
+                                                               s->batch_index};
+        if (tr_actor_send(ctx->rt, e->loader, seek) < 0) tr_msg_free(ctx->rt, seek);
+    }
+    s->kind = TR__STATE_RESTORED; /* back to the checkpointer, which frees its staging */
+    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_STATE, sizeof(*s));
+    if (!m) return TR_ENOMEM;
+    memcpy(tr_msg_body(m), s, sizeof(*s));
+    m->step = x->global_steps;
+    int rc = tr_actor_send(ctx->rt, e->checkpointer, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
 }
+
+/* --- requests -------------------------------------------------------------------------------- */
 
 static const char *busy_reason(struct tr__exec *x, int kind)
 {
@@ -363,84 +517,70 @@ static const char *busy_reason(struct tr__exec *x, int kind)
                "with tr_engine_step";
     if (kind == TR__REQ_EVAL && x->step_pending)
         return "the optimizer step is pending; call tr_engine_step first";
+    if (kind == TR__REQ_SAVE && (x->micro || x->step_pending))
+        return "save: in the middle of an accumulation window; save after a step";
     return NULL;
 }
 
-static void on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+static void serve_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    tr_engine_t *e = x->eng;
+    x->req = TR__REQ_TRAIN;
+    x->step_ready = false; /* a DeepSpeed-style step's statistics are not this one's */
+    x->unstepped = false;
+    x->want = x->eng->GAS;
+    x->t_window = tr_now_ns();
+    if (!x->started) {
+        x->started = true;
+        tr_msg_t *m = tr__request_new(ctx->rt, TR__REQ_START);
+        if (!m || tr_actor_send(ctx->rt, x->eng->loader, m) < 0) {
+            tr_msg_free(ctx->rt, m);
+            tr__engine_fail(x->eng, TR_ENOMEM, "executor: cannot start the loader");
+            return;
+        }
+    }
+    run_train(ctx, x);
+}
+
+static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
     tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
     const char *busy = busy_reason(x, (int)r->kind);
     if (busy) {
-        tr__engine_reply(e, TR_EBUSY, "%s", busy);
-        return;
+        tr__reply(x->eng, TR_EBUSY, NULL, "%s", busy);
+        return 0;
     }
     switch (r->kind) {
-    case TR__REQ_TRAIN:
-        x->req = TR__REQ_TRAIN;
-        x->step_ready = false; /* a DeepSpeed-style step's statistics are not this one's */
-        x->want = e->GAS;
-        x->t_window = tr_now_ns();
-        if (!x->started) {
-            x->started = true;
-            tr__engine_request(e, e->loader, TR__REQ_START, 0, NULL, NULL);
-        }
-        run_train(ctx, x);
-        break;
-    case TR__REQ_EVAL:
-        serve_eval(ctx, x, r->n);
-        break;
+    case TR__REQ_TRAIN: serve_train(ctx, x); break;
+    case TR__REQ_EVAL: serve_eval(x, r->n); break;
     case TR__REQ_FORWARD:
-        if (x->step_pending)
-            x->deferred = TR__REQ_FORWARD; /* parameters are being updated */
-        else
-            serve_forward(ctx, x);
-        break;
-    case TR__REQ_BACKWARD:
-        serve_backward(ctx, x);
-        break;
-    case TR__REQ_STEP:
-        if (x->step_pending) {
-            x->req = TR__REQ_STEP;
-        } else {
-            e->reply_stats = x->step_ready ? x->stats : (tr_step_stats_t){0};
-            tr__engine_reply(e, x->step_ready ? 0 : 1, NULL); /* 1: not a boundary */
-            x->step_ready = false;
+        if (!x->step_pending) {
+            serve_forward(ctx, x, r);
+            break;
         }
+        /* parameters are being updated: keep the request until STEP_DONE */
+        if (!(x->deferred_msg = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_REQ, sizeof(*r))))
+            return TR_ENOMEM;
+        memcpy(tr_msg_body(x->deferred_msg), r, sizeof(*r));
+        x->deferred = true;
         break;
-    default:
-        tr__engine_reply(e, TR_EINVAL, "executor: unknown request %u", r->kind);
+    case TR__REQ_BACKWARD: serve_backward(ctx, x); break;
+    case TR__REQ_STEP: serve_step(x); break;
+    case TR__REQ_SAVE: serve_save(ctx, x, r); break;
+    default: tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
     }
+    return 0;
 }
 
 static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__exec *x = ctx->state;
     switch (msg->type) {
-    case TR_MSG_BATCH:
-        on_batch(ctx, x, msg);
-        break;
-    case TR_MSG_STEP_DONE:
-        on_step_done(ctx, x, msg);
-        break;
-    case TR_MSG_ENGINE_REQ:
-        on_request(ctx, x, msg);
-        break;
-    default:
-        break;
+    case TR_MSG_BATCH: on_batch(ctx, x, msg); return 0;
+    case TR_MSG_STEP_DONE: on_step_done(ctx, x, msg); return 0;
+    case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
+    case TR_MSG_ENGINE_STATE: return restore(ctx, x, msg);
+    default: return 0;
     }
-    return 0;
-}
-
-int tr__executor_micro(const tr_engine_t *eng)
-{
-    return eng->ex->micro;
-}
-
-int tr__executor_window(const tr_engine_t *eng)
-{
-    const struct tr__exec *x = eng->ex;
-    return x->micro + (x->have_forward ? 1 : 0) + (x->step_pending ? 1 : 0);
 }
 
 int tr__executor_spawn(tr_engine_t *eng)
@@ -449,11 +589,16 @@ int tr__executor_spawn(tr_engine_t *eng)
     if (!x) return TR_ENOMEM;
     eng->ex = x;
     x->eng = eng;
+    x->model = eng->model;
+    x->val = eng->val;
+    x->ds = eng->ds;
+    x->loss_scale = eng->loss_scale0;
     size_t bt = (size_t)eng->B * (size_t)eng->T;
     x->tokens = malloc(bt * sizeof(int));
     x->targets = malloc(bt * sizeof(int));
     x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
-    if (!x->tokens || !x->targets || !x->x) return TR_ENOMEM;
+    x->y = malloc(bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * sizeof(float));
+    if (!x->tokens || !x->targets || !x->x || !x->y) return TR_ENOMEM;
     tr_actor_opts_t o = {.name = "executor",
                          .pinned = 1,
                          .defer_stop = 1,
@@ -469,6 +614,7 @@ void tr__executor_free(tr_engine_t *eng)
     free(x->tokens);
     free(x->targets);
     free(x->x);
+    free(x->y);
     free(x);
     eng->ex = NULL;
 }

@@ -27,7 +27,9 @@
 #include "runtime/mpack.h"
 
 struct tr__optim {
-    tr_engine_t *eng;
+    const tr_engine_t *eng;
+    float *params, *grads; /* the registered buffers, resolved once */
+    uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
     int type; /* tr_config_optimizer_type_t */
     tr_adam_opts_t adam;
     tr_sgd_opts_t sgd;
@@ -40,14 +42,15 @@ struct tr__optim {
     tr_lr_schedule_opts_t sched;
     int64_t sched_steps; /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
     double base_lr, clip;
+    int n_arrays;       /* moment arrays a checkpoint holds: m, then v, in one block */
+    uint64_t moments_id; /* the block's registry id */
     /* the step being assembled */
     double sumsq;
     size_t covered;
 };
 
-double tr__optimizer_loss_scale(const tr_engine_t *eng)
+static double loss_scale(const tr__optim_t *o)
 {
-    const tr__optim_t *o = eng->op;
     return o->fp16 ? tr_loss_scaler_scale(&o->scaler) : 1.0;
 }
 
@@ -60,11 +63,6 @@ static double current_lr(const tr__optim_t *o)
         return o->base_lr;
     }
     return tr_lr_schedule_lr(&o->sched, o->sched_steps - 1);
-}
-
-double tr__optimizer_lr(const tr_engine_t *eng)
-{
-    return current_lr(eng->op);
 }
 
 /* Adam and Lamb beta1 follow OneCycle's momentum cycle when it has one. */
@@ -81,8 +79,8 @@ static void apply_momentum(tr__optim_t *o)
 /* The update itself, with the combined unscale-and-clip factor. */
 static void update(tr__optim_t *o, float lr, float mul)
 {
-    tr_engine_t *e = o->eng;
-    float *p = tr_model_params(e->model), *g = tr_model_grads(e->model);
+    const tr_engine_t *e = o->eng;
+    float *p = o->params, *g = o->grads;
     size_t n = e->n_params;
     if (o->type == TR_OPTIMIZER_SGD) {
         o->sgd.lr = lr;
@@ -106,35 +104,59 @@ static void update(tr__optim_t *o, float lr, float mul)
     }
 }
 
-/* DeepSpeed's step order. Fills d; returns a negative code only to stop training. */
+/* Names the first layer, in backward order (where a non-finite value first appears), whose
+ * gradients hold Inf or NaN, and how many do. */
+static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
+{
+    const tr_model_t *model = o->eng->model;
+    int first = -1, count = 0, n = tr_model_num_layers(model);
+    for (int i = n - 1; i >= 0; i--) {
+        const tr_layer_t *l = tr_model_layer(model, i);
+        if (!isfinite(tr_grad_sumsq(o->grads + l->param_offset, l->param_count))) {
+            count++;
+            if (first < 0) first = i;
+        }
+    }
+    if (first < 0)
+        snprintf(out, len, "the gradient norm overflowed although every layer's is finite");
+    else
+        snprintf(out, len, "layer %d '%s' is the first in backward order whose gradients hold "
+                 "Inf or NaN (%d of %d layers do)", first, tr_model_layer(model, first)->name,
+                 count, n);
+}
+
+/* DeepSpeed's step order. Fills d; returns a negative code (with d->error) only to stop
+ * training. */
 static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 {
-    tr_engine_t *e = o->eng;
-    double scale = tr__optimizer_loss_scale(e);
+    double scale = loss_scale(o);
     bool overflow = !isfinite(o->sumsq);
     int skip = 0;
     d->loss_scale = scale;
     if (o->fp16) {
         int rc = tr_loss_scaler_update(&o->scaler, overflow, &skip);
         if (rc < 0) {
-            snprintf(e->error, sizeof(e->error), "optimizer: step %llu: %s",
-                     (unsigned long long)e->global_steps, o->scaler.message);
+            snprintf(d->error, sizeof(d->error), "optimizer: step %llu: %s",
+                     (unsigned long long)o->global_steps, o->scaler.message);
             return rc;
         }
     } else if (overflow) {
-        snprintf(e->error, sizeof(e->error),
-                 "optimizer: step %llu: the gradients hold Inf or NaN (no fp16 loss scaling to "
-                 "skip the step): stopping before the parameters are corrupted",
-                 (unsigned long long)e->global_steps);
+        char where[256];
+        name_nonfinite(o, where, sizeof(where));
+        snprintf(d->error, sizeof(d->error),
+                 "optimizer: step %llu: %s; without fp16 loss scaling to skip the step, training "
+                 "stops before the parameters are corrupted (a learning rate too high, or "
+                 "non-finite weights or inputs)",
+                 (unsigned long long)o->global_steps, where);
         return TR_ENONFINITE;
     }
-    e->global_steps++;
+    o->global_steps++;
     if (skip) {
-        e->skipped_steps++;
+        o->skipped_steps++;
         d->skipped = 1;
         d->lr = current_lr(o);
         fprintf(stderr, "troupe: optimizer: step %llu skipped: %s\n",
-                (unsigned long long)e->global_steps, o->scaler.message);
+                (unsigned long long)o->global_steps, o->scaler.message);
         return 0;
     }
     double scaled_norm;
@@ -148,29 +170,111 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     return 0;
 }
 
-static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
 {
-    tr__optim_t *o = ctx->state;
-    tr_engine_t *e = o->eng;
-    if (msg->type != TR_MSG_REDUCED) return 0;
+    const tr_engine_t *e = o->eng;
     tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
+    char why[256];
+    const float *g = tr__resolve(e, &r->grads, why, sizeof(why));
+    if (!g) {
+        tr__engine_fail(e, TR_EINVAL, "optimizer: bucket %u: %s", r->bucket, why);
+        return TR_EINVAL;
+    }
     size_t count = r->grads.length / sizeof(float);
-    o->sumsq += tr_grad_sumsq(tr__engine_buffer(e, &r->grads), count);
+    o->sumsq += tr_grad_sumsq(g, count);
     o->covered += count;
     tr__engine_bucket_bytes(e, -(int64_t)r->grads.length);
     if (o->covered < e->n_params) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
     if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
-    m->step = e->global_steps; /* the step this completes: step() counts it */
-    e->t_last_reduced = e->t_step_begin = tr_now_ns();
+    m->step = o->global_steps; /* the step this completes: step() counts it */
+    d->t_reduced = d->t_begin = tr_now_ns();
     d->rc = step(o, d);
-    e->t_step_end = tr_now_ns();
+    d->t_end = tr_now_ns();
+    d->global_step = o->global_steps;
+    d->skipped_steps = o->skipped_steps;
+    d->next_lr = current_lr(o);
+    d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
     int rc = tr_actor_send(ctx->rt, e->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
+}
+
+/* Sends an ENGINE_STATE on, as a copy of s. */
+static int forward_state(tr_ctx_t *ctx, const tr_msg_engine_state_t *s, tr_actor_t to,
+                         uint64_t step)
+{
+    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_STATE, sizeof(*s));
+    if (!m) return TR_ENOMEM;
+    memcpy(tr_msg_body(m), s, sizeof(*s));
+    m->step = step;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* SAVE: adds the optimizer's counters and scalar state; on to the checkpointer. */
+static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    tr__optimizer_state_pack(o, &pk);
+    if (sb.size > sizeof(s->optim.data)) {
+        msgpack_sbuffer_destroy(&sb);
+        tr__reply(o->eng, TR_EOVERFLOW, NULL, "save: the optimizer's state is larger than %zu "
+                  "bytes", sizeof(s->optim.data));
+        return 0;
+    }
+    s->optim.len = (uint32_t)sb.size;
+    memcpy(s->optim.data, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    s->global_step = o->global_steps;
+    s->skipped_steps = o->skipped_steps;
+    size_t bytes = (size_t)o->n_arrays * o->eng->n_params * sizeof(float);
+    if (o->n_arrays) tr_buffer_ref(o->eng->rt, o->moments_id, 0, bytes, TR_DTYPE_F32, &s->moments);
+    return forward_state(ctx, s, o->eng->checkpointer, o->global_steps);
+}
+
+/* RESTORE: checks and takes the optimizer's part; on to the executor. A refusal goes back to
+ * the checkpointer with nothing changed. */
+static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
+{
+    const tr_engine_t *e = o->eng;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    char why[256] = "";
+    int rc = msgpack_unpack_next(&u, (const char *)s->optim.data, s->optim.len, NULL) ==
+                     MSGPACK_UNPACK_SUCCESS
+                 ? tr__optimizer_state_unpack(o, &u.data, why, sizeof(why))
+                 : (snprintf(why, sizeof(why), "optimizer state: not msgpack"), TR_EFORMAT);
+    msgpack_unpacked_destroy(&u);
+    const float *moments = NULL;
+    if (rc == 0 && o->n_arrays && !(moments = tr__resolve(e, &s->moments, why, sizeof(why))))
+        rc = TR_EINVAL;
+    if (rc < 0) {
+        s->kind = TR__STATE_RESTORED;
+        s->rc = rc;
+        snprintf(s->error, sizeof(s->error), "%s", why);
+        return forward_state(ctx, s, e->checkpointer, o->global_steps);
+    }
+    if (moments) memcpy(o->m, moments, (size_t)o->n_arrays * e->n_params * sizeof(float));
+    o->global_steps = s->global_step;
+    o->skipped_steps = s->skipped_steps;
+    return forward_state(ctx, s, e->executor, o->global_steps);
+}
+
+static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    tr__optim_t *o = ctx->state;
+    if (msg->type == TR_MSG_REDUCED) return on_reduced(ctx, o, msg);
+    if (msg->type != TR_MSG_ENGINE_STATE) return 0;
+    tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
+    return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
 }
 
 /* --- set-up from the config ------------------------------------------------------------ */
@@ -238,6 +342,25 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
     return rc;
 }
 
+/* Allocates the moment arrays as one block (m, then v) and registers it: a checkpoint saves
+ * and restores it through a reference. */
+static int register_moments(tr__optim_t *o)
+{
+    const tr_engine_t *e = o->eng;
+    size_t bytes = (size_t)o->n_arrays * e->n_params * sizeof(float);
+    if (!o->n_arrays) return 0;
+    if (!(o->m = calloc(1, bytes ? bytes : 1))) return TR_ENOMEM;
+    o->v = o->n_arrays > 1 ? o->m + e->n_params : NULL;
+    tr_buffer_info_t info = {.name = "optimizer/moments",
+                             .base = o->m,
+                             .bytes = bytes,
+                             .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = e->optimizer,
+                             .lifetime = TR_BUFFER_RUNTIME};
+    return tr_buffer_register(e->rt, &info, &o->moments_id);
+}
+
 int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -268,51 +391,46 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     }
     o->fp16 = c->fp16.enabled;
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
-    size_t bytes = eng->n_params * sizeof(float);
-    o->m = calloc(1, bytes ? bytes : 1);
-    o->v = o->type == TR_OPTIMIZER_SGD ? NULL : calloc(1, bytes ? bytes : 1);
-    if (!o->m || (o->type != TR_OPTIMIZER_SGD && !o->v)) return TR_ENOMEM;
+    const char *names[2];
+    o->n_arrays = tr__optimizer_array_names(eng, names, 2);
     tr_actor_opts_t ao = {.name = "optimizer",
                           .pinned = 1,
                           .defer_stop = 1,
                           .supervisor = eng->supervisor,
                           .lane_kind = TR_LANE_COMPUTE};
-    return tr_actor_spawn(eng->rt, optimizer_behaviour, o, &ao, &eng->optimizer);
+    int rc = tr_actor_spawn(eng->rt, optimizer_behaviour, o, &ao, &eng->optimizer);
+    tr_buffer_info_t info;
+    if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0) o->params = info.base;
+    if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
+    if (rc == 0) rc = register_moments(o);
+    return rc;
 }
 
 void tr__optimizer_free(tr_engine_t *eng)
 {
     tr__optim_t *o = eng->op;
     if (!o) return;
-    free(o->m);
-    free(o->v);
+    free(o->m); /* v is inside m's block */
     free(o);
     eng->op = NULL;
 }
 
 /* --- checkpoint state ------------------------------------------------------------------ */
 
-int tr__optimizer_arrays(tr_engine_t *eng, float **arrays, const char **names, int max)
+int tr__optimizer_array_names(const tr_engine_t *eng, const char **names, int max)
 {
-    tr__optim_t *o = eng->op;
-    int n = 0;
-    if (max > 0 && o->m) {
-        arrays[n] = o->m;
-        names[n++] = o->type == TR_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg";
-    }
-    if (max > 1 && o->v) {
-        arrays[n] = o->v;
-        names[n++] = "exp_avg_sq";
-    }
+    int type = eng->cfg->optimizer.type, n = 0;
+    if (type == TR_OPTIMIZER_NONE) return 0;
+    if (max > 0) names[n++] = type == TR_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg";
+    if (max > 1 && type != TR_OPTIMIZER_SGD) names[n++] = "exp_avg_sq";
     return n;
 }
 
 #define PACK_KEY(pk, s) tr__mp_pack_str(pk, s)
 
-int tr__optimizer_state_pack(const tr_engine_t *eng, void *pkv)
+int tr__optimizer_state_pack(const tr__optim_t *o, void *pkv)
 {
     msgpack_packer *pk = pkv;
-    const tr__optim_t *o = eng->op;
     msgpack_pack_map(pk, 9);
     PACK_KEY(pk, "type");
     msgpack_pack_int(pk, o->type);
@@ -354,10 +472,9 @@ static int get_num(const msgpack_object *map, const char *key, double *out, char
     return 0;
 }
 
-int tr__optimizer_state_unpack(tr_engine_t *eng, const void *objv, char *err, size_t errlen)
+int tr__optimizer_state_unpack(tr__optim_t *o, const void *objv, char *err, size_t errlen)
 {
     const msgpack_object *obj = objv;
-    tr__optim_t *o = eng->op;
     double type, step, b1p, b2p, beta1, sched, scale, hyst;
     if (get_num(obj, "type", &type, err, errlen) || get_num(obj, "step", &step, err, errlen) ||
         get_num(obj, "beta1_pow", &b1p, err, errlen) ||

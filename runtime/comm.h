@@ -1,10 +1,16 @@
-/* comm: the communication backend interface the comm actor drives.
+/* comm: the communication backends the comm actor drives, and their registry.
  *
  * A backend reduces, gathers and broadcasts buffers among the ranks of a data-parallel group.
- * Operations are started with a request id and completed through `test`, so an asynchronous
- * engine (MPI non-blocking collectives, NCCL on a stream) is polled by the comm actor and its
- * completions become messages; a synchronous backend completes at once. The local backend is
- * world size 1. MPI and NCCL backends implement the same operations.
+ * Every operation is non-blocking: it starts, returns a request id, and later reports its
+ * completion through the `done` callback the backend was created with — the comm actor turns
+ * that call into a COMM_DONE message to itself, so no actor ever waits or spins on a test.
+ * A backend whose operations finish at once (local) calls `done` before the start returns;
+ * one that needs progress (MPI) calls it from its progress loop. Reductions are plain sums or
+ * maxima: scaling (a mean over ranks, DeepSpeed's predivide factor) is the caller's, as
+ * DeepSpeed's numerics need.
+ *
+ * Backends come from a registry by name ("local" is built in; the MPI and NCCL backends
+ * register themselves when the build has them).
  */
 #ifndef TR_RUNTIME_COMM_H
 #define TR_RUNTIME_COMM_H
@@ -16,30 +22,62 @@
 
 typedef struct tr_comm tr_comm_t;
 
+typedef enum { TR_REDUCE_SUM = 0, TR_REDUCE_MAX = 1, TR_REDUCE_COUNT_ } tr_reduce_op_t;
+
+/* An operation completed: rc 0 or the backend's error. May run on any thread; keep it short
+ * (send a message). */
+typedef void (*tr_comm_done_cb)(void *arg, uint64_t req, int rc);
+
 typedef struct tr_comm_ops {
-    const char *name;
-    /* In place: buf (count elements of dt) becomes the element-wise mean over the ranks. */
-    int (*all_reduce_mean)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, uint64_t *req);
+    /* In place: buf (count elements of dt) becomes the element-wise op over the ranks. */
+    int (*all_reduce)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, tr_reduce_op_t op,
+                      uint64_t *req);
     /* send (count * world elements) -> recv (count elements): this rank's part of the sum. */
     int (*reduce_scatter)(tr_comm_t *c, const void *send, void *recv, size_t count, tr_dtype_t dt,
                           uint64_t *req);
     /* send (count elements) -> recv (count * world elements), rank order. */
     int (*all_gather)(tr_comm_t *c, const void *send, void *recv, size_t count, tr_dtype_t dt,
                       uint64_t *req);
-    /* *done = 1 when request req has completed. */
-    int (*test)(tr_comm_t *c, uint64_t req, int *done);
+    /* buf (count elements) becomes root's on every rank. */
+    int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
+                     uint64_t *req);
     void (*destroy)(tr_comm_t *c);
 } tr_comm_ops_t;
 
 struct tr_comm {
     const tr_comm_ops_t *ops;
+    const char *name;
     int rank, world;
+    tr_comm_done_cb done;
+    void *done_arg;
+    uint64_t next_req; /* request ids, from 1 */
     void *impl;
 };
 
-/* The backend named `name` ("local"), for this process's rank and world size. TR_ENOTSUP for
- * a backend this build lacks; TR_EINVAL when the local backend is asked for world > 1. */
-int tr_comm_create(const char *name, int rank, int world, tr_comm_t **out);
+/* A backend's constructor: fills c->ops and c->impl for c->rank of c->world. TR_EINVAL with
+ * why for a rank/world it cannot serve. */
+typedef int (*tr_comm_backend_fn)(tr_comm_t *c, char *why, size_t whylen);
+
+/* Adds a backend under name (a string that outlives the process's use of it). TR_EEXIST when
+ * the name is taken, TR_ENOSPC past 16 backends. Any thread. */
+int tr_comm_backend_register(const char *name, tr_comm_backend_fn create);
+
+/* The backend named `name` for this rank and world size, reporting completions to done(arg).
+ * TR_ENOTSUP for a name this build does not have (why lists those it has), TR_EINVAL for a
+ * rank/world the backend cannot serve. */
+int tr_comm_create(const char *name, int rank, int world, tr_comm_done_cb done, void *arg,
+                   tr_comm_t **out, char *why, size_t whylen);
 void tr_comm_destroy(tr_comm_t *c);
+
+/* A new request id. Backends call this when an operation starts. */
+uint64_t tr_comm_next_req(tr_comm_t *c);
+
+/* Validates the arguments every operation shares: TR_EINVAL for a NULL buffer with count > 0,
+ * a bad dtype or reduction, a root outside [0, world). */
+int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
+                  int op_or_root, int is_root);
+
+/* In place: a one-element all-reduce of a double (a loss, a norm, an overflow flag). */
+int tr_comm_all_reduce_scalar(tr_comm_t *c, double *v, tr_reduce_op_t op, uint64_t *req);
 
 #endif

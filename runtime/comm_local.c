@@ -1,31 +1,137 @@
-/* comm_local.c: the local backend, a data-parallel group of one. Every collective is the
- * identity (the mean over one rank is the value), and completes at once. */
+/* comm_local.c: the registry of comm backends, and the local backend, a data-parallel group
+ * of one: every collective is the identity (the sum or maximum over one rank is the value, a
+ * reduce-scatter or all-gather a copy, a broadcast nothing) and completes at once. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm.h"
 #include "troupe/error.h"
 
-static int local_all_reduce_mean(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt,
-                                 uint64_t *req)
+/* --- the registry ------------------------------------------------------------------------ */
+
+#define MAX_BACKENDS 16
+
+static int local_create(tr_comm_t *c, char *why, size_t whylen);
+
+static struct {
+    pthread_mutex_t mu;
+    int n;
+    const char *names[MAX_BACKENDS];
+    tr_comm_backend_fn create[MAX_BACKENDS];
+} reg = {PTHREAD_MUTEX_INITIALIZER, 1, {"local"}, {local_create}};
+
+int tr_comm_backend_register(const char *name, tr_comm_backend_fn create)
 {
-    *req = 0;
+    if (!name || !*name || !create) return TR_EINVAL;
+    pthread_mutex_lock(&reg.mu);
+    int rc = reg.n < MAX_BACKENDS ? 0 : TR_ENOSPC;
+    for (int i = 0; i < reg.n && rc == 0; i++)
+        if (!strcmp(reg.names[i], name)) rc = TR_EEXIST;
+    if (rc == 0) {
+        reg.names[reg.n] = name;
+        reg.create[reg.n++] = create;
+    }
+    pthread_mutex_unlock(&reg.mu);
+    return rc;
+}
+
+static tr_comm_backend_fn find_backend(const char *name, char *why, size_t whylen)
+{
+    tr_comm_backend_fn fn = NULL;
+    size_t used = (size_t)snprintf(why, whylen, "no comm backend '%s' in this build (it has:",
+                                   name);
+    pthread_mutex_lock(&reg.mu);
+    for (int i = 0; i < reg.n; i++) {
+        if (!strcmp(reg.names[i], name)) fn = reg.create[i];
+        if (used < whylen)
+            used += (size_t)snprintf(why + used, whylen - used, " %s", reg.names[i]);
+    }
+    pthread_mutex_unlock(&reg.mu);
+    if (used < whylen) snprintf(why + used, whylen - used, ")");
+    return fn;
+}
+
+int tr_comm_create(const char *name, int rank, int world, tr_comm_done_cb done, void *arg,
+                   tr_comm_t **out, char *why, size_t whylen)
+{
+    char scratch[8];
+    if (!why) why = scratch, whylen = sizeof(scratch);
+    *out = NULL;
+    if (!name || !done || world < 1 || rank < 0 || rank >= world)
+        return snprintf(why, whylen, "comm: rank %d of world %d", rank, world), TR_EINVAL;
+    tr_comm_backend_fn create = find_backend(name, why, whylen);
+    if (!create) return TR_ENOTSUP;
+    tr_comm_t *c = calloc(1, sizeof(*c));
+    if (!c) return TR_ENOMEM;
+    *c = (tr_comm_t){.name = name, .rank = rank, .world = world, .done = done, .done_arg = arg};
+    int rc = create(c, why, whylen);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    *out = c;
     return 0;
+}
+
+void tr_comm_destroy(tr_comm_t *c)
+{
+    if (c) c->ops->destroy(c);
+}
+
+uint64_t tr_comm_next_req(tr_comm_t *c)
+{
+    return ++c->next_req;
+}
+
+int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
+                  int op_or_root, int is_root)
+{
+    if ((!buf && count) || !tr_dtype_size(dt)) return TR_EINVAL;
+    if (is_root ? op_or_root < 0 || op_or_root >= c->world
+                : op_or_root < 0 || op_or_root >= TR_REDUCE_COUNT_)
+        return TR_EINVAL;
+    return 0;
+}
+
+int tr_comm_all_reduce_scalar(tr_comm_t *c, double *v, tr_reduce_op_t op, uint64_t *req)
+{
+    return c->ops->all_reduce(c, v, 1, TR_DTYPE_F64, op, req);
+}
+
+/* --- the local backend ---------------------------------------------------------------------- */
+
+/* Starts and at once completes an operation. */
+static int complete(tr_comm_t *c, uint64_t *req)
+{
+    *req = tr_comm_next_req(c);
+    c->done(c->done_arg, *req, 0);
+    return 0;
+}
+
+static int local_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt,
+                            tr_reduce_op_t op, uint64_t *req)
+{
+    int rc = tr_comm_check(c, buf, count, dt, (int)op, 0);
+    return rc < 0 ? rc : complete(c, req);
 }
 
 static int local_copy(tr_comm_t *c, const void *send, void *recv, size_t count, tr_dtype_t dt,
                       uint64_t *req)
 {
-    if (send != recv)
-        memmove(recv, send, count * tr_dtype_size(dt));
-    *req = 0;
-    return 0;
+    int rc = tr_comm_check(c, send, count, dt, 0, 0);
+    if (rc == 0 && !recv && count) rc = TR_EINVAL;
+    if (rc < 0) return rc;
+    if (send != recv && count) memmove(recv, send, count * tr_dtype_size(dt));
+    return complete(c, req);
 }
 
-static int local_test(tr_comm_t *c, uint64_t req, int *done)
+static int local_broadcast(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
+                           uint64_t *req)
 {
-    *done = 1;
-    return 0;
+    int rc = tr_comm_check(c, buf, count, dt, root, 1);
+    return rc < 0 ? rc : complete(c, req);
 }
 
 static void local_destroy(tr_comm_t *c)
@@ -33,25 +139,17 @@ static void local_destroy(tr_comm_t *c)
     free(c);
 }
 
-static const tr_comm_ops_t local_ops = {"local", local_all_reduce_mean, local_copy, local_copy,
-                                        local_test, local_destroy};
+static const tr_comm_ops_t local_ops = {local_all_reduce, local_copy, local_copy, local_broadcast,
+                                        local_destroy};
 
-int tr_comm_create(const char *name, int rank, int world, tr_comm_t **out)
+static int local_create(tr_comm_t *c, char *why, size_t whylen)
 {
-    if (strcmp(name, "local") != 0)
-        return TR_ENOTSUP;
-    if (world != 1 || rank != 0)
-        return TR_EINVAL;
-    tr_comm_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return TR_ENOMEM;
-    *c = (tr_comm_t){&local_ops, rank, world, NULL};
-    *out = c;
+    if (c->world != 1)
+        return snprintf(why, whylen,
+                        "comm backend 'local' is a group of one rank; world size %d needs the "
+                        "mpi backend",
+                        c->world),
+               TR_EINVAL;
+    c->ops = &local_ops;
     return 0;
-}
-
-void tr_comm_destroy(tr_comm_t *c)
-{
-    if (c)
-        c->ops->destroy(c);
 }

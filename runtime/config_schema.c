@@ -383,6 +383,9 @@ static const tr__cfg_key_t troupe_runtime_keys[] = {
     INT("workers", troupe.runtime.workers, 0, 0, 4096, "worker threads; 0 = online cores"),
     BOOL("deterministic", troupe.runtime.deterministic, 0, "one worker, seeded, replayable"),
     INT("seed", troupe.runtime.seed, 0, 0, BIG, "deterministic mode's seed"),
+    BOOL("wire_check", troupe.runtime.wire_check, 0,
+         "encode every message to msgpack at send and decode it at receive (a test mode: "
+         "proves each message is self-contained; costs a copy per message)"),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 

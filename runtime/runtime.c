@@ -47,7 +47,8 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
     rt->timestamps = rt->opts.timestamps != 0;
-    rt->wire_check = rt->opts.wire_check != 0;
+    const char *wc = getenv("TROUPE_WIRE_CHECK"); /* a test run forces it on everywhere */
+    rt->wire_check = rt->opts.wire_check != 0 || (wc && !strcmp(wc, "1"));
     rt->monitor = rt->opts.monitor;
     if (rt->opts.flight_path && !(rt->flight_path = strdup(rt->opts.flight_path)))
         return TR_ENOMEM;

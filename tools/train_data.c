@@ -40,7 +40,7 @@ static void task_sample(const mlp_task_t *t, uint64_t s, float *x, int *target)
 }
 
 int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets)
+                    int *targets, float *y)
 {
     const mlp_task_t *t = user;
     uint64_t first = t->offset + index * (uint64_t)B * (uint64_t)T;

@@ -35,7 +35,7 @@ static const tr_gpt2_config_t gpt2 = {.max_seq_len = TS, .vocab_size = V,
                                       .num_heads = 6, .channels = 384};
 
 /* Batch `index`: deterministic tokens; targets are the next token. */
-static int batch_cb(void *user, uint64_t index, int b, int t, int *tokens, float *x, int *targets)
+static int batch_cb(void *user, uint64_t index, int b, int t, int *tokens, float *x, int *targets, float *y)
 {
     (void)user, (void)x;
     for (int i = 0; i < b * t; i++) {
@@ -82,7 +82,7 @@ static void plain_init(plain_t *p, uint64_t seed)
 
 static int plain_step(plain_t *p)
 {
-    batch_cb(NULL, p->index++, BS, TS, p->tokens, NULL, p->targets);
+    batch_cb(NULL, p->index++, BS, TS, p->tokens, NULL, p->targets, NULL);
     tr_batch_t batch = {.B = BS, .T = TS, .tokens = p->tokens, .targets = p->targets};
     int rc = tr_model_forward(p->model, &batch, &p->loss);
     if (rc == 0)

@@ -33,10 +33,10 @@ static uint64_t mix(uint64_t x)
 
 /* Sample s: inputs and class. `user` offsets the stream (train 0, validation 1 << 40). */
 static int make_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                      int *targets)
+                      int *targets, float *y)
 {
     uint64_t base = *(const uint64_t *)user + index * (uint64_t)(B * T);
-    (void)tokens; /* an MLP reads floats, not token ids */
+    (void)tokens, (void)y; /* an MLP classifier reads floats and gives class ids */
     for (int b = 0; b < B * T; b++) {
         float *xb = x + b * IN, s0 = 0, s1 = 0;
         for (int i = 0; i < IN; i++) {
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
     float x[32 * IN], loss = 0; /* DeepSpeed style: the trainer owns the loop */
     int targets[32];
     for (uint64_t b = 0; b < 20; b++) {
-        make_batch(&train_offset, 1000 + b, 32, 1, NULL, x, targets);
+        make_batch(&train_offset, 1000 + b, 32, 1, NULL, x, targets, NULL);
         tr_engine_batch_t batch = {.x = x, .targets = targets};
         if (tr_engine_forward(eng, &batch, &loss) < 0 || tr_engine_backward(eng) < 0 ||
             tr_engine_step(eng, NULL) < 0)

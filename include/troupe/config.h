@@ -193,6 +193,7 @@ typedef struct tr_config_troupe {
         int64_t workers; /* 0 = online cores */
         bool deterministic;
         int64_t seed;
+        bool wire_check; /* every message crosses its msgpack form (tr_runtime_opts_t) */
     } runtime;
     struct {
         int64_t prefetch, seed;

@@ -33,12 +33,15 @@ typedef struct tr_engine tr_engine_t;
 
 /* --- datasets -------------------------------------------------------------------------- */
 
-/* A user's batch source: fill B*T inputs and B*T targets for the batch numbered `index`
- * (0, 1, 2, ... in the order the loader asks). tokens/targets are (B, T) token ids; for a
- * float-input model (an MLP) fill x (B*T*in_dim floats) instead of tokens. Return 0, or a
- * negative TR_E* code to stop training with that error. Called on the loader's thread. */
+/* A user's batch source: fill the inputs and targets of the batch numbered `index` (0, 1,
+ * 2, ... in the order the loader asks). Inputs: tokens, (B, T) token ids, or for a
+ * float-input model x, (B, T, x_dim) floats (the other is NULL). Targets: targets, (B, T)
+ * ints, for a model whose loss layer reads integer targets (cross-entropy), or y,
+ * (B, T, y_dim) floats, for one that reads float targets (MSE); the other is NULL. Return 0,
+ * or a negative TR_E* code to stop training with that error. Called on the loader's thread
+ * (the executor's for the validation set). */
 typedef int (*tr_batch_cb)(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                           int *targets);
+                           int *targets, float *y);
 
 typedef struct tr_dataset {
     /* llm.c token shards: a glob ("data/train_*.bin"); each shard's windows of B*T+1 tokens
@@ -46,7 +49,10 @@ typedef struct tr_dataset {
     const char *shards;
     tr_batch_cb batch; /* or a callback */
     void *user;
-    int x_dim;         /* floats per position for a float-input model (0 for tokens) */
+    int x_dim;         /* floats per position for a float-input model (0 for tokens); must be
+                        * the first layer's input width */
+    int y_dim;         /* floats of target per position for a float-target model (0: integer
+                        * targets); must be what the model's loss layer reads */
 } tr_dataset_t;
 
 /* --- creating ------------------------------------------------------------------------- */
@@ -104,7 +110,8 @@ int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss);
 typedef struct tr_engine_batch {
     const int *tokens;  /* (B, T) */
     const float *x;     /* (B, T, x_dim), for float-input models */
-    const int *targets; /* (B, T) */
+    const int *targets; /* (B, T), for a loss layer that reads integer targets */
+    const float *y;     /* (B, T, y_dim), for one that reads float targets */
 } tr_engine_batch_t;
 
 /* Forward on one micro-batch; *loss gets its mean loss (unscaled, not divided by GAS). */
@@ -118,7 +125,10 @@ int tr_engine_backward(tr_engine_t *eng);
  * DeepSpeed's engine.step()). stats, when not NULL, is filled at a boundary. */
 int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats);
 
-/* True when the next tr_engine_step will step (the micro-batch count reached GAS). */
+/* DeepSpeed's is_gradient_accumulation_boundary(): true when the micro-batch in progress
+ * (between its forward and its tr_engine_step), or else the next one, is the last of the
+ * accumulation window, so that its tr_engine_step steps. The caller's thread, between calls;
+ * it reads what the last call's reply said, never an actor's state. */
 int tr_engine_is_boundary(const tr_engine_t *eng);
 
 /* --- checkpoints ----------------------------------------------------------------------- */

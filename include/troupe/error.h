@@ -31,6 +31,7 @@ extern "C" {
     XX(ENOSPC, -ENOSPC, "no space left on device")                                             \
     XX(EPIPE, -EPIPE, "broken pipe")                                                           \
     XX(ERANGE, -ERANGE, "result out of range")                                                 \
+    XX(ENAMETOOLONG, -ENAMETOOLONG, "name too long")                                           \
     XX(ENOTSUP, -ENOTSUP, "operation not supported")                                           \
     XX(EOVERFLOW, -EOVERFLOW, "value too large")                                               \
     XX(ECANCELED, -ECANCELED, "operation canceled")                                            \

@@ -58,7 +58,7 @@ static void sample(uint64_t s, float *x, int *target)
     }
 }
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets)
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
 {
     task_t *t = user;
     t->asked++;
@@ -181,7 +181,7 @@ static void test_engine_deepspeed_style_equals_train_batch(void **state)
     uint64_t index = 0;
     for (int s = 0; s < 10; s++) {
         for (int m = 0; m < 2; m++) {
-            batch_cb(&task, index++, 2, 1, NULL, x, targets);
+            batch_cb(&task, index++, 2, 1, NULL, x, targets, NULL);
             tr_engine_batch_t b = {.x = x, .targets = targets};
             float loss;
             assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);

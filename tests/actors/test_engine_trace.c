@@ -26,7 +26,7 @@
 
 static char tmpdir[256];
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets)
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
 {
     (void)tokens;
     if ((int64_t)index == *(int *)user)

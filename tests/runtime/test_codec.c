@@ -87,7 +87,17 @@ static void random_field(const tr_field_desc_t *f, char *p)
         break;
     }
     case TR_FIELD_TENSOR: random_tensor((tr_tensor_ref_t *)(void *)p); break;
-    default: memcpy(p, &v, f->size); break; /* integers and actors: any bits */
+    case TR_FIELD_BYTES: { /* a length within the capacity, any bytes */
+        uint32_t n = (uint32_t)(v % (f->size - 4));
+        memcpy(p, &n, 4);
+        for (uint32_t i = 0; i < n; i++)
+            p[4 + i] = (char)rnd();
+        break;
+    }
+    default: /* integers, actors and integer arrays: any bits */
+        for (uint32_t i = 0; i < f->size; i += 8, v = rnd())
+            memcpy(p + i, &v, f->size - i < 8 ? f->size - i : 8);
+        break;
     }
 }
 
@@ -131,6 +141,8 @@ static void assert_same_msg(const tr_msg_t *a, const tr_msg_t *b)
         const char *pb = (const char *)tr_msg_body_const(b) + f->offset;
         if (f->kind == TR_FIELD_STR)
             assert_string_equal(pa, pb);
+        else if (f->kind == TR_FIELD_BYTES)
+            assert_memory_equal(pa, pb, 4 + *(const uint32_t *)(const void *)pa);
         else
             assert_memory_equal(pa, pb, f->size);
     }
@@ -139,7 +151,8 @@ static void assert_same_msg(const tr_msg_t *a, const tr_msg_t *b)
 /* Encodes m, decodes it, checks every envelope and body field, and frees both. */
 static void round_trip(tr_msg_t *m)
 {
-    char buf[1024], err[256];
+    static char buf[16384];
+    char err[256];
     size_t len = 0;
     assert_int_equal(tr_msg_encode(m, buf, sizeof(buf), &len), 0);
     tr_msg_t *back = NULL;
