@@ -130,10 +130,10 @@ static int save(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
     int rc = write_file(c, path, &sb, &params, 1);
     if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
         msgpack_sbuffer_clear(&sb);
-        float *arrays[2];
-        const char *names[2];
-        int n = tr__optimizer_arrays(e, arrays, names, 2);
-        tr_ckpt_blob_t blobs[2];
+        float *arrays[3]; /* exp_avg, exp_avg_sq, max_exp_avg_sq (AMSGrad) */
+        const char *names[3];
+        int n = tr__optimizer_arrays(e, arrays, names, 3);
+        tr_ckpt_blob_t blobs[3];
         msgpack_pack_map(&pk, 5);
         KEY(&pk, "format");
         tr__mp_pack_str(&pk, FORMAT);
@@ -266,9 +266,9 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
         return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
                TR_EFORMAT;
     const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
-    float *mine[2];
-    const char *names[2];
-    int n = tr__optimizer_arrays(e, mine, names, 2);
+    float *mine[3];
+    const char *names[3];
+    int n = tr__optimizer_arrays(e, mine, names, 3);
     if (!arrays || arrays->type != MSGPACK_OBJECT_ARRAY || arrays->via.array.size != (uint32_t)n ||
         L->optim.payload_len != (size_t)n * e->n_params * sizeof(float) ||
         L->model.payload_len != e->n_params * sizeof(float))
@@ -311,9 +311,9 @@ static int load(struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
         return rc;
     }
     memcpy(tr_model_params(e->model), L.model.payload, e->n_params * sizeof(float));
-    float *mine[2];
-    const char *names[2];
-    int n = tr__optimizer_arrays(e, mine, names, 2);
+    float *mine[3];
+    const char *names[3];
+    int n = tr__optimizer_arrays(e, mine, names, 3);
     for (int i = 0; i < n; i++)
         memcpy(mine[i], (const float *)L.optim.payload + (size_t)i * e->n_params,
                e->n_params * sizeof(float));

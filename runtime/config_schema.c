@@ -61,6 +61,9 @@
 #define W_AIO "NVMe offload is not built yet"
 #define W_PIPE "pipeline parallelism is not built yet"
 #define W_ACT "activation checkpointing is not built yet"
+#define W_DET                                                                                  \
+    "the engine's calls wait on worker threads, and the deterministic scheduler runs only "    \
+    "inside tr_runtime_run"
 
 static const char *const devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const dtypes[] = {"fp32", "fp16", "bf16", NULL};
@@ -496,10 +499,10 @@ SECTION(trace_sec, "troupe.trace", trace_keys);
 
 static const tr__cfg_key_t troupe_runtime_keys[] = {
     ACT(INT("workers", troupe.runtime.workers, 0, 0, 4096, "worker threads; 0 = online cores")),
-    ACT(BOOL("deterministic", troupe.runtime.deterministic, 0,
-             "one worker, seeded choice of the next actor: a replayable run")),
-    ACT(INT("seed", troupe.runtime.seed, 0, 0, BIG,
-            "deterministic mode's seed; 0 = pick one and print it")),
+    NOEFF(W_DET, BOOL("deterministic", troupe.runtime.deterministic, 0,
+                      "one worker, seeded choice of the next actor: a replayable run")),
+    NOEFF(W_DET, INT("seed", troupe.runtime.seed, 0, 0, BIG,
+                     "deterministic mode's seed; 0 = pick one and print it")),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 
