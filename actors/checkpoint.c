@@ -134,8 +134,8 @@ static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
         return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", tag),
                TR_EINVAL;
-    const char *names[2];
-    int n = tr__optimizer_array_names(e, names, 2);
+    const char *names[3];
+    int n = tr__optimizer_array_names(e, names, 3);
     const float *params = saved_array(c, NULL, e->buf_params, e->n_params);
     const float *moments = n ? saved_array(c, &st->moments, 0, (size_t)n * e->n_params) : NULL;
     if (!params || (n && !moments)) return TR_EINVAL;
@@ -157,7 +157,7 @@ static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     int rc = write_file(c, path, &sb, &blob, 1);
     if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
         msgpack_sbuffer_clear(&sb);
-        tr_ckpt_blob_t blobs[2];
+        tr_ckpt_blob_t blobs[3];
         msgpack_pack_map(&pk, 5);
         KEY(&pk, "format");
         tr__mp_pack_str(&pk, FORMAT);
@@ -291,8 +291,8 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
         return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
                TR_EFORMAT;
     const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
-    const char *names[2];
-    int n = tr__optimizer_array_names(e, names, 2);
+    const char *names[3];
+    int n = tr__optimizer_array_names(e, names, 3);
     if (!arrays || arrays->type != MSGPACK_OBJECT_ARRAY || arrays->via.array.size != (uint32_t)n ||
         L->optim.payload_len != (size_t)n * e->n_params * sizeof(float) ||
         L->model.payload_len != e->n_params * sizeof(float))

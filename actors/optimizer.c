@@ -21,21 +21,34 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/gradnorm.h"
 #include "kernels/cpu/lamb.h"
+#include "kernels/cpu/lion.h"
 #include "kernels/cpu/loss_scaler.h"
 #include "kernels/cpu/lr_schedule.h"
 #include "kernels/cpu/sgd.h"
 #include "runtime/mpack.h"
 
+/* A run of parameters that share a weight-decay rule (tr_param_info_t.no_decay). */
+typedef struct decay_range {
+    size_t at, n;
+    bool decay;
+} decay_range_t;
+
 struct tr__optim {
     const tr_engine_t *eng;
     float *params, *grads; /* the registered buffers, resolved once */
     uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
-    int type; /* tr_config_optimizer_type_t */
+    int type;    /* tr_config_optimizer_type_t, as configured (checkpoints record it) */
+    int runs_as; /* the kernel that runs it: OneBitAdam runs as Adam, ... */
     tr_adam_opts_t adam;
+    bool amsgrad;
     tr_sgd_opts_t sgd;
     tr_lamb_opts_t lamb;
+    tr_lion_opts_t lion;
     tr_adam_state_t st; /* step count and beta powers (Adam, Lamb) */
-    float *m, *v;       /* moments; SGD uses m as its momentum buffer */
+    float *m, *v;       /* moments; SGD and Lion use m as their momentum buffer */
+    float *vmax;        /* AMSGrad's running maximum of v */
+    decay_range_t *ranges; /* the parameters in order, cut where no_decay changes */
+    int n_ranges;
     bool fp16;
     tr_loss_scaler_t scaler;
     bool has_schedule;
@@ -76,32 +89,61 @@ static void apply_momentum(tr__optim_t *o)
     }
 }
 
-/* The update itself, with the combined unscale-and-clip factor. */
-static void update(tr__optim_t *o, float lr, float mul)
+/* One range of the elementwise optimizers (Adam, AdamW, SGD, Lion), weight decay or not. */
+static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, float *p, float *g)
 {
-    const tr_engine_t *e = o->eng;
-    float *p = o->params, *g = o->grads;
-    size_t n = e->n_params;
-    if (o->type == TR_OPTIMIZER_SGD) {
-        o->sgd.lr = lr;
-        tr_sgd_update(&o->sgd, o->st.step == 0, mul, p, g, o->m, n);
-        o->st.step++;
-        return;
+    size_t at = r->at, n = r->n;
+    if (o->runs_as == TR_OPTIMIZER_SGD) {
+        tr_sgd_opts_t so = o->sgd;
+        so.weight_decay = r->decay ? so.weight_decay : 0.0f;
+        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g + at, o->m + at, n);
+    } else if (o->runs_as == TR_OPTIMIZER_LION) {
+        tr_lion_opts_t lo = o->lion;
+        lo.weight_decay = r->decay ? lo.weight_decay : 0.0f;
+        tr_lion_update(&lo, mul, p + at, g + at, o->m + at, n);
+    } else if (o->amsgrad) {
+        tr_adam_opts_t ao = o->adam;
+        ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
+        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
+                               o->vmax + at, n);
+    } else {
+        tr_adam_opts_t ao = o->adam;
+        ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
+        tr_adam_update(&ao, &o->st, mul, p + at, g + at, o->m + at, o->v + at, n, NULL,
+                       TR_HALF_NONE);
     }
-    o->adam.lr = o->lamb.lr = lr;
-    tr_adam_state_advance(&o->adam, &o->st);
-    if (o->type != TR_OPTIMIZER_LAMB) {
-        tr_adam_update(&o->adam, &o->st, mul, p, g, o->m, o->v, n, NULL, TR_HALF_NONE);
-        return;
-    }
-    for (int i = 0; i < tr_model_num_layers(e->model); i++) { /* trust ratio per tensor */
-        tr_layer_t *l = tr_model_layer(e->model, i);
+}
+
+/* Lamb: the trust ratio is per tensor, and so is its weight decay. */
+static void update_lamb(tr__optim_t *o, float mul, float *p, float *g)
+{
+    tr_model_t *model = o->eng->model;
+    for (int i = 0; i < tr_model_num_layers(model); i++) {
+        tr_layer_t *l = tr_model_layer(model, i);
         for (int k = 0; k < l->n_params; k++) {
             size_t at = l->param_offset + l->params[k].offset;
-            tr_lamb_update(&o->lamb, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
+            tr_lamb_opts_t lo = o->lamb;
+            lo.weight_decay = l->params[k].no_decay ? 0.0f : lo.weight_decay;
+            tr_lamb_update(&lo, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
                            l->params[k].numel);
         }
     }
+}
+
+/* The update itself, with the combined unscale-and-clip factor. Weight decay skips the
+ * tensors the model marks no_decay (biases, LayerNorm weights). */
+static void update(tr__optim_t *o, float lr, float mul)
+{
+    float *p = o->params, *g = o->grads;
+    o->adam.lr = o->lamb.lr = o->sgd.lr = o->lion.lr = lr;
+    if (o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION)
+        tr_adam_state_advance(&o->adam, &o->st);
+    if (o->runs_as == TR_OPTIMIZER_LAMB)
+        update_lamb(o, mul, p, g);
+    for (int i = 0; o->runs_as != TR_OPTIMIZER_LAMB && i < o->n_ranges; i++)
+        update_range(o, &o->ranges[i], mul, p, g);
+    if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
+        o->st.step++;
 }
 
 /* Names the first layer, in backward order (where a non-finite value first appears), whose
@@ -129,6 +171,11 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
  * training. */
 static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 {
+    if (o->type == TR_OPTIMIZER_NONE) {
+        snprintf(d->error, sizeof(d->error), "optimizer: step requested but the config has no "
+                 "\"optimizer\" section (%s)", o->eng->cfg->source);
+        return TR_ECONFIG;
+    }
     double scale = loss_scale(o);
     bool overflow = !isfinite(o->sumsq);
     int skip = 0;
@@ -311,6 +358,11 @@ static void schedule_from_config(tr__optim_t *o, const tr_config_t *c)
     d->lr_range_test_step_size = s->lr_range_test_step_size;
     d->lr_range_test_step_rate = s->lr_range_test_step_rate;
     d->lr_range_test_staircase = s->lr_range_test_staircase;
+    d->last_batch_iteration = s->last_batch_iteration;
+    /* DeepSpeed's last_batch_iteration k: k + 1 scheduler steps were taken, so this run's
+     * first step uses lr(k) as the uninterrupted run's would, and the next scheduler step
+     * computes iteration k + 1 */
+    o->sched_steps = s->last_batch_iteration + 1;
 }
 
 static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
@@ -325,6 +377,33 @@ static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
     o->lamb = (tr_lamb_opts_t){(float)p->lr,        (float)p->betas[0],     (float)p->betas[1],
                                (float)p->eps,       (float)p->weight_decay, (float)p->max_coeff,
                                (float)p->min_coeff, p->bias_correction,     p->eps_inside_sqrt};
+    o->lion = (tr_lion_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
+                               (float)p->weight_decay};
+    o->amsgrad = p->amsgrad && (o->runs_as == TR_OPTIMIZER_ADAM || o->runs_as == TR_OPTIMIZER_ADAMW);
+}
+
+/* The parameters in model order, cut into runs of equal no_decay. */
+static int decay_ranges(tr__optim_t *o)
+{
+    tr_model_t *model = o->eng->model;
+    int cap = 0;
+    for (int i = 0; i < tr_model_num_layers(model); i++)
+        cap += tr_model_layer(model, i)->n_params;
+    o->ranges = calloc((size_t)(cap ? cap : 1), sizeof(*o->ranges));
+    if (!o->ranges) return TR_ENOMEM;
+    for (int i = 0; i < tr_model_num_layers(model); i++) {
+        const tr_layer_t *l = tr_model_layer(model, i);
+        for (int k = 0; k < l->n_params; k++) {
+            decay_range_t r = {l->param_offset + l->params[k].offset, l->params[k].numel,
+                               !l->params[k].no_decay};
+            decay_range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
+            if (last && last->decay == r.decay && last->at + last->n == r.at)
+                last->n += r.n;
+            else
+                o->ranges[o->n_ranges++] = r;
+        }
+    }
+    return 0;
 }
 
 static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, size_t errlen)
@@ -350,7 +429,10 @@ static int register_moments(tr__optim_t *o)
     size_t bytes = (size_t)o->n_arrays * e->n_params * sizeof(float);
     if (!o->n_arrays) return 0;
     if (!(o->m = calloc(1, bytes ? bytes : 1))) return TR_ENOMEM;
-    o->v = o->n_arrays > 1 ? o->m + e->n_params : NULL;
+    /* m always; v for Adam and Lamb; vmax for AMSGrad (see tr__optimizer_array_names) */
+    bool second = o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION;
+    o->v = second ? o->m + e->n_params : NULL;
+    o->vmax = o->amsgrad ? o->m + (size_t)(o->n_arrays - 1) * e->n_params : NULL;
     tr_buffer_info_t info = {.name = "optimizer/moments",
                              .base = o->m,
                              .bytes = bytes,
@@ -369,13 +451,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     eng->op = o;
     o->eng = eng;
     o->type = c->optimizer.type;
-    if (o->type == TR_OPTIMIZER_NONE) {
-        snprintf(err, errlen,
-                 "%s: optimizer: the engine needs an \"optimizer\" section (Adam, "
-                 "AdamW, SGD or Lamb)",
-                 c->source);
-        return TR_ECONFIG;
-    }
+    o->runs_as = tr_config_optimizer_runs_as(o->type);
     o->base_lr = c->optimizer.params.lr;
     o->clip = c->gradient_clipping;
     kernels_from_config(o, c);
@@ -391,8 +467,10 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     }
     o->fp16 = c->fp16.enabled;
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
-    const char *names[2];
-    o->n_arrays = tr__optimizer_array_names(eng, names, 2);
+    const char *names[3];
+    o->n_arrays = tr__optimizer_array_names(eng, names, 3);
+    /* without an "optimizer" section (evaluation only) there is no state: a step fails */
+    if (o->type != TR_OPTIMIZER_NONE && decay_ranges(o) < 0) return TR_ENOMEM;
     tr_actor_opts_t ao = {.name = "optimizer",
                           .pinned = 1,
                           .defer_stop = 1,
@@ -410,7 +488,8 @@ void tr__optimizer_free(tr_engine_t *eng)
 {
     tr__optim_t *o = eng->op;
     if (!o) return;
-    free(o->m); /* v is inside m's block */
+    free(o->m); /* v and vmax are inside m's block */
+    free(o->ranges);
     free(o);
     eng->op = NULL;
 }
@@ -419,10 +498,15 @@ void tr__optimizer_free(tr_engine_t *eng)
 
 int tr__optimizer_array_names(const tr_engine_t *eng, const char **names, int max)
 {
-    int type = eng->cfg->optimizer.type, n = 0;
-    if (type == TR_OPTIMIZER_NONE) return 0;
-    if (max > 0) names[n++] = type == TR_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg";
-    if (max > 1 && type != TR_OPTIMIZER_SGD) names[n++] = "exp_avg_sq";
+    const tr_config_t *c = eng->cfg;
+    int runs_as = tr_config_optimizer_runs_as(c->optimizer.type), n = 0;
+    bool amsgrad = c->optimizer.params.amsgrad &&
+                   (runs_as == TR_OPTIMIZER_ADAM || runs_as == TR_OPTIMIZER_ADAMW);
+    if (c->optimizer.type == TR_OPTIMIZER_NONE) return 0;
+    if (n < max) names[n++] = runs_as == TR_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg";
+    if (n < max && runs_as != TR_OPTIMIZER_SGD && runs_as != TR_OPTIMIZER_LION)
+        names[n++] = "exp_avg_sq";
+    if (n < max && amsgrad) names[n++] = "max_exp_avg_sq";
     return n;
 }
 

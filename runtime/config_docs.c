@@ -28,33 +28,53 @@ static void default_text(const tr__cfg_key_t *k, tr__cfg_walk_t *w, char *b, siz
     json_decref(v);
 }
 
+/* The state column: what Troupe does with the key's value. */
+static const char *state_cell(const tr__cfg_key_t *k, char *b, size_t n)
+{
+    if (k->kind == TR__K_SECTION || k->kind == TR__K_VARIANT)
+        return "its keys'";
+    if (k->kind == TR__K_ALIAS)
+        return k->flags & TR__F_DEPRECATED ? "as its target; **warning**: deprecated"
+                                           : "as its target";
+    if (k->kind == TR__K_IGNORED)
+        return "**warning**: not supported, ignored";
+    if (k->state == TR__S_REJECTED)
+        return "**error**";
+    if (k->state != TR__S_INERT)
+        return "acted upon";
+    snprintf(b, n, "**no effect yet**: %s (a warning %s)", k->why,
+             k->flags & TR__F_DERIVED ? "when given" : "unless the default");
+    return b;
+}
+
 static void key_row(FILE *f, const tr__cfg_key_t *k, tr__cfg_walk_t *w)
 {
-    char e[256], d[128];
+    char e[256], d[128], st[512];
+    const char *state = state_cell(k, st, sizeof(st));
     switch (k->kind) {
     case TR__K_SECTION:
-    case TR__K_VARIANT: fprintf(f, "| `%s` | object | | %s |\n", k->name, k->doc); return;
+    case TR__K_VARIANT:
+        fprintf(f, "| `%s` | object | | %s | %s |\n", k->name, state, k->doc);
+        return;
     case TR__K_ALIAS:
-        fprintf(f, "| `%s` | as `%s` | | %s%s |\n", k->name, k->alias_of, k->doc,
-                k->flags & TR__F_DEPRECATED ? " (**warning**)" : "");
+        fprintf(f, "| `%s` | as `%s` | | %s | %s |\n", k->name, k->alias_of, state, k->doc);
         return;
     case TR__K_IGNORED:
-        fprintf(f, "| `%s` | anything | | **warning**: not supported, ignored (%s) |\n", k->name,
-                k->doc);
+    case TR__K_REJECT:
+        fprintf(f, "| `%s` | anything | | %s | %s |\n", k->name, state, k->doc);
         return;
-    case TR__K_REJECT: fprintf(f, "| `%s` | | | **error**: %s |\n", k->name, k->doc); return;
     default: break;
     }
     default_text(k, w, d, sizeof(d));
-    fprintf(f, "| `%s` | %s | %s | %s |\n", k->name, tr__cfg_expectation(k, e, sizeof(e)), d,
-            k->doc);
+    fprintf(f, "| `%s` | %s | %s | %s | %s |\n", k->name, tr__cfg_expectation(k, e, sizeof(e)), d,
+            state, k->doc);
 }
 
 static void section_doc(FILE *f, const tr__cfg_section_t *sec, const char *title,
                         tr__cfg_walk_t *w)
 {
-    fprintf(f, "### %s\n\n| key | accepts | default | meaning |\n| --- | --- | --- | --- |\n",
-            title);
+    fprintf(f, "### %s\n\n| key | accepts | default | state | meaning |\n"
+               "| --- | --- | --- | --- | --- |\n", title);
     for (size_t i = 0; i < sec->n_keys; i++)
         key_row(f, &sec->keys[i], w);
     fputc('\n', f);

@@ -84,7 +84,23 @@ static bool batch_positive(tr__cfg_walk_t *w, const int64_t b[3])
     bool ok = true;
     for (int i = 0; i < 3; i++)
         if (b[i] <= 0) {
-            tr__cfg_error(w, "", "%s: %lld has to be greater than 0", what[i], (long long)b[i]);
+            tr__cfg_error(w, batch_names[i], "%s: %lld has to be greater than 0", what[i],
+                          (long long)b[i]);
+            ok = false;
+        }
+    return ok;
+}
+
+/* The engine holds the micro-batch and the accumulation steps as C ints: a larger value is
+ * an error, never a truncation. */
+static bool batch_fits(tr__cfg_walk_t *w, const int64_t b[3])
+{
+    bool ok = true;
+    for (int i = TR__MB; i <= TR__GAS; i++)
+        if ((double)b[i] > TR__CFG_INT_MAX) {
+            tr__cfg_error(w, batch_names[i], "%lld%s does not fit: the engine's limit is %.0f",
+                          (long long)b[i], w->batch_state[i] == TR__BATCH_GIVEN ? "" : " (derived)",
+                          TR__CFG_INT_MAX);
             ok = false;
         }
     return ok;
@@ -128,7 +144,7 @@ static void resolve_batch(tr__cfg_walk_t *w)
                       "gradient_accumulation_steps * world_size does not fit in 64 bits");
         return;
     }
-    if (!batch_positive(w, b))
+    if (!batch_positive(w, b) || !batch_fits(w, b))
         return;
     int64_t p;
     if (__builtin_mul_overflow(b[TR__MB], b[TR__GAS], &p) ||
@@ -142,12 +158,31 @@ static void resolve_batch(tr__cfg_walk_t *w)
 
 /* --- precision, ZeRO, offload ------------------------------------------------------------ */
 
+/* DeepSpeedFP16Config._validate_dynamic_loss_scale_params, in its words; our loss scaler also
+ * needs hysteresis >= 1 (DeepSpeed's would never shrink the scale below 1). */
+static void resolve_fp16(tr__cfg_walk_t *w)
+{
+    const tr_config_fp16_t *f = &w->cfg->fp16;
+    if (!f->enabled || f->loss_scale != 0)
+        return;
+    if (f->loss_scale_window <= 0)
+        tr__cfg_error(w, "fp16.loss_scale_window", "fp16.loss_scale_window must be > 0 when "
+                      "dynamic loss scaling is enabled (loss_scale=0)");
+    if (!(f->min_loss_scale > 0))
+        tr__cfg_error(w, "fp16.min_loss_scale", "fp16.min_loss_scale must be > 0 when dynamic "
+                      "loss scaling is enabled (loss_scale=0)");
+    if (f->hysteresis < 1)
+        tr__cfg_error(w, "fp16.hysteresis", "must be >= 1 when dynamic loss scaling is enabled "
+                      "(loss_scale=0), got %lld", (long long)f->hysteresis);
+}
+
 static void resolve_precision(tr__cfg_walk_t *w)
 {
     tr_config_t *c = w->cfg;
     if (c->fp16.enabled && c->bf16.enabled)
         tr__cfg_error(w, "bf16", "bfloat16 and fp16 modes cannot be simultaneously enabled "
                       "(fp16.enabled and bf16.enabled are both true)");
+    resolve_fp16(w);
     if (given_in_file(w, "communication_data_type"))
         return;
     static const char *const names[] = {"fp32", "fp16", "bf16"};
@@ -174,6 +209,12 @@ static void resolve_zero(tr__cfg_walk_t *w)
                z->offload_optimizer.nvme_path);
     check_nvme(w, "zero_optimization.offload_param", z->offload_param.device,
                z->offload_param.nvme_path);
+    if (z->offload_optimizer.ratio < 1.0 && z->stage != 3)
+        tr__cfg_error(w, "zero_optimization.offload_optimizer.ratio",
+                      "Partial offloading only supported for ZeRO Stage 3.");
+    if (w->cfg->fp16.fp16_master_weights_and_grads && z->stage == 0)
+        tr__cfg_error(w, "fp16.fp16_master_weights_and_grads",
+                      "Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
     if (z->offload_optimizer.device != TR_OFFLOAD_NONE && z->stage == 0)
         tr__cfg_warn(w, "zero_optimization.offload_optimizer", "has no effect at stage 0; "
                      "optimizer state is offloaded at stages 1, 2 and 3");
@@ -182,9 +223,43 @@ static void resolve_zero(tr__cfg_walk_t *w)
                      "parameters are offloaded only at stage 3", (long long)z->stage);
 }
 
+/* --- optimizer ------------------------------------------------------------------------- */
+
+int tr_config_optimizer_runs_as(int type)
+{
+    switch (type) {
+    case TR_OPTIMIZER_ONEBIT_ADAM:
+    case TR_OPTIMIZER_ZERO_ONE_ADAM: return TR_OPTIMIZER_ADAM;
+    case TR_OPTIMIZER_ONEBIT_LAMB: return TR_OPTIMIZER_LAMB;
+    default: return type;
+    }
+}
+
+/* The compressed-communication optimizers: DeepSpeed's engine refuses them with ZeRO (its
+ * assertion texts); without ZeRO they run as their base optimizer, said in a warning. */
+static void resolve_optimizer(tr__cfg_walk_t *w)
+{
+    static const char *const refusal[] = {"1bit-Adam is not compatible with ZeRO",
+                                          "0/1 Adam is not compatible with ZeRO",
+                                          "1bit-Lamb is not compatible with ZeRO"};
+    static const char *const names[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+    int t = w->cfg->optimizer.type;
+    if (t < TR_OPTIMIZER_ONEBIT_ADAM || t > TR_OPTIMIZER_ONEBIT_LAMB)
+        return;
+    int i = t - TR_OPTIMIZER_ONEBIT_ADAM;
+    if (w->cfg->zero.stage > 0)
+        tr__cfg_error(w, "optimizer.type", "%s (zero_optimization.stage is %lld)", refusal[i],
+                      (long long)w->cfg->zero.stage);
+    else
+        tr__cfg_warn(w, "optimizer.type", "%s runs as %s: its compressed communication needs "
+                     "world size > 1 and is not built yet", names[i],
+                     t == TR_OPTIMIZER_ONEBIT_LAMB ? "Lamb" : "Adam");
+}
+
 void tr__cfg_resolve(tr__cfg_walk_t *w)
 {
     resolve_batch(w);
     resolve_precision(w);
     resolve_zero(w);
+    resolve_optimizer(w);
 }

@@ -34,7 +34,19 @@ enum {
     TR__F_OPTIONAL = 1u << 7,    /* section: absent means absent, no defaults dumped */
     TR__F_IF_ENABLED = 1u << 8,  /* ignored section: an error when its "enabled" is true */
     TR__F_DERIVED = 1u << 9,     /* default is computed after the walk (origin "derived") */
+    TR__F_MIN_EXCL = 1u << 10,   /* number: min itself is excluded (DeepSpeed's gt=) */
 };
+
+/* What Troupe does with a key's value: every key of the table has one state, and
+ * test_config_schema fails on a key without one. Sections and variants are containers (their
+ * keys carry the states); an alias has the state of the key it stands for. */
+typedef enum {
+    TR__S_NONE,     /* not classified: a bug in the table */
+    TR__S_ACTED,    /* the engine and its actors act on the value */
+    TR__S_INERT,    /* accepted; a value other than the default draws a warning: "accepted:
+                     * <why>; no effect yet" (TR__K_IGNORED: any value, "not supported") */
+    TR__S_REJECTED, /* an error (TR__K_REJECT) */
+} tr__cfg_state_t;
 
 typedef struct tr__cfg_section tr__cfg_section_t;
 
@@ -54,6 +66,8 @@ typedef struct tr__cfg_key {
     const char *expect;                       /* wording of "must be ..."; NULL = generated */
     unsigned flags;
     const char *doc;                          /* one line for docs/config.md */
+    tr__cfg_state_t state;
+    const char *why; /* TR__S_INERT: why the value has no effect yet */
 } tr__cfg_key_t;
 
 struct tr__cfg_section {
@@ -64,6 +78,12 @@ struct tr__cfg_section {
 
 /* The top of the schema. */
 extern const tr__cfg_section_t tr__cfg_top;
+
+/* Bounds of the integers the engine narrows to C int (batch sizes, loss-scale window). */
+#define TR__CFG_INT_MAX 2147483647.0
+
+/* "accepted: <why>; no effect yet" or "" for an acted-upon key: what the docs say about k. */
+const char *tr__cfg_state_text(const tr__cfg_key_t *k, char *b, size_t n);
 
 /* Finds name in sec (exact). NULL when absent. */
 const tr__cfg_key_t *tr__cfg_find(const tr__cfg_section_t *sec, const char *name);

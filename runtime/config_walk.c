@@ -6,6 +6,7 @@
 #include "runtime/config_walk.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -113,14 +114,19 @@ static const char *show_all(const json_t *v, char *buf, size_t n)
 
 /* --- what a key expects ------------------------------------------------------------------ */
 
+/* "an integer >= 1", "a number > 0", "a number between 0 and 1": the bounds the walker
+ * checks, so a message never names a limit other than the real one. */
 static void range_text(const tr__cfg_key_t *k, const char *what, bool ints, char *b, size_t n)
 {
-    if (k->min <= -INT64_LIMIT && k->max >= INT64_LIMIT)
+    bool no_min = ints ? k->min <= -INT64_LIMIT : k->min <= -DBL_MAX;
+    bool no_max = ints ? k->max >= INT64_LIMIT : k->max >= DBL_MAX;
+    const char *ge = k->flags & TR__F_MIN_EXCL ? ">" : ">=";
+    if (no_min && no_max)
         snprintf(b, n, "%s", what);
-    else if (k->min == 1e-300)
-        snprintf(b, n, "%s > 0", what);
-    else if (k->max >= INT64_LIMIT || k->max >= 1e300)
-        snprintf(b, n, ints ? "%s >= %.0f" : "%s >= %g", what, k->min);
+    else if (no_max)
+        snprintf(b, n, ints ? "%s %s %.0f" : "%s %s %g", what, ge, k->min);
+    else if (no_min)
+        snprintf(b, n, ints ? "%s <= %.0f" : "%s <= %g", what, k->max);
     else
         snprintf(b, n, ints ? "%s between %.0f and %.0f" : "%s between %g and %g", what, k->min,
                  k->max);
@@ -219,6 +225,8 @@ static int parse_int(const json_t *v, int64_t *out)
 
 static bool in_range(const tr__cfg_key_t *k, double d)
 {
+    if (k->flags & TR__F_MIN_EXCL && d <= k->min)
+        return false;
     return d >= k->min && d <= k->max;
 }
 
@@ -294,6 +302,23 @@ static json_t *parse_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *v)
     }
 }
 
+/* Whether the parsed value r of k equals k's default (which has no effect to lose). */
+static bool is_default(const tr__cfg_key_t *k, const json_t *r)
+{
+    switch (k->kind) {
+    case TR__K_BOOL: return json_is_true(r) == (k->def != 0);
+    case TR__K_INT: return json_integer_value(r) == to_i64(k->def);
+    case TR__K_DOUBLE: return json_real_value(r) == k->def;
+    case TR__K_ENUM: return !strcmp(json_string_value(r), k->choices[(int)k->def]);
+    case TR__K_STRING: return k->def_str && !strcmp(json_string_value(r), k->def_str);
+    case TR__K_PAIR:
+        return json_real_value(json_array_get(r, 0)) == k->def &&
+               json_real_value(json_array_get(r, 1)) == k->def2;
+    case TR__K_STRLIST: return json_array_size(r) == 0;
+    default: return false;
+    }
+}
+
 /* --- "auto" and the batch keys ----------------------------------------------------------- */
 
 static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, json_t *out)
@@ -354,6 +379,9 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
     } else {
         json_t *r = parse_value(w, k, v);
         if (r) {
+            char st[256];
+            if (k->state == TR__S_INERT && (k->flags & TR__F_DERIVED || !is_default(k, r)))
+                tr__cfg_warn(w, kp, "%s", tr__cfg_state_text(k, st, sizeof(st)));
             put(w, out, k, kp, r, NULL);
         } else {
             mistyped(w, k, kp, v);

@@ -54,11 +54,15 @@ void tr_config_diag_close(tr_config_diag_t *d);
 
 typedef enum { TR_OFFLOAD_NONE, TR_OFFLOAD_CPU, TR_OFFLOAD_NVME } tr_config_device_t;
 typedef enum {
-    TR_OPTIMIZER_NONE, /* no "optimizer" section: the client brings its own */
+    TR_OPTIMIZER_NONE, /* no "optimizer" section: the engine may not step */
     TR_OPTIMIZER_ADAM,
     TR_OPTIMIZER_ADAMW,
     TR_OPTIMIZER_SGD,
     TR_OPTIMIZER_LAMB,
+    TR_OPTIMIZER_LION,
+    TR_OPTIMIZER_ONEBIT_ADAM,   /* runs as Adam (no compressed communication yet) */
+    TR_OPTIMIZER_ZERO_ONE_ADAM, /* runs as Adam */
+    TR_OPTIMIZER_ONEBIT_LAMB,   /* runs as Lamb */
 } tr_config_optimizer_type_t;
 typedef enum {
     TR_SCHEDULER_NONE,
@@ -116,6 +120,11 @@ typedef struct tr_config_bf16 {
     bool enabled, immediate_grad_update;
 } tr_config_bf16_t;
 
+/* The optimizer that type runs as: OneBitAdam and ZeroOneAdam as TR_OPTIMIZER_ADAM, OneBitLamb
+ * as TR_OPTIMIZER_LAMB (their compressed communication needs world size > 1); any other type
+ * as itself. Any thread. */
+int tr_config_optimizer_runs_as(int type);
+
 /* One flat set of optimizer parameters; only those of the chosen type are meaningful. */
 typedef struct tr_config_optimizer {
     int type; /* tr_config_optimizer_type_t */
@@ -123,6 +132,7 @@ typedef struct tr_config_optimizer {
         double lr, eps, weight_decay;
         double betas[2];
         bool bias_correction, adam_w_mode, amsgrad, torch_adam; /* Adam, AdamW */
+                                                                /* Lion: lr, betas, wd */
         double momentum, dampening;                             /* SGD */
         bool nesterov;
         double max_coeff, min_coeff; /* Lamb */

@@ -26,6 +26,7 @@ typedef struct coef {
 typedef struct job {
     coef_t c;
     float *p, *m, *v;
+    float *vmax; /* AMSGrad's running maximum of v, or NULL */
     const float *g;
     uint16_t *copy;
     tr_half_kind_t kind;
@@ -75,7 +76,12 @@ static void range_scalar(const job_t *j, size_t b, size_t e)
         m = g * c.nb1 + m;
         v = v * c.b2;
         v = (g * g) * c.nb2 + v;
-        float upd = m / (sqrtf(v) * c.bc2 + c.eps);
+        float vd = v;
+        if (j->vmax) {
+            vd = fmaxf(j->vmax[i], v);
+            j->vmax[i] = vd;
+        }
+        float upd = m / (sqrtf(vd) * c.bc2 + c.eps);
         if (c.decay != 0.0f)
             p = c.decay * p + p;
         p = upd * c.step_size + p;
@@ -107,7 +113,12 @@ T512 __attribute__((always_inline)) static inline void body512(const job_t *j, s
     m = _mm512_fmadd_ps(g, _mm512_set1_ps(c.nb1), _mm512_mul_ps(m, _mm512_set1_ps(c.b1)));
     v = _mm512_fmadd_ps(_mm512_mul_ps(g, g), _mm512_set1_ps(c.nb2),
                         _mm512_mul_ps(v, _mm512_set1_ps(c.b2)));
-    __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(v), _mm512_set1_ps(c.bc2), _mm512_set1_ps(c.eps));
+    __m512 vd = v;
+    if (j->vmax) {
+        vd = _mm512_max_ps(_mm512_maskz_loadu_ps(k, j->vmax + i), v);
+        _mm512_mask_storeu_ps(j->vmax + i, k, vd);
+    }
+    __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vd), _mm512_set1_ps(c.bc2), _mm512_set1_ps(c.eps));
     __m512 upd = _mm512_div_ps(m, den);
     if (c.decay != 0.0f)
         p = _mm512_fmadd_ps(_mm512_set1_ps(c.decay), p, p);
@@ -147,7 +158,12 @@ T256 __attribute__((always_inline)) static inline void body256(const job_t *j, s
     m = _mm256_fmadd_ps(g, _mm256_set1_ps(c.nb1), _mm256_mul_ps(m, _mm256_set1_ps(c.b1)));
     v = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(c.nb2),
                         _mm256_mul_ps(v, _mm256_set1_ps(c.b2)));
-    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(c.bc2), _mm256_set1_ps(c.eps));
+    __m256 vd = v;
+    if (j->vmax) {
+        vd = _mm256_max_ps(_mm256_maskload_ps(j->vmax + i, mask), v);
+        _mm256_maskstore_ps(j->vmax + i, mask, vd);
+    }
+    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vd), _mm256_set1_ps(c.bc2), _mm256_set1_ps(c.eps));
     __m256 upd = _mm256_div_ps(m, den);
     if (c.decay != 0.0f)
         p = _mm256_fmadd_ps(_mm256_set1_ps(c.decay), p, p);
@@ -188,6 +204,14 @@ void tr_adam_update(const tr_adam_opts_t *o, const tr_adam_state_t *st, float gr
 {
     job_t j = {.c = make_coef(o, st, grad_mul), .p = p, .g = g, .m = m, .v = v,
                .copy = copy, .kind = copy ? kind : TR_HALF_NONE};
+    tr_parallel_for(n, GRAIN, range, &j);
+}
+
+void tr_adam_update_amsgrad(const tr_adam_opts_t *o, const tr_adam_state_t *st, float grad_mul,
+                            float *p, const float *g, float *m, float *v, float *vmax, size_t n)
+{
+    job_t j = {.c = make_coef(o, st, grad_mul), .p = p, .g = g, .m = m, .v = v, .vmax = vmax,
+               .kind = TR_HALF_NONE};
     tr_parallel_for(n, GRAIN, range, &j);
 }
 

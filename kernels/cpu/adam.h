@@ -56,6 +56,13 @@ void tr_adam_update(const tr_adam_opts_t *o, const tr_adam_state_t *st, float gr
                     const float *g, float *m, float *v, size_t n, uint16_t *copy,
                     tr_half_kind_t kind);
 
+/* AMSGrad (PyTorch's amsgrad=True), otherwise as tr_adam_update without a copy: vmax (n,)
+ * keeps the running maximum of v, and the denominator uses it:
+ *   v̂ = max(v̂, v);  p = p + step_size · m / (√v̂ · bc2 + eps)
+ * vmax starts at zero with the other moments. The caller's thread, using the kernels' pool. */
+void tr_adam_update_amsgrad(const tr_adam_opts_t *o, const tr_adam_state_t *st, float grad_mul,
+                            float *p, const float *g, float *m, float *v, float *vmax, size_t n);
+
 /* Advances st by one step, then updates n parameters p (fp32) with gradients g and moments
  * m, v. Multi-threaded with tr_parallel_for. The caller's thread. */
 void tr_adam_step(const tr_adam_opts_t *o, tr_adam_state_t *st, float *p, const float *g,

@@ -43,6 +43,11 @@ done
     | grep -q "train_batch_size 512 = train_micro_batch_size_per_gpu 8 \* gradient_accumulation_steps 8 \* world_size 8" \
     || bad "--world-size 8 not applied"
 
+# an evaluation-only run needs no "optimizer" section
+echo '{"train_micro_batch_size_per_gpu": 4}' >"$tmp/noopt.json"
+(cd "$tmp" && "$troupe" train --deepspeed_config noopt.json --steps 0 --model mlp) \
+    >"$tmp/out" 2>&1 || { bad "train --steps 0 without an optimizer section"; cat "$tmp/out"; }
+
 # docs/config.md's key reference is the generated one
 sed -n '/^<!-- reference: begin -->$/,/^<!-- reference: end -->$/p' "$src/docs/config.md" \
     | sed '1d;$d' >"$tmp/doc"

@@ -137,11 +137,13 @@ static void test_config_batch_errors_use_deepspeed_wording(void **state)
         "provided");
     /* TB+MB with TB < MB * W: GAS floors to 0 */
     fails_w("{\"train_batch_size\":4,\"train_micro_batch_size_per_gpu\":4}", 2);
-    has("ds.json: Gradient accumulation steps: 0 has to be greater than 0");
+    has("ds.json: gradient_accumulation_steps: Gradient accumulation steps: 0 has to be greater "
+        "than 0");
     fails("{\"train_batch_size\":-8}");
-    has("ds.json: Train batch size: -8 has to be greater than 0");
+    has("ds.json: train_batch_size: Train batch size: -8 has to be greater than 0");
     fails("{\"train_micro_batch_size_per_gpu\":0}");
-    has("ds.json: Micro batch size per gpu: 0 has to be greater than 0");
+    has("ds.json: train_micro_batch_size_per_gpu: Micro batch size per gpu: 0 has to be greater "
+        "than 0");
     fails("{\"train_batch_size\":8.5}");
     has("ds.json: train_batch_size: must be a positive integer or \"auto\", got 8.5");
     fails("{\"train_micro_batch_size_per_gpu\":4611686018427387904,"
@@ -312,12 +314,12 @@ static void test_config_optimizer_types_and_defaults(void **state)
     c = ok("{\"train_batch_size\":1,\"optimizer\":{\"type\":\"Lamb\"}}");
     assert_true(c->optimizer.params.max_coeff == 10.0 && c->optimizer.params.min_coeff == 0.01);
     tr_config_destroy(c);
-    fails("{\"train_batch_size\":1,\"optimizer\":{\"type\":\"OneBitAdam\"}}");
-    has("ds.json: optimizer.type: must be one of \"Adam\", \"AdamW\", \"SGD\", \"Lamb\" (any case),"
-        " got \"OneBitAdam\"");
+    fails("{\"train_batch_size\":1,\"optimizer\":{\"type\":\"Adagrad\"}}");
+    has("ds.json: optimizer.type: must be one of \"Adam\", \"AdamW\", \"SGD\", \"Lamb\", \"Lion\", "
+        "\"OneBitAdam\", \"ZeroOneAdam\", \"OneBitLamb\" (any case), got \"Adagrad\"");
     fails("{\"train_batch_size\":1,\"optimizer\":{\"params\":{\"lr\":1}}}");
-    has("ds.json: optimizer.type: missing; must be one of \"Adam\", \"AdamW\", \"SGD\", \"Lamb\" "
-        "(any case)");
+    has("ds.json: optimizer.type: missing; must be one of \"Adam\", \"AdamW\", \"SGD\", \"Lamb\", "
+        "\"Lion\", \"OneBitAdam\", \"ZeroOneAdam\", \"OneBitLamb\" (any case)");
     fails("{\"train_batch_size\":1,\"optimizer\":{\"type\":\"AdamW\",\"params\":"
           "{\"max_grad_norm\":1.0}}}");
     has("ds.json: optimizer.params.max_grad_norm: is not supported as an optimizer parameter; "
@@ -404,7 +406,10 @@ static void test_config_deprecated_names_warn_and_apply(void **state)
     has("ds.json: zero_optimization.cpu_offload: warning: deprecated; write "
         "\"offload_optimizer\": {\"device\": \"cpu\"} instead");
     has("ds.json: bfloat16: warning: deprecated name; write 'bf16' instead");
-    assert_int_equal(diag.n_warnings, 3);
+    size_t deprecated = 0;
+    for (size_t i = 0; i < diag.count; i++)
+        deprecated += strstr(diag.items[i].text, ": warning: deprecated") != NULL;
+    assert_int_equal(deprecated, 3);
     tr_config_destroy(c);
     fails("{\"train_batch_size\":1,\"aio\":{\"thread_count\":4,\"intra_op_parallelism\":2}}");
     has("ds.json: aio: 'thread_count' and 'intra_op_parallelism' are the same setting; keep only "
@@ -416,7 +421,10 @@ static void test_config_aliases_are_silent(void **state)
     tr_config_t *c = ok("{\"train_batch_size\":1,\"zero_optimization\":{\"stage\":3,"
                         "\"stage3_max_live_parameters\":3e8}}");
     assert_int_equal(c->zero.max_live_parameters, 300000000);
-    assert_int_equal(diag.count, 0);
+    for (size_t i = 0; i < diag.count; i++) /* ZeRO's own no-effect warnings name the key */
+        assert_null(strstr(diag.items[i].text, "stage3_"));
+    has("ds.json: zero_optimization.max_live_parameters: warning: accepted: ZeRO partitioning "
+        "needs world size > 1; no effect yet");
     tr_config_destroy(c);
 }
 
@@ -454,16 +462,15 @@ static void test_config_types_and_ranges_are_checked(void **state)
           "\"Adam\",\"params\":{\"betas\":[0.9]}},\"steps_per_print\":0,\"gradient_clipping\":"
           "-1,\"zero_optimization2\":1,\"bf16\":true,\"comms_logger\":{\"prof_ops\":[1]}}");
     has("ds.json: zero_optimization.stage: must be 0, 1, 2 or 3, got 4");
-    has("ds.json: zero_optimization.reduce_bucket_size: must be an integer >= 1, got 5.5");
+    has("ds.json: zero_optimization.reduce_bucket_size: must be an integer >= 0, got 5.5");
     has("ds.json: fp16.enabled: must be true or false, got 1");
     has("ds.json: aio.queue_depth: must be an integer between 1 and 65536, got \"8\"");
     has("ds.json: optimizer.params.betas: must be a list of two numbers between 0 and 1, got an "
         "array");
     has("ds.json: steps_per_print: must be an integer >= 1, got 0");
-    has("ds.json: gradient_clipping: must be a number >= 0, got -1");
     has("ds.json: bf16: must be an object, got true");
     has("ds.json: comms_logger.prof_ops: must be a list of strings, got an array");
-    assert_int_equal(diag.n_errors, 10);
+    assert_int_equal(diag.n_errors, 9);
 }
 
 static void test_config_auto_inside_a_section_is_the_default(void **state)
@@ -480,7 +487,7 @@ static void test_config_auto_inside_a_section_is_the_default(void **state)
     tr_config_destroy(c);
     fails("{\"train_batch_size\":1,\"gradient_clipping\":\"auto\"}");
     has("ds.json: gradient_clipping: \"auto\" cannot be resolved at the top level; write a number "
-        ">= 0 (DeepSpeed's default is 1.0)");
+        "(DeepSpeed's default is 1.0)");
     fails("{\"train_batch_size\":1,\"scheduler\":{\"type\":\"WarmupDecayLR\",\"params\":"
           "{\"total_num_steps\":\"auto\"}}}");
     has("ds.json: scheduler.params.total_num_steps: \"auto\" has no default to stand for here; "
