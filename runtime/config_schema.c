@@ -503,6 +503,9 @@ static const tr__cfg_key_t troupe_runtime_keys[] = {
                       "one worker, seeded choice of the next actor: a replayable run")),
     NOEFF(W_DET, INT("seed", troupe.runtime.seed, 0, 0, BIG,
                      "deterministic mode's seed; 0 = pick one and print it")),
+    ACT(BOOL("wire_check", troupe.runtime.wire_check, 0,
+             "encode every message to msgpack at send and decode it at receive (a test "
+             "mode: proves each message is self-contained; costs a copy per message)")),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 
