@@ -146,12 +146,28 @@ static void update(tr__optim_t *o, float lr, float mul)
         o->st.step++;
 }
 
-/* Names the first layer, in backward order (where a non-finite value first appears), whose
- * gradients hold Inf or NaN, and how many do. */
+/* The first parameter tensor, in model order, whose values hold Inf or NaN; -1 if none. */
+static int nonfinite_param(const tr__optim_t *o, int *layer)
+{
+    const tr_model_t *model = o->eng->model;
+    for (int i = 0; i < tr_model_num_layers(model); i++) {
+        const tr_layer_t *l = tr_model_layer(model, i);
+        for (int k = 0; k < l->n_params; k++)
+            if (!isfinite(tr_grad_sumsq(o->params + l->param_offset + l->params[k].offset,
+                                        l->params[k].numel)))
+                return *layer = i, k;
+    }
+    return -1;
+}
+
+/* Says where the non-finite values are: a parameter that already holds them (a damaged file,
+ * an earlier bad step), else the first layer in backward order (where they first appear)
+ * whose gradients hold Inf or NaN, and how many do. */
 static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
 {
     const tr_model_t *model = o->eng->model;
-    int first = -1, count = 0, n = tr_model_num_layers(model);
+    int first = -1, count = 0, n = tr_model_num_layers(model), pl = 0;
+    int pk = nonfinite_param(o, &pl);
     for (int i = n - 1; i >= 0; i--) {
         const tr_layer_t *l = tr_model_layer(model, i);
         if (!isfinite(tr_grad_sumsq(o->grads + l->param_offset, l->param_count))) {
@@ -159,7 +175,12 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
             if (first < 0) first = i;
         }
     }
-    if (first < 0)
+    if (pk >= 0)
+        snprintf(out, len, "layer %d '%s': parameter '%s' holds Inf or NaN before the step (a "
+                 "damaged checkpoint or weights file?), so the gradients of %d of %d layers do",
+                 pl, tr_model_layer(model, pl)->name, tr_model_layer(model, pl)->params[pk].name,
+                 count, n);
+    else if (first < 0)
         snprintf(out, len, "the gradient norm overflowed although every layer's is finite");
     else
         snprintf(out, len, "layer %d '%s' is the first in backward order whose gradients hold "

@@ -1,0 +1,235 @@
+/* The engine's API contract where issue 10 found it broken: tr_engine_is_boundary answers
+ * DeepSpeed's is_gradient_accumulation_boundary before and after backward for GAS 1, 2 and 3;
+ * a checkpoint path longer than a message holds is refused, never truncated, and a long one
+ * that fits is used whole; divergence ends training with a message naming the step and the
+ * layer (never an empty one); a dataset whose widths do not match the model is refused at
+ * create, naming both widths. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define XD 8
+#define CLASSES 3
+
+static char tmpdir[256];
+
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                    int *targets, float *y)
+{
+    (void)user, (void)tokens, (void)y;
+    for (int i = 0; i < B * T; i++) {
+        uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
+        for (int k = 0; k < XD; k++)
+            x[i * XD + k] = (float)((s * 31 + (uint64_t)k * 17) % 13) / 6.0f - 1.0f;
+        targets[i] = (int)(s % CLASSES);
+    }
+    return 0;
+}
+
+static tr_config_t *config(int gas, const char *optimizer)
+{
+    char json[1024];
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": %s, \"troupe\": {\"runtime\": {\"workers\": 2}}}",
+             gas, optimizer ? optimizer : "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}");
+    tr_config_t *cfg;
+    tr_config_diag_t d;
+    tr_config_diag_init(&d);
+    int rc = tr_config_from_string(json, strlen(json), "api.json", 1, &cfg, &d);
+    for (size_t i = 0; i < d.count; i++)
+        fprintf(stderr, "%s\n", d.items[i].text);
+    tr_config_diag_close(&d);
+    assert_int_equal(rc, 0);
+    return cfg;
+}
+
+static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, size_t errlen)
+{
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
+                          .init_params = 1, .train = {.batch = batch_cb, .x_dim = x_dim}};
+    return tr_engine_create(eng, &o, err, errlen);
+}
+
+static tr_engine_t *engine(tr_config_t *cfg)
+{
+    tr_engine_t *eng;
+    char err[512];
+    int rc = create(cfg, XD, &eng, err, sizeof(err));
+    if (rc) fprintf(stderr, "engine: %s\n", err);
+    assert_int_equal(rc, 0);
+    return eng;
+}
+
+/* --- is_boundary ------------------------------------------------------------------------ */
+
+static void check_boundary_gas(int gas)
+{
+    tr_config_t *cfg = config(gas, NULL);
+    tr_engine_t *eng = engine(cfg);
+    float x[4 * XD], loss;
+    int t[4];
+    for (int i = 0; i < 3 * gas; i++) {
+        batch_cb(NULL, (uint64_t)i, 4, 1, NULL, x, t, NULL);
+        tr_engine_batch_t b = {.x = x, .targets = t};
+        int want = i % gas == gas - 1; /* the step happens on this micro-batch */
+        assert_int_equal(tr_engine_is_boundary(eng), want); /* before its forward */
+        assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);
+        assert_int_equal(tr_engine_is_boundary(eng), want);
+        assert_int_equal(tr_engine_backward(eng), 0);
+        assert_int_equal(tr_engine_is_boundary(eng), want); /* after backward, before step */
+        tr_step_stats_t st;
+        uint64_t before = tr_engine_global_step(eng);
+        assert_int_equal(tr_engine_step(eng, &st), 0);
+        assert_int_equal(tr_engine_global_step(eng), before + (uint64_t)want);
+    }
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+static void test_engine_is_boundary_before_and_after_backward(void **state)
+{
+    (void)state;
+    check_boundary_gas(1);
+    check_boundary_gas(2);
+    check_boundary_gas(3);
+}
+
+/* --- paths ------------------------------------------------------------------------------ */
+
+static void test_engine_long_paths_are_refused_not_truncated(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_t *eng = engine(cfg);
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    /* longer than a message holds: refused with the length, nothing written */
+    char huge[5000];
+    memset(huge, 'd', sizeof(huge) - 1);
+    huge[sizeof(huge) - 1] = '\0';
+    assert_int_equal(tr_engine_save_checkpoint(eng, huge, NULL), TR_ENAMETOOLONG);
+    assert_non_null(strstr(tr_engine_error(eng), "save: directory: 4999 bytes, longer than"));
+    char tag[300];
+    memset(tag, 't', sizeof(tag) - 1);
+    tag[sizeof(tag) - 1] = '\0';
+    assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, tag), TR_ENAMETOOLONG);
+    assert_non_null(strstr(tr_engine_error(eng), "checkpoint tag: 299 bytes"));
+    /* 263 characters (truncated to 240 before): used whole */
+    char dir[512];
+    int n = snprintf(dir, sizeof(dir), "%s/", tmpdir);
+    for (; n < 263; n++)
+        dir[n] = n % 60 == 0 ? '/' : 'p';
+    dir[n] = '\0';
+    assert_int_equal(tr_engine_save_checkpoint(eng, dir, NULL), 0);
+    char latest[600];
+    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    struct stat sb;
+    assert_int_equal(stat(latest, &sb), 0);
+    assert_int_equal(tr_engine_load_checkpoint(eng, dir, NULL), 0);
+    assert_int_equal(tr_engine_global_step(eng), 1);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+/* --- divergence ------------------------------------------------------------------------- */
+
+static void test_engine_divergence_names_the_step_and_layer(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, "{\"type\": \"SGD\", \"params\": {\"lr\": 1e30}}");
+    tr_engine_t *eng = engine(cfg);
+    int rc = 0, steps = 0;
+    while (rc == 0 && steps < 100) {
+        rc = tr_engine_train_batch(eng, NULL);
+        steps++;
+    }
+    assert_int_equal(rc, TR_ENONFINITE);
+    const char *why = tr_engine_error(eng);
+    fprintf(stderr, "divergence: %s\n", why);
+    assert_true(why[0] != '\0');
+    assert_non_null(strstr(why, "optimizer: step "));
+    assert_non_null(strstr(why, "is the first in backward order whose gradients hold Inf or NaN"));
+    assert_non_null(strstr(why, "layer "));
+    /* the engine stays failed, and says why again */
+    char first[1024];
+    snprintf(first, sizeof(first), "%s", why);
+    assert_int_equal(tr_engine_train_batch(eng, NULL), TR_ENONFINITE);
+    assert_string_equal(tr_engine_error(eng), first);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+static void test_engine_nan_weight_names_a_layer(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_t *eng = engine(cfg);
+    tr_model_t *m = tr_engine_model(eng);
+    tr_layer_t *last_linear = tr_model_layer(m, 2); /* linear, gelu, linear, loss */
+    tr_model_params(m)[last_linear->param_offset] = NAN;
+    assert_int_equal(tr_engine_train_batch(eng, NULL), TR_ENONFINITE);
+    const char *why = tr_engine_error(eng);
+    fprintf(stderr, "nan weight: %s\n", why);
+    assert_non_null(strstr(why, "optimizer: step 0: layer 2 'fc1': parameter 'weight' holds Inf "
+                                "or NaN before the step"));
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+/* --- widths ----------------------------------------------------------------------------- */
+
+static void test_engine_checks_dataset_widths_at_create(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_t *eng = NULL;
+    char err[512];
+    assert_int_equal(create(cfg, 5, &eng, err, sizeof(err)), TR_EINVAL);
+    assert_null(eng);
+    assert_non_null(strstr(err, "train dataset: x_dim 5"));
+    assert_non_null(strstr(err, "of width 8"));
+    assert_int_equal(create(cfg, 0, &eng, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "train dataset: x_dim 0"));
+    tr_config_destroy(cfg);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/troupe_api_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_is_boundary_before_and_after_backward),
+        cmocka_unit_test(test_engine_long_paths_are_refused_not_truncated),
+        cmocka_unit_test(test_engine_divergence_names_the_step_and_layer),
+        cmocka_unit_test(test_engine_nan_weight_names_a_layer),
+        cmocka_unit_test(test_engine_checks_dataset_widths_at_create),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
