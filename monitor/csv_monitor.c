@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "io/mkdir_p.h"
+#include "troupe/log.h"
 
 struct tr_csv_monitor {
     char *dir;
@@ -42,7 +43,7 @@ int tr_csv_monitor_create(const char *output_path, const char *job_name,
         snprintf(c->dir, n, "%s/%s", output_path, job_name);
     int err = tr__mkdir_p(c->dir);
     if (err) {
-        fprintf(stderr, "csv_monitor: cannot create %s: %s\n", c->dir, tr_strerror(err));
+        tr_log(TR_LOG_ERROR, "csv_monitor: cannot create %s: %s", c->dir, tr_strerror(err));
         tr_csv_monitor_destroy(c);
         return err;
     }
@@ -105,7 +106,7 @@ static int write_row(tr_csv_monitor_t *c, const char *tag, const char *value, ui
             err = errno ? -errno : TR_EIO;
     }
     if (err)
-        fprintf(stderr, "csv_monitor: cannot write %s: %s\n", path, tr_strerror(err));
+        tr_log(TR_LOG_ERROR, "csv_monitor: cannot write %s: %s", path, tr_strerror(err));
     free(path);
     return err;
 }

@@ -16,6 +16,14 @@
  *   unmark CAS lets exactly one of them schedule.
  * - Slots of supervised actors are kept after stop for tr_actor_restart, which reuses them;
  *   pinned actors get fresh slots and keep them (their thread may still be leaving).
+ *   A pinned actor's thread is created before the actor is published, so a spawn whose thread
+ *   cannot be created fails with nothing started.
+ * - Names (runtime/names.c) are claimed before publish and freed before the gen bump that
+ *   ends a generation; a restart claims the name again, so lookups follow restarts.
+ * - Restart intensity: tr_actor_restart records its time in a ring of the last max_restarts
+ *   restarts; a failure when another restart would exceed the window is reported to the
+ *   supervisor as TR_ERESTARTS and the slot refuses further restarts. The ring is written by
+ *   restart (slot dead) and read by finish (slot alive); gen's release/acquire orders them.
  * - Tracing (rt->monitor set at init, never changed): each send records the start of its
  *   flow, each handled message (and each init) a span on the actor's lane, and an activation
  *   samples the mailbox depth at most every TR__DEPTH_SAMPLE_NS. Spans and flows need
@@ -28,6 +36,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/internal.h"
+#include "troupe/log.h"
 #include "troupe/monitor.h"
 
 #define TR__DEPTH_SAMPLE_NS 100000u /* mailbox depth counters: at most one per 100 us per actor */
@@ -198,43 +207,208 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
     return tr__actor_id(gen, a->slot);
 }
 
+#define TR__MAX_RESTARTS_CAP 65536         /* the ring of restart times is this long at most */
+#define TR__DEFAULT_RESTART_WINDOW_MS 5000u /* OTP's default period */
+
+static int check_opts(const tr_actor_opts_t *o)
+{
+    const char *name = o->name ? o->name : "";
+    size_t len = strlen(name);
+    if (len >= TR__NAME_MAX)
+        return tr__error(TR_EINVAL, "cannot spawn actor '%.24s...': its name is %zu bytes; at "
+                                    "most %d fit", name, len, TR__NAME_MAX - 1);
+    if (o->lane_kind < 0 || o->lane_kind >= TR_LANE_KIND_COUNT_)
+        return tr__error(TR_EINVAL, "cannot spawn actor '%s': lane_kind %d is not a "
+                                    "tr_lane_kind_t (0 to %d)", name, o->lane_kind,
+                         TR_LANE_KIND_COUNT_ - 1);
+    if (o->max_restarts < TR_ACTOR_RESTARTS_UNLIMITED || o->max_restarts > TR__MAX_RESTARTS_CAP)
+        return tr__error(TR_EINVAL, "cannot spawn actor '%s': max_restarts %d is out of range "
+                                    "(0 for the default 1, 1 to %d, or "
+                                    "TR_ACTOR_RESTARTS_UNLIMITED)", name, o->max_restarts,
+                         TR__MAX_RESTARTS_CAP);
+    return 0;
+}
+
+/* Writes a dead slot's fields for a new actor (before publish). */
+static void fill_slot(tr_runtime_t *rt, tr__actor_t *a, tr_behaviour_cb behaviour, void *state,
+                      const tr_actor_opts_t *o, bool pinned)
+{
+    a->behaviour = behaviour;
+    a->state = state;
+    a->init = o->init;
+    a->cleanup = o->cleanup;
+    atomic_store_explicit(&a->supervisor, o->supervisor.id, memory_order_relaxed);
+    a->batch = o->batch ? o->batch : rt->batch;
+    a->defer_stop = (uint8_t)(o->defer_stop != 0);
+    a->recyclable = !pinned && tr_actor_is_none(o->supervisor);
+    atomic_store_explicit(&a->pinned, (uint8_t)pinned, memory_order_relaxed);
+    snprintf(a->name, sizeof(a->name), "%s", o->name ? o->name : "");
+    a->lane_kind = (uint8_t)o->lane_kind;
+    a->max_restarts = o->max_restarts ? o->max_restarts : 1;
+    a->restart_window_ns =
+        (uint64_t)(o->restart_window_ms ? o->restart_window_ms : TR__DEFAULT_RESTART_WINDOW_MS) *
+        1000000u;
+    free(a->restart_times); /* a reused slot's history is the previous actor's */
+    a->restart_times = NULL;
+    a->n_restart_times = a->restart_head = 0;
+    a->restarts_exhausted = a->restarted = 0;
+}
+
+/* Gives an unpublished slot back (a spawn that failed after taking it). */
+static void unclaim_slot(tr_runtime_t *rt, tr__actor_t *a)
+{
+    atomic_store_explicit(&a->pinned, 0, memory_order_relaxed);
+    a->recyclable = 1;
+    free_slot(rt, a);
+}
+
+/* Claims name for slot a; TR_EEXIST (with the text) when another actor holds it. */
+static int claim_name(tr_runtime_t *rt, tr__actor_t *a, const char *verb)
+{
+    uint32_t holder = 0;
+    if (!a->name[0])
+        return 0;
+    int rc = tr__names_claim(rt, a->name, a->slot, &holder);
+    if (rc == TR_EEXIST)
+        return tr__error(rc, "cannot %s actor '%s': the name is taken by actor #%u", verb,
+                         a->name, holder);
+    if (rc < 0)
+        return tr__error(rc, "cannot %s actor '%s': %s", verb, a->name, tr_strerror(rc));
+    return 0;
+}
+
+/* Starts a pinned actor's thread before the actor is published (the thread waits for the
+ * first generation); on failure nothing of it remains. */
+static int start_pinned(tr_runtime_t *rt, tr__actor_t *a)
+{
+    int rc = tr__pinned_prepare(rt, a);
+    if (rc == 0)
+        rc = tr__pinned_launch(rt, a);
+    if (rc < 0)
+        return tr__error(rc, "cannot spawn actor '%s': cannot create its thread: %s",
+                         a->name[0] ? a->name : "(unnamed)", tr_strerror(rc));
+    return 0;
+}
+
+/* Moves a's restart history to b (a pinned actor restarts in a fresh slot). */
+static void move_history(tr__actor_t *a, tr__actor_t *b)
+{
+    free(b->restart_times);
+    b->restart_times = a->restart_times;
+    b->n_restart_times = a->n_restart_times;
+    b->restart_head = a->restart_head;
+    a->restart_times = NULL;
+    a->n_restart_times = a->restart_head = 0;
+}
+
+/* tr_actor_spawn; a pinned restart passes the dead slot `from`, whose restart history the
+ * new slot takes over before it is published. */
+static int spawn_impl(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
+                      const tr_actor_opts_t *opts, tr__actor_t *from, tr_actor_t *out)
+{
+    int rc = check_opts(opts);
+    if (rc < 0)
+        return rc;
+    if (atomic_load_explicit(&rt->failed, memory_order_relaxed) ||
+        atomic_load_explicit(&rt->stopping, memory_order_relaxed))
+        return tr__error(TR_ESHUTDOWN, "cannot spawn actor '%s': the runtime is %s",
+                         opts->name ? opts->name : "",
+                         atomic_load(&rt->failed) ? "stopping after a failure" : "closing");
+    bool pinned = opts->pinned && !rt->deterministic;
+    tr__actor_t *a = alloc_slot(rt, !pinned);
+    if (!a)
+        return tr__error(TR_ENOMEM, "cannot spawn actor '%s': no memory for its slot",
+                         opts->name ? opts->name : "");
+    fill_slot(rt, a, behaviour, state, opts, pinned);
+    if ((rc = claim_name(rt, a, "spawn")) < 0) {
+        unclaim_slot(rt, a);
+        return rc;
+    }
+    if (pinned && (rc = start_pinned(rt, a)) < 0) {
+        if (a->name[0])
+            tr__names_release(rt, a->name, a->slot);
+        unclaim_slot(rt, a);
+        return rc;
+    }
+    if (from)
+        move_history(from, a);
+    if (rt->monitor)
+        tr_monitor_lane_set(rt->monitor, lane_of(a), a->name[0] ? a->name : "actor",
+                            (tr_lane_kind_t)opts->lane_kind);
+    *out = publish(rt, a);
+    return 0;
+}
+
 int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
                    const tr_actor_opts_t *opts, tr_actor_t *out)
 {
     static const tr_actor_opts_t defaults = {0};
     if (!rt || !behaviour || !out)
-        return TR_EINVAL;
-    if (!opts)
-        opts = &defaults;
-    if (opts->lane_kind < 0 || opts->lane_kind >= TR_LANE_KIND_COUNT_)
-        return TR_EINVAL;
-    if (atomic_load_explicit(&rt->failed, memory_order_relaxed) ||
-        atomic_load_explicit(&rt->stopping, memory_order_relaxed))
-        return TR_ESHUTDOWN;
-    bool pinned = opts->pinned && !rt->deterministic;
-    tr__actor_t *a = alloc_slot(rt, !pinned);
-    if (!a)
+        return tr__error(TR_EINVAL, "tr_actor_spawn: %s is NULL",
+                         !rt ? "the runtime" : !behaviour ? "the behaviour" : "out");
+    return spawn_impl(rt, behaviour, state, opts ? opts : &defaults, NULL, out);
+}
+
+/* --- restart and its intensity ----------------------------------------------------------- */
+
+/* True when a restart at time t would make more than max_restarts within the window. The
+ * ring holds the last max_restarts restart times, oldest at restart_head. */
+static bool intensity_reached(const tr__actor_t *a, uint64_t t)
+{
+    if (a->max_restarts < 0 || a->n_restart_times < (uint32_t)a->max_restarts)
+        return false;
+    return t - a->restart_times[a->restart_head] < a->restart_window_ns;
+}
+
+static int note_restart(tr__actor_t *a, uint64_t t)
+{
+    uint32_t cap = (uint32_t)a->max_restarts;
+    if (a->max_restarts < 0)
+        return 0;
+    if (!a->restart_times && !(a->restart_times = malloc(cap * sizeof(uint64_t))))
         return TR_ENOMEM;
-    a->behaviour = behaviour;
-    a->state = state;
-    a->init = opts->init;
-    a->cleanup = opts->cleanup;
-    atomic_store_explicit(&a->supervisor, opts->supervisor.id, memory_order_relaxed);
-    a->batch = opts->batch ? opts->batch : rt->batch;
-    a->defer_stop = (uint8_t)(opts->defer_stop != 0);
-    a->recyclable = !pinned && tr_actor_is_none(opts->supervisor);
-    atomic_store_explicit(&a->pinned, (uint8_t)pinned, memory_order_relaxed);
-    snprintf(a->name, sizeof(a->name), "%s", opts->name ? opts->name : "");
-    a->lane_kind = (uint8_t)opts->lane_kind;
-    if (rt->monitor)
-        tr_monitor_lane_set(rt->monitor, lane_of(a), a->name[0] ? a->name : "actor",
-                            (tr_lane_kind_t)opts->lane_kind);
-    if (pinned && tr__pinned_prepare(rt, a) < 0)
-        return TR_ENOMEM; /* the fresh slot stays unused: harmless */
+    if (a->n_restart_times < cap) {
+        a->restart_times[(a->restart_head + a->n_restart_times++) % cap] = t;
+    } else {
+        a->restart_times[a->restart_head] = t;
+        a->restart_head = (a->restart_head + 1) % cap;
+    }
+    return 0;
+}
+
+static int restart_pinned(tr_runtime_t *rt, tr__actor_t *a, tr_actor_t *out)
+{
+    tr_actor_opts_t o = {.name = a->name, .pinned = 1, .defer_stop = a->defer_stop,
+                         .supervisor = {atomic_load(&a->supervisor)}, .init = a->init,
+                         .cleanup = a->cleanup, .batch = a->batch, .lane_kind = a->lane_kind,
+                         .max_restarts = a->max_restarts,
+                         .restart_window_ms = (unsigned)(a->restart_window_ns / 1000000u)};
+    int rc = spawn_impl(rt, a->behaviour, a->state, &o, a, out);
+    if (rc == 0)
+        a->restarted = 1;
+    return rc; /* on failure tr_last_error already says why */
+}
+
+/* The restart proper, with a's restart_busy held. */
+static int restart_claimed(tr_runtime_t *rt, tr__actor_t *a, uint32_t gen, tr_actor_t *out)
+{
+    if (a->restarted || atomic_load_explicit(&a->gen, memory_order_acquire) != gen + 1)
+        return tr__error(TR_ENOACTOR, "cannot restart actor '%s' (#%u): it was already "
+                                      "restarted", a->name, a->slot);
+    uint64_t t = tr_now_ns();
+    if (a->restarts_exhausted || intensity_reached(a, t))
+        return tr__error(TR_ERESTARTS, "cannot restart actor '%s' (#%u): restart intensity "
+                                       "reached (at most %d restart%s in %llu ms)",
+                         a->name, a->slot, a->max_restarts, a->max_restarts == 1 ? "" : "s",
+                         (unsigned long long)(a->restart_window_ns / 1000000u));
+    if (note_restart(a, t) < 0)
+        return tr__error(TR_ENOMEM, "cannot restart actor '%s': out of memory", a->name);
+    if (atomic_load_explicit(&a->pinned, memory_order_relaxed))
+        return restart_pinned(rt, a, out);
+    int rc = claim_name(rt, a, "restart");
+    if (rc < 0)
+        return rc;
     *out = publish(rt, a);
-    if (pinned && tr__pinned_launch(rt, a) < 0)
-        fprintf(stderr, "troupe: no thread for pinned actor '%s': it runs on the workers\n",
-                a->name);
     return 0;
 }
 
@@ -242,26 +416,30 @@ int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out)
 {
     uint32_t slot = (uint32_t)dead.id;
     uint32_t gen = (uint32_t)(dead.id >> 32);
-    tr__actor_t *a = slot < atomic_load_explicit(&rt->next_slot, memory_order_relaxed)
+    tr__actor_t *a = rt && slot < atomic_load_explicit(&rt->next_slot, memory_order_relaxed)
                          ? tr__slot(rt, slot) : NULL;
     if (!a || !(gen & 1) || !out)
-        return TR_EINVAL;
+        return tr__error(TR_EINVAL, "tr_actor_restart: %s", !out ? "out is NULL"
+                                                                 : "not an actor's address");
     uint32_t now = atomic_load_explicit(&a->gen, memory_order_acquire);
     if (now == gen)
-        return TR_EBUSY;
-    if (now != gen + 1 || a->recyclable)
-        return TR_ENOACTOR; /* reused, or never kept for restart */
+        return tr__error(TR_EBUSY, "cannot restart actor '%s' (#%u): it is still running",
+                         a->name, slot);
+    if (now != gen + 1 || a->recyclable) /* reused, or never kept for restart */
+        return tr__error(TR_ENOACTOR, "cannot restart actor #%u: its slot %s", slot,
+                         a->recyclable ? "was not kept (no supervisor)" : "was reused");
     if (atomic_load_explicit(&rt->failed, memory_order_relaxed))
-        return TR_ESHUTDOWN;
-    if (atomic_load_explicit(&a->pinned, memory_order_relaxed)) {
-        tr_actor_opts_t o = {.name = a->name, .pinned = 1, .defer_stop = a->defer_stop,
-                             .supervisor = {atomic_load(&a->supervisor)}, .init = a->init,
-                             .cleanup = a->cleanup, .batch = a->batch,
-                             .lane_kind = a->lane_kind};
-        return tr_actor_spawn(rt, a->behaviour, a->state, &o, out);
-    }
-    *out = publish(rt, a);
-    return 0;
+        return tr__error(TR_ESHUTDOWN, "cannot restart actor '%s': the runtime is stopping "
+                                       "after a failure", a->name);
+    uint8_t idle = 0;
+    /* acquire/release: one restart at a time; the next sees what this one wrote */
+    if (!atomic_compare_exchange_strong_explicit(&a->restart_busy, &idle, 1,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return tr__error(TR_EBUSY, "cannot restart actor '%s' (#%u): another restart of it "
+                                   "is under way", a->name, slot);
+    int rc = restart_claimed(rt, a, gen, out);
+    atomic_store_explicit(&a->restart_busy, 0, memory_order_release);
+    return rc;
 }
 
 /* --- send ------------------------------------------------------------------------------ */
@@ -398,6 +576,19 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     char name[TR__NAME_MAX];
     memcpy(name, a->name, sizeof(name));
     bool recycle = a->recyclable;
+    int told = reason;
+    if (reason < 0 && !tr_actor_is_none(sup) && !recycle && intensity_reached(a, tr_now_ns())) {
+        a->restarts_exhausted = 1;
+        told = TR_ERESTARTS;
+        tr_log(TR_LOG_ERROR, "actor '%s' (#%u) failed handling message '%s': %s (%s); restart "
+               "intensity reached (at most %d restart%s in %llu ms): its supervisor is told "
+               "TR_ERESTARTS", name, a->slot, msg_type ? tr_msg_type_name(msg_type) : "(init)",
+               tr_err_name(reason), tr_strerror(reason), a->max_restarts,
+               a->max_restarts == 1 ? "" : "s",
+               (unsigned long long)(a->restart_window_ns / 1000000u));
+    }
+    if (name[0]) /* freed before the generation ends: whoever learns of the stop may reuse it */
+        tr__names_release(rt, name, a->slot);
     /* release: cleanup's effects happen-before a restart that reads gen with acquire */
     atomic_store_explicit(&a->gen, atomic_load_explicit(&a->gen, memory_order_relaxed) + 1,
                           memory_order_release);
@@ -406,7 +597,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
         if (m) {
             tr_msg_exit_t *e = TR_MSG_AS(m, exit);
             e->actor = ctx.self;
-            e->reason = reason;
+            e->reason = told;
             e->msg_type = msg_type;
             memcpy(e->name, name, sizeof(e->name));
             m->sender = ctx.self;
@@ -669,6 +860,8 @@ void tr__actor_drain_all(tr_runtime_t *rt)
             tr_ctx_t ctx = {rt, tr__actor_id(gen, s), a->state};
             a->cleanup(&ctx, TR_ESHUTDOWN);
         }
+        free(a->restart_times);
+        a->restart_times = NULL;
         while (next_message(a, pool))
             ;
         tr__mpscq_tail_t *tails[2] = {&a->data_out, &a->urgent_out};

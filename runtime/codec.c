@@ -25,7 +25,7 @@
  * rejects an unknown, repeated or missing field, a value of the wrong kind or out of range,
  * nesting deeper than TR_MSG_MAX_DEPTH, an array or map claiming more elements than bytes
  * remain, a message over TR_MSG_MAX_ENCODED bytes, and trailing bytes. Each rejection is
- * TR_EDECODE plus one stderr line naming the type and the field.
+ * TR_EDECODE plus one error line (troupe/log.h) naming the type and the field.
  */
 #include <float.h>
 #include <inttypes.h>
@@ -37,6 +37,7 @@
 #include <msgpack.h>
 
 #include "troupe/error.h"
+#include "troupe/log.h"
 #include "troupe/msg.h"
 
 /* The envelope's fields on the wire, in order. */
@@ -276,7 +277,7 @@ typedef struct reader {
     size_t errlen;
 } reader_t;
 
-/* Writes "decode '<type>': field <field>: <why>" to errbuf and stderr; TR_EDECODE. */
+/* Writes "decode '<type>': field <field>: <why>" to errbuf and the log; TR_EDECODE. */
 static int fail(reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(reader_t *r, const char *fmt, ...)
 {
@@ -298,7 +299,7 @@ static int fail(reader_t *r, const char *fmt, ...)
     snprintf(line, sizeof(line), "decode%s:%s %s", type, field, why);
     if (r->errbuf && r->errlen)
         snprintf(r->errbuf, r->errlen, "%s", line);
-    fprintf(stderr, "troupe: %s\n", line);
+    tr_log(TR_LOG_ERROR, "%s", line);
     return TR_EDECODE;
 }
 

@@ -1,7 +1,28 @@
-/* error.c: tr_strerror and tr_err_name, generated from TR_ERRNO_MAP in troupe/error.h. */
+/* error.c: tr_strerror and tr_err_name, generated from TR_ERRNO_MAP in troupe/error.h, and
+ * the thread's last error text (tr_last_error). */
 #include "troupe/error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "runtime/internal.h"
+
+static _Thread_local char last_error[256];
+
+const char *tr_last_error(void)
+{
+    return last_error;
+}
+
+int tr__error(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    return err;
+}
 
 const char *tr_strerror(int err)
 {

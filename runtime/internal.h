@@ -62,8 +62,18 @@ typedef struct tr__actor {
     _Atomic uint8_t pinned;
     uint8_t recyclable;             /* the slot returns to the free list at stop */
     tr__pinned_t *pin;              /* the dedicated thread of a pinned actor */
-    char name[TR__NAME_MAX];
+    char name[TR__NAME_MAX];        /* "" or its registered name (runtime/names.c) */
     uint32_t next_free;             /* free-list link (slot index + 1, 0 = end) */
+
+    /* --- restart intensity: written by spawn/restart while the slot is dead and by finish
+     * on the actor's thread; each side reads the other's writes after gen (acq/rel) --- */
+    int max_restarts;               /* < 0: no limit */
+    uint64_t restart_window_ns;
+    uint64_t *restart_times;        /* ring of the last max_restarts restarts; lazily */
+    uint32_t n_restart_times, restart_head;
+    uint8_t restarts_exhausted;     /* finish found the intensity reached: no restart */
+    uint8_t restarted;              /* a pinned actor's dead slot, restarted elsewhere */
+    _Atomic uint8_t restart_busy;   /* one tr_actor_restart at a time (CAS) */
 } tr__actor_t;
 
 /* One worker thread and its queues. */
@@ -99,6 +109,7 @@ struct tr__worker {
 enum { TR__PIN_IDLE = 0, TR__PIN_SIGNALED = 1, TR__PIN_EXITED = 2 };
 struct tr__pinned {
     _Atomic uint32_t state; /* futex word; CAS by signallers and by the thread to exit */
+    uint32_t gen0;          /* the slot's gen before the actor was first published */
     pthread_t thread;
     tr_runtime_t *rt;
     tr__actor_t *actor;
@@ -106,6 +117,7 @@ struct tr__pinned {
 };
 
 typedef struct tr__loop tr__loop_t;
+typedef struct tr__names tr__names_t;
 
 struct tr_runtime {
     /* --- read-mostly --- */
@@ -156,6 +168,7 @@ struct tr_runtime {
 
     tr__loop_t *loop;
     struct tr__buffers *buffers; /* buffer.c: the registry, its own lock */
+    tr__names_t *names;              /* the name registry, its own lock inside */
 };
 
 /* Thread-local: which runtime, worker and actor this thread is serving. */
@@ -197,6 +210,19 @@ void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);
 int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a);
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a);
+
+/* --- names.c: the name registry. A name maps to a slot; lookup answers the slot's live
+ * generation, so a restarted actor (same slot) is found under its name at once. --- */
+int tr__names_create(tr_runtime_t *rt);
+void tr__names_destroy(tr_runtime_t *rt);
+/* Claims name for slot: 0, or TR_EEXIST with *holder the slot holding it. */
+int tr__names_claim(tr_runtime_t *rt, const char *name, uint32_t slot, uint32_t *holder);
+/* Frees name if slot holds it. */
+void tr__names_release(tr_runtime_t *rt, const char *name, uint32_t slot);
+
+/* --- error.c --- */
+/* Sets the thread's tr_last_error text; returns err, for `return tr__error(...)`. */
+int tr__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* --- loop.c --- */
 int tr__loop_start(tr_runtime_t *rt);

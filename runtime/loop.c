@@ -22,6 +22,9 @@
 #include <unistd.h>
 
 #include "runtime/internal.h"
+#include "troupe/log.h"
+
+#define DEFAULT_SIGNAL_GRACE_MS 30000u
 
 typedef enum { CMD_TIMER_START, CMD_TIMER_STOP, CMD_POLL_START, CMD_POLL_RESUME, CMD_POLL_STOP } cmd_kind_t;
 
@@ -63,6 +66,7 @@ struct tr__loop {
     uv_loop_t uv;
     uv_async_t async;
     uv_signal_t sigint, sigterm;
+    uv_timer_t grace;       /* armed by the first signal: exit when it fires */
     pthread_t thread;
     pthread_mutex_t mu;     /* guards cmds, live, stopping */
     cmd_t *cmds, *cmds_tail;
@@ -74,6 +78,7 @@ struct tr__loop {
     int tfd;                /* timerfd armed for timers->deadline_ns */
     uv_poll_t tpoll;
     int signals_seen;       /* loop thread only */
+    int first_signal;       /* loop thread only */
 };
 
 /* --- registry of live ids (under mu) --------------------------------------------------- */
@@ -193,7 +198,7 @@ static void on_tfd(uv_poll_t *p, int status, int events)
     tr__loop_t *l = p->data;
     uint64_t expirations;
     if (read(l->tfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
-        fprintf(stderr, "troupe: loop: reading the timerfd: %s\n", strerror(errno));
+        tr_log(TR_LOG_ERROR, "loop: reading the timerfd: %s", strerror(errno));
     uint64_t now = tr_now_ns();
     while (l->timers && l->timers->deadline_ns <= now) {
         ltimer_t *t = l->timers;
@@ -212,7 +217,7 @@ static void start_timer(tr__loop_t *l, cmd_t *c)
 {
     ltimer_t *t = calloc(1, sizeof(*t));
     if (!t) {
-        fprintf(stderr, "troupe: out of memory starting timer %llu\n", (unsigned long long)c->id);
+        tr_log(TR_LOG_ERROR, "out of memory starting timer %llu", (unsigned long long)c->id);
         return;
     }
     *t = (ltimer_t){.id = c->id, .tag = c->tag, .deadline_ns = c->deadline_ns,
@@ -279,8 +284,7 @@ static void start_watch(tr__loop_t *l, cmd_t *c)
 {
     watch_t *w = calloc(1, sizeof(*w));
     if (!w) {
-        fprintf(stderr, "troupe: out of memory starting timer/poll %llu\n",
-                (unsigned long long)c->id);
+        tr_log(TR_LOG_ERROR, "out of memory starting poll %llu", (unsigned long long)c->id);
         return;
     }
     w->loop = l;
@@ -291,7 +295,7 @@ static void start_watch(tr__loop_t *l, cmd_t *c)
     w->events = c->events;
     int rc = uv_poll_init(&l->uv, &w->u.poll, c->fd);
     if (rc < 0) {
-        fprintf(stderr, "troupe: cannot watch fd %d: %s\n", c->fd, uv_strerror(rc));
+        tr_log(TR_LOG_ERROR, "cannot watch fd %d: %s", c->fd, uv_strerror(rc));
         free(w);
         return;
     }
@@ -361,18 +365,43 @@ static void on_async(uv_async_t *a)
     }
 }
 
+static const char *signal_name(int signum)
+{
+    return signum == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+static unsigned grace_ms(const tr__loop_t *l)
+{
+    return l->rt->opts.signal_grace_ms ? l->rt->opts.signal_grace_ms : DEFAULT_SIGNAL_GRACE_MS;
+}
+
+static void on_grace_over(uv_timer_t *t)
+{
+    tr__loop_t *l = t->data;
+    tr_log(TR_LOG_ERROR, "%s: the graceful stop did not end the process within %u ms: exiting "
+           "now", signal_name(l->first_signal), grace_ms(l));
+    _exit(128 + l->first_signal);
+}
+
+/* The signal rule (troupe/runtime.h): the first signal stops the actors gracefully and arms
+ * the grace timer; a second signal, or a first one with no actor alive to stop, exits. */
 static void on_signal(uv_signal_t *s, int signum)
 {
     tr__loop_t *l = s->data;
-    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
-    if (++l->signals_seen == 1) {
-        fprintf(stderr, "troupe: %s received: stopping gracefully (send it again to exit now)\n",
-                name);
-        tr_runtime_shutdown(l->rt, name);
-    } else {
-        fprintf(stderr, "troupe: second %s: exiting now\n", name);
+    const char *name = signal_name(signum);
+    if (++l->signals_seen > 1) {
+        tr_log(TR_LOG_WARN, "second %s: exiting now", name);
         _exit(128 + signum);
     }
+    if (atomic_load_explicit(&l->rt->alive, memory_order_relaxed) == 0) {
+        tr_log(TR_LOG_WARN, "%s received and no actor is running: exiting now", name);
+        _exit(128 + signum);
+    }
+    l->first_signal = signum;
+    tr_log(TR_LOG_INFO, "%s received: stopping gracefully (send it again to exit now; exiting "
+           "anyway in %u ms)", name, grace_ms(l));
+    uv_timer_start(&l->grace, on_grace_over, grace_ms(l), 0);
+    tr_runtime_shutdown(l->rt, name);
 }
 
 static void *loop_main(void *arg)
@@ -409,7 +438,8 @@ int tr__loop_start(tr_runtime_t *rt)
     if (rt->opts.handle_signals) {
         uv_signal_init(&l->uv, &l->sigint);
         uv_signal_init(&l->uv, &l->sigterm);
-        l->sigint.data = l->sigterm.data = l;
+        uv_timer_init(&l->uv, &l->grace);
+        l->sigint.data = l->sigterm.data = l->grace.data = l;
         uv_signal_start(&l->sigint, on_signal, SIGINT);
         uv_signal_start(&l->sigterm, on_signal, SIGTERM);
     }

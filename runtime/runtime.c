@@ -9,6 +9,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/internal.h"
+#include "troupe/log.h"
 #include "troupe/monitor.h"
 
 uint64_t tr_now_ns(void)
@@ -22,7 +23,7 @@ tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
 {
     tr__pool_t *p = tr__pool_get(rt->pools);
     if (!p) {
-        fprintf(stderr, "troupe: out of memory creating a thread's message pool\n");
+        tr_log(TR_LOG_ERROR, "out of memory creating a thread's message pool");
         abort();
     }
     return p;
@@ -57,14 +58,15 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     tr_monitor_lane_set(rt->monitor, TR_RUNTIME_LANE_OVERFLOW, "overflow", TR_LANE_COMPUTE);
     if (rt->deterministic) {
         rt->seed = rt->opts.seed ? rt->opts.seed : pick_seed();
-        fprintf(stderr, "troupe: deterministic scheduler, seed %llu\n",
-                (unsigned long long)rt->seed);
+        tr_log(TR_LOG_INFO, "deterministic scheduler, seed %llu", (unsigned long long)rt->seed);
     }
     pthread_mutex_init(&rt->mu, NULL);
     pthread_mutex_init(&rt->idle_mu, NULL);
     pthread_cond_init(&rt->done_cv, NULL);
     tr__inject_init(&rt->inject);
     rt->pools = tr__pool_set_create();
+    if (tr__names_create(rt) < 0)
+        return TR_ENOMEM;
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
     rt->workers = aligned_alloc(TR__CACHE_LINE, (wbytes + TR__CACHE_LINE - 1) & ~(size_t)63);
     if (!rt->pools || !rt->workers || tr__buffers_init(rt) < 0)
@@ -100,6 +102,7 @@ static void release(tr_runtime_t *rt)
     pthread_mutex_destroy(&rt->idle_mu);
     pthread_mutex_destroy(&rt->mu);
     free(rt->flight_path);
+    tr__names_destroy(rt);
     free(rt);
 }
 
@@ -141,10 +144,10 @@ static void dump_flight(tr_runtime_t *rt)
     if (rc == TR_EINVAL)
         return; /* the monitor keeps no flight ring */
     if (rc < 0)
-        fprintf(stderr, "troupe: flight recorder: cannot write %s: %s\n", rt->flight_path,
-                tr_strerror(rc));
+        tr_log(TR_LOG_ERROR, "flight recorder: cannot write %s: %s", rt->flight_path,
+               tr_strerror(rc));
     else
-        fprintf(stderr, "troupe: flight recorder written to %s\n", rt->flight_path);
+        tr_log(TR_LOG_INFO, "flight recorder written to %s", rt->flight_path);
 }
 
 int tr_runtime_run(tr_runtime_t *rt)
@@ -239,7 +242,7 @@ void tr__runtime_fail(tr_runtime_t *rt, const char *fmt, ...)
     }
     pthread_mutex_unlock(&rt->mu);
     if (first) {
-        fprintf(stderr, "troupe: %s; no supervisor: stopping the runtime\n", rt->failure);
+        tr_log(TR_LOG_ERROR, "%s; no supervisor: stopping the runtime", rt->failure);
         tr__runtime_kill_all(rt, TR_ESHUTDOWN);
     }
 }

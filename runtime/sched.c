@@ -20,7 +20,9 @@
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
- *   messages are drained by the workers.
+ *   messages are drained by the workers. The thread is created before the actor is
+ *   published ("dead" then means: a generation other than the one it started with), so a
+ *   thread that cannot be created fails the spawn instead of leaving a half-started actor.
  * - Deterministic mode has no worker thread: tr_runtime_run runs one scheduler loop on the
  *   caller, picking the next actor from the ready set with a seeded PRNG, one message per
  *   activation. Same seed and same inputs, same order.
@@ -32,6 +34,7 @@
 #include "runtime/clock.h"
 #include "runtime/futex.h"
 #include "runtime/internal.h"
+#include "troupe/log.h"
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
@@ -149,7 +152,7 @@ static void ready_push(tr__worker_t *w, tr__actor_t *a)
         size_t cap = w->cap_ready ? w->cap_ready * 2 : 64;
         tr__actor_t **r = realloc(w->ready, cap * sizeof(*r));
         if (!r) {
-            fprintf(stderr, "troupe: out of memory growing the deterministic ready set\n");
+            tr_log(TR_LOG_ERROR, "out of memory growing the deterministic ready set");
             abort();
         }
         w->ready = r;
@@ -325,7 +328,9 @@ static void *pinned_main(void *arg)
             break;
         uint32_t s = atomic_load_explicit(&p->state, memory_order_acquire);
         if (s == TR__PIN_IDLE) {
-            if (!(atomic_load_explicit(&p->actor->gen, memory_order_acquire) & 1) &&
+            /* gen0: the thread starts before its actor is published and waits for it */
+            uint32_t gen = atomic_load_explicit(&p->actor->gen, memory_order_acquire);
+            if (!(gen & 1) && gen != p->gen0 &&
                 atomic_compare_exchange_strong_explicit(&p->state, &s, TR__PIN_EXITED,
                                                         memory_order_seq_cst,
                                                         memory_order_relaxed))
@@ -347,20 +352,22 @@ int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a)
     if (!p)
         return TR_ENOMEM;
     atomic_init(&p->state, TR__PIN_IDLE);
+    p->gen0 = atomic_load_explicit(&a->gen, memory_order_relaxed);
     p->rt = rt;
     p->actor = a;
     a->pin = p;
     return 0;
 }
 
+/* Starts the thread of a prepared, not yet published pinned actor. On failure frees what
+ * prepare made and returns the error: the caller gives the slot up unpublished. */
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a)
 {
     tr__pinned_t *p = a->pin;
     int rc = pthread_create(&p->thread, NULL, pinned_main, p);
     if (rc) {
-        /* no thread: the actor runs on the workers; whatever was signalled goes there too */
-        if (atomic_exchange(&p->state, TR__PIN_EXITED) == TR__PIN_SIGNALED)
-            tr__sched_schedule(rt, a);
+        a->pin = NULL;
+        free(p);
         return -rc;
     }
     pthread_mutex_lock(&rt->mu);

@@ -48,7 +48,8 @@ extern "C" {
     XX(EDEVICE, -4010, "device error")                                                         \
     XX(ECOMM, -4011, "communication backend error")                                            \
     XX(ESHUTDOWN, -4012, "runtime is shutting down")                                           \
-    XX(ELAYER, -4013, "layer failed")
+    XX(ELAYER, -4013, "layer failed")                                                          \
+    XX(ERESTARTS, -4014, "restarted too often (restart intensity reached)")
 
 typedef enum {
 #define TR__ERR_ENUM(name, value, msg) TR_##name = (value),
@@ -63,6 +64,12 @@ const char *tr_strerror(int err);
 
 /* The symbolic name ("TR_EINVAL"); "TR_UNKNOWN" for a code not in the table. Any thread. */
 const char *tr_err_name(int err);
+
+/* What the last failing call on this thread said about its error, beyond the code: one line
+ * naming the actor, name or thread concerned (e.g. "cannot spawn actor 'loader': the name is
+ * taken by actor #3"); "" when that call left no text. Set by the runtime's tr_actor_* calls.
+ * Thread-local: valid until the next failing call on the same thread. */
+const char *tr_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,15 @@
  *     stop races with the send, the message is dropped and counted as a dead letter.
  *  5. tr_runtime_close joins every thread and frees every actor and every message still in a
  *     mailbox. Call it after tr_runtime_run has returned, from the thread that called init.
+ *  6. A name (tr_actor_opts_t.name) belongs to one live actor at a time: claimed at spawn,
+ *     kept across tr_actor_restart, freed when the actor stops. tr_actor_lookup and
+ *     tr_actor_send_name always reach the current generation.
+ *
+ * Signals (handle_signals): the first SIGINT or SIGTERM sends TR_MSG_STOP to every actor and
+ * gives the process signal_grace_ms to finish; then it exits with status 128 + the signal.
+ * A second signal exits at once (as a second Ctrl-C does in PyTorch and DeepSpeed), and so
+ * does a signal when no actor is alive (nothing could stop gracefully). One SIGTERM always
+ * ends the process.
  */
 #ifndef TR_INCLUDE_TROUPE_RUNTIME_H
 #define TR_INCLUDE_TROUPE_RUNTIME_H
@@ -48,7 +57,11 @@ typedef struct tr_runtime_opts {
     uint64_t seed;           /* deterministic mode's seed; 0 = pick one (printed to stderr) */
     unsigned batch;          /* most messages an actor handles before yielding; 0 = 64 */
     uint64_t batch_ns;       /* most time an actor runs before yielding; 0 = 1 ms */
-    int handle_signals;      /* SIGINT/SIGTERM -> graceful stop; a second one exits */
+    int handle_signals;      /* SIGINT/SIGTERM -> graceful stop (see signal_grace_ms) */
+    unsigned signal_grace_ms; /* after the first signal, how long the graceful stop may take
+                              * before the process exits anyway (128 + the signal); a second
+                              * signal, or a signal when no actor is alive, exits at once;
+                              * 0 = 30000 (30 s) */
     int timestamps;          /* record each message's send time (tr_msg_t.send_ns) */
     tr_monitor_t *monitor;   /* record a span per handled message, a flow per send, mailbox
                               * depths; borrowed: destroy it after tr_runtime_close. NULL:
@@ -128,8 +141,12 @@ typedef int (*tr_actor_init_cb)(tr_ctx_t *ctx);
 /* Called once after the actor has stopped, to release its state. */
 typedef void (*tr_actor_cleanup_cb)(tr_ctx_t *ctx, int reason);
 
+/* tr_actor_opts_t.max_restarts: no restart limit. */
+#define TR_ACTOR_RESTARTS_UNLIMITED (-1)
+
 typedef struct tr_actor_opts {
-    const char *name;          /* for logs and traces; copied (31 bytes kept) */
+    const char *name;          /* unique in the runtime (rule 6), for tr_actor_lookup, logs and
+                                * traces; NULL or "" for none; at most 31 bytes; copied */
     int pinned;                /* a dedicated thread, for blocking work; same API */
     int defer_stop;            /* TR_MSG_STOP is only delivered; the actor stops itself */
     tr_actor_t supervisor;     /* linked at spawn; TR_ACTOR_NONE for none */
@@ -137,12 +154,19 @@ typedef struct tr_actor_opts {
     tr_actor_cleanup_cb cleanup;
     unsigned batch;            /* override the runtime's batch for this actor; 0 = default */
     int lane_kind;             /* its trace lane's tr_lane_kind_t; 0 = TR_LANE_COMPUTE */
+    int max_restarts;          /* restart intensity, as Erlang/OTP's: at most max_restarts
+                                * tr_actor_restart calls within restart_window_ms; 0 = 1 (OTP's
+                                * default); TR_ACTOR_RESTARTS_UNLIMITED for no limit */
+    unsigned restart_window_ms; /* 0 = 5000 (OTP's 5 s) */
 } tr_actor_opts_t;
 
 /* Creates an actor running behaviour with state. opts may be NULL. *out gets its address.
  * With a monitor, names its trace lane (a reused slot keeps the lane's first name).
- * TR_EINVAL for a lane_kind out of range; TR_ENOMEM; TR_ESHUTDOWN after an unhandled
- * failure. Any thread. */
+ * TR_EINVAL for a name over 31 bytes or another option out of range; TR_EEXIST when a live
+ * actor has the name; for a pinned actor, the error of creating its thread (TR_EAGAIN under
+ * a memory or thread limit): nothing was started and the runtime is as before; TR_ENOMEM;
+ * TR_ESHUTDOWN after an unhandled failure or once close has begun. Every error leaves a line
+ * naming the actor in tr_last_error(). Any thread. */
 int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
                    const tr_actor_opts_t *opts, tr_actor_t *out);
 
@@ -166,10 +190,25 @@ int tr_actor_stop(tr_runtime_t *rt, tr_actor_t a);
  * TR_ESTOPPED when child has already stopped. Any thread. */
 int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child);
 
-/* Starts a new actor with a stopped actor's behaviour, state, options and supervisor; its
- * init runs again. The old address stays stopped; *out gets the new one. TR_EBUSY while the
- * old one is still running; TR_ENOACTOR when its slot has been reused. Any thread. */
+/* Starts a new actor with a stopped actor's behaviour, state, options, name and supervisor;
+ * its init runs again. The old address stays stopped; *out gets the new one, which
+ * tr_actor_lookup answers for the name from now on. TR_EBUSY while the old one is still
+ * running (or another restart of it is under way); TR_ENOACTOR when its slot has been reused
+ * or it was already restarted; TR_ERESTARTS when this restart would exceed the restart
+ * intensity (max_restarts within restart_window_ms): the failure that made it so was then
+ * reported to the supervisor as TR_MSG_EXIT with reason TR_ERESTARTS (the original error is
+ * logged); TR_EEXIST when another actor took the name meanwhile. Errors leave a line in
+ * tr_last_error(). Any thread. */
 int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out);
+
+/* The live actor registered under name (rule 6); TR_ACTOR_NONE when there is none (never
+ * spawned, stopped, or stopped and not yet restarted). Any thread. */
+tr_actor_t tr_actor_lookup(tr_runtime_t *rt, const char *name);
+
+/* tr_actor_send to the actor tr_actor_lookup(rt, name) answers, so a client never holds a
+ * stale address. TR_ENOACTOR (with tr_last_error naming the name) when there is none; the
+ * message then stays with the caller, as after any failed send. Any thread. */
+int tr_actor_send_name(tr_runtime_t *rt, const char *name, tr_msg_t *msg);
 
 /* The actor's name ("" if none); NULL for an unknown address. Valid while the actor lives. */
 const char *tr_actor_name(tr_runtime_t *rt, tr_actor_t a);

@@ -272,10 +272,12 @@ static void test_actor_pinned_runs_on_its_own_thread(void **state)
     for (int round = 0; round < 20; round++) {
         tr_runtime_t *rt = start(2);
         pin_state_t s[3] = {{0}};
-        tr_actor_opts_t o = {.name = "pinned", .pinned = 1};
+        static const char *const names[3] = {"pinned-0", "pinned-1", "pinned-2"};
         tr_actor_t a[3];
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
+            tr_actor_opts_t o = {.name = names[k], .pinned = 1};
             assert_int_equal(tr_actor_spawn(rt, pinned_behaviour, &s[k], &o, &a[k]), 0);
+        }
         for (int i = 0; i < 1000; i++)
             for (int k = 0; k < 3; k++)
                 tr_actor_send(rt, a[k], num_msg(rt, i == 999 ? MSG_DONE : MSG_NUM, 0, 0));

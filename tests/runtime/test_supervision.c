@@ -140,6 +140,149 @@ static void test_supervision_failing_init_is_a_failure(void **state)
     tr_runtime_close(rt);
 }
 
+
+/* --- restart intensity ------------------------------------------------------------------- */
+
+typedef struct isup {
+    int delayed;        /* re-fail the first `delayed` restarts after delay_ms, then at once */
+    unsigned delay_ms;
+    int stop_after;     /* stop the worker normally after this many restarts (0: never) */
+    int restarts, eio, erestarts, restart_rc;
+    char why[256];
+} isup_t;
+
+static void boom_worker(tr_ctx_t *ctx)
+{
+    tr_actor_send_name(ctx->rt, "worker", tr_msg_alloc(ctx->rt, MSG_BOOM, 0));
+}
+
+/* Restarts the worker after every failure and makes it fail again, by name. */
+static int intensity_supervisor(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    isup_t *s = ctx->state;
+    if (msg->type == TR_MSG_TIMER) {
+        boom_worker(ctx);
+        return 0;
+    }
+    if (msg->type != TR_MSG_EXIT)
+        return 0;
+    tr_msg_exit_t *e = TR_MSG_AS(msg, exit);
+    if (e->reason == 0)
+        return tr_actor_stop(ctx->rt, ctx->self);
+    s->eio += e->reason == TR_EIO;
+    s->erestarts += e->reason == TR_ERESTARTS;
+    tr_actor_t fresh;
+    int rc = tr_actor_restart(ctx->rt, e->actor, &fresh);
+    if (rc < 0) {
+        s->restart_rc = rc;
+        snprintf(s->why, sizeof(s->why), "%s", tr_last_error());
+        return tr_actor_stop(ctx->rt, ctx->self);
+    }
+    s->restarts++;
+    if (s->stop_after && s->restarts == s->stop_after)
+        return tr_actor_stop(ctx->rt, fresh);
+    uint64_t timer;
+    if (s->restarts <= s->delayed)
+        return tr_timer_start(ctx->rt, ctx->self, 0, s->delay_ms * 1000000ull, 0, &timer);
+    boom_worker(ctx);
+    return 0;
+}
+
+typedef struct lines {
+    int n;
+    char text[4][512];
+} lines_t;
+
+static void keep_errors(void *user, int level, const char *line)
+{
+    lines_t *l = user;
+    if (level == TR_LOG_ERROR && l->n < 4)
+        snprintf(l->text[l->n++], sizeof(l->text[0]), "%s", line);
+}
+
+/* Runs a worker that fails on every BOOM under intensity_supervisor. */
+static void run_intensity(isup_t *s, const tr_actor_opts_t *worker_opts, lines_t *log)
+{
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}), 0);
+    worker_t w = {0};
+    tr_actor_t sup, child;
+    tr_actor_opts_t so = {.name = "sup"};
+    assert_int_equal(tr_actor_spawn(rt, intensity_supervisor, s, &so, &sup), 0);
+    tr_actor_opts_t o = *worker_opts;
+    o.name = "worker";
+    o.supervisor = sup;
+    o.init = worker_init;
+    assert_int_equal(tr_actor_spawn(rt, worker_behaviour, &w, &o, &child), 0);
+    if (log)
+        tr_log_set_sink(keep_errors, log);
+    assert_int_equal(tr_actor_send(rt, child, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_log_set_sink(NULL, NULL);
+    assert_int_equal(w.inits, 1 + s->restarts);
+    tr_runtime_close(rt);
+}
+
+static void test_supervision_restart_intensity_default_is_one_in_5s(void **state)
+{
+    isup_t s = {0};
+    lines_t log = {0};
+    run_intensity(&s, &(tr_actor_opts_t){0}, &log);
+    assert_int_equal(s.restarts, 1);   /* OTP's default intensity: 1 restart in 5 s */
+    assert_int_equal(s.eio, 1);        /* the first failure, as it was */
+    assert_int_equal(s.erestarts, 1);  /* the second: the limit, told to the supervisor */
+    assert_int_equal(s.restart_rc, TR_ERESTARTS);
+    assert_non_null(strstr(s.why, "cannot restart actor 'worker'"));
+    assert_non_null(strstr(s.why, "restart intensity reached (at most 1 restart in 5000 ms)"));
+    /* the failure the supervisor no longer sees is logged with its own error */
+    assert_int_equal(log.n, 1);
+    assert_non_null(strstr(log.text[0], "troupe: error: actor 'worker'"));
+    assert_non_null(strstr(log.text[0], "'boom': TR_EIO"));
+    assert_non_null(strstr(log.text[0], "its supervisor is told TR_ERESTARTS"));
+}
+
+static void test_supervision_restart_intensity_is_configurable(void **state)
+{
+    isup_t s = {0};
+    run_intensity(&s, &(tr_actor_opts_t){.max_restarts = 3, .restart_window_ms = 60000}, NULL);
+    assert_int_equal(s.restarts, 3);
+    assert_int_equal(s.eio, 3);
+    assert_int_equal(s.erestarts, 1);
+    assert_int_equal(s.restart_rc, TR_ERESTARTS);
+    assert_non_null(strstr(s.why, "at most 3 restarts in 60000 ms"));
+}
+
+static void test_supervision_restart_window_slides(void **state)
+{
+    /* 1 restart in 50 ms: failures 120 ms apart are each restarted; then two at once are not */
+    isup_t s = {.delayed = 2, .delay_ms = 120};
+    run_intensity(&s, &(tr_actor_opts_t){.max_restarts = 1, .restart_window_ms = 50}, NULL);
+    assert_int_equal(s.restarts, 3);
+    assert_int_equal(s.eio, 3);
+    assert_int_equal(s.erestarts, 1);
+}
+
+static void test_supervision_restarts_unlimited(void **state)
+{
+    isup_t s = {.stop_after = 25};
+    run_intensity(&s, &(tr_actor_opts_t){.max_restarts = TR_ACTOR_RESTARTS_UNLIMITED}, NULL);
+    assert_int_equal(s.restarts, 25);
+    assert_int_equal(s.eio, 25);
+    assert_int_equal(s.erestarts, 0);
+}
+
+static void test_supervision_bad_intensity_is_refused(void **state)
+{
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1}), 0);
+    tr_actor_t a;
+    tr_actor_opts_t o = {.name = "w", .max_restarts = -2};
+    assert_int_equal(tr_actor_spawn(rt, bystander, NULL, &o, &a), TR_EINVAL);
+    assert_non_null(strstr(tr_last_error(), "cannot spawn actor 'w': max_restarts -2"));
+    assert_string_equal(tr_err_name(TR_ERESTARTS), "TR_ERESTARTS");
+    tr_runtime_close(rt);
+}
+
 int main(void)
 {
     tr_msg_type_register(&boom_desc);
@@ -147,6 +290,11 @@ int main(void)
         cmocka_unit_test(test_supervision_failure_is_reported_and_restarted),
         cmocka_unit_test(test_supervision_unhandled_failure_stops_runtime),
         cmocka_unit_test(test_supervision_failing_init_is_a_failure),
+        cmocka_unit_test(test_supervision_restart_intensity_default_is_one_in_5s),
+        cmocka_unit_test(test_supervision_restart_intensity_is_configurable),
+        cmocka_unit_test(test_supervision_restart_window_slides),
+        cmocka_unit_test(test_supervision_restarts_unlimited),
+        cmocka_unit_test(test_supervision_bad_intensity_is_refused),
     };
     return cmocka_run_group_tests_name("supervision", tests, NULL, NULL);
 }
