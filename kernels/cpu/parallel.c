@@ -18,11 +18,13 @@
  *   than another. Then the member takes mu and, if its own job is such a larger one,
  *   leaves it: a worker goes to the job with fewest members, an owner hands its slot to
  *   the neediest job and sleeps. Shares so even out within a chunk's time, and a
- *   difference of one stays (no thread swings back and forth). An owner likewise takes a
- *   free slot only if that does not make its job such a larger one.
+ *   difference of one stays (no thread swings back and forth). An owner likewise leaves a
+ *   free slot to a needier job's sleeping owner or an idle worker when taking it would make
+ *   its own job such a larger one.
  *   Freed slots. Whoever frees a slot while a job has chunks left hands it on: it signals
- *   the sleeping owner of the neediest job, else the idle workers; and a thread waiting in
- *   tr_parallel_acquire. A woken thread re-checks everything under mu.
+ *   the sleeping owner of the neediest job with a sleeping owner, the idle workers, and a
+ *   thread waiting in tr_parallel_acquire. Woken threads re-check everything under mu; the
+ *   losers sleep again.
  *   Completion. Members leave under mu; the last one out of a job with no chunk left
  *   signals its owner's cv. The owner unlinks the job once it has no chunk left and no
  *   member, so every chunk's writes happen-before its return (the mutex orders them) and
@@ -146,17 +148,29 @@ static void take_slots(int n)
     if (pool.running > pool.peak_running) pool.peak_running = pool.running;
 }
 
-/* A slot was freed: wake whoever should take it (they re-check under mu). */
+/* A slot was freed: wake whoever should take it (they re-check under mu): a thread waiting
+ * in tr_parallel_acquire, the sleeping owner of the neediest job, and the idle workers. */
 static void hand_on(void)
 {
     if (pool.running >= tr_parallel_threads()) return;
     if (pool.n_acquiring) pthread_cond_signal(&pool.slot_free);
-    job_t *j = neediest();
-    if (!j) return;
-    if (j->owner_sleeps)
-        pthread_cond_signal(&j->cv);
-    else if (pool.n_idle)
-        pthread_cond_broadcast(&pool.wake); /* one may be outside a lowered budget */
+    job_t *sleeper = NULL;
+    int work = 0;
+    for (job_t *j = pool.head; j; j = j->next)
+        if (has_work(j)) {
+            work = 1;
+            if (j->owner_sleeps && (!sleeper || j->members < sleeper->members)) sleeper = j;
+        }
+    if (sleeper) pthread_cond_signal(&sleeper->cv);
+    if (work && pool.n_idle) pthread_cond_broadcast(&pool.wake); /* some may be outside a
+                                                                    lowered budget */
+}
+
+/* Idle workers that the budget lets work (those with index >= budget never do). */
+static int idle_workers(void)
+{
+    int outside = pool.n_started + 1 - tr_parallel_threads();
+    return pool.n_idle - (outside > 0 ? outside : 0);
 }
 
 static void join(job_t *j)
@@ -261,6 +275,25 @@ static void unlink_job(job_t *j)
     pool.n_jobs--;
 }
 
+/* If taking a free slot would give j two members more than a job with chunks left, and
+ * that job has a thread ready to take the slot (its sleeping owner, an idle worker), wakes
+ * it and returns 1. */
+static int pass_slot(job_t *j)
+{
+    job_t *u = NULL;
+    for (job_t *x = pool.head; x; x = x->next)
+        if (x != j && has_work(x) && x->members + 1 <= j->members && (!u || x->members < u->members))
+            u = x;
+    if (!u) return 0;
+    if (u->owner_sleeps)
+        pthread_cond_signal(&u->cv);
+    else if (idle_workers())
+        pthread_cond_broadcast(&pool.wake);
+    else
+        return 0;
+    return 1;
+}
+
 static void owner_sleep(job_t *j)
 {
     j->owner_sleeps = 1;
@@ -286,8 +319,7 @@ static int own(job_t *j)
             continue;
         }
         first = 0;
-        if (would_yield(j, 1)) { /* the slot belongs to a needier job: pass it on */
-            hand_on();
+        if (pass_slot(j)) {
             owner_sleep(j);
             continue;
         }
