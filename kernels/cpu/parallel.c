@@ -15,7 +15,8 @@
  *   which every member took before joining).
  *   Sharing. After each chunk a member reads `rebalance`, a hint written under mu: set
  *   while every slot is taken and some job with chunks left has at least two members fewer
- *   than another. Then the member takes mu and, if its own job is such a larger one,
+ *   than another (or a lowered budget has fewer slots than are taken: members then leave
+ *   until it holds). Then the member takes mu and, if its own job is such a larger one,
  *   leaves it: a worker goes to the job with fewest members, an owner hands its slot to
  *   the neediest job and sleeps. Shares so even out within a chunk's time, and a
  *   difference of one stays (no thread swings back and forth). An owner likewise leaves a
@@ -130,10 +131,16 @@ static int would_yield(job_t *j, int extra)
     return 0;
 }
 
+/* Sets the hint members read between chunks: some job has two members more than another
+ * with work while every slot is taken, or more slots are taken than a lowered budget has. */
 static void update_rebalance(void)
 {
-    int lo = INT_MAX, hi = 0;
-    if (pool.running >= tr_parallel_threads())
+    int lo = INT_MAX, hi = 0, budget = tr_parallel_threads();
+    if (pool.running > budget) {
+        atomic_store_explicit(&pool.rebalance, 1, memory_order_relaxed);
+        return;
+    }
+    if (pool.running == budget)
         for (job_t *j = pool.head; j; j = j->next)
             if (has_work(j)) {
                 lo = j->members < lo ? j->members : lo;
@@ -217,7 +224,8 @@ static void work_on(job_t *j, int thread)
         holds_slot = 0;
         pthread_mutex_lock(&pool.mu);
         if (!has_work(j)) return;
-        if (pool.running >= tr_parallel_threads() && would_yield(j, 0)) return;
+        int budget = tr_parallel_threads();
+        if (pool.running > budget || (pool.running == budget && would_yield(j, 0))) return;
     }
 }
 

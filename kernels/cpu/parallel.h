@@ -35,9 +35,9 @@ typedef void (*tr_parallel_fn)(void *ctx, size_t begin, size_t end, int thread);
  * Any thread. */
 void tr_parallel_for(size_t n, size_t grain, tr_parallel_fn fn, void *ctx);
 
-/* Sets the budget: compute threads in the whole process, callers included; 0 = online
- * cores. Jobs started afterwards follow it; jobs already running keep their threads until
- * their next chunk. Any thread. */
+/* Sets the budget: compute threads in the whole process, callers included; 0 = the CPUs
+ * this process may run on. Running jobs follow it from their next chunk (threads acquired
+ * with tr_parallel_acquire stay until released). Any thread. */
 void tr_parallel_set_threads(int n);
 
 /* The budget (at most 256). Any thread. */
