@@ -9,8 +9,10 @@
  *   loop:   GEMMs on this thread while a second thread runs gradient norms back to back;
  *   bursts: the same, the second thread sleeping 4x a norm's time between norms (the
  *           optimizer hearing a bucket now and then while the executor computes).
- * For each: GEMM GFLOP/s, the time of one gradient norm, the threads the GEMM got (the most chunks of one GEMM running at once, counted in its chunk function,
- * averaged over the GEMMs), and both speeds against their `alone` peers of the same run.
+ * For each: GEMM GFLOP/s, the time of one gradient norm, the threads the GEMM got (the
+ * most chunks of one GEMM running at once, counted in its chunk function, averaged over the
+ * GEMMs), and both speeds against their `alone` peers of the same run. The norm's time
+ * covers waiting for a thread.
  * Prints `name: value unit` lines. Options: --threads N (the budget; 0 = cores), --reps N,
  * --gn-floats N.
  */

@@ -169,15 +169,17 @@ static void hand_on(void)
             if (j->owner_sleeps && (!sleeper || j->members < sleeper->members)) sleeper = j;
         }
     if (sleeper) pthread_cond_signal(&sleeper->cv);
-    if (work && pool.n_idle) pthread_cond_broadcast(&pool.wake); /* some may be outside a
-                                                                    lowered budget */
+    if (work && pool.n_idle) /* broadcast: some may be outside a lowered budget */
+        pthread_cond_broadcast(&pool.wake);
 }
 
-/* Idle workers that the budget lets work (those with index >= budget never do). */
+/* At least how many idle workers the budget lets work (those with index >= budget never
+ * do; counting them all as idle gives a lower bound). */
 static int idle_workers(void)
 {
     int outside = pool.n_started + 1 - tr_parallel_threads();
-    return pool.n_idle - (outside > 0 ? outside : 0);
+    int eligible = pool.n_idle - (outside > 0 ? outside : 0);
+    return eligible > 0 ? eligible : 0;
 }
 
 static void join(job_t *j)
@@ -257,7 +259,8 @@ static void grow(int budget)
 {
     while (pool.n_started + 1 < budget) {
         int index = pool.n_started + 1;
-        if (pthread_create(&pool.threads[pool.n_started], NULL, worker_main, (void *)(size_t)index))
+        void *arg = (void *)(size_t)index;
+        if (pthread_create(&pool.threads[pool.n_started], NULL, worker_main, arg))
             break; /* fewer threads: the work still gets done by those that exist */
         pool.n_started++;
     }
@@ -290,7 +293,8 @@ static int pass_slot(job_t *j)
 {
     job_t *u = NULL;
     for (job_t *x = pool.head; x; x = x->next)
-        if (x != j && has_work(x) && x->members + 1 <= j->members && (!u || x->members < u->members))
+        if (x != j && has_work(x) && x->members + 1 <= j->members &&
+            (!u || x->members < u->members))
             u = x;
     if (!u) return 0;
     if (u->owner_sleeps)
@@ -373,7 +377,9 @@ void tr_parallel_for(size_t n, size_t grain, tr_parallel_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.mu);
     pthread_cond_destroy(&j.cv);
     last_job = (tr_parallel_job_info_t){
-        .threads = atomic_load_explicit(&j.peak, memory_order_relaxed), .waited = waited, .chunks = (n + chunk - 1) / chunk};
+        .threads = atomic_load_explicit(&j.peak, memory_order_relaxed),
+        .waited = waited,
+        .chunks = (n + chunk - 1) / chunk};
 }
 
 /* ---- threads for other libraries ----------------------------------------------------- */
