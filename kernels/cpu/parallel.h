@@ -10,8 +10,9 @@
  * tr_parallel_for at the same time (the executor's GEMMs, the optimizer's gradient norm,
  * pipeline stages) and share the budget, each job getting an even share of it, re-balanced
  * between chunks; a thread left idle by one job joins another. A caller that finds the
- * whole budget busy waits for a thread (at most a chunk's time), then is given its share:
- * it is never silently run on one thread while threads are free. A nested call (from inside
+ * whole budget busy waits for a slot: a job holding two or more gives one up after its
+ * current chunk (with B jobs already holding one each, the caller waits for one to end). No
+ * caller is run on one thread while threads are free, and none computes beside the budget. A nested call (from inside
  * fn) runs serially on the thread that made it, within that thread's place in the budget.
  * Libraries with threads of their own (OpenBLAS is kept at one thread per call; OpenMP, and
  * oneDNN on it) take their threads from the same budget with tr_parallel_acquire. See
