@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the kernel benchmarks and their PyTorch peer on the same model, side by side.
+# Runs the kernel benchmarks (Adam, the thread budget's GEMMs beside the gradient norm, a
+# GPT-2 step) and the step's PyTorch peer on the same model, side by side.
 #   bench/kernels/run.sh BUILD_DIR [--steps N]
 # The C benchmark says which OpenBLAS core fits this CPU (blas_best_core); PyTorch gets the
 # same OPENBLAS_CORETYPE so both run the best kernels OpenBLAS has, and the same thread count
@@ -9,6 +10,7 @@ set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR [--steps N]}
 shift
 "$build/bench/kernels/bench_adam"
+"$build/bench/kernels/bench_parallel"
 out=$("$build/bench/kernels/bench_gpt2_step" "$@")
 echo "$out"
 core=$(sed -n 's/^blas_best_core: //p' <<<"$out")
