@@ -78,8 +78,8 @@ int tr__bucketer_spawn(tr_engine_t *eng)
     int64_t size = eng->cfg->zero.reduce_bucket_size;
     b->bucket_size = size > 0 ? (size_t)size : eng->n_params;
     size_t n_buckets = (eng->n_params + b->bucket_size - 1) / b->bucket_size;
-    fprintf(stderr,
-            "troupe: bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "
+    tr_log(TR_LOG_INFO,
+           "bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "
             "(reduce_bucket_size); buckets are views of the gradient buffer: 0 extra bytes\n",
             eng->n_params, n_buckets, b->bucket_size);
     tr_actor_opts_t o = {.name = "bucketer",

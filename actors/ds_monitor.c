@@ -49,8 +49,11 @@ struct tr__dsmon {
     const double *betas;
 };
 
+/* DeepSpeed's lines go to stdout, as its logger's do, at the info level (troupe.log_level or
+ * TROUPE_LOG_LEVEL above info silences them). */
 static void print_line(const char *line)
 {
+    if (tr_log_level() > TR_LOG_INFO) return;
     fputs(line, stdout);
     fputc('\n', stdout);
     fflush(stdout);

@@ -223,7 +223,11 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     int rc = tr_monitor_create(&t, &eng->mon);
     if (rc == 0)
         tr_monitor_lane_set(eng->mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
-    if (rc < 0)
+    if (rc == TR_EBUSY)
+        snprintf(err, errlen, "%s: troupe.trace: another engine in this process is tracing into "
+                 "'%s' (rank %d); give this engine its own troupe.trace.output_path or trace_dir",
+                 c->source, dir ? dir : "", eng->rank);
+    else if (rc < 0)
         snprintf(err, errlen, "%s: troupe.trace: cannot write traces into '%s': %s", c->source,
                  dir ? dir : "", tr_strerror(rc));
     return rc;
@@ -243,7 +247,7 @@ static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, s
     size_t used = 0;
     for (size_t i = 0; i < d.count; i++) {
         if (d.items[i].severity == TR_CONFIG_WARNING)
-            fprintf(stderr, "troupe: warning: %s\n", d.items[i].text);
+            tr_log(TR_LOG_WARN, "%s", d.items[i].text);
         else if (d.items[i].severity == TR_CONFIG_ERROR && used < errlen)
             used += (size_t)snprintf(err + used, errlen - used, "%s%s", used ? "\n" : "",
                                      d.items[i].text);
@@ -311,15 +315,13 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
                TR_ECONFIG;
     if (c->zero.offload_optimizer.device != TR_OFFLOAD_NONE ||
         c->zero.offload_param.device != TR_OFFLOAD_NONE)
-        fprintf(stderr,
-                "troupe: warning: %s: zero_optimization.offload_*: the swapper actor is not "
-                "built yet; optimizer state and parameters stay in memory\n",
-                c->source);
+        tr_log(TR_LOG_WARN,
+               "%s: zero_optimization.offload_*: the swapper actor is not built yet; "
+               "optimizer state and parameters stay in memory",
+               c->source);
     if (c->bf16.enabled)
-        fprintf(stderr,
-                "troupe: warning: %s: bf16.enabled: the CPU kernels compute in fp32; bf16 "
-                "changes nothing yet\n",
-                c->source);
+        tr_log(TR_LOG_WARN, "%s: bf16.enabled: the CPU kernels compute in fp32; bf16 changes "
+               "nothing yet", c->source);
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->T > g->max_seq_len)
         return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,
@@ -397,8 +399,9 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc) rc = tr__comm_spawn(eng, err, errlen);
     if (!rc) rc = tr__checkpointer_spawn(eng);
     if (!rc && eng->train) rc = tr__loader_spawn(eng);
-    if (rc < 0 && !err[0])
-        snprintf(err, errlen, "engine: starting the actors: %s", tr_strerror(rc));
+    if (rc < 0 && !err[0]) /* the runtime's own explanation names the actor */
+        snprintf(err, errlen, "engine: starting the actors: %s",
+                 tr_last_error()[0] ? tr_last_error() : tr_strerror(rc));
     return rc;
 }
 
@@ -414,6 +417,7 @@ static tr__client_t *client_new(void)
 static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     int rc = load_config(eng, o, err, errlen);
+    if (!rc) tr_log_set_default_level(eng->cfg->troupe.log_level);
     if (!rc) {
         eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = check_shapes(eng, o, err, errlen);
@@ -508,12 +512,12 @@ static void dump_flight(tr_engine_t *eng)
     int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
     if (rc == TR_EINVAL) return; /* troupe.trace.flight_recorder is off */
     if (rc < 0)
-        fprintf(stderr, "troupe: flight recorder: cannot write %s: %s\n", eng->flight_path,
-                tr_strerror(rc));
+        tr_log(TR_LOG_ERROR, "flight recorder: cannot write %s: %s", eng->flight_path,
+               tr_strerror(rc));
     else
-        fprintf(stderr, "troupe: engine failed (%s); flight recorder written to %s\n",
-                eng->client->error[0] ? eng->client->error : tr_runtime_failure(eng->rt),
-                eng->flight_path);
+        tr_log(TR_LOG_ERROR, "engine failed (%s); flight recorder written to %s",
+               eng->client->error[0] ? eng->client->error : tr_runtime_failure(eng->rt),
+               eng->flight_path);
 }
 
 void tr_engine_destroy(tr_engine_t *eng)

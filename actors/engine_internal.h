@@ -33,6 +33,7 @@
 
 #include "troupe/buffer.h"
 #include "troupe/engine.h"
+#include "troupe/log.h"
 #include "troupe/monitor.h"
 #include "troupe/runtime.h"
 

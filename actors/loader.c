@@ -63,7 +63,7 @@ static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
         return rc;
     }
     if (wrapped)
-        fprintf(stderr, "troupe: loader: epoch %llu done; starting epoch %llu\n",
+        tr_log(TR_LOG_INFO, "loader: epoch %llu done; starting epoch %llu",
                 (unsigned long long)before.epoch,
                 (unsigned long long)tr__dataset_pos(l->data).epoch);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BATCH);

@@ -223,7 +223,7 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
         o->skipped_steps++;
         d->skipped = 1;
         d->lr = current_lr(o);
-        fprintf(stderr, "troupe: optimizer: step %llu skipped: %s\n",
+        tr_log(TR_LOG_WARN, "optimizer: step %llu skipped: %s",
                 (unsigned long long)o->global_steps, o->scaler.message);
         return 0;
     }

@@ -79,6 +79,7 @@ struct tr_monitor {
     FILE *file;
     struct tr__outbuf *out;  /* formatted text not yet written, reused across drains */
     char *path;
+    char *claimed; /* the canonical trace path this monitor holds (writer.c: claim_path) */
     tr__flowmap_t *flows;
     uint64_t events_written;
     uint64_t flows_pending;  /* unpaired flow halves in the map */

@@ -20,8 +20,10 @@
  */
 #include "monitor/recorder.h"
 #include "io/mkdir_p.h"
+#include "troupe/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +283,62 @@ int tr_monitor_flush(tr_monitor_t *m)
 
 /* --- opening, the thread, closing -------------------------------------------------------- */
 
+/* The trace files this process is writing, by real path: a second monitor (a second engine)
+ * aimed at the same file is refused instead of overwriting the first's trace. */
+#define MAX_OPEN_TRACES 64
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *open_traces[MAX_OPEN_TRACES];
+
+/* Claims m->path for this monitor (m->claimed gets the canonical name). TR_EBUSY when another
+ * monitor of this process writes it. */
+static int claim_path(tr_monitor_t *m)
+{
+    char *dir = realpath(m->output_path, NULL);
+    if (!dir) return -errno;
+    size_t n = strlen(dir) + 64;
+    char *key = malloc(n);
+    if (!key) {
+        free(dir);
+        return TR_ENOMEM;
+    }
+    snprintf(key, n, "%s/trace_rank%u.json", dir, m->opts.rank);
+    free(dir);
+    int rc = TR_ENOSPC, free_at = -1;
+    pthread_mutex_lock(&open_mu);
+    for (int i = 0; i < MAX_OPEN_TRACES; i++) {
+        if (open_traces[i] && !strcmp(open_traces[i], key)) {
+            free_at = -2;
+            break;
+        }
+        if (!open_traces[i] && free_at == -1) free_at = i;
+    }
+    if (free_at >= 0) {
+        open_traces[free_at] = m->claimed = key;
+        rc = 0;
+    } else if (free_at == -2) {
+        rc = TR_EBUSY;
+    }
+    pthread_mutex_unlock(&open_mu);
+    if (rc < 0) {
+        if (rc == TR_EBUSY)
+            tr_log(TR_LOG_ERROR, "trace: %s is being written by another engine (monitor) in this "
+                   "process; give this one another output_path or rank", key);
+        free(key);
+    }
+    return rc;
+}
+
+static void release_path(tr_monitor_t *m)
+{
+    if (!m->claimed) return;
+    pthread_mutex_lock(&open_mu);
+    for (int i = 0; i < MAX_OPEN_TRACES; i++)
+        if (open_traces[i] == m->claimed) open_traces[i] = NULL;
+    pthread_mutex_unlock(&open_mu);
+    free(m->claimed);
+    m->claimed = NULL;
+}
+
 int tr__writer_open(tr_monitor_t *m)
 {
     int err = tr__mkdir_p(m->output_path);
@@ -293,6 +351,8 @@ int tr__writer_open(tr_monitor_t *m)
     if (!m->path || !m->flows || !m->out)
         return TR_ENOMEM;
     snprintf(m->path, n, "%s/trace_rank%u.json", m->output_path, m->opts.rank);
+    if ((err = claim_path(m)) < 0)
+        return err;
     m->file = fopen(m->path, "w");
     if (!m->file)
         return -errno;
@@ -380,4 +440,5 @@ void tr__writer_close(tr_monitor_t *m)
     m->flows = NULL;
     free(m->path);
     m->path = NULL;
+    release_path(m);
 }

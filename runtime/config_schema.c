@@ -72,6 +72,7 @@ static const char *const optimizers[] = {"Adam",       "AdamW",       "SGD",    
 static const char *const schedulers[] = {"WarmupLR",  "WarmupDecayLR", "WarmupCosineLR",
                                          "OneCycle", "LRRangeTest",   NULL};
 static const char *const warmup_types[] = {"log", "linear", NULL};
+static const char *const log_levels[] = {"debug", "info", "warning", "error", "off", NULL};
 static const char *const tag_validations[] = {"Ignore", "Warn", "Fail", NULL};
 
 /* --- zero_optimization ------------------------------------------------------------------ */
@@ -521,6 +522,9 @@ static const tr__cfg_key_t troupe_keys[] = {
     SECT("trace", trace_sec, 0, "actor timeline tracing"),
     SECT("runtime", troupe_runtime_sec, 0, "scheduler"),
     SECT("data", troupe_data_sec, 0, "data loader"),
+    ACT(ENUM("log_level", troupe.log_level, 1, log_levels, TR__F_NOCASE,
+             "lines Troupe prints: debug, info (start-up summaries, DeepSpeed's progress and "
+             "timer lines), warning, error or off; TROUPE_LOG_LEVEL overrides it")),
 };
 SECTION(troupe_sec, "troupe", troupe_keys);
 

@@ -271,8 +271,9 @@ const char *tr_model_error(const tr_model_t *model);
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
 
-/* Sets how many threads the CPU kernels use, the caller included (0 = online cores). Takes
- * effect at the next forward or backward; not while one runs. Process-wide. */
+/* Sets the process's budget of compute threads for the CPU kernels, callers included (0 = the
+ * CPUs this process may run on); concurrent callers share it (docs/threads.md). Safe while
+ * kernels run: a lower budget applies from each job's next chunk. Process-wide, any thread. */
 void tr_kernels_set_threads(int n);
 
 /* Zeroes the gradient buffer. */

@@ -41,8 +41,10 @@ static tr_config_t *config(int gas, const char *optimizer)
     char json[1024];
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
-             " \"optimizer\": %s, \"troupe\": {\"runtime\": {\"workers\": 2}}}",
-             gas, optimizer ? optimizer : "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}");
+             " \"optimizer\": %s%s}",
+             gas, optimizer ? optimizer : "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}",
+             optimizer && strstr(optimizer, "troupe") ? ""
+                                                      : ", \"troupe\": {\"runtime\": {\"workers\": 2}}");
     tr_config_t *cfg;
     tr_config_diag_t d;
     tr_config_diag_init(&d);
@@ -207,6 +209,74 @@ static void test_engine_checks_dataset_widths_at_create(void **state)
     tr_config_destroy(cfg);
 }
 
+/* --- tracing and logging ----------------------------------------------------------------- */
+
+static int create_traced(tr_config_t *cfg, const char *trace_dir, tr_engine_t **eng, char *err,
+                         size_t errlen)
+{
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
+                          .init_params = 1, .trace_dir = trace_dir,
+                          .train = {.batch = batch_cb, .x_dim = XD}};
+    return tr_engine_create(eng, &o, err, errlen);
+}
+
+static void test_engine_second_engine_may_not_overwrite_a_trace(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    char dir[300], other[300], err[512];
+    snprintf(dir, sizeof(dir), "%s/trace", tmpdir);
+    snprintf(other, sizeof(other), "%s/trace/../trace", tmpdir); /* the same folder */
+    tr_engine_t *a, *b = NULL;
+    assert_int_equal(create_traced(cfg, dir, &a, err, sizeof(err)), 0);
+    assert_int_equal(create_traced(cfg, other, &b, err, sizeof(err)), TR_EBUSY);
+    assert_null(b);
+    assert_non_null(strstr(err, "another engine in this process is tracing into"));
+    assert_int_equal(tr_engine_train_batch(a, NULL), 0);
+    tr_engine_destroy(a);
+    assert_int_equal(create_traced(cfg, dir, &b, err, sizeof(err)), 0); /* free again */
+    tr_engine_destroy(b);
+    tr_config_destroy(cfg);
+}
+
+typedef struct lines {
+    int n, bucketer;
+} lines_t;
+
+static void count_line(void *user, int level, const char *line)
+{
+    lines_t *l = user;
+    (void)level;
+    l->n++;
+    l->bucketer += strstr(line, "bucketer:") != NULL;
+}
+
+static void test_engine_log_level_comes_from_the_config(void **state)
+{
+    (void)state;
+    if (getenv("TROUPE_LOG_LEVEL")) skip(); /* the environment overrides the config */
+    lines_t seen = {0, 0};
+    tr_log_set_sink(count_line, &seen);
+    tr_config_t *cfg = config(1, "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}, "
+                                 "\"troupe\": {\"log_level\": \"warning\"}");
+    tr_engine_t *eng = engine(cfg);
+    assert_int_equal(tr_log_level(), TR_LOG_WARN);
+    assert_int_equal(seen.bucketer, 0); /* the start-up line is info */
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    cfg = config(1, NULL);
+    eng = engine(cfg);
+    assert_int_equal(tr_log_level(), TR_LOG_INFO);
+    assert_int_equal(seen.bucketer, 1);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    tr_log_set_sink(NULL, NULL);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -230,6 +300,8 @@ int main(void)
         cmocka_unit_test(test_engine_divergence_names_the_step_and_layer),
         cmocka_unit_test(test_engine_nan_weight_names_a_layer),
         cmocka_unit_test(test_engine_checks_dataset_widths_at_create),
+        cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
+        cmocka_unit_test(test_engine_log_level_comes_from_the_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
