@@ -1,0 +1,140 @@
+/* The comm backends' registry and the local backend: operations are non-blocking and report
+ * completion through the done callback with the request id they returned; reductions and
+ * broadcasts check their arguments; a backend this build lacks, or the local backend asked for
+ * more than one rank, is refused with a sentence naming what exists; a registered backend is
+ * found by name. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runtime/comm.h"
+#include "troupe.h"
+
+typedef struct done_log {
+    int n;
+    uint64_t last_req;
+    int last_rc;
+} done_log_t;
+
+static void on_done(void *arg, uint64_t req, int rc)
+{
+    done_log_t *d = arg;
+    d->n++;
+    d->last_req = req;
+    d->last_rc = rc;
+}
+
+static void test_comm_local_operations_complete_through_the_callback(void **state)
+{
+    (void)state;
+    done_log_t log = {0};
+    tr_comm_t *c;
+    char why[256];
+    assert_int_equal(tr_comm_create("local", 0, 1, on_done, &log, &c, why, sizeof(why)), 0);
+    float buf[4] = {1, -2, 3.5f, 4};
+    uint64_t req;
+    assert_int_equal(c->ops->all_reduce(c, buf, 4, TR_DTYPE_F32, TR_REDUCE_SUM, &req), 0);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.last_req, req);
+    assert_int_equal(log.last_rc, 0);
+    assert_true(buf[2] == 3.5f); /* the sum over one rank is the value: no scaling */
+    uint64_t req2;
+    assert_int_equal(c->ops->all_reduce(c, buf, 4, TR_DTYPE_F32, TR_REDUCE_MAX, &req2), 0);
+    assert_true(req2 > req); /* ids are unique */
+    double v = 2.5;
+    assert_int_equal(tr_comm_all_reduce_scalar(c, &v, TR_REDUCE_MAX, &req), 0);
+    assert_true(v == 2.5);
+    float out[4];
+    assert_int_equal(c->ops->reduce_scatter(c, buf, out, 4, TR_DTYPE_F32, &req), 0);
+    assert_memory_equal(out, buf, sizeof(out));
+    assert_int_equal(c->ops->all_gather(c, buf, out, 4, TR_DTYPE_F32, &req), 0);
+    assert_int_equal(c->ops->broadcast(c, buf, 4, TR_DTYPE_F32, 0, &req), 0);
+    assert_int_equal(log.n, 6);
+    /* bad arguments: refused before starting, no completion */
+    assert_int_equal(c->ops->broadcast(c, buf, 4, TR_DTYPE_F32, 1, &req), TR_EINVAL);
+    assert_int_equal(c->ops->all_reduce(c, buf, 4, TR_DTYPE_F32, (tr_reduce_op_t)7, &req),
+                     TR_EINVAL);
+    assert_int_equal(c->ops->all_reduce(c, NULL, 4, TR_DTYPE_F32, TR_REDUCE_SUM, &req), TR_EINVAL);
+    assert_int_equal(c->ops->all_reduce(c, buf, 4, (tr_dtype_t)99, TR_REDUCE_SUM, &req), TR_EINVAL);
+    assert_int_equal(log.n, 6);
+    tr_comm_destroy(c);
+}
+
+static void test_comm_unknown_backend_and_bad_world_are_named(void **state)
+{
+    (void)state;
+    done_log_t log = {0};
+    tr_comm_t *c = NULL;
+    char why[256];
+    assert_int_equal(tr_comm_create("nccl-ish", 0, 1, on_done, &log, &c, why, sizeof(why)),
+                     TR_ENOTSUP);
+    assert_null(c);
+    assert_non_null(strstr(why, "no comm backend 'nccl-ish' in this build (it has: local"));
+    assert_int_equal(tr_comm_create("local", 1, 2, on_done, &log, &c, why, sizeof(why)),
+                     TR_EINVAL);
+    assert_non_null(strstr(why, "world size 2 needs the mpi backend"));
+    assert_int_equal(tr_comm_create("local", 2, 2, on_done, &log, &c, why, sizeof(why)),
+                     TR_EINVAL); /* rank outside the world */
+}
+
+/* A backend of the test's own: a group of any size whose operations complete at once. */
+static int fake_all_reduce(tr_comm_t *c, void *buf, size_t n, tr_dtype_t dt, tr_reduce_op_t op,
+                           uint64_t *req)
+{
+    int rc = tr_comm_check(c, buf, n, dt, (int)op, 0);
+    if (rc < 0) return rc;
+    *req = tr_comm_next_req(c);
+    c->done(c->done_arg, *req, TR_ECOMM); /* and reports a failure */
+    return 0;
+}
+
+static void fake_destroy(tr_comm_t *c)
+{
+    free(c);
+}
+
+static const tr_comm_ops_t fake_ops = {.all_reduce = fake_all_reduce, .destroy = fake_destroy};
+
+static int fake_create(tr_comm_t *c, char *why, size_t whylen)
+{
+    (void)why, (void)whylen;
+    c->ops = &fake_ops;
+    return 0;
+}
+
+static void test_comm_registered_backend_is_found_by_name(void **state)
+{
+    (void)state;
+    assert_int_equal(tr_comm_backend_register("fake", fake_create), 0);
+    assert_int_equal(tr_comm_backend_register("fake", fake_create), TR_EEXIST);
+    assert_int_equal(tr_comm_backend_register("local", fake_create), TR_EEXIST);
+    done_log_t log = {0};
+    tr_comm_t *c;
+    char why[256];
+    assert_int_equal(tr_comm_create("fake", 3, 4, on_done, &log, &c, why, sizeof(why)), 0);
+    assert_int_equal(c->world, 4);
+    assert_int_equal(c->rank, 3);
+    float x = 1;
+    uint64_t req;
+    assert_int_equal(c->ops->all_reduce(c, &x, 1, TR_DTYPE_F32, TR_REDUCE_SUM, &req), 0);
+    assert_int_equal(log.last_rc, TR_ECOMM); /* a failure arrives as a completion */
+    tr_comm_destroy(c);
+    assert_int_equal(tr_comm_create("nope", 0, 1, on_done, &log, &c, why, sizeof(why)),
+                     TR_ENOTSUP);
+    assert_non_null(strstr(why, "local fake)"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_comm_local_operations_complete_through_the_callback),
+        cmocka_unit_test(test_comm_unknown_backend_and_bad_world_are_named),
+        cmocka_unit_test(test_comm_registered_backend_is_found_by_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
