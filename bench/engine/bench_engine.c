@@ -95,21 +95,36 @@ static int plain_step(plain_t *p)
     if (tr_grad_norm_finish(tr_grad_sumsq(g, n), &norm) < 0)
         return TR_ENONFINITE;
     tr_adam_state_advance(&p->adam, &p->st);
-    tr_adam_update(&p->adam, &p->st, tr_grad_clip_mul(norm, 1.0, 1.0), tr_model_params(p->model),
-                   g, p->m, p->v, n, NULL, TR_HALF_NONE);
+    float mul = tr_grad_clip_mul(norm, 1.0, 1.0), *w = tr_model_params(p->model);
+    for (int i = 0; i < tr_model_num_layers(p->model); i++) { /* decay as the engine does */
+        const tr_layer_t *l = tr_model_layer(p->model, i);
+        for (int k = 0; k < l->n_params; k++) {
+            size_t at = l->param_offset + l->params[k].offset;
+            tr_adam_opts_t o = p->adam;
+            o.weight_decay = l->params[k].no_decay ? 0.0f : o.weight_decay;
+            tr_adam_update(&o, &p->st, mul, w + at, g + at, p->m + at, p->v + at,
+                           l->params[k].numel, NULL, TR_HALF_NONE);
+        }
+    }
     tr_model_zero_grad(p->model);
     return 0;
 }
 
 /* --- the engine -------------------------------------------------------------------------- */
 
-static tr_engine_t *new_engine(uint64_t seed, const char *trace_dir)
+/* The engine on the same step; traced into trace_dir when not NULL; with wire_check, every
+ * message crosses its msgpack form. */
+static tr_engine_t *new_engine(uint64_t seed, const char *trace_dir, int wire_check)
 {
-    static const char json[] =
-        "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 1,"
-        " \"steps_per_print\": 1000000, \"gradient_clipping\": 1.0,"
-        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"weight_decay\": 0.01}},"
-        " \"troupe\": {\"runtime\": {\"workers\": 2}, \"data\": {\"prefetch\": 2}}}";
+    char json[1024];
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 1,"
+             " \"steps_per_print\": 1000000, \"gradient_clipping\": 1.0,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, "
+             "\"weight_decay\": 0.01}},"
+             " \"troupe\": {\"runtime\": {\"workers\": 2, \"wire_check\": %s},"
+             " \"data\": {\"prefetch\": 2}}}",
+             wire_check ? "true" : "false");
     tr_config_t *cfg;
     if (tr_config_from_string(json, strlen(json), "bench_engine.json", 1, &cfg, NULL)) {
         fprintf(stderr, "bench_engine: bad built-in config\n");
@@ -183,9 +198,10 @@ int main(int argc, char **argv)
 
     plain_t *plain = calloc(1, sizeof(*plain));
     plain_init(plain, 1);
-    tr_engine_t *eng = new_engine(1, NULL), *traced = new_engine(1, trace_dir);
-    static double t_plain[MAX_STEPS], t_eng[MAX_STEPS], t_traced[MAX_STEPS];
-    tr_step_stats_t st_eng = {0}, st_traced = {0};
+    tr_engine_t *eng = new_engine(1, NULL, 0), *traced = new_engine(1, trace_dir, 0);
+    tr_engine_t *wired = new_engine(1, NULL, 1);
+    static double t_plain[MAX_STEPS], t_eng[MAX_STEPS], t_traced[MAX_STEPS], t_wire[MAX_STEPS];
+    tr_step_stats_t st_eng = {0}, st_traced = {0}, st_wire = {0};
     for (int s = 0; s <= steps; s++) { /* step 0 warms up: page faults, buffers */
         uint64_t t0 = tr_now_ns();
         check(plain_step(plain), "plain step");
@@ -194,28 +210,38 @@ int main(int argc, char **argv)
         uint64_t t2 = tr_now_ns();
         check(tr_engine_train_batch(traced, &st_traced), tr_engine_error(traced));
         uint64_t t3 = tr_now_ns();
+        check(tr_engine_train_batch(wired, &st_wire), tr_engine_error(wired));
+        uint64_t t4 = tr_now_ns();
         if (s > 0) {
             t_plain[s - 1] = (double)(t1 - t0) / 1e6;
             t_eng[s - 1] = (double)(t2 - t1) / 1e6;
             t_traced[s - 1] = (double)(t3 - t2) / 1e6;
+            t_wire[s - 1] = (double)(t4 - t3) / 1e6;
         }
     }
     printf("plain_loss: %.6f\nengine_loss: %.6f\ntraced_loss: %.6f\n", plain->loss, st_eng.loss,
            st_traced.loss);
-    printf("same_loss: %s\n", plain->loss == st_eng.loss && st_eng.loss == st_traced.loss
-                                    ? "yes" : "NO (the three did not compute the same steps)");
+    printf("wire_check_loss: %.6f\n", st_wire.loss);
+    printf("same_loss: %s\n", plain->loss == st_eng.loss && st_eng.loss == st_traced.loss &&
+                                      st_eng.loss == st_wire.loss
+                                  ? "yes" : "NO (the four did not compute the same steps)");
+    tr_engine_destroy(wired);
     tr_engine_destroy(traced);
     tr_engine_destroy(eng);
     tr_model_destroy(plain->model);
     free(plain->m), free(plain->v), free(plain);
 
     double pm = median(t_plain, steps), em = median(t_eng, steps), tm = median(t_traced, steps);
+    double wm = median(t_wire, steps);
     double p0 = t_plain[0], e0 = t_eng[0], q0 = t_traced[0]; /* sorted: the minima */
     printf("plain_step_ms: %.2f ms\n", pm);
     printf("engine_step_ms: %.2f ms\n", em);
     printf("traced_step_ms: %.2f ms\n", tm);
     printf("actor_overhead_pct: %.2f %% (bound < 2)\n", (em - pm) / pm * 100.0);
     printf("tracing_overhead_pct: %.2f %% (bound < 3)\n", (tm - em) / em * 100.0);
+    printf("wire_check_step_ms: %.2f ms\n", wm);
+    printf("wire_check_overhead_pct: %.2f %% (a test mode, off by default)\n",
+           (wm - em) / em * 100.0);
     printf("plain_step_min_ms: %.2f ms\nengine_step_min_ms: %.2f ms\ntraced_step_min_ms: %.2f ms\n",
            p0, e0, q0);
     printf("actor_overhead_min_pct: %.2f %%\n", (e0 - p0) / p0 * 100.0);
