@@ -277,11 +277,12 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
         if (d->y_dim != eng->y_dim)
             return snprintf(err, errlen,
                             "engine: %s dataset: y_dim %d, but the model's loss layer '%s' reads "
-                            "%s targets%s",
+                            "%s",
                             names[i], d->y_dim,
                             tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name,
-                            eng->y_dim ? "float" : "integer",
-                            eng->y_dim ? "" : " (y_dim must be 0)"),
+                            eng->y_dim ? "float targets" : "integer targets (y_dim must be 0)"),
+                   snprintf(err + strlen(err), errlen - strlen(err),
+                            eng->y_dim ? " of width %d" : "", eng->y_dim),
                    TR_EINVAL;
     }
     return 0;
@@ -405,6 +406,27 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     return rc;
 }
 
+/* Deterministic mode: the runtime's one worker is tr_runtime_run's caller, so a thread of
+ * the engine's calls it for the engine's lifetime; it returns once destroy has stopped every
+ * actor. */
+static void *drive(void *arg)
+{
+    tr_engine_t *eng = arg;
+    eng->driver_rc = tr_runtime_run(eng->rt);
+    return NULL;
+}
+
+static int start_driver(tr_engine_t *eng, char *err, size_t errlen)
+{
+    int rc = -pthread_create(&eng->driver, NULL, drive, eng);
+    if (rc < 0)
+        return snprintf(err, errlen, "%s: troupe.runtime.deterministic: cannot start the "
+                        "scheduler's thread: %s", eng->cfg->source, tr_strerror(rc)),
+               rc;
+    eng->driving = true;
+    return 0;
+}
+
 static tr__client_t *client_new(void)
 {
     tr__client_t *c = calloc(1, sizeof(*c));
@@ -426,16 +448,20 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
     if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
-        tr_runtime_opts_t ro = {.n_workers = (unsigned)eng->cfg->troupe.runtime.workers,
+        const tr_config_t *c = eng->cfg;
+        tr_runtime_opts_t ro = {.n_workers = (unsigned)c->troupe.runtime.workers,
+                                .deterministic = c->troupe.runtime.deterministic,
+                                .seed = (uint64_t)c->troupe.runtime.seed,
                                 .handle_signals = o->handle_signals,
                                 .monitor = eng->mon,
-                                .wire_check = eng->cfg->troupe.runtime.wire_check};
+                                .wire_check = c->troupe.runtime.wire_check};
         /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
         rc = tr_runtime_init(&eng->rt, &ro);
     }
     if (!rc) rc = register_buffers(eng);
     if (!rc) rc = tr__dsmon_create(eng, err, errlen);
     if (!rc) rc = spawn_actors(eng, err, errlen);
+    if (!rc && eng->cfg->troupe.runtime.deterministic) rc = start_driver(eng, err, errlen);
     if (rc < 0 && !err[0]) snprintf(err, errlen, "engine: %s", tr_strerror(rc));
     return rc;
 }
@@ -525,7 +551,12 @@ void tr_engine_destroy(tr_engine_t *eng)
     if (!eng) return;
     if (eng->rt) {
         stop_actors(eng);
-        if (tr_runtime_run(eng->rt) == TR_EFAILED || eng->client->failed) dump_flight(eng);
+        int rc = 0;
+        if (eng->driving) /* the driver's tr_runtime_run returns once every actor stopped */
+            pthread_join(eng->driver, NULL), rc = eng->driver_rc;
+        else
+            rc = tr_runtime_run(eng->rt);
+        if (rc == TR_EFAILED || eng->client->failed) dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
     tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */

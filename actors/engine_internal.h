@@ -120,6 +120,12 @@ struct tr_engine {
     tr__dataset_t *train, *val; /* the loader's and the executor's */
     struct tr__dsmon *ds;       /* the executor's */
 
+    /* deterministic mode (troupe.runtime.deterministic): a thread runs the runtime's seeded
+     * scheduler (tr_runtime_run) for the engine's lifetime */
+    pthread_t driver;
+    bool driving;
+    int driver_rc;
+
     /* --- the caller's thread only --- */
     void *stage_in, *stage_targets, *stage_y;
     tr__reply_t last; /* the last successful reply's view */

@@ -422,8 +422,9 @@ static void serve_eval(struct tr__exec *x, uint32_t n)
     tr_model_set_training(x->model, 0);
     for (uint32_t i = 0; i < n; i++) {
         bool wrapped;
-        int rc = tr__dataset_next(x->val, x->tokens, x->x, e->y_dim ? NULL : x->targets,
-                                  e->y_dim ? x->y : NULL, &wrapped, err, sizeof(err));
+        int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
+                                  e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL,
+                                  &wrapped, err, sizeof(err));
         if (rc < 0) {
             tr_model_set_training(x->model, 1);
             tr__reply(e, rc, NULL, "eval: %s", err);

@@ -500,10 +500,11 @@ SECTION(trace_sec, "troupe.trace", trace_keys);
 
 static const tr__cfg_key_t troupe_runtime_keys[] = {
     ACT(INT("workers", troupe.runtime.workers, 0, 0, 4096, "worker threads; 0 = online cores")),
-    NOEFF(W_DET, BOOL("deterministic", troupe.runtime.deterministic, 0,
-                      "one worker, seeded choice of the next actor: a replayable run")),
-    NOEFF(W_DET, INT("seed", troupe.runtime.seed, 0, 0, BIG,
-                     "deterministic mode's seed; 0 = pick one and print it")),
+    ACT(BOOL("deterministic", troupe.runtime.deterministic, 0,
+             "one worker, seeded choice of the next actor: a replayable run (the engine's "
+             "actors, pinned ones included, all run on that worker)")),
+    ACT(INT("seed", troupe.runtime.seed, 0, 0, BIG,
+            "deterministic mode's seed; 0 = pick one and print it")),
     ACT(BOOL("wire_check", troupe.runtime.wire_check, 0,
              "encode every message to msgpack at send and decode it at receive (a test "
              "mode: proves each message is self-contained; costs a copy per message)")),
