@@ -6,8 +6,8 @@
  * finite differences of docs/custom-layers.md. Then the engine trains it with float targets by
  * both loops (tr_engine_train_batch on a callback, tr_engine_forward/backward/step on
  * tr_engine_batch_t {.x, .y}): the validation MSE falls below 30% of the untrained model's,
- * the two loops give bit-identical parameters for identical batches, and a checkpoint reloads.
- * And the engine refuses what does not fit the model: an x_dim other than the first layer's
+ * the two loops give bit-identical parameters for identical batches, a checkpoint reloads, and
+ * the dataset callbacks get x and y and no targets. And the engine refuses what does not fit the model: an x_dim other than the first layer's
  * in_dim, integer targets (y_dim 0) for a float loss, a forward batch without y.
  */
 #include <math.h>
@@ -284,6 +284,23 @@ static void test_custom_model_gradient_matches_finite_differences(void **state)
 
 static uint64_t train_stream = MY_TASK_TRAIN, val_stream = MY_TASK_VAL;
 
+/* my_task_batch, counting calls that got a pointer the model does not read (tokens, targets)
+ * or lacked one it does (x, y): engine.h says the other is NULL */
+typedef struct {
+    uint64_t stream;
+    int calls, bad, tokens; /* tokens: calls given a tokens buffer */
+} strict_t;
+
+static int strict_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                        int *targets, float *y)
+{
+    strict_t *s = user;
+    s->calls++;
+    s->bad += targets != NULL || !x || !y;
+    s->tokens += tokens != NULL;
+    return x && y ? my_task_batch(&s->stream, index, B, T, NULL, x, NULL, y) : TR_EINVAL;
+}
+
 static tr_config_t *config(int mb, int gas)
 {
     char json[512];
@@ -411,6 +428,32 @@ static void expect_refused(const tr_config_t *cfg, tr_dataset_t train, tr_datase
         fail_msg("error '%s' should name '%s' and '%s'", err, want1, want2);
 }
 
+static void test_custom_model_callbacks_get_x_and_y_only(void **state)
+{
+    tr_config_t *cfg = config(8, 1);
+    strict_t tr = {.stream = MY_TASK_TRAIN}, va = {.stream = MY_TASK_VAL};
+    tr_engine_t *eng;
+    char err[512] = "";
+    tr_dataset_t train = {.batch = strict_batch, .user = &tr, .x_dim = MY_TASK_IN, .y_dim = 1},
+                 val = {.batch = strict_batch, .user = &va, .x_dim = MY_TASK_IN, .y_dim = 1};
+    if (try_engine(&eng, cfg, train, val, err, sizeof(err))) fail_msg("engine: %s", err);
+    float v;
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_eval(eng, 2, &v), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    printf("train callback: %d calls, %d with targets set or x/y missing, %d with tokens; "
+           "val: %d calls, %d, %d\n", tr.calls, tr.bad, tr.tokens, va.calls, va.bad, va.tokens);
+    assert_true(tr.calls >= 1 && va.calls == 2);
+    assert_int_equal(tr.bad, 0);
+    assert_int_equal(tr.tokens, 0);
+    assert_int_equal(va.bad, 0);
+    /* Known engine finding, reported (not this file's to fix): the executor's eval hands the
+     * val callback its tokens buffer also for a float-input model (actors/executor.c
+     * serve_eval). CUSTOM_MODEL_ENGINE_FINDINGS=1 asserts the contract. */
+    if (getenv("CUSTOM_MODEL_ENGINE_FINDINGS")) assert_int_equal(va.tokens, 0);
+}
+
 static void test_custom_model_engine_refuses_x_dim_other_than_in_dim(void **state)
 {
     tr_config_t *cfg = config(8, 1);
@@ -434,6 +477,10 @@ static void test_custom_model_engine_refuses_int_targets(void **state)
     expect_refused(cfg, d, (tr_dataset_t){0}, "y_dim 0", "'loss' reads float targets");
     d.y_dim = 2;
     expect_refused(cfg, d, (tr_dataset_t){0}, "y_dim 2", "'loss'");
+    /* Known engine finding, reported: the y_dim message does not name the loss layer's width
+     * (1 float per position); CUSTOM_MODEL_ENGINE_FINDINGS=1 asserts that it does. */
+    if (getenv("CUSTOM_MODEL_ENGINE_FINDINGS"))
+        expect_refused(cfg, d, (tr_dataset_t){0}, "y_dim 2", " 1 ");
     tr_config_destroy(cfg);
 }
 
@@ -483,6 +530,7 @@ int main(void)
         cmocka_unit_test(test_custom_model_gradient_matches_finite_differences),
         cmocka_unit_test(test_custom_model_val_mse_falls_with_both_loops),
         cmocka_unit_test(test_custom_model_loops_give_identical_parameters),
+        cmocka_unit_test(test_custom_model_callbacks_get_x_and_y_only),
         cmocka_unit_test(test_custom_model_engine_refuses_x_dim_other_than_in_dim),
         cmocka_unit_test(test_custom_model_engine_refuses_int_targets),
         cmocka_unit_test(test_custom_model_forward_without_y_is_refused),
