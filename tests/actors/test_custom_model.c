@@ -7,8 +7,9 @@
  * both loops (tr_engine_train_batch on a callback, tr_engine_forward/backward/step on
  * tr_engine_batch_t {.x, .y}): the validation MSE falls below 30% of the untrained model's,
  * the two loops give bit-identical parameters for identical batches, a checkpoint reloads, and
- * the dataset callbacks get x and y and no targets. And the engine refuses what does not fit the model: an x_dim other than the first layer's
- * in_dim, integer targets (y_dim 0) for a float loss, a forward batch without y.
+ * the dataset callbacks get x and y and no targets. And the engine refuses what does not fit
+ * the model: an x_dim other than the first layer's in_dim, integer targets (y_dim 0) for a
+ * float loss, a forward batch without y.
  */
 #include <math.h>
 #include <setjmp.h>
