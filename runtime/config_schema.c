@@ -61,9 +61,6 @@
 #define W_AIO "NVMe offload is not built yet"
 #define W_PIPE "pipeline parallelism is not built yet"
 #define W_ACT "activation checkpointing is not built yet"
-#define W_DET                                                                                  \
-    "the engine's calls wait on worker threads, and the deterministic scheduler runs only "    \
-    "inside tr_runtime_run"
 
 static const char *const devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const dtypes[] = {"fp32", "fp16", "bf16", NULL};

@@ -209,6 +209,42 @@ static void test_engine_checks_dataset_widths_at_create(void **state)
     tr_config_destroy(cfg);
 }
 
+/* --- deterministic mode ------------------------------------------------------------------ */
+
+/* Trains 6 steps under the seeded scheduler; the losses go to out. */
+static void deterministic_run(uint64_t seed, float *out)
+{
+    char extra[256];
+    snprintf(extra, sizeof(extra),
+             "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01}}, \"troupe\": {\"runtime\": "
+             "{\"deterministic\": true, \"seed\": %llu}, \"data\": {\"prefetch\": 3}}",
+             (unsigned long long)seed);
+    tr_config_t *cfg = config(2, extra);
+    tr_engine_t *eng = engine(cfg);
+    assert_int_equal(tr_runtime_seed(tr_engine_runtime(eng)), seed);
+    assert_int_equal(tr_runtime_workers(tr_engine_runtime(eng)), 1);
+    tr_step_stats_t st;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+        out[i] = st.loss;
+    }
+    float val;
+    assert_int_equal(tr_engine_eval(eng, 2, &val), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, "det"), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+static void test_engine_deterministic_mode_trains_and_replays(void **state)
+{
+    (void)state;
+    float a[6], b[6];
+    deterministic_run(5, a);
+    deterministic_run(5, b);
+    assert_memory_equal(a, b, sizeof(a));
+    assert_true(a[5] < a[0]);
+}
+
 /* --- tracing and logging ----------------------------------------------------------------- */
 
 static int create_traced(tr_config_t *cfg, const char *trace_dir, tr_engine_t **eng, char *err,
@@ -300,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_engine_divergence_names_the_step_and_layer),
         cmocka_unit_test(test_engine_nan_weight_names_a_layer),
         cmocka_unit_test(test_engine_checks_dataset_widths_at_create),
+        cmocka_unit_test(test_engine_deterministic_mode_trains_and_replays),
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
         cmocka_unit_test(test_engine_log_level_comes_from_the_config),
     };

@@ -5,7 +5,8 @@
 # second with pkg-config (shared library) and with CMake's find_package(troupe), and run both;
 # build and run its engine example on the demo's text. Keeps the README's snippets honest. Then
 # build examples/embed_mlp with its own Makefile (pkg-config) and run it: it trains, saves,
-# reloads.
+# reloads. Then examples/custom_model the same way: a user's own layers with float targets,
+# trained by both loops with its ds_config.json; its validation MSE falls and reloads the same.
 set -euo pipefail
 build_dir=$1
 src_dir=$2
@@ -83,7 +84,16 @@ make -s -C "$tmp/embed_mlp" >/dev/null
     { cat "$tmp/emb.txt"; exit 1; }
 grep -q '^reloaded: val loss .* (same)$' "$tmp/emb.txt"
 test -f "$tmp/emb_ckpt/latest"
+cp -r "$src_dir/examples/custom_model" "$tmp/custom_model"
+rm -f "$tmp/custom_model/custom_model" # a binary an in-tree `make` may have left
+make -s -C "$tmp/custom_model" >/dev/null
+(cd "$tmp/custom_model" && LD_LIBRARY_PATH="$libdir" ./custom_model ds_config.json "$tmp/cm_ckpt" \
+    > "$tmp/cm.txt" 2>&1) || { cat "$tmp/cm.txt"; exit 1; }
+grep -q '^reloaded: val MSE .* (same)$' "$tmp/cm.txt" || { cat "$tmp/cm.txt"; exit 1; }
+grep -q '^val MSE .*: ok$' "$tmp/cm.txt" || { cat "$tmp/cm.txt"; exit 1; }
+test -f "$tmp/cm_ckpt/latest"
 echo "install: $how into two prefixes in a row; the second holds the package"
 echo "install: pkg-config and find_package(troupe) builds of the README example ran;"
 echo "install: the README's engine example trained: $(grep '^step 100' "$tmp/eng/out.txt")"
 echo "install: examples/embed_mlp built with pkg-config, trained, saved and reloaded"
+echo "install: examples/custom_model built with its Makefile: $(grep '^val MSE' "$tmp/cm.txt")"
