@@ -24,6 +24,8 @@
 
 #include "troupe.h"
 
+#include "engine_testing.h"
+
 #include "../../examples/custom_model/layers.h"
 #include "../../examples/custom_model/task.h"
 
@@ -311,15 +313,7 @@ static tr_config_t *config(int mb, int gas)
              "\"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
              " \"troupe\": {\"runtime\": {\"workers\": 2}}}",
              mb, gas);
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "custom.json", 1, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config(json, "custom.json");
 }
 
 /* tr_engine_create on the custom model with these datasets; returns its code, err filled. */

@@ -19,6 +19,8 @@
 
 #include "troupe.h"
 
+#include "engine_testing.h"
+
 #define XD 16     /* inputs */
 #define CLASSES 4
 
@@ -79,15 +81,7 @@ static tr_config_t *config(int mb, int gas, const char *extra)
              " \"zero_optimization\": {\"reduce_bucket_size\": 100},"
              " \"troupe\": {\"data\": {\"prefetch\": 2}, \"runtime\": {\"workers\": 2}}%s}",
              mb, gas, extra ? extra : "");
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "test.json", 1, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config(json, "test.json");
 }
 
 static tr_engine_t *mlp_engine(tr_config_t *cfg, task_t *task)

@@ -18,6 +18,8 @@
 
 #include "troupe.h"
 
+#include "engine_testing.h"
+
 #define XD 8
 #define CLASSES 3
 
@@ -45,15 +47,7 @@ static tr_config_t *config(int gas, const char *optimizer)
              gas, optimizer ? optimizer : "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}",
              optimizer && strstr(optimizer, "troupe") ? ""
                                                       : ", \"troupe\": {\"runtime\": {\"workers\": 2}}");
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "api.json", 1, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config(json, "api.json");
 }
 
 static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, size_t errlen)

@@ -14,6 +14,8 @@
 
 #include "troupe.h"
 
+#include "engine_testing.h"
+
 #define XD 8
 #define CLASSES 3
 
@@ -58,15 +60,7 @@ static tr_config_t *config(const char *body)
              strstr(body, "\"troupe\"") ? "" : ", \"troupe\": {\"runtime\": {\"workers\": 2}}",
              body[0] ? ", " : "");
     snprintf(json + strlen(json) - 1, sizeof(json) - strlen(json) + 1, "%s}", body);
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "test.json", 1, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config(json, "test.json");
 }
 
 /* An MLP XD -> 16 -> CLASSES; no_decay_tensor >= 0 marks that tensor (in model order). */

@@ -21,6 +21,8 @@
 #include "../monitor/trace_check.h"
 #include "troupe.h"
 
+#include "engine_testing.h"
+
 #define XD 8
 #define CLASSES 3
 
@@ -50,15 +52,7 @@ static tr_config_t *config(const char *troupe_extra, const char *top_extra)
              " \"zero_optimization\": {\"reduce_bucket_size\": 40},"
              " \"troupe\": {\"data\": {\"prefetch\": 2}, \"runtime\": {\"workers\": 2}%s}%s}",
              troupe_extra, top_extra);
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "trace.json", 1, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config(json, "trace.json");
 }
 
 static tr_engine_t *engine(tr_config_t *cfg, int *fail_at, const char *trace_dir)
