@@ -257,11 +257,27 @@ static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, s
     return rc;
 }
 
+/* What the model's first layer reads and its loss layer wants, in words, for errors. */
+static void describe_width(int width, const char *floats, const char *ints, char *out,
+                           size_t len)
+{
+    if (width)
+        snprintf(out, len, "%s of width %d", floats, width);
+    else
+        snprintf(out, len, "%s", ints);
+}
+
 /* The model's input and target widths against each dataset's: named, both sides. */
 static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     const tr_dataset_t *sets[2] = {&o->train, &o->val};
     const char *names[2] = {"train", "val"};
+    const tr_layer_t *first = tr_model_layer(eng->model, 0);
+    const tr_layer_t *loss = tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1);
+    char in[96], tg[96];
+    describe_width(eng->x_dim, "floats", "token ids (x_dim must be 0)", in, sizeof(in));
+    describe_width(eng->y_dim, "float targets", "integer targets (y_dim must be 0)", tg,
+                   sizeof(tg));
     for (int i = 0; i < 2; i++) {
         const tr_dataset_t *d = sets[i];
         if (!d->shards && !d->batch) continue;
@@ -269,20 +285,13 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
             return snprintf(err, errlen,
                             "engine: %s dataset: x_dim %d, but the model's first layer '%s' "
                             "reads %s",
-                            names[i], d->x_dim, tr_model_layer(eng->model, 0)->name,
-                            eng->x_dim ? "floats" : "token ids (x_dim must be 0)"),
-                   snprintf(err + strlen(err), errlen - strlen(err),
-                            eng->x_dim ? " of width %d" : "", eng->x_dim),
+                            names[i], d->x_dim, first->name, in),
                    TR_EINVAL;
         if (d->y_dim != eng->y_dim)
             return snprintf(err, errlen,
                             "engine: %s dataset: y_dim %d, but the model's loss layer '%s' reads "
                             "%s",
-                            names[i], d->y_dim,
-                            tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name,
-                            eng->y_dim ? "float targets" : "integer targets (y_dim must be 0)"),
-                   snprintf(err + strlen(err), errlen - strlen(err),
-                            eng->y_dim ? " of width %d" : "", eng->y_dim),
+                            names[i], d->y_dim, loss->name, tg),
                    TR_EINVAL;
     }
     return 0;
