@@ -311,9 +311,14 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     x->loss_scale = d->next_loss_scale;
     tr_model_zero_grad(x->model);
     report_stats(x, d);
-    if (d->rc < 0) {
+    if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
         x->req = 0;
         x->unstepped = false;
+        if (x->deferred) {
+            x->deferred = false;
+            tr_msg_free(ctx->rt, x->deferred_msg);
+            x->deferred_msg = NULL;
+        }
         tr__reply(x->eng, d->rc, NULL, "%s", d->error); /* the optimizer's explanation */
         return;
     }
