@@ -31,6 +31,7 @@
 #include "troupe/io.h"
 
 typedef struct shard {
+    char *path;
     const uint16_t *tokens;
     size_t n_tokens;
     void *map;
@@ -96,6 +97,10 @@ static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
         munmap(map, (size_t)st.st_size);
         return rc;
     }
+    if (!(s->path = strdup(path))) {
+        munmap(map, (size_t)st.st_size);
+        return fail(err, errlen, TR_ENOMEM, "%s: no memory for its name", path);
+    }
     s->map = map;
     s->map_len = (size_t)st.st_size;
     s->tokens = (const uint16_t *)((const char *)map + header);
@@ -121,9 +126,9 @@ static uint16_t max_token(const uint16_t *t, size_t n)
     return mx;
 }
 
-/* Every token of shard s (the file path) is below vocab; the first one that is not is named
+/* Every token of shard s is below vocab; the first one that is not is named
  * with its position and value. */
-static int scan_tokens(const char *path, const shard_t *s, int vocab, char *err, size_t errlen)
+static int scan_tokens(const shard_t *s, int vocab, char *err, size_t errlen)
 {
     enum { BLOCK = 1 << 16 };
     for (size_t i = 0; i < s->n_tokens; i += BLOCK) {
@@ -135,7 +140,7 @@ static int scan_tokens(const char *path, const shard_t *s, int vocab, char *err,
         return fail(err, errlen, TR_EMISMATCH,
                     "%s: token %zu (byte offset %zu) is %u, outside the model's vocabulary of %d "
                     "(tokens 0..%d)",
-                    path, j, TR_LLMC_HEADER_INTS * sizeof(int32_t) + 2 * j, s->tokens[j], vocab,
+                    s->path, j, TR_LLMC_HEADER_INTS * sizeof(int32_t) + 2 * j, s->tokens[j], vocab,
                     vocab - 1);
     }
     return 0;
@@ -159,7 +164,7 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
         rc = map_shard(g.gl_pathv[i], &ds->shards[i], err, errlen);
         if (rc) break;
         ds->n_shards++;
-        if (ds->vocab && (rc = scan_tokens(g.gl_pathv[i], &ds->shards[i], ds->vocab, err, errlen)))
+        if (ds->vocab && (rc = scan_tokens(&ds->shards[i], ds->vocab, err, errlen)))
             break;
         size_t n = ds->shards[i].n_tokens;
         ds->first_sample[i] = ds->n_samples;
@@ -212,8 +217,10 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
 void tr__dataset_close(tr__dataset_t *ds)
 {
     if (!ds) return;
-    for (size_t i = 0; i < ds->n_shards; i++)
+    for (size_t i = 0; i < ds->n_shards; i++) {
         munmap(ds->shards[i].map, ds->shards[i].map_len);
+        free(ds->shards[i].path);
+    }
     free(ds->shards);
     free(ds->first_sample);
     free(ds->perm);
@@ -251,8 +258,8 @@ static int make_perm(tr__dataset_t *ds, uint64_t epoch)
     return 0;
 }
 
-/* The tokens of sample number s: T+1 of them. */
-static const uint16_t *sample_tokens(const tr__dataset_t *ds, uint64_t s)
+/* The tokens of sample number s: T+1 of them; its shard in *shard. */
+static const uint16_t *sample_tokens(const tr__dataset_t *ds, uint64_t s, const shard_t **shard)
 {
     size_t lo = 0, hi = ds->n_shards - 1;
     while (lo < hi) { /* the last shard whose first sample <= s */
@@ -262,6 +269,7 @@ static const uint16_t *sample_tokens(const tr__dataset_t *ds, uint64_t s)
         else
             hi = mid - 1;
     }
+    *shard = &ds->shards[lo];
     return ds->shards[lo].tokens + (s - ds->first_sample[lo]) * (uint64_t)ds->T;
 }
 
@@ -282,7 +290,8 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
                         (unsigned long long)ds->n_samples,
                         (unsigned long long)ds->n_samples * sizeof(uint32_t));
         uint64_t k = ds->pos.cursor++ * (uint64_t)ds->world + (uint64_t)ds->rank;
-        const uint16_t *w = sample_tokens(ds, ds->shuffle ? ds->perm[k] : k);
+        const shard_t *sh;
+        const uint16_t *w = sample_tokens(ds, ds->shuffle ? ds->perm[k] : k, &sh);
         for (int t = 0; t < ds->T; t++) {
             tokens[b * ds->T + t] = w[t];
             targets[b * ds->T + t] = w[t + 1];
@@ -291,9 +300,9 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
             for (int t = 0; t <= ds->T; t++)
                 if (w[t] >= ds->vocab)
                     return fail(err, errlen, TR_EINVAL,
-                                "token shard: sample %llu holds token %u, the model's vocabulary "
-                                "has %d",
-                                (unsigned long long)k, w[t], ds->vocab);
+                                "%s: token %zu is %u, outside the model's vocabulary of %d (the "
+                                "file changed after it was opened and checked)",
+                                sh->path, (size_t)(w + t - sh->tokens), w[t], ds->vocab);
     }
     return 0;
 }
