@@ -49,15 +49,16 @@ static const flag_t flags[] = {
     {"--steps", "N", F_LONG, O(steps), 0, 1L << 40,
      "train until the global step is N (a resumed run continues to N); required"},
     {"--save-dir", "DIR", F_STR, O(save_dir), 0, 0,
-     "save checkpoints here (DIR/global_stepN/ and DIR/latest); always at the end"},
+     "save checkpoints here (DIR/global_stepN/, DIR/latest), always at the end; if DIR holds "
+     "checkpoints: --resume or --overwrite"},
     {"--save-every", "N", F_LONG, O(save_every), 0, 1L << 40,
      "also save every N steps (needs --save-dir)"},
     {"--keep-last", "N", F_LONG, O(keep_last), 1, 1L << 30,
-     "after each save keep only the N newest global_step tags (never the one latest names)"},
+     "after each save keep the N newest global_step tags (and always the one latest names)"},
     {"--resume", NULL, F_SWITCH, O(resume), 0, 0,
      "continue from the checkpoint DIR/latest names (needs --save-dir)"},
     {"--overwrite", NULL, F_SWITCH, O(overwrite), 0, 0,
-     "start at step 0 in a --save-dir that holds checkpoints; they are removed at the first save"},
+     "start at step 0 in a --save-dir holding checkpoints; they are removed at the first save"},
     {"--seed", "S", F_U64, O(seed), 0, 0, "data order and initialisation (default: the config's)"},
     {"--sample", "N", F_LONG, O(sample), 0, 1 << 20,
      "gpt2: print N generated tokens at the end (bytes as text when the vocab is 256)"},
@@ -74,9 +75,12 @@ static const size_t n_flags = sizeof(flags) / sizeof(flags[0]);
 void train_usage(FILE *f)
 {
     fprintf(f, "usage: troupe train --deepspeed_config FILE --steps N [--model gpt2|mlp] [flags]\n"
-               "\nTrains a model with Troupe's engine. Exit status: 0 done (also after SIGINT,\n"
-               "which finishes the step and saves when --save-dir is set), 1 training failed,\n"
-               "2 a bad flag, file or config.\n\n");
+               "\nTrains a model with Troupe's engine. Every output path and every token of the\n"
+               "shards is checked before the first step. The checkpoint (--save-dir) and the\n"
+               "export (--export-llmc) are written at the end even when the validation fails.\n"
+               "Exit status: 0 done (also after SIGINT, which finishes the step and saves when\n"
+               "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
+               "bad flag, file, config or checkpoint (--resume).\n\n");
     for (size_t i = 0; i < n_flags; i++) {
         char left[48];
         snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].arg ? " " : "",
