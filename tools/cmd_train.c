@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,14 +121,27 @@ static double flag_params(const train_opts_t *o, const tr_gpt2_config_t *g)
 }
 
 /* Out of memory (or, under ulimit -v, out of address space for a thread's stack): what was
- * being made and how large its parameters are, so the limit can be judged. */
+ * being made (`what`, which may already end with rc's text) and how large, so the limit can
+ * be judged. */
 static void say_no_memory(const run_t *r, const char *what, int rc, const tr_gpt2_config_t *g)
 {
     double n = r->params ? r->params : flag_params(&r->o, g);
-    fprintf(stderr, "troupe train: %s: %s (the model has %.0f parameters: %.1f MiB each for "
-            "weights, gradients and each optimizer moment, plus activations and %d-thread "
-            "stacks; raise the memory limit or shrink the model)\n", what, tr_strerror(rc), n,
-            n * 4 / (1 << 20), (int)(r->cfg ? r->cfg->troupe.runtime.workers : 0));
+    const char *reason = tr_strerror(rc);
+    size_t wl = strlen(what), rl = strlen(reason);
+    int has_reason = wl >= rl && !strcmp(what + wl - rl, reason);
+    fprintf(stderr, "troupe train: %s%s%s (", what, has_reason ? "" : ": ",
+            has_reason ? "" : reason);
+    if (rc == TR_EAGAIN) {
+        struct rlimit st;
+        double mib = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                         ? (double)st.rlim_cur / (1 << 20)
+                         : 2.0;
+        fprintf(stderr, "a thread could not be started: each reserves a %.0f MiB stack "
+                "(ulimit -s) of address space; ", mib);
+    }
+    fprintf(stderr, "the model has %.0f parameters: %.1f MiB each for weights, gradients and "
+            "each optimizer moment, plus activations; raise the memory limit or shrink the "
+            "model)\n", n, n * 4 / (1 << 20));
 }
 
 static int build_model(run_t *r, tr_model_t **model)
