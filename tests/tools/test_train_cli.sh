@@ -100,9 +100,14 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' ||
 
 # out of memory: what was being made and how large (here 268517380 parameters under 2 GiB of
 # address space: the weights alone take 1 GiB, their gradients another)
-rc=0
-(ulimit -v 2000000; "$troupe" train "${mlp[@]}" --widths 16384,16384,4 > out.txt 2> err.txt) || rc=$?
-[ "$rc" -eq 1 ] || { cat err.txt; fail "out of memory: exit $rc, expected 1"; }
-grep -q "creating the model: not enough memory (the model has 268517380 parameters: 1024.3 MiB each" \
-    err.txt || { cat err.txt; fail "out of memory: the message does not say what and how large"; }
+# (a sanitizer build cannot start under such a limit: its shadow memory needs terabytes)
+if (ulimit -v 2000000; "$troupe" train --help > /dev/null 2>&1); then
+    rc=0
+    (ulimit -v 2000000; "$troupe" train "${mlp[@]}" --widths 16384,16384,4 > out.txt 2> err.txt) || rc=$?
+    [ "$rc" -eq 1 ] || { cat err.txt; fail "out of memory: exit $rc, expected 1"; }
+    grep -q "creating the model: not enough memory (the model has 268517380 parameters: 1024.3 MiB each" \
+        err.txt || { cat err.txt; fail "out of memory: the message does not say what and how large"; }
+else
+    echo "out of memory: not checked (this build cannot start under ulimit -v)"
+fi
 echo "train cli: flags, errors, --local_rank, export/load ($loss1 = $loss2), mlp ($first -> $last)"
