@@ -8,11 +8,17 @@
  *
  * The model header carries: format and version, the layer and parameter table (names and
  * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
- * position, the seed and world size, and the resolved config (JSON). The optimizer header
- * carries the optimizer's own state (step, beta powers, scheduler position, loss scaler).
- * Loading reads and checks everything first — sizes, checksums, the parameter table against
- * this model, the optimizer type and world size against this config — and only then writes
- * into the engine, so a refused checkpoint changes nothing.
+ * position, the seed and world size, the resolved config (JSON) and its hash, and the
+ * optimizer's own state (step, beta powers, scheduler position, loss scaler). The optimizer
+ * file's header repeats what ties it to its model file: version, global step, world size and
+ * config hash. Loading reads and checks everything first — sizes, checksums, the two files
+ * of the tag against each other (a tag mixing the files of two saves is refused, naming both
+ * files and the field), the parameter table against this model, the optimizer type and
+ * world size against this config — and only then writes into the engine, so a refused
+ * checkpoint changes nothing. Version 1 files (no cross-check fields) still load.
+ *
+ * A save first removes the temporary files that a process killed during an earlier save of
+ * the same folder left behind (io/ckpt_file's tr__ckpt_clean_tmp).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,7 +34,7 @@
 #include "runtime/mpack.h"
 
 #define FORMAT     "troupe-checkpoint"
-#define VERSION    1
+#define VERSION    2 /* 2: config_hash in both files; version, step, world in the optimizer's */
 #define KEY(pk, s) tr__mp_pack_str(pk, s)
 
 typedef struct loaded loaded_t;
@@ -59,10 +65,19 @@ static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
     }
 }
 
+/* FNV-1a, 64 bits, of the resolved config's JSON: ties a tag's files to one config. */
+static uint64_t config_hash(const char *json)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)(json ? json : ""); *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
-    msgpack_pack_map(pk, 12);
+    msgpack_pack_map(pk, 13);
     KEY(pk, "format");
     tr__mp_pack_str(pk, FORMAT);
     KEY(pk, "version");
@@ -95,6 +110,8 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     msgpack_pack_int(pk, e->GAS);
     KEY(pk, "config");
     tr__mp_pack_str(pk, config_json ? config_json : "");
+    KEY(pk, "config_hash");
+    msgpack_pack_uint64(pk, config_hash(config_json));
     KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
@@ -145,7 +162,15 @@ static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
         return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", tagdir,
                         tr_strerror(mk)),
                mk;
+    uint64_t stale_bytes;
+    int stale = tr__ckpt_clean_tmp(dir, &stale_bytes);
+    if (stale > 0)
+        tr_log(TR_LOG_INFO,
+               "checkpoint: removed %d temporary file(s) (%llu bytes) that processes killed "
+               "during a save left in %s",
+               stale, (unsigned long long)stale_bytes, dir);
     char *config_json = tr_config_dump(e->cfg, 0);
+    uint64_t hash = config_hash(config_json);
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -158,11 +183,19 @@ static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
         msgpack_sbuffer_clear(&sb);
         tr_ckpt_blob_t blobs[3];
-        msgpack_pack_map(&pk, 5);
+        msgpack_pack_map(&pk, 9);
         KEY(&pk, "format");
         tr__mp_pack_str(&pk, FORMAT);
+        KEY(&pk, "version");
+        msgpack_pack_int(&pk, VERSION);
         KEY(&pk, "kind");
         tr__mp_pack_str(&pk, "optim_states");
+        KEY(&pk, "step");
+        msgpack_pack_uint64(&pk, st->global_step);
+        KEY(&pk, "world");
+        msgpack_pack_int(&pk, e->world);
+        KEY(&pk, "config_hash");
+        msgpack_pack_uint64(&pk, hash);
         KEY(&pk, "rank");
         msgpack_pack_int(&pk, e->rank);
         KEY(&pk, "n_params");
@@ -268,6 +301,64 @@ static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file
     return 0;
 }
 
+static bool u64_field(const msgpack_object *h, const char *key, uint64_t *out)
+{
+    const msgpack_object *o = tr__mp_field(h, key);
+    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
+    *out = o->via.u64;
+    return true;
+}
+
+/* The format version of a tag's file (name) from its header; 1 when it has none (version 1
+ * optimizer files). */
+static int header_version(struct tr__ckpt_actor *c, const char *tagdir, const char *name,
+                         const msgpack_object *h, uint64_t *v)
+{
+    const msgpack_object *o = tr__mp_field(h, "version");
+    *v = 1;
+    if (!o) return 0;
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 < 1 || o->via.u64 > VERSION)
+        return snprintf(c->err, sizeof(c->err),
+                        "%s/%s: version: expected an integer from 1 to %d (this build's), got %s",
+                        tagdir, name, VERSION,
+                        o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "a later one" : "another type"),
+               TR_EFORMAT;
+    *v = o->via.u64;
+    return 0;
+}
+
+/* The two files of a tag come from one save: same version, and from version 2 on the same
+ * global step, world size and config hash. A mix is refused naming the tag, both files and
+ * the field where they differ. */
+static int check_same_save(struct tr__ckpt_actor *c, const char *tagdir, const char *oname,
+                           const loaded_t *L)
+{
+    static const char *const fields[] = {"version", "step", "world", "config_hash"};
+    const msgpack_object *mh = &L->mh.data, *oh = &L->oh.data;
+    uint64_t m[4] = {1, L->counters[0], 0, 0}, o[4] = {1, 0, 0, 0};
+    int rc = header_version(c, tagdir, "model_states.trck", mh, &m[0]);
+    if (!rc) rc = header_version(c, tagdir, oname, oh, &o[0]);
+    if (rc) return rc;
+    for (int i = 1; m[0] >= 2 && m[0] == o[0] && i < 4; i++) {
+        bool have_m = i == 1 || u64_field(mh, fields[i], &m[i]);
+        bool have_o = u64_field(oh, fields[i], &o[i]);
+        if (!have_m || !have_o)
+            return snprintf(c->err, sizeof(c->err), "%s/%s: %s: missing from a version %llu file",
+                            tagdir, have_m ? oname : "model_states.trck", fields[i],
+                            (unsigned long long)m[0]),
+                   TR_EFORMAT;
+    }
+    for (int i = 0; i < 4 && (i == 0 || m[0] >= 2); i++)
+        if (m[i] != o[i])
+            return snprintf(c->err, sizeof(c->err),
+                            "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes "
+                            "the files of different saves; restore the tag's files together",
+                            tagdir, fields[i], (unsigned long long)m[i], oname, fields[i],
+                            (unsigned long long)o[i]),
+                   TR_EMISMATCH;
+    return 0;
+}
+
 /* Reads and checks both files; nothing in the engine changes. */
 static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *L)
 {
@@ -290,6 +381,9 @@ static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *
         !u64_array(tr__mp_field(h, "data"), L->data, 3))
         return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
                TR_EFORMAT;
+    char oname[64];
+    snprintf(oname, sizeof(oname), "optim_states_rank%d.trck", e->rank);
+    if ((rc = check_same_save(c, tagdir, oname, L))) return rc;
     const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
     const char *names[3];
     int n = tr__optimizer_array_names(e, names, 3);

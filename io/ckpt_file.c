@@ -2,8 +2,10 @@
  * for the layout and the crash-safety argument). */
 #include "io/ckpt_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -226,6 +228,62 @@ void tr__ckpt_file_free(tr_ckpt_file_t *f)
         free(f->mem);
         memset(f, 0, sizeof(*f));
     }
+}
+
+/* --- stale temporary files -------------------------------------------------------------- */
+
+/* The pid of a name this file's writers give their temporary files ("<x>.trck.tmp.<pid>",
+ * "latest.tmp.<pid>"), or 0 for any other name. */
+static pid_t tmp_pid(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return 0;
+    size_t stem = (size_t)(t - name);
+    int ours = (stem == 6 && !strncmp(name, "latest", 6)) ||
+               (stem > 5 && !strncmp(t - 5, ".trck", 5));
+    const char *d = t + 5;
+    if (!ours || !*d || strlen(d) > 9) return 0;
+    for (const char *c = d; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return (pid_t)atoi(d);
+}
+
+static int pid_alive(pid_t pid)
+{
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* Removes the stale tmp files directly in path; with depth 1 also in its subfolders. */
+static int clean_dir(const char *path, int depth, uint64_t *bytes)
+{
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : -errno;
+    int removed = 0;
+    char p[4200];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (snprintf(p, sizeof(p), "%s/%s", path, e->d_name) >= (int)sizeof(p)) continue;
+        struct stat st;
+        if (lstat(p, &st) < 0) continue;
+        pid_t pid = S_ISREG(st.st_mode) ? tmp_pid(e->d_name) : 0;
+        if (S_ISDIR(st.st_mode) && depth > 0) {
+            int n = clean_dir(p, depth - 1, bytes);
+            removed += n > 0 ? n : 0;
+        } else if (pid > 0 && !pid_alive(pid) && unlink(p) == 0) {
+            removed++;
+            *bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+int tr__ckpt_clean_tmp(const char *dir, uint64_t *bytes)
+{
+    uint64_t ignored = 0;
+    if (!bytes) bytes = &ignored;
+    *bytes = 0;
+    return clean_dir(dir, 1, bytes);
 }
 
 int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t errlen)

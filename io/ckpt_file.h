@@ -45,6 +45,13 @@ typedef struct tr_ckpt_file {
 int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen);
 void tr__ckpt_file_free(tr_ckpt_file_t *f);
 
+/* Removes the "<file>.tmp.<pid>" files that a writer killed during a save left in dir and in
+ * its immediate subfolders (the tags), when no process <pid> is alive (one that is may still
+ * be writing; a pid from another host sharing the folder is taken for this host's). Returns
+ * how many were removed, their bytes in *bytes (may be NULL), or an errno code when dir
+ * cannot be read (a missing dir: 0). Any thread; run it before this process's own writes. */
+int tr__ckpt_clean_tmp(const char *dir, uint64_t *bytes);
+
 /* Writes <dir>/latest holding tag, atomically. Any thread. */
 int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t errlen);
 

@@ -39,6 +39,10 @@ static int open_header(const char *path, FILE **f, int32_t *h, long long *size, 
     *f = fopen(path, "rb");
     if (!*f) return say(-errno, why, why_len, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
+    if (fstat(fileno(*f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(*f);
+        return say(TR_EISDIR, why, why_len, "%s: is a directory; expected an llm.c file", path);
+    }
     if (fstat(fileno(*f), &st) != 0 ||
         fread(h, sizeof(int32_t), TR_LLMC_HEADER_INTS, *f) != TR_LLMC_HEADER_INTS) {
         fclose(*f);

@@ -7,6 +7,8 @@
  * A file cut short by a crash is repaired as it is read. Exit status: 0, 1 when the trace
  * cannot be read or written, 2 for bad usage.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,28 +33,84 @@ typedef struct trace_args {
     tr_plot_opts_t plot;
 } trace_args_t;
 
+#define MIN_WIDTH 400 /* pixels: the lane labels take 180 */
+#define MAX_WIDTH 100000
+
+/* --width PX: an integer from MIN_WIDTH to MAX_WIDTH, nothing else. */
+static int parse_width(const char *v, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || v[0] == ' ' || x < MIN_WIDTH || x > MAX_WIDTH) {
+        fprintf(stderr, "troupe trace: --width: expected an integer from %d to %d (pixels), "
+                "got '%s'\n", MIN_WIDTH, MAX_WIDTH, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* --from/--to US: a finite number of microseconds >= 0 (trace timestamps start at 0). */
+static int parse_time(const char *flag, const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || v[0] == ' ' || !isfinite(x) || x < 0) {
+        fprintf(stderr, "troupe trace: %s: expected a finite number of microseconds >= 0, got "
+                "'%s'\n", flag, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* One flag with its value argv[i + 1]; returns how many arguments it used, or -1. */
+static int parse_flag(int argc, char **argv, int i, trace_args_t *a)
+{
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--json")) {
+        a->json = 1;
+        return 1;
+    }
+    if (strcmp(arg, "-o") && strcmp(arg, "--width") && strcmp(arg, "--from") &&
+        strcmp(arg, "--to")) {
+        fprintf(stderr, "troupe trace: unexpected argument '%s'\n", arg);
+        return -1;
+    }
+    if (i + 1 >= argc) {
+        fprintf(stderr, "troupe trace: %s: expected a value after it\n", arg);
+        return -1;
+    }
+    const char *v = argv[i + 1];
+    int rc = 0;
+    if (!strcmp(arg, "-o"))
+        a->output = v;
+    else if (!strcmp(arg, "--width"))
+        rc = parse_width(v, &a->plot.width);
+    else
+        rc = parse_time(arg, v, !strcmp(arg, "--from") ? &a->plot.from_us : &a->plot.to_us);
+    return rc < 0 ? -1 : 2;
+}
+
 static int parse_args(int argc, char **argv, trace_args_t *a)
 {
     memset(a, 0, sizeof(*a));
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i];
-        int has_value = i + 1 < argc;
-        if (!strcmp(arg, "--json"))
-            a->json = 1;
-        else if (!strcmp(arg, "-o") && has_value)
-            a->output = argv[++i];
-        else if (!strcmp(arg, "--width") && has_value)
-            a->plot.width = atoi(argv[++i]);
-        else if (!strcmp(arg, "--from") && has_value)
-            a->plot.from_us = atof(argv[++i]);
-        else if (!strcmp(arg, "--to") && has_value)
-            a->plot.to_us = atof(argv[++i]);
-        else if (arg[0] != '-' && !a->input)
-            a->input = arg;
-        else {
-            fprintf(stderr, "troupe trace: unexpected argument '%s'\n", arg);
+    int has_to = 0;
+    for (int i = 2; i < argc;) {
+        int used = 1;
+        if (argv[i][0] != '-' && !a->input)
+            a->input = argv[i];
+        else if ((used = parse_flag(argc, argv, i, a)) < 0)
             return -1;
-        }
+        has_to |= !strcmp(argv[i], "--to");
+        i += used;
+    }
+    if (has_to && a->plot.to_us <= a->plot.from_us) {
+        fprintf(stderr, "troupe trace: --to %g: expected a time after --from %g\n",
+                a->plot.to_us, a->plot.from_us);
+        return -1;
     }
     if (!a->input) {
         fprintf(stderr, "troupe trace %s: which trace? (a directory or a file)\n", argv[1]);

@@ -1,18 +1,23 @@
 /* cmd_train.c: `troupe train` — trains a GPT-2 on llm.c token shards, or an MLP on a built-in
  * task, with Troupe's engine and a DeepSpeed config. It reads top to bottom as the run does:
  * load the config, build the model (from scratch or an llm.c checkpoint), create the engine,
- * resume, then step until --steps, validating and saving on the way; at the end (or after
- * SIGINT, which finishes the step) save, export, sample and print a summary.
+ * resume, then step until --steps, saving and validating on the way; at the end (or after
+ * SIGINT, which finishes the step) save, validate, export, sample and print a summary.
+ *
+ * Nothing is lost to a path or a validation: every output path is checked before the model
+ * is built (train_outputs.c), and the checkpoint and the llm.c export are written before a
+ * failing validation (mid-run or at the end) ends the run with status 1.
  *
  * The engine writes DeepSpeed's Train/Samples/... scalars to the config's csv_monitor and
  * tensorboard outputs; troupe train adds Eval/Samples/val_loss (step = samples trained).
- * Exit status: 0 done, 1 the engine failed (its explanation is printed), 2 a bad flag, file
- * or config (named). */
+ * Exit status: 0 done, 1 the engine or a validation failed (its explanation is printed), 2 a
+ * bad flag, file or config (named), also a checkpoint that --resume cannot load. */
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,13 +30,15 @@ typedef struct run {
     tr_config_t *cfg;
     tr_engine_t *eng;
     mlp_task_t task_train, task_val;
+    train_savedir_t sd;
     tr_csv_monitor_t *csv;
     tr_tb_writer_t *tb;
     int tty, is_gpt2;
     double t0, loop_t0, compute_ms;
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
-    int have_val;
+    int have_val, val_failed;
+    double params; /* the model's parameters, once built */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
     int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
@@ -99,24 +106,63 @@ static int gpt2_from_file(run_t *r, tr_model_t **model)
     return 0;
 }
 
+/* Parameters of the model the flags describe, as the model files count them (a GPT-2's
+ * vocabulary padded to a multiple of 128, as tr_model_gpt2_create pads it). */
+static double flag_params(const train_opts_t *o, const tr_gpt2_config_t *g)
+{
+    double n = 0;
+    if (!g) {
+        for (int i = 1; i < o->n_widths; i++)
+            n += (double)o->widths[i - 1] * o->widths[i] + o->widths[i];
+        return n;
+    }
+    double C = g->channels, L = g->num_layers, Vp = (g->vocab_size + 127) / 128 * 128;
+    return Vp * C + g->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+/* Out of memory (or, under ulimit -v, out of address space for a thread's stack): what was
+ * being made (`what`, which may already end with rc's text) and how large, so the limit can
+ * be judged. */
+static void say_no_memory(const run_t *r, const char *what, int rc, const tr_gpt2_config_t *g)
+{
+    double n = r->params ? r->params : flag_params(&r->o, g);
+    const char *reason = tr_strerror(rc);
+    size_t wl = strlen(what), rl = strlen(reason);
+    int has_reason = wl >= rl && !strcmp(what + wl - rl, reason);
+    fprintf(stderr, "troupe train: %s%s%s (", what, has_reason ? "" : ": ",
+            has_reason ? "" : reason);
+    if (rc == TR_EAGAIN) {
+        struct rlimit st;
+        double mib = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                         ? (double)st.rlim_cur / (1 << 20)
+                         : 2.0;
+        fprintf(stderr, "a thread could not be started: each reserves a %.0f MiB stack "
+                "(ulimit -s) of address space; ", mib);
+    }
+    fprintf(stderr, "the model has %.0f parameters: %.1f MiB each for weights, gradients and "
+            "each optimizer moment, plus activations; raise the memory limit or shrink the "
+            "model)\n", n, n * 4 / (1 << 20));
+}
+
 static int build_model(run_t *r, tr_model_t **model)
 {
     const train_opts_t *o = &r->o;
     char why[512] = "";
     int rc;
-    if (!r->is_gpt2) {
+    tr_gpt2_config_t g = {.vocab_size = o->vocab ? o->vocab : 256,
+                          .max_seq_len = o->context ? o->context : 64,
+                          .channels = o->channels ? o->channels : 128,
+                          .num_layers = o->layers ? o->layers : 4,
+                          .num_heads = o->heads ? o->heads : 4};
+    if (!r->is_gpt2)
         rc = tr_model_mlp_create(model, o->widths, o->n_widths, why, sizeof(why));
-    } else if (o->load_llmc) {
+    else if (o->load_llmc)
         return gpt2_from_file(r, model);
-    } else {
-        tr_gpt2_config_t g = {.vocab_size = o->vocab ? o->vocab : 256,
-                              .max_seq_len = o->context ? o->context : 64,
-                              .channels = o->channels ? o->channels : 128,
-                              .num_layers = o->layers ? o->layers : 4,
-                              .num_heads = o->heads ? o->heads : 4};
+    else
         rc = tr_model_gpt2_create(model, &g, why, sizeof(why));
-    }
-    if (rc < 0)
+    if (rc == TR_ENOMEM && !why[0])
+        say_no_memory(r, "creating the model", rc, r->is_gpt2 ? &g : NULL);
+    else if (rc < 0)
         fprintf(stderr, "troupe train: %s: %s\n", r->is_gpt2 ? "gpt2 dims" : "--widths",
                 why[0] ? why : tr_strerror(rc));
     return rc;
@@ -163,9 +209,12 @@ static int create_engine(run_t *r, tr_model_t *model, int T)
         eo.train = (tr_dataset_t){.batch = train_mlp_batch, .user = &r->task_train, .x_dim = in};
         eo.val = (tr_dataset_t){.batch = train_mlp_batch, .user = &r->task_val, .x_dim = in};
     }
-    char err[1024];
+    char err[1024] = "";
+    r->params = (double)tr_model_num_params(model);
     int rc = tr_engine_create(&r->eng, &eo, err, sizeof(err));
-    if (rc < 0)
+    if (rc == TR_ENOMEM || rc == TR_EAGAIN)
+        say_no_memory(r, err[0] ? err : "creating the engine", rc, NULL);
+    else if (rc < 0)
         fprintf(stderr, "troupe train: %s\n", err[0] ? err : tr_strerror(rc));
     return rc;
 }
@@ -184,30 +233,36 @@ static int open_monitors(run_t *r)
     return rc;
 }
 
-/* 0, 2 for bad input (already explained). */
+/* 0, 2 for bad input, 1 when memory runs out (already explained). */
 static int setup(run_t *r)
 {
     const train_opts_t *o = &r->o;
     r->is_gpt2 = !strcmp(o->model, "gpt2");
-    if (load_config(r) < 0)
+    if (load_config(r) < 0 || train_outputs_check(o, &r->sd) < 0)
         return 2;
     if (r->is_gpt2 && (glob_matches("--train-data", o->train_data) < 0 ||
                        (o->val_data && glob_matches("--val-data", o->val_data) < 0)))
         return 2;
     tr_model_t *model;
-    if (build_model(r, &model) < 0)
-        return 2;
+    int rc = build_model(r, &model);
+    if (rc < 0)
+        return rc == TR_ENOMEM ? 1 : 2;
     int T = seq_len(r, model);
     if (T < 0) {
         tr_model_destroy(model);
         return 2;
     }
-    if (create_engine(r, model, T) < 0 || open_monitors(r) < 0)
+    rc = create_engine(r, model, T);
+    if (rc == TR_ENOMEM || rc == TR_EAGAIN)
+        return 1;
+    if (rc < 0 || open_monitors(r) < 0)
         return 2;
     return 0;
 }
 
-/* --resume: the checkpoint `latest` names; none yet is not an error (a first run). */
+/* --resume: the checkpoint `latest` names; none yet is not an error (a first run). A
+ * checkpoint that cannot be loaded (missing, corrupt, another model's, a tag mixing saves) is
+ * a bad file: status 2, the engine's message names it. Running out of memory is status 1. */
 static int resume(run_t *r)
 {
     char path[4096];
@@ -218,9 +273,11 @@ static int resume(run_t *r)
                path);
         return 0;
     }
-    if (tr_engine_load_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
-        fprintf(stderr, "troupe train: --resume: %s\n", tr_engine_error(r->eng));
-        return 1;
+    int rc = tr_engine_load_checkpoint(r->eng, r->o.save_dir, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "troupe train: --resume %s: %s\n", r->o.save_dir,
+                tr_engine_error(r->eng)[0] ? tr_engine_error(r->eng) : tr_strerror(rc));
+        return rc == TR_ENOMEM || rc == TR_ESTOPPED || rc == TR_EFAILED ? 1 : 2;
     }
     r->saved_step = tr_engine_global_step(r->eng);
     printf("resume: loaded %s at step %llu\n", r->o.save_dir, (unsigned long long)r->saved_step);
@@ -269,11 +326,14 @@ static void progress(run_t *r, const tr_step_stats_t *st)
     }
 }
 
+/* 0, or 1 with r->val_failed set after printing why. */
 static int validate(run_t *r, uint64_t step, uint64_t samples)
 {
     if (tr_engine_eval(r->eng, (int)r->o.val_batches, &r->val_loss) < 0) {
         endline(r);
-        fprintf(stderr, "troupe train: validation: %s\n", tr_engine_error(r->eng));
+        fprintf(stderr, "troupe train: validation at step %llu: %s\n", (unsigned long long)step,
+                tr_engine_error(r->eng));
+        r->val_failed = 1;
         return 1;
     }
     r->have_val = 1;
@@ -294,12 +354,16 @@ static int save(run_t *r)
     }
     r->saved_step = tr_engine_global_step(r->eng);
     endline(r);
-    printf("saved: %s/global_step%llu (latest)\n", r->o.save_dir,
-           (unsigned long long)r->saved_step);
+    char tag[64];
+    snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)r->saved_step);
+    printf("saved: %s/%s (latest)\n", r->o.save_dir, tag);
+    train_savedir_saved(&r->o, &r->sd, tag);
     return 0;
 }
 
-/* After each step: monitors, progress, validation and saving when due. 0 or 1. */
+/* After each step: monitors, progress, saving and validation when due, the save first so a
+ * failing validation cannot cost it. 0, or 1 (a failed save, or a failed validation with
+ * r->val_failed set: finish() still saves and exports). */
 static int after_step(run_t *r, const tr_step_stats_t *st)
 {
     if (st->global_step == r->first_step + 1)
@@ -308,11 +372,10 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
         r->tokens += st->tokens, r->compute_ms += st->step_ms;
     r->last_loss = st->loss;
     progress(r, st);
-    if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0 &&
-        validate(r, st->global_step, st->global_samples))
+    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r))
         return 1;
-    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0)
-        return save(r);
+    if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0)
+        return validate(r, st->global_step, st->global_samples);
     return 0;
 }
 
@@ -330,7 +393,7 @@ static int train_loop(run_t *r)
         }
         step = st.global_step;
         if (after_step(r, &st))
-            return 1;
+            return r->val_failed ? 0 : 1; /* finish() keeps the work, then reports it */
     }
     endline(r);
     return 0;
@@ -379,7 +442,10 @@ static int export_llmc(run_t *r)
 static void summary(const run_t *r, int stopped)
 {
     uint64_t step = tr_engine_global_step(r->eng);
-    printf("summary: %s at step %llu", stopped ? "stopped (signal)" : "done",
+    printf("summary: %s at step %llu",
+           r->val_failed ? "validation failed"
+           : stopped     ? "stopped (signal)"
+                         : "done",
            (unsigned long long)step);
     if (step > r->first_step)
         printf(", train loss %.4f -> %.4f", r->first_loss, r->last_loss);
@@ -393,23 +459,26 @@ static void summary(const run_t *r, int stopped)
     printf(", %.1f s\n", now_s() - r->t0);
 }
 
+/* The end of a run, also after a failed validation: the checkpoint and the export are written
+ * whatever the validation says (they come first, or the run continues past a failure). */
 static int finish(run_t *r)
 {
     int stopped = tr_engine_stop_requested(r->eng);
     uint64_t step = tr_engine_global_step(r->eng);
     int rc = 0;
-    if (!stopped && !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
-        rc = validate(r, step, step * (uint64_t)r->cfg->train_batch_size);
-    if (!rc && r->o.save_dir && r->saved_step != step)
-        rc = save(r);
-    if (!rc && !stopped && r->o.export_llmc)
-        rc = export_llmc(r);
-    if (!rc && !stopped && r->o.sample > 0)
+    if (r->o.save_dir && r->saved_step != step)
+        rc |= save(r);
+    if (!stopped && !r->val_failed &&
+        !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
+        rc |= validate(r, step, step * (uint64_t)r->cfg->train_batch_size);
+    if (!stopped && r->o.export_llmc)
+        rc |= export_llmc(r);
+    if (!rc && !r->val_failed && !stopped && r->o.sample > 0)
         rc = sample(r);
     if (r->tb)
         tr_tb_writer_flush(r->tb);
     summary(r, stopped);
-    return rc;
+    return rc || r->val_failed ? 1 : 0;
 }
 
 static void teardown(run_t *r)
@@ -418,6 +487,7 @@ static void teardown(run_t *r)
     tr_config_destroy(r->cfg);
     tr_csv_monitor_destroy(r->csv);
     tr_tb_writer_destroy(r->tb);
+    train_savedir_close(&r->sd);
 }
 
 int tr_cmd_train(int argc, char **argv)

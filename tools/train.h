@@ -17,8 +17,9 @@ typedef struct train_opts {
     int widths[TRAIN_MAX_WIDTHS], n_widths;      /* mlp */
     int seq_len;                                 /* 0 = not given */
     long steps, val_every, val_batches, save_every, sample, print_every;
+    long keep_last; /* 0 = keep every tag */
     uint64_t seed;
-    int resume, help;
+    int resume, overwrite, help;
 } train_opts_t;
 
 /* Parses argv (argv[0] is "train") into o and checks what can be checked without opening
@@ -27,6 +28,23 @@ typedef struct train_opts {
 int train_args_parse(int argc, char **argv, train_opts_t *o);
 /* Prints every flag with its description. */
 void train_usage(FILE *f);
+
+/* What the run's save dir held before it: with --overwrite, the tags of an earlier run,
+ * removed at this run's first save. */
+typedef struct train_savedir {
+    char **old_tags;
+    size_t n_old;
+} train_savedir_t;
+
+/* Checks every path the run writes (--save-dir, --trace, --export-llmc) and refuses a
+ * --save-dir holding checkpoints without --resume or --overwrite; fills sd. 0, or -1 after
+ * printing which flag and path are unusable and why. Before anything is built. */
+int train_outputs_check(const train_opts_t *o, train_savedir_t *sd);
+/* After a successful save of saved_tag: removes an earlier run's tags (--overwrite, first save
+ * only) and the tags beyond --keep-last N, never the one `latest` names. Prints what it
+ * removed; a failure to remove is a warning. */
+void train_savedir_saved(const train_opts_t *o, train_savedir_t *sd, const char *saved_tag);
+void train_savedir_close(train_savedir_t *sd);
 
 /* The built-in task an MLP trains on: x uniform in [-1, 1)^in, the class the argmax over c of
  * sum_i x_i * w(i, c) for a fixed integer table w in {-2..2}. Sample s of the train stream is

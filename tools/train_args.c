@@ -49,11 +49,16 @@ static const flag_t flags[] = {
     {"--steps", "N", F_LONG, O(steps), 0, 1L << 40,
      "train until the global step is N (a resumed run continues to N); required"},
     {"--save-dir", "DIR", F_STR, O(save_dir), 0, 0,
-     "save checkpoints here (DIR/global_stepN/ and DIR/latest); always at the end"},
+     "save checkpoints here (DIR/global_stepN/, DIR/latest), always at the end; if DIR holds "
+     "checkpoints: --resume or --overwrite"},
     {"--save-every", "N", F_LONG, O(save_every), 0, 1L << 40,
      "also save every N steps (needs --save-dir)"},
+    {"--keep-last", "N", F_LONG, O(keep_last), 1, 1L << 30,
+     "after each save keep the N newest global_step tags (and always the one latest names)"},
     {"--resume", NULL, F_SWITCH, O(resume), 0, 0,
      "continue from the checkpoint DIR/latest names (needs --save-dir)"},
+    {"--overwrite", NULL, F_SWITCH, O(overwrite), 0, 0,
+     "start at step 0 in a --save-dir holding checkpoints; they are removed at the first save"},
     {"--seed", "S", F_U64, O(seed), 0, 0, "data order and initialisation (default: the config's)"},
     {"--sample", "N", F_LONG, O(sample), 0, 1 << 20,
      "gpt2: print N generated tokens at the end (bytes as text when the vocab is 256)"},
@@ -70,9 +75,12 @@ static const size_t n_flags = sizeof(flags) / sizeof(flags[0]);
 void train_usage(FILE *f)
 {
     fprintf(f, "usage: troupe train --deepspeed_config FILE --steps N [--model gpt2|mlp] [flags]\n"
-               "\nTrains a model with Troupe's engine. Exit status: 0 done (also after SIGINT,\n"
-               "which finishes the step and saves when --save-dir is set), 1 training failed,\n"
-               "2 a bad flag, file or config.\n\n");
+               "\nTrains a model with Troupe's engine. Every output path and every token of the\n"
+               "shards is checked before the first step. The checkpoint (--save-dir) and the\n"
+               "export (--export-llmc) are written at the end even when the validation fails.\n"
+               "Exit status: 0 done (also after SIGINT, which finishes the step and saves when\n"
+               "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
+               "bad flag, file, config or checkpoint (--resume).\n\n");
     for (size_t i = 0; i < n_flags; i++) {
         char left[48];
         snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].arg ? " " : "",
@@ -120,19 +128,49 @@ static int parse_u64(const flag_t *f, const char *v, uint64_t *out)
     return 0;
 }
 
+/* One width of --widths: item i (1-based) of the list v, text [tok, tok+len). */
+static int parse_width(const flag_t *f, const char *v, int i, const char *tok, size_t len,
+                       int *out)
+{
+    char item[32], *end;
+    if (len == 0 || len >= sizeof(item)) {
+        fprintf(stderr, "troupe train: %s: width %d is %s in '%s'; expected comma-separated "
+                "integers from %ld to %ld\n", f->name, i, len ? "too long" : "empty", v, f->min,
+                f->max);
+        return -1;
+    }
+    memcpy(item, tok, len);
+    item[len] = '\0';
+    errno = 0;
+    long x = strtol(item, &end, 10);
+    if (errno || item[0] < '0' || item[0] > '9' || *end || x < f->min || x > f->max) {
+        fprintf(stderr, "troupe train: %s: width %d is '%s' in '%s'; expected an integer from "
+                "%ld to %ld\n", f->name, i, item, v, f->min, f->max);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* "A,B,...": 2 to TRAIN_MAX_WIDTHS integers; an empty item ("16,,4", "16,4,") is an error,
+ * never skipped. One line on stderr names what is wrong. */
 static int parse_widths(const flag_t *f, const char *v, train_opts_t *o)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", v);
     o->n_widths = 0;
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long w;
-        if (o->n_widths == TRAIN_MAX_WIDTHS || parse_long(f, tok, &w) < 0) {
-            fprintf(stderr, "troupe train: %s: expected 2 to %d comma-separated widths, got "
-                    "'%s'\n", f->name, TRAIN_MAX_WIDTHS, v);
+    for (const char *tok = v;; tok++) {
+        const char *comma = strchr(tok, ',');
+        size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
+        if (o->n_widths == TRAIN_MAX_WIDTHS) {
+            fprintf(stderr, "troupe train: %s: at most %d widths, got more in '%s'\n", f->name,
+                    TRAIN_MAX_WIDTHS, v);
             return -1;
         }
-        o->widths[o->n_widths++] = (int)w;
+        if (parse_width(f, v, o->n_widths + 1, tok, len, &o->widths[o->n_widths]) < 0)
+            return -1;
+        o->n_widths++;
+        if (!comma)
+            break;
+        tok = comma;
     }
     if (o->n_widths < 2) {
         fprintf(stderr, "troupe train: %s: expected at least 2 widths (inputs,classes), got "
@@ -227,9 +265,24 @@ static int check(train_opts_t *o)
         fprintf(stderr, "troupe train: --model: expected gpt2 or mlp, got '%s'\n", o->model);
         return -1;
     }
-    if ((o->save_every || o->resume) && !o->save_dir) {
-        fprintf(stderr, "troupe train: %s needs --save-dir DIR\n",
-                o->resume ? "--resume" : "--save-every");
+    const char *needs_dir = o->resume       ? "--resume"
+                            : o->save_every ? "--save-every"
+                            : o->keep_last  ? "--keep-last"
+                            : o->overwrite  ? "--overwrite"
+                                            : NULL;
+    if (needs_dir && !o->save_dir) {
+        fprintf(stderr, "troupe train: %s needs --save-dir DIR\n", needs_dir);
+        return -1;
+    }
+    if (o->resume && o->overwrite) {
+        fprintf(stderr, "troupe train: --resume and --overwrite: choose one (continue from the "
+                "checkpoints in --save-dir, or replace them)\n");
+        return -1;
+    }
+    if (o->resume && o->load_llmc) {
+        fprintf(stderr, "troupe train: --load-llmc and --resume: a resumed run takes its weights "
+                "from the checkpoint, so the llm.c file would be ignored; drop --load-llmc (or "
+                "--resume, to start a new run from the llm.c weights)\n");
         return -1;
     }
     if (!strcmp(o->model, "mlp"))

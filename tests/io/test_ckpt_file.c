@@ -1,13 +1,16 @@
 /* Checkpoint files: round trip, every truncation and every corrupted byte refused with a
- * clear error, `latest` validated, and a process killed between file writes leaves the
- * previous file and `latest` intact. */
+ * clear error, `latest` validated, a process killed between file writes leaves the
+ * previous file and `latest` intact, and the temporary file of a process killed in the middle
+ * of a write is removed by the next clean of that folder (a live writer's is kept). */
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -169,6 +172,64 @@ static void test_ckpt_crash_between_files_keeps_previous(void **state)
     tr__ckpt_file_free(&f);
 }
 
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* A child writes a 1 MiB checkpoint file under a 4 KiB file-size limit: SIGXFSZ kills it in
+ * the middle of the write, as a kill during a save would, leaving "<path>.tmp.<its pid>". */
+static pid_t killed_writer(const char *path, char *tmp)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit r = {4096, 4096};
+        setrlimit(RLIMIT_FSIZE, &r);
+        size_t n = 1 << 20;
+        void *a = calloc(1, n);
+        tr_ckpt_blob_t blob = {a, n};
+        tr__ckpt_file_write(path, "h", 1, &blob, 1, err, sizeof(err));
+        _exit(0); /* not reached: the write past 4 KiB raises SIGXFSZ */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGXFSZ);
+    snprintf(tmp, 600, "%s.tmp.%d", path, (int)pid);
+    return pid;
+}
+
+static void test_ckpt_clean_tmp_removes_only_dead_writers_files(void **state)
+{
+    char tag[512], model[600], latest[600], dead[600], dead_top[600], live[600], other[600];
+    path_of(tag, "global_step5");
+    assert_int_equal(mkdir(tag, 0755), 0);
+    snprintf(model, sizeof(model), "%s/model_states.trck", tag);
+    killed_writer(model, dead);
+    assert_true(exists(dead));
+    path_of(latest, "latest");
+    killed_writer(latest, dead_top);
+    assert_true(exists(dead_top));
+    /* a live process's temporary file (this one's: it may be writing) and a name that is not
+     * a checkpoint writer's stay */
+    snprintf(live, sizeof(live), "%s/optim_states_rank0.trck.tmp.%d", tag, (int)getpid());
+    snprintf(other, sizeof(other), "%s/notes.tmp.1", tag);
+    fclose(fopen(live, "w"));
+    fclose(fopen(other, "w"));
+    uint64_t bytes = 0;
+    assert_int_equal(tr__ckpt_clean_tmp(dir, &bytes), 2);
+    assert_true(bytes >= 4096); /* what the killed model writer had written */
+    assert_false(exists(dead));
+    assert_false(exists(dead_top));
+    assert_true(exists(live));
+    assert_true(exists(other));
+    assert_int_equal(tr__ckpt_clean_tmp(dir, NULL), 0);
+    char missing[512];
+    path_of(missing, "no/such/dir");
+    assert_int_equal(tr__ckpt_clean_tmp(missing, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +239,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ckpt_file_corruption_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_latest_round_trip_and_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_crash_between_files_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_clean_tmp_removes_only_dead_writers_files, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("ckpt_file", tests, NULL, NULL);
 }

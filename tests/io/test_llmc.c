@@ -171,6 +171,21 @@ static void test_llmc_tokens_round_trip_and_reject_bad_shards(void **state)
     assert_non_null(strstr(why, "magic"));
 }
 
+/* A directory is named as one, not reported as a "truncated header" (fopen opens it). */
+static void test_llmc_directory_is_named_as_one(void **state)
+{
+    char why[256] = "";
+    tr_model_t *m = NULL;
+    assert_int_equal(tr_llmc_gpt2_load(dir, &m, why, sizeof(why)), TR_EISDIR);
+    assert_null(m);
+    if (!strstr(why, dir) || !strstr(why, "is a directory") || strstr(why, "truncated"))
+        fail_msg("message '%s' should say %s is a directory", why, dir);
+    uint16_t *t;
+    size_t n;
+    assert_int_equal(tr_llmc_tokens_load(dir, &t, &n, why, sizeof(why)), TR_EISDIR);
+    assert_non_null(strstr(why, "is a directory"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +193,7 @@ int main(void)
         cmocka_unit_test(test_llmc_checkpoint_save_load_round_trips),
         cmocka_unit_test(test_llmc_bad_checkpoints_name_file_and_field),
         cmocka_unit_test(test_llmc_tokens_round_trip_and_reject_bad_shards),
+        cmocka_unit_test(test_llmc_directory_is_named_as_one),
     };
     return cmocka_run_group_tests_name("llmc", tests, setup, teardown);
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `troupe trace plot`'s numbers are checked, never read as 0 or NaN: --width takes an integer
+# from 400 to 100000 pixels, --from and --to finite microseconds >= 0 with --to after --from;
+# each bad value exits 2 naming the flag and the value. Good values draw the picture.
+set -euo pipefail
+troupe=$(cd "$1" && pwd)/troupe
+trace=$(cd "$2" && pwd)/tests/monitor/data/killed_rank1.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# plot_fails PATTERN ARGS...: trace plot with ARGS exits 2, stderr matching PATTERN, no picture
+plot_fails() {
+    local pattern=$1 rc=0
+    shift
+    rm -f "$tmp/t.svg"
+    "$troupe" trace plot "$trace" -o "$tmp/t.svg" "$@" > /dev/null 2> "$tmp/err" || rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "trace plot $*: exit $rc, expected 2"; }
+    grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; fail "trace plot $*: stderr lacks '$pattern'"; }
+    [ ! -e "$tmp/t.svg" ] || fail "trace plot $*: drew a picture"
+}
+
+for w in abc 0 -1 399 100001 800x ""; do
+    plot_fails "--width: expected an integer from 400 to 100000 (pixels), got '$w'" --width "$w"
+done
+for t in nan inf -1 1e400 abc ""; do
+    plot_fails "--from: expected a finite number of microseconds >= 0, got '$t'" --from "$t"
+    plot_fails "--to: expected a finite number of microseconds >= 0, got '$t'" --to "$t"
+done
+plot_fails "--to 5: expected a time after --from 10" --from 10 --to 5
+plot_fails "--width: expected a value after it" --width
+
+"$troupe" trace plot "$trace" -o "$tmp/t.svg" --width 800 --from 0 --to 5000 2> /dev/null ||
+    fail "trace plot with good values failed"
+grep -q 'width="800"' "$tmp/t.svg" || fail "--width 800 was not used"
+echo "trace cli: bad --width/--from/--to refused with exit 2"
