@@ -466,6 +466,10 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
                                 .wire_check = c->troupe.runtime.wire_check};
         /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
         rc = tr_runtime_init(&eng->rt, &ro);
+        if (rc < 0)
+            snprintf(err, errlen, "engine: cannot start the runtime (%u worker threads, %s): %s",
+                     ro.n_workers, ro.n_workers ? "troupe.runtime.workers" : "one per core",
+                     tr_last_error()[0] ? tr_last_error() : tr_strerror(rc));
     }
     if (!rc) rc = register_buffers(eng);
     if (!rc) rc = tr__dsmon_create(eng, err, errlen);

@@ -31,11 +31,15 @@ typedef struct {
  * OpenBLAS had chosen that core (only while OPENBLAS_CORETYPE is unset). Any thread. */
 void tr_blas_check(tr_blas_info_t *info);
 
-/* For programs, first thing in main: if OpenBLAS runs slow kernels and neither
- * OPENBLAS_CORETYPE nor TR_BLAS_REEXEC (the loop guard) is set, re-executes the program
- * (/proc/self/exe, same argv) with OPENBLAS_CORETYPE=<best core> and TR_BLAS_REEXEC=1: does
- * not return then. Otherwise returns 0, after printing the warning to stderr if BLAS is still
- * slow; -errno if the exec failed (the warning is printed too). Main thread, before threads. */
+/* For programs, first thing in main: OpenBLAS reads two settings only when it loads, so
+ * unless TR_BLAS_REEXEC (the loop guard) is set, re-executes the program (/proc/self/exe,
+ * same argv, TR_BLAS_REEXEC=1) when either is missing: OPENBLAS_CORETYPE=<best core> when
+ * OpenBLAS runs slow kernels, and OPENBLAS_NUM_THREADS=1 when it is unset (Troupe calls
+ * OpenBLAS one thread per call inside its own thread budget, docs/threads.md; OpenBLAS's own
+ * idle threads would only hold memory, and one that cannot allocate under a memory limit
+ * hangs the process's exit). Does not return then. Otherwise returns 0, after printing the
+ * warning to stderr if BLAS is still slow; -errno if the exec failed (with a line saying
+ * so). Main thread, before threads. */
 int tr_blas_reexec_if_needed(int argc, char **argv);
 
 #ifdef __cplusplus

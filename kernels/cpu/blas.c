@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,16 +139,21 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
 {
     tr_blas_info_t info;
     tr_blas_check(&info);
-    if (!info.slow) return 0;
-    if (!getenv("OPENBLAS_CORETYPE") && !getenv("TR_BLAS_REEXEC") && argc > 0 && argv &&
+    bool fix_core = info.slow && !getenv("OPENBLAS_CORETYPE");
+    bool fix_threads = !getenv("OPENBLAS_NUM_THREADS");
+    if ((fix_core || fix_threads) && !getenv("TR_BLAS_REEXEC") && argc > 0 && argv &&
         !argv[argc]) {
-        setenv("OPENBLAS_CORETYPE", info.best_core, 1);
+        if (fix_core) setenv("OPENBLAS_CORETYPE", info.best_core, 1);
+        if (fix_threads) setenv("OPENBLAS_NUM_THREADS", "1", 1);
         setenv("TR_BLAS_REEXEC", "1", 1);
         fflush(NULL);
         execv("/proc/self/exe", argv);
         int err = -errno;
-        unsetenv("OPENBLAS_CORETYPE");
-        fprintf(stderr, "%s (re-executing with it failed: %s)\n", info.warning, strerror(-err));
+        if (fix_core) unsetenv("OPENBLAS_CORETYPE");
+        if (fix_threads) unsetenv("OPENBLAS_NUM_THREADS");
+        unsetenv("TR_BLAS_REEXEC");
+        fprintf(stderr, "%s%sre-executing to fix OpenBLAS's set-up failed: %s\n", info.warning,
+                info.warning[0] ? " (" : "", strerror(-err));
         return err;
     }
     tr__blas_warn_once();

@@ -67,8 +67,9 @@ static int child(int argc, char **argv)
 {
     tr_blas_reexec_if_needed(argc, argv);
     const char *ct = getenv("OPENBLAS_CORETYPE"), *marker = getenv("TR_BLAS_REEXEC");
-    printf("coretype=%s marker=%s core=%s\n", ct ? ct : "-", marker ? marker : "-",
-           openblas_get_corename());
+    const char *nt = getenv("OPENBLAS_NUM_THREADS");
+    printf("coretype=%s marker=%s core=%s threads=%s\n", ct ? ct : "-", marker ? marker : "-",
+           openblas_get_corename(), nt ? nt : "-");
     return 0;
 }
 
@@ -84,15 +85,36 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     assert_true(n > 0);
     self[n] = '\0';
     snprintf(cmd, sizeof(cmd),
-             "env -u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC TR_BLAS_PRETEND_CORE=Prescott '%s' "
-             "reexec-child 2>/dev/null",
+             "env -u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS "
+             "TR_BLAS_PRETEND_CORE=Prescott '%s' reexec-child 2>/dev/null",
              self);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     assert_non_null(fgets(line, sizeof(line), p));
     assert_int_equal(pclose(p), 0);
-    snprintf(want, sizeof(want), "coretype=%s marker=1 core=%s\n", info.best_core, info.best_core);
+    snprintf(want, sizeof(want), "coretype=%s marker=1 core=%s threads=1\n", info.best_core,
+             info.best_core);
     assert_string_equal(line, want);
+    // a fast core but no OPENBLAS_NUM_THREADS: re-executed with one OpenBLAS thread only
+    snprintf(cmd, sizeof(cmd),
+             "env -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS OPENBLAS_CORETYPE=%s '%s' "
+             "reexec-child 2>/dev/null",
+             info.best_core, self);
+    p = popen(cmd, "r");
+    assert_non_null(fgets(line, sizeof(line), p));
+    pclose(p);
+    assert_non_null(strstr(line, "marker=1"));
+    assert_non_null(strstr(line, "threads=1"));
+    // the caller's own OPENBLAS_NUM_THREADS is kept, and nothing else needs fixing: no exec
+    snprintf(cmd, sizeof(cmd),
+             "env -u TR_BLAS_REEXEC OPENBLAS_NUM_THREADS=2 OPENBLAS_CORETYPE=%s '%s' "
+             "reexec-child 2>/dev/null",
+             info.best_core, self);
+    p = popen(cmd, "r");
+    assert_non_null(fgets(line, sizeof(line), p));
+    pclose(p);
+    assert_non_null(strstr(line, "marker=- "));
+    assert_non_null(strstr(line, "threads=2"));
     // already re-executed once: the marker stops a second exec even if still "slow"
     snprintf(cmd, sizeof(cmd),
              "env -u OPENBLAS_CORETYPE TR_BLAS_REEXEC=1 TR_BLAS_PRETEND_CORE=Prescott '%s' "
