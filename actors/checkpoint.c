@@ -434,7 +434,8 @@ static void end_restore(struct tr__ckpt_actor *c)
 
 /* Reads and checks a tag, stages its arrays and sends the restore on its way (optimizer,
  * executor, back here): nothing in the engine changes unless every check passed. */
-static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const char *dir, const char *tag_in)
+static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const char *dir, const char *tag_in,
+                uint64_t step)
 {
     const tr_engine_t *e = c->eng;
     char tag[256], tagdir[4400];
@@ -479,6 +480,7 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const char *dir, const 
     if (!rc && L->optim.payload_len)
         rc = stage(c, "moments", L->optim.payload, L->optim.payload_len, &c->stage_moments,
                    &s->moments);
+    m->step = step; /* the request's: the chain is classed with the step it was asked in */
     if (!rc) rc = tr_actor_send(ctx->rt, e->optimizer, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
@@ -520,7 +522,7 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         tr__reply(c->eng, TR_EBUSY, NULL, "load: a restore is still in progress");
         return 0;
     }
-    int rc = load(ctx, c, r->dir, r->tag);
+    int rc = load(ctx, c, r->dir, r->tag, msg->step);
     if (rc < 0) {
         end_restore(c);
         tr__reply(c->eng, rc, NULL, "load: %s", c->err);

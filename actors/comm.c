@@ -49,14 +49,16 @@ static pending_t *pending_slot(struct tr__comm *c)
     return &p[old];
 }
 
-/* The backend's completion: a message to the comm actor (any thread). */
-static void op_done(void *arg, uint64_t req, int rc)
+/* The backend's completion: a message to the comm actor (any thread), in the step the
+ * operation was started for (its tag). */
+static void op_done(void *arg, uint64_t req, uint64_t step, int rc)
 {
     struct tr__comm *c = arg;
     tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
     if (m) {
         TR_MSG_AS(m, comm_done)->req = req;
         TR_MSG_AS(m, comm_done)->rc = rc;
+        m->step = step;
     }
     if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
         tr_msg_free(c->rt, m);
@@ -86,6 +88,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
                      .grads = b->grads, .data = data};
     scale(data, count, c->pre);
+    c->backend->op_tag = msg->step;
     uint64_t req;
     int rc = c->backend->ops->all_reduce(c->backend, data, count, TR_DTYPE_F32, TR_REDUCE_SUM,
                                          &req);

@@ -501,6 +501,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     if (seek) {
         *TR_MSG_AS(seek, loader_seek) = (tr_msg_loader_seek_t){x->gen, s->epoch, s->cursor,
                                                                s->batch_index};
+        seek->step = x->global_steps;
         if (tr_actor_send(ctx->rt, e->loader, seek) < 0) tr_msg_free(ctx->rt, seek);
     }
     s->kind = TR__STATE_RESTORED; /* back to the checkpointer, which frees its staging */
@@ -538,6 +539,7 @@ static void serve_train(tr_ctx_t *ctx, struct tr__exec *x)
     if (!x->started) {
         x->started = true;
         tr_msg_t *m = tr__request_new(ctx->rt, TR__REQ_START);
+        if (m) m->step = x->global_steps; /* the first batches belong to this step */
         if (!m || tr_actor_send(ctx->rt, x->eng->loader, m) < 0) {
             tr_msg_free(ctx->rt, m);
             tr__engine_fail(x->eng, TR_ENOMEM, "executor: cannot start the loader");

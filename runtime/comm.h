@@ -24,9 +24,10 @@ typedef struct tr_comm tr_comm_t;
 
 typedef enum { TR_REDUCE_SUM = 0, TR_REDUCE_MAX = 1, TR_REDUCE_COUNT_ } tr_reduce_op_t;
 
-/* An operation completed: rc 0 or the backend's error. May run on any thread; keep it short
- * (send a message). */
-typedef void (*tr_comm_done_cb)(void *arg, uint64_t req, int rc);
+/* An operation completed: its request id, the tag the caller set when it started it (see
+ * tr_comm_t.op_tag), rc 0 or the backend's error. May run on any thread; keep it short (send a
+ * message). */
+typedef void (*tr_comm_done_cb)(void *arg, uint64_t req, uint64_t tag, int rc);
 
 typedef struct tr_comm_ops {
     /* In place: buf (count elements of dt) becomes the element-wise op over the ranks. */
@@ -51,6 +52,9 @@ struct tr_comm {
     tr_comm_done_cb done;
     void *done_arg;
     uint64_t next_req; /* request ids, from 1 */
+    uint64_t op_tag;   /* the caller's: set before starting an operation; the backend records
+                        * it at the start and hands it back to done (the comm actor puts the
+                        * step there, so a completion is classed with its step) */
     void *impl;
 };
 

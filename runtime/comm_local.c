@@ -106,7 +106,7 @@ int tr_comm_all_reduce_scalar(tr_comm_t *c, double *v, tr_reduce_op_t op, uint64
 static int complete(tr_comm_t *c, uint64_t *req)
 {
     *req = tr_comm_next_req(c);
-    c->done(c->done_arg, *req, 0);
+    c->done(c->done_arg, *req, c->op_tag, 0);
     return 0;
 }
 

@@ -17,15 +17,16 @@
 
 typedef struct done_log {
     int n;
-    uint64_t last_req;
+    uint64_t last_req, last_tag;
     int last_rc;
 } done_log_t;
 
-static void on_done(void *arg, uint64_t req, int rc)
+static void on_done(void *arg, uint64_t req, uint64_t tag, int rc)
 {
     done_log_t *d = arg;
     d->n++;
     d->last_req = req;
+    d->last_tag = tag;
     d->last_rc = rc;
 }
 
@@ -38,9 +39,11 @@ static void test_comm_local_operations_complete_through_the_callback(void **stat
     assert_int_equal(tr_comm_create("local", 0, 1, on_done, &log, &c, why, sizeof(why)), 0);
     float buf[4] = {1, -2, 3.5f, 4};
     uint64_t req;
+    c->op_tag = 52; /* the caller's tag (the comm actor's step) comes back with the completion */
     assert_int_equal(c->ops->all_reduce(c, buf, 4, TR_DTYPE_F32, TR_REDUCE_SUM, &req), 0);
     assert_int_equal(log.n, 1);
     assert_int_equal(log.last_req, req);
+    assert_int_equal(log.last_tag, 52);
     assert_int_equal(log.last_rc, 0);
     assert_true(buf[2] == 3.5f); /* the sum over one rank is the value: no scaling */
     uint64_t req2;
@@ -89,7 +92,7 @@ static int fake_all_reduce(tr_comm_t *c, void *buf, size_t n, tr_dtype_t dt, tr_
     int rc = tr_comm_check(c, buf, n, dt, (int)op, 0);
     if (rc < 0) return rc;
     *req = tr_comm_next_req(c);
-    c->done(c->done_arg, *req, TR_ECOMM); /* and reports a failure */
+    c->done(c->done_arg, *req, c->op_tag, TR_ECOMM); /* and reports a failure */
     return 0;
 }
 
