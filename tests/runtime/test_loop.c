@@ -46,8 +46,9 @@ static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
 }
 
 /* Under a sanitizer every instruction costs several times more, and the loop thread's first
- * wake-ups pay for shadow memory: the lateness bounds there are ten times looser (the
- * ordering and never-early checks stay exact). */
+ * wake-ups pay for shadow memory: the lateness bounds there are 25 times looser (measured
+ * under TSan on a 2-vCPU VM: 1.2-10.5 ms usually, 23 ms once in a CI run; the ordering and
+ * never-early checks stay exact). */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) /* gcc */
 #define SANITIZED 1
 #elif defined(__has_feature)
@@ -56,7 +57,7 @@ static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
 #endif
 #endif
 #ifdef SANITIZED
-#define SLACK 10
+#define SLACK 25
 #else
 #define SLACK 1
 #endif
