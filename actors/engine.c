@@ -42,22 +42,32 @@ void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why,
 
 /* --- the client's reply slot ----------------------------------------------------------------- */
 
+/* The explanation of rc, from fmt: never empty, and never ending in a bare ": ". Under mu. */
+static void set_error(tr__client_t *c, int rc, const char *fmt, va_list ap)
+{
+    c->error[0] = '\0';
+    if (fmt) vsnprintf(c->error, sizeof(c->error), fmt, ap);
+    size_t n = strlen(c->error);
+    if (n == 0 || c->error[n - 1] == ' ' || c->error[n - 1] == ':')
+        snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)", n ? " " : "engine: ",
+                 tr_err_name(rc), tr_strerror(rc));
+}
+
 static void reply_v(const tr_engine_t *eng, int rc, bool fail_engine, const tr__reply_t *r,
                     const char *fmt, va_list ap)
 {
     tr__client_t *c = eng->client;
     pthread_mutex_lock(&c->mu);
-    c->rc = rc;
-    if (r) c->reply = *r;
-    /* an actor failed between calls (the loader, ahead), or for good: keep why */
-    if (rc < 0 && (fail_engine || !c->waiting) && !c->failed) c->failed = rc;
-    if (rc < 0) {
-        c->error[0] = '\0';
-        if (fmt) vsnprintf(c->error, sizeof(c->error), fmt, ap);
-        size_t n = strlen(c->error);
-        if (n == 0 || c->error[n - 1] == ' ' || c->error[n - 1] == ':') /* never empty */
-            snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)", n ? " " : "engine: ",
-                     tr_err_name(rc), tr_strerror(rc));
+    if (c->failed) {
+        /* the first failure stands: what follows it (a peer that can no longer send to a
+         * failed actor, a request it cut short) changes neither the code nor the text */
+        c->rc = c->failed;
+    } else {
+        c->rc = rc;
+        if (r) c->reply = *r;
+        /* an actor failed between calls (the loader, ahead), or for good: keep why */
+        if (rc < 0 && (fail_engine || !c->waiting)) c->failed = rc;
+        if (rc < 0) set_error(c, rc, fmt, ap);
     }
     c->waiting = false;
     pthread_cond_broadcast(&c->cv);
@@ -136,6 +146,7 @@ static int call(tr_engine_t *eng, tr_actor_t to, tr_msg_t *m)
     rc = c->rc;
     if (rc >= 0) eng->last = c->reply;
     snprintf(eng->error, sizeof(eng->error), "%s", rc < 0 ? c->error : "");
+    if (!c->failed) c->error[0] = '\0'; /* a later failure between calls brings its own */
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -164,7 +175,7 @@ static void child_exited(tr__client_t *c, const tr_msg_exit_t *x)
                      x->name, tr_msg_type_name(x->msg_type), tr_err_name(x->reason),
                      tr_strerror(x->reason));
     }
-    c->rc = x->reason;
+    c->rc = c->failed;
     c->waiting = false;
     pthread_cond_broadcast(&c->cv);
 }

@@ -58,8 +58,8 @@ static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
     bool wrapped;
     int rc = tr__dataset_next(l->data, e->x_dim ? NULL : sl->in, e->x_dim ? sl->in : NULL,
                               sl->targets, sl->y, &wrapped, l->err, sizeof(l->err));
-    if (rc < 0) {
-        tr__reply(e, rc, NULL, "loader: %s", l->err);
+    if (rc < 0) { /* the stream cannot go on: the engine fails with this explanation */
+        tr__engine_fail(e, rc, "loader: %s", l->err);
         return rc;
     }
     if (wrapped)

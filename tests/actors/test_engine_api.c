@@ -186,6 +186,44 @@ static void test_engine_nan_weight_names_a_layer(void **state)
     tr_config_destroy(cfg);
 }
 
+/* --- a failure and what follows it --------------------------------------------------------- */
+
+static int failing_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                      int *targets, float *y)
+{
+    return index == 3 ? TR_EIO : batch_cb(user, index, B, T, tokens, x, targets, y);
+}
+
+/* The loader's data error fails the engine; what it causes afterwards (the executor's credit to
+ * a stopped loader, the loader's exit notice) never replaces its code or its text. */
+static void test_engine_first_failure_stands(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256], err[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
+                          .init_params = 1, .train = {.batch = failing_cb, .x_dim = XD}};
+    tr_engine_t *eng;
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
+    int rc = 0;
+    for (int i = 0; i < 10 && rc == 0; i++)
+        rc = tr_engine_train_batch(eng, NULL);
+    assert_int_equal(rc, TR_EIO);
+    char first[1024];
+    snprintf(first, sizeof(first), "%s", tr_engine_error(eng));
+    assert_non_null(strstr(first, "loader: dataset callback: batch 3"));
+    for (int i = 0; i < 3; i++) { /* whatever the other actors did meanwhile */
+        usleep(20000);
+        assert_int_equal(tr_engine_train_batch(eng, NULL), TR_EIO);
+        assert_string_equal(tr_engine_error(eng), first);
+    }
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 /* --- widths ----------------------------------------------------------------------------- */
 
 static void test_engine_checks_dataset_widths_at_create(void **state)
@@ -330,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_engine_divergence_names_the_step_and_layer),
         cmocka_unit_test(test_engine_nan_weight_names_a_layer),
         cmocka_unit_test(test_engine_checks_dataset_widths_at_create),
+        cmocka_unit_test(test_engine_first_failure_stands),
         cmocka_unit_test(test_engine_deterministic_mode_trains_and_replays),
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
         cmocka_unit_test(test_engine_log_level_comes_from_the_config),
