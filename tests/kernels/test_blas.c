@@ -73,6 +73,23 @@ static int child(int argc, char **argv)
     return 0;
 }
 
+/* Runs this test binary as "reexec-child" under the environment `env` (an env(1) argument
+ * list, %s-formatted with arg) and returns its one line. */
+static void run_child(const char *env, const char *arg, char *line, size_t len)
+{
+    char self[512], envs[300], cmd[900];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    snprintf(envs, sizeof(envs), env, arg);
+    snprintf(cmd, sizeof(cmd), "env %s '%s' reexec-child 2>/dev/null", envs, self);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    line[0] = '\0';
+    assert_non_null(fgets(line, (int)len, p));
+    assert_int_equal(pclose(p), 0);
+}
+
 static void test_blas_reexec_sets_coretype_once(void **state)
 {
     tr__blas_cpu_t cpu;
@@ -80,49 +97,25 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     if (cpu.cls == 0) skip(); // an SSE-only CPU: Prescott is its best core, nothing to fix
     tr_blas_info_t info;
     tr__blas_assess(&info, "Prescott", dyn, &cpu);
-    char self[512], cmd[700], line[256] = "", want[256];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    assert_true(n > 0);
-    self[n] = '\0';
-    snprintf(cmd, sizeof(cmd),
-             "env -u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS "
-             "TR_BLAS_PRETEND_CORE=Prescott '%s' reexec-child 2>/dev/null",
-             self);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    assert_non_null(fgets(line, sizeof(line), p));
-    assert_int_equal(pclose(p), 0);
+    char line[256], want[256];
+    run_child("-u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS "
+              "TR_BLAS_PRETEND_CORE=Prescott%s", "", line, sizeof(line));
     snprintf(want, sizeof(want), "coretype=%s marker=1 core=%s threads=1\n", info.best_core,
              info.best_core);
     assert_string_equal(line, want);
     // a fast core but no OPENBLAS_NUM_THREADS: re-executed with one OpenBLAS thread only
-    snprintf(cmd, sizeof(cmd),
-             "env -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS OPENBLAS_CORETYPE=%s '%s' "
-             "reexec-child 2>/dev/null",
-             info.best_core, self);
-    p = popen(cmd, "r");
-    assert_non_null(fgets(line, sizeof(line), p));
-    pclose(p);
+    run_child("-u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS OPENBLAS_CORETYPE=%s", info.best_core,
+              line, sizeof(line));
     assert_non_null(strstr(line, "marker=1"));
     assert_non_null(strstr(line, "threads=1"));
     // the caller's own OPENBLAS_NUM_THREADS is kept, and nothing else needs fixing: no exec
-    snprintf(cmd, sizeof(cmd),
-             "env -u TR_BLAS_REEXEC OPENBLAS_NUM_THREADS=2 OPENBLAS_CORETYPE=%s '%s' "
-             "reexec-child 2>/dev/null",
-             info.best_core, self);
-    p = popen(cmd, "r");
-    assert_non_null(fgets(line, sizeof(line), p));
-    pclose(p);
+    run_child("-u TR_BLAS_REEXEC OPENBLAS_NUM_THREADS=2 OPENBLAS_CORETYPE=%s", info.best_core,
+              line, sizeof(line));
     assert_non_null(strstr(line, "marker=- "));
     assert_non_null(strstr(line, "threads=2"));
     // already re-executed once: the marker stops a second exec even if still "slow"
-    snprintf(cmd, sizeof(cmd),
-             "env -u OPENBLAS_CORETYPE TR_BLAS_REEXEC=1 TR_BLAS_PRETEND_CORE=Prescott '%s' "
-             "reexec-child 2>/dev/null",
-             self);
-    p = popen(cmd, "r");
-    assert_non_null(fgets(line, sizeof(line), p));
-    pclose(p);
+    run_child("-u OPENBLAS_CORETYPE TR_BLAS_REEXEC=1 TR_BLAS_PRETEND_CORE=Prescott%s", "", line,
+              sizeof(line));
     assert_non_null(strstr(line, "coretype=- marker=1"));
 }
 
