@@ -185,9 +185,8 @@ static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
 {
     double lr = done->next_lr;
     const double(*mom)[2] = (const double(*)[2])d->betas;
-    size_t n_mom = d->optimizer_type == TR_OPTIMIZER_ADAM ||
-                   d->optimizer_type == TR_OPTIMIZER_ADAMW ||
-                   d->optimizer_type == TR_OPTIMIZER_LAMB;
+    /* DeepSpeed prints the betas of every optimizer that has them (all but SGD) */
+    size_t n_mom = d->optimizer_type != TR_OPTIMIZER_SGD && d->optimizer_type != TR_OPTIMIZER_NONE;
     char buf[512];
     tr_progress_line(0, done->global_step, done->skipped_steps, &lr, 1, mom, n_mom, buf,
                      sizeof(buf));

@@ -334,15 +334,7 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->prefetch),
                TR_ECONFIG;
-    if (c->zero.offload_optimizer.device != TR_OFFLOAD_NONE ||
-        c->zero.offload_param.device != TR_OFFLOAD_NONE)
-        tr_log(TR_LOG_WARN,
-               "%s: zero_optimization.offload_*: the swapper actor is not built yet; "
-               "optimizer state and parameters stay in memory",
-               c->source);
-    if (c->bf16.enabled)
-        tr_log(TR_LOG_WARN, "%s: bf16.enabled: the CPU kernels compute in fp32; bf16 changes "
-               "nothing yet", c->source);
+    /* offload and bf16 are warned about by the config itself ("no effect yet") */
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->T > g->max_seq_len)
         return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,
