@@ -58,6 +58,9 @@ if(NOT TR_MPI STREQUAL "OFF")
 endif()
 tr_optional(TR_MPI "${tr_mpi_found}" "no MPI C library found (Debian: libopenmpi-dev)")
 set(TR_HAVE_MPI ${TR_HAVE_TR_MPI})
+if(TR_HAVE_MPI)
+  target_link_libraries(tr_deps INTERFACE MPI::MPI_C)
+endif()
 set(TR_MPI_WHY ${TR_TR_MPI_WHY})
 
 # CUDA toolkit + cuBLAS

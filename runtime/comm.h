@@ -42,6 +42,10 @@ typedef struct tr_comm_ops {
     /* buf (count elements) becomes root's on every rank. */
     int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
                      uint64_t *req);
+    /* Moves pending operations on and reports those that completed (through done); returns
+     * how many are still pending, or a negative error. NULL for a backend whose operations
+     * complete when they start. The comm actor calls it while anything is pending. */
+    int (*progress)(tr_comm_t *c);
     void (*destroy)(tr_comm_t *c);
 } tr_comm_ops_t;
 
@@ -55,6 +59,7 @@ struct tr_comm {
     uint64_t op_tag;   /* the caller's: set before starting an operation; the backend records
                         * it at the start and hands it back to done (the comm actor puts the
                         * step there, so a completion is classed with its step) */
+    char error[256];   /* the last failing operation's explanation (the backend's words) */
     void *impl;
 };
 
@@ -80,6 +85,9 @@ uint64_t tr_comm_next_req(tr_comm_t *c);
  * a bad dtype or reduction, a root outside [0, world). */
 int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
                   int op_or_root, int is_root);
+
+/* comm_mpi.c, in builds with MPI: the "mpi" backend (registered by name). */
+int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen);
 
 /* In place: a one-element all-reduce of a double (a loss, a norm, an overflow flag). */
 int tr_comm_all_reduce_scalar(tr_comm_t *c, double *v, tr_reduce_op_t op, uint64_t *req);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/comm.h"
+#include "tr_build_config.h"
 #include "troupe/error.h"
 
 /* --- the registry ------------------------------------------------------------------------ */
@@ -20,7 +21,11 @@ static struct {
     int n;
     const char *names[MAX_BACKENDS];
     tr_comm_backend_fn create[MAX_BACKENDS];
+#if TR_HAVE_MPI
+} reg = {PTHREAD_MUTEX_INITIALIZER, 2, {"local", "mpi"}, {local_create, tr__comm_mpi_create}};
+#else
 } reg = {PTHREAD_MUTEX_INITIALIZER, 1, {"local"}, {local_create}};
+#endif
 
 int tr_comm_backend_register(const char *name, tr_comm_backend_fn create)
 {
@@ -139,8 +144,8 @@ static void local_destroy(tr_comm_t *c)
     free(c);
 }
 
-static const tr_comm_ops_t local_ops = {local_all_reduce, local_copy, local_copy, local_broadcast,
-                                        local_destroy};
+static const tr_comm_ops_t local_ops = {local_all_reduce, local_copy,  local_copy,
+                                        local_broadcast,  NULL,        local_destroy};
 
 static int local_create(tr_comm_t *c, char *why, size_t whylen)
 {

@@ -1,0 +1,249 @@
+/* comm_mpi.c: the "mpi" comm backend (built when CMake finds an MPI C library).
+ *
+ * Each operation is MPI's non-blocking collective on a duplicate of MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN, so an MPI error comes back as TR_ECOMM with MPI's own text in c->error.
+ * Open MPI 4.1 makes no progress between calls, so completions are found by `progress`
+ * (MPI_Testsome over everything pending), which the comm actor calls while anything is pending;
+ * each completed request is reported through done. MPI is initialised here on first use with
+ * MPI_THREAD_SERIALIZED (the comm actor's pinned thread makes the calls, one at a time) and
+ * finalised at exit, unless the program initialised it itself.
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm.h"
+#include "troupe/error.h"
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    int n, cap;                   /* pending operations */
+    MPI_Request *reqs;
+    uint64_t *ids, *tags;
+    int *done_at;                 /* MPI_Testsome's indices */
+} mpi_impl_t;
+
+/* --- MPI itself: once per process ---------------------------------------------------------- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_rc;
+static char init_why[256];
+
+static void finalize_at_exit(void)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+static void init_mpi(void)
+{
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (inited) { /* the program's: it finalises */
+        MPI_Query_thread(&provided);
+    } else if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        snprintf(init_why, sizeof(init_why), "comm backend 'mpi': MPI_Init_thread failed");
+        init_rc = TR_ECOMM;
+        return;
+    } else {
+        atexit(finalize_at_exit);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+        snprintf(init_why, sizeof(init_why),
+                 "comm backend 'mpi': MPI gives thread level %d; Troupe needs "
+                 "MPI_THREAD_SERIALIZED (its comm actor calls MPI from its own thread)",
+                 provided);
+        init_rc = TR_ENOTSUP;
+    }
+}
+
+/* --- operations ---------------------------------------------------------------------------- */
+
+static MPI_Datatype mpi_type(tr_dtype_t dt)
+{
+    switch (dt) {
+    case TR_DTYPE_F32: return MPI_FLOAT;
+    case TR_DTYPE_F64: return MPI_DOUBLE;
+    case TR_DTYPE_I32: return MPI_INT32_T;
+    case TR_DTYPE_I64: return MPI_INT64_T;
+    case TR_DTYPE_U8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL; /* fp16 and bf16 need an MPI_Op of our own: not yet */
+    }
+}
+
+/* Checks what every operation shares; TR_EINVAL / TR_ENOTSUP / TR_EOVERFLOW with c->error. */
+static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int v, int is_root)
+{
+    if (tr_comm_check(c, buf, count, dt, v, is_root) < 0)
+        return snprintf(c->error, sizeof(c->error), "comm 'mpi': bad arguments (buffer, dtype "
+                        "%d, %s %d)", (int)dt, is_root ? "root" : "op", v),
+               TR_EINVAL;
+    if (mpi_type(dt) == MPI_DATATYPE_NULL)
+        return snprintf(c->error, sizeof(c->error), "comm 'mpi': dtype %d is not supported on "
+                        "the wire yet (fp32, fp64, int32, int64, uint8 are)", (int)dt),
+               TR_ENOTSUP;
+    if (count > INT_MAX)
+        return snprintf(c->error, sizeof(c->error), "comm 'mpi': %zu elements in one operation, "
+                        "more than MPI's int count (%d)", count, INT_MAX),
+               TR_EOVERFLOW;
+    return 0;
+}
+
+/* Records a started operation, or turns MPI's error into ours. */
+static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req)
+{
+    mpi_impl_t *m = c->impl;
+    if (mpi_rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(mpi_rc, text, &len);
+        snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
+        return TR_ECOMM;
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 64;
+        MPI_Request *reqs = realloc(m->reqs, (size_t)cap * sizeof(*reqs));
+        if (reqs) m->reqs = reqs;
+        uint64_t *ids = realloc(m->ids, (size_t)cap * sizeof(*ids));
+        if (ids) m->ids = ids;
+        uint64_t *tags = realloc(m->tags, (size_t)cap * sizeof(*tags));
+        if (tags) m->tags = tags;
+        int *at = realloc(m->done_at, (size_t)cap * sizeof(*at));
+        if (at) m->done_at = at;
+        if (!reqs || !ids || !tags || !at) { /* the operation runs; wait for it here */
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+            snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory tracking operations");
+            return TR_ENOMEM;
+        }
+        m->cap = cap;
+    }
+    *req = tr_comm_next_req(c);
+    m->reqs[m->n] = r;
+    m->ids[m->n] = *req;
+    m->tags[m->n++] = c->op_tag;
+    return 0;
+}
+
+static int mpi_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt,
+                          tr_reduce_op_t op, uint64_t *req)
+{
+    int rc = check(c, buf, count, dt, (int)op, 0);
+    if (rc < 0) return rc;
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt),
+                        op == TR_REDUCE_SUM ? MPI_SUM : MPI_MAX, m->comm, &r);
+    return started(c, rc, r, "MPI_Iallreduce", req);
+}
+
+static int mpi_reduce_scatter(tr_comm_t *c, const void *send, void *recv, size_t count,
+                              tr_dtype_t dt, uint64_t *req)
+{
+    int rc = check(c, send, count * (size_t)c->world, dt, 0, 0);
+    if (rc == 0 && !recv && count) rc = TR_EINVAL;
+    if (rc < 0) return rc;
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(dt), MPI_SUM, m->comm, &r);
+    return started(c, rc, r, "MPI_Ireduce_scatter_block", req);
+}
+
+static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t count,
+                          tr_dtype_t dt, uint64_t *req)
+{
+    int rc = check(c, send, count * (size_t)c->world, dt, 0, 0);
+    if (rc == 0 && !recv && count) rc = TR_EINVAL;
+    if (rc < 0) return rc;
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Iallgather(send, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), m->comm,
+                        &r);
+    return started(c, rc, r, "MPI_Iallgather", req);
+}
+
+static int mpi_broadcast(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
+                         uint64_t *req)
+{
+    int rc = check(c, buf, count, dt, root, 1);
+    if (rc < 0) return rc;
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Ibcast(buf, (int)count, mpi_type(dt), root, m->comm, &r);
+    return started(c, rc, r, "MPI_Ibcast", req);
+}
+
+static int mpi_progress(tr_comm_t *c)
+{
+    mpi_impl_t *m = c->impl;
+    if (m->n == 0) return 0;
+    int done = 0;
+    int rc = MPI_Testsome(m->n, m->reqs, &done, m->done_at, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, text, &len);
+        snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: MPI_Testsome: %.180s", c->rank,
+                 text);
+        return TR_ECOMM;
+    }
+    for (int k = 0; k < done && done != MPI_UNDEFINED; k++) {
+        int i = m->done_at[k];
+        c->done(c->done_arg, m->ids[i], m->tags[i], 0);
+        m->ids[i] = 0; /* completed: compacted below */
+    }
+    int keep = 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->ids[i]) {
+            m->reqs[keep] = m->reqs[i];
+            m->ids[keep] = m->ids[i];
+            m->tags[keep++] = m->tags[i];
+        }
+    m->n = keep;
+    return keep;
+}
+
+static void mpi_destroy(tr_comm_t *c)
+{
+    mpi_impl_t *m = c->impl;
+    if (m) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(&m->comm);
+        free(m->reqs), free(m->ids), free(m->tags), free(m->done_at);
+        free(m);
+    }
+    free(c);
+}
+
+static const tr_comm_ops_t mpi_ops = {mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,
+                                      mpi_broadcast,  mpi_progress,       mpi_destroy};
+
+int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen)
+{
+    pthread_once(&init_once, init_mpi);
+    if (init_rc < 0) return snprintf(why, whylen, "%s", init_why), init_rc;
+    int rank = -1, world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (rank != c->rank || world != c->world)
+        return snprintf(why, whylen,
+                        "comm backend 'mpi': the launcher said rank %d of %d, MPI says rank %d "
+                        "of %d (was the program started by mpirun, once per rank?)",
+                        c->rank, c->world, rank, world),
+               TR_EINVAL;
+    mpi_impl_t *m = calloc(1, sizeof(*m));
+    if (!m) return snprintf(why, whylen, "comm backend 'mpi': out of memory"), TR_ENOMEM;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &m->comm) != MPI_SUCCESS) {
+        free(m);
+        return snprintf(why, whylen, "comm backend 'mpi': MPI_Comm_dup failed"), TR_ECOMM;
+    }
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    c->impl = m;
+    c->ops = &mpi_ops;
+    return 0;
+}
