@@ -1,7 +1,13 @@
 /* comm.c: the comm actor. Each BUCKET is all-reduced (summed over the data-parallel ranks)
  * by the backend and passed on to the optimizer as REDUCED once the backend reports its
- * completion, which arrives as a COMM_DONE message: the actor never waits or spins, and
- * several buckets may be in flight at once.
+ * completion, which arrives as a COMM_DONE message; several buckets may be in flight at once.
+ *
+ * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
+ * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
+ * messages, each running the backend's progress once. A poll that completes nothing sleeps
+ * first, 1 us doubling to 256 us, so a long reduction costs little CPU while a new BUCKET waits
+ * at most one such sleep; with nothing pending no poll is sent and the actor parks. The local
+ * backend completes at once and needs none of this.
  *
  * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
  * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
@@ -12,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "actors/engine_internal.h"
 #include "kernels/cpu/vec.h"
@@ -31,6 +38,9 @@ struct tr__comm {
     tr_actor_t self;
     tr_comm_t *backend;
     float pre, post; /* multipliers before and after the sum (1: none) */
+    bool polling;    /* a COMM_POLL is on its way */
+    uint64_t polls;  /* progress calls made (a counter for tests and the trace) */
+    int inflight;    /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
 };
@@ -99,6 +109,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         return rc;
     }
     p->req = req;
+    c->inflight++;
     return 0;
 }
 
@@ -125,12 +136,46 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
     return rc;
 }
 
+/* Sends the next COMM_POLL (idle_polls: how many before it completed nothing). */
+static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_POLL);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, comm_poll)->idle_polls = idle_polls;
+    int rc = tr_actor_send(ctx->rt, ctx->self, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    c->polling = rc == 0;
+    return rc;
+}
+
+/* One progress pass; polls again while anything is pending, after a backoff sleep when the
+ * previous pass completed nothing. */
+static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
+{
+    c->polling = false;
+    uint32_t shift = idle_polls < 8 ? idle_polls : 8;
+    if (idle_polls) nanosleep(&(struct timespec){0, 1000L << shift}, NULL);
+    int left = c->backend->ops->progress(c->backend);
+    c->polls++;
+    if (left < 0) {
+        tr__engine_fail(c->eng, left, "comm: %s", c->backend->error);
+        return left;
+    }
+    bool progressed = left < c->inflight; /* the completions sent their COMM_DONE */
+    c->inflight = left;
+    return left > 0 ? schedule_poll(ctx, c, progressed ? 0 : idle_polls + 1) : 0;
+}
+
 static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__comm *c = ctx->state;
-    if (msg->type == TR_MSG_BUCKET) return on_bucket(c, msg);
-    if (msg->type == TR_MSG_COMM_DONE) return on_done(ctx, c, TR_MSG_AS(msg, comm_done));
-    return 0;
+    int rc = 0;
+    if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
+    if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
+    if (rc == 0 && msg->type == TR_MSG_BUCKET && c->backend->ops->progress && !c->polling)
+        rc = schedule_poll(ctx, c, 0);
+    return rc;
 }
 
 int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
@@ -150,11 +195,16 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
         c->post = pre != world ? (float)(pre / world) : 1.0f;
     }
     char why[256];
-    int rc = tr_comm_create("local", eng->rank, eng->world, op_done, c, &c->backend, why,
+    const char *name = cfg->troupe.comm.backend;
+    if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
+    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
                             sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "%s: %s", cfg->source, why), rc;
-    tr_actor_opts_t o = {
-        .name = "comm", .defer_stop = 1, .supervisor = eng->supervisor, .lane_kind = TR_LANE_COMM};
+    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    tr_actor_opts_t o = {.name = "comm",
+                         .pinned = c->backend->ops->progress != NULL, /* it polls and sleeps */
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_COMM};
     rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
     c->self = eng->comm; /* before any message: completions are addressed to it */
     return rc;

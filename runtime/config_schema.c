@@ -516,10 +516,18 @@ static const tr__cfg_key_t troupe_data_keys[] = {
 };
 SECTION(troupe_data_sec, "troupe.data", troupe_data_keys);
 
+static const tr__cfg_key_t troupe_comm_keys[] = {
+    ACT(STR("backend", troupe.comm.backend, "auto", 0,
+            "the comm backend by name: auto (local at world size 1, mpi above), local, mpi, or "
+            "one a program registered")),
+};
+SECTION(troupe_comm_sec, "troupe.comm", troupe_comm_keys);
+
 static const tr__cfg_key_t troupe_keys[] = {
     SECT("trace", trace_sec, 0, "actor timeline tracing"),
     SECT("runtime", troupe_runtime_sec, 0, "scheduler"),
     SECT("data", troupe_data_sec, 0, "data loader"),
+    SECT("comm", troupe_comm_sec, 0, "communication between ranks"),
     ACT(ENUM("log_level", troupe.log_level, 1, log_levels, TR__F_NOCASE,
              "lines Troupe prints: debug, info (start-up summaries, DeepSpeed's progress and "
              "timer lines), warning, error or off; TROUPE_LOG_LEVEL overrides it")),

@@ -209,6 +209,9 @@ typedef struct tr_config_troupe {
         int64_t prefetch, seed;
         bool shuffle;
     } data;
+    struct {
+        const char *backend; /* a registered comm backend; "auto": local at world size 1 */
+    } comm;
     int log_level; /* TR_LOG_DEBUG..TR_LOG_OFF (troupe/log.h); TROUPE_LOG_LEVEL overrides it */
 } tr_config_troupe_t;
 
