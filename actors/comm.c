@@ -30,6 +30,10 @@ typedef struct pending {
     uint64_t step;
     tr_tensor_ref_t grads;
     float *data;
+    tr_actor_t asker;            /* a COMM_SCALAR's requester (none for a bucket) */
+    tr_msg_comm_scalar_t scalar; /* its request */
+    double *vals;                /* its values, reduced in place (not in this table, which
+                                  * may move while the operation is in flight) */
 } pending_t;
 
 struct tr__comm {
@@ -96,7 +100,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     size_t count = b->grads.length / sizeof(float);
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
-                     .grads = b->grads, .data = data};
+                     .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE};
     scale(data, count, c->pre);
     c->backend->op_tag = msg->step;
     uint64_t req;
@@ -113,6 +117,56 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     return 0;
 }
 
+/* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
+static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
+{
+    tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
+    pending_t *p = pending_slot(c);
+    if (!p || s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
+        tr__engine_fail(c->eng, TR_EINVAL, "comm: scalar all-reduce of %u values (op %u) from "
+                        "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
+        return TR_EINVAL;
+    }
+    double *vals = malloc(sizeof(s->values));
+    if (!vals) return TR_ENOMEM;
+    memcpy(vals, s->values, sizeof(s->values));
+    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .scalar = *s,
+                     .vals = vals};
+    c->backend->op_tag = msg->step;
+    uint64_t req;
+    int rc = c->backend->ops->all_reduce(c->backend, vals, s->n, TR_DTYPE_F64,
+                                         (tr_reduce_op_t)s->op, &req);
+    if (rc < 0) {
+        p->req = 0;
+        free(vals);
+        p->vals = NULL;
+        tr__engine_fail(c->eng, rc, "comm: scalar all-reduce: %s", c->backend->error[0]
+                                                                       ? c->backend->error
+                                                                       : tr_strerror(rc));
+        return rc;
+    }
+    p->req = req;
+    c->inflight++;
+    return 0;
+}
+
+/* A scalar all-reduce finished: the result back to whoever asked. */
+static int scalar_done(tr_ctx_t *ctx, pending_t *p)
+{
+    memcpy(p->scalar.values, p->vals, sizeof(p->scalar.values));
+    free(p->vals);
+    p->vals = NULL;
+    p->req = 0;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_scalar) = p->scalar;
+    m->step = p->step;
+    tr_actor_t to = p->asker;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
 {
     pending_t *p = NULL;
@@ -124,6 +178,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
                         p ? tr_strerror(d->rc) : "completed but was never started");
         return rc;
     }
+    if (!tr_actor_is_none(p->asker)) return scalar_done(ctx, p);
     scale(p->data, p->grads.length / sizeof(float), c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
@@ -170,10 +225,12 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__comm *c = ctx->state;
     int rc = 0;
+    bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR;
     if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
+    if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
     if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
-    if (rc == 0 && msg->type == TR_MSG_BUCKET && c->backend->ops->progress && !c->polling)
+    if (rc == 0 && starts && c->backend->ops->progress && !c->polling)
         rc = schedule_poll(ctx, c, 0);
     return rc;
 }
@@ -214,6 +271,8 @@ void tr__comm_free(tr_engine_t *eng)
 {
     if (!eng->cm) return;
     tr_comm_destroy(eng->cm->backend);
+    for (size_t i = 0; i < eng->cm->cap; i++)
+        free(eng->cm->pending[i].vals);
     free(eng->cm->pending);
     free(eng->cm);
     eng->cm = NULL;

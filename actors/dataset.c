@@ -313,10 +313,13 @@ int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, flo
     *wrapped = false;
     int rc;
     if (ds->cb) {
-        rc = ds->cb(ds->user, ds->pos.batch_index, ds->B, ds->T, tokens, x, targets, y);
+        /* rank r of W asks for batches r, W + r, 2W + r, ...: the ranks' micro-batches of one
+         * step are the micro-batches of a one-process run with W times the accumulation */
+        uint64_t index = ds->pos.batch_index * (uint64_t)ds->world + (uint64_t)ds->rank;
+        rc = ds->cb(ds->user, index, ds->B, ds->T, tokens, x, targets, y);
         if (rc < 0)
             return fail(err, errlen, rc, "dataset callback: batch %llu: %s",
-                        (unsigned long long)ds->pos.batch_index, tr_strerror(rc));
+                        (unsigned long long)index, tr_strerror(rc));
     } else {
         rc = next_from_shards(ds, tokens, targets, wrapped, err, errlen);
         if (rc < 0) return rc;

@@ -20,6 +20,7 @@
 
 #include "actors/engine_internal.h"
 #include "io/mkdir_p.h"
+#include "runtime/ranks.h"
 
 tr_tensor_ref_t tr__param_ref(const tr_engine_t *eng, uint64_t buf, size_t offset, size_t count)
 {
@@ -244,17 +245,39 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     return rc;
 }
 
+/* This process's rank and the world size: the caller's, or the launcher's environment. */
+static int find_ranks(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
+{
+    tr_ranks_t given = {.rank = o->rank, .world = o->world}, r;
+    char why[384];
+    int rc = tr_ranks_discover(o->world > 0 ? &given : NULL, &r, why, sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "engine: %s", why), rc;
+    eng->rank = r.rank;
+    eng->world = r.world;
+    if (r.world > 1)
+        tr_log(TR_LOG_INFO, "engine: rank %d of %d (local rank %d, from %s)", r.rank, r.world,
+               r.local_rank, r.source);
+    return 0;
+}
+
 static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     if (o->config) {
         eng->cfg = (tr_config_t *)o->config;
+        if (eng->cfg->world_size != eng->world)
+            return snprintf(err, errlen,
+                            "%s: the config was resolved for world size %lld, but this process "
+                            "is rank %d of %d (load it with that world size)",
+                            eng->cfg->source, (long long)eng->cfg->world_size, eng->rank,
+                            eng->world),
+                   TR_EINVAL;
         return 0;
     }
     if (!o->config_path)
         return snprintf(err, errlen, "engine: no config (config_path or config)"), TR_EINVAL;
     tr_config_diag_t d;
     tr_config_diag_init(&d);
-    int rc = tr_config_load(o->config_path, 1, &eng->cfg, &d);
+    int rc = tr_config_load(o->config_path, eng->world, &eng->cfg, &d);
     size_t used = 0;
     for (size_t i = 0; i < d.count; i++) {
         if (d.items[i].severity == TR_CONFIG_WARNING)
@@ -316,20 +339,16 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
     eng->T = o->seq_len > 0 ? o->seq_len : 1;
     eng->x_dim = tr_model_layer(eng->model, 0)->in_dim;
     int targets = tr_model_targets(eng->model, &eng->y_dim);
-    eng->rank = 0;
-    eng->world = (int)c->world_size;
     eng->prefetch = (int)c->troupe.data.prefetch;
     if (targets == TR_TARGETS_NONE)
         return snprintf(err, errlen, "engine: the model's last layer '%s' is not a loss layer "
                         "(tr_layer_set_loss)",
                         tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
                TR_EINVAL;
-    if (eng->world != 1)
-        return snprintf(err, errlen,
-                        "%s: world size %d: this build trains on one rank "
-                        "(the local comm backend)",
-                        c->source, eng->world),
-               TR_ENOTSUP;
+    if (eng->world > 1 && c->zero.stage > 0)
+        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage %lld: the ranks keep whole gradients "
+               "and optimizer states for now (stage 0's numerics); partitioning comes next",
+               c->source, (long long)c->zero.stage);
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->prefetch),
@@ -450,7 +469,8 @@ static tr__client_t *client_new(void)
 
 static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
-    int rc = load_config(eng, o, err, errlen);
+    int rc = find_ranks(eng, o, err, errlen);
+    if (!rc) rc = load_config(eng, o, err, errlen);
     if (!rc) tr_log_set_default_level(eng->cfg->troupe.log_level);
     if (!rc) {
         eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
@@ -698,6 +718,13 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
                         "%s: in the middle of an accumulation window; %s between steps", what,
                         what),
                TR_EINVAL;
+    if (eng->world > 1)
+        return snprintf(eng->error, sizeof(eng->error),
+                        "%s: checkpoints of %d ranks come with ZeRO's partitioned states (the "
+                        "next step of data parallelism); this build saves and loads at world "
+                        "size 1",
+                        what, eng->world),
+               TR_ENOTSUP;
     tr_msg_t *m = tr__request_new(eng->rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);

@@ -32,6 +32,9 @@ typedef struct queued {
     float *y;
 } queued_t;
 
+/* What a COMM_SCALAR answers (its `what`). */
+enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
+
 struct tr__exec {
     const tr_engine_t *eng;
     tr_model_t *model;
@@ -51,6 +54,7 @@ struct tr__exec {
     bool deferred;     /* a FORWARD (its message kept) arrived while the step was pending */
     tr_msg_t *deferred_msg;
     tr_step_stats_t stats;
+    tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
     bool have_forward; /* DeepSpeed-style: forward done, backward not yet */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
@@ -282,12 +286,12 @@ static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 
 /* --- the step ------------------------------------------------------------------------------ */
 
-static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d)
+static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double loss)
 {
     x->stats = (tr_step_stats_t){.global_step = d->global_step,
                                  .global_samples = x->global_samples,
                                  .skipped_steps = d->skipped_steps,
-                                 .loss = (float)(x->loss_sum / (x->micro ? x->micro : 1)),
+                                 .loss = (float)loss,
                                  .lr = d->lr,
                                  .grad_norm = d->grad_norm,
                                  .loss_scale = d->loss_scale,
@@ -302,15 +306,17 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d)
 
 static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
 
-static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+/* The step is over: statistics (loss: the mean over the global batch), DeepSpeed's outputs,
+ * the waiting call's reply, a FORWARD that waited for the parameters. */
+static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_done_t *d,
+                        double loss)
 {
-    tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
     x->step_pending = false;
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
     tr_model_zero_grad(x->model);
-    report_stats(x, d);
+    report_stats(x, d, loss);
     if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
         x->req = 0;
         x->unstepped = false;
@@ -336,6 +342,35 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         tr_msg_free(ctx->rt, x->deferred_msg);
         x->deferred_msg = NULL;
     }
+}
+
+/* Asks the comm actor to sum values over the ranks; the answer comes as COMM_SCALAR. */
+static int reduce_scalars(tr_ctx_t *ctx, struct tr__exec *x, uint32_t what, double a, double b)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){.op = 0, .n = 2, .what = what,
+                                                        .values = {a, b}};
+    m->step = x->global_steps;
+    int rc = tr_actor_send(ctx->rt, x->eng->comm, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(x->eng, rc, "executor: cannot ask for the loss over the ranks: %s",
+                        tr_strerror(rc));
+    }
+    return rc;
+}
+
+static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
+    tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
+    double micro = x->micro ? x->micro : 1;
+    if (x->eng->world == 1 || d->rc < 0) {
+        finish_step(ctx, x, d, x->loss_sum / micro);
+        return;
+    }
+    x->done = *d; /* finished when the loss over every rank's micro-batches comes back */
+    reduce_scalars(ctx, x, SCALAR_STEP_LOSS, x->loss_sum, micro);
 }
 
 /* --- DeepSpeed-style calls ----------------------------------------------------------------- */
@@ -418,7 +453,7 @@ static void serve_step(struct tr__exec *x)
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
 
-static void serve_eval(struct tr__exec *x, uint32_t n)
+static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
     const tr_engine_t *e = x->eng;
     tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
@@ -446,7 +481,21 @@ static void serve_eval(struct tr__exec *x, uint32_t n)
         sum += loss;
     }
     tr_model_set_training(x->model, 1);
+    if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, sum, n);
+        return;
+    }
     reply_ok(x, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+}
+
+/* A sum over the ranks came back: the loss of a step or of an evaluation. */
+static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scalar_t *s)
+{
+    double mean = s->values[1] > 0 ? s->values[0] / s->values[1] : 0.0;
+    if (s->what == SCALAR_STEP_LOSS)
+        finish_step(ctx, x, &x->done, mean);
+    else
+        reply_ok(x, (tr__reply_t){.loss = (float)mean});
 }
 
 /* --- checkpoints ----------------------------------------------------------------------------- */
@@ -559,7 +608,7 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     }
     switch (r->kind) {
     case TR__REQ_TRAIN: serve_train(ctx, x); break;
-    case TR__REQ_EVAL: serve_eval(x, r->n); break;
+    case TR__REQ_EVAL: serve_eval(ctx, x, r->n); break;
     case TR__REQ_FORWARD:
         if (!x->step_pending) {
             serve_forward(ctx, x, r);
@@ -587,6 +636,7 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     case TR_MSG_STEP_DONE: on_step_done(ctx, x, msg); return 0;
     case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
     case TR_MSG_ENGINE_STATE: return restore(ctx, x, msg);
+    case TR_MSG_COMM_SCALAR: on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar)); return 0;
     default: return 0;
     }
 }

@@ -3,6 +3,7 @@
  * "file:line:column: message"), then walks it against the schema and resolves the rules that
  * span keys. Also the getters by dotted path and tr_config_destroy. */
 #include "runtime/config_walk.h"
+#include "runtime/ranks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,7 +113,13 @@ int tr_config_from_string(const char *json, size_t len, const char *name, int wo
     *cfg = NULL;
     name = name ? name : "<string>";
     int err = TR_EINVAL;
-    if (world < 1)
+    tr_ranks_t ranks;
+    char why[384];
+    if (world == 0 && tr_ranks_discover(NULL, &ranks, why, sizeof(why)) < 0)
+        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size: %s", name, why);
+    else if (world == 0 && (world = ranks.world) < 1)
+        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size must be >= 1", name);
+    else if (world < 1)
         tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size must be >= 1, got %d", name,
                          world);
     else if (!json && len)

@@ -78,7 +78,7 @@ int tr_ranks_discover(const tr_ranks_t *given, tr_ranks_t *out, char *why, size_
             return snprintf(why, whylen,
                             "RANK/WORLD_SIZE (torchrun or the DeepSpeed launcher) say world "
                             "size %d; Troupe's ranks talk over MPI: launch with `mpirun -np %d "
-                            "...`, `srun -n %d ...` or `troupe launch`",
+                            "...` or `srun -n %d ...`",
                             world, world, world),
                    TR_EINVAL;
     }

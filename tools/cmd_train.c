@@ -64,7 +64,7 @@ static int load_config(run_t *r)
 {
     tr_config_diag_t d;
     tr_config_diag_init(&d);
-    int rc = tr_config_load(r->o.config, 1, &r->cfg, &d);
+    int rc = tr_config_load(r->o.config, 0, &r->cfg, &d); /* the launcher's world size */
     for (size_t i = 0; i < d.count; i++)
         fprintf(stderr, "%s\n", d.items[i].text);
     if (rc < 0 && d.count == 0)

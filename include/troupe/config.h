@@ -251,10 +251,10 @@ typedef enum {
 /* --- loading --------------------------------------------------------------------------- */
 
 /* Reads, resolves and validates the DeepSpeed config at path for a data-parallel world of
- * `world` ranks. On success *cfg is a new config (free it with tr_config_destroy) and 0 is
+ * `world` ranks (0: the launcher's, from the environment: mpirun, srun). On success *cfg is a new config (free it with tr_config_destroy) and 0 is
  * returned; warnings may still be in diag. On failure *cfg is NULL and diag (when not NULL)
  * holds every error found: TR_ECONFIG for a bad config, TR_ENOENT/TR_EACCES/TR_EISDIR/... when
- * the file cannot be read, TR_EINVAL when world < 1 or path is NULL, TR_ENOMEM. Any thread. */
+ * the file cannot be read, TR_EINVAL when world < 0 or path is NULL, TR_ENOMEM. Any thread. */
 int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_diag_t *diag);
 
 /* As tr_config_load, from len bytes of JSON text; name labels the diagnostics. Any thread. */

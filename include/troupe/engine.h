@@ -69,6 +69,9 @@ typedef struct tr_engine_opts {
                                  * scratch); 0: keep the model's (loaded from a file) */
     int handle_signals;         /* SIGINT/SIGTERM: finish the step, then stop (see
                                  * tr_engine_stop_requested) */
+    int rank, world;            /* this process's data-parallel rank and the world size; world
+                                 * 0: from the launcher's environment (mpirun, srun: see
+                                 * docs/runtime.md), 1: one process whatever it says */
     const char *trace_dir;      /* write actor timelines here (overrides the config's
                                  * troupe.trace); NULL: as the config says */
 } tr_engine_opts_t;

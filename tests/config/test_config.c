@@ -174,9 +174,28 @@ static void test_config_batch_auto_is_derived_or_explained(void **state)
 static void test_config_world_size_must_be_positive(void **state)
 {
     tr_config_t *c = NULL;
-    assert_int_equal(tr_config_from_string("{}", 2, "ds.json", 0, &c, &diag), TR_EINVAL);
+    assert_int_equal(tr_config_from_string("{}", 2, "ds.json", -1, &c, &diag), TR_EINVAL);
     assert_null(c);
-    has("ds.json: world size must be >= 1, got 0");
+    has("ds.json: world size must be >= 1, got -1");
+}
+
+/* World 0: the launcher's, from the environment; a torchrun launch is answered. */
+static void test_config_world_size_from_the_launcher(void **state)
+{
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}";
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1), setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    tr_config_t *c = NULL;
+    assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag), 0);
+    assert_int_equal(c->world_size, 4);
+    assert_int_equal(c->train_batch_size, 24);
+    tr_config_destroy(c);
+    unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_RANK");
+    setenv("WORLD_SIZE", "2", 1), setenv("RANK", "0", 1);
+    assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag),
+                     TR_EINVAL);
+    has("ds.json: world size: RANK/WORLD_SIZE (torchrun or the DeepSpeed launcher) say world "
+        "size 2; Troupe's ranks talk over MPI: launch with `mpirun -np 2 ...` or `srun -n 2 ...`");
+    unsetenv("WORLD_SIZE"), unsetenv("RANK");
 }
 
 /* --- defaults ---------------------------------------------------------------------------- */
@@ -610,6 +629,7 @@ int main(void)
         T(test_config_batch_errors_use_deepspeed_wording),
         T(test_config_batch_auto_is_derived_or_explained),
         T(test_config_world_size_must_be_positive),
+        T(test_config_world_size_from_the_launcher),
         T(test_config_top_and_zero_defaults),
         T(test_config_overlap_comm_defaults_by_stage),
         T(test_config_precision_defaults),

@@ -88,7 +88,7 @@ static void test_ranks_torchrun_is_answered_with_mpi(void **state)
 {
     (void)state;
     setenv("RANK", "0", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "0", 1);
-    expect_error("launch with `mpirun -np 2 ...`, `srun -n 2 ...` or `troupe launch`");
+    expect_error("launch with `mpirun -np 2 ...` or `srun -n 2 ...`");
     setenv("WORLD_SIZE", "1", 1); /* a torchrun of one process is one process */
     expect(0, 1, 0, "single process");
 }
