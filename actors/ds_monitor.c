@@ -47,13 +47,14 @@ struct tr__dsmon {
     uint64_t bwd0, bwd1; /* the boundary micro-step's backward, finished at STEP_DONE */
     int optimizer_type;
     const double *betas;
+    bool quiet; /* not rank 0: DeepSpeed prints and writes its monitors on rank 0 only */
 };
 
 /* DeepSpeed's lines go to stdout, as its logger's do, at the info level (troupe.log_level or
  * TROUPE_LOG_LEVEL above info silences them). */
-static void print_line(const char *line)
+static void print_line(const struct tr__dsmon *d, const char *line)
 {
-    if (tr_log_level() > TR_LOG_INFO) return;
+    if (d->quiet || tr_log_level() > TR_LOG_INFO) return;
     fputs(line, stdout);
     fputc('\n', stdout);
     fflush(stdout);
@@ -80,7 +81,7 @@ static void log_timers(struct tr__dsmon *d, const char *const *names, uint64_t n
 {
     char buf[512];
     tr_walltimers_log_line(d->timers, 0, names, N_TIMERS, 1.0, 1, now, buf, sizeof(buf));
-    print_line(buf);
+    print_line(d, buf);
 }
 
 /* One scalar to every monitor that is on. */
@@ -138,7 +139,8 @@ int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
     d->betas = c->optimizer.params.betas;
     tr_throughput_init(&d->tput, d->train_batch, d->spp, 0);
     if (c->wall_clock_breakdown && tr_walltimers_create(&d->timers) < 0) return TR_ENOMEM;
-    return open_monitors(d, c, err, errlen);
+    d->quiet = eng->rank != 0;
+    return d->quiet ? 0 : open_monitors(d, c, err, errlen);
 }
 
 void tr__dsmon_destroy(tr_engine_t *eng)
@@ -163,7 +165,7 @@ void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1)
 static void micro_end(struct tr__dsmon *d, bool boundary, uint64_t step0, uint64_t step1)
 {
     char buf[512];
-    if (tr_throughput_stop(&d->tput, boundary, step1, 0, 0, buf, sizeof(buf))) print_line(buf);
+    if (tr_throughput_stop(&d->tput, boundary, step1, 0, 0, buf, sizeof(buf))) print_line(d, buf);
     timed(d, STEP, step0, step1);
     if (d->timers) log_timers(d, micro_names, step1);
 }
@@ -190,7 +192,7 @@ static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
     char buf[512];
     tr_progress_line(0, done->global_step, done->skipped_steps, &lr, 1, mom, n_mom, buf,
                      sizeof(buf));
-    print_line(buf);
+    print_line(d, buf);
 }
 
 void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
@@ -206,7 +208,7 @@ void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
     timed(d, BWD, d->bwd0, reduced);
     if (steps % d->spp == 0) progress(d, done);
     char buf[512];
-    if (tr_throughput_stop(&d->tput, 1, done->t_end, 0, 0, buf, sizeof(buf))) print_line(buf);
+    if (tr_throughput_stop(&d->tput, 1, done->t_end, 0, 0, buf, sizeof(buf))) print_line(d, buf);
     scalar(d, TR_TAG_LR, done->next_lr, samples);
     if (d->fp16) loss_scale(d, done->next_loss_scale, samples);
     timed(d, STEP, done->t_begin, done->t_end);

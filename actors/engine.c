@@ -777,3 +777,13 @@ uint64_t tr_engine_global_step(const tr_engine_t *eng)
 {
     return eng->last.global_step;
 }
+
+int tr_engine_rank(const tr_engine_t *eng)
+{
+    return eng->rank;
+}
+
+int tr_engine_world(const tr_engine_t *eng)
+{
+    return eng->world;
+}

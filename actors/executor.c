@@ -296,7 +296,7 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double
                                  .grad_norm = d->grad_norm,
                                  .loss_scale = d->loss_scale,
                                  .skipped = d->skipped,
-                                 .tokens = x->tokens_window,
+                                 .tokens = x->tokens_window * (uint64_t)x->eng->world,
                                  .step_ms = (tr_now_ns() - x->t_window) / 1e6};
     x->micro = 0;
     x->loss_sum = 0;

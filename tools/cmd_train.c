@@ -212,6 +212,8 @@ static int create_engine(run_t *r, tr_model_t *model, int T)
     char err[1024] = "";
     r->params = (double)tr_model_num_params(model);
     int rc = tr_engine_create(&r->eng, &eo, err, sizeof(err));
+    if (rc == 0 && tr_engine_rank(r->eng) > 0 && !freopen("/dev/null", "w", stdout))
+        rc = TR_EIO; /* only rank 0 reports (as DeepSpeed does); errors still show everywhere */
     if (rc == TR_ENOMEM || rc == TR_EAGAIN)
         say_no_memory(r, err[0] ? err : "creating the engine", rc, NULL);
     else if (rc < 0)

@@ -90,12 +90,12 @@ typedef struct tr_step_stats {
     uint64_t global_step;       /* optimizer steps taken, skipped ones included (DeepSpeed) */
     uint64_t global_samples;    /* samples consumed */
     uint64_t skipped_steps;     /* steps skipped on overflow so far */
-    float loss;                 /* mean loss over the step's micro-batches */
+    float loss;                 /* mean loss over the step's micro-batches, every rank's */
     double lr;                  /* learning rate used by this step */
     double grad_norm;           /* global gradient norm before clipping (0 when skipped) */
     double loss_scale;          /* fp16 loss scale in use (1 without fp16) */
     int skipped;                /* this step was skipped (overflow) */
-    uint64_t tokens;            /* positions processed by this step */
+    uint64_t tokens;            /* positions processed by this step, over every rank */
     double step_ms;             /* wall time of the whole step */
 } tr_step_stats_t;
 
@@ -162,6 +162,10 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
 /* Optimizer steps taken so far, skipped ones included (tr_step_stats_t.global_step); after
  * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. */
 uint64_t tr_engine_global_step(const tr_engine_t *eng);
+
+/* This process's data-parallel rank and the world size (1 for a single process). Any thread. */
+int tr_engine_rank(const tr_engine_t *eng);
+int tr_engine_world(const tr_engine_t *eng);
 
 /* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
