@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 troupe train`: two ranks train the tiny GPT, only rank 0 reports, and the
+# result is the same training as one process with twice the accumulation steps (the final
+# losses printed agree to the printed digits); a checkpoint flag with more than one rank is
+# refused before the first step (exit 2, naming the flag).
+source "$(dirname "$0")/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --oversubscribe -np 2)
+
+"${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 6 --print-every 1 > out.txt 2> err.txt ||
+    { cat out.txt err.txt; fail "2 ranks did not train"; }
+[ "$(grep -c '^summary:' out.txt)" -eq 1 ] || { cat out.txt; fail "expected one summary (rank 0)"; }
+two=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+
+cat > ds2.json <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+one_proc=("${tiny[@]}")
+one_proc[1]=$tmp/ds2.json
+"$troupe" train "${one_proc[@]}" --steps 6 --print-every 1 > out1.txt 2> err1.txt ||
+    { cat out1.txt err1.txt; fail "one process did not train"; }
+one=$(grep '^summary:' out1.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+[ "$two" = "$one" ] || fail "2 ranks ended at loss $two, one process with GAS 2 at $one"
+
+rc=0
+"${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 2 --save-dir ck > out.txt 2> err.txt || rc=$?
+[ "$rc" -ne 0 ] || fail "--save-dir with 2 ranks was accepted"
+grep -q -- "--save-dir: checkpoints of 2 ranks come with ZeRO's partitioned" err.txt ||
+    { cat err.txt; fail "--save-dir with 2 ranks: no reason given"; }
+grep -q '^step' out.txt && fail "--save-dir with 2 ranks: trained before refusing"
+echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does; --save-dir refused"
