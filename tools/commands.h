@@ -16,5 +16,6 @@ int tr_cmd_trace(int argc, char **argv);
 /* `troupe train --deepspeed_config FILE --steps N ...` (cmd_train.c; exit 1 when training
  * fails). */
 int tr_cmd_train(int argc, char **argv);
+int tr_cmd_launch(int argc, char **argv);
 
 #endif
