@@ -22,6 +22,7 @@
 
 #include "actors/engine_internal.h"
 #include "kernels/cpu/vec.h"
+#include "monitor/comms_log.h"
 #include "runtime/comm.h"
 
 typedef struct pending {
@@ -34,6 +35,7 @@ typedef struct pending {
     tr_msg_comm_scalar_t scalar; /* its request */
     double *vals;                /* its values, reduced in place (not in this table, which
                                   * may move while the operation is in flight) */
+    uint64_t t_start;            /* for the comms logger */
 } pending_t;
 
 struct tr__comm {
@@ -47,7 +49,28 @@ struct tr__comm {
     int inflight;    /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
+    tr_comms_log_t *log; /* comms_logger (NULL: off) */
+    bool log_verbose;
 };
+
+/* comms_logger: one completed operation, and its verbose line on rank 0. */
+static void log_op(struct tr__comm *c, const char *op, double bytes, uint64_t t_start)
+{
+    const tr_config_comms_logger_t *cl = &c->eng->cfg->comms_logger;
+    if (!c->log) return;
+    bool profiled = cl->prof_all;
+    for (int i = 0; !profiled && i < cl->prof_ops.count; i++)
+        profiled = !strcmp(cl->prof_ops.items[i], op);
+    if (!profiled) return;
+    double ms = (double)(tr_now_ns() - t_start) / 1e6;
+    tr_comms_log_add(c->log, op, bytes, ms);
+    if (c->log_verbose && c->eng->rank == 0) {
+        char line[256];
+        tr_comms_line(op, ms, bytes, c->eng->world, line, sizeof(line));
+        printf("%s\n", line);
+        fflush(stdout);
+    }
+}
 
 /* A free entry of the pending table, growing it when full; NULL: no memory. */
 static pending_t *pending_slot(struct tr__comm *c)
@@ -100,7 +123,8 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     size_t count = b->grads.length / sizeof(float);
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
-                     .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE};
+                     .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE,
+                     .t_start = tr_now_ns()};
     scale(data, count, c->pre);
     c->backend->op_tag = msg->step;
     uint64_t req;
@@ -131,7 +155,7 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     if (!vals) return TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .scalar = *s,
-                     .vals = vals};
+                     .vals = vals, .t_start = tr_now_ns()};
     c->backend->op_tag = msg->step;
     uint64_t req;
     int rc = c->backend->ops->all_reduce(c->backend, vals, s->n, TR_DTYPE_F64,
@@ -178,7 +202,11 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
                         p ? tr_strerror(d->rc) : "completed but was never started");
         return rc;
     }
-    if (!tr_actor_is_none(p->asker)) return scalar_done(ctx, p);
+    if (!tr_actor_is_none(p->asker)) {
+        log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
+        return scalar_done(ctx, p);
+    }
+    log_op(c, "all_reduce", (double)p->grads.length, p->t_start);
     scale(p->data, p->grads.length / sizeof(float), c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
@@ -251,6 +279,9 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
         c->pre = (float)(1.0 / pre);
         c->post = pre != world ? (float)(pre / world) : 1.0f;
     }
+    if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0)
+        return TR_ENOMEM;
+    c->log_verbose = cfg->comms_logger.verbose;
     char why[256];
     const char *name = cfg->troupe.comm.backend;
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
@@ -270,6 +301,11 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
 void tr__comm_free(tr_engine_t *eng)
 {
     if (!eng->cm) return;
+    if (eng->cm->log && eng->rank == 0 && tr_comms_log_count(eng->cm->log)) {
+        tr_comms_log_summary(eng->cm->log, stdout); /* DeepSpeed's log_summary, at the end */
+        fflush(stdout);
+    }
+    tr_comms_log_destroy(eng->cm->log);
     tr_comm_destroy(eng->cm->backend);
     for (size_t i = 0; i < eng->cm->cap; i++)
         free(eng->cm->pending[i].vals);

@@ -58,6 +58,7 @@
 #define W_OFFLOAD "the swapper actor is not built yet: the state stays in memory"
 #define W_FP32 "the CPU kernels compute in fp32"
 #define W_COMM "nothing is communicated at world size 1"
+#define W_CALLER "collectives are started by the comm actor, there is no caller to name"
 #define W_AIO "NVMe offload is not built yet"
 #define W_PIPE "pipeline parallelism is not built yet"
 #define W_ACT "activation checkpointing is not built yet"
@@ -414,13 +415,15 @@ static const tr__cfg_key_t tensorboard_keys[] = {MONITOR_KEYS(tensorboard)};
 SECTION(tensorboard_sec, "tensorboard", tensorboard_keys);
 
 static const tr__cfg_key_t comms_keys[] = {
-    NOEFF(W_COMM, BOOL("enabled", comms_logger.enabled, 0, "log collectives")),
-    NOEFF(W_COMM, BOOL("verbose", comms_logger.verbose, 0, "log every call")),
-    NOEFF(W_COMM, BOOL("prof_all", comms_logger.prof_all, 1, "profile every operation")),
-    NOEFF(W_COMM, BOOL("debug", comms_logger.debug, 0, "add the caller's name")),
+    ACT(BOOL("enabled", comms_logger.enabled, 0,
+             "log collectives (false turns it off; DeepSpeed turns it on when the section is "
+             "there): the summary table at the end")),
+    ACT(BOOL("verbose", comms_logger.verbose, 0, "a line per collective (rank 0)")),
+    ACT(BOOL("prof_all", comms_logger.prof_all, 1, "profile every operation")),
+    NOEFF(W_CALLER, BOOL("debug", comms_logger.debug, 0, "add the caller's name")),
     {.name = "prof_ops", .kind = TR__K_STRLIST, .offset = OFF(comms_logger.prof_ops),
-     .doc = "operations to profile when prof_all is false", .state = TR__S_INERT,
-     .why = W_COMM},
+     .doc = "operations to profile when prof_all is false (all_reduce, ...)",
+     .state = TR__S_ACTED},
 };
 SECTION(comms_sec, "comms_logger", comms_keys);
 

@@ -100,16 +100,18 @@ static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float
     return 0;
 }
 
+static const char *extra_json = ""; /* more top-level keys for the next engine */
+
 static int create(const char *backend, tr_config_t **cfg, tr_engine_t **eng, char *err,
                   size_t errlen)
 {
-    char json[512];
+    char json[1024];
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
-             " \"zero_optimization\": {\"reduce_bucket_size\": 50},"
+             " \"zero_optimization\": {\"reduce_bucket_size\": 50}%s,"
              " \"troupe\": {\"comm\": {\"backend\": \"%s\"}, \"runtime\": {\"workers\": 2}}}",
-             backend);
+             extra_json, backend);
     *cfg = test_config(json, "comm.json");
     int widths[] = {XD, 16, CLASSES};
     tr_model_t *model;
@@ -173,6 +175,44 @@ static void test_engine_comm_unknown_backend_is_named(void **state)
     tr_config_destroy(cfg);
 }
 
+/* comms_logger: a verbose line per collective while training, DeepSpeed's summary table at
+ * the end (the engine's destroy), as a scripted run shows on stdout. */
+static void test_engine_comm_logger_lines_and_summary(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/troupe_comms_XXXXXX";
+    int fd = mkstemp(path), saved = dup(1);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stdout);
+    dup2(fd, 1);
+    extra_json = ", \"comms_logger\": {\"enabled\": true, \"verbose\": true},"
+                 " \"steps_per_print\": 1000";
+    float losses[3];
+    long before = ops_started;
+    train("deferred", losses, 3);
+    extra_json = "";
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    long ops = ops_started - before;
+    FILE *f = fdopen(fd, "r");
+    rewind(f);
+    char line[512];
+    long verbose = 0, header = 0, rows = 0;
+    while (fgets(line, sizeof(line), f)) {
+        verbose += !strncmp(line, "comm op: all_reduce | time (ms): ", 33) &&
+                   strstr(line, "| algbw (Gbps): ") && strstr(line, "| busbw (Gbps): ");
+        header += !strncmp(line, "Comm. Op            Message Size        Count", 44);
+        rows += !strncmp(line, "                    ", 20);
+    }
+    fclose(f);
+    unlink(path);
+    printf("comms logger: %ld lines for %ld operations, %ld summary rows\n", verbose, ops, rows);
+    assert_int_equal(verbose, ops);
+    assert_int_equal(header, 1);
+    assert_true(rows >= 1); /* a row per bucket size */
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -184,6 +224,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_comm_polled_backend_trains_as_local),
         cmocka_unit_test(test_engine_comm_unknown_backend_is_named),
+        cmocka_unit_test(test_engine_comm_logger_lines_and_summary),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
