@@ -36,7 +36,19 @@ typedef struct pending {
     double *vals;                /* its values, reduced in place (not in this table, which
                                   * may move while the operation is in flight) */
     uint64_t t_start;            /* for the comms logger */
+    struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
 } pending_t;
+
+/* What every collective carries, exchanged (all-gathered) just before it and compared on
+ * arrival: a rank that diverged is named at once instead of hanging a collective. */
+typedef struct header {
+    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce */
+    uint32_t dtype;
+    uint64_t seq;     /* collectives this comm actor started, from 1 */
+    uint64_t bytes;
+    uint64_t step;
+    uint32_t micro_step, bucket;
+} header_t;
 
 struct tr__comm {
     const tr_engine_t *eng;
@@ -51,7 +63,85 @@ struct tr__comm {
     size_t cap;
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
+    uint64_t seq;        /* collectives started */
+    int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
 };
+
+/* A free entry of the pending table, growing it when full; NULL: no memory. */
+static pending_t *pending_slot(struct tr__comm *c)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (!c->pending[i].req) return &c->pending[i];
+    size_t old = c->cap, cap = old ? 2 * old : 64;
+    pending_t *p = realloc(c->pending, cap * sizeof(*p));
+    if (!p) return NULL;
+    memset(p + old, 0, (cap - old) * sizeof(*p));
+    c->pending = p;
+    c->cap = cap;
+    return &p[old];
+}
+
+static void describe(const header_t *h, char *out, size_t len)
+{
+    char what[48];
+    if (h->op == 1)
+        snprintf(what, sizeof(what), "the all-reduce of bucket %u", h->bucket);
+    else
+        snprintf(what, sizeof(what), "a scalar all-reduce");
+    snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
+             (unsigned long long)h->seq, what, (unsigned long long)h->bytes, h->dtype,
+             (unsigned long long)h->step, h->micro_step);
+}
+
+/* Before a collective on more than one rank: exchange its header (an all-gather posted just
+ * before the collective itself, so every rank posts the same sequence). */
+static int post_header(struct tr__comm *c, header_t h)
+{
+    const tr_engine_t *e = c->eng;
+    h.seq = ++c->seq;
+    if (e->world == 1) return 0;
+    if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
+    pending_t *p = pending_slot(c);
+    header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
+    if (!p || !all) return free(all), TR_ENOMEM;
+    all[e->world] = h;
+    *p = (pending_t){.req = UINT64_MAX, .step = h.step, .asker = TR_ACTOR_NONE, .hdr = all};
+    c->backend->op_tag = h.step;
+    uint64_t req;
+    int rc = c->backend->ops->all_gather(c->backend, &all[e->world], all, sizeof(header_t),
+                                         TR_DTYPE_U8, &req);
+    if (rc < 0) {
+        p->req = 0, p->hdr = NULL, free(all);
+        tr__engine_fail(e, rc, "comm: exchanging the header of collective #%llu: %s",
+                        (unsigned long long)h.seq, c->backend->error);
+        return rc;
+    }
+    p->req = req;
+    c->inflight++;
+    return 0;
+}
+
+/* The headers arrived: every rank's must be ours. */
+static int check_headers(struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    header_t *all = p->hdr, *mine = &all[e->world];
+    int rc = 0;
+    for (int r = 0; r < e->world && rc == 0; r++)
+        if (memcmp(&all[r], mine, sizeof(header_t))) {
+            char a[200], b[200];
+            describe(&all[r], a, sizeof(a));
+            describe(mine, b, sizeof(b));
+            tr__engine_fail(e, TR_ECOMM,
+                            "comm: the ranks diverged: rank %d is at %s; rank %d is at %s",
+                            r, a, e->rank, b);
+            rc = TR_ECOMM;
+        }
+    free(all);
+    p->hdr = NULL;
+    p->req = 0;
+    return rc;
+}
 
 /* comms_logger: one completed operation, and its verbose line on rank 0. */
 static void log_op(struct tr__comm *c, const char *op, double bytes, uint64_t t_start)
@@ -72,19 +162,6 @@ static void log_op(struct tr__comm *c, const char *op, double bytes, uint64_t t_
     }
 }
 
-/* A free entry of the pending table, growing it when full; NULL: no memory. */
-static pending_t *pending_slot(struct tr__comm *c)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (!c->pending[i].req) return &c->pending[i];
-    size_t old = c->cap, cap = old ? 2 * old : 64;
-    pending_t *p = realloc(c->pending, cap * sizeof(*p));
-    if (!p) return NULL;
-    memset(p + old, 0, (cap - old) * sizeof(*p));
-    c->pending = p;
-    c->cap = cap;
-    return &p[old];
-}
 
 /* The backend's completion: a message to the comm actor (any thread), in the step the
  * operation was started for (its tag). */
@@ -122,6 +199,12 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         return TR_EINVAL;
     }
     size_t count = b->grads.length / sizeof(float);
+    int hrc = post_header(c, (header_t){.op = 1, .dtype = TR_DTYPE_F32, .bytes = b->grads.length,
+                                        .step = msg->step, .micro_step = msg->micro_step,
+                                        .bucket = b->bucket});
+    if (hrc < 0) return hrc;
+    p = pending_slot(c); /* the header's entry may have moved the table */
+    if (!p) return TR_ENOMEM;
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
                      .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE,
                      .t_start = tr_now_ns()};
@@ -151,8 +234,13 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
                         "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
         return TR_EINVAL;
     }
+    int hrc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+                                        .bytes = s->n * sizeof(double), .step = msg->step,
+                                        .micro_step = msg->micro_step});
+    if (hrc < 0) return hrc;
+    p = pending_slot(c);
     double *vals = malloc(sizeof(s->values));
-    if (!vals) return TR_ENOMEM;
+    if (!vals || !p) return free(vals), TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .scalar = *s,
                      .vals = vals, .t_start = tr_now_ns()};
@@ -202,6 +290,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
                         p ? tr_strerror(d->rc) : "completed but was never started");
         return rc;
     }
+    if (p->hdr) return check_headers(c, p);
     if (!tr_actor_is_none(p->asker)) {
         log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
         return scalar_done(ctx, p);
@@ -282,6 +371,8 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0)
         return TR_ENOMEM;
     c->log_verbose = cfg->comms_logger.verbose;
+    const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
+    c->fault_rank = fault ? atoi(fault) : -1;
     char why[256];
     const char *name = cfg->troupe.comm.backend;
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
@@ -308,7 +399,7 @@ void tr__comm_free(tr_engine_t *eng)
     tr_comms_log_destroy(eng->cm->log);
     tr_comm_destroy(eng->cm->backend);
     for (size_t i = 0; i < eng->cm->cap; i++)
-        free(eng->cm->pending[i].vals);
+        free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
     free(eng->cm->pending);
     free(eng->cm);
     eng->cm = NULL;
