@@ -64,6 +64,7 @@ struct tr__comm {
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
     uint64_t seq;        /* collectives started */
+    bool broken;         /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
 };
 
@@ -136,6 +137,7 @@ static int check_headers(struct tr__comm *c, pending_t *p)
                             "comm: the ranks diverged: rank %d is at %s; rank %d is at %s",
                             r, a, e->rank, b);
             rc = TR_ECOMM;
+            c->broken = true;
         }
     free(all);
     p->hdr = NULL;
@@ -189,6 +191,7 @@ static void scale(float *x, size_t n, float mul)
 
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
+    if (c->broken) return 0; /* the engine has failed already: no more collectives */
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
     pending_t *p = pending_slot(c);
     char why[256];
@@ -227,6 +230,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
 static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
 {
+    if (c->broken) return 0;
     tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
     pending_t *p = pending_slot(c);
     if (!p || s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
@@ -290,7 +294,10 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
                         p ? tr_strerror(d->rc) : "completed but was never started");
         return rc;
     }
-    if (p->hdr) return check_headers(c, p);
+    if (p->hdr) { /* a mismatch fails the engine with the explanation; the actor stays */
+        check_headers(c, p);
+        return 0;
+    }
     if (!tr_actor_is_none(p->asker)) {
         log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
         return scalar_done(ctx, p);

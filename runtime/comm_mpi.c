@@ -18,6 +18,7 @@
 
 #include "runtime/comm.h"
 #include "troupe/error.h"
+#include "troupe/log.h"
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -210,6 +211,14 @@ static int mpi_progress(tr_comm_t *c)
 static void mpi_destroy(tr_comm_t *c)
 {
     mpi_impl_t *m = c->impl;
+    if (m && m->n > 0) {
+        /* collectives that can no longer complete: MPI cannot free or cancel them, and the
+         * other ranks would wait for them forever. The job ends here, on every rank. */
+        tr_log(TR_LOG_ERROR, "comm 'mpi': rank %d: %d collective(s) still pending at shutdown "
+               "(a rank diverged or failed): aborting the MPI job so that no rank waits forever",
+               c->rank, m->n);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (m) {
         int finalized = 0;
         MPI_Finalized(&finalized);

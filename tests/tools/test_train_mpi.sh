@@ -30,4 +30,13 @@ rc=0
 grep -q -- "--save-dir: checkpoints of 2 ranks come with ZeRO's partitioned" err.txt ||
     { cat err.txt; fail "--save-dir with 2 ranks: no reason given"; }
 grep -q '^step' out.txt && fail "--save-dir with 2 ranks: trained before refusing"
-echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does; --save-dir refused"
+# a rank whose collective differs (an injected wrong header on rank 1) is named at once, with
+# both headers, and the job ends non-zero instead of hanging (the CTest timeout would catch it)
+rc=0
+TROUPE_FAULT_HEADER_RANK=1 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 > out.txt \
+    2> err.txt || rc=$?
+[ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "a divergence was not noticed"; }
+grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0" \
+    err.txt || { cat err.txt; fail "the divergence was not named"; }
+echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does; --save-dir refused;"
+echo "     a diverged rank is named (exit $rc)"
