@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/comm.h"
 #include "troupe/error.h"
@@ -208,10 +209,29 @@ static int mpi_progress(tr_comm_t *c)
     return keep;
 }
 
+/* At shutdown: lets operations every rank posted finish (up to 2 s), without reporting them
+ * (the comm actor is gone). Returns how many are still pending. */
+static int drain(mpi_impl_t *m)
+{
+    for (int round = 0; m->n > 0 && round < 20000; round++) {
+        int done = 0;
+        if (MPI_Testsome(m->n, m->reqs, &done, m->done_at, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            break;
+        for (int k = 0; k < done && done != MPI_UNDEFINED; k++)
+            m->ids[m->done_at[k]] = 0;
+        int keep = 0;
+        for (int i = 0; i < m->n; i++)
+            if (m->ids[i]) m->reqs[keep] = m->reqs[i], m->ids[keep++] = m->ids[i];
+        m->n = keep;
+        if (m->n) nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+    return m->n;
+}
+
 static void mpi_destroy(tr_comm_t *c)
 {
     mpi_impl_t *m = c->impl;
-    if (m && m->n > 0) {
+    if (m && m->n > 0 && drain(m) > 0) {
         /* collectives that can no longer complete: MPI cannot free or cancel them, and the
          * other ranks would wait for them forever. The job ends here, on every rank. */
         tr_log(TR_LOG_ERROR, "comm 'mpi': rank %d: %d collective(s) still pending at shutdown "
