@@ -37,12 +37,14 @@ typedef struct pending {
                                   * may move while the operation is in flight) */
     uint64_t t_start;            /* for the comms logger */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
+    bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
+    tr_tensor_ref_t buf;         /* its staging buffer */
 } pending_t;
 
 /* What every collective carries, exchanged (all-gathered) just before it and compared on
  * arrival: a rank that diverged is named at once instead of hanging a collective. */
 typedef struct header {
-    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce */
+    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather */
     uint32_t dtype;
     uint64_t seq;     /* collectives this comm actor started, from 1 */
     uint64_t bytes;
@@ -87,6 +89,8 @@ static void describe(const header_t *h, char *out, size_t len)
     char what[48];
     if (h->op == 1)
         snprintf(what, sizeof(what), "the all-reduce of bucket %u", h->bucket);
+    else if (h->op == 3)
+        snprintf(what, sizeof(what), "the parameter all-gather");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
     snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
@@ -266,6 +270,55 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     return 0;
 }
 
+/* COMM_GATHER (ZeRO 1): the parameter slices all-gathered in the optimizer's staging buffer,
+ * this rank's slice already in place. */
+static int on_gather(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0;
+    const tr_engine_t *e = c->eng;
+    tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
+    char why[256];
+    float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
+    if (!buf || g->count * (uint64_t)e->world * sizeof(float) != g->buf.length) {
+        tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
+                        buf ? "the buffer does not hold world slices" : why);
+        return TR_EINVAL;
+    }
+    int hrc = post_header(c, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+                                        .bytes = g->count * sizeof(float), .step = msg->step});
+    pending_t *p = hrc < 0 ? NULL : pending_slot(c);
+    if (!p) return hrc < 0 ? hrc : TR_ENOMEM;
+    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .gather = true,
+                     .buf = g->buf, .t_start = tr_now_ns()};
+    c->backend->op_tag = msg->step;
+    uint64_t req;
+    int rc = c->backend->ops->all_gather(c->backend, buf + (size_t)e->rank * g->count, buf,
+                                         g->count, TR_DTYPE_F32, &req);
+    if (rc < 0) {
+        p->req = 0;
+        tr__engine_fail(e, rc, "comm: parameter all-gather: %s", c->backend->error);
+        return rc;
+    }
+    p->req = req;
+    c->inflight++;
+    return 0;
+}
+
+static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p->t_start);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, comm_gather)->buf = p->buf;
+    TR_MSG_AS(m, comm_gather)->count = p->buf.length / sizeof(float) / (uint64_t)c->eng->world;
+    m->step = p->step;
+    tr_actor_t to = p->asker;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 /* A scalar all-reduce finished: the result back to whoever asked. */
 static int scalar_done(tr_ctx_t *ctx, pending_t *p)
 {
@@ -298,6 +351,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         check_headers(c, p);
         return 0;
     }
+    if (p->gather) return gather_done(ctx, c, p);
     if (!tr_actor_is_none(p->asker)) {
         log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
         return scalar_done(ctx, p);
@@ -349,7 +403,9 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__comm *c = ctx->state;
     int rc = 0;
-    bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR;
+    bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR ||
+                  msg->type == TR_MSG_COMM_GATHER;
+    if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
     if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
     if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));

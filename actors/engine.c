@@ -345,10 +345,10 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
                         "(tr_layer_set_loss)",
                         tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
                TR_EINVAL;
-    if (eng->world > 1 && c->zero.stage > 0)
-        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage %lld: the ranks keep whole gradients "
-               "and optimizer states for now (stage 0's numerics); partitioning comes next",
-               c->source, (long long)c->zero.stage);
+    if (eng->world > 1 && c->zero.stage > 1)
+        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage %lld: this build partitions the "
+               "optimizer states (stage 1); gradients%s stay whole on every rank for now",
+               c->source, (long long)c->zero.stage, c->zero.stage > 2 ? " and parameters" : "");
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->prefetch),

@@ -56,6 +56,11 @@ struct tr__optim {
     int64_t sched_steps; /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
     double base_lr, clip;
     int n_arrays;       /* moment arrays a checkpoint holds: m, then v, in one block */
+    size_t lo, hi;      /* the parameters this rank updates (ZeRO 1: its slice; else all) */
+    size_t slice;       /* floats per rank's slice (the last may be shorter) */
+    float *staging;     /* ZeRO 1: world slices, all-gathered after each step */
+    uint64_t staging_id;
+    tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
     uint64_t moments_id; /* the block's registry id */
     /* the step being assembled */
     double sumsq;
@@ -96,20 +101,21 @@ static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, floa
     if (o->runs_as == TR_OPTIMIZER_SGD) {
         tr_sgd_opts_t so = o->sgd;
         so.weight_decay = r->decay ? so.weight_decay : 0.0f;
-        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g + at, o->m + at, n);
+        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g + at, o->m + (at - o->lo), n);
     } else if (o->runs_as == TR_OPTIMIZER_LION) {
         tr_lion_opts_t lo = o->lion;
         lo.weight_decay = r->decay ? lo.weight_decay : 0.0f;
-        tr_lion_update(&lo, mul, p + at, g + at, o->m + at, n);
+        tr_lion_update(&lo, mul, p + at, g + at, o->m + (at - o->lo), n);
     } else if (o->amsgrad) {
         tr_adam_opts_t ao = o->adam;
         ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
-                               o->vmax + at, n);
+        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g + at, o->m + (at - o->lo),
+                               o->v + (at - o->lo), o->vmax + (at - o->lo), n);
     } else {
         tr_adam_opts_t ao = o->adam;
         ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update(&ao, &o->st, mul, p + at, g + at, o->m + at, o->v + at, n, NULL,
+        tr_adam_update(&ao, &o->st, mul, p + at, g + at, o->m + (at - o->lo),
+                       o->v + (at - o->lo), n, NULL,
                        TR_HALF_NONE);
     }
 }
@@ -238,6 +244,8 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     return 0;
 }
 
+static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
+
 static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
 {
     const tr_engine_t *e = o->eng;
@@ -266,7 +274,50 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
+    if (o->staging && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
     int rc = tr_actor_send(ctx->rt, e->executor, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* ZeRO 1: this rank's updated slice goes into its place in the staging buffer, which the comm
+ * actor all-gathers; STEP_DONE (m) waits until the parameters are whole again. */
+static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
+{
+    const tr_engine_t *e = o->eng;
+    size_t S = o->slice;
+    memcpy(o->staging + (size_t)e->rank * S, o->params + o->lo, (o->hi - o->lo) * sizeof(float));
+    tr_msg_t *g = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
+    if (!g) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
+    tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
+    tr_buffer_ref(e->rt, o->staging_id, 0, (size_t)e->world * S * sizeof(float), TR_DTYPE_F32,
+                  &b->buf);
+    b->count = S;
+    g->step = m->step;
+    o->held = m;
+    int rc = tr_actor_send(ctx->rt, e->comm, g);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, g);
+        tr__engine_fail(e, rc, "optimizer: cannot ask for the parameter all-gather: %s",
+                        tr_strerror(rc));
+    }
+    return rc;
+}
+
+/* The slices are all-gathered: the parameters are whole on every rank; the step is done. */
+static int on_gathered(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_gather_t *b)
+{
+    tr_msg_t *m = o->held;
+    o->held = NULL;
+    if (!m) return TR_EINVAL; /* an engine bug */
+    if (b->rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(o->eng, b->rc, "optimizer: the parameter all-gather failed: %s",
+                        tr_strerror(b->rc));
+        return 0;
+    }
+    memcpy(o->params, o->staging, o->eng->n_params * sizeof(float));
+    int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
@@ -340,6 +391,7 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     tr__optim_t *o = ctx->state;
     if (msg->type == TR_MSG_REDUCED) return on_reduced(ctx, o, msg);
+    if (msg->type == TR_MSG_COMM_GATHER) return on_gathered(ctx, o, TR_MSG_AS(msg, comm_gather));
     if (msg->type != TR_MSG_ENGINE_STATE) return 0;
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
@@ -417,6 +469,9 @@ static int decay_ranges(tr__optim_t *o)
         for (int k = 0; k < l->n_params; k++) {
             decay_range_t r = {l->param_offset + l->params[k].offset, l->params[k].numel,
                                !l->params[k].no_decay};
+            size_t lo = r.at > o->lo ? r.at : o->lo, hi = r.at + r.n < o->hi ? r.at + r.n : o->hi;
+            if (lo >= hi) continue; /* outside this rank's slice */
+            r.at = lo, r.n = hi - lo;
             decay_range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
             if (last && last->decay == r.decay && last->at + last->n == r.at)
                 last->n += r.n;
@@ -442,18 +497,49 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
     return rc;
 }
 
+/* ZeRO stage >= 1 on more than one rank: rank r updates (and keeps optimizer state for) slice
+ * r of the flat parameters, ceil(N / W) floats each; after each step the slices are
+ * all-gathered so every rank holds all parameters again. Otherwise a rank updates all. */
+static int partition(tr__optim_t *o, char *err, size_t errlen)
+{
+    const tr_engine_t *e = o->eng;
+    size_t n = e->n_params, W = (size_t)e->world;
+    o->lo = 0, o->hi = n, o->slice = n;
+    if (e->world == 1 || e->cfg->zero.stage < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
+    if (o->runs_as == TR_OPTIMIZER_LAMB)
+        return snprintf(err, errlen, "%s: optimizer Lamb with zero_optimization.stage %lld on %d "
+                        "ranks: its per-tensor trust ratio across partitions is not built yet "
+                        "(use stage 0, or Adam/AdamW)", e->cfg->source,
+                        (long long)e->cfg->zero.stage, e->world),
+               TR_ENOTSUP;
+    o->slice = (n + W - 1) / W;
+    o->lo = (size_t)e->rank * o->slice < n ? (size_t)e->rank * o->slice : n;
+    o->hi = o->lo + o->slice < n ? o->lo + o->slice : n;
+    o->staging = calloc(W * o->slice, sizeof(float));
+    if (!o->staging) return TR_ENOMEM;
+    tr_buffer_info_t info = {.name = "optimizer/gather", .base = o->staging,
+                             .bytes = W * o->slice * sizeof(float), .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU, .lifetime = TR_BUFFER_STEP};
+    tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %lld: rank %d updates parameters [%zu, %zu) of "
+           "%zu; optimizer state %.1f MiB on this rank (%.1f MiB unpartitioned)",
+           (long long)e->cfg->zero.stage, e->rank, o->lo, o->hi, n,
+           (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0,
+           (double)o->n_arrays * (double)n * 4 / 1048576.0);
+    return tr_buffer_register(e->rt, &info, &o->staging_id);
+}
+
 /* Allocates the moment arrays as one block (m, then v) and registers it: a checkpoint saves
  * and restores it through a reference. */
 static int register_moments(tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
-    size_t bytes = (size_t)o->n_arrays * e->n_params * sizeof(float);
+    size_t S = o->hi - o->lo, bytes = (size_t)o->n_arrays * S * sizeof(float);
     if (!o->n_arrays) return 0;
     if (!(o->m = calloc(1, bytes ? bytes : 1))) return TR_ENOMEM;
     /* m always; v for Adam and Lamb; vmax for AMSGrad (see tr__optimizer_array_names) */
     bool second = o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION;
-    o->v = second ? o->m + e->n_params : NULL;
-    o->vmax = o->amsgrad ? o->m + (size_t)(o->n_arrays - 1) * e->n_params : NULL;
+    o->v = second ? o->m + S : NULL;
+    o->vmax = o->amsgrad ? o->m + (size_t)(o->n_arrays - 1) * S : NULL;
     tr_buffer_info_t info = {.name = "optimizer/moments",
                              .base = o->m,
                              .bytes = bytes,
@@ -490,6 +576,8 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
     const char *names[3];
     o->n_arrays = tr__optimizer_array_names(eng, names, 3);
+    int rc0 = partition(o, err, errlen);
+    if (rc0 < 0) return rc0;
     /* without an "optimizer" section (evaluation only) there is no state: a step fails */
     if (o->type != TR_OPTIMIZER_NONE && decay_ranges(o) < 0) return TR_ENOMEM;
     tr_actor_opts_t ao = {.name = "optimizer",
@@ -510,6 +598,7 @@ void tr__optimizer_free(tr_engine_t *eng)
     tr__optim_t *o = eng->op;
     if (!o) return;
     free(o->m); /* v and vmax are inside m's block */
+    free(o->staging);
     free(o->ranges);
     free(o);
     eng->op = NULL;

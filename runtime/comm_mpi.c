@@ -158,13 +158,15 @@ static int mpi_reduce_scatter(tr_comm_t *c, const void *send, void *recv, size_t
 static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t count,
                           tr_dtype_t dt, uint64_t *req)
 {
-    int rc = check(c, send, count * (size_t)c->world, dt, 0, 0);
+    int rc = check(c, send, count, dt, 0, 0); /* send may be recv's own slice: in place */
     if (rc == 0 && !recv && count) rc = TR_EINVAL;
     if (rc < 0) return rc;
     mpi_impl_t *m = c->impl;
     MPI_Request r;
-    rc = MPI_Iallgather(send, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), m->comm,
-                        &r);
+    size_t es = tr_dtype_size(dt);
+    bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * es;
+    rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(dt), recv,
+                        (int)count, mpi_type(dt), m->comm, &r);
     return started(c, rc, r, "MPI_Iallgather", req);
 }
 

@@ -115,8 +115,10 @@ SECTION(offload_param_sec, "zero_optimization.offload_param", offload_param_keys
 
 static const tr__cfg_key_t zero_keys[] = {
     {.name = "stage", .kind = TR__K_INT, .offset = OFF(zero.stage), .def = 0, .min = 0,
-     .max = 3, .expect = "0, 1, 2 or 3", .doc = "ZeRO stage", .state = TR__S_INERT,
-     .why = W_ZERO},
+     .max = 3, .expect = "0, 1, 2 or 3",
+     .doc = "ZeRO stage: on more than one rank, 1 partitions the optimizer states; 2 and 3 run "
+            "as 1 for now (the engine warns)",
+     .state = TR__S_ACTED},
     NOEFF(W_ZERO, BOOL("contiguous_gradients", zero.contiguous_gradients, 1,
                        "copy gradients to one buffer")),
     NOEFF(W_ZERO, BOOL("reduce_scatter", zero.reduce_scatter, 1,
