@@ -37,6 +37,7 @@ typedef struct pending {
                                   * may move while the operation is in flight) */
     uint64_t t_start;            /* for the comms logger */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
+    uint64_t seq;                /* the collective's number (for the watchdog's message) */
     bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
     tr_tensor_ref_t buf;         /* its staging buffer */
 } pending_t;
@@ -66,6 +67,8 @@ struct tr__comm {
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
     uint64_t seq;        /* collectives started */
+    uint64_t timeout_ns; /* troupe.comm.timeout_s */
+    int fault_silent;    /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
     bool broken;         /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
 };
@@ -110,7 +113,8 @@ static int post_header(struct tr__comm *c, header_t h)
     header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
     if (!p || !all) return free(all), TR_ENOMEM;
     all[e->world] = h;
-    *p = (pending_t){.req = UINT64_MAX, .step = h.step, .asker = TR_ACTOR_NONE, .hdr = all};
+    *p = (pending_t){.req = UINT64_MAX, .step = h.step, .asker = TR_ACTOR_NONE, .hdr = all,
+                     .seq = h.seq, .t_start = tr_now_ns()};
     c->backend->op_tag = h.step;
     uint64_t req;
     int rc = c->backend->ops->all_gather(c->backend, &all[e->world], all, sizeof(header_t),
@@ -196,6 +200,7 @@ static void scale(float *x, size_t n, float mul)
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
+    if (c->eng->rank == c->fault_silent && msg->step > 0) return 0; /* the test's silent rank */
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
     pending_t *p = pending_slot(c);
     char why[256];
@@ -383,9 +388,36 @@ static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 
 /* One progress pass; polls again while anything is pending, after a backoff sleep when the
  * previous pass completed nothing. */
+/* The watchdog: the oldest pending collective, when it has waited past troupe.comm.timeout_s,
+ * fails the engine naming itself; the backend then ends the job at shutdown (its collectives
+ * cannot complete). */
+static int watchdog(struct tr__comm *c)
+{
+    const pending_t *old = NULL;
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->pending[i].req && (!old || c->pending[i].t_start < old->t_start))
+            old = &c->pending[i];
+    uint64_t now = tr_now_ns();
+    if (!old || now - old->t_start < c->timeout_ns) return 0;
+    const char *what = old->hdr         ? "a header exchange"
+                       : old->gather     ? "the parameter all-gather"
+                       : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
+                                                      : "a scalar all-reduce";
+    tr__engine_fail(c->eng, TR_ETIMEDOUT,
+                    "comm: rank %d: %s (step %llu) has been pending for %.1f s, past "
+                    "troupe.comm.timeout_s %lld: another rank diverged, stopped or died; the job "
+                    "ends on every rank",
+                    c->eng->rank, what, (unsigned long long)old->step,
+                    (double)(now - old->t_start) / 1e9,
+                    (long long)c->eng->cfg->troupe.comm.timeout_s);
+    c->broken = true;
+    return TR_ETIMEDOUT;
+}
+
 static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 {
     c->polling = false;
+    if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
     uint32_t shift = idle_polls < 8 ? idle_polls : 8;
     if (idle_polls) nanosleep(&(struct timespec){0, 1000L << shift}, NULL);
     int left = c->backend->ops->progress(c->backend);
@@ -436,6 +468,9 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     c->log_verbose = cfg->comms_logger.verbose;
     const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
     c->fault_rank = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_SILENT_RANK");
+    c->fault_silent = fault ? atoi(fault) : -1;
+    c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
     char why[256];
     const char *name = cfg->troupe.comm.backend;
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";

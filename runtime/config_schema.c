@@ -525,6 +525,9 @@ static const tr__cfg_key_t troupe_comm_keys[] = {
     ACT(STR("backend", troupe.comm.backend, "auto", 0,
             "the comm backend by name: auto (local at world size 1, mpi above), local, mpi, or "
             "one a program registered")),
+    ACT(INT("timeout_s", troupe.comm.timeout_s, 300, 1, 86400,
+            "the watchdog: a collective pending longer than this many seconds names itself and "
+            "ends the job on every rank instead of hanging it")),
 };
 SECTION(troupe_comm_sec, "troupe.comm", troupe_comm_keys);
 

@@ -211,6 +211,7 @@ typedef struct tr_config_troupe {
     } data;
     struct {
         const char *backend; /* a registered comm backend; "auto": local at world size 1 */
+        int64_t timeout_s;   /* a collective pending longer fails the job (the watchdog) */
     } comm;
     int log_level; /* TR_LOG_DEBUG..TR_LOG_OFF (troupe/log.h); TROUPE_LOG_LEVEL overrides it */
 } tr_config_troupe_t;

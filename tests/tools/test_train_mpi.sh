@@ -38,5 +38,24 @@ TROUPE_FAULT_HEADER_RANK=1 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 > 
 [ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "a divergence was not noticed"; }
 grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0" \
     err.txt || { cat err.txt; fail "the divergence was not named"; }
+# a rank that goes silent (stops posting collectives after step 0): the watchdog names the
+# pending collective after troupe.comm.timeout_s and the job ends everywhere, well inside the
+# test's timeout
+cat > ds_wd.json <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "troupe": { "runtime": { "workers": 2 }, "comm": { "timeout_s": 2 } } }
+JSON
+wd=("${tiny[@]}")
+wd[1]=$tmp/ds_wd.json
+rc=0
+start=$(date +%s)
+TROUPE_FAULT_SILENT_RANK=1 timeout 60 "${mpi[@]}" "$troupe" train "${wd[@]}" --steps 4 \
+    > out.txt 2> err.txt || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "silent rank: exit $rc"; }
+grep -q "comm: rank 0: a header exchange (step 1) has been pending for .* s, past troupe.comm.timeout_s 2" \
+    err.txt || { cat err.txt; fail "the watchdog did not name the pending collective"; }
+[ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
 echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does; --save-dir refused;"
-echo "     a diverged rank is named (exit $rc)"
+echo "     a diverged rank is named; a silent one is caught by the watchdog in $took s"
