@@ -2,6 +2,7 @@
 #ifndef TR_TESTS_ACTORS_ENGINE_TESTING_H
 #define TR_TESTS_ACTORS_ENGINE_TESTING_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,25 @@ static inline tr_config_t *test_config(const char *json, const char *source)
     tr_config_diag_close(&d);
     assert_int_equal(rc, 0);
     return cfg;
+}
+
+/* A synthetic classification task for an MLP of TEST_XD inputs and TEST_CLASSES classes (the
+ * class is a band of x0 + x1/2, so it can be learned), deterministic per batch index (a
+ * tr_batch_cb). */
+#define TEST_XD 8
+#define TEST_CLASSES 3
+static inline int test_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                                 int *targets, float *y)
+{
+    (void)user, (void)tokens, (void)y;
+    for (int i = 0; i < B * T; i++) {
+        uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
+        for (int k = 0; k < TEST_XD; k++)
+            x[i * TEST_XD + k] = (float)((s * 31 + (uint64_t)k * 7) % 19) / 9.0f - 1.0f;
+        float v = x[i * TEST_XD] + 0.5f * x[i * TEST_XD + 1]; /* a learnable class */
+        targets[i] = v < -0.5f ? 0 : v < 0.5f ? 1 : 2;
+    }
+    return 0;
 }
 
 #endif

@@ -20,23 +20,11 @@
 
 #include "engine_testing.h"
 
-#define XD 8
-#define CLASSES 3
+#define XD TEST_XD
+#define CLASSES TEST_CLASSES
 
 static char tmpdir[256];
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets, float *y)
-{
-    (void)user, (void)tokens, (void)y;
-    for (int i = 0; i < B * T; i++) {
-        uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
-        for (int k = 0; k < XD; k++)
-            x[i * XD + k] = (float)((s * 31 + (uint64_t)k * 17) % 13) / 6.0f - 1.0f;
-        targets[i] = (int)(s % CLASSES);
-    }
-    return 0;
-}
 
 static tr_config_t *config(int gas, const char *optimizer)
 {
@@ -57,7 +45,7 @@ static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, siz
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
     tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
-                          .init_params = 1, .train = {.batch = batch_cb, .x_dim = x_dim}};
+                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = x_dim}};
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -80,7 +68,7 @@ static void check_boundary_gas(int gas)
     float x[4 * XD], loss;
     int t[4];
     for (int i = 0; i < 3 * gas; i++) {
-        batch_cb(NULL, (uint64_t)i, 4, 1, NULL, x, t, NULL);
+        test_mlp_batch(NULL, (uint64_t)i, 4, 1, NULL, x, t, NULL);
         tr_engine_batch_t b = {.x = x, .targets = t};
         int want = i % gas == gas - 1; /* the step happens on this micro-batch */
         assert_int_equal(tr_engine_is_boundary(eng), want); /* before its forward */
@@ -191,7 +179,7 @@ static void test_engine_nan_weight_names_a_layer(void **state)
 static int failing_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
                       int *targets, float *y)
 {
-    return index == 3 ? TR_EIO : batch_cb(user, index, B, T, tokens, x, targets, y);
+    return index == 3 ? TR_EIO : test_mlp_batch(user, index, B, T, tokens, x, targets, y);
 }
 
 /* The loader's data error fails the engine; what it causes afterwards (the executor's credit to
@@ -288,7 +276,7 @@ static int create_traced(tr_config_t *cfg, const char *trace_dir, tr_engine_t **
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
     tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
                           .init_params = 1, .trace_dir = trace_dir,
-                          .train = {.batch = batch_cb, .x_dim = XD}};
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
     return tr_engine_create(eng, &o, err, errlen);
 }
 

@@ -19,8 +19,8 @@
 
 #include "engine_testing.h"
 
-#define XD 8
-#define CLASSES 3
+#define XD TEST_XD
+#define CLASSES TEST_CLASSES
 #define MAX_OPS 4096
 
 /* --- the deferred backend ------------------------------------------------------------------ */
@@ -87,18 +87,6 @@ static int deferred_create(tr_comm_t *c, char *why, size_t whylen)
 
 /* --- engines on one or the other ----------------------------------------------------------- */
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets, float *y)
-{
-    (void)user, (void)tokens, (void)y;
-    for (int i = 0; i < B * T; i++) {
-        uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
-        for (int k = 0; k < XD; k++)
-            x[i * XD + k] = (float)((s * 29 + (uint64_t)k * 13) % 17) / 8.0f - 1.0f;
-        targets[i] = (int)(s % CLASSES);
-    }
-    return 0;
-}
 
 static const char *extra_json = ""; /* more top-level keys for the next engine */
 
@@ -118,7 +106,7 @@ static int create(const char *backend, tr_config_t **cfg, tr_engine_t **eng, cha
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
     tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 3,
-                          .init_params = 1, .train = {.batch = batch_cb, .x_dim = XD}};
+                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = XD}};
     return tr_engine_create(eng, &o, err, errlen);
 }
 

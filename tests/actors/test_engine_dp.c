@@ -18,22 +18,10 @@
 
 #include "engine_testing.h"
 
-#define XD 8
-#define CLASSES 3
+#define XD TEST_XD
+#define CLASSES TEST_CLASSES
 #define STEPS 6
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets, float *y)
-{
-    (void)user, (void)tokens, (void)y;
-    for (int i = 0; i < B * T; i++) {
-        uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
-        for (int k = 0; k < XD; k++)
-            x[i * XD + k] = (float)((s * 31 + (uint64_t)k * 7) % 19) / 9.0f - 1.0f;
-        targets[i] = (int)((s * 5) % CLASSES);
-    }
-    return 0;
-}
 
 static int zero_stage; /* zero_optimization.stage of the next data-parallel engine */
 
@@ -58,7 +46,7 @@ static tr_engine_t *engine(int world, int gas, tr_config_t **cfg)
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
     tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 11,
                           .init_params = 1, .world = world,
-                          .train = {.batch = batch_cb, .x_dim = XD}};
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
     tr_engine_t *eng;
     int rc = tr_engine_create(&eng, &o, err, sizeof(err));
     if (rc) fail_msg("engine (world %d): %s", world, err);
