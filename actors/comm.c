@@ -275,8 +275,8 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     return 0;
 }
 
-/* COMM_GATHER (ZeRO 1): the parameter slices all-gathered in the optimizer's staging buffer,
- * this rank's slice already in place. */
+/* COMM_GATHER (ZeRO 1): every rank's slice of the parameters (ceil(N / W) floats, the last
+ * shorter) all-gathered in place, in the parameter buffer. */
 static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
@@ -284,21 +284,26 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
-    if (!buf || g->count * (uint64_t)e->world * sizeof(float) != g->buf.length) {
+    size_t n = g->buf.length / sizeof(float), S = g->count, W = (size_t)e->world;
+    if (!buf || S != (n + W - 1) / W) {
         tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
-                        buf ? "the buffer does not hold world slices" : why);
+                        buf ? "the slices do not cover the buffer" : why);
         return TR_EINVAL;
     }
+    size_t *counts = malloc(W * sizeof(size_t));
+    if (!counts) return TR_ENOMEM;
+    for (size_t r = 0; r < W; r++)
+        counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
     int hrc = post_header(c, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
-                                        .bytes = g->count * sizeof(float), .step = msg->step});
+                                        .bytes = n * sizeof(float), .step = msg->step});
     pending_t *p = hrc < 0 ? NULL : pending_slot(c);
-    if (!p) return hrc < 0 ? hrc : TR_ENOMEM;
+    if (!p) return free(counts), hrc < 0 ? hrc : TR_ENOMEM;
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .gather = true,
                      .buf = g->buf, .t_start = tr_now_ns()};
     c->backend->op_tag = msg->step;
     uint64_t req;
-    int rc = c->backend->ops->all_gather(c->backend, buf + (size_t)e->rank * g->count, buf,
-                                         g->count, TR_DTYPE_F32, &req);
+    int rc = c->backend->ops->all_gather_v(c->backend, buf, counts, TR_DTYPE_F32, &req);
+    free(counts); /* the backend keeps its own copy */
     if (rc < 0) {
         p->req = 0;
         tr__engine_fail(e, rc, "comm: parameter all-gather: %s", c->backend->error);
@@ -312,10 +317,12 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p->t_start);
+    uint64_t count = (p->buf.length / sizeof(float) + (uint64_t)c->eng->world - 1) /
+                     (uint64_t)c->eng->world;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, comm_gather)->buf = p->buf;
-    TR_MSG_AS(m, comm_gather)->count = p->buf.length / sizeof(float) / (uint64_t)c->eng->world;
+    TR_MSG_AS(m, comm_gather)->count = count;
     m->step = p->step;
     tr_actor_t to = p->asker;
     p->req = 0;

@@ -58,8 +58,7 @@ struct tr__optim {
     int n_arrays;       /* moment arrays a checkpoint holds: m, then v, in one block */
     size_t lo, hi;      /* the parameters this rank updates (ZeRO 1: its slice; else all) */
     size_t slice;       /* floats per rank's slice (the last may be shorter) */
-    float *staging;     /* ZeRO 1: world slices, all-gathered after each step */
-    uint64_t staging_id;
+    bool partitioned;   /* ZeRO 1 on several ranks: the slices are all-gathered after a step */
     tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
     uint64_t moments_id; /* the block's registry id */
     /* the step being assembled */
@@ -274,25 +273,22 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
-    if (o->staging && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
+    if (o->partitioned && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
     int rc = tr_actor_send(ctx->rt, e->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
-/* ZeRO 1: this rank's updated slice goes into its place in the staging buffer, which the comm
- * actor all-gathers; STEP_DONE (m) waits until the parameters are whole again. */
+/* ZeRO 1: the comm actor all-gathers every rank's updated slice in place, in the parameter
+ * buffer; STEP_DONE (m) waits until the parameters are whole again. */
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     const tr_engine_t *e = o->eng;
-    size_t S = o->slice;
-    memcpy(o->staging + (size_t)e->rank * S, o->params + o->lo, (o->hi - o->lo) * sizeof(float));
     tr_msg_t *g = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!g) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
     tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
-    tr_buffer_ref(e->rt, o->staging_id, 0, (size_t)e->world * S * sizeof(float), TR_DTYPE_F32,
-                  &b->buf);
-    b->count = S;
+    b->buf = tr__param_ref(e, e->buf_params, 0, e->n_params);
+    b->count = o->slice;
     g->step = m->step;
     o->held = m;
     int rc = tr_actor_send(ctx->rt, e->comm, g);
@@ -316,7 +312,6 @@ static int on_gathered(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_gather_t
                         tr_strerror(b->rc));
         return 0;
     }
-    memcpy(o->params, o->staging, o->eng->n_params * sizeof(float));
     int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
@@ -515,17 +510,13 @@ static int partition(tr__optim_t *o, char *err, size_t errlen)
     o->slice = (n + W - 1) / W;
     o->lo = (size_t)e->rank * o->slice < n ? (size_t)e->rank * o->slice : n;
     o->hi = o->lo + o->slice < n ? o->lo + o->slice : n;
-    o->staging = calloc(W * o->slice, sizeof(float));
-    if (!o->staging) return TR_ENOMEM;
-    tr_buffer_info_t info = {.name = "optimizer/gather", .base = o->staging,
-                             .bytes = W * o->slice * sizeof(float), .dtype = TR_DTYPE_F32,
-                             .device_type = TR_DEVICE_CPU, .lifetime = TR_BUFFER_STEP};
+    o->partitioned = true;
     tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %lld: rank %d updates parameters [%zu, %zu) of "
            "%zu; optimizer state %.1f MiB on this rank (%.1f MiB unpartitioned)",
            (long long)e->cfg->zero.stage, e->rank, o->lo, o->hi, n,
            (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0,
            (double)o->n_arrays * (double)n * 4 / 1048576.0);
-    return tr_buffer_register(e->rt, &info, &o->staging_id);
+    return 0;
 }
 
 /* Allocates the moment arrays as one block (m, then v) and registers it: a checkpoint saves
@@ -598,7 +589,6 @@ void tr__optimizer_free(tr_engine_t *eng)
     tr__optim_t *o = eng->op;
     if (!o) return;
     free(o->m); /* v and vmax are inside m's block */
-    free(o->staging);
     free(o->ranges);
     free(o);
     eng->op = NULL;

@@ -39,6 +39,11 @@ typedef struct tr_comm_ops {
     /* send (count elements) -> recv (count * world elements), rank order. */
     int (*all_gather)(tr_comm_t *c, const void *send, void *recv, size_t count, tr_dtype_t dt,
                       uint64_t *req);
+    /* In place, uneven: rank r's part is buf[displ(r), displ(r) + counts[r]) with displ(r) the
+     * sum of the counts before r; afterwards every rank holds every part. counts (world
+     * entries) is copied. */
+    int (*all_gather_v)(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                        uint64_t *req);
     /* buf (count elements) becomes root's on every rank. */
     int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
                      uint64_t *req);

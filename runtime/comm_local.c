@@ -144,8 +144,19 @@ static void local_destroy(tr_comm_t *c)
     free(c);
 }
 
-static const tr_comm_ops_t local_ops = {local_all_reduce, local_copy,  local_copy,
-                                        local_broadcast,  NULL,        local_destroy};
+static int local_all_gather_v(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                              uint64_t *req)
+{
+    int rc = tr_comm_check(c, buf, counts ? counts[0] : 0, dt, 0, 0);
+    return rc < 0 ? rc : complete(c, req); /* one rank: its part is the whole */
+}
+
+static const tr_comm_ops_t local_ops = {.all_reduce = local_all_reduce,
+                                        .reduce_scatter = local_copy,
+                                        .all_gather = local_copy,
+                                        .all_gather_v = local_all_gather_v,
+                                        .broadcast = local_broadcast,
+                                        .destroy = local_destroy};
 
 static int local_create(tr_comm_t *c, char *why, size_t whylen)
 {

@@ -27,6 +27,8 @@ typedef struct mpi_impl {
     MPI_Request *reqs;
     uint64_t *ids, *tags;
     int *done_at;                 /* MPI_Testsome's indices */
+    int **vargs;                  /* an all_gather_v's counts and displacements, kept until it
+                                   * completes (NULL for other operations) */
 } mpi_impl_t;
 
 /* --- MPI itself: once per process ---------------------------------------------------------- */
@@ -97,7 +99,18 @@ static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int
 }
 
 /* Records a started operation, or turns MPI's error into ours. */
+static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req,
+                     int *vargs);
+
 static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req)
+{
+    return started_v(c, mpi_rc, r, what, req, NULL);
+}
+
+/* Records a started operation (vargs: its own arrays, freed when it completes), or turns
+ * MPI's error into ours. */
+static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req,
+                     int *vargs)
 {
     mpi_impl_t *m = c->impl;
     if (mpi_rc != MPI_SUCCESS) {
@@ -105,6 +118,7 @@ static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, ui
         int len = 0;
         MPI_Error_string(mpi_rc, text, &len);
         snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
+        free(vargs);
         return TR_ECOMM;
     }
     if (m->n == m->cap) {
@@ -117,8 +131,11 @@ static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, ui
         if (tags) m->tags = tags;
         int *at = realloc(m->done_at, (size_t)cap * sizeof(*at));
         if (at) m->done_at = at;
-        if (!reqs || !ids || !tags || !at) { /* the operation runs; wait for it here */
+        int **va = realloc(m->vargs, (size_t)cap * sizeof(*va));
+        if (va) m->vargs = va;
+        if (!reqs || !ids || !tags || !at || !va) { /* the operation runs; wait for it here */
             MPI_Wait(&r, MPI_STATUS_IGNORE);
+            free(vargs);
             snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory tracking operations");
             return TR_ENOMEM;
         }
@@ -127,6 +144,7 @@ static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, ui
     *req = tr_comm_next_req(c);
     m->reqs[m->n] = r;
     m->ids[m->n] = *req;
+    m->vargs[m->n] = vargs;
     m->tags[m->n++] = c->op_tag;
     return 0;
 }
@@ -170,6 +188,29 @@ static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t cou
     return started(c, rc, r, "MPI_Iallgather", req);
 }
 
+static int mpi_all_gather_v(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                            uint64_t *req)
+{
+    size_t total = 0;
+    for (int r = 0; counts && r < c->world; r++)
+        total += counts[r];
+    int rc = check(c, buf, total, dt, 0, 0);
+    if (rc == 0 && !counts) rc = TR_EINVAL;
+    if (rc < 0) return rc;
+    int *v = malloc(2 * (size_t)c->world * sizeof(int)); /* counts, then displacements */
+    if (!v) return snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory"), TR_ENOMEM;
+    for (int r = 0, d = 0; r < c->world; r++) {
+        v[r] = (int)counts[r];
+        v[c->world + r] = d;
+        d += (int)counts[r];
+    }
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, v, v + c->world, mpi_type(dt),
+                         m->comm, &r);
+    return started_v(c, rc, r, "MPI_Iallgatherv", req, v);
+}
+
 static int mpi_broadcast(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
                          uint64_t *req)
 {
@@ -199,12 +240,15 @@ static int mpi_progress(tr_comm_t *c)
         int i = m->done_at[k];
         c->done(c->done_arg, m->ids[i], m->tags[i], 0);
         m->ids[i] = 0; /* completed: compacted below */
+        free(m->vargs[i]);
+        m->vargs[i] = NULL;
     }
     int keep = 0;
     for (int i = 0; i < m->n; i++)
         if (m->ids[i]) {
             m->reqs[keep] = m->reqs[i];
             m->ids[keep] = m->ids[i];
+            m->vargs[keep] = m->vargs[i];
             m->tags[keep++] = m->tags[i];
         }
     m->n = keep;
@@ -219,11 +263,15 @@ static int drain(mpi_impl_t *m)
         int done = 0;
         if (MPI_Testsome(m->n, m->reqs, &done, m->done_at, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             break;
-        for (int k = 0; k < done && done != MPI_UNDEFINED; k++)
+        for (int k = 0; k < done && done != MPI_UNDEFINED; k++) {
             m->ids[m->done_at[k]] = 0;
+            free(m->vargs[m->done_at[k]]);
+            m->vargs[m->done_at[k]] = NULL;
+        }
         int keep = 0;
         for (int i = 0; i < m->n; i++)
-            if (m->ids[i]) m->reqs[keep] = m->reqs[i], m->ids[keep++] = m->ids[i];
+            if (m->ids[i])
+                m->reqs[keep] = m->reqs[i], m->vargs[keep] = m->vargs[i], m->ids[keep++] = m->ids[i];
         m->n = keep;
         if (m->n) nanosleep(&(struct timespec){0, 100000}, NULL);
     }
@@ -245,14 +293,21 @@ static void mpi_destroy(tr_comm_t *c)
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (!finalized) MPI_Comm_free(&m->comm);
-        free(m->reqs), free(m->ids), free(m->tags), free(m->done_at);
+        for (int i = 0; i < m->n; i++)
+            free(m->vargs[i]);
+        free(m->reqs), free(m->ids), free(m->tags), free(m->done_at), free(m->vargs);
         free(m);
     }
     free(c);
 }
 
-static const tr_comm_ops_t mpi_ops = {mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,
-                                      mpi_broadcast,  mpi_progress,       mpi_destroy};
+static const tr_comm_ops_t mpi_ops = {.all_reduce = mpi_all_reduce,
+                                      .reduce_scatter = mpi_reduce_scatter,
+                                      .all_gather = mpi_all_gather,
+                                      .all_gather_v = mpi_all_gather_v,
+                                      .broadcast = mpi_broadcast,
+                                      .progress = mpi_progress,
+                                      .destroy = mpi_destroy};
 
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen)
 {

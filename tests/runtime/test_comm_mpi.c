@@ -98,6 +98,24 @@ static void test_comm_mpi_collectives_match_the_hand_computed_ones(void **state)
     free(sum), free(max), free(send), free(part), free(all), free(bc);
 }
 
+/* Uneven parts gathered in place: 10 floats over the ranks in slices of ceil(10 / W). */
+static void test_comm_mpi_all_gather_v_in_place(void **state)
+{
+    (void)state;
+    int r = comm->rank, w = comm->world;
+    size_t n = 10, S = (n + (size_t)w - 1) / (size_t)w, counts[8];
+    float buf[10];
+    for (int k = 0; k < w; k++)
+        counts[k] = (size_t)k * S >= n ? 0 : ((size_t)k + 1) * S <= n ? S : n - (size_t)k * S;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i / S == (size_t)r ? (float)(100 * r + (int)i) : -1.0f; /* ours; others junk */
+    uint64_t req;
+    assert_int_equal(comm->ops->all_gather_v(comm, buf, counts, TR_DTYPE_F32, &req), 0);
+    finish();
+    for (size_t i = 0; i < n; i++)
+        assert_true(buf[i] == (float)(100 * (int)(i / S) + (int)i));
+}
+
 static void test_comm_mpi_refuses_bad_arguments_before_mpi(void **state)
 {
     (void)state;
@@ -137,6 +155,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm_mpi_collectives_match_the_hand_computed_ones),
+        cmocka_unit_test(test_comm_mpi_all_gather_v_in_place),
         cmocka_unit_test(test_comm_mpi_refuses_bad_arguments_before_mpi),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
