@@ -398,6 +398,9 @@ static int register_buffers(tr_engine_t *eng)
 {
     size_t bt = (size_t)eng->B * (size_t)eng->T, np = eng->n_params * sizeof(float);
     size_t in = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4, ty = bt * (size_t)eng->y_dim * 4;
+    size_t batch = in + (eng->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
+    eng->memory.params = eng->memory.grads = np;
+    eng->memory.batches = batch * (size_t)(1 + (eng->train ? eng->prefetch : 0));
     eng->stage_in = malloc(in);
     eng->stage_targets = malloc(bt * sizeof(int));
     eng->stage_y = malloc(ty ? ty : 4);
@@ -458,6 +461,17 @@ static int start_driver(tr_engine_t *eng, char *err, size_t errlen)
     return 0;
 }
 
+static void log_memory(const tr_engine_t *eng)
+{
+    const tr_engine_memory_t *m = &eng->memory;
+    double mib = 1048576.0;
+    tr_log(TR_LOG_INFO, "engine: memory on rank %d: parameters %.1f MiB, gradients %.1f MiB, "
+           "optimizer states %.1f MiB%s, batches %.1f MiB; total %.1f MiB",
+           eng->rank, m->params / mib, m->grads / mib, m->optimizer / mib,
+           eng->world > 1 && eng->cfg->zero.stage >= 1 ? " (ZeRO 1: this rank's slice)" : "",
+           m->batches / mib, (m->params + m->grads + m->optimizer + m->batches) / mib);
+}
+
 static tr__client_t *client_new(void)
 {
     tr__client_t *c = calloc(1, sizeof(*c));
@@ -498,6 +512,7 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
     if (!rc) rc = tr__dsmon_create(eng, err, errlen);
     if (!rc) rc = spawn_actors(eng, err, errlen);
     if (!rc && eng->cfg->troupe.runtime.deterministic) rc = start_driver(eng, err, errlen);
+    if (!rc) log_memory(eng);
     if (rc < 0 && !err[0]) snprintf(err, errlen, "engine: %s", tr_strerror(rc));
     return rc;
 }
@@ -786,4 +801,9 @@ int tr_engine_rank(const tr_engine_t *eng)
 int tr_engine_world(const tr_engine_t *eng)
 {
     return eng->world;
+}
+
+void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out)
+{
+    *out = eng->memory;
 }

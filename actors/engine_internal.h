@@ -103,6 +103,7 @@ struct tr_engine {
     size_t n_params;
     uint64_t seed;
     double loss_scale0; /* the loss scale of the first step */
+    tr_engine_memory_t memory; /* filled as the actors are made */
     tr_monitor_t *mon;  /* NULL: off; thread-safe */
     char flight_path[1024];
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;

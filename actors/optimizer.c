@@ -581,6 +581,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0) o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
     if (rc == 0) rc = register_moments(o);
+    eng->memory.optimizer = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
     return rc;
 }
 

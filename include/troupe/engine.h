@@ -163,6 +163,16 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
  * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. */
 uint64_t tr_engine_global_step(const tr_engine_t *eng);
 
+/* The memory this rank holds for training, in bytes, fixed at create (also logged then). With
+ * zero_optimization.stage 1 on W ranks the optimizer's states fall to about 1/W. */
+typedef struct tr_engine_memory {
+    uint64_t params, grads;  /* fp32, every parameter (stage 0 and 1) */
+    uint64_t optimizer;      /* the optimizer's moments for the parameters this rank updates */
+    uint64_t batches;        /* the loader's prefetch slots and the client's staging batch */
+} tr_engine_memory_t;
+
+void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
+
 /* This process's data-parallel rank and the world size (1 for a single process). Any thread. */
 int tr_engine_rank(const tr_engine_t *eng);
 int tr_engine_world(const tr_engine_t *eng);

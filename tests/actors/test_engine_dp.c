@@ -76,6 +76,15 @@ static void test_engine_dp_matches_one_process_with_the_same_global_batch(void *
         dp_loss[i] = st.loss;
     }
     world = (int)cfg->world_size;
+    tr_engine_memory_t mem;
+    tr_engine_memory(dp, &mem);
+    size_t n = tr_model_num_params(tr_engine_model(dp)), S = (n + (size_t)world - 1) / world;
+    assert_int_equal(mem.params, n * 4);
+    assert_int_equal(mem.grads, n * 4);
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    size_t mine = zero_stage ? ((size_t)r + 1) * S <= n ? S : n - (size_t)r * S : n;
+    assert_int_equal(mem.optimizer, 2 * mine * 4); /* AdamW: m and v, of this rank's slice */
     assert_int_equal(tr_engine_eval(dp, 2, &dp_val), 0);
     uint64_t hash = params_hash(dp);
     tr_engine_destroy(dp); /* MPI is the test's again from here: no actor calls it */
