@@ -25,9 +25,10 @@ static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uin
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BUCKET);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, bucket)->bucket = b->next_id++;
-    TR_MSG_AS(m, bucket)->grads = tr__param_ref(b->eng, b->eng->buf_grads, lo, hi - lo);
     m->step = step;
-    int rc = tr_actor_send(ctx->rt, b->eng->comm, m);
+    int rc = tr_buffer_ref(ctx->rt, b->eng->buf_grads, lo * sizeof(float),
+                           (hi - lo) * sizeof(float), TR_DTYPE_F32, &TR_MSG_AS(m, bucket)->grads);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, b->eng->comm, m);
     if (rc < 0)
         tr_msg_free(ctx->rt, m);
     else

@@ -122,19 +122,15 @@ static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffe
     return tr__ckpt_file_write(path, hdr->data, hdr->size, blobs, n, c->err, sizeof(c->err));
 }
 
-/* The registered buffer a save reads: the parameters, or the optimizer's moments as the
- * optimizer named them. */
+/* The `floats` floats a save reads through ref (the parameters, or the optimizer's moments as
+ * the optimizer named them); NULL with c->err when the reference does not hold them. */
 static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref,
-                                uint64_t id, size_t floats)
+                                size_t floats)
 {
-    tr_tensor_ref_t whole;
-    if (!ref && tr_buffer_ref(c->eng->rt, id, 0, floats * sizeof(float), TR_DTYPE_F32, &whole) == 0)
-        ref = &whole;
-    char why[256];
-    const float *p = ref && ref->length == floats * sizeof(float)
+    char why[256] = "the state arrays do not match the model";
+    const float *p = ref->length == floats * sizeof(float)
                          ? tr__resolve(c->eng, ref, why, sizeof(why))
-                         : (snprintf(why, sizeof(why), "the state arrays do not match the model"),
-                            NULL);
+                         : NULL;
     if (!p) snprintf(c->err, sizeof(c->err), "%s", why);
     return p;
 }
@@ -153,8 +149,10 @@ static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
                TR_EINVAL;
     const char *names[3];
     int n = tr__optimizer_array_names(e, names, 3);
-    const float *params = saved_array(c, NULL, e->buf_params, e->n_params);
-    const float *moments = n ? saved_array(c, &st->moments, 0, (size_t)n * e->n_params) : NULL;
+    tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
+    tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
+    const float *params = saved_array(c, &all, e->n_params);
+    const float *moments = n ? saved_array(c, &st->moments, (size_t)n * e->n_params) : NULL;
     if (!params || (n && !moments)) return TR_EINVAL;
     snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
     int mk = tr__mkdir_p(tagdir);

@@ -35,11 +35,10 @@ typedef struct pending {
     tr_msg_comm_scalar_t scalar; /* its request */
     double *vals;                /* its values, reduced in place (not in this table, which
                                   * may move while the operation is in flight) */
-    uint64_t t_start;            /* for the comms logger */
+    uint64_t t_start;            /* for the comms logger and the watchdog */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
-    uint64_t seq;                /* the collective's number (for the watchdog's message) */
     bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
-    tr_tensor_ref_t buf;         /* its staging buffer */
+    tr_tensor_ref_t buf;         /* its buffer: the parameters */
 } pending_t;
 
 /* What every collective carries, exchanged (all-gathered) just before it and compared on
@@ -60,7 +59,6 @@ struct tr__comm {
     tr_comm_t *backend;
     float pre, post; /* multipliers before and after the sum (1: none) */
     bool polling;    /* a COMM_POLL is on its way */
-    uint64_t polls;  /* progress calls made (a counter for tests and the trace) */
     int inflight;    /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
@@ -68,9 +66,9 @@ struct tr__comm {
     bool log_verbose;
     uint64_t seq;        /* collectives started */
     uint64_t timeout_ns; /* troupe.comm.timeout_s */
-    int fault_silent;    /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
     bool broken;         /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
+    int fault_silent;    /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
 };
 
 /* A free entry of the pending table, growing it when full; NULL: no memory. */
@@ -85,6 +83,23 @@ static pending_t *pending_slot(struct tr__comm *c)
     c->pending = p;
     c->cap = cap;
     return &p[old];
+}
+
+/* After the backend was asked to start p's operation (rc, req): records it as in flight, or
+ * frees p and fails the engine naming `what` and the backend's reason. */
+static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
+{
+    if (rc < 0) {
+        free(p->hdr), free(p->vals);
+        *p = (pending_t){0};
+        tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what,
+                        c->backend->name, c->backend->error[0] ? c->backend->error
+                                                                : tr_strerror(rc));
+        return rc;
+    }
+    p->req = req;
+    c->inflight++;
+    return 0;
 }
 
 static void describe(const header_t *h, char *out, size_t len)
@@ -114,20 +129,12 @@ static int post_header(struct tr__comm *c, header_t h)
     if (!p || !all) return free(all), TR_ENOMEM;
     all[e->world] = h;
     *p = (pending_t){.req = UINT64_MAX, .step = h.step, .asker = TR_ACTOR_NONE, .hdr = all,
-                     .seq = h.seq, .t_start = tr_now_ns()};
+                     .t_start = tr_now_ns()};
     c->backend->op_tag = h.step;
-    uint64_t req;
+    uint64_t req = 0;
     int rc = c->backend->ops->all_gather(c->backend, &all[e->world], all, sizeof(header_t),
                                          TR_DTYPE_U8, &req);
-    if (rc < 0) {
-        p->req = 0, p->hdr = NULL, free(all);
-        tr__engine_fail(e, rc, "comm: exchanging the header of collective #%llu: %s",
-                        (unsigned long long)h.seq, c->backend->error);
-        return rc;
-    }
-    p->req = req;
-    c->inflight++;
-    return 0;
+    return track(c, p, rc, req, "exchanging a collective's header");
 }
 
 /* The headers arrived: every rank's must be ours. */
@@ -202,38 +209,26 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
     if (c->eng->rank == c->fault_silent && msg->step > 0) return 0; /* the test's silent rank */
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
-    pending_t *p = pending_slot(c);
     char why[256];
     float *data = tr__resolve(c->eng, &b->grads, why, sizeof(why));
-    if (!p || !data) {
-        tr__engine_fail(c->eng, TR_EINVAL, "comm: bucket %u: %s", b->bucket,
-                        p ? why : "out of memory for the operations in flight");
+    if (!data) {
+        tr__engine_fail(c->eng, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
         return TR_EINVAL;
     }
     size_t count = b->grads.length / sizeof(float);
-    int hrc = post_header(c, (header_t){.op = 1, .dtype = TR_DTYPE_F32, .bytes = b->grads.length,
-                                        .step = msg->step, .micro_step = msg->micro_step,
-                                        .bucket = b->bucket});
-    if (hrc < 0) return hrc;
-    p = pending_slot(c); /* the header's entry may have moved the table */
-    if (!p) return TR_ENOMEM;
+    int rc = post_header(c, (header_t){.op = 1, .dtype = TR_DTYPE_F32, .bytes = b->grads.length,
+                                       .step = msg->step, .micro_step = msg->micro_step,
+                                       .bucket = b->bucket});
+    pending_t *p = rc < 0 ? NULL : pending_slot(c);
+    if (!p) return rc < 0 ? rc : TR_ENOMEM;
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
                      .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE,
                      .t_start = tr_now_ns()};
     scale(data, count, c->pre);
     c->backend->op_tag = msg->step;
-    uint64_t req;
-    int rc = c->backend->ops->all_reduce(c->backend, data, count, TR_DTYPE_F32, TR_REDUCE_SUM,
-                                         &req);
-    if (rc < 0) {
-        p->req = 0;
-        tr__engine_fail(c->eng, rc, "comm: all-reduce of bucket %u (%zu floats) on backend "
-                        "'%s' failed: %s", b->bucket, count, c->backend->name, tr_strerror(rc));
-        return rc;
-    }
-    p->req = req;
-    c->inflight++;
-    return 0;
+    uint64_t req = 0;
+    rc = c->backend->ops->all_reduce(c->backend, data, count, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
+    return track(c, p, rc, req, "a bucket's all-reduce");
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -241,38 +236,25 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
     tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
-    pending_t *p = pending_slot(c);
-    if (!p || s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
+    if (s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
         tr__engine_fail(c->eng, TR_EINVAL, "comm: scalar all-reduce of %u values (op %u) from "
                         "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
         return TR_EINVAL;
     }
-    int hrc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
-                                        .bytes = s->n * sizeof(double), .step = msg->step,
-                                        .micro_step = msg->micro_step});
-    if (hrc < 0) return hrc;
-    p = pending_slot(c);
-    double *vals = malloc(sizeof(s->values));
-    if (!vals || !p) return free(vals), TR_ENOMEM;
+    int rc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+                                       .bytes = s->n * sizeof(double), .step = msg->step,
+                                       .micro_step = msg->micro_step});
+    pending_t *p = rc < 0 ? NULL : pending_slot(c);
+    double *vals = p ? malloc(sizeof(s->values)) : NULL;
+    if (!vals) return rc < 0 ? rc : TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .scalar = *s,
                      .vals = vals, .t_start = tr_now_ns()};
     c->backend->op_tag = msg->step;
-    uint64_t req;
-    int rc = c->backend->ops->all_reduce(c->backend, vals, s->n, TR_DTYPE_F64,
-                                         (tr_reduce_op_t)s->op, &req);
-    if (rc < 0) {
-        p->req = 0;
-        free(vals);
-        p->vals = NULL;
-        tr__engine_fail(c->eng, rc, "comm: scalar all-reduce: %s", c->backend->error[0]
-                                                                       ? c->backend->error
-                                                                       : tr_strerror(rc));
-        return rc;
-    }
-    p->req = req;
-    c->inflight++;
-    return 0;
+    uint64_t req = 0;
+    rc = c->backend->ops->all_reduce(c->backend, vals, s->n, TR_DTYPE_F64, (tr_reduce_op_t)s->op,
+                                     &req);
+    return track(c, p, rc, req, "a scalar all-reduce");
 }
 
 /* COMM_GATHER (ZeRO 1): every rank's slice of the parameters (ceil(N / W) floats, the last
@@ -294,24 +276,17 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     if (!counts) return TR_ENOMEM;
     for (size_t r = 0; r < W; r++)
         counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
-    int hrc = post_header(c, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
-                                        .bytes = n * sizeof(float), .step = msg->step});
-    pending_t *p = hrc < 0 ? NULL : pending_slot(c);
-    if (!p) return free(counts), hrc < 0 ? hrc : TR_ENOMEM;
+    int rc = post_header(c, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+                                       .bytes = n * sizeof(float), .step = msg->step});
+    pending_t *p = rc < 0 ? NULL : pending_slot(c);
+    if (!p) return free(counts), rc < 0 ? rc : TR_ENOMEM;
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .gather = true,
                      .buf = g->buf, .t_start = tr_now_ns()};
     c->backend->op_tag = msg->step;
-    uint64_t req;
-    int rc = c->backend->ops->all_gather_v(c->backend, buf, counts, TR_DTYPE_F32, &req);
+    uint64_t req = 0;
+    rc = c->backend->ops->all_gather_v(c->backend, buf, counts, TR_DTYPE_F32, &req);
     free(counts); /* the backend keeps its own copy */
-    if (rc < 0) {
-        p->req = 0;
-        tr__engine_fail(e, rc, "comm: parameter all-gather: %s", c->backend->error);
-        return rc;
-    }
-    p->req = req;
-    c->inflight++;
-    return 0;
+    return track(c, p, rc, req, "the parameter all-gather");
 }
 
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
@@ -393,8 +368,6 @@ static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     return rc;
 }
 
-/* One progress pass; polls again while anything is pending, after a backoff sleep when the
- * previous pass completed nothing. */
 /* The watchdog: the oldest pending collective, when it has waited past troupe.comm.timeout_s,
  * fails the engine naming itself; the backend then ends the job at shutdown (its collectives
  * cannot complete). */
@@ -421,6 +394,8 @@ static int watchdog(struct tr__comm *c)
     return TR_ETIMEDOUT;
 }
 
+/* One progress pass; polls again while anything is pending, after a backoff sleep when the
+ * previous pass completed nothing. */
 static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 {
     c->polling = false;
@@ -428,7 +403,6 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     uint32_t shift = idle_polls < 8 ? idle_polls : 8;
     if (idle_polls) nanosleep(&(struct timespec){0, 1000L << shift}, NULL);
     int left = c->backend->ops->progress(c->backend);
-    c->polls++;
     if (left < 0) {
         tr__engine_fail(c->eng, left, "comm: %s", c->backend->error);
         return left;

@@ -22,19 +22,6 @@
 #include "io/mkdir_p.h"
 #include "runtime/ranks.h"
 
-tr_tensor_ref_t tr__param_ref(const tr_engine_t *eng, uint64_t buf, size_t offset, size_t count)
-{
-    tr_tensor_ref_t r = {.buffer_id = buf,
-                         .offset = offset * sizeof(float),
-                         .length = count * sizeof(float),
-                         .dtype = TR_DTYPE_F32,
-                         .device_type = TR_DEVICE_CPU,
-                         .ndim = 1};
-    r.shape[0] = (int64_t)count;
-    (void)eng;
-    return r;
-}
-
 void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
 {
     void *p;
@@ -726,8 +713,8 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
                            const char *tag)
 {
     const char *what = kind == TR__REQ_SAVE ? "save" : "load";
-    if (!dir || !*dir) return refuse(eng, TR_EINVAL, kind == TR__REQ_SAVE ? "save: no directory"
-                                                                          : "load: no directory");
+    if (!dir || !*dir)
+        return snprintf(eng->error, sizeof(eng->error), "%s: no directory", what), TR_EINVAL;
     if (eng->last.window != 0)
         return snprintf(eng->error, sizeof(eng->error),
                         "%s: in the middle of an accumulation window; %s between steps", what,

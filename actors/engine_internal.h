@@ -133,9 +133,6 @@ struct tr_engine {
     char error[1024]; /* the last call's explanation */
 };
 
-/* A reference to [offset, offset + count) floats of the parameter or gradient buffer. */
-tr_tensor_ref_t tr__param_ref(const tr_engine_t *eng, uint64_t buf, size_t offset, size_t count);
-
 /* The memory a reference names, checked by the registry; NULL (with the reason in why) for a
  * reference that does not resolve, which is an engine bug. Any actor. */
 void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen);

@@ -79,13 +79,14 @@ static tr__reply_t view(const struct tr__exec *x)
                          .micro_pos = pos};
 }
 
-static void reply_ok(struct tr__exec *x, tr__reply_t r)
+/* Answers the client (rc >= 0) with r and the executor's view. */
+static void reply_ok(struct tr__exec *x, int rc, tr__reply_t r)
 {
     tr__reply_t v = view(x);
     r.global_step = v.global_step;
     r.window = v.window;
     r.micro_pos = v.micro_pos;
-    tr__reply(x->eng, 0, &r, NULL);
+    tr__reply(x->eng, rc, &r, NULL);
 }
 
 /* --- messages out ------------------------------------------------------------------------- */
@@ -304,7 +305,7 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double
     x->t_window = tr_now_ns();
 }
 
-static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
+static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r);
 
 /* The step is over: statistics (loss: the mean over the global batch), DeepSpeed's outputs,
  * the waiting call's reply, a FORWARD that waited for the parameters. */
@@ -332,13 +333,13 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     if (x->req == TR__REQ_TRAIN || x->req == TR__REQ_STEP) {
         x->req = 0;
         x->unstepped = false;
-        reply_ok(x, (tr__reply_t){.stats = x->stats});
+        reply_ok(x, 0, (tr__reply_t){.stats = x->stats});
     } else {
         x->step_ready = true;
     }
     if (x->deferred) {
         x->deferred = false;
-        serve_forward(ctx, x, TR_MSG_AS(x->deferred_msg, engine_req));
+        serve_forward(x, TR_MSG_AS(x->deferred_msg, engine_req));
         tr_msg_free(ctx->rt, x->deferred_msg);
         x->deferred_msg = NULL;
     }
@@ -396,9 +397,8 @@ static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
     return 0;
 }
 
-static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
+static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
-    (void)ctx;
     const tr_engine_t *e = x->eng;
     if (copy_client_batch(x, r) < 0) return;
     tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
@@ -412,7 +412,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
     if (x->micro == 0) x->t_window = t0;
     x->have_forward = true;
     x->loss_sum += loss;
-    reply_ok(x, (tr__reply_t){.loss = loss});
+    reply_ok(x, 0, (tr__reply_t){.loss = loss});
 }
 
 static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
@@ -427,7 +427,7 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
     if (backward(ctx, x, boundary) < 0) return;
     backward_done(x, step, t0, tr_now_ns(), boundary);
     x->unstepped = true;
-    reply_ok(x, (tr__reply_t){0});
+    reply_ok(x, 0, (tr__reply_t){0});
 }
 
 static void serve_step(struct tr__exec *x)
@@ -439,16 +439,8 @@ static void serve_step(struct tr__exec *x)
     bool ready = x->step_ready;
     x->step_ready = false;
     x->unstepped = false;
-    tr__reply_t r = {.stats = ready ? x->stats : (tr_step_stats_t){0}};
-    if (ready) {
-        reply_ok(x, r);
-        return;
-    }
-    r.global_step = x->global_steps; /* 1: not a boundary, a no-op as in DeepSpeed */
-    tr__reply_t v = view(x);
-    r.window = v.window;
-    r.micro_pos = v.micro_pos;
-    tr__reply(x->eng, 1, &r, NULL);
+    /* 1: not a boundary, a no-op as in DeepSpeed */
+    reply_ok(x, ready ? 0 : 1, (tr__reply_t){.stats = ready ? x->stats : (tr_step_stats_t){0}});
 }
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
@@ -485,7 +477,7 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
         reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, sum, n);
         return;
     }
-    reply_ok(x, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+    reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
 }
 
 /* A sum over the ranks came back: the loss of a step or of an evaluation. */
@@ -495,7 +487,7 @@ static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scala
     if (s->what == SCALAR_STEP_LOSS)
         finish_step(ctx, x, &x->done, mean);
     else
-        reply_ok(x, (tr__reply_t){.loss = (float)mean});
+        reply_ok(x, 0, (tr__reply_t){.loss = (float)mean});
 }
 
 /* --- checkpoints ----------------------------------------------------------------------------- */
@@ -611,7 +603,7 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     case TR__REQ_EVAL: serve_eval(ctx, x, r->n); break;
     case TR__REQ_FORWARD:
         if (!x->step_pending) {
-            serve_forward(ctx, x, r);
+            serve_forward(x, r);
             break;
         }
         /* parameters are being updated: keep the request until STEP_DONE */

@@ -287,11 +287,12 @@ static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
     tr_msg_t *g = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!g) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
     tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
-    b->buf = tr__param_ref(e, e->buf_params, 0, e->n_params);
     b->count = o->slice;
     g->step = m->step;
     o->held = m;
-    int rc = tr_actor_send(ctx->rt, e->comm, g);
+    int rc = tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32,
+                           &b->buf);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, g);
     if (rc < 0) {
         tr_msg_free(ctx->rt, g);
         tr__engine_fail(e, rc, "optimizer: cannot ask for the parameter all-gather: %s",

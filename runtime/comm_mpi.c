@@ -102,6 +102,16 @@ static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int
 static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req,
                      int *vargs);
 
+/* MPI's error code mpi_rc from call `what`, in MPI's words, as c->error; TR_ECOMM. */
+static int mpi_error(tr_comm_t *c, int mpi_rc, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(mpi_rc, text, &len);
+    snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
+    return TR_ECOMM;
+}
+
 static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req)
 {
     return started_v(c, mpi_rc, r, what, req, NULL);
@@ -114,12 +124,8 @@ static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, 
 {
     mpi_impl_t *m = c->impl;
     if (mpi_rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(mpi_rc, text, &len);
-        snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
         free(vargs);
-        return TR_ECOMM;
+        return mpi_error(c, mpi_rc, what);
     }
     if (m->n == m->cap) {
         int cap = m->cap ? 2 * m->cap : 64;
@@ -222,23 +228,19 @@ static int mpi_broadcast(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, i
     return started(c, rc, r, "MPI_Ibcast", req);
 }
 
-static int mpi_progress(tr_comm_t *c)
+/* One MPI_Testsome over everything pending: completed operations are reported through done
+ * (when report), their arrays freed, and the table compacted. Returns how many are still
+ * pending, or TR_ECOMM with c->error. */
+static int test_some(tr_comm_t *c, bool report)
 {
     mpi_impl_t *m = c->impl;
     if (m->n == 0) return 0;
     int done = 0;
     int rc = MPI_Testsome(m->n, m->reqs, &done, m->done_at, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, text, &len);
-        snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: MPI_Testsome: %.180s", c->rank,
-                 text);
-        return TR_ECOMM;
-    }
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Testsome");
     for (int k = 0; k < done && done != MPI_UNDEFINED; k++) {
         int i = m->done_at[k];
-        c->done(c->done_arg, m->ids[i], m->tags[i], 0);
+        if (report) c->done(c->done_arg, m->ids[i], m->tags[i], 0);
         m->ids[i] = 0; /* completed: compacted below */
         free(m->vargs[i]);
         m->vargs[i] = NULL;
@@ -255,33 +257,27 @@ static int mpi_progress(tr_comm_t *c)
     return keep;
 }
 
+static int mpi_progress(tr_comm_t *c)
+{
+    return test_some(c, true);
+}
+
 /* At shutdown: lets operations every rank posted finish (up to 2 s), without reporting them
  * (the comm actor is gone). Returns how many are still pending. */
-static int drain(mpi_impl_t *m)
+static int drain(tr_comm_t *c)
 {
-    for (int round = 0; m->n > 0 && round < 20000; round++) {
-        int done = 0;
-        if (MPI_Testsome(m->n, m->reqs, &done, m->done_at, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            break;
-        for (int k = 0; k < done && done != MPI_UNDEFINED; k++) {
-            m->ids[m->done_at[k]] = 0;
-            free(m->vargs[m->done_at[k]]);
-            m->vargs[m->done_at[k]] = NULL;
-        }
-        int keep = 0;
-        for (int i = 0; i < m->n; i++)
-            if (m->ids[i])
-                m->reqs[keep] = m->reqs[i], m->vargs[keep] = m->vargs[i], m->ids[keep++] = m->ids[i];
-        m->n = keep;
-        if (m->n) nanosleep(&(struct timespec){0, 100000}, NULL);
+    int left = test_some(c, false);
+    for (int round = 0; left > 0 && round < 20000; round++) {
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+        left = test_some(c, false);
     }
-    return m->n;
+    return left < 0 ? ((mpi_impl_t *)c->impl)->n : left;
 }
 
 static void mpi_destroy(tr_comm_t *c)
 {
     mpi_impl_t *m = c->impl;
-    if (m && m->n > 0 && drain(m) > 0) {
+    if (m && m->n > 0 && drain(c) > 0) {
         /* collectives that can no longer complete: MPI cannot free or cancel them, and the
          * other ranks would wait for them forever. The job ends here, on every rank. */
         tr_log(TR_LOG_ERROR, "comm 'mpi': rank %d: %d collective(s) still pending at shutdown "
