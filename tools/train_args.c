@@ -80,7 +80,10 @@ void train_usage(FILE *f)
                "export (--export-llmc) are written at the end even when the validation fails.\n"
                "Exit status: 0 done (also after SIGINT, which finishes the step and saves when\n"
                "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
-               "bad flag, file, config or checkpoint (--resume).\n\n");
+               "bad flag, file, config or checkpoint (--resume).\n"
+               "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
+               "the ranks come from the launcher, rank 0 prints, and --save-dir/--resume are\n"
+               "refused with more than one rank for now.\n\n");
     for (size_t i = 0; i < n_flags; i++) {
         char left[48];
         snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].arg ? " " : "",
