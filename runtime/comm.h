@@ -44,6 +44,12 @@ typedef struct tr_comm_ops {
      * entries) is copied. */
     int (*all_gather_v)(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
                         uint64_t *req);
+    /* In place, uneven: buf holds the sum of counts (world entries, copied) elements, rank r's
+     * part being buf[displ(r), displ(r) + counts[r]); afterwards buf[0, counts[rank]) holds
+     * this rank's part summed over the ranks (MPI_Ireduce_scatter with MPI_IN_PLACE) and the
+     * rest of buf is undefined. A rank whose count is 0 takes part and receives nothing. */
+    int (*reduce_scatter_v)(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                            uint64_t *req);
     /* buf (count elements) becomes root's on every rank. */
     int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
                      uint64_t *req);

@@ -155,6 +155,7 @@ static const tr_comm_ops_t local_ops = {.all_reduce = local_all_reduce,
                                         .reduce_scatter = local_copy,
                                         .all_gather = local_copy,
                                         .all_gather_v = local_all_gather_v,
+                                        .reduce_scatter_v = local_all_gather_v, /* one rank */
                                         .broadcast = local_broadcast,
                                         .destroy = local_destroy};
 

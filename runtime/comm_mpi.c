@@ -194,22 +194,50 @@ static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t cou
     return started(c, rc, r, "MPI_Iallgather", req);
 }
 
-static int mpi_all_gather_v(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
-                            uint64_t *req)
+/* counts (world entries) as MPI's ints, then (with displs) their displacements; NULL after
+ * setting c->error. */
+static int *int_counts(tr_comm_t *c, const size_t *counts, bool displs)
+{
+    int *v = malloc((displs ? 2 : 1) * (size_t)c->world * sizeof(int));
+    if (!v) return snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory"), NULL;
+    for (int r = 0, d = 0; r < c->world; r++) {
+        v[r] = (int)counts[r];
+        if (displs) v[c->world + r] = d;
+        d += (int)counts[r];
+    }
+    return v;
+}
+
+static size_t sum_counts(const tr_comm_t *c, const size_t *counts)
 {
     size_t total = 0;
     for (int r = 0; counts && r < c->world; r++)
         total += counts[r];
-    int rc = check(c, buf, total, dt, 0, 0);
+    return total;
+}
+
+static int mpi_reduce_scatter_v(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                                uint64_t *req)
+{
+    int rc = check(c, buf, sum_counts(c, counts), dt, 0, 0);
     if (rc == 0 && !counts) rc = TR_EINVAL;
     if (rc < 0) return rc;
-    int *v = malloc(2 * (size_t)c->world * sizeof(int)); /* counts, then displacements */
-    if (!v) return snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory"), TR_ENOMEM;
-    for (int r = 0, d = 0; r < c->world; r++) {
-        v[r] = (int)counts[r];
-        v[c->world + r] = d;
-        d += (int)counts[r];
-    }
+    int *v = int_counts(c, counts, false);
+    if (!v) return TR_ENOMEM;
+    mpi_impl_t *m = c->impl;
+    MPI_Request r;
+    rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, v, mpi_type(dt), MPI_SUM, m->comm, &r);
+    return started_v(c, rc, r, "MPI_Ireduce_scatter", req, v);
+}
+
+static int mpi_all_gather_v(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
+                            uint64_t *req)
+{
+    int rc = check(c, buf, sum_counts(c, counts), dt, 0, 0);
+    if (rc == 0 && !counts) rc = TR_EINVAL;
+    if (rc < 0) return rc;
+    int *v = int_counts(c, counts, true); /* counts, then displacements */
+    if (!v) return TR_ENOMEM;
     mpi_impl_t *m = c->impl;
     MPI_Request r;
     rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, v, v + c->world, mpi_type(dt),
@@ -301,6 +329,7 @@ static const tr_comm_ops_t mpi_ops = {.all_reduce = mpi_all_reduce,
                                       .reduce_scatter = mpi_reduce_scatter,
                                       .all_gather = mpi_all_gather,
                                       .all_gather_v = mpi_all_gather_v,
+                                      .reduce_scatter_v = mpi_reduce_scatter_v,
                                       .broadcast = mpi_broadcast,
                                       .progress = mpi_progress,
                                       .destroy = mpi_destroy};

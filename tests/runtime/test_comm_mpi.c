@@ -116,6 +116,28 @@ static void test_comm_mpi_all_gather_v_in_place(void **state)
         assert_true(buf[i] == (float)(100 * (int)(i / S) + (int)i));
 }
 
+/* Uneven parts summed in place (ZeRO 2's bucket): rank k's part has k + 2 floats, except the
+ * last rank's, which is empty; the result lands at the start of the buffer. */
+static void test_comm_mpi_reduce_scatter_v_in_place(void **state)
+{
+    (void)state;
+    int r = comm->rank, w = comm->world;
+    size_t counts[8], total = 0, mine_at = 0;
+    for (int k = 0; k < w; k++) {
+        counts[k] = w > 1 && k == w - 1 ? 0 : (size_t)k + 2;
+        if (k < r) mine_at += counts[k];
+        total += counts[k];
+    }
+    float buf[64];
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (float)(r + 1) * (float)i; /* summed: i * w (w + 1) / 2 */
+    uint64_t req;
+    assert_int_equal(comm->ops->reduce_scatter_v(comm, buf, counts, TR_DTYPE_F32, &req), 0);
+    finish();
+    for (size_t i = 0; i < counts[r]; i++)
+        assert_true(buf[i] == (float)(mine_at + i) * (float)(w * (w + 1) / 2));
+}
+
 static void test_comm_mpi_refuses_bad_arguments_before_mpi(void **state)
 {
     (void)state;
@@ -156,6 +178,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm_mpi_collectives_match_the_hand_computed_ones),
         cmocka_unit_test(test_comm_mpi_all_gather_v_in_place),
+        cmocka_unit_test(test_comm_mpi_reduce_scatter_v_in_place),
         cmocka_unit_test(test_comm_mpi_refuses_bad_arguments_before_mpi),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
