@@ -29,8 +29,10 @@ typedef struct pending {
     uint64_t req; /* 0: free */
     uint32_t bucket;
     uint64_t step;
-    tr_tensor_ref_t grads;
+    tr_tensor_ref_t grads;       /* a bucket: its range of the gradient buffer */
     float *data;
+    size_t mine, mine_at;        /* ZeRO 2: this rank's part of it (elements, flat index) */
+    bool scatter;                /* ZeRO 2: reduce-scattered (the part is at the start) */
     tr_actor_t asker;            /* a COMM_SCALAR's requester (none for a bucket) */
     tr_msg_comm_scalar_t scalar; /* its request */
     double *vals;                /* its values, reduced in place (not in this table, which
@@ -44,7 +46,8 @@ typedef struct pending {
 /* What every collective carries, exchanged (all-gathered) just before it and compared on
  * arrival: a rank that diverged is named at once instead of hanging a collective. */
 typedef struct header {
-    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather */
+    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
+                       * 4: a bucket's reduce-scatter */
     uint32_t dtype;
     uint64_t seq;     /* collectives this comm actor started, from 1 */
     uint64_t bytes;
@@ -105,8 +108,9 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
 static void describe(const header_t *h, char *out, size_t len)
 {
     char what[48];
-    if (h->op == 1)
-        snprintf(what, sizeof(what), "the all-reduce of bucket %u", h->bucket);
+    if (h->op == 1 || h->op == 4)
+        snprintf(what, sizeof(what), "the %s of bucket %u",
+                 h->op == 1 ? "all-reduce" : "reduce-scatter", h->bucket);
     else if (h->op == 3)
         snprintf(what, sizeof(what), "the parameter all-gather");
     else
@@ -204,31 +208,71 @@ static void scale(float *x, size_t n, float mul)
     if (mul != 1.0f) tr__vec()->scale(x, mul, n);
 }
 
+/* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
+ * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
+static size_t *bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
+                            size_t *mine_at)
+{
+    size_t *counts = malloc((size_t)e->world * sizeof(size_t));
+    for (int r = 0; counts && r < e->world; r++) {
+        size_t lo, hi;
+        tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
+        lo = lo > a ? lo : a, hi = hi < b ? hi : b;
+        counts[r] = hi > lo ? hi - lo : 0;
+        if (r == e->rank) *mine = counts[r], *mine_at = counts[r] ? lo : a;
+    }
+    return counts;
+}
+
+/* Starts a bucket's reduction: a reduce-scatter (ZeRO 2; the rank's part lands at the bucket's
+ * start), else an all-reduce (ZeRO 2 without reduce_scatter keeps its part of the sum). */
+static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_t *req)
+{
+    const tr_engine_t *e = c->eng;
+    if (!p->scatter)
+        return c->backend->ops->all_reduce(c->backend, p->data, count, TR_DTYPE_F32,
+                                           TR_REDUCE_SUM, req);
+    size_t a = p->grads.offset / sizeof(float);
+    size_t *counts = bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
+    if (!counts) return TR_ENOMEM;
+    int rc = c->backend->ops->reduce_scatter_v(c->backend, p->data, counts, TR_DTYPE_F32, req);
+    free(counts); /* the backend keeps its own copy */
+    return rc;
+}
+
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
     if (c->eng->rank == c->fault_silent && msg->step > 0) return 0; /* the test's silent rank */
+    const tr_engine_t *e = c->eng;
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
     char why[256];
-    float *data = tr__resolve(c->eng, &b->grads, why, sizeof(why));
+    float *data = tr__resolve(e, &b->grads, why, sizeof(why));
     if (!data) {
-        tr__engine_fail(c->eng, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
+        tr__engine_fail(e, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
         return TR_EINVAL;
     }
     size_t count = b->grads.length / sizeof(float);
-    int rc = post_header(c, (header_t){.op = 1, .dtype = TR_DTYPE_F32, .bytes = b->grads.length,
-                                       .step = msg->step, .micro_step = msg->micro_step,
-                                       .bucket = b->bucket});
+    bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
+    int rc = post_header(c, (header_t){.op = scatter ? 4 : 1, .dtype = TR_DTYPE_F32,
+                                       .bytes = b->grads.length, .step = msg->step,
+                                       .micro_step = msg->micro_step, .bucket = b->bucket});
     pending_t *p = rc < 0 ? NULL : pending_slot(c);
     if (!p) return rc < 0 ? rc : TR_ENOMEM;
+    size_t a = b->grads.offset / sizeof(float);
     *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
-                     .grads = b->grads, .data = data, .asker = TR_ACTOR_NONE,
-                     .t_start = tr_now_ns()};
-    scale(data, count, c->pre);
+                     .grads = b->grads, .data = data, .mine = count, .mine_at = a,
+                     .scatter = scatter, .asker = TR_ACTOR_NONE, .t_start = tr_now_ns()};
+    if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
+        size_t *counts = bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
+        if (!counts) return TR_ENOMEM;
+        free(counts);
+    }
+    scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
     c->backend->op_tag = msg->step;
     uint64_t req = 0;
-    rc = c->backend->ops->all_reduce(c->backend, data, count, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
-    return track(c, p, rc, req, "a bucket's all-reduce");
+    rc = reduce_bucket(c, p, count, &req);
+    return track(c, p, rc, req, scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce");
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -257,8 +301,8 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     return track(c, p, rc, req, "a scalar all-reduce");
 }
 
-/* COMM_GATHER (ZeRO 1): every rank's slice of the parameters (ceil(N / W) floats, the last
- * shorter) all-gathered in place, in the parameter buffer. */
+/* COMM_GATHER (ZeRO 1, 2): every rank's slice of the parameters (tr__zero_owned) all-gathered
+ * in place, in the parameter buffer. */
 static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
@@ -267,7 +311,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
     size_t n = g->buf.length / sizeof(float), S = g->count, W = (size_t)e->world;
-    if (!buf || S != (n + W - 1) / W) {
+    if (!buf || S != tr__zero_slice(n, e->world)) {
         tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
                         buf ? "the slices do not cover the buffer" : why);
         return TR_EINVAL;
@@ -292,8 +336,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p->t_start);
-    uint64_t count = (p->buf.length / sizeof(float) + (uint64_t)c->eng->world - 1) /
-                     (uint64_t)c->eng->world;
+    uint64_t count = tr__zero_slice(p->buf.length / sizeof(float), c->eng->world);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, comm_gather)->buf = p->buf;
@@ -323,6 +366,8 @@ static int scalar_done(tr_ctx_t *ctx, pending_t *p)
     return rc;
 }
 
+static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
+
 static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
 {
     pending_t *p = NULL;
@@ -343,15 +388,33 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
         return scalar_done(ctx, p);
     }
-    log_op(c, "all_reduce", (double)p->grads.length, p->t_start);
-    scale(p->data, p->grads.length / sizeof(float), c->post);
+    return bucket_done(ctx, c, p);
+}
+
+/* A bucket's reduction finished: the reduced values (all of the bucket, or this rank's part of
+ * it) to the optimizer. */
+static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
+    if (p->scatter)
+        log_op(c, "reduce_scatter", (double)p->grads.length / e->world, p->t_start);
+    else
+        log_op(c, "all_reduce", (double)p->grads.length, p->t_start);
+    if (!p->scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
-    TR_MSG_AS(m, reduced)->bucket = p->bucket;
-    TR_MSG_AS(m, reduced)->grads = p->grads;
+    tr_msg_reduced_t *r = TR_MSG_AS(m, reduced);
+    r->bucket = p->bucket;
+    r->grads = p->grads;
+    r->grads.offset = (p->scatter ? a : p->mine_at) * sizeof(float); /* where the values are */
+    r->grads.length = p->mine * sizeof(float);
+    r->at = p->mine_at;
+    r->covers = count;
+    r->first = a;
     m->step = p->step;
     p->req = 0;
-    int rc = tr_actor_send(ctx->rt, c->eng->optimizer, m);
+    int rc = tr_actor_send(ctx->rt, e->optimizer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
@@ -381,6 +444,7 @@ static int watchdog(struct tr__comm *c)
     if (!old || now - old->t_start < c->timeout_ns) return 0;
     const char *what = old->hdr         ? "a header exchange"
                        : old->gather     ? "the parameter all-gather"
+                       : old->scatter    ? "a bucket's reduce-scatter"
                        : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
                                                       : "a scalar all-reduce";
     tr__engine_fail(c->eng, TR_ETIMEDOUT,

@@ -318,6 +318,32 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
     return 0;
 }
 
+/* The ZeRO stage in effect and overlap_comm; the combinations DeepSpeed refuses, refused in
+ * its words (at any world size: a config that runs on one rank runs on N). */
+static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    eng->zero = eng->world > 1 ? (int)(c->zero.stage < 2 ? c->zero.stage : 2) : 0;
+    eng->overlap_comm = c->zero.overlap_comm;
+    if (c->zero.stage >= 2 && c->zero.reduce_scatter && c->gradient_predivide_factor != 1.0)
+        return snprintf(err, errlen, "%s: gradient_predivide_factor %g: != 1.0 is not yet "
+                        "supported with ZeRO-%lld with reduce scatter enabled (DeepSpeed's rule; "
+                        "set zero_optimization.reduce_scatter false, or the factor to 1)",
+                        c->source, c->gradient_predivide_factor, (long long)c->zero.stage),
+               TR_ECONFIG;
+    if (c->zero.stage >= 2 && c->zero.reduce_scatter && c->prescale_gradients)
+        return snprintf(err, errlen, "%s: prescale_gradients: pre-scale gradients is not yet "
+                        "supported with ZeRO-%lld with reduce scatter enabled (DeepSpeed's rule; "
+                        "set zero_optimization.reduce_scatter false, or prescale_gradients "
+                        "false)", c->source, (long long)c->zero.stage),
+               TR_ECONFIG;
+    if (eng->world > 1 && c->zero.stage > 2)
+        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage 3: this build partitions optimizer "
+               "states and gradients (stage 2); parameters stay whole on every rank for now",
+               c->source);
+    return 0;
+}
+
 static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -332,10 +358,8 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
                         "(tr_layer_set_loss)",
                         tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
                TR_EINVAL;
-    if (eng->world > 1 && c->zero.stage > 1)
-        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage %lld: this build partitions the "
-               "optimizer states (stage 1); gradients%s stay whole on every rank for now",
-               c->source, (long long)c->zero.stage, c->zero.stage > 2 ? " and parameters" : "");
+    int rc = check_zero(eng, err, errlen);
+    if (rc < 0) return rc;
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->prefetch),
@@ -452,11 +476,14 @@ static void log_memory(const tr_engine_t *eng)
 {
     const tr_engine_memory_t *m = &eng->memory;
     double mib = 1048576.0;
-    tr_log(TR_LOG_INFO, "engine: memory on rank %d: parameters %.1f MiB, gradients %.1f MiB, "
-           "optimizer states %.1f MiB%s, batches %.1f MiB; total %.1f MiB",
-           eng->rank, m->params / mib, m->grads / mib, m->optimizer / mib,
-           eng->world > 1 && eng->cfg->zero.stage >= 1 ? " (ZeRO 1: this rank's slice)" : "",
-           m->batches / mib, (m->params + m->grads + m->optimizer + m->batches) / mib);
+    tr_log(TR_LOG_INFO, "engine: memory on rank %d of %d (ZeRO stage %d): parameters %.1f MiB, "
+           "gradients %.1f MiB (the backward's) + %.1f MiB (this rank's reduced partition), "
+           "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB; "
+           "total %.1f MiB",
+           eng->rank, eng->world, eng->zero, m->params / mib, m->grads / mib,
+           m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib,
+           (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm +
+                    m->batches) / mib);
 }
 
 static tr__client_t *client_new(void)

@@ -101,6 +101,8 @@ struct tr_engine {
     tr_model_t *model; /* actors other than the executor read only its layer table */
     int B, T, GAS, x_dim, y_dim, rank, world, prefetch;
     size_t n_params;
+    int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
+    bool overlap_comm; /* buckets leave during the backward (else after it) */
     uint64_t seed;
     double loss_scale0; /* the loss scale of the first step */
     tr_engine_memory_t memory; /* filled as the actors are made */
@@ -192,6 +194,22 @@ void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
 /* A gradient bucket of `delta` bytes entered (>0) or left (<0) the reduction pipeline: the
  * bucket_bytes counter, sampled into the trace while it records. Any actor. */
 void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta);
+
+/* ZeRO's partitions, DeepSpeed's way: the flat buffer's n elements padded to a multiple of
+ * 2 world and cut into world equal slices; rank r owns [r S, (r + 1) S) of it, clipped to n
+ * (the padding is never stored). */
+static inline size_t tr__zero_slice(size_t n, int world)
+{
+    size_t q = 2 * (size_t)world;
+    return (n + q - 1) / q * q / (size_t)world;
+}
+
+static inline void tr__zero_owned(size_t n, int world, int rank, size_t *lo, size_t *hi)
+{
+    size_t S = tr__zero_slice(n, world), a = (size_t)rank * S, b = a + S;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
 
 /* optimizer.c: the state checkpoints save and restore, as a msgpack map (on the optimizer's
  * thread: it packs into an ENGINE_STATE's bytes, and unpacks from them). */

@@ -56,6 +56,8 @@ struct tr__exec {
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
     bool have_forward; /* DeepSpeed-style: forward done, backward not yet */
+    uint64_t grads_out;    /* ZeRO 2: gradient elements out for reduction, not yet freed */
+    bool backward_waits;   /* a BACKWARD request waits for grads_out to reach 0 */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -153,21 +155,37 @@ static int forward(struct tr__exec *x, const tr_batch_t *b, float *loss)
     return 0;
 }
 
+/* Hands layer i's final gradient range to the bucketer. */
+static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
+{
+    tr_layer_t *l = tr_model_layer(x->model, i);
+    int rc = grad_ready(ctx, x, i, l->param_offset, l->param_count);
+    if (rc < 0)
+        tr__engine_fail(x->eng, rc, "executor: step %llu: cannot send layer %d's gradients to "
+                        "the bucketer: %s", (unsigned long long)x->global_steps, i,
+                        tr_strerror(rc));
+    return rc;
+}
+
+/* The backward pass. The gradients go out at the boundary, or at every micro-step with ZeRO 2
+ * (whose reductions then own the buffer until the optimizer frees it): with overlap_comm each
+ * layer's as soon as its backward is done, so the reduction of the last layers runs while
+ * the first are still in backward; without it all of them once the backward is over. */
 static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 {
     const tr_engine_t *e = x->eng;
+    bool send = boundary || e->zero == 2;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / e->GAS));
     for (int i = tr_model_num_layers(x->model) - 1; i >= 0; i--) {
         int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
-        tr_layer_t *l = tr_model_layer(x->model, i);
-        if (boundary && (rc = grad_ready(ctx, x, i, l->param_offset, l->param_count)) < 0) {
-            tr__engine_fail(e, rc, "executor: step %llu: cannot send layer %d's gradients to "
-                            "the bucketer: %s", (unsigned long long)x->global_steps, i,
-                            tr_strerror(rc));
-            return rc;
-        }
+        if (send && e->overlap_comm && (rc = hand_out(ctx, x, i)) < 0) return rc;
     }
+    for (int i = tr_model_num_layers(x->model) - 1; send && !e->overlap_comm && i >= 0; i--) {
+        int rc = hand_out(ctx, x, i);
+        if (rc < 0) return rc;
+    }
+    if (send && e->zero == 2) x->grads_out += e->n_params;
     return 0;
 }
 
@@ -239,7 +257,8 @@ static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *target
 /* Runs queued batches while a TRAIN wants them. */
 static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending) {
+    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending &&
+           x->grads_out == 0) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
         x->q_n--;
@@ -421,6 +440,10 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
         tr__reply(x->eng, TR_EINVAL, NULL, "tr_engine_backward: no forward to go back through");
         return;
     }
+    if (x->grads_out) { /* ZeRO 2: the last micro-step's reductions still own the buffer */
+        x->backward_waits = true;
+        return;
+    }
     x->have_forward = false;
     bool boundary = x->micro == x->eng->GAS - 1;
     uint64_t step = x->global_steps, t0 = tr_now_ns();
@@ -441,6 +464,24 @@ static void serve_step(struct tr__exec *x)
     x->unstepped = false;
     /* 1: not a boundary, a no-op as in DeepSpeed */
     reply_ok(x, ready ? 0 : 1, (tr__reply_t){.stats = ready ? x->stats : (tr_step_stats_t){0}});
+}
+
+/* ZeRO 2: the optimizer has taken its part of a bucket and zeroed the bucket's range; once all
+ * are back, a waiting backward (or the next micro-batch) may run. */
+static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_free_t *f)
+{
+    if (f->count > x->grads_out) {
+        tr__engine_fail(x->eng, TR_EINVAL, "executor: %llu gradient elements freed, %llu out",
+                        (unsigned long long)f->count, (unsigned long long)x->grads_out);
+        return;
+    }
+    x->grads_out -= f->count;
+    if (x->grads_out) return;
+    if (x->backward_waits) {
+        x->backward_waits = false;
+        serve_backward(ctx, x);
+    }
+    run_train(ctx, x);
 }
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
@@ -629,6 +670,7 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
     case TR_MSG_ENGINE_STATE: return restore(ctx, x, msg);
     case TR_MSG_COMM_SCALAR: on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar)); return 0;
+    case TR_MSG_GRADS_FREE: on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free)); return 0;
     default: return 0;
     }
 }

@@ -56,9 +56,12 @@ struct tr__optim {
     int64_t sched_steps; /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
     double base_lr, clip;
     int n_arrays;       /* moment arrays a checkpoint holds: m, then v, in one block */
-    size_t lo, hi;      /* the parameters this rank updates (ZeRO 1: its slice; else all) */
+    size_t lo, hi;      /* the parameters this rank updates (ZeRO 1, 2: its slice; else all) */
     size_t slice;       /* floats per rank's slice (the last may be shorter) */
-    bool partitioned;   /* ZeRO 1 on several ranks: the slices are all-gathered after a step */
+    bool partitioned;   /* ZeRO 1, 2 on several ranks: slices all-gathered after a step */
+    float *gpart;       /* ZeRO 2: the reduced gradients of [lo, hi), summed over micro-steps */
+    int norm_waits;     /* ZeRO 2: the overflow and norm all-reduces still to come back */
+    bool overflow_any;  /* ZeRO 2: a rank's partition held Inf or NaN */
     tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
     uint64_t moments_id; /* the block's registry id */
     /* the step being assembled */
@@ -93,27 +96,34 @@ static void apply_momentum(tr__optim_t *o)
     }
 }
 
+/* The reduced gradient of flat parameter `at` (ZeRO 2 keeps only this rank's partition). */
+static float *grad_at(const tr__optim_t *o, size_t at)
+{
+    return o->gpart ? o->gpart + (at - o->lo) : o->grads + at;
+}
+
 /* One range of the elementwise optimizers (Adam, AdamW, SGD, Lion), weight decay or not. */
-static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, float *p, float *g)
+static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, float *p)
 {
     size_t at = r->at, n = r->n;
+    float *g = grad_at(o, at);
     if (o->runs_as == TR_OPTIMIZER_SGD) {
         tr_sgd_opts_t so = o->sgd;
         so.weight_decay = r->decay ? so.weight_decay : 0.0f;
-        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g + at, o->m + (at - o->lo), n);
+        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g, o->m + (at - o->lo), n);
     } else if (o->runs_as == TR_OPTIMIZER_LION) {
         tr_lion_opts_t lo = o->lion;
         lo.weight_decay = r->decay ? lo.weight_decay : 0.0f;
-        tr_lion_update(&lo, mul, p + at, g + at, o->m + (at - o->lo), n);
+        tr_lion_update(&lo, mul, p + at, g, o->m + (at - o->lo), n);
     } else if (o->amsgrad) {
         tr_adam_opts_t ao = o->adam;
         ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g + at, o->m + (at - o->lo),
+        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g, o->m + (at - o->lo),
                                o->v + (at - o->lo), o->vmax + (at - o->lo), n);
     } else {
         tr_adam_opts_t ao = o->adam;
         ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update(&ao, &o->st, mul, p + at, g + at, o->m + (at - o->lo),
+        tr_adam_update(&ao, &o->st, mul, p + at, g, o->m + (at - o->lo),
                        o->v + (at - o->lo), n, NULL,
                        TR_HALF_NONE);
     }
@@ -146,7 +156,7 @@ static void update(tr__optim_t *o, float lr, float mul)
     if (o->runs_as == TR_OPTIMIZER_LAMB)
         update_lamb(o, mul, p, g);
     for (int i = 0; o->runs_as != TR_OPTIMIZER_LAMB && i < o->n_ranges; i++)
-        update_range(o, &o->ranges[i], mul, p, g);
+        update_range(o, &o->ranges[i], mul, p);
     if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
         o->st.step++;
 }
@@ -175,7 +185,10 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
     int pk = nonfinite_param(o, &pl);
     for (int i = n - 1; i >= 0; i--) {
         const tr_layer_t *l = tr_model_layer(model, i);
-        if (!isfinite(tr_grad_sumsq(o->grads + l->param_offset, l->param_count))) {
+        size_t a = l->param_offset, b = a + l->param_count;
+        if (o->gpart) /* ZeRO 2: the layer's part in this rank's partition */
+            a = a > o->lo ? a : o->lo, b = b < o->hi ? b : o->hi;
+        if (b > a && !isfinite(tr_grad_sumsq(grad_at(o, a), b - a))) {
             count++;
             if (first < 0) first = i;
         }
@@ -244,22 +257,11 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 }
 
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
-
-static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
+/* Every gradient of the step is reduced: DeepSpeed's step, then STEP_DONE to the executor
+ * (after the parameter all-gather when partitioned). */
+static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
-    tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
-    char why[256];
-    const float *g = tr__resolve(e, &r->grads, why, sizeof(why));
-    if (!g) {
-        tr__engine_fail(e, TR_EINVAL, "optimizer: bucket %u: %s", r->bucket, why);
-        return TR_EINVAL;
-    }
-    size_t count = r->grads.length / sizeof(float);
-    o->sumsq += tr_grad_sumsq(g, count);
-    o->covered += count;
-    tr__engine_bucket_bytes(e, -(int64_t)r->grads.length);
-    if (o->covered < e->n_params) return 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
     if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
@@ -273,10 +275,94 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
+    if (o->gpart) memset(o->gpart, 0, (o->hi - o->lo) * sizeof(float));
     if (o->partitioned && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
     int rc = tr_actor_send(ctx->rt, e->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
+}
+
+/* Asks the comm actor for a one-value all-reduce (op 0: sum, 1: max) of `what`. */
+static int reduce_scalar(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, uint32_t what, double v)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){.op = op, .n = 1, .what = what,
+                                                        .values = {v}};
+    m->step = o->global_steps;
+    int rc = tr_actor_send(ctx->rt, o->eng->comm, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(o->eng, rc, "optimizer: cannot ask for the gradient norm over the ranks: "
+                        "%s", tr_strerror(rc));
+    }
+    return rc;
+}
+
+enum { SCALAR_OVERFLOW = 1, SCALAR_SUMSQ = 2 };
+
+/* ZeRO 2: each rank holds the squared norm of its partition only; the overflow flag is
+ * all-reduced with MAX and the squared norm with SUM before the step (DeepSpeed's order). */
+static int reduce_norm(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    double local = tr_grad_sumsq(o->gpart, o->hi - o->lo);
+    bool overflow = !isfinite(local);
+    o->norm_waits = 2;
+    o->overflow_any = false;
+    int rc = reduce_scalar(ctx, o, 1, SCALAR_OVERFLOW, overflow ? 1.0 : 0.0);
+    return rc < 0 ? rc : reduce_scalar(ctx, o, 0, SCALAR_SUMSQ, overflow ? 0.0 : local);
+}
+
+static int on_norm(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_scalar_t *s)
+{
+    if (s->what == SCALAR_OVERFLOW) o->overflow_any = s->values[0] > 0;
+    if (s->what == SCALAR_SUMSQ) o->sumsq = s->values[0];
+    if (--o->norm_waits > 0) return 0;
+    if (o->overflow_any) o->sumsq = INFINITY;
+    return take_step(ctx, o);
+}
+
+/* ZeRO 2: this rank's part of a reduced bucket is added to its partition; the bucket's range
+ * of the gradient buffer is zeroed and given back to the executor's next backward. */
+static int take_part(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, const float *g)
+{
+    size_t count = r->grads.length / sizeof(float);
+    float *acc = o->gpart + (r->at - o->lo);
+    for (size_t i = 0; i < count; i++)
+        acc[i] += g[i];
+    memset(o->grads + r->first, 0, r->covers * sizeof(float));
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRADS_FREE);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, grads_free)->count = r->covers;
+    m->step = o->global_steps;
+    int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
+{
+    const tr_engine_t *e = o->eng;
+    tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
+    size_t count = r->grads.length / sizeof(float);
+    char why[256];
+    const float *g = count ? tr__resolve(e, &r->grads, why, sizeof(why)) : o->grads;
+    bool inside = r->first + r->covers <= e->n_params &&
+                  (!o->gpart || !count || (r->at >= o->lo && r->at + count <= o->hi));
+    if (!g || !inside) {
+        tr__engine_fail(e, TR_EINVAL, "optimizer: bucket %u: %s", r->bucket,
+                        g ? "its reduced part lies outside this rank's partition" : why);
+        return TR_EINVAL;
+    }
+    tr__engine_bucket_bytes(e, -(int64_t)(r->covers * sizeof(float)));
+    o->covered += r->covers;
+    if (!o->gpart) {
+        o->sumsq += tr_grad_sumsq(g, count);
+        return o->covered < e->n_params ? 0 : take_step(ctx, o);
+    }
+    int rc = take_part(ctx, o, r, g);
+    if (rc < 0 || o->covered < (size_t)e->GAS * e->n_params) return rc;
+    return reduce_norm(ctx, o);
 }
 
 /* ZeRO 1: the comm actor all-gathers every rank's updated slice in place, in the parameter
@@ -388,6 +474,7 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     tr__optim_t *o = ctx->state;
     if (msg->type == TR_MSG_REDUCED) return on_reduced(ctx, o, msg);
     if (msg->type == TR_MSG_COMM_GATHER) return on_gathered(ctx, o, TR_MSG_AS(msg, comm_gather));
+    if (msg->type == TR_MSG_COMM_SCALAR) return on_norm(ctx, o, TR_MSG_AS(msg, comm_scalar));
     if (msg->type != TR_MSG_ENGINE_STATE) return 0;
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
@@ -493,30 +580,33 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
     return rc;
 }
 
-/* ZeRO stage >= 1 on more than one rank: rank r updates (and keeps optimizer state for) slice
- * r of the flat parameters, ceil(N / W) floats each; after each step the slices are
- * all-gathered so every rank holds all parameters again. Otherwise a rank updates all. */
+/* ZeRO stage >= 1 on more than one rank: rank r updates (and keeps optimizer state for) its
+ * partition of the flat parameters (tr__zero_owned); after each step the partitions are
+ * all-gathered so every rank holds all parameters again. Stage 2 also keeps the reduced
+ * gradients of its partition only. Otherwise a rank updates all. */
 static int partition(tr__optim_t *o, char *err, size_t errlen)
 {
     const tr_engine_t *e = o->eng;
-    size_t n = e->n_params, W = (size_t)e->world;
+    size_t n = e->n_params;
     o->lo = 0, o->hi = n, o->slice = n;
-    if (e->world == 1 || e->cfg->zero.stage < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
+    if (e->zero < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
     if (o->runs_as == TR_OPTIMIZER_LAMB)
         return snprintf(err, errlen, "%s: optimizer Lamb with zero_optimization.stage %lld on %d "
                         "ranks: its per-tensor trust ratio across partitions is not built yet "
                         "(use stage 0, or Adam/AdamW)", e->cfg->source,
                         (long long)e->cfg->zero.stage, e->world),
                TR_ENOTSUP;
-    o->slice = (n + W - 1) / W;
-    o->lo = (size_t)e->rank * o->slice < n ? (size_t)e->rank * o->slice : n;
-    o->hi = o->lo + o->slice < n ? o->lo + o->slice : n;
+    o->slice = tr__zero_slice(n, e->world);
+    tr__zero_owned(n, e->world, e->rank, &o->lo, &o->hi);
     o->partitioned = true;
-    tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %lld: rank %d updates parameters [%zu, %zu) of "
-           "%zu; optimizer state %.1f MiB on this rank (%.1f MiB unpartitioned)",
-           (long long)e->cfg->zero.stage, e->rank, o->lo, o->hi, n,
+    if (e->zero == 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
+        return TR_ENOMEM;
+    tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
+           "%zu; optimizer state %.1f MiB on this rank (%.1f MiB unpartitioned)%s",
+           e->zero, e->rank, o->lo, o->hi, n,
            (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0,
-           (double)o->n_arrays * (double)n * 4 / 1048576.0);
+           (double)o->n_arrays * (double)n * 4 / 1048576.0,
+           e->zero == 2 ? "; it keeps the reduced gradients of these parameters only" : "");
     return 0;
 }
 
@@ -583,6 +673,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
     if (rc == 0) rc = register_moments(o);
     eng->memory.optimizer = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
+    eng->memory.grad_partition = o->gpart ? (uint64_t)(o->hi - o->lo) * sizeof(float) : 0;
     return rc;
 }
 
@@ -591,6 +682,7 @@ void tr__optimizer_free(tr_engine_t *eng)
     tr__optim_t *o = eng->op;
     if (!o) return;
     free(o->m); /* v and vmax are inside m's block */
+    free(o->gpart);
     free(o->ranges);
     free(o);
     eng->op = NULL;

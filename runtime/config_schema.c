@@ -116,13 +116,14 @@ SECTION(offload_param_sec, "zero_optimization.offload_param", offload_param_keys
 static const tr__cfg_key_t zero_keys[] = {
     {.name = "stage", .kind = TR__K_INT, .offset = OFF(zero.stage), .def = 0, .min = 0,
      .max = 3, .expect = "0, 1, 2 or 3",
-     .doc = "ZeRO stage: on more than one rank, 1 partitions the optimizer states; 2 and 3 run "
-            "as 1 for now (the engine warns)",
+     .doc = "ZeRO stage: on more than one rank, 1 partitions the optimizer states, 2 the "
+            "gradients too (reduce-scattered at every micro-step); 3 runs as 2 for now (the "
+            "engine warns)",
      .state = TR__S_ACTED},
     NOEFF(W_ZERO, BOOL("contiguous_gradients", zero.contiguous_gradients, 1,
                        "copy gradients to one buffer")),
-    NOEFF(W_ZERO, BOOL("reduce_scatter", zero.reduce_scatter, 1,
-                       "reduce-scatter instead of all-reduce")),
+    ACT(BOOL("reduce_scatter", zero.reduce_scatter, 1,
+             "stage 2: reduce-scatter each bucket (else all-reduce it and keep this rank's part)")),
     ACT(INT("reduce_bucket_size", zero.reduce_bucket_size, 5e8, 0, BIG,
             "gradient elements per bucket; 0 = one bucket")),
     NOEFF(W_ZERO, BOOL("allgather_partitions", zero.allgather_partitions, 1,
@@ -130,8 +131,9 @@ static const tr__cfg_key_t zero_keys[] = {
     NOEFF(W_ZERO, INT("allgather_bucket_size", zero.allgather_bucket_size, 5e8, 0, BIG,
                       "elements per all-gather")),
     {.name = "overlap_comm", .kind = TR__K_BOOL, .offset = OFF(zero.overlap_comm),
-     .flags = TR__F_DERIVED, .doc = "overlap reduction with backward (default: stage == 3)",
-     .state = TR__S_INERT, .why = W_COMM},
+     .flags = TR__F_DERIVED,
+     .doc = "reduce each bucket while the backward goes on (else after it; default: stage == 3)",
+     .state = TR__S_ACTED},
     NOEFF(W_ZERO, BOOL("load_from_fp32_weights", zero.load_from_fp32_weights, 1,
                        "initialise fp32 master weights from the checkpoint")),
     NOEFF(W_ZERO, BOOL("elastic_checkpoint", zero.elastic_checkpoint, 0,

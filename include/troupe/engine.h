@@ -163,11 +163,15 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
  * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. */
 uint64_t tr_engine_global_step(const tr_engine_t *eng);
 
-/* The memory this rank holds for training, in bytes, fixed at create (also logged then). With
- * zero_optimization.stage 1 on W ranks the optimizer's states fall to about 1/W. */
+/* The memory this rank holds for training, in bytes, fixed at create (also logged then). On W
+ * ranks, zero_optimization.stage 1 cuts the optimizer's states to about 1/W; stage 2 keeps
+ * only this rank's 1/W of the reduced gradients between micro-steps (grad_partition), while
+ * the backward still writes a whole gradient (grads). docs/engine.md has the formulas. */
 typedef struct tr_engine_memory {
-    uint64_t params, grads;  /* fp32, every parameter (stage 0 and 1) */
+    uint64_t params, grads;  /* fp32, every parameter: the model's and its backward's */
+    uint64_t grad_partition; /* ZeRO 2: the reduced gradients this rank owns, accumulated */
     uint64_t optimizer;      /* the optimizer's moments for the parameters this rank updates */
+    uint64_t comm;           /* the communicator's staging (16-bit wire copies, headers) */
     uint64_t batches;        /* the loader's prefetch slots and the client's staging batch */
 } tr_engine_memory_t;
 

@@ -1,7 +1,10 @@
 /* Data parallelism over MPI (run by mpirun on 2 and 4 ranks): each rank trains its share of the
  * same global batch, and the run matches a one-process run with the same global batch (the
- * accumulation steps times the ranks) step by step: the same losses within float summation
- * order, the same evaluation loss, and parameters identical on every rank after training. */
+ * accumulation steps times the ranks) step by step, at ZeRO stages 0, 1 and 2, with
+ * overlap_comm on and off: the same losses within float summation order (1e-5 relative per
+ * step: the ranks' sums are added in another order than one process's), the same evaluation
+ * loss, parameters bit-identical on every rank after every step, and each rank's memory what
+ * its stage says. */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -23,19 +26,25 @@
 #define STEPS 6
 
 
-static int zero_stage; /* zero_optimization.stage of the next data-parallel engine */
+typedef struct dp_case {
+    int stage;    /* zero_optimization.stage */
+    int overlap;  /* zero_optimization.overlap_comm */
+    int gas;      /* accumulation steps per rank */
+} dp_case_t;
 
-/* An engine over `world` ranks (0: mpirun's) with `gas` accumulation steps of 4 samples. */
-static tr_engine_t *engine(int world, int gas, tr_config_t **cfg)
+/* An engine over `world` ranks (0: mpirun's) for case k, with `gas` accumulation steps of 4
+ * samples. */
+static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t **cfg)
 {
-    char json[512];
+    char json[640];
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60,"
+             " \"overlap_comm\": %s},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
-             gas, world == 1 ? 0 : zero_stage);
+             gas, world == 1 ? 0 : k->stage, k->overlap ? "true" : "false");
     tr_config_diag_t d;
     tr_config_diag_init(&d);
     assert_int_equal(tr_config_from_string(json, strlen(json), "dp.json", world, cfg, &d), 0);
@@ -63,34 +72,43 @@ static uint64_t params_hash(tr_engine_t *eng)
     return h;
 }
 
-static void test_engine_dp_matches_one_process_with_the_same_global_batch(void **state)
+/* This rank's memory as its stage says: parameters and the backward's gradients whole, the
+ * optimizer's two moments (AdamW) and (stage 2) the reduced gradients of its partition only:
+ * the flat buffer padded to a multiple of 2 W and cut in W equal slices. */
+static void check_memory(tr_engine_t *dp, const dp_case_t *k, int world, int rank)
 {
-    (void)state;
-    int world = 0, rank = 0;
-    tr_config_t *cfg, *ref_cfg;
-    tr_engine_t *dp = engine(0, 1, &cfg);
-    float dp_loss[STEPS], ref_loss[STEPS], dp_val, ref_val;
-    tr_step_stats_t st;
-    for (int i = 0; i < STEPS; i++) {
-        assert_int_equal(tr_engine_train_batch(dp, &st), 0);
-        dp_loss[i] = st.loss;
-    }
-    world = (int)cfg->world_size;
     tr_engine_memory_t mem;
     tr_engine_memory(dp, &mem);
-    size_t n = tr_model_num_params(tr_engine_model(dp)), S = (n + (size_t)world - 1) / world;
+    size_t n = tr_model_num_params(tr_engine_model(dp)), q = 2 * (size_t)world;
+    size_t S = (n + q - 1) / q * q / (size_t)world, lo = (size_t)rank * S;
+    size_t mine = k->stage ? (lo >= n ? 0 : lo + S <= n ? S : n - lo) : n;
     assert_int_equal(mem.params, n * 4);
     assert_int_equal(mem.grads, n * 4);
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    size_t mine = zero_stage ? ((size_t)r + 1) * S <= n ? S : n - (size_t)r * S : n;
-    assert_int_equal(mem.optimizer, 2 * mine * 4); /* AdamW: m and v, of this rank's slice */
+    assert_int_equal(mem.optimizer, 2 * mine * 4);
+    assert_int_equal(mem.grad_partition, k->stage == 2 ? mine * 4 : 0);
+}
+
+static void check_case(const dp_case_t *k)
+{
+    int world = 0, rank = 0;
+    tr_config_t *cfg, *ref_cfg;
+    tr_engine_t *dp = engine(0, k, k->gas, &cfg);
+    float dp_loss[STEPS], ref_loss[STEPS], dp_val, ref_val;
+    uint64_t hash[STEPS];
+    tr_step_stats_t st;
+    for (int i = 0; i < STEPS; i++) {
+        if (tr_engine_train_batch(dp, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(dp));
+        dp_loss[i] = st.loss;
+        hash[i] = params_hash(dp);
+    }
+    world = (int)cfg->world_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    check_memory(dp, k, world, rank);
     assert_int_equal(tr_engine_eval(dp, 2, &dp_val), 0);
-    uint64_t hash = params_hash(dp);
     tr_engine_destroy(dp); /* MPI is the test's again from here: no actor calls it */
     tr_config_destroy(cfg);
 
-    tr_engine_t *ref = engine(1, world, &ref_cfg); /* one process, the same global batch */
+    tr_engine_t *ref = engine(1, k, k->gas * world, &ref_cfg); /* the same global batch */
     for (int i = 0; i < STEPS; i++) {
         assert_int_equal(tr_engine_train_batch(ref, &st), 0);
         ref_loss[i] = st.loss;
@@ -99,34 +117,53 @@ static void test_engine_dp_matches_one_process_with_the_same_global_batch(void *
     tr_engine_destroy(ref);
     tr_config_destroy(ref_cfg);
 
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int i = 0; i < STEPS; i++) {
-        if (rank == 0) printf("step %d: %d ranks %.7f, one process %.7f\n", i, world, dp_loss[i],
-                              ref_loss[i]);
+        if (rank == 0)
+            printf("stage %d, overlap %d, GAS %d: step %d: %d ranks %.7f, one process %.7f\n",
+                   k->stage, k->overlap, k->gas, i, world, dp_loss[i], ref_loss[i]);
         assert_true(fabsf(dp_loss[i] - ref_loss[i]) <= 1e-5f * fmaxf(1.0f, fabsf(ref_loss[i])));
     }
     assert_true(fabsf(dp_val - ref_val) <= 1e-5f * fmaxf(1.0f, fabsf(ref_val)));
-    uint64_t lo = 0, hi = 0;
-    MPI_Allreduce(&hash, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&hash, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    assert_true(lo == hi); /* every rank holds the same parameters, bit for bit */
+    uint64_t lo[STEPS], hi[STEPS];
+    MPI_Allreduce(hash, lo, STEPS, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(hash, hi, STEPS, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    for (int i = 0; i < STEPS; i++)
+        assert_true(lo[i] == hi[i]); /* every rank holds the same parameters, bit for bit */
     assert_true(world > 1);
 }
 
+static void test_engine_dp_matches_one_process_with_the_same_global_batch(void **state)
+{
+    (void)state;
+    check_case(&(dp_case_t){.stage = 0, .overlap = 1, .gas = 1});
+    check_case(&(dp_case_t){.stage = 0, .overlap = 0, .gas = 2});
+}
+
 /* ZeRO 1: each rank updates its slice of the parameters and keeps optimizer state for it only;
- * the slices are all-gathered after each step. The same run as above, the same results. */
+ * the slices are all-gathered after each step. */
 static void test_engine_dp_zero1_matches_one_process(void **state)
 {
-    zero_stage = 1;
-    test_engine_dp_matches_one_process_with_the_same_global_batch(state);
-    zero_stage = 0;
+    (void)state;
+    check_case(&(dp_case_t){.stage = 1, .overlap = 0, .gas = 1});
+    check_case(&(dp_case_t){.stage = 1, .overlap = 1, .gas = 2});
+}
+
+/* ZeRO 2: every micro-step's buckets are reduce-scattered, each rank accumulating the part it
+ * owns; the gradient norm and overflow are reduced over the ranks before the step. */
+static void test_engine_dp_zero2_matches_one_process(void **state)
+{
+    (void)state;
+    check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 1});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 1});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 3});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2});
 }
 
 static void test_engine_dp_refuses_checkpoints_for_now(void **state)
 {
     (void)state;
     tr_config_t *cfg;
-    tr_engine_t *dp = engine(0, 1, &cfg);
+    tr_engine_t *dp = engine(0, &(dp_case_t){.stage = 0, .overlap = 1, .gas = 1}, 1, &cfg);
     assert_int_equal(tr_engine_train_batch(dp, NULL), 0);
     assert_int_equal(tr_engine_save_checkpoint(dp, "/tmp/troupe_dp_ckpt", NULL), TR_ENOTSUP);
     assert_non_null(strstr(tr_engine_error(dp), "checkpoints of"));
@@ -139,6 +176,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_dp_matches_one_process_with_the_same_global_batch),
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
+        cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
         cmocka_unit_test(test_engine_dp_refuses_checkpoints_for_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
