@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 troupe train`: two ranks train the tiny GPT, only rank 0 reports, and the
 # result is the same training as one process with twice the accumulation steps (the final
-# losses printed agree to the printed digits); a checkpoint flag with more than one rank is
+# losses printed agree to the printed digits), at ZeRO 0 and at ZeRO 2 with overlap_comm; a checkpoint flag with more than one rank is
 # refused before the first step (exit 2, naming the flag).
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -23,6 +23,22 @@ one_proc[1]=$tmp/ds2.json
     { cat out1.txt err1.txt; fail "one process did not train"; }
 one=$(grep '^summary:' out1.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
 [ "$two" = "$one" ] || fail "2 ranks ended at loss $two, one process with GAS 2 at $one"
+
+# ZeRO 2 with overlap_comm: gradients reduce-scattered at every micro-step while the backward
+# goes on; the same training again
+cat > ds_z2.json <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "zero_optimization": { "stage": 2, "overlap_comm": true, "reduce_bucket_size": 2000 },
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+z2=("${tiny[@]}")
+z2[1]=$tmp/ds_z2.json
+"${mpi[@]}" "$troupe" train "${z2[@]}" --steps 6 --print-every 1 > out.txt 2> err.txt ||
+    { cat out.txt err.txt; fail "2 ranks at ZeRO 2 did not train"; }
+grep -q "ZeRO stage 2: rank 1 updates parameters" err.txt || { cat err.txt; fail "not ZeRO 2"; }
+zero2=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+[ "$zero2" = "$one" ] || fail "2 ranks at ZeRO 2 ended at loss $zero2, one process at $one"
 
 rc=0
 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 2 --save-dir ck > out.txt 2> err.txt || rc=$?
@@ -57,5 +73,6 @@ took=$(( $(date +%s) - start ))
 grep -q "comm: rank 0: a header exchange (step 1) has been pending for .* s, past troupe.comm.timeout_s 2" \
     err.txt || { cat err.txt; fail "the watchdog did not name the pending collective"; }
 [ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
-echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does; --save-dir refused;"
+echo "mpi: 2 ranks end at loss $two (ZeRO 2 with overlap: $zero2) as one process with GAS 2"
+echo "     does; --save-dir refused;"
 echo "     a diverged rank is named; a silent one is caught by the watchdog in $took s"
