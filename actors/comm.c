@@ -164,10 +164,15 @@ static int check_headers(struct tr__comm *c, pending_t *p)
     return rc;
 }
 
-/* comms_logger: one completed operation, and its verbose line on rank 0. */
-static void log_op(struct tr__comm *c, const char *op, double bytes, uint64_t t_start)
+/* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
+ * on the collectives lane. */
+static void log_op(struct tr__comm *c, const char *op, double bytes, const pending_t *p)
 {
+    uint64_t t_start = p->t_start;
     const tr_config_comms_logger_t *cl = &c->eng->cfg->comms_logger;
+    if (c->eng->mon)
+        tr_monitor_span(c->eng->mon, &(tr_span_t){op, t_start, tr_now_ns(), p->step, 0,
+                                                  TR__LANE_COLLECTIVES, (uint64_t)bytes, 0});
     if (!c->log) return;
     bool profiled = cl->prof_all;
     for (int i = 0; !profiled && i < cl->prof_ops.count; i++)
@@ -335,7 +340,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
-    log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p->t_start);
+    log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p);
     uint64_t count = tr__zero_slice(p->buf.length / sizeof(float), c->eng->world);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
@@ -385,7 +390,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
     }
     if (p->gather) return gather_done(ctx, c, p);
     if (!tr_actor_is_none(p->asker)) {
-        log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p->t_start);
+        log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p);
         return scalar_done(ctx, p);
     }
     return bucket_done(ctx, c, p);
@@ -398,9 +403,9 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     const tr_engine_t *e = c->eng;
     size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
     if (p->scatter)
-        log_op(c, "reduce_scatter", (double)p->grads.length / e->world, p->t_start);
+        log_op(c, "reduce_scatter", (double)p->grads.length / e->world, p);
     else
-        log_op(c, "all_reduce", (double)p->grads.length, p->t_start);
+        log_op(c, "all_reduce", (double)p->grads.length, p);
     if (!p->scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;

@@ -220,8 +220,11 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
              dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
     int rc = tr_monitor_create(&t, &eng->mon);
-    if (rc == 0)
+    if (rc == 0) {
         tr_monitor_lane_set(eng->mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
+        tr_monitor_lane_set(eng->mon, TR__LANE_COLLECTIVES, "collectives in flight",
+                            TR_LANE_COMM);
+    }
     if (rc == TR_EBUSY)
         snprintf(err, errlen, "%s: troupe.trace: another engine in this process is tracing into "
                  "'%s' (rank %d); give this engine its own troupe.trace.output_path or trace_dir",
