@@ -40,6 +40,7 @@ typedef struct pending {
     uint64_t t_start;            /* for the comms logger and the watchdog */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
     bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
+    int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
     tr_tensor_ref_t buf;         /* its buffer: the parameters */
 } pending_t;
 
@@ -68,6 +69,7 @@ struct tr__comm {
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
     uint64_t seq;        /* collectives started */
+    unsigned lanes_busy; /* trace lanes held by collectives in flight (bit k: lane k) */
     uint64_t timeout_ns; /* troupe.comm.timeout_s */
     bool broken;         /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
@@ -102,6 +104,9 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
     }
     p->req = req;
     c->inflight++;
+    p->lane = -1;
+    for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
+        if (!(c->lanes_busy & 1u << k)) c->lanes_busy |= 1u << (p->lane = k);
     return 0;
 }
 
@@ -166,13 +171,16 @@ static int check_headers(struct tr__comm *c, pending_t *p)
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
  * on the collectives lane. */
-static void log_op(struct tr__comm *c, const char *op, double bytes, const pending_t *p)
+static void log_op(struct tr__comm *c, const char *op, double bytes, pending_t *p)
 {
     uint64_t t_start = p->t_start;
     const tr_config_comms_logger_t *cl = &c->eng->cfg->comms_logger;
-    if (c->eng->mon)
+    if (p->lane >= 0) {
         tr_monitor_span(c->eng->mon, &(tr_span_t){op, t_start, tr_now_ns(), p->step, 0,
-                                                  TR__LANE_COLLECTIVES, (uint64_t)bytes, 0});
+                                                  TR__LANE_COLLECTIVES - (uint32_t)p->lane,
+                                                  (uint64_t)bytes, 0});
+        c->lanes_busy &= ~(1u << p->lane);
+    }
     if (!c->log) return;
     bool profiled = cl->prof_all;
     for (int i = 0; !profiled && i < cl->prof_ops.count; i++)
@@ -531,7 +539,9 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          .pinned = c->backend->ops->progress != NULL, /* it polls and sleeps */
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
-                         .lane_kind = TR_LANE_COMM};
+                         /* its handlers post and poll (and sleep between polls): the
+                          * communication itself is on the collectives lanes */
+                         .lane_kind = TR_LANE_CONTROL};
     rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
     c->self = eng->comm; /* before any message: completions are addressed to it */
     return rc;

@@ -41,10 +41,12 @@
 /* The trace lane of the executor's forward and backward passes, below the runtime's own
  * lanes (the engine's few actors take the lowest slots). */
 #define TR__LANE_PASSES  (TR_RUNTIME_LANE_EXTERNAL - 1)
-/* The lane of the collectives in flight, from post to completion: with a backend that needs
- * progress the communication happens there, not in the comm actor's short handlers, so this
- * is what the trace summary's "comm hidden" fraction measures. */
-#define TR__LANE_COLLECTIVES (TR_RUNTIME_LANE_EXTERNAL - 2)
+/* The lanes of the collectives in flight, one span each from post to completion: with a
+ * backend that needs progress the communication happens there, not in the comm actor's short
+ * handlers, so this is what the trace summary's "comm hidden" fraction measures. Collectives
+ * in flight at once take one lane each (a lane's spans never overlap). */
+#define TR__LANE_COLLECTIVES   (TR_RUNTIME_LANE_EXTERNAL - 2)
+#define TR__COLLECTIVE_LANES 4 /* TR__LANE_COLLECTIVES - k, k < 4 */
 
 typedef enum {
     TR__REQ_TRAIN = 1, /* executor: GAS micro-batches from the loader, then the step */
