@@ -442,8 +442,8 @@ static void test_config_aliases_are_silent(void **state)
     assert_int_equal(c->zero.max_live_parameters, 300000000);
     for (size_t i = 0; i < diag.count; i++) /* ZeRO's own no-effect warnings name the key */
         assert_null(strstr(diag.items[i].text, "stage3_"));
-    has("ds.json: zero_optimization.max_live_parameters: warning: accepted: ZeRO partitioning "
-        "needs world size > 1; no effect yet");
+    has("ds.json: zero_optimization.max_live_parameters: warning: accepted: ZeRO stage 3 "
+        "(partitioned parameters) is not built yet; no effect yet");
     tr_config_destroy(c);
 }
 
