@@ -40,6 +40,8 @@ typedef struct pending {
     uint64_t t_start;            /* for the comms logger and the watchdog */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
     bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
+    bool vector;                 /* a COMM_REDUCE's in-place all-reduce for asker */
+    uint32_t op, what;           /* its op and the asker's tag */
     int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
     tr_tensor_ref_t buf;         /* its buffer: the parameters */
 } pending_t;
@@ -48,7 +50,7 @@ typedef struct pending {
  * arrival: a rank that diverged is named at once instead of hanging a collective. */
 typedef struct header {
     uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
-                       * 4: a bucket's reduce-scatter */
+                       * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
     uint32_t dtype;
     uint64_t seq;     /* collectives this comm actor started, from 1 */
     uint64_t bytes;
@@ -118,6 +120,8 @@ static void describe(const header_t *h, char *out, size_t len)
                  h->op == 1 ? "all-reduce" : "reduce-scatter", h->bucket);
     else if (h->op == 3)
         snprintf(what, sizeof(what), "the parameter all-gather");
+    else if (h->op == 5)
+        snprintf(what, sizeof(what), "a vector all-reduce");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
     snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
@@ -346,6 +350,47 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     return track(c, p, rc, req, "the parameter all-gather");
 }
 
+/* COMM_REDUCE: a registered fp64 buffer all-reduced in place for the asker. */
+static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0;
+    const tr_engine_t *e = c->eng;
+    tr_msg_comm_reduce_t *v = TR_MSG_AS(msg, comm_reduce);
+    char why[256];
+    double *buf = v->op < TR_REDUCE_COUNT_ ? tr__resolve(e, &v->buf, why, sizeof(why)) : NULL;
+    if (!buf) {
+        tr__engine_fail(e, TR_EINVAL, "comm: vector all-reduce (op %u): %s", v->op,
+                        v->op < TR_REDUCE_COUNT_ ? why : "no such reduction");
+        return TR_EINVAL;
+    }
+    int rc = post_header(c, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
+                                       .step = msg->step});
+    pending_t *p = rc < 0 ? NULL : pending_slot(c);
+    if (!p) return rc < 0 ? rc : TR_ENOMEM;
+    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .vector = true,
+                     .buf = v->buf, .op = v->op, .what = v->what, .t_start = tr_now_ns()};
+    c->backend->op_tag = msg->step;
+    uint64_t req = 0;
+    rc = c->backend->ops->all_reduce(c->backend, buf, v->buf.length / sizeof(double),
+                                     TR_DTYPE_F64, (tr_reduce_op_t)v->op, &req);
+    return track(c, p, rc, req, "a vector all-reduce");
+}
+
+static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    log_op(c, "all_reduce", (double)p->buf.length, p);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->op,
+                                                        .what = p->what};
+    m->step = p->step;
+    tr_actor_t to = p->asker;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p);
@@ -397,6 +442,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         return 0;
     }
     if (p->gather) return gather_done(ctx, c, p);
+    if (p->vector) return reduce_done(ctx, c, p);
     if (!tr_actor_is_none(p->asker)) {
         log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p);
         return scalar_done(ctx, p);
@@ -457,6 +503,7 @@ static int watchdog(struct tr__comm *c)
     if (!old || now - old->t_start < c->timeout_ns) return 0;
     const char *what = old->hdr         ? "a header exchange"
                        : old->gather     ? "the parameter all-gather"
+                       : old->vector     ? "a vector all-reduce"
                        : old->scatter    ? "a bucket's reduce-scatter"
                        : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
                                                       : "a scalar all-reduce";
@@ -494,9 +541,10 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     struct tr__comm *c = ctx->state;
     int rc = 0;
     bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR ||
-                  msg->type == TR_MSG_COMM_GATHER;
+                  msg->type == TR_MSG_COMM_GATHER || msg->type == TR_MSG_COMM_REDUCE;
     if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
     if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
+    if (msg->type == TR_MSG_COMM_REDUCE) rc = on_reduce(c, msg);
     if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
     if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);

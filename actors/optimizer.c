@@ -62,6 +62,9 @@ struct tr__optim {
     float *gpart;       /* ZeRO 2: the reduced gradients of [lo, hi), summed over micro-steps */
     int norm_waits;     /* ZeRO 2: the overflow and norm all-reduces still to come back */
     bool overflow_any;  /* ZeRO 2: a rank's partition held Inf or NaN */
+    double *lamb_sums;  /* Lamb: per tensor, the sums of p² and u² over this rank's piece */
+    uint64_t lamb_sums_id; /* their registry id (partitioned: all-reduced over the ranks) */
+    tr_msg_t *lamb_held;   /* partitioned Lamb: the STEP_DONE waiting for those sums */
     tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
     uint64_t moments_id; /* the block's registry id */
     /* the step being assembled */
@@ -129,36 +132,86 @@ static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, floa
     }
 }
 
-/* Lamb: the trust ratio is per tensor, and so is its weight decay. */
-static void update_lamb(tr__optim_t *o, float mul, float *p, float *g)
+/* Lamb's options for tensor k of layer l: its own weight decay. */
+static tr_lamb_opts_t lamb_opts(const tr__optim_t *o, const tr_layer_t *l, int k)
+{
+    tr_lamb_opts_t lo = o->lamb;
+    lo.weight_decay = l->params[k].no_decay ? 0.0f : lo.weight_decay;
+    return lo;
+}
+
+/* Calls fn for this rank's piece [a, b) of every parameter tensor (t: the tensor's number in
+ * model order); stops at the first negative return. */
+static int each_lamb_piece(tr__optim_t *o, int (*fn)(tr__optim_t *, const tr_layer_t *, int k,
+                                                     int t, size_t a, size_t b, float mul),
+                           float mul)
 {
     tr_model_t *model = o->eng->model;
-    for (int i = 0; i < tr_model_num_layers(model); i++) {
+    int t = 0, rc = 0;
+    for (int i = 0; rc == 0 && i < tr_model_num_layers(model); i++) {
         tr_layer_t *l = tr_model_layer(model, i);
-        for (int k = 0; k < l->n_params; k++) {
-            size_t at = l->param_offset + l->params[k].offset;
-            tr_lamb_opts_t lo = o->lamb;
-            lo.weight_decay = l->params[k].no_decay ? 0.0f : lo.weight_decay;
-            tr_lamb_update(&lo, &o->st, mul, p + at, g + at, o->m + at, o->v + at,
-                           l->params[k].numel);
+        for (int k = 0; rc == 0 && k < l->n_params; k++, t++) {
+            size_t at = l->param_offset + l->params[k].offset, a = at > o->lo ? at : o->lo;
+            size_t b = at + l->params[k].numel < o->hi ? at + l->params[k].numel : o->hi;
+            rc = fn(o, l, k, t, a, b > a ? b : a, mul);
         }
     }
+    return rc;
+}
+
+/* Pass 1 of Lamb on a piece: m, v and the piece's sums of p² and u² (0 for no piece). */
+static int lamb_moments(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_t a, size_t b,
+                        float mul)
+{
+    double *sums = o->lamb_sums + 2 * t;
+    sums[0] = sums[1] = 0.0;
+    if (b == a) return 0;
+    tr_lamb_opts_t lo = lamb_opts(o, l, k);
+    return tr_lamb_moments(&lo, mul, o->params + a, grad_at(o, a), o->m + (a - o->lo),
+                           o->v + (a - o->lo), b - a, &sums[0], &sums[1]) < 0
+               ? TR_ENOMEM
+               : 0;
+}
+
+/* Pass 2 on a piece, with the tensor's trust ratio from its sums over every rank's piece. */
+static int lamb_apply(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_t a, size_t b,
+                      float mul)
+{
+    (void)mul;
+    if (b == a) return 0;
+    tr_lamb_opts_t lo = lamb_opts(o, l, k);
+    float coeff = tr_lamb_trust_ratio(&lo, o->lamb_sums[2 * t], o->lamb_sums[2 * t + 1]);
+    tr_lamb_apply(&lo, &o->st, coeff, o->params + a, o->m + (a - o->lo), o->v + (a - o->lo),
+                  b - a);
+    return 0;
+}
+
+/* Lamb: the trust ratio is per tensor, and so is its weight decay. With ZeRO the tensors are
+ * cut across the ranks: the pieces' sums are added over the ranks (a COMM_REDUCE) before
+ * pass 2, so the ratio is the whole tensor's. */
+static int update_lamb(tr__optim_t *o, float mul)
+{
+    int rc = each_lamb_piece(o, lamb_moments, mul);
+    if (rc < 0 || o->partitioned) return rc; /* pass 2 once the sums come back */
+    return each_lamb_piece(o, lamb_apply, mul);
 }
 
 /* The update itself, with the combined unscale-and-clip factor. Weight decay skips the
  * tensors the model marks no_decay (biases, LayerNorm weights). */
-static void update(tr__optim_t *o, float lr, float mul)
+static int update(tr__optim_t *o, float lr, float mul)
 {
-    float *p = o->params, *g = o->grads;
+    float *p = o->params;
+    int rc = 0;
     o->adam.lr = o->lamb.lr = o->sgd.lr = o->lion.lr = lr;
     if (o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION)
         tr_adam_state_advance(&o->adam, &o->st);
     if (o->runs_as == TR_OPTIMIZER_LAMB)
-        update_lamb(o, mul, p, g);
+        rc = update_lamb(o, mul);
     for (int i = 0; o->runs_as != TR_OPTIMIZER_LAMB && i < o->n_ranges; i++)
         update_range(o, &o->ranges[i], mul, p);
     if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
         o->st.step++;
+    return rc;
 }
 
 /* The first parameter tensor, in model order, whose values hold Inf or NaN; -1 if none. */
@@ -251,24 +304,40 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     float mul = tr_grad_clip_mul(scaled_norm, scale, o->clip);
     d->lr = current_lr(o);
     apply_momentum(o);
-    update(o, (float)d->lr, mul);
+    if (update(o, (float)d->lr, mul) < 0) {
+        snprintf(d->error, sizeof(d->error), "optimizer: step %llu: out of memory for Lamb's "
+                 "norms", (unsigned long long)o->global_steps);
+        return TR_ENOMEM;
+    }
     if (o->has_schedule) o->sched_steps++;
     return 0;
 }
 
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
-/* Every gradient of the step is reduced: DeepSpeed's step, then STEP_DONE to the executor
- * (after the parameter all-gather when partitioned). */
+static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
+
+/* The step is taken (or skipped, or failed): STEP_DONE (m) to the executor, after the
+ * parameter all-gather when partitioned. */
+static int step_taken(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
+{
+    tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
+    d->t_end = tr_now_ns();
+    if (o->partitioned && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
+    int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* Every gradient of the step is reduced: DeepSpeed's step, then STEP_DONE (partitioned Lamb:
+ * once its per-tensor sums are reduced over the ranks). */
 static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
 {
-    const tr_engine_t *e = o->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
     if (!m) return TR_ENOMEM;
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     m->step = o->global_steps; /* the step this completes: step() counts it */
     d->t_reduced = d->t_begin = tr_now_ns();
     d->rc = step(o, d);
-    d->t_end = tr_now_ns();
     d->global_step = o->global_steps;
     d->skipped_steps = o->skipped_steps;
     d->next_lr = current_lr(o);
@@ -276,10 +345,47 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     o->sumsq = 0;
     o->covered = 0;
     if (o->gpart) memset(o->gpart, 0, (o->hi - o->lo) * sizeof(float));
-    if (o->partitioned && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
-    int rc = tr_actor_send(ctx->rt, e->executor, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
+    bool lamb_waits = o->partitioned && o->runs_as == TR_OPTIMIZER_LAMB && d->rc >= 0 &&
+                      !d->skipped;
+    return lamb_waits ? lamb_reduce(ctx, o, m) : step_taken(ctx, o, m);
+}
+
+/* Partitioned Lamb: the pieces' sums all-reduced over the ranks (COMM_REDUCE, in place). */
+static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
+{
+    const tr_engine_t *e = o->eng;
+    tr_msg_t *r = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
+    if (!r) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
+    tr_msg_comm_reduce_t *v = TR_MSG_AS(r, comm_reduce);
+    r->step = m->step;
+    o->lamb_held = m;
+    tr_buffer_info_t info;
+    int rc = tr_buffer_info(e->rt, o->lamb_sums_id, &info);
+    if (rc == 0)
+        rc = tr_buffer_ref(e->rt, o->lamb_sums_id, 0, info.bytes, TR_DTYPE_F64, &v->buf);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, r);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, r);
+        tr__engine_fail(e, rc, "optimizer: cannot ask for Lamb's norms over the ranks: %s",
+                        tr_strerror(rc));
+    }
     return rc;
+}
+
+/* The sums are whole-tensor sums now: pass 2 with each tensor's trust ratio. */
+static int on_lamb_sums(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_reduce_t *v)
+{
+    tr_msg_t *m = o->lamb_held;
+    o->lamb_held = NULL;
+    if (!m) return TR_EINVAL; /* an engine bug */
+    if (v->rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(o->eng, v->rc, "optimizer: Lamb's norms over the ranks: %s",
+                        tr_strerror(v->rc));
+        return 0;
+    }
+    each_lamb_piece(o, lamb_apply, 1.0f);
+    return step_taken(ctx, o, m);
 }
 
 /* Asks the comm actor for a one-value all-reduce (op 0: sum, 1: max) of `what`. */
@@ -475,6 +581,7 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_REDUCED) return on_reduced(ctx, o, msg);
     if (msg->type == TR_MSG_COMM_GATHER) return on_gathered(ctx, o, TR_MSG_AS(msg, comm_gather));
     if (msg->type == TR_MSG_COMM_SCALAR) return on_norm(ctx, o, TR_MSG_AS(msg, comm_scalar));
+    if (msg->type == TR_MSG_COMM_REDUCE) return on_lamb_sums(ctx, o, TR_MSG_AS(msg, comm_reduce));
     if (msg->type != TR_MSG_ENGINE_STATE) return 0;
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
@@ -584,18 +691,12 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
  * partition of the flat parameters (tr__zero_owned); after each step the partitions are
  * all-gathered so every rank holds all parameters again. Stage 2 also keeps the reduced
  * gradients of its partition only. Otherwise a rank updates all. */
-static int partition(tr__optim_t *o, char *err, size_t errlen)
+static int partition(tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
     size_t n = e->n_params;
     o->lo = 0, o->hi = n, o->slice = n;
     if (e->zero < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
-    if (o->runs_as == TR_OPTIMIZER_LAMB)
-        return snprintf(err, errlen, "%s: optimizer Lamb with zero_optimization.stage %lld on %d "
-                        "ranks: its per-tensor trust ratio across partitions is not built yet "
-                        "(use stage 0, or Adam/AdamW)", e->cfg->source,
-                        (long long)e->cfg->zero.stage, e->world),
-               TR_ENOTSUP;
     o->slice = tr__zero_slice(n, e->world);
     tr__zero_owned(n, e->world, e->rank, &o->lo, &o->hi);
     o->partitioned = true;
@@ -632,6 +733,26 @@ static int register_moments(tr__optim_t *o)
     return tr_buffer_register(e->rt, &info, &o->moments_id);
 }
 
+/* Lamb: two doubles per parameter tensor, registered (partitioned, the comm actor all-reduces
+ * them in place). */
+static int register_lamb_sums(tr__optim_t *o)
+{
+    const tr_engine_t *e = o->eng;
+    size_t tensors = 0;
+    for (int i = 0; i < tr_model_num_layers(e->model); i++)
+        tensors += (size_t)tr_model_layer(e->model, i)->n_params;
+    size_t bytes = 2 * (tensors ? tensors : 1) * sizeof(double);
+    if (!(o->lamb_sums = calloc(1, bytes))) return TR_ENOMEM;
+    tr_buffer_info_t info = {.name = "optimizer/lamb_norms",
+                             .base = o->lamb_sums,
+                             .bytes = bytes,
+                             .dtype = TR_DTYPE_F64,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = e->optimizer,
+                             .lifetime = TR_BUFFER_RUNTIME};
+    return tr_buffer_register(e->rt, &info, &o->lamb_sums_id);
+}
+
 int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -658,7 +779,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
     const char *names[3];
     o->n_arrays = tr__optimizer_array_names(eng, names, 3);
-    int rc0 = partition(o, err, errlen);
+    int rc0 = partition(o);
     if (rc0 < 0) return rc0;
     /* without an "optimizer" section (evaluation only) there is no state: a step fails */
     if (o->type != TR_OPTIMIZER_NONE && decay_ranges(o) < 0) return TR_ENOMEM;
@@ -672,6 +793,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0) o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
     if (rc == 0) rc = register_moments(o);
+    if (rc == 0 && o->runs_as == TR_OPTIMIZER_LAMB) rc = register_lamb_sums(o);
     eng->memory.optimizer = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
     eng->memory.grad_partition = o->gpart ? (uint64_t)(o->hi - o->lo) * sizeof(float) : 0;
     return rc;
@@ -683,6 +805,7 @@ void tr__optimizer_free(tr_engine_t *eng)
     if (!o) return;
     free(o->m); /* v and vmax are inside m's block */
     free(o->gpart);
+    free(o->lamb_sums);
     free(o->ranges);
     free(o);
     eng->op = NULL;

@@ -116,7 +116,7 @@ static void pass2(void *ctx, size_t b, size_t e, int thread)
     run(ctx, b, e, 1);
 }
 
-static float trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq)
+float tr_lamb_trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq)
 {
     double w = sqrt(wsq), u = sqrt(usq);
     if (w == 0.0 || u == 0.0)
@@ -127,29 +127,52 @@ static float trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq)
     return (float)c;
 }
 
-float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
-                     float *p, const float *g, float *m, float *v, size_t n)
+static job_t job_of(const tr_lamb_opts_t *o, float grad_mul, float *p, const float *g, float *m,
+                    float *v, size_t n)
+{
+    return (job_t){.b1 = o->beta1, .b2 = o->beta2, .nb1 = 1.0f - o->beta1,
+                   .nb2 = 1.0f - o->beta2, .eps = o->eps, .wd = o->weight_decay,
+                   .gmul = grad_mul, .inside = o->eps_inside_sqrt, .p = p, .m = m, .v = v,
+                   .g = g, .n = n};
+}
+
+int tr_lamb_moments(const tr_lamb_opts_t *o, float grad_mul, float *p, const float *g, float *m,
+                    float *v, size_t n, double *wsq, double *usq)
 {
     size_t blocks = (n + BLOCK - 1) / BLOCK;
     double *sums = calloc(2 * blocks + 2, sizeof(double));
-    if (!sums) /* keeps the parameters as they are: an unusable step beats a wrong one */
-        return 0.0f;
-    job_t j = {.b1 = o->beta1, .b2 = o->beta2, .nb1 = 1.0f - o->beta1, .nb2 = 1.0f - o->beta2,
-               .eps = o->eps, .wd = o->weight_decay, .gmul = grad_mul,
-               .inside = o->eps_inside_sqrt, .p = p, .m = m, .v = v, .g = g, .n = n,
-               .wsq = sums, .usq = sums + blocks};
+    if (!sums) /* keeps the state as it is: an unusable step beats a wrong one */
+        return -1;
+    job_t j = job_of(o, grad_mul, p, g, m, v, n);
+    j.wsq = sums, j.usq = sums + blocks;
     tr_parallel_for(blocks, 1, pass1, &j);
-    double wsq = 0.0, usq = 0.0;
+    double w = 0.0, u = 0.0;
     for (size_t k = 0; k < blocks; k++) {
-        wsq += j.wsq[k];
-        usq += j.usq[k];
+        w += j.wsq[k];
+        u += j.usq[k];
     }
     free(sums);
-    float coeff = trust_ratio(o, wsq, usq);
+    *wsq = w, *usq = u;
+    return 0;
+}
+
+void tr_lamb_apply(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float coeff, float *p,
+                   const float *m, const float *v, size_t n)
+{
     double step_size = o->lr;
     if (o->bias_correction)
         step_size = o->lr * sqrt(1.0 - st->beta2_pow) / (1.0 - st->beta1_pow);
+    job_t j = job_of(o, 1.0f, p, NULL, (float *)m, (float *)v, n); /* pass 2 writes p only */
     j.step = -((float)step_size * coeff);
     tr_parallel_for(n, BLOCK, pass2, &j);
+}
+
+float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
+                     float *p, const float *g, float *m, float *v, size_t n)
+{
+    double wsq, usq;
+    if (tr_lamb_moments(o, grad_mul, p, g, m, v, n, &wsq, &usq) < 0) return 0.0f;
+    float coeff = tr_lamb_trust_ratio(o, wsq, usq);
+    tr_lamb_apply(o, st, coeff, p, m, v, n);
     return coeff;
 }

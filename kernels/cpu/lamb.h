@@ -35,6 +35,16 @@ typedef struct tr_lamb_opts {
 float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
                      float *p, const float *g, float *m, float *v, size_t n);
 
+/* The same update in its two passes, for a tensor cut across ZeRO partitions: each rank runs
+ * tr_lamb_moments on its piece (m, v, and the piece's sums of p² and u² in double), the sums
+ * are added over the ranks, and tr_lamb_apply steps the piece with the tensor's ratio from
+ * tr_lamb_trust_ratio. tr_lamb_moments returns -1 (nothing changed) when out of memory. */
+int tr_lamb_moments(const tr_lamb_opts_t *o, float grad_mul, float *p, const float *g, float *m,
+                    float *v, size_t n, double *wsq, double *usq);
+float tr_lamb_trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq);
+void tr_lamb_apply(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float coeff, float *p,
+                   const float *m, const float *v, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,7 @@ typedef struct dp_case {
     int stage;    /* zero_optimization.stage */
     int overlap;  /* zero_optimization.overlap_comm */
     int gas;      /* accumulation steps per rank */
+    const char *optimizer; /* NULL: AdamW */
 } dp_case_t;
 
 /* An engine over `world` ranks (0: mpirun's) for case k, with `gas` accumulation steps of 4
@@ -39,12 +40,14 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
     char json[640];
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+             " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.01,"
+             " \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60,"
              " \"overlap_comm\": %s},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
-             gas, world == 1 ? 0 : k->stage, k->overlap ? "true" : "false");
+             gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
+             k->overlap ? "true" : "false");
     tr_config_diag_t d;
     tr_config_diag_init(&d);
     assert_int_equal(tr_config_from_string(json, strlen(json), "dp.json", world, cfg, &d), 0);
@@ -119,8 +122,9 @@ static void check_case(const dp_case_t *k)
 
     for (int i = 0; i < STEPS; i++) {
         if (rank == 0)
-            printf("stage %d, overlap %d, GAS %d: step %d: %d ranks %.7f, one process %.7f\n",
-                   k->stage, k->overlap, k->gas, i, world, dp_loss[i], ref_loss[i]);
+            printf("%s, stage %d, overlap %d, GAS %d: step %d: %d ranks %.7f, one process "
+                   "%.7f\n", k->optimizer ? k->optimizer : "AdamW", k->stage, k->overlap, k->gas,
+                   i, world, dp_loss[i], ref_loss[i]);
         assert_true(fabsf(dp_loss[i] - ref_loss[i]) <= 1e-5f * fmaxf(1.0f, fabsf(ref_loss[i])));
     }
     assert_true(fabsf(dp_val - ref_val) <= 1e-5f * fmaxf(1.0f, fabsf(ref_val)));
@@ -159,6 +163,16 @@ static void test_engine_dp_zero2_matches_one_process(void **state)
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2});
 }
 
+/* Lamb's trust ratio is per tensor, and partitions cut tensors: each rank's piece gives its
+ * sums of p² and u², added over the ranks before the update, so the ratio is the whole
+ * tensor's and the run is the one process's. */
+static void test_engine_dp_lamb_across_partitions(void **state)
+{
+    (void)state;
+    check_case(&(dp_case_t){.stage = 1, .overlap = 1, .gas = 1, .optimizer = "Lamb"});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2, .optimizer = "Lamb"});
+}
+
 static void test_engine_dp_refuses_checkpoints_for_now(void **state)
 {
     (void)state;
@@ -177,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_matches_one_process_with_the_same_global_batch),
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
+        cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_refuses_checkpoints_for_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
