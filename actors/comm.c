@@ -49,7 +49,7 @@ typedef struct header {
     uint64_t seq;     /* collectives this comm actor started, from 1 */
     uint64_t bytes;
     uint64_t step;
-    uint32_t micro_step, bucket;
+    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
 } header_t;
 
 struct tr__comm {
@@ -104,11 +104,15 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
 
 static void describe(const header_t *h, char *out, size_t len)
 {
-    char what[48];
+    char what[64];
     if (h->op == 1)
         snprintf(what, sizeof(what), "the all-reduce of bucket %u", h->bucket);
     else if (h->op == 3)
         snprintf(what, sizeof(what), "the parameter all-gather");
+    else if (h->bucket == TR__SCALAR_CKPT_SAVE || h->bucket == TR__SCALAR_CKPT_LATEST)
+        snprintf(what, sizeof(what), "a checkpoint save (every rank must call it)");
+    else if (h->bucket == TR__SCALAR_CKPT_LOAD)
+        snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
     snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
@@ -243,7 +247,7 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     }
     int rc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
                                        .bytes = s->n * sizeof(double), .step = msg->step,
-                                       .micro_step = msg->micro_step});
+                                       .micro_step = msg->micro_step, .bucket = s->what});
     pending_t *p = rc < 0 ? NULL : pending_slot(c);
     double *vals = p ? malloc(sizeof(s->values)) : NULL;
     if (!vals) return rc < 0 ? rc : TR_ENOMEM;
