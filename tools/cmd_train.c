@@ -359,7 +359,8 @@ static int save(run_t *r)
     char tag[64];
     snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)r->saved_step);
     printf("saved: %s/%s (latest)\n", r->o.save_dir, tag);
-    train_savedir_saved(&r->o, &r->sd, tag);
+    if (tr_engine_rank(r->eng) == 0) /* one rank prunes old tags; every rank's files are in */
+        train_savedir_saved(&r->o, &r->sd, tag);
     return 0;
 }
 

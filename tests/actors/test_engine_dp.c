@@ -122,24 +122,11 @@ static void test_engine_dp_zero1_matches_one_process(void **state)
     zero_stage = 0;
 }
 
-static void test_engine_dp_refuses_checkpoints_for_now(void **state)
-{
-    (void)state;
-    tr_config_t *cfg;
-    tr_engine_t *dp = engine(0, 1, &cfg);
-    assert_int_equal(tr_engine_train_batch(dp, NULL), 0);
-    assert_int_equal(tr_engine_save_checkpoint(dp, "/tmp/troupe_dp_ckpt", NULL), TR_ENOTSUP);
-    assert_non_null(strstr(tr_engine_error(dp), "checkpoints of"));
-    tr_engine_destroy(dp);
-    tr_config_destroy(cfg);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_dp_matches_one_process_with_the_same_global_batch),
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
-        cmocka_unit_test(test_engine_dp_refuses_checkpoints_for_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
