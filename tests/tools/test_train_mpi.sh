@@ -39,6 +39,14 @@ z1[1]=$tmp/ds_z1.json
     { cat out.txt err.txt; fail "2 ranks did not save"; }
 [ -f ck/global_step3/optim_states_rank1.trck ] && [ "$(cat ck/latest)" = global_step3 ] ||
     { ls -R ck; fail "2 ranks: no partition of rank 1 or no latest"; }
+# a partition missing, or one that overlaps another (rank 0's copied over rank 1's), is
+# refused before anything changes, naming the file
+rm -rf bad && cp -r ck bad && rm bad/global_step3/optim_states_rank1.trck
+expect_exit 2 "bad/global_step3/optim_states_rank1.trck: cannot open" "${one_proc[@]}" \
+    --steps 6 --save-dir bad --resume
+cp ck/global_step3/optim_states_rank0.trck bad/global_step3/optim_states_rank1.trck
+expect_exit 2 "optim_states_rank[01].trck: lo: its slice \[0, [0-9]*) overlaps at" \
+    "${one_proc[@]}" --steps 6 --save-dir bad --resume
 "$troupe" train "${one_proc[@]}" --steps 6 --save-dir ck --resume --print-every 1 \
     > out1.txt 2> err1.txt || { cat out1.txt err1.txt; fail "one process did not resume"; }
 grep -q "^resume: loaded ck at step 3" out1.txt || { cat out1.txt; fail "not resumed at 3"; }
