@@ -387,11 +387,17 @@ static int watchdog(struct tr__comm *c)
                        : old->gather     ? "the parameter all-gather"
                        : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
                                                       : "a scalar all-reduce";
+    char before[200] = ""; /* a header exchange: the collective it comes before */
+    if (old->hdr) {
+        char d[160];
+        describe(&old->hdr[c->eng->world], d, sizeof(d));
+        snprintf(before, sizeof(before), " before %s", d);
+    }
     tr__engine_fail(c->eng, TR_ETIMEDOUT,
-                    "comm: rank %d: %s (step %llu) has been pending for %.1f s, past "
+                    "comm: rank %d: %s (step %llu)%s has been pending for %.1f s, past "
                     "troupe.comm.timeout_s %lld: another rank diverged, stopped or died; the job "
                     "ends on every rank",
-                    c->eng->rank, what, (unsigned long long)old->step,
+                    c->eng->rank, what, (unsigned long long)old->step, before,
                     (double)(now - old->t_start) / 1e9,
                     (long long)c->eng->cfg->troupe.comm.timeout_s);
     c->broken = true;

@@ -1,4 +1,4 @@
-/* Checkpoints on several ranks, run by test_engine_ckpt_dp.sh in three mpirun jobs that share a
+/* Checkpoints on several ranks, run by test_engine_ckpt_dp.sh in four mpirun jobs that share a
  * folder (argv: mode, folder):
  *
  *   save (4 ranks, ZeRO 1)    K steps, a checkpoint (each rank writes its optimizer partition),
@@ -16,6 +16,8 @@
  *   partial (2 ranks)         rank 0 saves while rank 1 trains: both calls fail at once with
  *                             the ranks and what each was doing named, latest is not written;
  *                             then the MPI job ends (the collectives left cannot complete).
+ *   idle (2 ranks)            rank 0 saves while rank 1 calls nothing: rank 0's save fails
+ *                             after troupe.comm.timeout_s (2 s), naming the save it waits in.
  *
  * Every run has the same global batch (4 micro-batches of 4 samples: GAS = 4 / ranks) and the
  * same data (micro-batch i of a step is the same on any number of ranks), so losses differ only
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -45,7 +48,8 @@
 #define M       4 /* steps after it */
 #define TOL     1e-5f
 
-static const char *dir; /* the folder the three jobs share */
+static const char *dir;     /* the folder the jobs share */
+static int timeout_s = 20; /* troupe.comm.timeout_s */
 
 /* An engine over `world` ranks (0: mpirun's) at ZeRO `stage` with the global batch above. */
 static tr_engine_t *engine(int world, int stage, tr_config_t **cfg)
@@ -58,8 +62,8 @@ static tr_engine_t *engine(int world, int stage, tr_config_t **cfg)
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60},"
-             " \"troupe\": {\"runtime\": {\"workers\": 1}, \"comm\": {\"timeout_s\": 20}}}",
-             4 / w, stage);
+             " \"troupe\": {\"runtime\": {\"workers\": 1}, \"comm\": {\"timeout_s\": %d}}}",
+             4 / w, stage, timeout_s);
     tr_config_diag_t d;
     tr_config_diag_init(&d);
     assert_int_equal(tr_config_from_string(json, strlen(json), "ckpt_dp.json", world, cfg, &d), 0);
@@ -242,10 +246,37 @@ static int partial_save(void)
     return named ? 0 : 1;
 }
 
+/* As partial_save, but rank 1 calls nothing at all for a while: rank 0's save waits in its
+ * agreement until the watchdog (troupe.comm.timeout_s 2 here) names what it waits for. */
+static int idle_save(void)
+{
+    timeout_s = 2;
+    tr_config_t *cfg;
+    tr_engine_t *eng = engine(0, 1, &cfg);
+    int rank = tr_engine_rank(eng);
+    if (tr_engine_train_batch(eng, NULL)) {
+        fprintf(stderr, "idle: rank %d: %s\n", rank, tr_engine_error(eng));
+        return 1;
+    }
+    if (rank != 0) {
+        sleep(60); /* the job ends before this does (the script's timeout is the backstop) */
+        return 1;
+    }
+    int rc = tr_engine_save_checkpoint(eng, dir, "idle");
+    const char *why = tr_engine_error(eng);
+    bool named = rc == TR_ETIMEDOUT && strstr(why, "past troupe.comm.timeout_s 2") &&
+                 strstr(why, "a checkpoint save (every rank must call it)");
+    printf("idle: rank 0: save returned %d: %s\nidle: rank 0: %s\nidle: latest %s\n", rc, why,
+           named ? "reported" : "NOT REPORTED", exists("latest") ? "WRITTEN" : "not written");
+    fflush(stdout);
+    done(eng, cfg);
+    return named ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s save|resume|partial DIR (see test_engine_ckpt_dp.sh)\n",
+        fprintf(stderr, "usage: %s save|resume|partial|idle DIR (see test_engine_ckpt_dp.sh)\n",
                 argv[0]);
         return 2;
     }
@@ -255,6 +286,8 @@ int main(int argc, char **argv)
     int rc;
     if (!strcmp(argv[1], "partial")) {
         rc = partial_save();
+    } else if (!strcmp(argv[1], "idle")) {
+        rc = idle_save();
     } else {
         const struct CMUnitTest save[] = {
             cmocka_unit_test(test_engine_ckpt_dp_4_ranks_save_and_continue)};

@@ -82,7 +82,7 @@ TROUPE_FAULT_SILENT_RANK=1 timeout 60 "${mpi[@]}" "$troupe" train "${wd[@]}" --s
     > out.txt 2> err.txt || rc=$?
 took=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "silent rank: exit $rc"; }
-grep -q "comm: rank 0: a header exchange (step 1) has been pending for .* s, past troupe.comm.timeout_s 2" \
+grep -q "comm: rank 0: a header exchange (step 1) before collective #[0-9]*, the all-reduce of bucket [0-9]*, .* has been pending for .* s, past troupe.comm.timeout_s 2" \
     err.txt || { cat err.txt; fail "the watchdog did not name the pending collective"; }
 [ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
 echo "mpi: 2 ranks end at loss $two as one process with GAS 2 does, and so do runs resumed"
