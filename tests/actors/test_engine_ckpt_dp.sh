@@ -7,6 +7,7 @@ set -euo pipefail
 mpiexec=$1 prog=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mpi() { local np=$1; shift; "$mpiexec" --oversubscribe -np "$np" "$prog" "$@"; }
 
