@@ -1,6 +1,6 @@
 /* checkpoint.c: the checkpointer actor (pinned: it blocks on file I/O and fsync).
  *
- * Layout, after DeepSpeed's: <dir>/<tag>/model_states.trck and
+ * Layout, after DeepSpeed's (checkpoint.h): <dir>/<tag>/model_states.trck and
  * <dir>/<tag>/optim_states_rank<R>.trck, then <dir>/latest holding the tag. Each file is an
  * io/ckpt_file: a msgpack header, then arrays of fp32 (parameters; optimizer moments), with a
  * CRC and written to a temporary name, fsynced and renamed; latest is written last, so a crash
@@ -8,43 +8,55 @@
  *
  * The model header carries: format and version, the layer and parameter table (names and
  * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
- * position, the seed and world size, the resolved config (JSON) and its hash, and the
- * optimizer's own state (step, beta powers, scheduler position, loss scaler). The optimizer
- * file's header repeats what ties it to its model file: version, global step, world size and
- * config hash. Loading reads and checks everything first — sizes, checksums, the two files
- * of the tag against each other (a tag mixing the files of two saves is refused, naming both
- * files and the field), the parameter table against this model, the optimizer type and
- * world size against this config — and only then writes into the engine, so a refused
- * checkpoint changes nothing. Version 1 files (no cross-check fields) still load.
+ * position, the seed, world size and ZeRO stage, how many optimizer files the tag has, the
+ * resolved config (JSON) and its hash, and the optimizer's own state (step, beta powers,
+ * scheduler position, loss scaler). An optimizer file's header repeats what ties it to its
+ * model file (version, global step, world size, config hash) and says which slice [lo, hi)
+ * of the N flat parameters its arrays hold.
  *
- * A save first removes the temporary files that a process killed during an earlier save of
- * the same folder left behind (io/ckpt_file's tr__ckpt_clean_tmp).
+ * A save on W ranks, as messages (the save chain executor -> optimizer ends here):
+ *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
+ *     optimizer partition, otherwise rank 0 alone the whole optimizer state (every rank's is
+ *     the same then, so the others write none);
+ *   COMM_SCALAR TR__SCALAR_CKPT_SAVE: an all-reduce that tells every rank whether every rank's
+ *     files are durable, and names the first and last that failed;
+ *   rank 0 removes the temporary files killed saves left (no rank is writing now) and
+ *     writes latest; COMM_SCALAR TR__SCALAR_CKPT_LATEST tells every rank how that went;
+ *   every rank replies. A save called on some ranks only meets another collective on the
+ *   others: the comm actor's header check names both ranks and what each is doing at once
+ *   (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
+ * A load reads and checks everything this rank needs (ckpt_read.c, which re-partitions the
+ * optimizer state for this world size), then COMM_SCALAR TR__SCALAR_CKPT_LOAD: only when
+ * every rank's checks passed does the restore chain (optimizer -> executor -> back here)
+ * change anything, so a refused checkpoint changes no rank.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <msgpack.h>
 
-#include "actors/engine_internal.h"
-#include "io/ckpt_file.h"
+#include "actors/checkpoint.h"
 #include "io/mkdir_p.h"
+#include "runtime/comm.h"
 #include "runtime/mpack.h"
 
-#define FORMAT     "troupe-checkpoint"
-#define VERSION    2 /* 2: config_hash in both files; version, step, world in the optimizer's */
 #define KEY(pk, s) tr__mp_pack_str(pk, s)
-
-typedef struct loaded loaded_t;
 
 struct tr__ckpt_actor {
     const tr_engine_t *eng;
-    char err[8192];
-    loaded_t *restoring;          /* a restore's files, until the executor has taken them */
+    char err[8192];       /* this rank's reason while its ranks agree; then the reply's */
+    /* a save or load waiting for the ranks' agreement */
+    int local_rc;         /* this rank's part: 0 or TR_E* (with err) */
+    char dir[4096], tag[256];
+    uint64_t step;
+    tr_msg_t *restore;    /* a load: the RESTORE to send once every rank's checks passed */
+    tr__ckpt_tag_t *restoring; /* a restore's files, until the executor has taken them */
     uint64_t stage_params, stage_moments; /* their registry ids while restoring */
 };
+
+/* --- writing ------------------------------------------------------------------------------ */
 
 static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
 {
@@ -65,23 +77,21 @@ static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
     }
 }
 
-/* FNV-1a, 64 bits, of the resolved config's JSON: ties a tag's files to one config. */
-static uint64_t config_hash(const char *json)
+/* How many optimizer files a save writes: one per rank when the state is partitioned, else
+ * rank 0's alone. */
+static int optim_files(const tr_engine_t *e)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)(json ? json : ""); *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
-    return h;
+    return e->optim_slice.partitioned ? e->world : 1;
 }
 
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
-    msgpack_pack_map(pk, 13);
+    msgpack_pack_map(pk, 15);
     KEY(pk, "format");
-    tr__mp_pack_str(pk, FORMAT);
+    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
     KEY(pk, "version");
-    msgpack_pack_int(pk, VERSION);
+    msgpack_pack_int(pk, TR__CKPT_VERSION);
     KEY(pk, "kind");
     tr__mp_pack_str(pk, "model_states");
     KEY(pk, "n_params");
@@ -103,6 +113,10 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     msgpack_pack_uint64(pk, e->seed);
     KEY(pk, "world");
     msgpack_pack_int(pk, e->world);
+    KEY(pk, "zero_stage");
+    msgpack_pack_int64(pk, e->cfg->zero.stage);
+    KEY(pk, "optim_files");
+    msgpack_pack_int(pk, optim_files(e));
     KEY(pk, "micro_batch");
     msgpack_pack_array(pk, 3);
     msgpack_pack_int(pk, e->B);
@@ -111,9 +125,44 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     KEY(pk, "config");
     tr__mp_pack_str(pk, config_json ? config_json : "");
     KEY(pk, "config_hash");
-    msgpack_pack_uint64(pk, config_hash(config_json));
+    msgpack_pack_uint64(pk, tr__ckpt_config_hash(config_json));
     KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
+}
+
+/* This rank's optimizer file header: its slice [lo, hi) of the n_params flat parameters
+ * (hi clipped to n_params: a padded tail is not saved). */
+static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t step,
+                              uint64_t hash, const char *const *names, int n)
+{
+    size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
+    msgpack_pack_map(pk, 12);
+    KEY(pk, "format");
+    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
+    KEY(pk, "version");
+    msgpack_pack_int(pk, TR__CKPT_VERSION);
+    KEY(pk, "kind");
+    tr__mp_pack_str(pk, "optim_states");
+    KEY(pk, "step");
+    msgpack_pack_uint64(pk, step);
+    KEY(pk, "world");
+    msgpack_pack_int(pk, e->world);
+    KEY(pk, "config_hash");
+    msgpack_pack_uint64(pk, hash);
+    KEY(pk, "rank");
+    msgpack_pack_int(pk, e->rank);
+    KEY(pk, "zero_stage");
+    msgpack_pack_int64(pk, e->cfg->zero.stage);
+    KEY(pk, "n_params");
+    msgpack_pack_uint64(pk, e->n_params);
+    KEY(pk, "lo");
+    msgpack_pack_uint64(pk, e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
+    KEY(pk, "hi");
+    msgpack_pack_uint64(pk, hi);
+    KEY(pk, "arrays");
+    msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++)
+        tr__mp_pack_str(pk, names[i]);
 }
 
 static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffer *hdr,
@@ -135,274 +184,167 @@ static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t 
     return p;
 }
 
-static int save(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+/* Rank 0's model file. */
+static int write_model(struct tr__ckpt_actor *c, const char *tagdir,
+                       const tr_msg_engine_state_t *st, const char *config_json)
 {
     const tr_engine_t *e = c->eng;
-    char tag[256], tagdir[4400], path[4500];
-    const char *dir = st->dir;
-    if (st->tag[0])
-        snprintf(tag, sizeof(tag), "%s", st->tag);
-    else
-        snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)st->global_step);
-    if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
-        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", tag),
-               TR_EINVAL;
-    const char *names[3];
-    int n = tr__optimizer_array_names(e, names, 3);
+    char path[4500];
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
     tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
     const float *params = saved_array(c, &all, e->n_params);
-    const float *moments = n ? saved_array(c, &st->moments, (size_t)n * e->n_params) : NULL;
-    if (!params || (n && !moments)) return TR_EINVAL;
-    snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
-    int mk = tr__mkdir_p(tagdir);
-    if (mk < 0)
-        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", tagdir,
-                        tr_strerror(mk)),
-               mk;
-    uint64_t stale_bytes;
-    int stale = tr__ckpt_clean_tmp(dir, &stale_bytes);
-    if (stale > 0)
-        tr_log(TR_LOG_INFO,
-               "checkpoint: removed %d temporary file(s) (%llu bytes) that processes killed "
-               "during a save left in %s",
-               stale, (unsigned long long)stale_bytes, dir);
-    char *config_json = tr_config_dump(e->cfg, 0);
-    uint64_t hash = config_hash(config_json);
+    if (!params) return TR_EINVAL;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     pack_model_header(&pk, &sb, e, st, config_json);
-    free(config_json);
     tr_ckpt_blob_t blob = {params, e->n_params * sizeof(float)};
     snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
     int rc = write_file(c, path, &sb, &blob, 1);
-    if (rc == 0) { /* the optimizer's moments, one file per data-parallel rank */
-        msgpack_sbuffer_clear(&sb);
-        tr_ckpt_blob_t blobs[3];
-        msgpack_pack_map(&pk, 9);
-        KEY(&pk, "format");
-        tr__mp_pack_str(&pk, FORMAT);
-        KEY(&pk, "version");
-        msgpack_pack_int(&pk, VERSION);
-        KEY(&pk, "kind");
-        tr__mp_pack_str(&pk, "optim_states");
-        KEY(&pk, "step");
-        msgpack_pack_uint64(&pk, st->global_step);
-        KEY(&pk, "world");
-        msgpack_pack_int(&pk, e->world);
-        KEY(&pk, "config_hash");
-        msgpack_pack_uint64(&pk, hash);
-        KEY(&pk, "rank");
-        msgpack_pack_int(&pk, e->rank);
-        KEY(&pk, "n_params");
-        msgpack_pack_uint64(&pk, e->n_params);
-        KEY(&pk, "arrays");
-        msgpack_pack_array(&pk, (size_t)n);
-        for (int i = 0; i < n; i++) {
-            tr__mp_pack_str(&pk, names[i]);
-            blobs[i] = (tr_ckpt_blob_t){moments + (size_t)i * e->n_params,
-                                        e->n_params * sizeof(float)};
-        }
-        snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
-        rc = write_file(c, path, &sb, blobs, (size_t)n);
-    }
     msgpack_sbuffer_destroy(&sb);
-    if (rc == 0) rc = tr__ckpt_latest_write(dir, tag, c->err, sizeof(c->err));
     return rc;
 }
 
-/* --- loading ---------------------------------------------------------------------------- */
-
-static bool u64_array(const msgpack_object *o, uint64_t *out, uint32_t n)
-{
-    if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n) return false;
-    for (uint32_t i = 0; i < n; i++) {
-        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
-        out[i] = o->via.array.ptr[i].via.u64;
-    }
-    return true;
-}
-
-static bool str_is(const msgpack_object *o, const char *s)
-{
-    return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
-           !memcmp(o->via.str.ptr, s, o->via.str.size);
-}
-
-/* The saved parameter table must be this model's, name for name and shape for shape. */
-static int check_layers(struct tr__ckpt_actor *c, const char *path, const msgpack_object *layers)
-{
-    const tr_model_t *model = c->eng->model;
-    int n = tr_model_num_layers(model);
-    if (!layers || layers->type != MSGPACK_OBJECT_ARRAY)
-        return snprintf(c->err, sizeof(c->err), "%s: layers: missing", path), TR_EFORMAT;
-    if (layers->via.array.size != (uint32_t)n)
-        return snprintf(c->err, sizeof(c->err), "%s: layers: checkpoint has %u, the model has %d",
-                        path, layers->via.array.size, n),
-               TR_EMISMATCH;
-    for (int i = 0; i < n; i++) {
-        const tr_layer_t *l = tr_model_layer(model, i);
-        const msgpack_object *s = &layers->via.array.ptr[i];
-        const msgpack_object *ps =
-            s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2 ? &s->via.array.ptr[1] : NULL;
-        if (!ps || !str_is(&s->via.array.ptr[0], l->name) || ps->type != MSGPACK_OBJECT_ARRAY ||
-            ps->via.array.size != (uint32_t)l->n_params)
-            return snprintf(c->err, sizeof(c->err),
-                            "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
-                            "checkpoint's differs",
-                            path, i, l->name, l->n_params),
-                   TR_EMISMATCH;
-        for (int k = 0; k < l->n_params; k++) {
-            const msgpack_object *p = &ps->via.array.ptr[k];
-            uint64_t shape[TR_PARAM_MAX_DIMS];
-            int nd = l->params[k].ndim;
-            bool ok = p->type == MSGPACK_OBJECT_ARRAY && p->via.array.size == 2 &&
-                      str_is(&p->via.array.ptr[0], l->params[k].name) &&
-                      u64_array(&p->via.array.ptr[1], shape, (uint32_t)nd);
-            for (int d = 0; ok && d < nd; d++)
-                ok = shape[d] == (uint64_t)l->params[k].shape[d];
-            if (!ok)
-                return snprintf(c->err, sizeof(c->err),
-                                "%s: layer '%s' parameter '%s': name or shape differs from the "
-                                "model's",
-                                path, l->name, l->params[k].name),
-                       TR_EMISMATCH;
-        }
-    }
-    return 0;
-}
-
-struct loaded {
-    tr_ckpt_file_t model, optim;
-    msgpack_unpacked mh, oh;
-    uint64_t counters[4], data[3], seed;
-};
-
-static int unpack(struct tr__ckpt_actor *c, const char *path, const tr_ckpt_file_t *f,
-                  msgpack_unpacked *u, const char *kind)
-{
-    msgpack_unpacked_init(u);
-    size_t off = 0;
-    if (msgpack_unpack_next(u, f->header, f->header_len, &off) != MSGPACK_UNPACK_SUCCESS ||
-        !str_is(tr__mp_field(&u->data, "format"), FORMAT) ||
-        !str_is(tr__mp_field(&u->data, "kind"), kind))
-        return snprintf(c->err, sizeof(c->err), "%s: header: not a troupe %s file", path, kind),
-               TR_EFORMAT;
-    const msgpack_object *n = tr__mp_field(&u->data, "n_params");
-    if (!n || n->type != MSGPACK_OBJECT_POSITIVE_INTEGER || n->via.u64 != c->eng->n_params)
-        return snprintf(c->err, sizeof(c->err),
-                        "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
-                        n ? (unsigned long long)n->via.u64 : 0ull, c->eng->n_params),
-               TR_EMISMATCH;
-    return 0;
-}
-
-static bool u64_field(const msgpack_object *h, const char *key, uint64_t *out)
-{
-    const msgpack_object *o = tr__mp_field(h, key);
-    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
-    *out = o->via.u64;
-    return true;
-}
-
-/* The format version of a tag's file (name) from its header; 1 when it has none (version 1
- * optimizer files). */
-static int header_version(struct tr__ckpt_actor *c, const char *tagdir, const char *name,
-                         const msgpack_object *h, uint64_t *v)
-{
-    const msgpack_object *o = tr__mp_field(h, "version");
-    *v = 1;
-    if (!o) return 0;
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 < 1 || o->via.u64 > VERSION)
-        return snprintf(c->err, sizeof(c->err),
-                        "%s/%s: version: expected an integer from 1 to %d (this build's), got %s",
-                        tagdir, name, VERSION,
-                        o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "a later one" : "another type"),
-               TR_EFORMAT;
-    *v = o->via.u64;
-    return 0;
-}
-
-/* The two files of a tag come from one save: same version, and from version 2 on the same
- * global step, world size and config hash. A mix is refused naming the tag, both files and
- * the field where they differ. */
-static int check_same_save(struct tr__ckpt_actor *c, const char *tagdir, const char *oname,
-                           const loaded_t *L)
-{
-    static const char *const fields[] = {"version", "step", "world", "config_hash"};
-    const msgpack_object *mh = &L->mh.data, *oh = &L->oh.data;
-    uint64_t m[4] = {1, L->counters[0], 0, 0}, o[4] = {1, 0, 0, 0};
-    int rc = header_version(c, tagdir, "model_states.trck", mh, &m[0]);
-    if (!rc) rc = header_version(c, tagdir, oname, oh, &o[0]);
-    if (rc) return rc;
-    for (int i = 1; m[0] >= 2 && m[0] == o[0] && i < 4; i++) {
-        bool have_m = i == 1 || u64_field(mh, fields[i], &m[i]);
-        bool have_o = u64_field(oh, fields[i], &o[i]);
-        if (!have_m || !have_o)
-            return snprintf(c->err, sizeof(c->err), "%s/%s: %s: missing from a version %llu file",
-                            tagdir, have_m ? oname : "model_states.trck", fields[i],
-                            (unsigned long long)m[0]),
-                   TR_EFORMAT;
-    }
-    for (int i = 0; i < 4 && (i == 0 || m[0] >= 2); i++)
-        if (m[i] != o[i])
-            return snprintf(c->err, sizeof(c->err),
-                            "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes "
-                            "the files of different saves; restore the tag's files together",
-                            tagdir, fields[i], (unsigned long long)m[i], oname, fields[i],
-                            (unsigned long long)o[i]),
-                   TR_EMISMATCH;
-    return 0;
-}
-
-/* Reads and checks both files; nothing in the engine changes. */
-static int read_checked(struct tr__ckpt_actor *c, const char *tagdir, loaded_t *L)
+/* This rank's optimizer file: each moment array's part inside [0, n_params). */
+static int write_optim(struct tr__ckpt_actor *c, const char *tagdir,
+                       const tr_msg_engine_state_t *st, uint64_t hash)
 {
     const tr_engine_t *e = c->eng;
-    char mpath[4500], opath[4500];
-    snprintf(mpath, sizeof(mpath), "%s/model_states.trck", tagdir);
-    snprintf(opath, sizeof(opath), "%s/optim_states_rank%d.trck", tagdir, e->rank);
-    int rc = tr__ckpt_file_read(mpath, &L->model, c->err, sizeof(c->err));
-    if (!rc) rc = tr__ckpt_file_read(opath, &L->optim, c->err, sizeof(c->err));
-    if (!rc) rc = unpack(c, mpath, &L->model, &L->mh, "model_states");
-    if (!rc) rc = unpack(c, opath, &L->optim, &L->oh, "optim_states");
-    if (rc) return rc;
-    const msgpack_object *h = &L->mh.data, *w = tr__mp_field(h, "world");
-    if (!w || w->type != MSGPACK_OBJECT_POSITIVE_INTEGER || w->via.u64 != (uint64_t)e->world)
-        return snprintf(c->err, sizeof(c->err), "%s: world: saved by %llu ranks, this run has %d",
-                        mpath, w ? (unsigned long long)w->via.u64 : 0ull, e->world),
-               TR_EMISMATCH;
-    if ((rc = check_layers(c, mpath, tr__mp_field(h, "layers")))) return rc;
-    if (!u64_array(tr__mp_field(h, "counters"), L->counters, 4) ||
-        !u64_array(tr__mp_field(h, "data"), L->data, 3))
-        return snprintf(c->err, sizeof(c->err), "%s: counters/data: missing or malformed", mpath),
-               TR_EFORMAT;
-    char oname[64];
-    snprintf(oname, sizeof(oname), "optim_states_rank%d.trck", e->rank);
-    if ((rc = check_same_save(c, tagdir, oname, L))) return rc;
-    const msgpack_object *arrays = tr__mp_field(&L->oh.data, "arrays");
     const char *names[3];
     int n = tr__optimizer_array_names(e, names, 3);
-    if (!arrays || arrays->type != MSGPACK_OBJECT_ARRAY || arrays->via.array.size != (uint32_t)n ||
-        L->optim.payload_len != (size_t)n * e->n_params * sizeof(float) ||
-        L->model.payload_len != e->n_params * sizeof(float))
-        return snprintf(c->err, sizeof(c->err),
-                        "%s: arrays: the optimizer keeps %d state arrays of %zu floats; the "
-                        "checkpoint's differ (another optimizer type?)",
-                        opath, n, e->n_params),
-               TR_EMISMATCH;
+    size_t S = e->optim_slice.hi - e->optim_slice.lo;
+    size_t keep = e->optim_slice.hi < e->n_params ? S
+                  : e->optim_slice.lo < e->n_params ? e->n_params - e->optim_slice.lo : 0;
+    const float *moments = n ? saved_array(c, &st->moments, (size_t)n * S) : NULL;
+    if (n && !moments) return TR_EINVAL;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_optim_header(&pk, e, st->global_step, hash, names, n);
+    tr_ckpt_blob_t blobs[3];
+    for (int i = 0; i < n; i++)
+        blobs[i] = (tr_ckpt_blob_t){moments + (size_t)i * S, keep * sizeof(float)};
+    char path[4500];
+    snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
+    int rc = write_file(c, path, &sb, blobs, (size_t)n);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+/* This rank's files of a save (the tag in c->tag); 0 or TR_E* with c->err. */
+static int write_files(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+{
+    const tr_engine_t *e = c->eng;
+    char tagdir[4400];
+    if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
+        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", c->tag),
+               TR_EINVAL;
+    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
+    int rc = tr__mkdir_p(tagdir);
+    if (rc < 0)
+        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", tagdir,
+                        tr_strerror(rc)),
+               rc;
+    char *config_json = tr_config_dump(e->cfg, 0);
+    uint64_t hash = tr__ckpt_config_hash(config_json);
+    if (e->rank == 0) rc = write_model(c, tagdir, st, config_json);
+    free(config_json);
+    if (rc == 0 && e->rank < optim_files(e)) rc = write_optim(c, tagdir, st, hash);
+    return rc;
+}
+
+/* --- the ranks' agreement ------------------------------------------------------------------ */
+
+/* Asks every rank (through the comm actor) whether its part of `what` succeeded: rc is this
+ * rank's. The answer, a COMM_SCALAR with the same `what`, names the first and last rank that
+ * failed (0: none). Fails the engine if the question cannot be sent. */
+static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
+{
+    const tr_engine_t *e = c->eng;
+    c->local_rc = rc;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory"), 0;
+    bool failed = rc < 0;
+    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
+        .op = TR_REDUCE_MAX, .n = 2, .what = what,
+        .values = {failed ? e->world - e->rank : 0, failed ? e->rank + 1 : 0}};
+    m->step = c->step;
+    int sent = tr_actor_send(ctx->rt, e->comm, m);
+    if (sent < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(e, sent, "checkpoint: cannot reach the comm actor: %s",
+                        tr_strerror(sent));
+    }
     return 0;
 }
 
-static void loaded_free(loaded_t *L)
+/* The answer to agree(): 0 when every rank succeeded; else this rank's own code (its reason
+ * stays in c->err) or, when only others failed, TR_EFAILED with c->err naming them. */
+static int agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, const char *doing)
 {
-    if (L->model.mem) msgpack_unpacked_destroy(&L->mh);
-    if (L->optim.mem) msgpack_unpacked_destroy(&L->oh);
-    tr__ckpt_file_free(&L->model);
-    tr__ckpt_file_free(&L->optim);
+    int first = c->eng->world - (int)s->values[0], last = (int)s->values[1] - 1;
+    if (s->values[0] <= 0) return 0;
+    if (c->local_rc < 0) return c->local_rc;
+    if (first == last)
+        snprintf(c->err, sizeof(c->err), "rank %d could not %s (its own error says why)", first,
+                 doing);
+    else
+        snprintf(c->err, sizeof(c->err),
+                 "ranks %d to %d (some or all) could not %s (their own errors say why)", first,
+                 last, doing);
+    return TR_EFAILED;
 }
+
+/* --- saving -------------------------------------------------------------------------------- */
+
+/* SAVE, from the optimizer: this rank's files, then the agreement. */
+static int save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+{
+    snprintf(c->dir, sizeof(c->dir), "%s", st->dir);
+    if (st->tag[0])
+        snprintf(c->tag, sizeof(c->tag), "%s", st->tag);
+    else
+        snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
+    c->step = st->global_step;
+    return agree(ctx, c, TR__SCALAR_CKPT_SAVE, write_files(c, st));
+}
+
+/* Every rank's files are durable: rank 0 clears what killed saves left and writes latest. */
+static int write_latest(struct tr__ckpt_actor *c)
+{
+    uint64_t stale_bytes;
+    int stale = tr__ckpt_clean_tmp(c->dir, &stale_bytes);
+    if (stale > 0)
+        tr_log(TR_LOG_INFO,
+               "checkpoint: removed %d temporary file(s) (%llu bytes) that processes killed "
+               "during a save left in %s",
+               stale, (unsigned long long)stale_bytes, c->dir);
+    return tr__ckpt_latest_write(c->dir, c->tag, c->err, sizeof(c->err));
+}
+
+static int on_save_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
+{
+    int rc = agreed(c, s, "write its checkpoint files");
+    if (rc < 0) {
+        tr__reply(c->eng, rc, NULL, "save: %s; %s/latest still names the previous checkpoint",
+                  c->err, c->dir);
+        return 0;
+    }
+    return agree(ctx, c, TR__SCALAR_CKPT_LATEST, c->eng->rank == 0 ? write_latest(c) : 0);
+}
+
+static void on_latest_agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
+{
+    int rc = agreed(c, s, "write latest");
+    if (rc < 0)
+        tr__reply(c->eng, rc, NULL, "save: %s", c->err);
+    else
+        tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
+}
+
+/* --- loading ------------------------------------------------------------------------------- */
 
 /* Registers one of a restore's staging arrays (the loaded file's payload). */
 static int stage(struct tr__ckpt_actor *c, const char *name, const void *p, size_t bytes,
@@ -420,77 +362,93 @@ static int stage(struct tr__ckpt_actor *c, const char *name, const void *p, size
     return rc;
 }
 
-static void end_restore(struct tr__ckpt_actor *c)
+static void end_restore(tr_ctx_t *ctx, struct tr__ckpt_actor *c)
 {
     if (c->stage_params) tr_buffer_unregister(c->eng->rt, c->stage_params);
     if (c->stage_moments) tr_buffer_unregister(c->eng->rt, c->stage_moments);
     c->stage_params = c->stage_moments = 0;
-    if (c->restoring) loaded_free(c->restoring);
+    tr__ckpt_tag_free(c->restoring);
     free(c->restoring);
     c->restoring = NULL;
+    if (c->restore) tr_msg_free(ctx->rt, c->restore);
+    c->restore = NULL;
 }
 
-/* Reads and checks a tag, stages its arrays and sends the restore on its way (optimizer,
- * executor, back here): nothing in the engine changes unless every check passed. */
-static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const char *dir, const char *tag_in,
-                uint64_t step)
+/* The RESTORE message for a tag read and checked (t), its arrays staged. */
+static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_tag_t *t,
+                       const char *tagdir)
 {
-    const tr_engine_t *e = c->eng;
-    char tag[256], tagdir[4400];
-    int rc = 0;
-    if (tag_in && tag_in[0])
-        snprintf(tag, sizeof(tag), "%s", tag_in);
-    else if ((rc = tr__ckpt_latest_read(dir, tag, sizeof(tag), c->err, sizeof(c->err))) < 0)
-        return rc;
-    snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
-    loaded_t *L = calloc(1, sizeof(*L));
-    if (!L) return snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM;
-    c->restoring = L;
-    rc = read_checked(c, tagdir, L);
-    const msgpack_object *ost = rc ? NULL : tr__mp_field(&L->mh.data, "optimizer");
-    if (!rc && !ost)
-        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state missing", tagdir), TR_EFORMAT);
-    tr_msg_t *m = rc ? NULL : tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-    if (!rc && !m) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
-    if (rc) return rc;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) return snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM;
+    c->restore = m;
     tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
     *s = (tr_msg_engine_state_t){.kind = TR__STATE_RESTORE,
-                                 .global_step = L->counters[0],
-                                 .global_samples = L->counters[1],
-                                 .skipped_steps = L->counters[2],
-                                 .micro_steps = L->counters[3],
-                                 .epoch = L->data[0],
-                                 .cursor = L->data[1],
-                                 .batch_index = L->data[2]};
+                                 .global_step = t->counters[0],
+                                 .global_samples = t->counters[1],
+                                 .skipped_steps = t->counters[2],
+                                 .micro_steps = t->counters[3],
+                                 .epoch = t->data[0],
+                                 .cursor = t->data[1],
+                                 .batch_index = t->data[2]};
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_object(&pk, *ost);
+    msgpack_pack_object(&pk, *t->optim_state);
+    int rc = 0;
     if (sb.size > sizeof(s->optim.data))
         rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state of %zu bytes, more than %zu",
                        tagdir, sb.size, sizeof(s->optim.data)), TR_EFORMAT);
     else
         memcpy(s->optim.data, sb.data, s->optim.len = (uint32_t)sb.size);
     msgpack_sbuffer_destroy(&sb);
-    if (!rc) rc = stage(c, "params", L->model.payload, L->model.payload_len, &c->stage_params,
+    if (!rc) rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
                         &s->params);
-    if (!rc && L->optim.payload_len)
-        rc = stage(c, "moments", L->optim.payload, L->optim.payload_len, &c->stage_moments,
-                   &s->moments);
-    m->step = step; /* the request's: the chain is classed with the step it was asked in */
-    if (!rc) rc = tr_actor_send(ctx->rt, e->optimizer, m);
-    if (rc < 0) {
-        tr_msg_free(ctx->rt, m);
-        if (!c->err[0]) snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
-    }
+    if (!rc && t->moments)
+        rc = stage(c, "moments", t->moments, t->moments_bytes, &c->stage_moments, &s->moments);
+    if (rc < 0 && !c->err[0]) snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
     return rc;
 }
 
-/* The end of a restore: the executor has taken the state (or the optimizer refused it). */
-static void restored(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *s)
+/* LOAD: reads and checks this rank's part of a tag and stages it; then the agreement. */
+static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req_t *r,
+                uint64_t step)
 {
-    end_restore(c);
+    char tagdir[4400];
+    int rc = 0;
+    c->step = step; /* the request's: the chain is classed with the step it was asked in */
+    snprintf(c->dir, sizeof(c->dir), "%s", r->dir);
+    if (r->tag[0])
+        snprintf(c->tag, sizeof(c->tag), "%s", r->tag);
+    else
+        rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
+    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
+    if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
+        rc = (snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM);
+    if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));
+    if (!rc) rc = restore_msg(ctx, c, c->restoring, tagdir);
+    return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);
+}
+
+static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c,
+                           const tr_msg_comm_scalar_t *s)
+{
+    int rc = agreed(c, s, "read its part of the checkpoint");
+    if (rc == 0) {
+        rc = tr_actor_send(ctx->rt, c->eng->optimizer, c->restore);
+        if (rc == 0) c->restore = NULL; /* the runtime's now */
+        else snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
+    }
+    if (rc < 0) {
+        end_restore(ctx, c);
+        tr__reply(c->eng, rc, NULL, "load: %s", c->err);
+    }
+}
+
+/* The end of a restore: the executor has taken the state (or the optimizer refused it). */
+static void restored(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *s)
+{
+    end_restore(ctx, c);
     if (s->rc < 0)
         tr__reply(c->eng, s->rc, NULL, "load: %s", s->error);
     else
@@ -500,32 +458,28 @@ static void restored(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *s)
 static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__ckpt_actor *c = ctx->state;
+    if (msg->type == TR_MSG_COMM_SCALAR) { /* an agreement's answer: c->err is still ours */
+        const tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
+        if (s->what == TR__SCALAR_CKPT_SAVE) return on_save_agreed(ctx, c, s);
+        if (s->what == TR__SCALAR_CKPT_LATEST) on_latest_agreed(c, s);
+        if (s->what == TR__SCALAR_CKPT_LOAD) on_load_agreed(ctx, c, s);
+        return 0;
+    }
     c->err[0] = '\0';
     if (msg->type == TR_MSG_ENGINE_STATE) {
         tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
-        if (s->kind == TR__STATE_RESTORED) {
-            restored(c, s);
-            return 0;
-        }
-        int rc = save(c, s);
-        if (rc < 0)
-            tr__reply(c->eng, rc, NULL, "save: %s", c->err);
+        if (s->kind == TR__STATE_RESTORED)
+            restored(ctx, c, s);
         else
-            tr__reply(c->eng, 0, &(tr__reply_t){.global_step = s->global_step}, NULL);
+            save(ctx, c, s);
         return 0;
     }
     if (msg->type != TR_MSG_ENGINE_REQ) return 0;
-    tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
     if (c->restoring) {
         tr__reply(c->eng, TR_EBUSY, NULL, "load: a restore is still in progress");
         return 0;
     }
-    int rc = load(ctx, c, r->dir, r->tag, msg->step);
-    if (rc < 0) {
-        end_restore(c);
-        tr__reply(c->eng, rc, NULL, "load: %s", c->err);
-    }
-    return 0;
+    return load(ctx, c, TR_MSG_AS(msg, engine_req), msg->step);
 }
 
 int tr__checkpointer_spawn(tr_engine_t *eng)
@@ -546,8 +500,8 @@ void tr__checkpointer_free(tr_engine_t *eng)
 {
     struct tr__ckpt_actor *c = eng->ck;
     if (!c) return;
-    if (c->restoring) loaded_free(c->restoring);
-    free(c->restoring);
+    tr__ckpt_tag_free(c->restoring);
+    free(c->restoring); /* c->restore, if any, went with the runtime's message pools */
     free(c);
     eng->ck = NULL;
 }

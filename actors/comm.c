@@ -55,7 +55,7 @@ typedef struct header {
     uint64_t seq;     /* collectives this comm actor started, from 1 */
     uint64_t bytes;
     uint64_t step;
-    uint32_t micro_step, bucket;
+    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
 } header_t;
 
 struct tr__comm {
@@ -114,7 +114,7 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
 
 static void describe(const header_t *h, char *out, size_t len)
 {
-    char what[48];
+    char what[64];
     if (h->op == 1 || h->op == 4)
         snprintf(what, sizeof(what), "the %s of bucket %u",
                  h->op == 1 ? "all-reduce" : "reduce-scatter", h->bucket);
@@ -122,6 +122,10 @@ static void describe(const header_t *h, char *out, size_t len)
         snprintf(what, sizeof(what), "the parameter all-gather");
     else if (h->op == 5)
         snprintf(what, sizeof(what), "a vector all-reduce");
+    else if (h->bucket == TR__SCALAR_CKPT_SAVE || h->bucket == TR__SCALAR_CKPT_LATEST)
+        snprintf(what, sizeof(what), "a checkpoint save (every rank must call it)");
+    else if (h->bucket == TR__SCALAR_CKPT_LOAD)
+        snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
     snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
@@ -304,7 +308,7 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     }
     int rc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
                                        .bytes = s->n * sizeof(double), .step = msg->step,
-                                       .micro_step = msg->micro_step});
+                                       .micro_step = msg->micro_step, .bucket = s->what});
     pending_t *p = rc < 0 ? NULL : pending_slot(c);
     double *vals = p ? malloc(sizeof(s->values)) : NULL;
     if (!vals) return rc < 0 ? rc : TR_ENOMEM;
@@ -507,11 +511,17 @@ static int watchdog(struct tr__comm *c)
                        : old->scatter    ? "a bucket's reduce-scatter"
                        : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
                                                       : "a scalar all-reduce";
+    char before[200] = ""; /* a header exchange: the collective it comes before */
+    if (old->hdr) {
+        char d[160];
+        describe(&old->hdr[c->eng->world], d, sizeof(d));
+        snprintf(before, sizeof(before), " before %s", d);
+    }
     tr__engine_fail(c->eng, TR_ETIMEDOUT,
-                    "comm: rank %d: %s (step %llu) has been pending for %.1f s, past "
+                    "comm: rank %d: %s (step %llu)%s has been pending for %.1f s, past "
                     "troupe.comm.timeout_s %lld: another rank diverged, stopped or died; the job "
                     "ends on every rank",
-                    c->eng->rank, what, (unsigned long long)old->step,
+                    c->eng->rank, what, (unsigned long long)old->step, before,
                     (double)(now - old->t_start) / 1e9,
                     (long long)c->eng->cfg->troupe.comm.timeout_s);
     c->broken = true;

@@ -753,13 +753,6 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
                         "%s: in the middle of an accumulation window; %s between steps", what,
                         what),
                TR_EINVAL;
-    if (eng->world > 1)
-        return snprintf(eng->error, sizeof(eng->error),
-                        "%s: checkpoints of %d ranks come with ZeRO's partitioned states (the "
-                        "next step of data parallelism); this build saves and loads at world "
-                        "size 1",
-                        what, eng->world),
-               TR_ENOTSUP;
     tr_msg_t *m = tr__request_new(eng->rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);

@@ -63,6 +63,24 @@ typedef enum {
  * checkpointer; a restore hands it out checkpointer -> optimizer -> executor -> checkpointer. */
 typedef enum { TR__STATE_SAVE = 1, TR__STATE_RESTORE, TR__STATE_RESTORED } tr__state_kind_t;
 
+/* COMM_SCALAR `what` tags the checkpointer uses: the comm actor names them when the ranks
+ * diverge (a save or load called on some ranks only meets another collective on the others).
+ * Other requesters' tags are their own, below these. */
+enum {
+    TR__SCALAR_CKPT_SAVE = 0x100, /* every rank's files of a save are durable (or who failed) */
+    TR__SCALAR_CKPT_LATEST,       /* rank 0 wrote `latest` (or failed to) */
+    TR__SCALAR_CKPT_LOAD,         /* every rank read and checked its part of a tag */
+};
+
+/* The optimizer's slice of the flat parameters: it keeps moment arrays of hi - lo floats for
+ * [lo, hi) (hi may pass n_params if the buffer is ever padded; only [0, n_params) is
+ * saved). `partitioned`: the ranks' slices differ (ZeRO >= 1 on several ranks); otherwise
+ * every rank holds the whole, identical state. */
+typedef struct tr__optim_slice {
+    size_t lo, hi;
+    bool partitioned;
+} tr__optim_slice_t;
+
 typedef struct tr__dataset tr__dataset_t;
 typedef struct tr__optim tr__optim_t;
 
@@ -112,6 +130,7 @@ struct tr_engine {
     uint64_t seed;
     double loss_scale0; /* the loss scale of the first step */
     tr_engine_memory_t memory; /* filled as the actors are made */
+    tr__optim_slice_t optim_slice; /* set by the optimizer's spawn; checkpoints read it */
     tr_monitor_t *mon;  /* NULL: off; thread-safe */
     char flight_path[1024];
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;

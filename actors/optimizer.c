@@ -542,7 +542,7 @@ static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
     msgpack_sbuffer_destroy(&sb);
     s->global_step = o->global_steps;
     s->skipped_steps = o->skipped_steps;
-    size_t bytes = (size_t)o->n_arrays * o->eng->n_params * sizeof(float);
+    size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float); /* this rank's slice */
     if (o->n_arrays) tr_buffer_ref(o->eng->rt, o->moments_id, 0, bytes, TR_DTYPE_F32, &s->moments);
     return forward_state(ctx, s, o->eng->checkpointer, o->global_steps);
 }
@@ -561,15 +561,20 @@ static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s
                  : (snprintf(why, sizeof(why), "optimizer state: not msgpack"), TR_EFORMAT);
     msgpack_unpacked_destroy(&u);
     const float *moments = NULL;
+    size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float); /* this rank's slice */
     if (rc == 0 && o->n_arrays && !(moments = tr__resolve(e, &s->moments, why, sizeof(why))))
         rc = TR_EINVAL;
+    if (moments && s->moments.length != bytes)
+        rc = (snprintf(why, sizeof(why), "optimizer: the restored moments hold %llu bytes, this "
+                       "rank's slice %zu", (unsigned long long)s->moments.length, bytes),
+              TR_EINVAL);
     if (rc < 0) {
         s->kind = TR__STATE_RESTORED;
         s->rc = rc;
         snprintf(s->error, sizeof(s->error), "%s", why);
         return forward_state(ctx, s, e->checkpointer, o->global_steps);
     }
-    if (moments) memcpy(o->m, moments, (size_t)o->n_arrays * e->n_params * sizeof(float));
+    if (moments) memcpy(o->m, moments, bytes);
     o->global_steps = s->global_step;
     o->skipped_steps = s->skipped_steps;
     return forward_state(ctx, s, e->executor, o->global_steps);
@@ -781,6 +786,7 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     o->n_arrays = tr__optimizer_array_names(eng, names, 3);
     int rc0 = partition(o);
     if (rc0 < 0) return rc0;
+    eng->optim_slice = (tr__optim_slice_t){o->lo, o->hi, o->partitioned};
     /* without an "optimizer" section (evaluation only) there is no state: a step fails */
     if (o->type != TR_OPTIMIZER_NONE && decay_ranges(o) < 0) return TR_ENOMEM;
     tr_actor_opts_t ao = {.name = "optimizer",

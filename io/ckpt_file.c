@@ -230,6 +230,55 @@ void tr__ckpt_file_free(tr_ckpt_file_t *f)
     }
 }
 
+static int read_at(int fd, void *buf, size_t len, off_t at)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, at + (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? -errno : TR_EFORMAT;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    unsigned char fixed[FIXED];
+    int rc = fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ? TR_EFORMAT
+             : (size_t)st.st_size < FIXED + 8          ? TR_EFORMAT
+                                                       : read_at(fd, fixed, FIXED, 0);
+    if (rc == 0 && memcmp(fixed, MAGIC, 8) != 0) rc = TR_EFORMAT;
+    if (rc < 0) {
+        close(fd);
+        return rc == TR_EFORMAT
+                   ? fail(err, errlen, rc, "%s: magic: not a troupe checkpoint file", path)
+                   : fail(err, errlen, rc, "%s: read failed: %s", path, tr_strerror(rc));
+    }
+    uint64_t header_len = get32(fixed + 8), payload = get64(fixed + 16), len = (uint64_t)st.st_size;
+    if (header_len > len || payload > len || padded(header_len) + payload + 8 != len) {
+        close(fd);
+        return fail(err, errlen, TR_EFORMAT,
+                    "%s: length: header %llu + payload %llu bytes do not match the file's %llu "
+                    "bytes (truncated?)",
+                    path, (unsigned long long)header_len, (unsigned long long)payload,
+                    (unsigned long long)len);
+    }
+    unsigned char *m = malloc(header_len ? header_len : 1);
+    rc = m ? read_at(fd, m, header_len, FIXED) : TR_ENOMEM;
+    close(fd);
+    if (rc < 0) {
+        free(m);
+        return fail(err, errlen, rc, "%s: header: %s", path, tr_strerror(rc));
+    }
+    *out = (tr_ckpt_file_t){.mem = m, .header = m, .header_len = header_len,
+                            .payload_len = payload};
+    return 0;
+}
+
 /* --- stale temporary files -------------------------------------------------------------- */
 
 /* The pid of a name this file's writers give their temporary files ("<x>.trck.tmp.<pid>",

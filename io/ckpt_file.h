@@ -45,6 +45,13 @@ typedef struct tr_ckpt_file {
 int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen);
 void tr__ckpt_file_free(tr_ckpt_file_t *f);
 
+/* Reads only path's header: magic and lengths are checked against the file's size, the CRC
+ * is not (it covers the payload, which is not read). out->payload is NULL and payload_len the
+ * payload's length. For a reader that needs a file's header to decide whether it needs the
+ * file (a checkpoint's optimizer partitions); read it with tr__ckpt_file_read before using
+ * the payload. Free with tr__ckpt_file_free. Any thread. */
+int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen);
+
 /* Removes the "<file>.tmp.<pid>" files that a writer killed during a save left in dir and in
  * its immediate subfolders (the tags), when no process <pid> is alive (one that is may still
  * be writing; a pid from another host sharing the folder is taken for this host's). Returns

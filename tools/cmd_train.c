@@ -212,12 +212,6 @@ static int create_engine(run_t *r, tr_model_t *model, int T)
     char err[1024] = "";
     r->params = (double)tr_model_num_params(model);
     int rc = tr_engine_create(&r->eng, &eo, err, sizeof(err));
-    if (rc == 0 && tr_engine_world(r->eng) > 1 && (r->o.save_dir || r->o.resume)) {
-        fprintf(stderr, "troupe train: %s: checkpoints of %d ranks come with ZeRO's partitioned "
-                "optimizer states, not built yet; train without it, or with one process\n",
-                r->o.resume ? "--resume" : "--save-dir", tr_engine_world(r->eng));
-        return TR_ENOTSUP;
-    }
     if (rc == 0 && tr_engine_rank(r->eng) > 0 && !freopen("/dev/null", "w", stdout))
         rc = TR_EIO; /* only rank 0 reports (as DeepSpeed does); errors still show everywhere */
     if (rc == TR_ENOMEM || rc == TR_EAGAIN)
@@ -365,7 +359,8 @@ static int save(run_t *r)
     char tag[64];
     snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)r->saved_step);
     printf("saved: %s/%s (latest)\n", r->o.save_dir, tag);
-    train_savedir_saved(&r->o, &r->sd, tag);
+    if (tr_engine_rank(r->eng) == 0) /* one rank prunes old tags; every rank's files are in */
+        train_savedir_saved(&r->o, &r->sd, tag);
     return 0;
 }
 

@@ -82,8 +82,10 @@ void train_usage(FILE *f)
                "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
                "bad flag, file, config or checkpoint (--resume).\n"
                "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
-               "the ranks come from the launcher, rank 0 prints, and --save-dir/--resume are\n"
-               "refused with more than one rank for now.\n\n");
+               "the ranks come from the launcher and rank 0 prints. Every rank writes its part\n"
+               "of a checkpoint (with ZeRO stage >= 1 its optimizer partition); --resume works\n"
+               "with another number of ranks than the save's (the optimizer state is split\n"
+               "anew; keep train_batch_size the same so the data stream continues).\n\n");
     for (size_t i = 0; i < n_flags; i++) {
         char left[48];
         snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].arg ? " " : "",

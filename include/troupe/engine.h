@@ -136,15 +136,21 @@ int tr_engine_is_boundary(const tr_engine_t *eng);
 
 /* --- checkpoints ----------------------------------------------------------------------- */
 
-/* Saves <dir>/<tag>/ (tag NULL: "global_step<N>") with model states, one optimizer-state
- * file per data-parallel rank, then <dir>/latest. Each file is written to a temporary name,
- * fsynced and renamed; latest last: a crash leaves the previous checkpoint loadable. */
+/* Saves <dir>/<tag>/ (tag NULL: "global_step<N>") with model states (written by rank 0) and
+ * the optimizer's states (with zero_optimization.stage >= 1 one file per data-parallel rank,
+ * its partition; otherwise rank 0's alone), then <dir>/latest once every rank's files are
+ * durable. Each file is written to a temporary name, fsynced and renamed; latest last: a
+ * crash leaves the previous checkpoint loadable. Every rank must call it: a call on some
+ * ranks only is reported on every rank as the ranks diverging, and writes no latest. */
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
 
 /* Loads <dir>/<tag> (NULL: the tag in <dir>/latest): parameters, optimizer state, step
  * counters, scheduler, loss scaler, data position and RNG, so training resumes bit-exactly.
  * Checks sizes, checksums and compatibility with this engine's model and config; a mismatch
- * is an error that says what differs, and leaves the engine as it was. */
+ * is an error that says what differs, and leaves the engine as it was. The checkpoint may
+ * come from another number of ranks or ZeRO stage: the optimizer states are re-partitioned
+ * and the per-rank data position rescaled (then the losses match within float summation
+ * order). Every rank must call it; when any rank's checks fail, no rank changes. */
 int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
 
 /* --- queries --------------------------------------------------------------------------- */

@@ -2,6 +2,7 @@
  * clear error, `latest` validated, a process killed between file writes leaves the
  * previous file and `latest` intact, and the temporary file of a process killed in the middle
  * of a write is removed by the next clean of that folder (a live writer's is kept). */
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -72,6 +73,28 @@ static void test_ckpt_file_round_trip(void **state)
     for (size_t i = 0; i < 1000; i++)
         assert_int_equal(((const unsigned char *)f.payload)[i], 0x5a);
     tr__ckpt_file_free(&f);
+}
+
+/* The header alone: the same header and payload length as a whole read, no payload; a
+ * truncated file is refused by its lengths (the CRC, over the payload, is not checked). */
+static void test_ckpt_file_header_alone(void **state)
+{
+    char path[512];
+    path_of(path, "optim.bin");
+    write_sample(path, 0x33, 1000);
+    tr_ckpt_file_t f;
+    assert_int_equal(tr__ckpt_file_read_header(path, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.header_len, 5);
+    assert_int_equal(((const unsigned char *)f.header)[4], 0xc0);
+    assert_int_equal(f.payload_len, 1000);
+    assert_null(f.payload);
+    tr__ckpt_file_free(&f);
+    assert_int_equal(truncate(path, 500), 0);
+    assert_int_equal(tr__ckpt_file_read_header(path, &f, err, sizeof(err)), TR_EFORMAT);
+    assert_non_null(strstr(err, "length"));
+    path_of(path, "missing.bin");
+    assert_int_equal(tr__ckpt_file_read_header(path, &f, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "cannot open"));
 }
 
 static size_t file_size(const char *path)
@@ -235,6 +258,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_standard_check_value),
         cmocka_unit_test_setup_teardown(test_ckpt_file_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_file_header_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_file_every_truncation_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_file_corruption_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_latest_round_trip_and_validation, setup, teardown),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 troupe train`: two ranks train the tiny GPT, only rank 0 reports, and the
 # result is the same training as one process with twice the accumulation steps (the final
-# losses printed agree to the printed digits), at ZeRO 0 and at ZeRO 2 with overlap_comm; a checkpoint flag with more than one rank is
-# refused before the first step (exit 2, naming the flag).
+# losses printed agree to the printed digits), at ZeRO 0 and at ZeRO 2 with overlap_comm; a
+# 2-rank checkpoint resumes in one process and a 1-process one on 2 ranks, ending where the
+# unbroken run ends.
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe -np 2)
@@ -40,12 +41,40 @@ grep -q "ZeRO stage 2: rank 1 updates parameters" err.txt || { cat err.txt; fail
 zero2=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
 [ "$zero2" = "$one" ] || fail "2 ranks at ZeRO 2 ended at loss $zero2, one process at $one"
 
-rc=0
-"${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 2 --save-dir ck > out.txt 2> err.txt || rc=$?
-[ "$rc" -ne 0 ] || fail "--save-dir with 2 ranks was accepted"
-grep -q -- "--save-dir: checkpoints of 2 ranks come with ZeRO's partitioned" err.txt ||
-    { cat err.txt; fail "--save-dir with 2 ranks: no reason given"; }
-grep -q '^step' out.txt && fail "--save-dir with 2 ranks: trained before refusing"
+# checkpoints: 2 ranks save at step 3 (each rank its optimizer partition at ZeRO 1); one
+# process with GAS 2 (the same global batch) resumes there and ends at the loss the 2-rank run
+# without a break ends at; 2 ranks resume the 1-process checkpoint and end there as well
+cat > ds_z1.json <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "zero_optimization": { "stage": 1 },
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+z1=("${tiny[@]}")
+z1[1]=$tmp/ds_z1.json
+"${mpi[@]}" "$troupe" train "${z1[@]}" --steps 3 --save-dir ck > out.txt 2> err.txt ||
+    { cat out.txt err.txt; fail "2 ranks did not save"; }
+[ -f ck/global_step3/optim_states_rank1.trck ] && [ "$(cat ck/latest)" = global_step3 ] ||
+    { ls -R ck; fail "2 ranks: no partition of rank 1 or no latest"; }
+# a partition missing, or one that overlaps another (rank 0's copied over rank 1's), is
+# refused before anything changes, naming the file
+rm -rf bad && cp -r ck bad && rm bad/global_step3/optim_states_rank1.trck
+expect_exit 2 "bad/global_step3/optim_states_rank1.trck: cannot open" "${one_proc[@]}" \
+    --steps 6 --save-dir bad --resume
+cp ck/global_step3/optim_states_rank0.trck bad/global_step3/optim_states_rank1.trck
+expect_exit 2 "optim_states_rank[01].trck: lo: its slice \[0, [0-9]*) overlaps at" \
+    "${one_proc[@]}" --steps 6 --save-dir bad --resume
+"$troupe" train "${one_proc[@]}" --steps 6 --save-dir ck --resume --print-every 1 \
+    > out1.txt 2> err1.txt || { cat out1.txt err1.txt; fail "one process did not resume"; }
+grep -q "^resume: loaded ck at step 3" out1.txt || { cat out1.txt; fail "not resumed at 3"; }
+resumed=$(grep '^summary:' out1.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+[ "$resumed" = "$two" ] || fail "one process resumed from 2 ranks ends at $resumed, 2 ranks at $two"
+rm -rf ck1 && "$troupe" train "${one_proc[@]}" --steps 3 --save-dir ck1 > /dev/null 2>&1 ||
+    fail "one process did not save"
+"${mpi[@]}" "$troupe" train "${z1[@]}" --steps 6 --save-dir ck1 --resume > out.txt 2> err.txt ||
+    { cat out.txt err.txt; fail "2 ranks did not resume a 1-process checkpoint"; }
+back=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+[ "$back" = "$two" ] || fail "2 ranks resumed from one process end at $back, without a break at $two"
 # a rank whose collective differs (an injected wrong header on rank 1) is named at once, with
 # both headers, and the job ends non-zero instead of hanging (the CTest timeout would catch it)
 rc=0
@@ -70,9 +99,9 @@ TROUPE_FAULT_SILENT_RANK=1 timeout 60 "${mpi[@]}" "$troupe" train "${wd[@]}" --s
     > out.txt 2> err.txt || rc=$?
 took=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "silent rank: exit $rc"; }
-grep -q "comm: rank 0: a header exchange (step 1) has been pending for .* s, past troupe.comm.timeout_s 2" \
+grep -q "comm: rank 0: a header exchange (step 1) before collective #[0-9]*, the all-reduce of bucket [0-9]*, .* has been pending for .* s, past troupe.comm.timeout_s 2" \
     err.txt || { cat err.txt; fail "the watchdog did not name the pending collective"; }
 [ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
 echo "mpi: 2 ranks end at loss $two (ZeRO 2 with overlap: $zero2) as one process with GAS 2"
-echo "     does; --save-dir refused;"
+echo "     does, and so do runs resumed across 2 -> 1 and 1 -> 2 ranks;"
 echo "     a diverged rank is named; a silent one is caught by the watchdog in $took s"

@@ -35,10 +35,10 @@ rm -rf c
     > /dev/null 2>&1 || fail "training c"
 cp c/global_step5/optim_states_rank0.trck a/global_step5/
 resume_fails a "a/global_step5: model_states.trck has config_hash [0-9]* but optim_states_rank0.trck has config_hash [0-9]*: the tag mixes"
-# an optimizer file of format version 1 beside a version 2 model file
+# an optimizer file of format version 1 beside a version 3 model file
 fresh a 3
 cp "$src_dir/tests/tools/data/ckpt_v1/global_step3/optim_states_rank0.trck" a/global_step3/
-resume_fails a "a/global_step3: model_states.trck has version 2 but optim_states_rank0.trck has version 1"
+resume_fails a "a/global_step3: model_states.trck has version 3 but optim_states_rank0.trck has version 1"
 
 # --- bad files: exit 2, the file named -------------------------------------------------------
 fresh a 3
