@@ -5,7 +5,8 @@
  *                             M more steps whose losses go to <dir>/losses4.
  *   resume (2 ranks)          loads the 4-rank checkpoint (each rank assembles its new slice
  *                             from two old partitions), saves it again as a 2-rank one, trains M
- *                             steps: the losses of the 4-rank run within TOL. Then rank 0 alone
+ *                             steps: the losses of the 4-rank run within TOL; so does a 2-rank
+ *                             ZeRO 2 run from the same checkpoint. Then rank 0 alone
  *                             loads the 2-rank checkpoint (both partitions into one), saves it
  *                             as a 1-rank one, trains M steps: the 2-rank losses within TOL.
  *                             2 ranks at ZeRO 1 load that one-file checkpoint (each takes its
@@ -179,7 +180,7 @@ static void test_engine_ckpt_dp_4_ranks_save_and_continue(void **state)
 static void test_engine_ckpt_dp_resume_on_2_ranks_and_on_1(void **state)
 {
     (void)state;
-    float four[M], two[M], one[M], two_again[M], two_s0[M];
+    float four[M], two[M], one[M], two_again[M], two_s0[M], two_z2[M];
     read_losses("losses4", four);
     tr_config_t *cfg;
     tr_engine_t *eng = engine(0, 1, &cfg); /* 2 ranks, ZeRO 1 */
@@ -191,6 +192,12 @@ static void test_engine_ckpt_dp_resume_on_2_ranks_and_on_1(void **state)
     done(eng, cfg);
     expect_close("2 ranks from a 4-rank checkpoint", two, "4 ranks continuing", four);
     assert_true(exists("w2/optim_states_rank1.trck") && !exists("w2/optim_states_rank2.trck"));
+
+    eng = engine(0, 2, &cfg); /* 2 ranks, ZeRO 2: gradients partitioned as well */
+    load(eng, "w4");
+    train(eng, M, two_z2);
+    done(eng, cfg);
+    expect_close("2 ranks at ZeRO 2 from a 4-rank checkpoint", two_z2, "4 ranks continuing", four);
 
     if (rank == 0) { /* one process: the two partitions become one */
         eng = engine(1, 1, &cfg);
