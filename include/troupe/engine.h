@@ -121,7 +121,9 @@ typedef struct tr_engine_batch {
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss);
 
 /* Backward for the last forward, accumulating gradients (the loss divided by GAS); at the
- * accumulation boundary the gradient buckets go to the communicator as layers finish. */
+ * accumulation boundary (with ZeRO 2 on several ranks: at every micro-step) the gradient
+ * buckets go to the communicator, as layers finish with overlap_comm, else after the pass; at
+ * ZeRO 2 it first waits for the previous micro-step's reductions to free the buffer. */
 int tr_engine_backward(tr_engine_t *eng);
 
 /* The optimizer step at the accumulation boundary; a no-op returning 0 otherwise (as

@@ -173,6 +173,45 @@ static void test_engine_dp_lamb_across_partitions(void **state)
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2, .optimizer = "Lamb"});
 }
 
+/* The DeepSpeed-style loop (forward, backward, step) at ZeRO 2 with accumulation: rank r feeds
+ * the batches the loader would (r, W + r, 2W + r, ...), each backward waits for the previous
+ * micro-step's reductions, and the steps are those of tr_engine_train_batch. */
+static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
+{
+    (void)state;
+    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2};
+    tr_config_t *cfg;
+    tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
+    float ref[STEPS], got[STEPS];
+    tr_step_stats_t st;
+    for (int i = 0; i < STEPS; i++) {
+        assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+        ref[i] = st.loss;
+    }
+    int world = tr_engine_world(eng), rank = tr_engine_rank(eng);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    eng = engine(0, &k, k.gas, &cfg);
+    float x[4 * XD], loss;
+    int targets[4];
+    for (int i = 0; i < STEPS; i++)
+        for (int m = 0; m < k.gas; m++) {
+            uint64_t index = ((uint64_t)i * (uint64_t)k.gas + (uint64_t)m) * (uint64_t)world +
+                             (uint64_t)rank;
+            test_mlp_batch(NULL, index, 4, 1, NULL, x, targets, NULL);
+            tr_engine_batch_t b = {.x = x, .targets = targets};
+            assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);
+            assert_int_equal(tr_engine_backward(eng), 0);
+            int rc = tr_engine_step(eng, &st);
+            if (rc < 0) fail_msg("step %d.%d: %s", i, m, tr_engine_error(eng));
+            if (m == k.gas - 1) got[i] = st.loss;
+        }
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    for (int i = 0; i < STEPS; i++)
+        assert_true(fabsf(got[i] - ref[i]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[i])));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
+        cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
