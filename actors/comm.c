@@ -14,12 +14,20 @@
  * mean over ranks, computed so that fp16 sums do not overflow); with prescale_gradients it
  * is divided by world before the sum. At world size 1 with the default factor both are
  * no-ops and are skipped.
+ *
+ * The watchdog: a collective pending past troupe.comm.timeout_s starts the diagnosis across
+ * ranks of comm_watch.c (rank 0 gathers every rank's table of pending operations over a control
+ * channel and names the rank that diverged); the channel is moved on by a slow timer (TIMER,
+ * every TR__WATCH_TICK_NS) so that a rank with nothing pending still answers. A group of one, or
+ * a backend without point-to-point, has no channel: its watchdog fails the engine at once.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "actors/comm_watch.h"
 #include "actors/engine_internal.h"
 #include "kernels/cpu/vec.h"
 #include "monitor/comms_log.h"
@@ -41,9 +49,10 @@ typedef struct pending {
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
     bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
     bool vector;                 /* a COMM_REDUCE's in-place all-reduce for asker */
-    uint32_t op, what;           /* its op and the asker's tag */
+    uint32_t reduce_op, what;    /* its reduction and the asker's tag */
     int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
     tr_tensor_ref_t buf;         /* its buffer: the parameters */
+    tr__watch_op_t op;           /* its header, for the watchdog's table */
 } pending_t;
 
 /* What every collective carries, exchanged (all-gathered) just before it and compared on
@@ -76,6 +85,10 @@ struct tr__comm {
     bool broken;         /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
     int fault_silent;    /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
+    int fault_kill;      /* TROUPE_FAULT_KILL_RANK: this rank kills itself (SIGKILL) ... */
+    uint64_t fault_kill_step; /* ... on the first bucket of TROUPE_FAULT_KILL_STEP */
+    tr__watch_op_t last; /* the last collective's header (seq == seq) */
+    tr__watch_t *watch;  /* the diagnosis across ranks (NULL: a group of one) */
 };
 
 /* A free entry of the pending table, growing it when full; NULL: no memory. */
@@ -105,6 +118,8 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
         return rc;
     }
     p->req = req;
+    p->op = c->last;
+    p->op.exchange = p->hdr != NULL;
     c->inflight++;
     p->lane = -1;
     for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
@@ -112,25 +127,16 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
     return 0;
 }
 
+static tr__watch_op_t watch_op(const header_t *h)
+{
+    return (tr__watch_op_t){.op = h->op, .dtype = h->dtype, .seq = h->seq, .bytes = h->bytes,
+                            .step = h->step, .micro_step = h->micro_step, .bucket = h->bucket};
+}
+
 static void describe(const header_t *h, char *out, size_t len)
 {
-    char what[64];
-    if (h->op == 1 || h->op == 4)
-        snprintf(what, sizeof(what), "the %s of bucket %u",
-                 h->op == 1 ? "all-reduce" : "reduce-scatter", h->bucket);
-    else if (h->op == 3)
-        snprintf(what, sizeof(what), "the parameter all-gather");
-    else if (h->op == 5)
-        snprintf(what, sizeof(what), "a vector all-reduce");
-    else if (h->bucket == TR__SCALAR_CKPT_SAVE || h->bucket == TR__SCALAR_CKPT_LATEST)
-        snprintf(what, sizeof(what), "a checkpoint save (every rank must call it)");
-    else if (h->bucket == TR__SCALAR_CKPT_LOAD)
-        snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
-    else
-        snprintf(what, sizeof(what), "a scalar all-reduce");
-    snprintf(out, len, "collective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
-             (unsigned long long)h->seq, what, (unsigned long long)h->bytes, h->dtype,
-             (unsigned long long)h->step, h->micro_step);
+    tr__watch_op_t o = watch_op(h);
+    tr__watch_describe(&o, out, len);
 }
 
 /* Before a collective on more than one rank: exchange its header (an all-gather posted just
@@ -139,6 +145,7 @@ static int post_header(struct tr__comm *c, header_t h)
 {
     const tr_engine_t *e = c->eng;
     h.seq = ++c->seq;
+    c->last = watch_op(&h);
     if (e->world == 1) return 0;
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
     pending_t *p = pending_slot(c);
@@ -221,6 +228,23 @@ static void op_done(void *arg, uint64_t req, uint64_t step, int rc)
         tr__engine_fail(c->eng, TR_ENOMEM,
                         "comm: the completion of request %llu could not be delivered",
                         (unsigned long long)req);
+    }
+}
+
+/* A control-channel completion: the same message, marked as the channel's. */
+static void control_done(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    struct tr__comm *c = arg;
+    (void)tag;
+    tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
+    if (m) {
+        TR_MSG_AS(m, comm_done)->req = req;
+        TR_MSG_AS(m, comm_done)->rc = rc;
+        TR_MSG_AS(m, comm_done)->channel = 1;
+    }
+    if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
+        tr_msg_free(c->rt, m);
+        tr_log(TR_LOG_ERROR, "comm: a control-channel completion could not be delivered");
     }
 }
 
@@ -372,7 +396,8 @@ static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
     pending_t *p = rc < 0 ? NULL : pending_slot(c);
     if (!p) return rc < 0 ? rc : TR_ENOMEM;
     *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .vector = true,
-                     .buf = v->buf, .op = v->op, .what = v->what, .t_start = tr_now_ns()};
+                     .buf = v->buf, .reduce_op = v->op, .what = v->what,
+                     .t_start = tr_now_ns()};
     c->backend->op_tag = msg->step;
     uint64_t req = 0;
     rc = c->backend->ops->all_reduce(c->backend, buf, v->buf.length / sizeof(double),
@@ -385,7 +410,7 @@ static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     log_op(c, "all_reduce", (double)p->buf.length, p);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->op,
+    *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->reduce_op,
                                                         .what = p->what};
     m->step = p->step;
     tr_actor_t to = p->asker;
@@ -494,9 +519,38 @@ static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     return rc;
 }
 
-/* The watchdog: the oldest pending collective, when it has waited past troupe.comm.timeout_s,
- * fails the engine naming itself; the backend then ends the job at shutdown (its collectives
- * cannot complete). */
+/* This rank's table for the watchdog: the last collective started and the pending ones,
+ * oldest first (at most TR__WATCH_MAX_OPS). */
+static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *t)
+{
+    *t = (tr__watch_table_t){.rank = c->eng->rank, .started = c->seq, .last = c->last};
+    for (size_t i = 0; i < c->cap; i++) { /* insertion, oldest first, the youngest dropped */
+        const pending_t *p = &c->pending[i];
+        double age = (double)(now - p->t_start) / 1e9;
+        if (!p->req || (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s))
+            continue;
+        int at = t->n < TR__WATCH_MAX_OPS ? t->n++ : TR__WATCH_MAX_OPS - 1;
+        t->ops[at] = p->op;
+        t->ops[at].pending_s = age;
+        for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
+            tr__watch_op_t older = t->ops[at];
+            t->ops[at] = t->ops[at - 1], t->ops[at - 1] = older;
+        }
+    }
+}
+
+/* The engine fails for the watchdog's reason (the diagnosis on rank 0): collectives still
+ * pending then end the job at shutdown (the backend aborts it). */
+static void watch_fail(struct tr__comm *c, const char *why)
+{
+    tr__engine_fail(c->eng, TR_ETIMEDOUT, "%s", why);
+    c->broken = true;
+}
+
+/* The watchdog: when the oldest pending collective has waited past troupe.comm.timeout_s,
+ * the diagnosis across ranks starts (comm_watch.c), or with no control channel the engine
+ * fails at once naming the collective; the backend then ends the job at shutdown (its
+ * collectives cannot complete). */
 static int watchdog(struct tr__comm *c)
 {
     const pending_t *old = NULL;
@@ -505,6 +559,12 @@ static int watchdog(struct tr__comm *c)
             old = &c->pending[i];
     uint64_t now = tr_now_ns();
     if (!old || now - old->t_start < c->timeout_ns) return 0;
+    if (c->watch) {
+        tr__watch_table_t t;
+        my_table(c, now, &t);
+        tr__watch_alarm(c->watch, &t, now);
+        return 0;
+    }
     const char *what = old->hdr         ? "a header exchange"
                        : old->gather     ? "the parameter all-gather"
                        : old->vector     ? "a vector all-reduce"
@@ -526,6 +586,41 @@ static int watchdog(struct tr__comm *c)
                     (long long)c->eng->cfg->troupe.comm.timeout_s);
     c->broken = true;
     return TR_ETIMEDOUT;
+}
+
+/* The control channel's slow tick (TIMER): the watchdog, the channel's progress, and the next
+ * tick. It runs whether or not anything is pending, so this rank always answers. */
+static int on_tick(tr_ctx_t *ctx, struct tr__comm *c)
+{
+    if (!c->broken) watchdog(c);
+    tr__watch_table_t t;
+    uint64_t now = tr_now_ns();
+    my_table(c, now, &t);
+    char why[1024];
+    if (tr__watch_tick(c->watch, &t, now, why, sizeof(why))) watch_fail(c, why);
+    uint64_t id;
+    return tr_timer_start(ctx->rt, ctx->self, 0, TR__WATCH_TICK_NS, 0, &id);
+}
+
+/* A control-channel operation completed. */
+static int on_control_done(struct tr__comm *c, const tr_msg_comm_done_t *d)
+{
+    tr__watch_table_t t;
+    uint64_t now = tr_now_ns();
+    my_table(c, now, &t);
+    char why[1024];
+    if (tr__watch_done(c->watch, d->req, d->rc, &t, now, why, sizeof(why))) watch_fail(c, why);
+    return 0;
+}
+
+/* TROUPE_FAULT_KILL_RANK / _STEP (tests): this rank dies mid-step, as a crashed process would,
+ * when the step's first bucket reaches the comm actor. */
+static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
+{
+    if (c->eng->rank != c->fault_kill || msg->step != c->fault_kill_step) return;
+    tr_log(TR_LOG_ERROR, "comm: rank %d: TROUPE_FAULT_KILL_RANK: killing this process "
+           "(SIGKILL) in step %llu", c->eng->rank, (unsigned long long)msg->step);
+    raise(SIGKILL);
 }
 
 /* One progress pass; polls again while anything is pending, after a backoff sleep when the
@@ -550,6 +645,10 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__comm *c = ctx->state;
     int rc = 0;
+    if (msg->type == TR_MSG_TIMER && c->watch) return on_tick(ctx, c);
+    if (msg->type == TR_MSG_COMM_DONE && TR_MSG_AS(msg, comm_done)->channel == 1)
+        return on_control_done(c, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_BUCKET && c->fault_kill >= 0) inject_kill(c, msg);
     bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR ||
                   msg->type == TR_MSG_COMM_GATHER || msg->type == TR_MSG_COMM_REDUCE;
     if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
@@ -586,6 +685,10 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     c->fault_rank = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_SILENT_RANK");
     c->fault_silent = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_RANK");
+    c->fault_kill = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_STEP");
+    c->fault_kill_step = fault ? strtoull(fault, NULL, 10) : 1;
     c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
     char why[256];
     const char *name = cfg->troupe.comm.backend;
@@ -593,6 +696,8 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
                             sizeof(why));
     if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
     tr_actor_opts_t o = {.name = "comm",
                          .pinned = c->backend->ops->progress != NULL, /* it polls and sleeps */
                          .defer_stop = 1,
@@ -602,6 +707,8 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          .lane_kind = TR_LANE_CONTROL};
     rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
     c->self = eng->comm; /* before any message: completions are addressed to it */
+    uint64_t tick;
+    if (rc == 0 && c->watch) rc = tr_timer_start(eng->rt, c->self, 0, TR__WATCH_TICK_NS, 0, &tick);
     return rc;
 }
 
@@ -613,6 +720,7 @@ void tr__comm_free(tr_engine_t *eng)
         fflush(stdout);
     }
     tr_comms_log_destroy(eng->cm->log);
+    tr__watch_destroy(eng->cm->watch);
     tr_comm_destroy(eng->cm->backend);
     for (size_t i = 0; i < eng->cm->cap; i++)
         free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);

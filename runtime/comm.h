@@ -24,6 +24,11 @@ typedef struct tr_comm tr_comm_t;
 
 typedef enum { TR_REDUCE_SUM = 0, TR_REDUCE_MAX = 1, TR_REDUCE_COUNT_ } tr_reduce_op_t;
 
+/* recv's peer: a message from any rank of the group. */
+#define TR_COMM_ANY_SOURCE (-1)
+/* Tags of point-to-point messages are in [0, TR_COMM_TAG_MAX]. */
+#define TR_COMM_TAG_MAX 32767
+
 /* An operation completed: its request id, the tag the caller set when it started it (see
  * tr_comm_t.op_tag), rc 0 or the backend's error. May run on any thread; keep it short (send a
  * message). */
@@ -53,6 +58,19 @@ typedef struct tr_comm_ops {
     /* buf (count elements) becomes root's on every rank. */
     int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
                      uint64_t *req);
+    /* Point to point, matched by (peer, tag) in the order posted, as MPI's: send hands count
+     * elements of buf to rank `peer`; recv takes the next matching message into buf, which
+     * holds up to count elements (a longer message is the backend's error; a shorter one
+     * leaves the rest of buf as it was). recv's peer may be TR_COMM_ANY_SOURCE. buf is the
+     * caller's until done reports the operation. */
+    int (*send)(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                uint64_t *req);
+    int (*recv)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                uint64_t *req);
+    /* Fills child (name, done and done_arg already set) with the group of the ranks that
+     * gave the same color, ranked by key, then by their rank here. Collective: every rank
+     * of c calls it, with nothing of c pending on the calling thread's account. */
+    int (*split)(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why, size_t whylen);
     /* Moves pending operations on and reports those that completed (through done); returns
      * how many are still pending, or a negative error. NULL for a backend whose operations
      * complete when they start. The comm actor calls it while anything is pending. */
@@ -89,6 +107,15 @@ int tr_comm_create(const char *name, int rank, int world, tr_comm_done_cb done, 
                    tr_comm_t **out, char *why, size_t whylen);
 void tr_comm_destroy(tr_comm_t *c);
 
+/* The sub-group of the ranks of parent that pass the same color (>= 0), ranked by key (ties
+ * by their rank in parent), as a comm of its own (rank and world in it; request ids from 1;
+ * completions to parent's done and done_arg, which the caller may change before starting
+ * anything on it). Collective over parent: every rank calls it, in the same order relative to
+ * parent's other collectives. TR_EINVAL for a negative color, the backend's error with why.
+ * The child is destroyed with tr_comm_destroy, before or after its parent. Parent's thread. */
+int tr_comm_split(tr_comm_t *parent, int color, int key, tr_comm_t **child, char *why,
+                  size_t whylen);
+
 /* A new request id. Backends call this when an operation starts. */
 uint64_t tr_comm_next_req(tr_comm_t *c);
 
@@ -96,6 +123,12 @@ uint64_t tr_comm_next_req(tr_comm_t *c);
  * a bad dtype or reduction, a root outside [0, world). */
 int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
                   int op_or_root, int is_root);
+
+/* A send's or recv's arguments: TR_EINVAL (with c->error) for a NULL buffer with count > 0,
+ * a bad dtype, a peer outside the group (TR_COMM_ANY_SOURCE is a peer for recv only) or a tag
+ * outside [0, TR_COMM_TAG_MAX]. */
+int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
+                      int tag, int is_recv);
 
 /* comm_mpi.c, in builds with MPI: the "mpi" backend (registered by name). */
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen);

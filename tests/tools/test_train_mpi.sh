@@ -81,11 +81,12 @@ rc=0
 TROUPE_FAULT_HEADER_RANK=1 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 > out.txt \
     2> err.txt || rc=$?
 [ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "a divergence was not noticed"; }
-grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0" \
-    err.txt || { cat err.txt; fail "the divergence was not named"; }
-# a rank that goes silent (stops posting collectives after step 0): the watchdog names the
-# pending collective after troupe.comm.timeout_s and the job ends everywhere, well inside the
-# test's timeout
+grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0, 30660 bytes of dtype 0, step 0, micro-step 0; rank 0 is at collective #1, the all-reduce of bucket 0, 30656 bytes" \
+    err.txt || { cat err.txt; fail "the divergence was not named with both headers"; }
+# a rank that goes silent (stops posting collectives after step 0): after troupe.comm.timeout_s
+# rank 0 gathers every rank's table of pending operations and prints one diagnosis naming the
+# silent rank and the collective the others wait in; the job ends everywhere, non-zero, well
+# inside the test's timeout
 cat > ds_wd.json <<'JSON'
 { "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
   "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
@@ -95,12 +96,18 @@ wd=("${tiny[@]}")
 wd[1]=$tmp/ds_wd.json
 rc=0
 start=$(date +%s)
-TROUPE_FAULT_SILENT_RANK=1 timeout 60 "${mpi[@]}" "$troupe" train "${wd[@]}" --steps 4 \
+TROUPE_FAULT_SILENT_RANK=1 timeout -k 5 60 "${mpi[@]}" "$troupe" train "${wd[@]}" --steps 4 \
     > out.txt 2> err.txt || rc=$?
 took=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "silent rank: exit $rc"; }
-grep -q "comm: rank 0: a header exchange (step 1) before collective #[0-9]*, the all-reduce of bucket [0-9]*, .* has been pending for .* s, past troupe.comm.timeout_s 2" \
-    err.txt || { cat err.txt; fail "the watchdog did not name the pending collective"; }
+# (rank 1's last collective is step 0's last; rank 0 waits in step 1's first)
+diag="comm: watchdog: rank 1 diverged: the last collective it started is collective #[0-9]*, .*, step 0, micro-step 0, and nothing is pending on it"
+grep -q "^troupe train: $diag" err.txt || { cat err.txt; fail "rank 0's diagnosis does not name the silent rank"; }
+grep -q "rank 0 has waited [0-9.]* s in the header exchange before collective #[0-9]*, the all-reduce of bucket 0, 30656 bytes of dtype 0, step 1, micro-step 0; the job ends on every rank" \
+    err.txt || { cat err.txt; fail "the diagnosis does not name the collective rank 0 waits in"; }
+[ "$(grep -c "^troupe train: comm: watchdog:" err.txt)" -eq 1 ] || { cat err.txt; fail "not one diagnosis"; }
+grep -q "^troupe train: comm: rank 1: the job ends: rank 0's watchdog diagnosed a hang" err.txt ||
+    { cat err.txt; fail "rank 1 did not end with the verdict"; }
 [ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
 echo "mpi: 2 ranks end at loss $two (ZeRO 2 with overlap: $zero2) as one process with GAS 2"
 echo "     does, and so do runs resumed across 2 -> 1 and 1 -> 2 ranks;"
