@@ -257,7 +257,9 @@ static int mpi_reduce_scatter_v(tr_comm_t *c, void *buf, const size_t *counts, t
     if (!v) return TR_ENOMEM;
     mpi_impl_t *m = c->impl;
     MPI_Request r;
-    rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, v, mpi_type(dt), MPI_SUM, m->comm, &r);
+    MPI_Op mop;
+    MPI_Datatype t = mpi_type_op(dt, TR_REDUCE_SUM, &mop);
+    rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, v, t, mop, m->comm, &r);
     return started_v(c, rc, r, "MPI_Ireduce_scatter", req, v);
 }
 

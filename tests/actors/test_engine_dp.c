@@ -247,6 +247,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_dp_matches_one_process_with_the_same_global_batch),
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
+        cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
+        cmocka_unit_test(test_engine_dp_lamb_across_partitions),
+        cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
         cmocka_unit_test(test_engine_dp_idle_costs_almost_no_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
