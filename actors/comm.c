@@ -29,6 +29,7 @@
 
 #include "actors/comm_watch.h"
 #include "actors/engine_internal.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/vec.h"
 #include "monitor/comms_log.h"
 #include "runtime/comm.h"
@@ -73,6 +74,9 @@ struct tr__comm {
     tr_actor_t self;
     tr_comm_t *backend;
     float pre, post; /* multipliers before and after the sum (1: none) */
+    tr_dtype_t wire; /* communication_data_type on more than one rank: F32, F16 or BF16 */
+    uint16_t *wire16; /* a 16-bit wire's copy of the gradients, indexed as the gradient buffer
+                       * (buckets are disjoint ranges: no two in flight share any of it) */
     bool polling;    /* a COMM_POLL is on its way */
     int inflight;    /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
@@ -274,15 +278,31 @@ static size_t *bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mi
 static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_t *req)
 {
     const tr_engine_t *e = c->eng;
-    if (!p->scatter)
-        return c->backend->ops->all_reduce(c->backend, p->data, count, TR_DTYPE_F32,
-                                           TR_REDUCE_SUM, req);
     size_t a = p->grads.offset / sizeof(float);
+    void *buf = c->wire16 ? (void *)(c->wire16 + a) : (void *)p->data;
+    if (!p->scatter)
+        return c->backend->ops->all_reduce(c->backend, buf, count, c->wire, TR_REDUCE_SUM, req);
     size_t *counts = bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
     if (!counts) return TR_ENOMEM;
-    int rc = c->backend->ops->reduce_scatter_v(c->backend, p->data, counts, TR_DTYPE_F32, req);
+    int rc = c->backend->ops->reduce_scatter_v(c->backend, buf, counts, c->wire, req);
     free(counts); /* the backend keeps its own copy */
     return rc;
+}
+
+/* A 16-bit wire: the bucket's floats, scaled, to fp16 or bf16 (rounded to nearest even), and
+ * back. Scalar loops: the kernels' pool belongs to the executor. */
+static void to_wire(struct tr__comm *c, const float *x, size_t a, size_t n)
+{
+    uint16_t *w = c->wire16 + a;
+    for (size_t i = 0; i < n; i++)
+        w[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_from_float(x[i]) : tr_half_from_float(x[i]);
+}
+
+static void from_wire(const struct tr__comm *c, float *x, size_t a, size_t n)
+{
+    const uint16_t *w = c->wire16 + a;
+    for (size_t i = 0; i < n; i++)
+        x[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_to_float(w[i]) : tr_half_to_float(w[i]);
 }
 
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
@@ -299,8 +319,8 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     size_t count = b->grads.length / sizeof(float);
     bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
-    int rc = post_header(c, (header_t){.op = scatter ? 4 : 1, .dtype = TR_DTYPE_F32,
-                                       .bytes = b->grads.length, .step = msg->step,
+    int rc = post_header(c, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
+                                       .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
                                        .micro_step = msg->micro_step, .bucket = b->bucket});
     pending_t *p = rc < 0 ? NULL : pending_slot(c);
     if (!p) return rc < 0 ? rc : TR_ENOMEM;
@@ -314,6 +334,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         free(counts);
     }
     scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
+    if (c->wire16) to_wire(c, data, a, count);
     c->backend->op_tag = msg->step;
     uint64_t req = 0;
     rc = reduce_bucket(c, p, count, &req);
@@ -485,10 +506,13 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     const tr_engine_t *e = c->eng;
     size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
+    double bytes = (double)count * (double)tr_dtype_size(c->wire);
     if (p->scatter)
-        log_op(c, "reduce_scatter", (double)p->grads.length / e->world, p);
+        log_op(c, "reduce_scatter", bytes / e->world, p);
     else
-        log_op(c, "all_reduce", (double)p->grads.length, p);
+        log_op(c, "all_reduce", bytes, p);
+    if (c->wire16) /* the reduced values (a reduce-scatter's: this rank's part, at the start) */
+        from_wire(c, p->data, a, p->scatter ? p->mine : count);
     if (!p->scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
@@ -680,6 +704,10 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     }
     if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0)
         return TR_ENOMEM;
+    c->wire = eng->world > 1 ? (tr_dtype_t)cfg->communication_data_type : TR_DTYPE_F32;
+    if (c->wire != TR_DTYPE_F32 && !(c->wire16 = malloc(eng->n_params * sizeof(uint16_t))))
+        return TR_ENOMEM;
+    eng->memory.comm = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
     c->log_verbose = cfg->comms_logger.verbose;
     const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
     c->fault_rank = fault ? atoi(fault) : -1;
@@ -725,6 +753,7 @@ void tr__comm_free(tr_engine_t *eng)
     for (size_t i = 0; i < eng->cm->cap; i++)
         free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
     free(eng->cm->pending);
+    free(eng->cm->wire16);
     free(eng->cm);
     eng->cm = NULL;
 }

@@ -567,8 +567,9 @@ static const tr__cfg_key_t top_keys[] = {
              TR__F_MIN_EXCL, "divide before all-reduce")),
     {.name = "communication_data_type", .kind = TR__K_ENUM, .offset = OFF(communication_data_type),
      .choices = dtypes, .flags = TR__F_NULLABLE | TR__F_DERIVED | TR__F_NOCASE,
-     .doc = "fp32, fp16 or bf16 (default: the training precision)", .state = TR__S_INERT,
-     .why = W_COMM},
+     .doc = "fp32, fp16 or bf16: the gradients' type on the wire on more than one rank "
+            "(default: the training precision)",
+     .state = TR__S_ACTED},
     ACT(BOOL("wall_clock_breakdown", wall_clock_breakdown, 0,
              "print forward/backward/step times")),
     NOEFF("memory use is not reported yet",
