@@ -2,6 +2,7 @@
  * mpirun (`make bench-dp` runs it on 2 and 4 ranks):
  *
  *   mpirun -np N bench_collectives [--sizes 1,4,16,64] [--warmup W] [--reps R]
+ *   bench_collectives --blas-info   (no MPI: OpenBLAS's best core here, for the peer)
  *
  * For each size (MiB of fp32, the whole buffer): a bare MPI_Iallreduce, then the comm actor's
  * bucket all-reduce (an engine at ZeRO stage 0); a bare MPI_Ireduce_scatter_block, then the
@@ -94,6 +95,12 @@ static void run_size(const opts_t *o, int mib, const char *tmpdir, int rank, int
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--blas-info")) { /* for run.sh: the peer's settings */
+        tr_blas_info_t b;
+        tr_blas_check(&b);
+        printf("blas: %s\nblas_best_core: %s\n", b.description, b.best_core);
+        return 0;
+    }
     tr_blas_reexec_if_needed(argc, argv); /* OpenBLAS's best kernels, before MPI starts */
     int provided, rank, world;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
