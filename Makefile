@@ -3,7 +3,8 @@
 #   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
-#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine one group
+#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp one group
+#                    (bench-dp: data-parallel training and collectives against MPI and PyTorch DDP)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -15,7 +16,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine \
+.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine bench-dp \
         install clean fuzz-config
 
 all: build
@@ -69,7 +70,7 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors bench-kernels bench-engine
+bench: bench-actors bench-kernels bench-engine bench-dp
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
@@ -86,6 +87,14 @@ bench-kernels: build
 bench-engine: build
 	$(CMAKE) --build build -j $(JOBS) --target bench_engine
 	./build/bench/engine/bench_engine $(BENCH_ARGS)
+
+# Data parallelism: the comm actor against bare MPI collectives, then `troupe train` on 1, 2
+# and 4 ranks x ZeRO 0/1/2 x overlap_comm beside PyTorch DDP and ZeRO-1 (bench/dp/run.sh; a
+# few minutes; BENCH_ARGS="--long" for longer runs). python3-torch is installed if missing.
+bench-dp: build
+	@scripts/install-deps.sh python3-torch || echo "bench-dp: python3-torch could not be installed; the PyTorch peer will be skipped"
+	$(CMAKE) --build build -j $(JOBS) --target bench-dp-all
+	bench/dp/run.sh build $(BENCH_ARGS)
 
 build-fuzz/CMakeCache.txt: | deps
 	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \

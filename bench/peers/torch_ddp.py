@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""PyTorch data parallelism on the GPT-2 of bench_gpt2_step: the peer of `make bench-dp`.
+
+DistributedDataParallel over gloo, optionally with ZeroRedundancyOptimizer (ZeRO-1: each rank
+keeps AdamW's states for its share of the parameters), on the model of torch_gpt2_step.py
+(V=8192, T=128, C=384, L=6, NH=6). The global batch is --batch sequences (default 8, as the
+kernels benchmark), split evenly over the ranks, one micro-batch per step; fp32, or bf16
+under torch.autocast. Launched by mpirun: the rank and world come from
+OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE, the rendezvous is MASTER_ADDR=127.0.0.1 and
+--port. Threads per rank: --threads (bench/dp/run.sh gives cores / ranks, at least 1, and the
+same OPENBLAS_* settings the C benchmarks use).
+
+Tokens/s: after --warmup steps, the global tokens of the --steps timed steps over their wall
+time, between two barriers. Memory: each rank's peak resident set (getrusage). Rank 0 prints
+`name: value unit` lines.
+"""
+import argparse
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt2_step import GPT2  # noqa: E402  the same model as the kernels benchmark
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--zero", action="store_true", help="ZeroRedundancyOptimizer (ZeRO-1)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (else fp32)")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--batch", type=int, default=8, help="global batch (sequences)")
+    ap.add_argument("--port", type=int, default=29517)
+    return ap.parse_args()
+
+
+def setup(args):
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    if args.batch % world:
+        sys.exit("torch_ddp.py: --batch %d does not split over %d ranks" % (args.batch, world))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(args.port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)  # the same initial model on every rank (DDP broadcasts it anyway)
+    return rank, world
+
+
+def main():
+    args = parse()
+    rank, world = setup(args)
+    V, T, C, L, NH, B = 8192, 128, 384, 6, 6, args.batch // world
+    model = DDP(GPT2(V, T, C, L, NH))
+    if args.zero:
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                      lr=1e-4)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own share of the batch
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    targets = torch.randint(0, V, (B, T), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = model(tokens, targets)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    dist.barrier()
+    dt = time.perf_counter() - t0
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
+    all_rss = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(all_rss, rss)
+    if rank == 0:
+        name = "torch_%s_%s" % ("zero1" if args.zero else "ddp", "bf16" if args.bf16 else "fp32")
+        print("%s_ranks: %d" % (name, world))
+        print("%s_threads_per_rank: %d" % (name, torch.get_num_threads()))
+        print("%s_aten_cpu_capability: %s" % (name, os.environ.get("ATEN_CPU_CAPABILITY",
+                                                                     "(unset: torch's choice)")))
+        print("%s_loss: %.4f" % (name, loss.item()))
+        print("%s_step: %.2f ms" % (name, dt / args.steps * 1e3))
+        print("%s_tokens_per_s: %.0f tokens/s" % (name, args.batch * T * args.steps / dt))
+        print("%s_maxrss_per_rank: %s MiB" % (name, " ".join("%.0f" % r.item() for r in all_rss)))
+        print("%s_maxrss_max: %.0f MiB" % (name, max(r.item() for r in all_rss)))
+    # Every rank is done once this barrier passes; leave without tearing gloo down, which was
+    # seen to spin for minutes in one rank after the other had exited (torch 1.13).
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
