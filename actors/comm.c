@@ -34,8 +34,28 @@
 #include "monitor/comms_log.h"
 #include "runtime/comm.h"
 
+/* What a data entry of the pending table does once its header has been agreed. */
+typedef enum { OP_BUCKET = 1, OP_SCALAR, OP_GATHER, OP_VECTOR } op_kind_t;
+
+/* What every collective carries, exchanged (all-gathered, on a communicator of their own)
+ * before it is started and compared on arrival: a rank that diverged is named at once, and
+ * no mismatched collective is ever posted. */
+typedef struct header {
+    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
+                       * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
+    uint32_t dtype;
+    uint64_t seq;     /* collectives this comm actor submitted, from 1 */
+    uint64_t bytes;
+    uint64_t step;
+    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
+} header_t;
+
 typedef struct pending {
-    uint64_t req; /* 0: free */
+    uint64_t req; /* 0: free; UINT64_MAX: not started yet */
+    op_kind_t kind;              /* 0: a header exchange (hdr) */
+    header_t head;               /* its header */
+    bool agreed;                 /* every rank's header matched: it may start */
+    void *ptr;                   /* a gather's or vector's buffer */
     uint32_t bucket;
     uint64_t step;
     tr_tensor_ref_t grads;       /* a bucket: its range of the gradient buffer */
@@ -56,23 +76,13 @@ typedef struct pending {
     tr__watch_op_t op;           /* its header, for the watchdog's table */
 } pending_t;
 
-/* What every collective carries, exchanged (all-gathered) just before it and compared on
- * arrival: a rank that diverged is named at once instead of hanging a collective. */
-typedef struct header {
-    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
-                       * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
-    uint32_t dtype;
-    uint64_t seq;     /* collectives this comm actor started, from 1 */
-    uint64_t bytes;
-    uint64_t step;
-    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
-} header_t;
-
 struct tr__comm {
     const tr_engine_t *eng;
     tr_runtime_t *rt;
     tr_actor_t self;
     tr_comm_t *backend;
+    tr_comm_t *headers; /* the header exchanges' own communicator (NULL: a group of one) */
+    uint64_t started;   /* collectives started on the backend (in seq order) */
     float pre, post; /* multipliers before and after the sum (1: none) */
     tr_dtype_t wire; /* communication_data_type on more than one rank: F32, F16 or BF16 */
     uint16_t *wire16; /* a 16-bit wire's copy of the gradients, indexed as the gradient buffer
@@ -83,7 +93,7 @@ struct tr__comm {
     size_t cap;
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
-    uint64_t seq;        /* collectives started */
+    uint64_t seq;        /* collectives submitted */
     unsigned lanes_busy; /* trace lanes held by collectives in flight (bit k: lane k) */
     uint64_t timeout_ns; /* troupe.comm.timeout_s */
     bool broken;         /* the ranks diverged or a collective failed: start nothing more */
@@ -94,20 +104,6 @@ struct tr__comm {
     tr__watch_op_t last; /* the last collective's header (seq == seq) */
     tr__watch_t *watch;  /* the diagnosis across ranks (NULL: a group of one) */
 };
-
-/* A free entry of the pending table, growing it when full; NULL: no memory. */
-static pending_t *pending_slot(struct tr__comm *c)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (!c->pending[i].req) return &c->pending[i];
-    size_t old = c->cap, cap = old ? 2 * old : 64;
-    pending_t *p = realloc(c->pending, cap * sizeof(*p));
-    if (!p) return NULL;
-    memset(p + old, 0, (cap - old) * sizeof(*p));
-    c->pending = p;
-    c->cap = cap;
-    return &p[old];
-}
 
 /* After the backend was asked to start p's operation (rc, req): records it as in flight, or
  * frees p and fails the engine naming `what` and the backend's reason. */
@@ -122,8 +118,6 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
         return rc;
     }
     p->req = req;
-    p->op = c->last;
-    p->op.exchange = p->hdr != NULL;
     c->inflight++;
     p->lane = -1;
     for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
@@ -131,41 +125,109 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
     return 0;
 }
 
-static tr__watch_op_t watch_op(const header_t *h)
+static tr__watch_op_t watch_op(const header_t *h, bool exchange)
 {
     return (tr__watch_op_t){.op = h->op, .dtype = h->dtype, .seq = h->seq, .bytes = h->bytes,
-                            .step = h->step, .micro_step = h->micro_step, .bucket = h->bucket};
+                            .step = h->step, .micro_step = h->micro_step, .bucket = h->bucket,
+                            .exchange = exchange};
 }
 
 static void describe(const header_t *h, char *out, size_t len)
 {
-    tr__watch_op_t o = watch_op(h);
+    tr__watch_op_t o = watch_op(h, false);
     tr__watch_describe(&o, out, len);
 }
 
-/* Before a collective on more than one rank: exchange its header (an all-gather posted just
- * before the collective itself, so every rank posts the same sequence). */
+/* Room for n more entries in the pending table (pointers into it stay valid until the next
+ * call). */
+static int pending_reserve(struct tr__comm *c, size_t n)
+{
+    size_t free_slots = 0;
+    for (size_t i = 0; i < c->cap; i++)
+        free_slots += !c->pending[i].req;
+    if (free_slots >= n) return 0;
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    while (cap - c->cap + free_slots < n)
+        cap *= 2;
+    pending_t *p = realloc(c->pending, cap * sizeof(*p));
+    if (!p) return TR_ENOMEM;
+    memset(p + c->cap, 0, (cap - c->cap) * sizeof(*p));
+    c->pending = p;
+    c->cap = cap;
+    return 0;
+}
+
+/* A free entry; pending_reserve first. */
+static pending_t *pending_slot(struct tr__comm *c)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (!c->pending[i].req) return &c->pending[i];
+    return NULL;
+}
+
+/* The data operation submitted as collective `seq` (not started yet), or NULL. */
+static pending_t *submitted(struct tr__comm *c, uint64_t seq)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->pending[i].req && c->pending[i].kind && c->pending[i].head.seq == seq)
+            return &c->pending[i];
+    return NULL;
+}
+
+static int start(struct tr__comm *c, pending_t *p);
+
+/* Starts, in the order submitted, every operation whose header every rank agreed on: all ranks
+ * start the same sequence of collectives on the data communicator. */
+static int start_agreed(struct tr__comm *c)
+{
+    pending_t *p;
+    while (!c->broken && (p = submitted(c, c->started + 1)) && p->agreed &&
+           p->req == UINT64_MAX) {
+        c->started++;
+        int rc = start(c, p);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Exchanges h on the headers' communicator (an all-gather of every rank's). */
 static int post_header(struct tr__comm *c, header_t h)
 {
     const tr_engine_t *e = c->eng;
-    h.seq = ++c->seq;
-    c->last = watch_op(&h);
-    if (e->world == 1) return 0;
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
     pending_t *p = pending_slot(c);
     header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
     if (!p || !all) return free(all), TR_ENOMEM;
     all[e->world] = h;
-    *p = (pending_t){.req = UINT64_MAX, .step = h.step, .asker = TR_ACTOR_NONE, .hdr = all,
-                     .t_start = tr_now_ns()};
-    c->backend->op_tag = h.step;
+    *p = (pending_t){.req = UINT64_MAX, .head = h, .step = h.step, .asker = TR_ACTOR_NONE,
+                     .hdr = all, .t_start = tr_now_ns(), .op = watch_op(&h, true)};
+    c->headers->op_tag = h.step;
     uint64_t req = 0;
-    int rc = c->backend->ops->all_gather(c->backend, &all[e->world], all, sizeof(header_t),
+    int rc = c->headers->ops->all_gather(c->headers, &all[e->world], all, sizeof(header_t),
                                          TR_DTYPE_U8, &req);
     return track(c, p, rc, req, "exchanging a collective's header");
 }
 
-/* The headers arrived: every rank's must be ours. */
+/* Records operation op under header h and starts it: at once in a group of one, else once
+ * every rank's header has arrived and matches this one. A rank that diverged is then named
+ * before any mismatched collective is posted (MPI could only fail it, or hang). */
+static int submit(struct tr__comm *c, pending_t op, header_t h)
+{
+    h.seq = ++c->seq;
+    c->last = watch_op(&h, false);
+    if (pending_reserve(c, 2) < 0) return free(op.vals), TR_ENOMEM;
+    pending_t *p = pending_slot(c);
+    op.req = UINT64_MAX;
+    op.head = h;
+    op.op = c->last;
+    op.agreed = !c->headers;
+    op.t_start = tr_now_ns();
+    *p = op;
+    int rc = c->headers ? post_header(c, h) : 0;
+    return rc < 0 ? rc : start_agreed(c);
+}
+
+/* The headers arrived: every rank's must be ours; then the collective may start. */
 static int check_headers(struct tr__comm *c, pending_t *p)
 {
     const tr_engine_t *e = c->eng;
@@ -182,10 +244,12 @@ static int check_headers(struct tr__comm *c, pending_t *p)
             rc = TR_ECOMM;
             c->broken = true;
         }
+    uint64_t seq = mine->seq;
     free(all);
-    p->hdr = NULL;
-    p->req = 0;
-    return rc;
+    *p = (pending_t){0};
+    pending_t *op = rc < 0 ? NULL : submitted(c, seq);
+    if (op) op->agreed = true;
+    return rc < 0 ? rc : start_agreed(c);
 }
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
@@ -235,21 +299,32 @@ static void op_done(void *arg, uint64_t req, uint64_t step, int rc)
     }
 }
 
-/* A control-channel completion: the same message, marked as the channel's. */
-static void control_done(void *arg, uint64_t req, uint64_t tag, int rc)
+/* A completion on another communicator: the same message, marked with its channel. */
+static void channel_done(struct tr__comm *c, uint32_t channel, uint64_t req, uint64_t tag,
+                         int rc)
 {
-    struct tr__comm *c = arg;
-    (void)tag;
     tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
     if (m) {
         TR_MSG_AS(m, comm_done)->req = req;
         TR_MSG_AS(m, comm_done)->rc = rc;
-        TR_MSG_AS(m, comm_done)->channel = 1;
+        TR_MSG_AS(m, comm_done)->channel = channel;
+        m->step = tag;
     }
     if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
         tr_msg_free(c->rt, m);
-        tr_log(TR_LOG_ERROR, "comm: a control-channel completion could not be delivered");
+        tr__engine_fail(c->eng, TR_ENOMEM, "comm: a completion on channel %u could not be "
+                        "delivered", channel);
     }
+}
+
+static void control_done(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    channel_done(arg, 1, req, tag, rc);
+}
+
+static void header_done(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    channel_done(arg, 2, req, tag, rc);
 }
 
 static void scale(float *x, size_t n, float mul)
@@ -317,28 +392,21 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         tr__engine_fail(e, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
         return TR_EINVAL;
     }
-    size_t count = b->grads.length / sizeof(float);
+    size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
     bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
-    int rc = post_header(c, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
-                                       .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
-                                       .micro_step = msg->micro_step, .bucket = b->bucket});
-    pending_t *p = rc < 0 ? NULL : pending_slot(c);
-    if (!p) return rc < 0 ? rc : TR_ENOMEM;
-    size_t a = b->grads.offset / sizeof(float);
-    *p = (pending_t){.req = UINT64_MAX, .bucket = b->bucket, .step = msg->step,
-                     .grads = b->grads, .data = data, .mine = count, .mine_at = a,
-                     .scatter = scatter, .asker = TR_ACTOR_NONE, .t_start = tr_now_ns()};
+    pending_t op = {.kind = OP_BUCKET, .bucket = b->bucket, .step = msg->step,
+                    .grads = b->grads, .data = data, .mine = count, .mine_at = a,
+                    .scatter = scatter, .asker = TR_ACTOR_NONE};
     if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
-        size_t *counts = bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
+        size_t *counts = bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
     scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
     if (c->wire16) to_wire(c, data, a, count);
-    c->backend->op_tag = msg->step;
-    uint64_t req = 0;
-    rc = reduce_bucket(c, p, count, &req);
-    return track(c, p, rc, req, scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce");
+    return submit(c, op, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
+                                    .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
+                                    .micro_step = msg->micro_step, .bucket = b->bucket});
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -351,20 +419,14 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
                         "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
         return TR_EINVAL;
     }
-    int rc = post_header(c, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
-                                       .bytes = s->n * sizeof(double), .step = msg->step,
-                                       .micro_step = msg->micro_step, .bucket = s->what});
-    pending_t *p = rc < 0 ? NULL : pending_slot(c);
-    double *vals = p ? malloc(sizeof(s->values)) : NULL;
-    if (!vals) return rc < 0 ? rc : TR_ENOMEM;
+    double *vals = malloc(sizeof(s->values));
+    if (!vals) return TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
-    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .scalar = *s,
-                     .vals = vals, .t_start = tr_now_ns()};
-    c->backend->op_tag = msg->step;
-    uint64_t req = 0;
-    rc = c->backend->ops->all_reduce(c->backend, vals, s->n, TR_DTYPE_F64, (tr_reduce_op_t)s->op,
-                                     &req);
-    return track(c, p, rc, req, "a scalar all-reduce");
+    pending_t op = {.kind = OP_SCALAR, .step = msg->step, .asker = msg->sender, .scalar = *s,
+                    .vals = vals};
+    return submit(c, op, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+                                    .bytes = s->n * sizeof(double), .step = msg->step,
+                                    .micro_step = msg->micro_step, .bucket = s->what});
 }
 
 /* COMM_GATHER (ZeRO 1, 2): every rank's slice of the parameters (tr__zero_owned) all-gathered
@@ -376,27 +438,16 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
-    size_t n = g->buf.length / sizeof(float), S = g->count, W = (size_t)e->world;
-    if (!buf || S != tr__zero_slice(n, e->world)) {
+    size_t n = g->buf.length / sizeof(float);
+    if (!buf || g->count != tr__zero_slice(n, e->world)) {
         tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
                         buf ? "the slices do not cover the buffer" : why);
         return TR_EINVAL;
     }
-    size_t *counts = malloc(W * sizeof(size_t));
-    if (!counts) return TR_ENOMEM;
-    for (size_t r = 0; r < W; r++)
-        counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
-    int rc = post_header(c, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
-                                       .bytes = n * sizeof(float), .step = msg->step});
-    pending_t *p = rc < 0 ? NULL : pending_slot(c);
-    if (!p) return free(counts), rc < 0 ? rc : TR_ENOMEM;
-    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .gather = true,
-                     .buf = g->buf, .t_start = tr_now_ns()};
-    c->backend->op_tag = msg->step;
-    uint64_t req = 0;
-    rc = c->backend->ops->all_gather_v(c->backend, buf, counts, TR_DTYPE_F32, &req);
-    free(counts); /* the backend keeps its own copy */
-    return track(c, p, rc, req, "the parameter all-gather");
+    pending_t op = {.kind = OP_GATHER, .step = msg->step, .asker = msg->sender, .gather = true,
+                    .buf = g->buf, .ptr = buf};
+    return submit(c, op, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+                                    .bytes = n * sizeof(float), .step = msg->step});
 }
 
 /* COMM_REDUCE: a registered fp64 buffer all-reduced in place for the asker. */
@@ -412,18 +463,42 @@ static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
                         v->op < TR_REDUCE_COUNT_ ? why : "no such reduction");
         return TR_EINVAL;
     }
-    int rc = post_header(c, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
-                                       .step = msg->step});
-    pending_t *p = rc < 0 ? NULL : pending_slot(c);
-    if (!p) return rc < 0 ? rc : TR_ENOMEM;
-    *p = (pending_t){.req = UINT64_MAX, .step = msg->step, .asker = msg->sender, .vector = true,
-                     .buf = v->buf, .reduce_op = v->op, .what = v->what,
-                     .t_start = tr_now_ns()};
-    c->backend->op_tag = msg->step;
+    pending_t op = {.kind = OP_VECTOR, .step = msg->step, .asker = msg->sender, .vector = true,
+                    .buf = v->buf, .ptr = buf, .reduce_op = v->op, .what = v->what};
+    return submit(c, op, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
+                                    .step = msg->step});
+}
+
+/* Starts p's collective on the backend, now that every rank's header agreed. */
+static int start(struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    const tr_comm_ops_t *ops = c->backend->ops;
+    c->backend->op_tag = p->step;
     uint64_t req = 0;
-    rc = c->backend->ops->all_reduce(c->backend, buf, v->buf.length / sizeof(double),
-                                     TR_DTYPE_F64, (tr_reduce_op_t)v->op, &req);
-    return track(c, p, rc, req, "a vector all-reduce");
+    int rc = 0;
+    const char *what = "a scalar all-reduce";
+    if (p->kind == OP_BUCKET) {
+        what = p->scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce";
+        rc = reduce_bucket(c, p, p->grads.length / sizeof(float), &req);
+    } else if (p->kind == OP_SCALAR) {
+        rc = ops->all_reduce(c->backend, p->vals, p->scalar.n, TR_DTYPE_F64,
+                             (tr_reduce_op_t)p->scalar.op, &req);
+    } else if (p->kind == OP_VECTOR) {
+        what = "a vector all-reduce";
+        rc = ops->all_reduce(c->backend, p->ptr, p->buf.length / sizeof(double), TR_DTYPE_F64,
+                             (tr_reduce_op_t)p->reduce_op, &req);
+    } else {
+        what = "the parameter all-gather";
+        size_t n = p->buf.length / sizeof(float), S = tr__zero_slice(n, e->world);
+        size_t *counts = malloc((size_t)e->world * sizeof(size_t));
+        for (size_t r = 0; counts && r < (size_t)e->world; r++)
+            counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
+        rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req)
+                    : TR_ENOMEM;
+        free(counts); /* the backend keeps its own copy */
+    }
+    return track(c, p, rc, req, what);
 }
 
 static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
@@ -478,9 +553,10 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
 
 static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
 {
-    pending_t *p = NULL;
+    pending_t *p = NULL; /* channel 2: a header exchange; 0: a data collective */
     for (size_t i = 0; i < c->cap && !p; i++)
-        if (c->pending[i].req == d->req) p = &c->pending[i];
+        if (c->pending[i].req == d->req && (c->pending[i].hdr != NULL) == (d->channel == 2))
+            p = &c->pending[i];
     if (!p || d->rc < 0) {
         int rc = d->rc < 0 ? d->rc : TR_EINVAL;
         tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
@@ -491,6 +567,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         check_headers(c, p);
         return 0;
     }
+
     if (p->gather) return gather_done(ctx, c, p);
     if (p->vector) return reduce_done(ctx, c, p);
     if (!tr_actor_is_none(p->asker)) {
@@ -551,10 +628,12 @@ static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *
     for (size_t i = 0; i < c->cap; i++) { /* insertion, oldest first, the youngest dropped */
         const pending_t *p = &c->pending[i];
         double age = (double)(now - p->t_start) / 1e9;
-        if (!p->req || (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s))
+        if (!p->req || p->hdr || /* a collective's header exchange: listed as the collective */
+            (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s))
             continue;
         int at = t->n < TR__WATCH_MAX_OPS ? t->n++ : TR__WATCH_MAX_OPS - 1;
         t->ops[at] = p->op;
+        t->ops[at].exchange = !p->agreed; /* still waiting for every rank's header */
         t->ops[at].pending_s = age;
         for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
             tr__watch_op_t older = t->ops[at];
@@ -656,10 +735,13 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     uint32_t shift = idle_polls < 8 ? idle_polls : 8;
     if (idle_polls) nanosleep(&(struct timespec){0, 1000L << shift}, NULL);
     int left = c->backend->ops->progress(c->backend);
-    if (left < 0) {
-        tr__engine_fail(c->eng, left, "comm: %s", c->backend->error);
-        return left;
+    int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
+    if (left < 0 || hl < 0) {
+        tr__engine_fail(c->eng, left < 0 ? left : hl, "comm: %s",
+                        left < 0 ? c->backend->error : c->headers->error);
+        return left < 0 ? left : hl;
     }
+    left += hl;
     bool progressed = left < c->inflight; /* the completions sent their COMM_DONE */
     c->inflight = left;
     return left > 0 ? schedule_poll(ctx, c, progressed ? 0 : idle_polls + 1) : 0;
@@ -673,17 +755,56 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_COMM_DONE && TR_MSG_AS(msg, comm_done)->channel == 1)
         return on_control_done(c, TR_MSG_AS(msg, comm_done));
     if (msg->type == TR_MSG_BUCKET && c->fault_kill >= 0) inject_kill(c, msg);
-    bool starts = msg->type == TR_MSG_BUCKET || msg->type == TR_MSG_COMM_SCALAR ||
-                  msg->type == TR_MSG_COMM_GATHER || msg->type == TR_MSG_COMM_REDUCE;
     if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
     if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
     if (msg->type == TR_MSG_COMM_REDUCE) rc = on_reduce(c, msg);
     if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
     if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
-    if (rc == 0 && starts && c->backend->ops->progress && !c->polling)
+    /* anything started (a header's agreement starts its collective): poll until it ends */
+    if (rc == 0 && c->inflight > 0 && c->backend->ops->progress && !c->polling)
         rc = schedule_poll(ctx, c, 0);
     return rc;
+}
+
+/* The tests' injected faults (docs/engine.md). */
+static void faults_from_env(struct tr__comm *c)
+{
+    const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
+    c->fault_rank = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_SILENT_RANK");
+    c->fault_silent = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_RANK");
+    c->fault_kill = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_STEP");
+    c->fault_kill_step = fault ? strtoull(fault, NULL, 10) : 1;
+}
+
+/* The backend, and on more than one rank the headers' communicator and the watchdog's control
+ * channel (groups split off it: every rank does this at create, in the same order). */
+static int open_comms(struct tr__comm *c, char *err, size_t errlen)
+{
+    const tr_engine_t *eng = c->eng;
+    const tr_config_t *cfg = eng->cfg;
+    char why[256];
+    const char *name = cfg->troupe.comm.backend;
+    if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
+    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
+                            sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    if (eng->world > 1) {
+        rc = c->backend->ops->split
+                 ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
+                 : (snprintf(why, sizeof(why), "backend '%s' has no groups", name), TR_ENOTSUP);
+        if (rc < 0)
+            return snprintf(err, errlen, "comm: the collective headers' communicator: %s", why),
+                   rc;
+        c->headers->done = header_done;
+        c->headers->done_arg = c;
+    }
+    rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
+    return 0;
 }
 
 int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
@@ -709,23 +830,10 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
         return TR_ENOMEM;
     eng->memory.comm = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
     c->log_verbose = cfg->comms_logger.verbose;
-    const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
-    c->fault_rank = fault ? atoi(fault) : -1;
-    fault = getenv("TROUPE_FAULT_SILENT_RANK");
-    c->fault_silent = fault ? atoi(fault) : -1;
-    fault = getenv("TROUPE_FAULT_KILL_RANK");
-    c->fault_kill = fault ? atoi(fault) : -1;
-    fault = getenv("TROUPE_FAULT_KILL_STEP");
-    c->fault_kill_step = fault ? strtoull(fault, NULL, 10) : 1;
+    faults_from_env(c);
     c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
-    char why[256];
-    const char *name = cfg->troupe.comm.backend;
-    if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
-    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
-                            sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
-    rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
+    int rc = open_comms(c, err, errlen);
+    if (rc < 0) return rc;
     tr_actor_opts_t o = {.name = "comm",
                          .pinned = c->backend->ops->progress != NULL, /* it polls and sleeps */
                          .defer_stop = 1,
@@ -749,6 +857,7 @@ void tr__comm_free(tr_engine_t *eng)
     }
     tr_comms_log_destroy(eng->cm->log);
     tr__watch_destroy(eng->cm->watch);
+    tr_comm_destroy(eng->cm->headers);
     tr_comm_destroy(eng->cm->backend);
     for (size_t i = 0; i < eng->cm->cap; i++)
         free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
