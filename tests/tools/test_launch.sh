@@ -48,5 +48,21 @@ if [ -z "${TROUPE_TEST_NO_MPI:-}" ] && "$troupe" version | grep -q "mpi yes"; th
         2> err.txt || { cat out.txt err.txt; fail "a local launch of train failed"; }
     [ "$(grep -c '^summary:' out.txt)" -eq 1 ] || { cat out.txt; fail "expected one summary"; }
     grep -q "rank 1 of 2" err.txt || { cat err.txt; fail "the ranks did not start"; }
+    # from a hostfile, with ZeRO 2 and overlap_comm
+    echo "localhost slots=2" > hf_local
+    cat > z2.json <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "zero_optimization": { "stage": 2, "overlap_comm": true },
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+    z2=("${tiny[@]}")
+    z2[1]=$tmp/z2.json
+    "$troupe" launch --hostfile hf_local --oversubscribe train "${z2[@]}" --steps 3 > out.txt \
+        2> err.txt || { cat out.txt err.txt; fail "a hostfile launch of train failed"; }
+    [ "$(grep -c '^summary:' out.txt)" -eq 1 ] || { cat out.txt; fail "expected one summary"; }
+    grep -q "ZeRO stage 2: rank 1 updates parameters" err.txt ||
+        { cat err.txt; fail "the hostfile launch did not run ZeRO 2 on 2 ranks"; }
 fi
-echo "launch: hostfile, filters and counts become mpirun's flags; a local launch trains"
+echo "launch: hostfile, filters and counts become mpirun's flags; a local launch trains, and"
+echo "        so does one from a hostfile at ZeRO 2 with overlap_comm"
