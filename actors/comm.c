@@ -1,6 +1,13 @@
-/* comm.c: the comm actor. Each BUCKET is all-reduced (summed over the data-parallel ranks)
- * by the backend and passed on to the optimizer as REDUCED once the backend reports its
- * completion, which arrives as a COMM_DONE message; several buckets may be in flight at once.
+/* comm.c: the comm actor. Each BUCKET is all-reduced (ZeRO 2: reduce-scattered) over the
+ * data-parallel ranks by the backend and passed on to the optimizer as REDUCED once the
+ * backend reports its completion, which arrives as a COMM_DONE message; several buckets may be
+ * in flight at once. It also serves the scalar and vector all-reduces (losses, norms, Lamb's
+ * sums) and ZeRO's parameter all-gather.
+ *
+ * Every collective is submitted with a header (operation, sequence, bytes, dtype, step,
+ * micro-step, bucket) that is all-gathered first, on a communicator of its own; the collective
+ * starts once every rank's header has arrived and matches, in the order submitted, so a rank
+ * that diverged is named on every rank and no mismatched collective is ever posted.
  *
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
