@@ -35,17 +35,6 @@ uint64_t tr__ckpt_config_hash(const char *json)
     return h;
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static bool u64_array(const msgpack_object *o, uint64_t *out, uint32_t n)
 {
     if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n) return false;
@@ -76,9 +65,9 @@ static int check_layers(const tr_engine_t *e, const char *path, const msgpack_ob
 {
     int n = tr_model_num_layers(e->model);
     if (!layers || layers->type != MSGPACK_OBJECT_ARRAY)
-        return fail(err, errlen, TR_EFORMAT, "%s: layers: missing", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: layers: missing", path);
     if (layers->via.array.size != (uint32_t)n)
-        return fail(err, errlen, TR_EMISMATCH, "%s: layers: checkpoint has %u, the model has %d",
+        return tr__errf(err, errlen, TR_EMISMATCH, "%s: layers: checkpoint has %u, the model has %d",
                     path, layers->via.array.size, n);
     for (int i = 0; i < n; i++) {
         const tr_layer_t *l = tr_model_layer(e->model, i);
@@ -87,7 +76,7 @@ static int check_layers(const tr_engine_t *e, const char *path, const msgpack_ob
             s->type == MSGPACK_OBJECT_ARRAY && s->via.array.size == 2 ? &s->via.array.ptr[1] : NULL;
         if (!ps || !str_is(&s->via.array.ptr[0], l->name) || ps->type != MSGPACK_OBJECT_ARRAY ||
             ps->via.array.size != (uint32_t)l->n_params)
-            return fail(err, errlen, TR_EMISMATCH,
+            return tr__errf(err, errlen, TR_EMISMATCH,
                         "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
                         "checkpoint's differs",
                         path, i, l->name, l->n_params);
@@ -101,7 +90,7 @@ static int check_layers(const tr_engine_t *e, const char *path, const msgpack_ob
             for (int d = 0; ok && d < nd; d++)
                 ok = shape[d] == (uint64_t)l->params[k].shape[d];
             if (!ok)
-                return fail(err, errlen, TR_EMISMATCH,
+                return tr__errf(err, errlen, TR_EMISMATCH,
                             "%s: layer '%s' parameter '%s': name or shape differs from the "
                             "model's",
                             path, l->name, l->params[k].name);
@@ -119,10 +108,10 @@ static int unpack(const tr_engine_t *e, const char *path, const tr_ckpt_file_t *
     if (msgpack_unpack_next(u, f->header, f->header_len, &off) != MSGPACK_UNPACK_SUCCESS ||
         !str_is(tr__mp_field(&u->data, "format"), TR__CKPT_FORMAT) ||
         !str_is(tr__mp_field(&u->data, "kind"), kind))
-        return fail(err, errlen, TR_EFORMAT, "%s: header: not a troupe %s file", path, kind);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: header: not a troupe %s file", path, kind);
     uint64_t n = 0;
     if (!u64_field(&u->data, "n_params", &n) || n != e->n_params)
-        return fail(err, errlen, TR_EMISMATCH,
+        return tr__errf(err, errlen, TR_EMISMATCH,
                     "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
                     (unsigned long long)n, e->n_params);
     return 0;
@@ -138,7 +127,7 @@ static int header_version(const char *tagdir, const char *name, const msgpack_ob
     if (!o) return 0;
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 < 1 ||
         o->via.u64 > TR__CKPT_VERSION)
-        return fail(err, errlen, TR_EFORMAT,
+        return tr__errf(err, errlen, TR_EFORMAT,
                     "%s/%s: version: expected an integer from 1 to %d (this build's), got %s",
                     tagdir, name, TR__CKPT_VERSION,
                     o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "a later one" : "another type");
@@ -162,13 +151,13 @@ static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt
         bool have_m = i == 1 || u64_field(mh, fields[i], &m[i]);
         bool have_o = u64_field(oh, fields[i], &o[i]);
         if (!have_m || !have_o)
-            return fail(err, errlen, TR_EFORMAT, "%s/%s: %s: missing from a version %llu file",
+            return tr__errf(err, errlen, TR_EFORMAT, "%s/%s: %s: missing from a version %llu file",
                         tagdir, have_m ? oname : "model_states.trck", fields[i],
                         (unsigned long long)m[0]);
     }
     for (int i = 0; i < 4 && (i == 0 || m[0] >= 2); i++)
         if (m[i] != o[i])
-            return fail(err, errlen, TR_EMISMATCH,
+            return tr__errf(err, errlen, TR_EMISMATCH,
                         "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes the "
                         "files of different saves; restore the tag's files together",
                         tagdir, fields[i], (unsigned long long)m[i], oname, fields[i],
@@ -190,24 +179,24 @@ static int read_model(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *
     const msgpack_object *h = &t->mh.data;
     uint64_t world = 0;
     if (!u64_field(h, "world", &world) || world < 1 || world > INT32_MAX)
-        return fail(err, errlen, TR_EFORMAT, "%s: world: missing or not a positive integer",
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: world: missing or not a positive integer",
                     path);
     t->saved_world = (int)world;
     if ((rc = check_layers(e, path, tr__mp_field(h, "layers"), err, errlen))) return rc;
     if (!u64_array(tr__mp_field(h, "counters"), t->counters, 4) ||
         !u64_array(tr__mp_field(h, "data"), t->data, 3))
-        return fail(err, errlen, TR_EFORMAT, "%s: counters/data: missing or malformed", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: counters/data: missing or malformed", path);
     if (!(t->optim_state = tr__mp_field(h, "optimizer")))
-        return fail(err, errlen, TR_EFORMAT, "%s: optimizer: the optimizer's state is missing",
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: optimizer: the optimizer's state is missing",
                     path);
     if (t->model.payload_len != e->n_params * sizeof(float))
-        return fail(err, errlen, TR_EFORMAT,
+        return tr__errf(err, errlen, TR_EFORMAT,
                     "%s: payload: %zu bytes, the model's %zu parameters need %zu", path,
                     t->model.payload_len, e->n_params, e->n_params * sizeof(float));
     *n_files = 1; /* before version 3: one optimizer file (world size 1) */
     if (tr__mp_field(h, "optim_files") &&
         (!u64_field(h, "optim_files", n_files) || *n_files < 1 || *n_files > world))
-        return fail(err, errlen, TR_EFORMAT,
+        return tr__errf(err, errlen, TR_EFORMAT,
                     "%s: optim_files: expected 1 to %llu (the saving world size) optimizer files",
                     path, (unsigned long long)world);
     return 0;
@@ -244,7 +233,7 @@ static int check_arrays(const tr_engine_t *e, const part_t *p, const msgpack_obj
     for (int i = 0; ok && i < n; i++)
         ok = str_is(&arrays->via.array.ptr[i], names[i]);
     if (!ok)
-        return fail(err, errlen, TR_EMISMATCH,
+        return tr__errf(err, errlen, TR_EMISMATCH,
                     "%s: arrays: this optimizer keeps %d state array(s) (%s%s%s%s%s) of its slice; "
                     "the file's differ (another optimizer type?)",
                     p->path, n, n > 0 ? names[0] : "none", n > 1 ? ", " : "",
@@ -270,7 +259,7 @@ static int read_part(const tr_engine_t *e, const char *tagdir, const tr__ckpt_ta
     p->lo = 0, p->hi = e->n_params; /* before version 3: the whole state */
     if (!rc && tr__mp_field(h, "lo") &&
         (!u64_field(h, "lo", &p->lo) || !u64_field(h, "hi", &p->hi) || p->lo > p->hi))
-        rc = fail(err, errlen, TR_EFORMAT, "%s: lo/hi: expected a slice lo <= hi", p->path);
+        rc = tr__errf(err, errlen, TR_EFORMAT, "%s: lo/hi: expected a slice lo <= hi", p->path);
     if (!rc) rc = check_arrays(e, p, tr__mp_field(h, "arrays"), f.payload_len, err, errlen);
     msgpack_unpacked_destroy(&u);
     tr__ckpt_file_free(&f);
@@ -293,7 +282,7 @@ static int check_tiling(const char *tagdir, part_t *parts, int n, size_t N, char
     for (int k = 0; k < n; k++) {
         uint64_t lo = parts[k].lo < N ? parts[k].lo : N, hi = parts[k].hi < N ? parts[k].hi : N;
         if (lo != at)
-            return fail(err, errlen, TR_EFORMAT,
+            return tr__errf(err, errlen, TR_EFORMAT,
                         "%s: %s: lo: its slice [%llu, %llu) %s at %llu; the optimizer files "
                         "must cover parameters [0, %zu) exactly once",
                         tagdir, parts[k].name, (unsigned long long)parts[k].lo,
@@ -302,7 +291,7 @@ static int check_tiling(const char *tagdir, part_t *parts, int n, size_t N, char
         at = hi;
     }
     if (at != N)
-        return fail(err, errlen, TR_EFORMAT,
+        return tr__errf(err, errlen, TR_EFORMAT,
                     "%s: the optimizer files cover parameters [0, %llu) of %zu (a file missing "
                     "from optim_files?)",
                     tagdir, (unsigned long long)at, N);
@@ -337,7 +326,7 @@ static int read_moments(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t
     const char *names[MAX_NAMES];
     int n = tr__optimizer_array_names(e, names, MAX_NAMES);
     part_t *parts = calloc(n_files, sizeof(*parts));
-    if (!parts) return fail(err, errlen, TR_ENOMEM, "no memory for %llu file names",
+    if (!parts) return tr__errf(err, errlen, TR_ENOMEM, "no memory for %llu file names",
                             (unsigned long long)n_files);
     int rc = 0;
     for (uint64_t k = 0; k < n_files && !rc; k++)
@@ -345,7 +334,7 @@ static int read_moments(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t
     if (!rc) rc = check_tiling(tagdir, parts, (int)n_files, e->n_params, err, errlen);
     t->moments_bytes = (size_t)n * (e->optim_slice.hi - e->optim_slice.lo) * sizeof(float);
     if (!rc && n && !(t->moments = calloc(1, t->moments_bytes ? t->moments_bytes : 1)))
-        rc = fail(err, errlen, TR_ENOMEM, "no memory for %zu bytes of optimizer state",
+        rc = tr__errf(err, errlen, TR_ENOMEM, "no memory for %zu bytes of optimizer state",
                   t->moments_bytes);
     for (uint64_t k = 0; k < n_files && !rc && n; k++)
         rc = copy_overlap(e, &parts[k], n, t, err, errlen);
@@ -361,7 +350,7 @@ static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, in
 {
     uint64_t global = *v * (uint64_t)W;
     if (global % (uint64_t)now)
-        return fail(err, errlen, TR_EMISMATCH,
+        return tr__errf(err, errlen, TR_EMISMATCH,
                     "%s/model_states.trck: %s: %llu per rank on %d ranks (%llu in all) does not "
                     "split evenly over %d ranks; resume with a world size that divides it",
                     tagdir, field, (unsigned long long)*v, W, (unsigned long long)global, now);

@@ -508,6 +508,17 @@ static int start(struct tr__comm *c, pending_t *p)
     return track(c, p, rc, req, what);
 }
 
+/* The result m goes back to whoever asked for p's operation, and p's entry is free again. */
+static int answer(tr_ctx_t *ctx, pending_t *p, tr_msg_t *m)
+{
+    tr_actor_t to = p->asker;
+    m->step = p->step;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     log_op(c, "all_reduce", (double)p->buf.length, p);
@@ -515,45 +526,31 @@ static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     if (!m) return TR_ENOMEM;
     *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->reduce_op,
                                                         .what = p->what};
-    m->step = p->step;
-    tr_actor_t to = p->asker;
-    p->req = 0;
-    int rc = tr_actor_send(ctx->rt, to, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    return answer(ctx, p, m);
 }
 
 static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
     log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p);
-    uint64_t count = tr__zero_slice(p->buf.length / sizeof(float), c->eng->world);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, comm_gather)->buf = p->buf;
-    TR_MSG_AS(m, comm_gather)->count = count;
-    m->step = p->step;
-    tr_actor_t to = p->asker;
-    p->req = 0;
-    int rc = tr_actor_send(ctx->rt, to, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(p->buf.length / sizeof(float),
+                                                      c->eng->world);
+    return answer(ctx, p, m);
 }
 
 /* A scalar all-reduce finished: the result back to whoever asked. */
-static int scalar_done(tr_ctx_t *ctx, pending_t *p)
+static int scalar_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
+    log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p);
     memcpy(p->scalar.values, p->vals, sizeof(p->scalar.values));
     free(p->vals);
     p->vals = NULL;
-    p->req = 0;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
     if (!m) return TR_ENOMEM;
     *TR_MSG_AS(m, comm_scalar) = p->scalar;
-    m->step = p->step;
-    tr_actor_t to = p->asker;
-    int rc = tr_actor_send(ctx->rt, to, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    return answer(ctx, p, m);
 }
 
 static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
@@ -577,10 +574,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
 
     if (p->gather) return gather_done(ctx, c, p);
     if (p->vector) return reduce_done(ctx, c, p);
-    if (!tr_actor_is_none(p->asker)) {
-        log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p);
-        return scalar_done(ctx, p);
-    }
+    if (!tr_actor_is_none(p->asker)) return scalar_done(ctx, c, p);
     return bucket_done(ctx, c, p);
 }
 

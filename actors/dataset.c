@@ -53,44 +53,35 @@ struct tr__dataset {
     tr__data_pos_t pos;
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
     }
     size_t header = TR_LLMC_HEADER_INTS * sizeof(int32_t);
     if ((size_t)st.st_size < header) {
         close(fd);
-        return fail(err, errlen, TR_EFORMAT, "%s: header: file has %lld bytes, need %zu", path,
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: header: file has %lld bytes, need %zu", path,
                     (long long)st.st_size, header);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return fail(err, errlen, -errno, "%s: cannot map: %s", path, strerror(errno));
+        return tr__errf(err, errlen, -errno, "%s: cannot map: %s", path, strerror(errno));
     const int32_t *h = map;
     int rc = 0;
     if (h[0] != TR_LLMC_TOKENS_MAGIC)
-        rc = fail(err, errlen, TR_EFORMAT, "%s: magic: expected %d (llm.c token shard), got %d",
+        rc = tr__errf(err, errlen, TR_EFORMAT, "%s: magic: expected %d (llm.c token shard), got %d",
                   path, TR_LLMC_TOKENS_MAGIC, h[0]);
     else if (h[1] != TR_LLMC_TOKENS_VERSION)
-        rc = fail(err, errlen, TR_EFORMAT, "%s: version: expected %d, got %d", path,
+        rc = tr__errf(err, errlen, TR_EFORMAT, "%s: version: expected %d, got %d", path,
                   TR_LLMC_TOKENS_VERSION, h[1]);
     else if (h[2] < 0 || header + (size_t)h[2] * 2 != (size_t)st.st_size)
-        rc = fail(err, errlen, TR_EFORMAT,
+        rc = tr__errf(err, errlen, TR_EFORMAT,
                   "%s: token count: header says %d tokens (%zu bytes), file has %lld bytes", path,
                   h[2], header + (size_t)(h[2] < 0 ? 0 : h[2]) * 2, (long long)st.st_size);
     if (rc) {
@@ -99,7 +90,7 @@ static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
     }
     if (!(s->path = strdup(path))) {
         munmap(map, (size_t)st.st_size);
-        return fail(err, errlen, TR_ENOMEM, "%s: no memory for its name", path);
+        return tr__errf(err, errlen, TR_ENOMEM, "%s: no memory for its name", path);
     }
     s->map = map;
     s->map_len = (size_t)st.st_size;
@@ -137,7 +128,7 @@ static int scan_tokens(const shard_t *s, int vocab, char *err, size_t errlen)
         size_t j = i;
         while (s->tokens[j] < vocab)
             j++;
-        return fail(err, errlen, TR_EMISMATCH,
+        return tr__errf(err, errlen, TR_EMISMATCH,
                     "%s: token %zu (byte offset %zu) is %u, outside the model's vocabulary of %d "
                     "(tokens 0..%d)",
                     s->path, j, TR_LLMC_HEADER_INTS * sizeof(int32_t) + 2 * j, s->tokens[j], vocab,
@@ -152,13 +143,13 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
     int grc = glob(pattern, 0, NULL, &g);
     if (grc != 0) {
         if (grc != GLOB_NOMATCH) globfree(&g);
-        return fail(err, errlen, TR_ENOENT, "%s: no file matches", pattern);
+        return tr__errf(err, errlen, TR_ENOENT, "%s: no file matches", pattern);
     }
     ds->shards = calloc(g.gl_pathc, sizeof(shard_t));
     ds->first_sample = calloc(g.gl_pathc + 1, sizeof(size_t));
     int rc = ds->shards && ds->first_sample
                  ? 0
-                 : fail(err, errlen, TR_ENOMEM, "%s: no memory for the table of %zu shards",
+                 : tr__errf(err, errlen, TR_ENOMEM, "%s: no memory for the table of %zu shards",
                         pattern, g.gl_pathc);
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
         rc = map_shard(g.gl_pathv[i], &ds->shards[i], err, errlen);
@@ -179,7 +170,7 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
                      bool shuffle, uint64_t seed, char *err, size_t errlen)
 {
     tr__dataset_t *ds = calloc(1, sizeof(*ds));
-    if (!ds) return fail(err, errlen, TR_ENOMEM, "dataset: no memory for %zu bytes", sizeof(*ds));
+    if (!ds) return tr__errf(err, errlen, TR_ENOMEM, "dataset: no memory for %zu bytes", sizeof(*ds));
     *ds = (tr__dataset_t){.B = eng->B,
                           .T = eng->T,
                           .x_dim = spec->x_dim,
@@ -195,14 +186,14 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
     int rc = 0;
     if (!ds->cb) {
         if (!spec->shards)
-            rc = fail(err, errlen, TR_EINVAL, "dataset: neither token shards nor a callback");
+            rc = tr__errf(err, errlen, TR_EINVAL, "dataset: neither token shards nor a callback");
         else if (ds->x_dim)
-            rc = fail(err, errlen, TR_EINVAL,
+            rc = tr__errf(err, errlen, TR_EINVAL,
                       "%s: token shards feed token models; a float-input model needs a callback",
                       spec->shards);
         else if ((rc = open_shards(ds, spec->shards, err, errlen)) == 0 &&
                  ds->n_samples < (uint64_t)ds->B * (uint64_t)ds->world)
-            rc = fail(err, errlen, TR_EINVAL,
+            rc = tr__errf(err, errlen, TR_EINVAL,
                       "%s: %llu samples of %d+1 tokens; one batch needs %d per rank x %d ranks",
                       spec->shards, (unsigned long long)ds->n_samples, ds->T, ds->B, ds->world);
     }
@@ -284,7 +275,7 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
             *wrapped = true;
         }
         if (ds->shuffle && make_perm(ds, ds->pos.epoch) < 0)
-            return fail(err, errlen, TR_ENOMEM,
+            return tr__errf(err, errlen, TR_ENOMEM,
                         "token shards: no memory for the shuffled order of %llu samples (%llu "
                         "bytes)",
                         (unsigned long long)ds->n_samples,
@@ -299,7 +290,7 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
         if (ds->vocab)
             for (int t = 0; t <= ds->T; t++)
                 if (w[t] >= ds->vocab)
-                    return fail(err, errlen, TR_EINVAL,
+                    return tr__errf(err, errlen, TR_EINVAL,
                                 "%s: token %zu is %u, outside the model's vocabulary of %d (the "
                                 "file changed after it was opened and checked)",
                                 sh->path, (size_t)(w + t - sh->tokens), w[t], ds->vocab);
@@ -318,7 +309,7 @@ int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, flo
         uint64_t index = ds->pos.batch_index * (uint64_t)ds->world + (uint64_t)ds->rank;
         rc = ds->cb(ds->user, index, ds->B, ds->T, tokens, x, targets, y);
         if (rc < 0)
-            return fail(err, errlen, rc, "dataset callback: batch %llu: %s",
+            return tr__errf(err, errlen, rc, "dataset callback: batch %llu: %s",
                         (unsigned long long)index, tr_strerror(rc));
     } else {
         rc = next_from_shards(ds, tokens, targets, wrapped, err, errlen);
