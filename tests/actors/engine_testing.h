@@ -40,4 +40,29 @@ static inline int test_mlp_batch(void *user, uint64_t index, int B, int T, int *
     return 0;
 }
 
+/* An engine for the MLP TEST_XD -> 16 -> TEST_CLASSES on test_mlp_batch, over `world` ranks
+ * (0: the launcher's), from json (named `source`); *cfg is its config, to destroy after the
+ * engine. The test fails when either does not load. */
+static inline tr_engine_t *test_mlp_engine(const char *json, const char *source, int world,
+                                           tr_config_t **cfg)
+{
+    tr_config_diag_t d;
+    tr_config_diag_init(&d);
+    int rc = tr_config_from_string(json, strlen(json), source, world, cfg, &d);
+    for (size_t i = 0; i < d.count; i++)
+        fprintf(stderr, "%s\n", d.items[i].text);
+    tr_config_diag_close(&d);
+    assert_int_equal(rc, 0);
+    int widths[] = {TEST_XD, 16, TEST_CLASSES};
+    tr_model_t *model;
+    char why[256], err[512];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 11,
+                          .init_params = 1, .world = world,
+                          .train = {.batch = test_mlp_batch, .x_dim = TEST_XD}};
+    tr_engine_t *eng;
+    if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine (world %d): %s", world, err);
+    return eng;
+}
+
 #endif

@@ -65,20 +65,7 @@ static tr_engine_t *engine(int world, int stage, tr_config_t **cfg)
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}, \"comm\": {\"timeout_s\": %d}}}",
              4 / w, stage, timeout_s);
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    assert_int_equal(tr_config_from_string(json, strlen(json), "ckpt_dp.json", world, cfg, &d), 0);
-    tr_config_diag_close(&d);
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256], err[512];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 11,
-                          .init_params = 1, .world = world,
-                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
-    tr_engine_t *eng;
-    if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine (world %d): %s", w, err);
-    return eng;
+    return test_mlp_engine(json, "ckpt_dp.json", world, cfg);
 }
 
 static void done(tr_engine_t *eng, tr_config_t *cfg)

@@ -52,21 +52,7 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
              k->overlap ? "true" : "false", k->wire && world != 1 ? k->wire : "fp32");
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    assert_int_equal(tr_config_from_string(json, strlen(json), "dp.json", world, cfg, &d), 0);
-    tr_config_diag_close(&d);
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256], err[512];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 11,
-                          .init_params = 1, .world = world,
-                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
-    tr_engine_t *eng;
-    int rc = tr_engine_create(&eng, &o, err, sizeof(err));
-    if (rc) fail_msg("engine (world %d): %s", world, err);
-    return eng;
+    return test_mlp_engine(json, "dp.json", world, cfg);
 }
 
 static uint64_t params_hash(tr_engine_t *eng)
