@@ -55,7 +55,9 @@ static void watch_log(void *user, int level, const char *line)
     fprintf(stderr, "%s\n", line);
 }
 
-static tr_engine_t *engine(int stage, size_t floats, const char *trace_dir, task_t *task)
+/* The engine; *cfg is its config, to destroy after it (the engine reads it until then). */
+static tr_engine_t *engine(int stage, size_t floats, const char *trace_dir, task_t *task,
+                           tr_config_t **cfgp)
 {
     char json[768];
     snprintf(json, sizeof(json),
@@ -87,7 +89,8 @@ static tr_engine_t *engine(int stage, size_t floats, const char *trace_dir, task
     tr_engine_t *eng = NULL;
     if (tr_engine_create(&eng, &o, err, sizeof(err)) < 0)
         fprintf(stderr, "bench_collectives: engine: %s\n", err);
-    tr_config_destroy(cfg); /* the engine keeps its own reference */
+    if (!eng) tr_config_destroy(cfg);
+    else *cfgp = cfg;
     return eng;
 }
 
@@ -154,7 +157,8 @@ double bench_actor_seconds(int stage, size_t bytes, int warmup, int reps, const 
     task_t task;
     int warned = 0;
     tr_log_set_sink(watch_log, &warned);
-    tr_engine_t *eng = engine(stage, bytes / sizeof(float), dir, &task);
+    tr_config_t *cfg = NULL;
+    tr_engine_t *eng = engine(stage, bytes / sizeof(float), dir, &task, &cfg);
     tr_log_set_sink(NULL, NULL);
     int ok = eng != NULL;
     for (int s = 0; ok && s < warmup + reps; s++)
@@ -163,6 +167,7 @@ double bench_actor_seconds(int stage, size_t bytes, int warmup, int reps, const 
             ok = 0;
         }
     tr_engine_destroy(eng); /* the trace file is complete once this returns */
+    tr_config_destroy(cfg);
     int all_ok;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     double med = -1;

@@ -59,7 +59,8 @@ typedef struct tr_dataset {
 
 typedef struct tr_engine_opts {
     const char *config_path;    /* a DeepSpeed JSON config, or: */
-    const tr_config_t *config;  /* an already loaded one (the engine keeps a reference) */
+    const tr_config_t *config;  /* an already loaded one: the engine reads it until
+                                 * tr_engine_destroy, so destroy it after the engine */
     tr_model_t *model;          /* the engine takes ownership, also on failure */
     tr_dataset_t train;         /* for tr_engine_train_batch (unused for forward/backward) */
     tr_dataset_t val;           /* for tr_engine_eval (optional) */
