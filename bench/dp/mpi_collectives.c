@@ -1,6 +1,6 @@
 /* mpi_collectives.c: the bare-MPI side of bench_collectives, what a program using MPI
- * directly gets: fp32 MPI_Iallreduce (in place, as Troupe's mpi backend posts it) and
- * MPI_Ireduce_scatter_block (the whole buffer in, each rank's 1/world out), each completed
+ * directly gets: fp32 MPI_Iallreduce and MPI_Ireduce_scatter (both in place, as Troupe's mpi
+ * backend posts them: the whole buffer in, each rank's 1/world out at its start), each completed
  * by polling MPI_Test in a loop, as the comm actor completes its operations. Nothing of
  * Troupe's is used here. Timing: see collectives.h.
  */
@@ -29,15 +29,15 @@ double bench_median(double *v, int n)
 }
 
 /* One collective, started and polled to completion: this rank's seconds, or -1. */
-static double one(bench_op_t op, float *send, float *recv, int count, int world)
+static double one(bench_op_t op, float *send, int *counts, int count)
 {
     MPI_Request r;
     double t0 = MPI_Wtime();
     int rc = op == BENCH_ALL_REDUCE
                  ? MPI_Iallreduce(MPI_IN_PLACE, send, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
                                   &r)
-                 : MPI_Ireduce_scatter_block(send, recv, count / world, MPI_FLOAT, MPI_SUM,
-                                             MPI_COMM_WORLD, &r);
+                 : MPI_Ireduce_scatter(MPI_IN_PLACE, send, counts, MPI_FLOAT, MPI_SUM,
+                                       MPI_COMM_WORLD, &r);
     int done = 0;
     while (rc == MPI_SUCCESS && !done)
         rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
@@ -56,13 +56,16 @@ double bench_mpi_seconds(bench_op_t op, size_t bytes, int warmup, int reps)
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int count = (int)(bytes / sizeof(float));
-    float *send = malloc(bytes), *recv = malloc(bytes / (size_t)world + sizeof(float));
-    double *times = malloc((size_t)reps * sizeof(double)), ok = send && recv && times;
+    float *send = malloc(bytes);
+    int *counts = malloc((size_t)world * sizeof(int));
+    double *times = malloc((size_t)reps * sizeof(double)), ok = send && counts && times;
+    for (int r = 0; ok && r < world; r++) /* the actor's partitions of a one-bucket model */
+        counts[r] = count / world + (r < count % world);
     for (int i = 0; ok && i < count; i++) /* small values: sums stay finite, no denormals */
         send[i] = (float)(i % 97) * 1e-3f;
     for (int i = 0; ok && i < warmup + reps; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double mine = one(op, send, recv, count, world), slowest;
+        double mine = one(op, send, counts, count), slowest;
         MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         double failed = mine < 0, any_failed;
         MPI_Allreduce(&failed, &any_failed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -70,6 +73,6 @@ double bench_mpi_seconds(bench_op_t op, size_t bytes, int warmup, int reps)
         if (ok && i >= warmup) times[i - warmup] = slowest;
     }
     double med = ok ? bench_median(times, reps) : -1;
-    free(send), free(recv), free(times);
+    free(send), free(counts), free(times);
     return med;
 }
