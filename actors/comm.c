@@ -4,10 +4,9 @@
  * in flight at once. It also serves the scalar and vector all-reduces (losses, norms, Lamb's
  * sums) and ZeRO's parameter all-gather.
  *
- * Every collective is submitted with a header (operation, sequence, bytes, dtype, step,
- * micro-step, bucket) that is all-gathered first, on a communicator of its own; the collective
- * starts once every rank's header has arrived and matches, in the order submitted, so a rank
- * that diverged is named on every rank and no mismatched collective is ever posted.
+ * Every collective is submitted with a header that every rank must agree on before it starts
+ * (comm_start.c), so a rank that diverged is named on every rank and no mismatched collective
+ * is ever posted.
  *
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
@@ -35,230 +34,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/comm_watch.h"
-#include "actors/engine_internal.h"
-#include "kernels/cpu/half.h"
+#include "actors/comm_internal.h"
 #include "kernels/cpu/vec.h"
-#include "monitor/comms_log.h"
-#include "runtime/comm.h"
-
-/* What a data entry of the pending table does once its header has been agreed. */
-typedef enum { OP_BUCKET = 1, OP_SCALAR, OP_GATHER, OP_VECTOR } op_kind_t;
-
-/* What every collective carries, exchanged (all-gathered, on a communicator of their own)
- * before it is started and compared on arrival: a rank that diverged is named at once, and
- * no mismatched collective is ever posted. */
-typedef struct header {
-    uint32_t op;      /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
-                       * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
-    uint32_t dtype;
-    uint64_t seq;     /* collectives this comm actor submitted, from 1 */
-    uint64_t bytes;
-    uint64_t step;
-    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
-} header_t;
-
-typedef struct pending {
-    uint64_t req; /* 0: free; UINT64_MAX: not started yet */
-    op_kind_t kind;              /* 0: a header exchange (hdr) */
-    header_t head;               /* its header */
-    bool agreed;                 /* every rank's header matched: it may start */
-    void *ptr;                   /* a gather's or vector's buffer */
-    uint32_t bucket;
-    uint64_t step;
-    tr_tensor_ref_t grads;       /* a bucket: its range of the gradient buffer */
-    float *data;
-    size_t mine, mine_at;        /* ZeRO 2: this rank's part of it (elements, flat index) */
-    bool scatter;                /* ZeRO 2: reduce-scattered (the part is at the start) */
-    tr_actor_t asker;            /* a COMM_SCALAR's requester (none for a bucket) */
-    tr_msg_comm_scalar_t scalar; /* its request */
-    double *vals;                /* its values, reduced in place (not in this table, which
-                                  * may move while the operation is in flight) */
-    uint64_t t_start;            /* for the comms logger and the watchdog */
-    struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
-    bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
-    bool vector;                 /* a COMM_REDUCE's in-place all-reduce for asker */
-    uint32_t reduce_op, what;    /* its reduction and the asker's tag */
-    int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
-    tr_tensor_ref_t buf;         /* its buffer: the parameters */
-    tr__watch_op_t op;           /* its header, for the watchdog's table */
-} pending_t;
-
-struct tr__comm {
-    const tr_engine_t *eng;
-    tr_runtime_t *rt;
-    tr_actor_t self;
-    tr_comm_t *backend;
-    tr_comm_t *headers; /* the header exchanges' own communicator (NULL: a group of one) */
-    uint64_t started;   /* collectives started on the backend (in seq order) */
-    float pre, post; /* multipliers before and after the sum (1: none) */
-    tr_dtype_t wire; /* communication_data_type on more than one rank: F32, F16 or BF16 */
-    uint16_t *wire16; /* a 16-bit wire's copy of the gradients, indexed as the gradient buffer
-                       * (buckets are disjoint ranges: no two in flight share any of it) */
-    bool polling;    /* a COMM_POLL is on its way */
-    int inflight;    /* operations the backend holds, as of the last start or progress */
-    pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
-    size_t cap;
-    tr_comms_log_t *log; /* comms_logger (NULL: off) */
-    bool log_verbose;
-    uint64_t seq;        /* collectives submitted */
-    unsigned lanes_busy; /* trace lanes held by collectives in flight (bit k: lane k) */
-    uint64_t timeout_ns; /* troupe.comm.timeout_s */
-    bool broken;         /* the ranks diverged or a collective failed: start nothing more */
-    int fault_rank;      /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
-    int fault_silent;    /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
-    int fault_kill;      /* TROUPE_FAULT_KILL_RANK: this rank kills itself (SIGKILL) ... */
-    uint64_t fault_kill_step; /* ... on the first bucket of TROUPE_FAULT_KILL_STEP */
-    tr__watch_op_t last; /* the last collective's header (seq == seq) */
-    tr__watch_t *watch;  /* the diagnosis across ranks (NULL: a group of one) */
-};
-
-/* After the backend was asked to start p's operation (rc, req): records it as in flight, or
- * frees p and fails the engine naming `what` and the backend's reason. */
-static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
-{
-    if (rc < 0) {
-        free(p->hdr), free(p->vals);
-        *p = (pending_t){0};
-        tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what,
-                        c->backend->name, c->backend->error[0] ? c->backend->error
-                                                                : tr_strerror(rc));
-        return rc;
-    }
-    p->req = req;
-    c->inflight++;
-    p->lane = -1;
-    for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
-        if (!(c->lanes_busy & 1u << k)) c->lanes_busy |= 1u << (p->lane = k);
-    return 0;
-}
-
-static tr__watch_op_t watch_op(const header_t *h, bool exchange)
-{
-    return (tr__watch_op_t){.op = h->op, .dtype = h->dtype, .seq = h->seq, .bytes = h->bytes,
-                            .step = h->step, .micro_step = h->micro_step, .bucket = h->bucket,
-                            .exchange = exchange};
-}
-
-static void describe(const header_t *h, char *out, size_t len)
-{
-    tr__watch_op_t o = watch_op(h, false);
-    tr__watch_describe(&o, out, len);
-}
-
-/* Room for n more entries in the pending table (pointers into it stay valid until the next
- * call). */
-static int pending_reserve(struct tr__comm *c, size_t n)
-{
-    size_t free_slots = 0;
-    for (size_t i = 0; i < c->cap; i++)
-        free_slots += !c->pending[i].req;
-    if (free_slots >= n) return 0;
-    size_t cap = c->cap ? 2 * c->cap : 64;
-    while (cap - c->cap + free_slots < n)
-        cap *= 2;
-    pending_t *p = realloc(c->pending, cap * sizeof(*p));
-    if (!p) return TR_ENOMEM;
-    memset(p + c->cap, 0, (cap - c->cap) * sizeof(*p));
-    c->pending = p;
-    c->cap = cap;
-    return 0;
-}
-
-/* A free entry; pending_reserve first. */
-static pending_t *pending_slot(struct tr__comm *c)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (!c->pending[i].req) return &c->pending[i];
-    return NULL;
-}
-
-/* The data operation submitted as collective `seq` (not started yet), or NULL. */
-static pending_t *submitted(struct tr__comm *c, uint64_t seq)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (c->pending[i].req && c->pending[i].kind && c->pending[i].head.seq == seq)
-            return &c->pending[i];
-    return NULL;
-}
-
-static int start(struct tr__comm *c, pending_t *p);
-
-/* Starts, in the order submitted, every operation whose header every rank agreed on: all ranks
- * start the same sequence of collectives on the data communicator. */
-static int start_agreed(struct tr__comm *c)
-{
-    pending_t *p;
-    while (!c->broken && (p = submitted(c, c->started + 1)) && p->agreed &&
-           p->req == UINT64_MAX) {
-        c->started++;
-        int rc = start(c, p);
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-/* Exchanges h on the headers' communicator (an all-gather of every rank's). */
-static int post_header(struct tr__comm *c, header_t h)
-{
-    const tr_engine_t *e = c->eng;
-    if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
-    pending_t *p = pending_slot(c);
-    header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
-    if (!p || !all) return free(all), TR_ENOMEM;
-    all[e->world] = h;
-    *p = (pending_t){.req = UINT64_MAX, .head = h, .step = h.step, .asker = TR_ACTOR_NONE,
-                     .hdr = all, .t_start = tr_now_ns(), .op = watch_op(&h, true)};
-    c->headers->op_tag = h.step;
-    uint64_t req = 0;
-    int rc = c->headers->ops->all_gather(c->headers, &all[e->world], all, sizeof(header_t),
-                                         TR_DTYPE_U8, &req);
-    return track(c, p, rc, req, "exchanging a collective's header");
-}
-
-/* Records operation op under header h and starts it: at once in a group of one, else once
- * every rank's header has arrived and matches this one. A rank that diverged is then named
- * before any mismatched collective is posted (MPI could only fail it, or hang). */
-static int submit(struct tr__comm *c, pending_t op, header_t h)
-{
-    h.seq = ++c->seq;
-    c->last = watch_op(&h, false);
-    if (pending_reserve(c, 2) < 0) return free(op.vals), TR_ENOMEM;
-    pending_t *p = pending_slot(c);
-    op.req = UINT64_MAX;
-    op.head = h;
-    op.op = c->last;
-    op.agreed = !c->headers;
-    op.t_start = tr_now_ns();
-    *p = op;
-    int rc = c->headers ? post_header(c, h) : 0;
-    return rc < 0 ? rc : start_agreed(c);
-}
-
-/* The headers arrived: every rank's must be ours; then the collective may start. */
-static int check_headers(struct tr__comm *c, pending_t *p)
-{
-    const tr_engine_t *e = c->eng;
-    header_t *all = p->hdr, *mine = &all[e->world];
-    int rc = 0;
-    for (int r = 0; r < e->world && rc == 0; r++)
-        if (memcmp(&all[r], mine, sizeof(header_t))) {
-            char a[200], b[200];
-            describe(&all[r], a, sizeof(a));
-            describe(mine, b, sizeof(b));
-            tr__engine_fail(e, TR_ECOMM,
-                            "comm: the ranks diverged: rank %d is at %s; rank %d is at %s",
-                            r, a, e->rank, b);
-            rc = TR_ECOMM;
-            c->broken = true;
-        }
-    uint64_t seq = mine->seq;
-    free(all);
-    *p = (pending_t){0};
-    pending_t *op = rc < 0 ? NULL : submitted(c, seq);
-    if (op) op->agreed = true;
-    return rc < 0 ? rc : start_agreed(c);
-}
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
  * on the collectives lane. */
@@ -340,54 +117,6 @@ static void scale(float *x, size_t n, float mul)
     if (mul != 1.0f) tr__vec()->scale(x, mul, n);
 }
 
-/* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
- * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
-static size_t *bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
-                            size_t *mine_at)
-{
-    size_t *counts = malloc((size_t)e->world * sizeof(size_t));
-    for (int r = 0; counts && r < e->world; r++) {
-        size_t lo, hi;
-        tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
-        lo = lo > a ? lo : a, hi = hi < b ? hi : b;
-        counts[r] = hi > lo ? hi - lo : 0;
-        if (r == e->rank) *mine = counts[r], *mine_at = counts[r] ? lo : a;
-    }
-    return counts;
-}
-
-/* Starts a bucket's reduction: a reduce-scatter (ZeRO 2; the rank's part lands at the bucket's
- * start), else an all-reduce (ZeRO 2 without reduce_scatter keeps its part of the sum). */
-static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_t *req)
-{
-    const tr_engine_t *e = c->eng;
-    size_t a = p->grads.offset / sizeof(float);
-    void *buf = c->wire16 ? (void *)(c->wire16 + a) : (void *)p->data;
-    if (!p->scatter)
-        return c->backend->ops->all_reduce(c->backend, buf, count, c->wire, TR_REDUCE_SUM, req);
-    size_t *counts = bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
-    if (!counts) return TR_ENOMEM;
-    int rc = c->backend->ops->reduce_scatter_v(c->backend, buf, counts, c->wire, req);
-    free(counts); /* the backend keeps its own copy */
-    return rc;
-}
-
-/* A 16-bit wire: the bucket's floats, scaled, to fp16 or bf16 (rounded to nearest even), and
- * back. Scalar loops: the kernels' pool belongs to the executor. */
-static void to_wire(struct tr__comm *c, const float *x, size_t a, size_t n)
-{
-    uint16_t *w = c->wire16 + a;
-    for (size_t i = 0; i < n; i++)
-        w[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_from_float(x[i]) : tr_half_from_float(x[i]);
-}
-
-static void from_wire(const struct tr__comm *c, float *x, size_t a, size_t n)
-{
-    const uint16_t *w = c->wire16 + a;
-    for (size_t i = 0; i < n; i++)
-        x[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_to_float(w[i]) : tr_half_to_float(w[i]);
-}
-
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
@@ -406,13 +135,13 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
                     .grads = b->grads, .data = data, .mine = count, .mine_at = a,
                     .scatter = scatter, .asker = TR_ACTOR_NONE};
     if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
-        size_t *counts = bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
+        size_t *counts = tr__comm_bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
     scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
-    if (c->wire16) to_wire(c, data, a, count);
-    return submit(c, op, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
+    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+    return tr__comm_submit(c, op, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
                                     .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
                                     .micro_step = msg->micro_step, .bucket = b->bucket});
 }
@@ -432,7 +161,7 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     memcpy(vals, s->values, sizeof(s->values));
     pending_t op = {.kind = OP_SCALAR, .step = msg->step, .asker = msg->sender, .scalar = *s,
                     .vals = vals};
-    return submit(c, op, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+    return tr__comm_submit(c, op, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
                                     .bytes = s->n * sizeof(double), .step = msg->step,
                                     .micro_step = msg->micro_step, .bucket = s->what});
 }
@@ -454,7 +183,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     }
     pending_t op = {.kind = OP_GATHER, .step = msg->step, .asker = msg->sender, .gather = true,
                     .buf = g->buf, .ptr = buf};
-    return submit(c, op, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+    return tr__comm_submit(c, op, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
                                     .bytes = n * sizeof(float), .step = msg->step});
 }
 
@@ -473,40 +202,8 @@ static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
     }
     pending_t op = {.kind = OP_VECTOR, .step = msg->step, .asker = msg->sender, .vector = true,
                     .buf = v->buf, .ptr = buf, .reduce_op = v->op, .what = v->what};
-    return submit(c, op, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
+    return tr__comm_submit(c, op, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
                                     .step = msg->step});
-}
-
-/* Starts p's collective on the backend, now that every rank's header agreed. */
-static int start(struct tr__comm *c, pending_t *p)
-{
-    const tr_engine_t *e = c->eng;
-    const tr_comm_ops_t *ops = c->backend->ops;
-    c->backend->op_tag = p->step;
-    uint64_t req = 0;
-    int rc = 0;
-    const char *what = "a scalar all-reduce";
-    if (p->kind == OP_BUCKET) {
-        what = p->scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce";
-        rc = reduce_bucket(c, p, p->grads.length / sizeof(float), &req);
-    } else if (p->kind == OP_SCALAR) {
-        rc = ops->all_reduce(c->backend, p->vals, p->scalar.n, TR_DTYPE_F64,
-                             (tr_reduce_op_t)p->scalar.op, &req);
-    } else if (p->kind == OP_VECTOR) {
-        what = "a vector all-reduce";
-        rc = ops->all_reduce(c->backend, p->ptr, p->buf.length / sizeof(double), TR_DTYPE_F64,
-                             (tr_reduce_op_t)p->reduce_op, &req);
-    } else {
-        what = "the parameter all-gather";
-        size_t n = p->buf.length / sizeof(float), S = tr__zero_slice(n, e->world);
-        size_t *counts = malloc((size_t)e->world * sizeof(size_t));
-        for (size_t r = 0; counts && r < (size_t)e->world; r++)
-            counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
-        rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req)
-                    : TR_ENOMEM;
-        free(counts); /* the backend keeps its own copy */
-    }
-    return track(c, p, rc, req, what);
 }
 
 /* The result m goes back to whoever asked for p's operation, and p's entry is free again. */
@@ -569,7 +266,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         return rc;
     }
     if (p->hdr) { /* a mismatch fails the engine with the explanation; the actor stays */
-        check_headers(c, p);
+        tr__comm_headers_arrived(c, p);
         return 0;
     }
 
@@ -591,7 +288,7 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     else
         log_op(c, "all_reduce", bytes, p);
     if (c->wire16) /* the reduced values (a reduce-scatter's: this rank's part, at the start) */
-        from_wire(c, p->data, a, p->scatter ? p->mine : count);
+        tr__comm_from_wire(c, p->data, a, p->scatter ? p->mine : count);
     if (!p->scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
@@ -679,7 +376,7 @@ static int watchdog(struct tr__comm *c)
     char before[200] = ""; /* a header exchange: the collective it comes before */
     if (old->hdr) {
         char d[160];
-        describe(&old->hdr[c->eng->world], d, sizeof(d));
+        tr__comm_describe(&old->hdr[c->eng->world], d, sizeof(d));
         snprintf(before, sizeof(before), " before %s", d);
     }
     tr__engine_fail(c->eng, TR_ETIMEDOUT,
