@@ -250,6 +250,120 @@ static void test_engine_dp_idle_costs_almost_no_cpu(void **state)
     tr_config_destroy(cfg);
 }
 
+/* A layer that scales its input by a gain per channel and, on one rank at one backward, adds
+ * +Inf to its first gain's gradient: an overflow in one tensor that, once reduce-scattered,
+ * lies in one rank's partition only. */
+typedef struct spike {
+    int rank, at, calls;
+} spike_t;
+
+static size_t spike_acts(const tr_layer_t *l, int B, int T)
+{
+    return (size_t)B * (size_t)T * (size_t)l->out_dim;
+}
+
+static int spike_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    size_t n = (size_t)c->B * (size_t)c->T * (size_t)l->in_dim;
+    for (size_t i = 0; i < n; i++)
+        c->out[i] = c->in[i] * c->params[i % (size_t)l->in_dim];
+    return 0;
+}
+
+static int spike_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    spike_t *s = l->state;
+    size_t n = (size_t)c->B * (size_t)c->T * (size_t)l->in_dim;
+    for (size_t i = 0; i < n; i++) {
+        c->grads[i % (size_t)l->in_dim] += c->dout[i] * c->in[i];
+        if (c->din) c->din[i] += c->dout[i] * c->params[i % (size_t)l->in_dim];
+    }
+    if (s->calls++ == s->at && s->rank == 0) c->grads[0] += INFINITY;
+    return 0;
+}
+
+static void spike_init(tr_layer_t *l, float *params, uint64_t *rng)
+{
+    (void)rng;
+    for (int i = 0; i < l->in_dim; i++)
+        params[i] = 1.0f;
+}
+
+static void spike_destroy(tr_layer_t *l)
+{
+    free(l->state);
+}
+
+static const tr_layer_ops_t spike_ops = {.kind = "spike", .act_size = spike_acts,
+                                         .forward = spike_forward, .backward = spike_backward,
+                                         .init = spike_init, .destroy = spike_destroy};
+
+/* fc0 (XD -> 16), spike (16 gains at [144, 160) of 211 parameters: rank 1's partition of 2,
+ * rank 2's of 4), fc1 (16 -> CLASSES), cross-entropy. */
+static tr_model_t *spike_model(int rank, int at)
+{
+    tr_layer_t *layers[4] = {0};
+    spike_t *s = calloc(1, sizeof(*s));
+    layers[1] = calloc(1, sizeof(tr_layer_t));
+    assert_non_null(s), assert_non_null(layers[1]);
+    *s = (spike_t){.rank = rank, .at = at};
+    assert_int_equal(tr_layer_init(layers[1], &spike_ops, "spike", 16, 16, s), 0);
+    assert_int_equal(tr_layer_add_param(layers[1], "gain", 1, (int64_t[]){16}), 0);
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc0", XD, 16, 1), 0);
+    assert_int_equal(tr_layer_linear_create(&layers[2], "fc1", 16, CLASSES, 1), 0);
+    assert_int_equal(tr_layer_crossentropy_create(&layers[3], "loss", CLASSES, -100), 0);
+    tr_model_t *m;
+    char why[256];
+    if (tr_model_create(&m, layers, 4, why, sizeof(why))) fail_msg("spike model: %s", why);
+    return m;
+}
+
+/* fp16's dynamic loss scaling at ZeRO 2: the overflow of one tensor lies in one rank's
+ * partition, so only that rank sees it unless the flag is reduced (MAX) over the ranks; every
+ * rank skips that step, lowers its loss scale, and the parameters stay bit-identical. */
+static void test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere(void **state)
+{
+    (void)state;
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 1,"
+                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+                       " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8,"
+                       " \"hysteresis\": 1},"
+                       " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 60},"
+                       " \"troupe\": {\"runtime\": {\"workers\": 1}}}";
+    tr_config_t *cfg = NULL;
+    tr_config_diag_t d;
+    tr_config_diag_init(&d);
+    assert_int_equal(tr_config_from_string(json, strlen(json), "spike.json", 0, &cfg, &d), 0);
+    tr_config_diag_close(&d);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    tr_engine_opts_t o = {.config = cfg, .model = spike_model(rank, 2), .seq_len = 1, .seed = 11,
+                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_t *eng;
+    char err[512];
+    if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine: %s", err);
+    uint64_t hash[STEPS];
+    int skipped[STEPS];
+    double scale[STEPS];
+    tr_step_stats_t st;
+    for (int i = 0; i < STEPS; i++) {
+        if (tr_engine_train_batch(eng, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(eng));
+        hash[i] = params_hash(eng), skipped[i] = st.skipped, scale[i] = st.loss_scale;
+    }
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    uint64_t lo[STEPS], hi[STEPS];
+    MPI_Allreduce(hash, lo, STEPS, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(hash, hi, STEPS, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    for (int i = 0; i < STEPS; i++) {
+        if (rank == 0) printf("overflow: step %d skipped %d, loss scale %g\n", i, skipped[i],
+                              scale[i]);
+        assert_int_equal(skipped[i], i == 2);
+        assert_true(lo[i] == hi[i]);
+    }
+    assert_true(scale[3] == scale[2] / 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
         cmocka_unit_test(test_engine_dp_16_bit_wire),
+        cmocka_unit_test(test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere),
         cmocka_unit_test(test_engine_dp_idle_costs_almost_no_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
