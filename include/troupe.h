@@ -8,6 +8,7 @@
 #include "troupe/error.h"
 #include "troupe/types.h"
 #include "troupe/io.h"
+#include "troupe/aio.h"
 #include "troupe/log.h"
 #include "troupe/model.h"
 #include "troupe/monitor.h"

@@ -17,5 +17,8 @@ int tr_cmd_trace(int argc, char **argv);
  * fails). */
 int tr_cmd_train(int argc, char **argv);
 int tr_cmd_launch(int argc, char **argv);
+/* `troupe nvme-bench --dir D [aio flags] [--io-size N]` (cmd_nvme_bench.c; exit 1 when the
+ * I/O fails). */
+int tr_cmd_nvme_bench(int argc, char **argv);
 
 #endif

@@ -17,6 +17,8 @@ static const tr_command_t commands[] = {
     {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},
     {"trace", "summarise, plot or merge trace files (troupe trace --help)", tr_cmd_trace},
+    {"nvme-bench", "measure the aio engine's write and read GB/s in a directory",
+     tr_cmd_nvme_bench},
     {"help", "list the commands", cmd_help},
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `troupe nvme-bench`: each bad flag exits 2 naming the flag and what was expected; a small
+# real run prints the write and read throughput and leaves no file behind.
+set -euo pipefail
+troupe=$(cd "$1" && pwd)/troupe
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# bench_fails PATTERN ARGS...: nvme-bench with ARGS exits 2 with stderr matching PATTERN
+bench_fails() {
+    local pattern=$1 rc=0
+    shift
+    "$troupe" nvme-bench "$@" > /dev/null 2> "$tmp/err" || rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "nvme-bench $*: exit $rc, expected 2"; }
+    grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; fail "nvme-bench $*: stderr lacks '$pattern'"; }
+}
+
+bench_fails "--dir is required" --io-size 1M
+bench_fails "unknown flag '--depth'" --dir "$tmp" --depth 4
+bench_fails "--block_size: expected a size from 512 to" --dir "$tmp" --block_size 100
+bench_fails "--block_size: expected a size" --dir "$tmp" --block_size 4X
+bench_fails "--queue_depth: expected a size from 1 to 65536" --dir "$tmp" --queue_depth 0
+bench_fails "--queue_depth: expected a size" --dir "$tmp" --queue_depth -3
+bench_fails "--io-size: expected a size" --dir "$tmp" --io-size ""
+bench_fails "--overlap_events: expected 0 or 1, got 'yes'" --dir "$tmp" --overlap_events yes
+bench_fails "--io-size: expected a multiple of --intra_op_parallelism" --dir "$tmp" \
+    --io-size 1001 --intra_op_parallelism 2
+bench_fails "--io-size: expected a value after it" --dir "$tmp" --io-size
+bench_fails "aio.block_size is 1000: expected a multiple of 512" --dir "$tmp" \
+    --io-size 1M --block_size 1000
+
+"$troupe" nvme-bench --help | grep -q -- "--queue_depth" || fail "--help lacks --queue_depth"
+"$troupe" help | grep -q "nvme-bench" || fail "troupe help lacks nvme-bench"
+
+"$troupe" nvme-bench --dir "$tmp" --io-size 8M --block_size 256K --queue_depth 4 \
+    --intra_op_parallelism 2 > "$tmp/out" || fail "a small run failed"
+grep -Eq '^nvme.write: [0-9.]+ GB/s$' "$tmp/out" || { cat "$tmp/out"; fail "no nvme.write line"; }
+grep -Eq '^nvme.read: [0-9.]+ GB/s$' "$tmp/out" || { cat "$tmp/out"; fail "no nvme.read line"; }
+[ -z "$(ls "$tmp" | grep troupe_nvme_bench || true)" ] || fail "the bench file was left behind"
+echo "nvme-bench: bad flags refused with exit 2; a run prints write and read GB/s"
