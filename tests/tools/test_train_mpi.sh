@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 troupe train`: two ranks train the tiny GPT, only rank 0 reports, and the
 # result is the same training as one process with twice the accumulation steps (the final
-# losses printed agree to the printed digits), at ZeRO 0 and at ZeRO 2 with overlap_comm; a
-# 2-rank checkpoint resumes in one process and a 1-process one on 2 ranks, ending where the
-# unbroken run ends.
+# losses printed agree within 2 in their last digit: float summation order), at ZeRO 0 and at
+# ZeRO 2 with overlap_comm; a 2-rank checkpoint resumes in one process and a 1-process one on
+# 2 ranks, ending where the unbroken run ends.
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe -np 2)
+# two printed losses (4 decimals) agree within float summation order: 2 in the last digit
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(d <= 2e-4 && -d <= 2e-4) }'; }
 
 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 6 --print-every 1 > out.txt 2> err.txt ||
     { cat out.txt err.txt; fail "2 ranks did not train"; }
@@ -23,7 +25,7 @@ one_proc[1]=$tmp/ds2.json
 "$troupe" train "${one_proc[@]}" --steps 6 --print-every 1 > out1.txt 2> err1.txt ||
     { cat out1.txt err1.txt; fail "one process did not train"; }
 one=$(grep '^summary:' out1.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
-[ "$two" = "$one" ] || fail "2 ranks ended at loss $two, one process with GAS 2 at $one"
+close "$two" "$one" || fail "2 ranks ended at loss $two, one process with GAS 2 at $one"
 
 # ZeRO 2 with overlap_comm: gradients reduce-scattered at every micro-step while the backward
 # goes on; the same training again
@@ -39,7 +41,7 @@ z2[1]=$tmp/ds_z2.json
     { cat out.txt err.txt; fail "2 ranks at ZeRO 2 did not train"; }
 grep -q "ZeRO stage 2: rank 1 updates parameters" err.txt || { cat err.txt; fail "not ZeRO 2"; }
 zero2=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
-[ "$zero2" = "$one" ] || fail "2 ranks at ZeRO 2 ended at loss $zero2, one process at $one"
+close "$zero2" "$one" || fail "2 ranks at ZeRO 2 ended at loss $zero2, one process at $one"
 
 # checkpoints: 2 ranks save at step 3 (each rank its optimizer partition at ZeRO 1); one
 # process with GAS 2 (the same global batch) resumes there and ends at the loss the 2-rank run
@@ -68,13 +70,13 @@ expect_exit 2 "optim_states_rank[01].trck: lo: its slice \[0, [0-9]*) overlaps a
     > out1.txt 2> err1.txt || { cat out1.txt err1.txt; fail "one process did not resume"; }
 grep -q "^resume: loaded ck at step 3" out1.txt || { cat out1.txt; fail "not resumed at 3"; }
 resumed=$(grep '^summary:' out1.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
-[ "$resumed" = "$two" ] || fail "one process resumed from 2 ranks ends at $resumed, 2 ranks at $two"
+close "$resumed" "$two" || fail "one process resumed from 2 ranks ends at $resumed, 2 ranks at $two"
 rm -rf ck1 && "$troupe" train "${one_proc[@]}" --steps 3 --save-dir ck1 > /dev/null 2>&1 ||
     fail "one process did not save"
 "${mpi[@]}" "$troupe" train "${z1[@]}" --steps 6 --save-dir ck1 --resume > out.txt 2> err.txt ||
     { cat out.txt err.txt; fail "2 ranks did not resume a 1-process checkpoint"; }
 back=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
-[ "$back" = "$two" ] || fail "2 ranks resumed from one process end at $back, without a break at $two"
+close "$back" "$two" || fail "2 ranks resumed from one process end at $back, without a break at $two"
 # a rank whose collective differs (an injected wrong header on rank 1) is named at once, with
 # both headers, and the job ends non-zero instead of hanging (the CTest timeout would catch it)
 rc=0
