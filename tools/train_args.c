@@ -82,7 +82,10 @@ void train_usage(FILE *f)
                "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
                "bad flag, file, config or checkpoint (--resume).\n"
                "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
-               "the ranks come from the launcher and rank 0 prints. Every rank writes its part\n"
+               "the ranks come from the launcher and rank 0 prints. The config's\n"
+               "zero_optimization.stage (0-2) and overlap_comm say what is partitioned and\n"
+               "when the gradients travel; each rank's memory is logged at start. A rank that\n"
+               "diverges or hangs is named (troupe.comm.timeout_s). Every rank writes its part\n"
                "of a checkpoint (with ZeRO stage >= 1 its optimizer partition); --resume works\n"
                "with another number of ranks than the save's (the optimizer state is split\n"
                "anew; keep train_batch_size the same so the data stream continues).\n\n");
