@@ -20,5 +20,8 @@ int tr_cmd_launch(int argc, char **argv);
 /* `troupe nvme-bench --dir D [aio flags] [--io-size N]` (cmd_nvme_bench.c; exit 1 when the
  * I/O fails). */
 int tr_cmd_nvme_bench(int argc, char **argv);
+/* `troupe nvme-tune --dir D [--io-size N] [--budget-s S]` (cmd_nvme_tune.c; exit 1 when the
+ * I/O fails). */
+int tr_cmd_nvme_tune(int argc, char **argv);
 
 #endif

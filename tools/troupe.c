@@ -19,6 +19,8 @@ static const tr_command_t commands[] = {
     {"trace", "summarise, plot or merge trace files (troupe trace --help)", tr_cmd_trace},
     {"nvme-bench", "measure the aio engine's write and read GB/s in a directory",
      tr_cmd_nvme_bench},
+    {"nvme-tune", "sweep the aio knobs in a directory; print the best `aio` section",
+     tr_cmd_nvme_tune},
     {"help", "list the commands", cmd_help},
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

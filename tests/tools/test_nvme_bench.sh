@@ -37,5 +37,29 @@ bench_fails "aio.block_size is 1000: expected a multiple of 512" --dir "$tmp" \
     --intra_op_parallelism 2 > "$tmp/out" || fail "a small run failed"
 grep -Eq '^nvme.write: [0-9.]+ GB/s$' "$tmp/out" || { cat "$tmp/out"; fail "no nvme.write line"; }
 grep -Eq '^nvme.read: [0-9.]+ GB/s$' "$tmp/out" || { cat "$tmp/out"; fail "no nvme.read line"; }
+grep -q '^nvme.block_size: 262144 bytes$' "$tmp/out" || { cat "$tmp/out"; fail "--block_size not used"; }
 [ -z "$(ls "$tmp" | grep troupe_nvme_bench || true)" ] || fail "the bench file was left behind"
+
+# --deepspeed_config: the options come from the config's aio section (as the swapper reads
+# it); the aio flags override it wherever they stand; a bad config or section exits 2.
+cat > "$tmp/ds.json" <<'JSON'
+{"train_batch_size": 8,
+ "aio": {"block_size": 131072, "queue_depth": 4, "intra_op_parallelism": 2,
+         "single_submit": true, "overlap_events": false}}
+JSON
+"$troupe" nvme-bench --dir "$tmp" --io-size 4M --deepspeed_config "$tmp/ds.json" > "$tmp/out" \
+    || fail "a run with --deepspeed_config failed"
+for want in "block_size: 131072 bytes" "queue_depth: 4" "intra_op_parallelism: 2" \
+    "single_submit: 1" "overlap_events: 0"; do
+    grep -q "^nvme.$want$" "$tmp/out" || { cat "$tmp/out"; fail "config's aio not used: $want"; }
+done
+"$troupe" nvme-bench --queue_depth 16 --dir "$tmp" --io-size 4M --deepspeed_config "$tmp/ds.json" \
+    --overlap_events 1 > "$tmp/out" || fail "a run with --deepspeed_config and flags failed"
+for want in "block_size: 131072 bytes" "queue_depth: 16" "overlap_events: 1"; do
+    grep -q "^nvme.$want$" "$tmp/out" || { cat "$tmp/out"; fail "flags over the config: $want"; }
+done
+echo '{"train_batch_size": 8, "aio": {"queue_depth": 0}}' > "$tmp/bad.json"
+bench_fails "aio.queue_depth" --dir "$tmp" --deepspeed_config "$tmp/bad.json"
+bench_fails "--deepspeed_config $tmp/none.json" --dir "$tmp" --deepspeed_config "$tmp/none.json"
+bench_fails "--deepspeed_config: expected a value after it" --dir "$tmp" --deepspeed_config
 echo "nvme-bench: bad flags refused with exit 2; a run prints write and read GB/s"
