@@ -3,7 +3,8 @@
 # taken side by side on the same file system, minutes apart at most.
 #
 #   bench/nvme/run.sh BUILD_DIR [--dir DIR] [--io-size N] [--block_size N] [--queue_depth N]
-#                               [--intra_op_parallelism N] [--reps R]
+#                               [--intra_op_parallelism N] [--single_submit 0|1]
+#                               [--overlap_events 0|1] [--reps R]
 #
 # Ours: `troupe nvme-bench` (tools/cmd_nvme_bench.c) writes N bytes into a fresh file under DIR
 # with one request of the aio engine (libaio, O_DIRECT), then reads them back with one request,
@@ -14,7 +15,10 @@
 # [i*N/P, (i+1)*N/P) (offset_increment), a sequential write pass then a read pass of the same
 # file. fallocate=none, because nvme-bench does not preallocate: both write into an empty file
 # that grows (on ext4 that matters: writes past the end of the file are not the same work as
-# writes into allocated blocks). fio's batching options stay at its defaults.
+# writes into allocated blocks). The engine's batching maps onto fio's: single_submit 1 (one
+# io_submit per iocb) is iodepth_batch_submit=1, single_submit 0 (one per batch) is
+# iodepth_batch_submit=Q; overlap_events 1 (refill after every io_getevents with min 1) is
+# iodepth_batch_complete_min=1, overlap_events 0 (reap a whole batch) is =Q.
 #
 # Each repetition runs both, alternating which goes first (ours then fio, then fio then ours,
 # ...), after one unrecorded warm-up of each; the figures are the medians over the repetitions,
@@ -23,15 +27,16 @@
 # driver): figures taken on anything but an NVMe drive say so.
 #
 # Defaults: DIR = BUILD_DIR/bench-nvme (created and removed), N = 1G, block_size 1M,
-# queue_depth 8, intra_op_parallelism 1 (the config's `aio` defaults), 5 repetitions.
+# queue_depth 8, intra_op_parallelism 1, single_submit 0, overlap_events 1 (the config's `aio`
+# defaults), 5 repetitions.
 # Sizes take a K, M or G suffix (powers of 1024). fio is installed with scripts/install-deps.sh
 # when missing (Debian's package).
 set -euo pipefail
-usage="usage: run.sh BUILD_DIR [--dir DIR] [--io-size N] [--block_size N] [--queue_depth N] [--intra_op_parallelism N] [--reps R]"
+usage="usage: run.sh BUILD_DIR [--dir DIR] [--io-size N] [--block_size N] [--queue_depth N] [--intra_op_parallelism N] [--single_submit 0|1] [--overlap_events 0|1] [--reps R]"
 build=$(cd "${1:?$usage}" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-dir="" io_size=1G bs=1M qd=8 par=1 reps=5
+dir="" io_size=1G bs=1M qd=8 par=1 single=0 overlap=1 reps=5
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
     case $1 in
@@ -40,6 +45,8 @@ while [ $# -gt 0 ]; do
         --block_size) bs=$2 ;;
         --queue_depth) qd=$2 ;;
         --intra_op_parallelism) par=$2 ;;
+        --single_submit) single=$2 ;;
+        --overlap_events) overlap=$2 ;;
         --reps) reps=$2 ;;
         *) echo "run.sh: unknown option $1 ($usage)" >&2; exit 2 ;;
     esac
@@ -58,6 +65,8 @@ n=$(bytes --io-size "$io_size")
 bsb=$(bytes --block_size "$bs")
 [[ $qd =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --queue_depth: expected a positive integer, got '$qd'" >&2; exit 2; }
 [[ $par =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --intra_op_parallelism: expected a positive integer, got '$par'" >&2; exit 2; }
+[[ $single =~ ^[01]$ ]] || { echo "run.sh: --single_submit: expected 0 or 1, got '$single'" >&2; exit 2; }
+[[ $overlap =~ ^[01]$ ]] || { echo "run.sh: --overlap_events: expected 0 or 1, got '$overlap'" >&2; exit 2; }
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --reps: expected a positive integer, got '$reps'" >&2; exit 2; }
 slice=$((n / par))
 if [ $((slice * par)) -ne "$n" ] || [ "$bsb" -eq 0 ] || [ $((slice % bsb)) -ne 0 ]; then
@@ -68,6 +77,13 @@ fi
 
 troupe=$build/troupe
 [ -x "$troupe" ] || { echo "run.sh: $troupe is not built (make build)" >&2; exit 1; }
+# nvme-bench's --single_submit is a bare switch in some builds and takes 0|1 in others.
+if "$troupe" nvme-bench --help | grep -q -- '--single_submit 0|1'; then
+    single_flag=(--single_submit "$single")
+elif [ "$single" -eq 1 ]; then single_flag=(--single_submit)
+else single_flag=()
+fi
+fio_batch=(--iodepth_batch_submit=$((single ? 1 : qd)) --iodepth_batch_complete_min=$((overlap ? 1 : qd)))
 command -v fio >/dev/null || "$here/../../scripts/install-deps.sh" fio
 command -v fio >/dev/null || { echo "run.sh: fio is not installed and could not be" >&2; exit 1; }
 
@@ -120,7 +136,8 @@ describe_device() {
 ours() {
     local out
     out=$("$troupe" nvme-bench --dir "$dir" --io-size "$n" --block_size "$bsb" \
-        --queue_depth "$qd" --intra_op_parallelism "$par") || { echo "run.sh: troupe nvme-bench failed" >&2; exit 1; }
+        --queue_depth "$qd" --intra_op_parallelism "$par" "${single_flag[@]}" \
+        --overlap_events "$overlap") || { echo "run.sh: troupe nvme-bench failed" >&2; exit 1; }
     local w r
     w=$(awk '$1 == "nvme.write:" { print $2 }' <<< "$out")
     r=$(awk '$1 == "nvme.read:" { print $2 }' <<< "$out")
@@ -133,7 +150,7 @@ fio_pass() {
     local rw=$1 json=$tmp/fio_$1.json
     fio --name="troupe_$rw" --filename="$fiofile" --rw="$rw" --bs="$bsb" --iodepth="$qd" \
         --numjobs="$par" --size="$slice" --offset_increment="$slice" --ioengine=libaio \
-        --direct=1 --fallocate=none --thread --group_reporting \
+        --direct=1 --fallocate=none "${fio_batch[@]}" --thread --group_reporting \
         --output-format=json --output="$json" > "$tmp/fio.log" 2>&1 \
         || { echo "run.sh: fio --rw=$rw failed:" >&2; cat "$tmp/fio.log" "$json" >&2; exit 1; }
     python3 - "$json" "$rw" "$n" <<'PY'
@@ -161,7 +178,7 @@ theirs() {
 # Median of column $2 of file $1.
 median() {
     awk -v c="$2" '{ print $c }' "$1" | sort -g |
-        awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+        awk '{ v[NR] = $1 } END { printf "%.3f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(free -g | awk '/^Mem:/ { print $2 }') GiB RAM, Linux $(uname -r)"
@@ -169,7 +186,8 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "load_average_at_start: $(cut -d' ' -f1-3 /proc/loadavg)"
 describe_device
 echo "nvme.workload: $n bytes written then read in one fresh file, block_size $bsb, queue_depth $qd," \
-     "intra_op_parallelism $par (fio numjobs), O_DIRECT; $reps repetitions after 1 warm-up, medians"
+     "intra_op_parallelism $par (fio numjobs), single_submit $single, overlap_events $overlap" \
+     "(fio ${fio_batch[*]}), O_DIRECT; $reps repetitions after 1 warm-up, medians"
 echo "fio: $(fio --version)"
 
 ours; theirs
