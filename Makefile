@@ -3,8 +3,9 @@
 #   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
-#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp one group
-#                    (bench-dp: data-parallel training and collectives against MPI and PyTorch DDP)
+#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme
+#                    one group (bench-dp: data-parallel training and collectives against MPI and
+#                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -16,7 +17,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine bench-dp \
+.PHONY: all deps build test demo pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine bench-dp bench-nvme \
         install clean fuzz-config
 
 all: build
@@ -70,7 +71,7 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors bench-kernels bench-engine bench-dp
+bench: bench-actors bench-kernels bench-engine bench-dp bench-nvme
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
@@ -95,6 +96,14 @@ bench-dp: build
 	@scripts/install-deps.sh python3-torch || echo "bench-dp: python3-torch could not be installed; the PyTorch peer will be skipped"
 	$(CMAKE) --build build -j $(JOBS) --target bench-dp-all
 	bench/dp/run.sh build $(BENCH_ARGS)
+
+# The aio engine (`troupe nvme-bench`) against fio (libaio, direct=1) writing then reading the
+# same size in a fresh file, same block size, queue depth and jobs, interleaved repetitions,
+# medians and the ratios (bench/nvme/run.sh; under a minute). fio is installed if missing.
+# The directory defaults to build/bench-nvme: BENCH_ARGS="--dir /mnt/nvme" to measure a drive.
+bench-nvme: build
+	@scripts/install-deps.sh fio
+	bench/nvme/run.sh build $(BENCH_ARGS)
 
 build-fuzz/CMakeCache.txt: | deps
 	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \
