@@ -455,6 +455,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
         .name = "engine-supervisor", .defer_stop = 1, .lane_kind = TR_LANE_CONTROL};
     int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
     if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
+    if (!rc && tr__optimizer_swaps(eng)) rc = tr__swapper_spawn(eng, err, errlen);
     if (!rc) rc = tr__executor_spawn(eng);
     if (!rc) rc = tr__bucketer_spawn(eng);
     if (!rc) rc = tr__comm_spawn(eng, err, errlen);
@@ -587,7 +588,7 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
 static void stop_actors(tr_engine_t *eng)
 {
     tr_actor_t all[] = {eng->loader, eng->executor,  eng->bucketer,
-                        eng->comm,   eng->optimizer, eng->checkpointer};
+                        eng->comm,   eng->optimizer, eng->checkpointer, eng->swapper};
     size_t n = sizeof(all) / sizeof(all[0]);
     tr__client_t *c = eng->client;
     pthread_mutex_lock(&c->mu);
@@ -646,6 +647,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     tr__bucketer_free(eng);
     tr__comm_free(eng);
     tr__optimizer_free(eng);
+    tr__swapper_free(eng);
     tr__checkpointer_free(eng);
     tr__dataset_close(eng->train);
     tr__dataset_close(eng->val);

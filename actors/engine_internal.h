@@ -81,6 +81,20 @@ typedef struct tr__optim_slice {
     bool partitioned;
 } tr__optim_slice_t;
 
+/* The optimizer's state offloaded to NVMe (swapper.c): this rank's partition [lo, hi) is cut
+ * into n_groups sub-groups of `group` elements (the last may be shorter). Sub-group g's
+ * moment arrays lie in a swap buffer as n_arrays arrays of `group` floats each (m, then v,
+ * then vmax), followed by the swapper's trailer; `slot_bytes` is a buffer's size and a
+ * sub-group's slot in the swap file. The optimizer steps a sub-group in one of the n_bufs
+ * registered buffers buf_ids[] (owner: the swapper), which it names in SWAP messages. */
+#define TR__MAX_SWAP_BUFS 64
+enum { TR__SWAP_READ = 1, TR__SWAP_WRITE = 2 };
+typedef struct tr__swap_layout {
+    size_t group, n_groups, slot_bytes;
+    int n_arrays, n_bufs;
+    uint64_t buf_ids[TR__MAX_SWAP_BUFS];
+} tr__swap_layout_t;
+
 typedef struct tr__dataset tr__dataset_t;
 typedef struct tr__optim tr__optim_t;
 
@@ -131,9 +145,11 @@ struct tr_engine {
     double loss_scale0; /* the loss scale of the first step */
     tr_engine_memory_t memory; /* filled as the actors are made */
     tr__optim_slice_t optim_slice; /* set by the optimizer's spawn; checkpoints read it */
+    tr__swap_layout_t swap; /* set by the swapper's spawn (offload_optimizer.device nvme) */
     tr_monitor_t *mon;  /* NULL: off; thread-safe */
     char flight_path[1024];
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
+    tr_actor_t swapper; /* NONE unless the optimizer's state is offloaded to NVMe */
     uint64_t buf_params, buf_grads;             /* registry ids */
     uint64_t buf_stage_in, buf_stage_targets, buf_stage_y; /* the client's staging batch */
     tr__client_t *client;
@@ -145,6 +161,7 @@ struct tr_engine {
     struct tr__bucketer *bk;
     struct tr__comm *cm;
     tr__optim_t *op;
+    struct tr__swapper *sw;
     tr__dataset_t *train, *val; /* the loader's and the executor's */
     struct tr__dsmon *ds;       /* the executor's */
 
@@ -204,7 +221,14 @@ void tr__bucketer_free(tr_engine_t *eng);
 int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen);
 void tr__comm_free(tr_engine_t *eng);
 int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen);
+/* The optimizer keeps its state in the swapper's file (offload_optimizer.device nvme and
+ * an optimizer with state). Fixed at create. */
+bool tr__optimizer_swaps(const tr_engine_t *eng);
 void tr__optimizer_free(tr_engine_t *eng);
+/* Only with zero_optimization.offload_optimizer.device nvme; after the optimizer's spawn
+ * (it reads optim_slice). Writes every sub-group's zeroed state, so a full disk is found now. */
+int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen);
+void tr__swapper_free(tr_engine_t *eng);
 int tr__checkpointer_spawn(tr_engine_t *eng);
 void tr__checkpointer_free(tr_engine_t *eng);
 

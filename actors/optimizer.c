@@ -67,6 +67,19 @@ struct tr__optim {
     tr_msg_t *lamb_held;   /* partitioned Lamb: the STEP_DONE waiting for those sums */
     tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
     uint64_t moments_id; /* the block's registry id */
+    /* NVMe offload (offload_optimizer.device nvme): the moments live in the swapper's file,
+     * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run) */
+    bool swaps;
+    struct swap_run {
+        int mode;          /* RUN_STEP, RUN_SAVE, RUN_RESTORE; 0: none */
+        size_t next, done; /* sub-groups started, finished */
+        float mul;         /* RUN_STEP: the combined unscale-and-clip factor */
+        bool stepping;     /* update() left the moments' part of the step to the pipeline */
+        float *stage;      /* RUN_SAVE: into this block; RUN_RESTORE: from it (m, v, vmax) */
+        tr_msg_t *held;    /* the STEP_DONE or ENGINE_STATE sent when the run ends */
+    } run;
+    float *save_stage;     /* a save's copy of the moments, until the next step (registered) */
+    uint64_t save_stage_id;
     /* the step being assembled */
     double sumsq;
     size_t covered;
@@ -105,31 +118,41 @@ static float *grad_at(const tr__optim_t *o, size_t at)
     return o->gpart ? o->gpart + (at - o->lo) : o->grads + at;
 }
 
-/* One range of the elementwise optimizers (Adam, AdamW, SGD, Lion), weight decay or not. */
-static void update_range(tr__optim_t *o, const decay_range_t *r, float mul, float *p)
+/* The moment arrays of the elements [at, at + n): m, v (Adam) and vmax (AMSGrad). */
+typedef struct moments {
+    float *m, *v, *vmax;
+} moments_t;
+
+/* Elements [at, at + n) of one decay range, for the elementwise optimizers (Adam, AdamW,
+ * SGD, Lion), weight decay or not; s holds their moments. */
+static void update_piece(tr__optim_t *o, bool decay, size_t at, size_t n, float mul, moments_t s)
 {
-    size_t at = r->at, n = r->n;
-    float *g = grad_at(o, at);
+    float *p = o->params + at, *g = grad_at(o, at);
     if (o->runs_as == TR_OPTIMIZER_SGD) {
         tr_sgd_opts_t so = o->sgd;
-        so.weight_decay = r->decay ? so.weight_decay : 0.0f;
-        tr_sgd_update(&so, o->st.step == 0, mul, p + at, g, o->m + (at - o->lo), n);
+        so.weight_decay = decay ? so.weight_decay : 0.0f;
+        tr_sgd_update(&so, o->st.step == 0, mul, p, g, s.m, n);
     } else if (o->runs_as == TR_OPTIMIZER_LION) {
         tr_lion_opts_t lo = o->lion;
-        lo.weight_decay = r->decay ? lo.weight_decay : 0.0f;
-        tr_lion_update(&lo, mul, p + at, g, o->m + (at - o->lo), n);
+        lo.weight_decay = decay ? lo.weight_decay : 0.0f;
+        tr_lion_update(&lo, mul, p, g, s.m, n);
     } else if (o->amsgrad) {
         tr_adam_opts_t ao = o->adam;
-        ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update_amsgrad(&ao, &o->st, mul, p + at, g, o->m + (at - o->lo),
-                               o->v + (at - o->lo), o->vmax + (at - o->lo), n);
+        ao.weight_decay = decay ? ao.weight_decay : 0.0f;
+        tr_adam_update_amsgrad(&ao, &o->st, mul, p, g, s.m, s.v, s.vmax, n);
     } else {
         tr_adam_opts_t ao = o->adam;
-        ao.weight_decay = r->decay ? ao.weight_decay : 0.0f;
-        tr_adam_update(&ao, &o->st, mul, p + at, g, o->m + (at - o->lo),
-                       o->v + (at - o->lo), n, NULL,
-                       TR_HALF_NONE);
+        ao.weight_decay = decay ? ao.weight_decay : 0.0f;
+        tr_adam_update(&ao, &o->st, mul, p, g, s.m, s.v, n, NULL, TR_HALF_NONE);
     }
+}
+
+/* A whole range, its moments in the in-memory block. */
+static void update_range(tr__optim_t *o, const decay_range_t *r, float mul)
+{
+    size_t k = r->at - o->lo;
+    moments_t s = {o->m + k, o->v ? o->v + k : NULL, o->vmax ? o->vmax + k : NULL};
+    update_piece(o, r->decay, r->at, r->n, mul, s);
 }
 
 /* Lamb's options for tensor k of layer l: its own weight decay. */
@@ -200,15 +223,19 @@ static int update_lamb(tr__optim_t *o, float mul)
  * tensors the model marks no_decay (biases, LayerNorm weights). */
 static int update(tr__optim_t *o, float lr, float mul)
 {
-    float *p = o->params;
     int rc = 0;
     o->adam.lr = o->lamb.lr = o->sgd.lr = o->lion.lr = lr;
     if (o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION)
-        tr_adam_state_advance(&o->adam, &o->st);
+        tr_adam_state_advance(&o->adam, &o->st); /* once per step, offloaded or not */
+    if (o->swaps) { /* the sub-group pipeline updates the parameters (swap_step_group) */
+        o->run.stepping = true;
+        o->run.mul = mul;
+        return 0;
+    }
     if (o->runs_as == TR_OPTIMIZER_LAMB)
         rc = update_lamb(o, mul);
     for (int i = 0; o->runs_as != TR_OPTIMIZER_LAMB && i < o->n_ranges; i++)
-        update_range(o, &o->ranges[i], mul, p);
+        update_range(o, &o->ranges[i], mul);
     if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
         o->st.step++;
     return rc;
@@ -315,6 +342,9 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
 static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
+static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held);
+static void save_stage_free(tr__optim_t *o);
+enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE };
 
 /* The step is taken (or skipped, or failed): STEP_DONE (m) to the executor, after the
  * parameter all-gather when partitioned. */
@@ -328,8 +358,19 @@ static int step_taken(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
     return rc;
 }
 
-/* Every gradient of the step is reduced: DeepSpeed's step, then STEP_DONE (partitioned Lamb:
- * once its per-tensor sums are reduced over the ranks). */
+/* The parameters are updated: the reduced gradients are spent; STEP_DONE (m) follows
+ * (partitioned Lamb: once its per-tensor sums are reduced over the ranks). */
+static int step_end(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
+{
+    const tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
+    if (o->gpart) memset(o->gpart, 0, (o->hi - o->lo) * sizeof(float));
+    bool lamb_waits = o->partitioned && o->runs_as == TR_OPTIMIZER_LAMB && d->rc >= 0 &&
+                      !d->skipped;
+    return lamb_waits ? lamb_reduce(ctx, o, m) : step_taken(ctx, o, m);
+}
+
+/* Every gradient of the step is reduced: DeepSpeed's step, then step_end (offloaded: after
+ * the sub-group pipeline has updated the parameters and written the state back). */
 static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_STEP_DONE);
@@ -344,10 +385,11 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
-    if (o->gpart) memset(o->gpart, 0, (o->hi - o->lo) * sizeof(float));
-    bool lamb_waits = o->partitioned && o->runs_as == TR_OPTIMIZER_LAMB && d->rc >= 0 &&
-                      !d->skipped;
-    return lamb_waits ? lamb_reduce(ctx, o, m) : step_taken(ctx, o, m);
+    if (o->run.stepping) { /* then step_end */
+        save_stage_free(o); /* a save's copy is written by now: the client waited for it */
+        return swap_begin(ctx, o, RUN_STEP, m);
+    }
+    return step_end(ctx, o, m);
 }
 
 /* Partitioned Lamb: the pieces' sums all-reduced over the ranks (COMM_REDUCE, in place). */
@@ -510,17 +552,211 @@ static int on_gathered(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_gather_t
     return rc;
 }
 
+/* A copy of an ENGINE_STATE, to send on (NULL: no memory). */
+static tr_msg_t *state_copy(tr_ctx_t *ctx, const tr_msg_engine_state_t *s, uint64_t step)
+{
+    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_STATE, sizeof(*s));
+    if (!m) return NULL;
+    memcpy(tr_msg_body(m), s, sizeof(*s));
+    m->step = step;
+    return m;
+}
+
+static int send_or_free(tr_ctx_t *ctx, tr_actor_t to, tr_msg_t *m)
+{
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 /* Sends an ENGINE_STATE on, as a copy of s. */
 static int forward_state(tr_ctx_t *ctx, const tr_msg_engine_state_t *s, tr_actor_t to,
                          uint64_t step)
 {
-    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_STATE, sizeof(*s));
+    tr_msg_t *m = state_copy(ctx, s, step);
+    return m ? send_or_free(ctx, to, m) : TR_ENOMEM;
+}
+
+/* --- NVMe offload: the sub-group pipeline ----------------------------------------------
+ *
+ * A run (a step, a save or a restore) walks this rank's sub-groups in order over the
+ * swapper's n_bufs buffers. Each buffer starts one sub-group: a read (RUN_RESTORE: the
+ * buffer is filled from the checkpoint's arrays and written). When a read comes back the
+ * sub-group is stepped and written back (RUN_STEP) or copied out (RUN_SAVE); when a buffer's
+ * last request for its sub-group comes back, the buffer starts the next sub-group. The
+ * swapper serves requests in order, so with three buffers it reads sub-group i + 1 and
+ * writes i - 1 back while this actor steps i. The run ends when every sub-group is done;
+ * then the held message (STEP_DONE, or the ENGINE_STATE) goes on. A swapper error has
+ * already failed the engine: the run is dropped. */
+
+static size_t group_n(const tr__optim_t *o, size_t g)
+{
+    size_t a = o->lo + g * o->eng->swap.group, b = a + o->eng->swap.group;
+    return (b < o->hi ? b : o->hi) - a;
+}
+
+static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b)
+{
+    const tr_engine_t *e = o->eng;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
     if (!m) return TR_ENOMEM;
-    memcpy(tr_msg_body(m), s, sizeof(*s));
-    m->step = step;
-    int rc = tr_actor_send(ctx->rt, to, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
+    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
+    q->op = op;
+    q->group = g;
+    q->tag = (uint32_t)b;
+    m->step = o->global_steps;
+    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.slot_bytes, TR_DTYPE_U8,
+                           &q->buf);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(e, rc, "optimizer: cannot ask the swapper for sub-group %zu: %s", g,
+                        tr_strerror(rc));
+    }
     return rc;
+}
+
+/* Copies sub-group g between a swap buffer (n_arrays arrays of `group` floats) and the run's
+ * block of whole arrays (n_arrays arrays of hi - lo floats). */
+static void copy_group(const tr__optim_t *o, size_t g, float *buf, bool to_block)
+{
+    size_t S = o->hi - o->lo, G = o->eng->swap.group, n = group_n(o, g);
+    for (int k = 0; k < o->n_arrays; k++) {
+        float *blk = o->run.stage + (size_t)k * S + g * G, *sw = buf + (size_t)k * G;
+        memcpy(to_block ? blk : sw, to_block ? sw : blk, n * sizeof(float));
+    }
+}
+
+/* The step's update of sub-group g, its moments in buf: each decay range's part in it. */
+static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
+{
+    size_t G = o->eng->swap.group, a = o->lo + g * G, b = a + group_n(o, g);
+    for (int i = 0; i < o->n_ranges; i++) {
+        const decay_range_t *r = &o->ranges[i];
+        size_t x = r->at > a ? r->at : a, y = r->at + r->n < b ? r->at + r->n : b;
+        if (x >= y) continue;
+        size_t k = x - a;
+        moments_t s = {buf + k, o->n_arrays > 1 ? buf + G + k : NULL,
+                       o->amsgrad ? buf + (size_t)(o->n_arrays - 1) * G + k : NULL};
+        update_piece(o, r->decay, x, y - x, o->run.mul, s);
+    }
+}
+
+static int swap_start_group(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b)
+{
+    if (o->run.mode != RUN_RESTORE) return swap_send(ctx, o, TR__SWAP_READ, g, b);
+    tr_buffer_info_t info;
+    int rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
+    if (rc < 0) return rc;
+    copy_group(o, g, info.base, false);
+    return swap_send(ctx, o, TR__SWAP_WRITE, g, b);
+}
+
+/* Every sub-group is done: the held message goes on. */
+static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    tr_msg_t *m = o->run.held;
+    int mode = o->run.mode;
+    o->run = (struct swap_run){0};
+    if (mode == RUN_SAVE) return send_or_free(ctx, o->eng->checkpointer, m);
+    if (mode == RUN_RESTORE) return send_or_free(ctx, o->eng->executor, m);
+    if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
+        o->st.step++; /* as update() does in memory, after every element */
+    return step_end(ctx, o, m);
+}
+
+static void swap_drop(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    if (o->run.held) tr_msg_free(ctx->rt, o->run.held);
+    o->run = (struct swap_run){0};
+}
+
+/* The moments' part of a step, or a save's or restore's copy: held goes on at the end. */
+static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held)
+{
+    const tr__swap_layout_t *l = &o->eng->swap;
+    o->run.mode = mode;
+    o->run.next = o->run.done = 0;
+    o->run.held = held;
+    if (l->n_groups == 0) return swap_end(ctx, o);
+    int rc = 0;
+    for (int b = 0; rc == 0 && b < l->n_bufs && o->run.next < l->n_groups; b++)
+        rc = swap_start_group(ctx, o, o->run.next++, b);
+    if (rc < 0) swap_drop(ctx, o);
+    return rc;
+}
+
+/* The swapper's answer for one sub-group of the run. */
+static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
+{
+    const tr_engine_t *e = o->eng;
+    char why[256];
+    float *buf = q->rc < 0 || !o->run.mode ? NULL : tr__resolve(e, &q->buf, why, sizeof(why));
+    if (!buf) { /* the swapper has failed the engine; else this is an engine bug */
+        if (q->rc >= 0)
+            tr__engine_fail(e, TR_EINVAL, "optimizer: a swap reply for sub-group %llu: %s",
+                            (unsigned long long)q->group, o->run.mode ? why : "no run");
+        swap_drop(ctx, o);
+        return 0;
+    }
+    int b = (int)q->tag, rc = 0;
+    if (q->op == TR__SWAP_READ && o->run.mode == RUN_STEP) {
+        swap_step_group(o, q->group, buf);
+        rc = swap_send(ctx, o, TR__SWAP_WRITE, q->group, b);
+        if (rc < 0) swap_drop(ctx, o);
+        return rc;
+    }
+    if (q->op == TR__SWAP_READ) copy_group(o, q->group, buf, true); /* RUN_SAVE */
+    o->run.done++;
+    if (o->run.next < e->swap.n_groups) rc = swap_start_group(ctx, o, o->run.next++, b);
+    else if (o->run.done == e->swap.n_groups) return swap_end(ctx, o);
+    if (rc < 0) swap_drop(ctx, o);
+    return rc;
+}
+
+/* A save's block for the moments (m, v, vmax of this rank's partition), registered: the
+ * checkpointer writes it. Made at the first save, freed at the next step. */
+static int save_stage(tr__optim_t *o)
+{
+    const tr_engine_t *e = o->eng;
+    size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
+    if (o->save_stage) return 0;
+    if (!(o->save_stage = malloc(bytes ? bytes : 1))) return TR_ENOMEM;
+    tr_buffer_info_t info = {.name = "optimizer/save_moments",
+                             .base = o->save_stage,
+                             .bytes = bytes,
+                             .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = e->optimizer,
+                             .lifetime = TR_BUFFER_REQUEST};
+    int rc = tr_buffer_register(e->rt, &info, &o->save_stage_id);
+    if (rc < 0) free(o->save_stage), o->save_stage = NULL;
+    return rc;
+}
+
+static void save_stage_free(tr__optim_t *o)
+{
+    if (!o->save_stage) return;
+    tr_buffer_unregister(o->eng->rt, o->save_stage_id);
+    free(o->save_stage);
+    o->save_stage = NULL;
+}
+
+/* SAVE with the moments in the swap file: they are read back into a staging block, which
+ * the ENGINE_STATE names, before it goes on to the checkpointer. */
+static int save_swapped(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s, size_t bytes)
+{
+    int rc = save_stage(o);
+    if (rc == 0)
+        rc = tr_buffer_ref(o->eng->rt, o->save_stage_id, 0, bytes, TR_DTYPE_F32, &s->moments);
+    tr_msg_t *m = rc == 0 ? state_copy(ctx, s, o->global_steps) : NULL;
+    if (!m) {
+        tr__reply(o->eng, rc < 0 ? rc : TR_ENOMEM, NULL, "save: no memory for a copy of the "
+                  "offloaded optimizer state (%zu bytes)", bytes);
+        return 0;
+    }
+    o->run.stage = o->save_stage;
+    return swap_begin(ctx, o, RUN_SAVE, m);
 }
 
 /* SAVE: adds the optimizer's counters and scalar state; on to the checkpointer. */
@@ -543,6 +779,7 @@ static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
     s->global_step = o->global_steps;
     s->skipped_steps = o->skipped_steps;
     size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float); /* this rank's slice */
+    if (o->swaps) return save_swapped(ctx, o, s, bytes);
     if (o->n_arrays) tr_buffer_ref(o->eng->rt, o->moments_id, 0, bytes, TR_DTYPE_F32, &s->moments);
     return forward_state(ctx, s, o->eng->checkpointer, o->global_steps);
 }
@@ -574,9 +811,15 @@ static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s
         snprintf(s->error, sizeof(s->error), "%s", why);
         return forward_state(ctx, s, e->checkpointer, o->global_steps);
     }
-    if (moments) memcpy(o->m, moments, bytes);
     o->global_steps = s->global_step;
     o->skipped_steps = s->skipped_steps;
+    if (moments && o->swaps) { /* into the swap file, then on to the executor */
+        tr_msg_t *m = state_copy(ctx, s, o->global_steps);
+        if (!m) return TR_ENOMEM;
+        o->run.stage = (float *)moments; /* read only: RUN_RESTORE copies out of it */
+        return swap_begin(ctx, o, RUN_RESTORE, m);
+    }
+    if (moments) memcpy(o->m, moments, bytes);
     return forward_state(ctx, s, e->executor, o->global_steps);
 }
 
@@ -587,6 +830,7 @@ static int optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_COMM_GATHER) return on_gathered(ctx, o, TR_MSG_AS(msg, comm_gather));
     if (msg->type == TR_MSG_COMM_SCALAR) return on_norm(ctx, o, TR_MSG_AS(msg, comm_scalar));
     if (msg->type == TR_MSG_COMM_REDUCE) return on_lamb_sums(ctx, o, TR_MSG_AS(msg, comm_reduce));
+    if (msg->type == TR_MSG_SWAP) return on_swap(ctx, o, TR_MSG_AS(msg, swap));
     if (msg->type != TR_MSG_ENGINE_STATE) return 0;
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
@@ -722,7 +966,7 @@ static int register_moments(tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
     size_t S = o->hi - o->lo, bytes = (size_t)o->n_arrays * S * sizeof(float);
-    if (!o->n_arrays) return 0;
+    if (!o->n_arrays || o->swaps) return 0; /* offloaded: the swapper's file holds them */
     if (!(o->m = calloc(1, bytes ? bytes : 1))) return TR_ENOMEM;
     /* m always; v for Adam and Lamb; vmax for AMSGrad (see tr__optimizer_array_names) */
     bool second = o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION;
@@ -784,6 +1028,14 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
     const char *names[3];
     o->n_arrays = tr__optimizer_array_names(eng, names, 3);
+    o->swaps = tr__optimizer_swaps(eng);
+    if (o->swaps && o->runs_as == TR_OPTIMIZER_LAMB) {
+        snprintf(err, errlen, "%s: zero_optimization.offload_optimizer.device \"nvme\" with a "
+                 "Lamb optimizer: Lamb needs each whole tensor's norms before it updates any of "
+                 "it, which the sub-group pipeline does not do yet; use Adam, AdamW, SGD or "
+                 "Lion, or keep the state in memory (device \"cpu\" or \"none\")", c->source);
+        return TR_ECONFIG;
+    }
     int rc0 = partition(o);
     if (rc0 < 0) return rc0;
     eng->optim_slice = (tr__optim_slice_t){o->lo, o->hi, o->partitioned};
@@ -810,11 +1062,19 @@ void tr__optimizer_free(tr_engine_t *eng)
     tr__optim_t *o = eng->op;
     if (!o) return;
     free(o->m); /* v and vmax are inside m's block */
+    free(o->save_stage);
     free(o->gpart);
     free(o->lamb_sums);
     free(o->ranges);
     free(o);
     eng->op = NULL;
+}
+
+bool tr__optimizer_swaps(const tr_engine_t *eng)
+{
+    const char *names[3];
+    return eng->cfg->zero.offload_optimizer.device == TR_OFFLOAD_NVME &&
+           tr__optimizer_array_names(eng, names, 3) > 0;
 }
 
 /* --- checkpoint state ------------------------------------------------------------------ */

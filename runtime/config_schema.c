@@ -56,7 +56,7 @@
 /* Why a key has no effect yet (the warning's words). */
 #define W_STAGE3 "ZeRO stage 3 (partitioned parameters) is not built yet"
 #define W_GATHER "the parameter partitions are all-gathered in place, in one operation"
-#define W_OFFLOAD "the swapper actor is not built yet: the state stays in memory"
+#define W_OFFLOAD "not built yet: only the optimizer's state is offloaded (offload_optimizer.device nvme)"
 #define W_FP32 "the CPU kernels compute in fp32"
 #define W_COMM "nothing is communicated at world size 1"
 #define W_CALLER "collectives are started by the comm actor, there is no caller to name"
@@ -77,18 +77,19 @@ static const char *const tag_validations[] = {"Ignore", "Warn", "Fail", NULL};
 /* --- zero_optimization ------------------------------------------------------------------ */
 
 static const tr__cfg_key_t offload_optimizer_keys[] = {
-    NOEFF(W_OFFLOAD, ENUM("device", zero.offload_optimizer.device, 0, devices, TR__F_NULLABLE,
-                          "where optimizer state lives: none, cpu or nvme")),
-    NOEFF(W_OFFLOAD, STR("nvme_path", zero.offload_optimizer.nvme_path, NULL, TR__F_NULLABLE,
-                         "folder for the swap files (needed with device nvme)")),
-    NOEFF(W_OFFLOAD, INT("buffer_count", zero.offload_optimizer.buffer_count, 4, 0, BIG,
-                         "swap buffers for optimizer state")),
-    NOEFF(W_OFFLOAD, BOOL("pin_memory", zero.offload_optimizer.pin_memory, 1,
-                          "page-locked host buffers")),
-    NOEFF(W_OFFLOAD, BOOL("pipeline_read", zero.offload_optimizer.pipeline_read, 0,
-                          "overlap NVMe reads")),
-    NOEFF(W_OFFLOAD, BOOL("pipeline_write", zero.offload_optimizer.pipeline_write, 0,
-                          "overlap NVMe writes")),
+    ACT(ENUM("device", zero.offload_optimizer.device, 0, devices, TR__F_NULLABLE,
+             "where optimizer state lives: none or cpu (host memory), nvme (swap files)")),
+    ACT(STR("nvme_path", zero.offload_optimizer.nvme_path, NULL, TR__F_NULLABLE,
+            "folder for the swap files, nvme_path/troupe_swap/rank<R>/ (device nvme)")),
+    ACT(INT("buffer_count", zero.offload_optimizer.buffer_count, 4, 0, BIG,
+            "sub-group swap buffers when pipelined (device nvme); at least 1 + "
+            "pipeline_read + pipeline_write")),
+    ACT(BOOL("pin_memory", zero.offload_optimizer.pin_memory, 1,
+             "page-locked swap buffers (device nvme)")),
+    ACT(BOOL("pipeline_read", zero.offload_optimizer.pipeline_read, 0,
+             "read the next sub-group while one is stepped (device nvme)")),
+    ACT(BOOL("pipeline_write", zero.offload_optimizer.pipeline_write, 0,
+             "write a sub-group back while the next is stepped (device nvme)")),
     NOEFF(W_OFFLOAD, BOOL("fast_init", zero.offload_optimizer.fast_init, 0,
                           "fast optimizer init with NVMe")),
     NOEFF(W_OFFLOAD, DBL("ratio", zero.offload_optimizer.ratio, 1.0, 0.0, 1.0,
@@ -144,8 +145,9 @@ static const tr__cfg_key_t zero_keys[] = {
     DEPR("cpu_offload", "offload_optimizer"),
     DEPR("cpu_offload_params", "offload_param"),
     DEPR("cpu_offload_param", "offload_param"),
-    NOEFF("the optimizer steps its whole partition in one pass", INT("sub_group_size", zero.sub_group_size, 1e9, 0, BIG,
-                      "optimizer step tile (elements)")),
+    ACT(INT("sub_group_size", zero.sub_group_size, 1e9, 0, BIG,
+            "elements per optimizer sub-group: the unit swapped with offload_optimizer "
+            "device nvme (in memory the partition is stepped in one pass)")),
     NOEFF(W_STAGE3, INT("prefetch_bucket_size", zero.prefetch_bucket_size, 5e7, 0, BIG,
                       "stage 3 prefetch")),
     NOEFF(W_STAGE3, INT("param_persistence_threshold", zero.param_persistence_threshold, 1e5, 0,
