@@ -4,7 +4,8 @@
  * overlap_comm on and off: the same losses within float summation order (1e-5 relative per
  * step: the ranks' sums are added in another order than one process's), the same evaluation
  * loss, parameters bit-identical on every rank after every step, and each rank's memory what
- * its stage says. */
+ * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1 and 2 are bitwise their
+ * runs in memory. */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -159,6 +160,61 @@ static void test_engine_dp_zero2_matches_one_process(void **state)
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 1});
     check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 3});
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2});
+}
+
+/* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
+ * of 20 elements cut inside the tensors and the partitions): at ZeRO 1 and 2 the run is
+ * bitwise the same stage's run in memory on the same ranks. */
+static void train_offload(int stage, const char *nvme, float *loss, uint64_t *hash)
+{
+    char json[1024], off[400] = "";
+    if (nvme)
+        snprintf(off, sizeof(off), ", \"sub_group_size\": 20, \"offload_optimizer\": "
+                 "{\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 3, "
+                 "\"pipeline_read\": true, \"pipeline_write\": true}", nvme);
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60%s},"
+             " \"troupe\": {\"runtime\": {\"workers\": 1}}}", stage, off);
+    tr_config_t *cfg;
+    tr_engine_t *eng = test_mlp_engine(json, "dp_offload.json", 0, &cfg);
+    for (int i = 0; i < STEPS; i++) {
+        tr_step_stats_t st;
+        if (tr_engine_train_batch(eng, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(eng));
+        loss[i] = st.loss;
+        hash[i] = params_hash(eng);
+    }
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+static void test_engine_dp_nvme_offload_is_bitwise_in_memory(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/tr_dp_offload.XXXXXX";
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) assert_non_null(mkdtemp(dir));
+    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    for (int stage = 1; stage <= 2; stage++) {
+        float mem_loss[STEPS], nvme_loss[STEPS];
+        uint64_t mem_hash[STEPS], nvme_hash[STEPS];
+        train_offload(stage, NULL, mem_loss, mem_hash);
+        train_offload(stage, dir, nvme_loss, nvme_hash);
+        if (rank == 0)
+            printf("nvme offload, stage %d: loss %.9g -> %.9g (in memory %.9g -> %.9g)\n", stage,
+                   nvme_loss[0], nvme_loss[STEPS - 1], mem_loss[0], mem_loss[STEPS - 1]);
+        assert_memory_equal(nvme_loss, mem_loss, sizeof(mem_loss));
+        assert_memory_equal(nvme_hash, mem_hash, sizeof(mem_hash));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
 }
 
 /* Lamb's trust ratio is per tensor, and partitions cut tensors: each rank's piece gives its
@@ -371,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
+        cmocka_unit_test(test_engine_dp_nvme_offload_is_bitwise_in_memory),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
         cmocka_unit_test(test_engine_dp_16_bit_wire),
         cmocka_unit_test(test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere),
