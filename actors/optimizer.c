@@ -691,11 +691,12 @@ static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
 {
     const tr_engine_t *e = o->eng;
     char why[256];
-    float *buf = q->rc < 0 || !o->run.mode ? NULL : tr__resolve(e, &q->buf, why, sizeof(why));
+    if (!o->run.mode) return 0; /* the rest of a run dropped at a failure: the engine failed */
+    float *buf = q->rc < 0 ? NULL : tr__resolve(e, &q->buf, why, sizeof(why));
     if (!buf) { /* the swapper has failed the engine; else this is an engine bug */
         if (q->rc >= 0)
             tr__engine_fail(e, TR_EINVAL, "optimizer: a swap reply for sub-group %llu: %s",
-                            (unsigned long long)q->group, o->run.mode ? why : "no run");
+                            (unsigned long long)q->group, why);
         swap_drop(ctx, o);
         return 0;
     }

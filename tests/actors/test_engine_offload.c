@@ -3,7 +3,8 @@
  * sub-group by sub-group. Training gives bitwise the losses and parameters of in-memory
  * training for each elementwise optimizer, with and without the pipeline; a flipped byte in
  * the swap file stops training with a message naming the file and the offset; a save and a
- * resume in a new engine are bit-exact; Lamb and too few buffers are refused at create. */
+ * resume in a new engine are bit-exact; Lamb, too few buffers and a disk without room for the
+ * state are refused at create. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -199,6 +200,29 @@ static void test_offload_refuses_lamb_and_too_few_buffers(void **state)
     check_refused(json, "buffer_count is 2");
 }
 
+/* A disk without room for the state: an error at create naming the file (a 8 KiB tmpfs for
+ * 4 slots of 4096 bytes; skipped where tmpfs cannot be mounted, as without root). */
+static void test_offload_full_disk_is_an_error_at_create(void **state)
+{
+    (void)state;
+    char mnt[200], cmd[600], json[1200], saved[256];
+    snprintf(mnt, sizeof(mnt), "%.180s/small", tmpdir);
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && mount -t tmpfs -o size=8k tmpfs '%s' "
+             "2>/dev/null", mnt, mnt);
+    if (system(cmd) != 0) {
+        printf("offload: full disk: skipped (cannot mount a tmpfs here)\n");
+        skip();
+    }
+    memcpy(saved, tmpdir, sizeof(saved));
+    snprintf(tmpdir, sizeof(tmpdir), "%s", mnt); /* config_json's nvme_path */
+    config_json(json, sizeof(json), ADAMW, true, 3, true);
+    memcpy(tmpdir, saved, sizeof(saved));
+    check_refused(json, "small/troupe_swap/rank0/optimizer.swp");
+    check_refused(json, "the disk is full");
+    snprintf(cmd, sizeof(cmd), "umount '%s'", mnt);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int setup_dir(void **state)
 {
     (void)state;
@@ -209,8 +233,8 @@ static int setup_dir(void **state)
 static int remove_dir(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "umount '%s/small' 2>/dev/null; rm -rf '%s'", tmpdir, tmpdir);
     return system(cmd);
 }
 
@@ -222,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_offload_flipped_byte_names_file_and_offset),
         cmocka_unit_test(test_offload_resume_is_bit_exact),
         cmocka_unit_test(test_offload_refuses_lamb_and_too_few_buffers),
+        cmocka_unit_test(test_offload_full_disk_is_an_error_at_create),
     };
     return cmocka_run_group_tests_name("engine_offload", tests, setup_dir, remove_dir);
 }
