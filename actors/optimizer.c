@@ -9,6 +9,9 @@
  * then sends STEP_DONE to the executor. Learning rates follow DeepSpeed: the first step uses
  * the optimizer's lr (OneCycle and LRRangeTest start from their minimum), each later one the
  * scheduler's lr at its current iteration.
+ *
+ * With offload_optimizer.device nvme the moments live in the swapper's file, and the update
+ * runs sub-group by sub-group through the swapper before STEP_DONE (see "NVMe offload").
  */
 #include <math.h>
 #include <stdio.h>
