@@ -659,18 +659,11 @@ static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
  * checkpointer writes it. Made at the first save, freed at the next step. */
 static int save_stage(tr__optim_t *o)
 {
-    const tr_engine_t *e = o->eng;
     size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
     if (o->save_stage) return 0;
     if (!(o->save_stage = malloc(bytes ? bytes : 1))) return TR_ENOMEM;
-    tr_buffer_info_t info = {.name = "optimizer/save_moments",
-                             .base = o->save_stage,
-                             .bytes = bytes,
-                             .dtype = TR_DTYPE_F32,
-                             .device_type = TR_DEVICE_CPU,
-                             .owner = e->optimizer,
-                             .lifetime = TR_BUFFER_REQUEST};
-    int rc = tr_buffer_register(e->rt, &info, &o->save_stage_id);
+    int rc = tr__optimizer_register(o, "optimizer/save_moments", o->save_stage, bytes,
+                                    TR_DTYPE_F32, TR_BUFFER_REQUEST, &o->save_stage_id);
     if (rc < 0) free(o->save_stage), o->save_stage = NULL;
     return rc;
 }

@@ -75,6 +75,10 @@ struct tr__optim {
     size_t covered;
 };
 
+/* Registers a CPU buffer the optimizer owns (name, dtype, lifetime: troupe/buffer.h). */
+int tr__optimizer_register(tr__optim_t *o, const char *name, void *base, size_t bytes, int dtype,
+                           int lifetime, uint64_t *id);
+
 /* The actor's behaviour (optimizer.c), for the spawn (optimizer_setup.c). */
 int tr__optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg);
 

@@ -140,7 +140,6 @@ static int partition(tr__optim_t *o)
  * and restores it through a reference. */
 static int register_moments(tr__optim_t *o)
 {
-    const tr_engine_t *e = o->eng;
     size_t S = o->hi - o->lo, bytes = (size_t)o->n_arrays * S * sizeof(float);
     if (!o->n_arrays || o->swaps) return 0; /* offloaded: the swapper's file holds them */
     if (!(o->m = calloc(1, bytes ? bytes : 1))) return TR_ENOMEM;
@@ -148,14 +147,21 @@ static int register_moments(tr__optim_t *o)
     bool second = o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION;
     o->v = second ? o->m + S : NULL;
     o->vmax = o->amsgrad ? o->m + (size_t)(o->n_arrays - 1) * S : NULL;
-    tr_buffer_info_t info = {.name = "optimizer/moments",
-                             .base = o->m,
+    return tr__optimizer_register(o, "optimizer/moments", o->m, bytes, TR_DTYPE_F32,
+                                  TR_BUFFER_RUNTIME, &o->moments_id);
+}
+
+int tr__optimizer_register(tr__optim_t *o, const char *name, void *base, size_t bytes, int dtype,
+                           int lifetime, uint64_t *id)
+{
+    tr_buffer_info_t info = {.base = base,
                              .bytes = bytes,
-                             .dtype = TR_DTYPE_F32,
+                             .dtype = (uint8_t)dtype,
                              .device_type = TR_DEVICE_CPU,
-                             .owner = e->optimizer,
-                             .lifetime = TR_BUFFER_RUNTIME};
-    return tr_buffer_register(e->rt, &info, &o->moments_id);
+                             .owner = o->eng->optimizer,
+                             .lifetime = (uint8_t)lifetime};
+    snprintf(info.name, sizeof(info.name), "%s", name);
+    return tr_buffer_register(o->eng->rt, &info, id);
 }
 
 /* Lamb: two doubles per parameter tensor, registered (partitioned, the comm actor all-reduces
@@ -168,14 +174,8 @@ static int register_lamb_sums(tr__optim_t *o)
         tensors += (size_t)tr_model_layer(e->model, i)->n_params;
     size_t bytes = 2 * (tensors ? tensors : 1) * sizeof(double);
     if (!(o->lamb_sums = calloc(1, bytes))) return TR_ENOMEM;
-    tr_buffer_info_t info = {.name = "optimizer/lamb_norms",
-                             .base = o->lamb_sums,
-                             .bytes = bytes,
-                             .dtype = TR_DTYPE_F64,
-                             .device_type = TR_DEVICE_CPU,
-                             .owner = e->optimizer,
-                             .lifetime = TR_BUFFER_RUNTIME};
-    return tr_buffer_register(e->rt, &info, &o->lamb_sums_id);
+    return tr__optimizer_register(o, "optimizer/lamb_norms", o->lamb_sums, bytes, TR_DTYPE_F64,
+                                  TR_BUFFER_RUNTIME, &o->lamb_sums_id);
 }
 
 int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
