@@ -129,6 +129,12 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
     if (rc < 0)
         tr__engine_fail(w->eng, rc, "swapper: %s %s", q->op == TR__SWAP_READ ? "reading" :
                         "writing", why);
+    if (w->eng->mon) { /* the trace's I/O: bytes so far, beside this lane's spans */
+        uint64_t now = tr_now_ns();
+        tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_READ, (double)w->bytes_read, now);
+        tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_WRITTEN, (double)w->bytes_written,
+                           now);
+    }
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
     if (!m) return TR_ENOMEM;
     *TR_MSG_AS(m, swap) = *q;
@@ -257,7 +263,8 @@ int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
     tr_actor_opts_t o = {.name = "swapper",
                          .pinned = 1,
                          .supervisor = eng->supervisor,
-                         .lane_kind = TR_LANE_COMPUTE};
+                         /* its handlers are the reads and writes: the trace's "io" */
+                         .lane_kind = TR_LANE_IO};
     rc = tr_actor_spawn(eng->rt, swapper_behaviour, w, &o, &eng->swapper);
     if (rc == 0) rc = alloc_buffers(w, eng->swapper);
     if (rc == 0) rc = initialise_file(w, err, errlen);
