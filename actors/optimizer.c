@@ -282,7 +282,7 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
 static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
-static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held);
+static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage);
 static void save_stage_free(tr__optim_t *o);
 enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE };
 
@@ -327,7 +327,7 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     o->covered = 0;
     if (o->run.stepping) { /* then step_end */
         save_stage_free(o); /* a save's copy is written by now: the client waited for it */
-        return swap_begin(ctx, o, RUN_STEP, m);
+        return swap_begin(ctx, o, RUN_STEP, m, NULL);
     }
     return step_end(ctx, o, m);
 }
@@ -592,32 +592,63 @@ static int swap_start_group(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b)
     return swap_send(ctx, o, TR__SWAP_WRITE, g, b);
 }
 
-/* Every sub-group is done: the held message goes on. */
-static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
+/* Every sub-group of a step is stepped: the parameters are whole, STEP_DONE goes on while the
+ * last write-backs are still in flight (they overlap the next forward; the next run waits for
+ * them: swap_begin). */
+static int swap_stepped(tr_ctx_t *ctx, tr__optim_t *o)
 {
     tr_msg_t *m = o->run.held;
-    int mode = o->run.mode;
-    o->run = (struct swap_run){0};
-    if (mode == RUN_SAVE) return send_or_free(ctx, o->eng->checkpointer, m);
-    if (mode == RUN_RESTORE) return send_or_free(ctx, o->eng->executor, m);
+    o->run.held = NULL;
     if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
         o->st.step++; /* as update() does in memory, after every element */
     return step_end(ctx, o, m);
 }
 
+
+/* Every sub-group is done: the held message goes on, then a run that waited starts. */
+static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    int rc = o->run.mode == RUN_STEP && o->run.held ? swap_stepped(ctx, o) : 0;
+    tr_msg_t *m = o->run.held;
+    int mode = o->run.mode;
+    o->run = (struct swap_run){0};
+    if (mode == RUN_SAVE) rc = send_or_free(ctx, o->eng->checkpointer, m);
+    if (mode == RUN_RESTORE) rc = send_or_free(ctx, o->eng->executor, m);
+    if (rc < 0 || !o->queued.mode) return rc;
+    mode = o->queued.mode, m = o->queued.held;
+    float *stage = o->queued.stage;
+    o->run.mul = o->queued.mul;
+    o->queued.mode = 0, o->queued.held = NULL;
+    return swap_begin(ctx, o, mode, m, stage);
+}
+
 static void swap_drop(tr_ctx_t *ctx, tr__optim_t *o)
 {
     if (o->run.held) tr_msg_free(ctx->rt, o->run.held);
+    if (o->queued.held) tr_msg_free(ctx->rt, o->queued.held);
     o->run = (struct swap_run){0};
+    o->queued.mode = 0, o->queued.held = NULL;
 }
 
-/* The moments' part of a step, or a save's or restore's copy: held goes on at the end. */
-static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held)
+/* The moments' part of a step, or a save's or restore's copy: held goes on at the end. While
+ * the last run's write-backs are in flight the new run waits (the swapper serves requests in
+ * order, but the buffers are still the writes'). */
+static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage)
 {
     const tr__swap_layout_t *l = &o->eng->swap;
-    o->run.mode = mode;
-    o->run.next = o->run.done = 0;
-    o->run.held = held;
+    if (o->run.mode) {
+        if (o->queued.mode) { /* one run at a time waits: an engine bug otherwise */
+            tr_msg_free(ctx->rt, held);
+            tr__engine_fail(o->eng, TR_EINVAL, "optimizer: a third swap run while two are "
+                            "pending");
+            return TR_EINVAL;
+        }
+        o->queued.mode = mode, o->queued.held = held, o->queued.mul = o->run.mul;
+        o->queued.stage = stage;
+        return 0;
+    }
+    float mul = o->run.mul;
+    o->run = (struct swap_run){.mode = mode, .held = held, .mul = mul, .stage = stage};
     if (l->n_groups == 0) return swap_end(ctx, o);
     int rc = 0;
     for (int b = 0; rc == 0 && b < l->n_bufs && o->run.next < l->n_groups; b++)
@@ -644,6 +675,7 @@ static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
     if (q->op == TR__SWAP_READ && o->run.mode == RUN_STEP) {
         swap_step_group(o, q->group, buf);
         rc = swap_send(ctx, o, TR__SWAP_WRITE, q->group, b);
+        if (rc == 0 && ++o->run.stepped == e->swap.n_groups) rc = swap_stepped(ctx, o);
         if (rc < 0) swap_drop(ctx, o);
         return rc;
     }
@@ -689,8 +721,7 @@ static int save_swapped(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s,
                   "offloaded optimizer state (%zu bytes)", bytes);
         return 0;
     }
-    o->run.stage = o->save_stage;
-    return swap_begin(ctx, o, RUN_SAVE, m);
+    return swap_begin(ctx, o, RUN_SAVE, m, o->save_stage);
 }
 
 /* SAVE: adds the optimizer's counters and scalar state; on to the checkpointer. */
@@ -750,8 +781,8 @@ static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s
     if (moments && o->swaps) { /* into the swap file, then on to the executor */
         tr_msg_t *m = state_copy(ctx, s, o->global_steps);
         if (!m) return TR_ENOMEM;
-        o->run.stage = (float *)moments; /* read only: RUN_RESTORE copies out of it */
-        return swap_begin(ctx, o, RUN_RESTORE, m);
+        /* read only: RUN_RESTORE copies out of it */
+        return swap_begin(ctx, o, RUN_RESTORE, m, (float *)moments);
     }
     if (moments) memcpy(o->m, moments, bytes);
     return forward_state(ctx, s, e->executor, o->global_steps);

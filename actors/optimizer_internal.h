@@ -66,8 +66,17 @@ struct tr__optim {
         float mul;         /* RUN_STEP: the combined unscale-and-clip factor */
         bool stepping;     /* update() left the moments' part of the step to the pipeline */
         float *stage;      /* RUN_SAVE: into this block; RUN_RESTORE: from it (m, v, vmax) */
-        tr_msg_t *held;    /* the STEP_DONE or ENGINE_STATE sent when the run ends */
+        tr_msg_t *held;    /* the STEP_DONE or ENGINE_STATE sent when the run ends (a step's
+                            * STEP_DONE: once every sub-group is stepped, before the last
+                            * write-backs end: they overlap the next forward) */
+        size_t stepped;    /* RUN_STEP: sub-groups stepped */
     } run;
+    struct {               /* a run asked for while the last one's write-backs go on */
+        int mode;
+        float mul;
+        float *stage;
+        tr_msg_t *held;
+    } queued;
     float *save_stage;     /* a save's copy of the moments, until the next step (registered) */
     uint64_t save_stage_id;
     /* the step being assembled */
