@@ -282,6 +282,7 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
 static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
+static int send_or_free(tr_ctx_t *ctx, tr_actor_t to, tr_msg_t *m);
 static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage);
 static void save_stage_free(tr__optim_t *o);
 enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE };
@@ -293,9 +294,7 @@ static int step_taken(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     d->t_end = tr_now_ns();
     if (o->partitioned && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
-    int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    return send_or_free(ctx, o->eng->executor, m);
 }
 
 /* The parameters are updated: the reduced gradients are spent; STEP_DONE (m) follows
@@ -332,40 +331,54 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     return step_end(ctx, o, m);
 }
 
+/* STEP_DONE (m) waits in o->held while the comm actor serves request r (its reference set
+ * with rc): Lamb's norms, then (partitioned) the parameter all-gather, one after the other. */
+static int ask_comm(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *r, tr_msg_t *m, int rc,
+                    const char *what)
+{
+    r->step = m->step;
+    o->held = m;
+    if (rc == 0) rc = tr_actor_send(ctx->rt, o->eng->comm, r);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, r);
+        tr__engine_fail(o->eng, rc, "optimizer: cannot ask for %s: %s", what, tr_strerror(rc));
+    }
+    return rc;
+}
+
+/* The comm actor answered with rc: the STEP_DONE that waited, or NULL when the request failed
+ * (the engine fails naming `what`). */
+static tr_msg_t *answered(tr_ctx_t *ctx, tr__optim_t *o, int rc, const char *what)
+{
+    tr_msg_t *m = o->held;
+    o->held = NULL;
+    if (m && rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(o->eng, rc, "optimizer: %s failed: %s", what, tr_strerror(rc));
+        return NULL;
+    }
+    return m;
+}
+
 /* Partitioned Lamb: the pieces' sums all-reduced over the ranks (COMM_REDUCE, in place). */
 static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     const tr_engine_t *e = o->eng;
     tr_msg_t *r = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
     if (!r) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
-    tr_msg_comm_reduce_t *v = TR_MSG_AS(r, comm_reduce);
-    r->step = m->step;
-    o->lamb_held = m;
     tr_buffer_info_t info;
     int rc = tr_buffer_info(e->rt, o->lamb_sums_id, &info);
     if (rc == 0)
-        rc = tr_buffer_ref(e->rt, o->lamb_sums_id, 0, info.bytes, TR_DTYPE_F64, &v->buf);
-    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, r);
-    if (rc < 0) {
-        tr_msg_free(ctx->rt, r);
-        tr__engine_fail(e, rc, "optimizer: cannot ask for Lamb's norms over the ranks: %s",
-                        tr_strerror(rc));
-    }
-    return rc;
+        rc = tr_buffer_ref(e->rt, o->lamb_sums_id, 0, info.bytes, TR_DTYPE_F64,
+                           &TR_MSG_AS(r, comm_reduce)->buf);
+    return ask_comm(ctx, o, r, m, rc, "Lamb's norms over the ranks");
 }
 
 /* The sums are whole-tensor sums now: pass 2 with each tensor's trust ratio. */
 static int on_lamb_sums(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_reduce_t *v)
 {
-    tr_msg_t *m = o->lamb_held;
-    o->lamb_held = NULL;
-    if (!m) return TR_EINVAL; /* an engine bug */
-    if (v->rc < 0) {
-        tr_msg_free(ctx->rt, m);
-        tr__engine_fail(o->eng, v->rc, "optimizer: Lamb's norms over the ranks: %s",
-                        tr_strerror(v->rc));
-        return 0;
-    }
+    tr_msg_t *m = answered(ctx, o, v->rc, "Lamb's norms over the ranks");
+    if (!m) return v->rc < 0 ? 0 : TR_EINVAL; /* TR_EINVAL: nothing waited, an engine bug */
     each_lamb_piece(o, lamb_apply, 1.0f);
     return step_taken(ctx, o, m);
 }
@@ -453,7 +466,7 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     return reduce_norm(ctx, o);
 }
 
-/* ZeRO 1: the comm actor all-gathers every rank's updated slice in place, in the parameter
+/* ZeRO 1, 2: the comm actor all-gathers every rank's updated slice in place, in the parameter
  * buffer; STEP_DONE (m) waits until the parameters are whole again. */
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
@@ -462,34 +475,17 @@ static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
     if (!g) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
     tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
     b->count = o->slice;
-    g->step = m->step;
-    o->held = m;
     int rc = tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32,
                            &b->buf);
-    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, g);
-    if (rc < 0) {
-        tr_msg_free(ctx->rt, g);
-        tr__engine_fail(e, rc, "optimizer: cannot ask for the parameter all-gather: %s",
-                        tr_strerror(rc));
-    }
-    return rc;
+    return ask_comm(ctx, o, g, m, rc, "the parameter all-gather");
 }
 
 /* The slices are all-gathered: the parameters are whole on every rank; the step is done. */
 static int on_gathered(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_gather_t *b)
 {
-    tr_msg_t *m = o->held;
-    o->held = NULL;
-    if (!m) return TR_EINVAL; /* an engine bug */
-    if (b->rc < 0) {
-        tr_msg_free(ctx->rt, m);
-        tr__engine_fail(o->eng, b->rc, "optimizer: the parameter all-gather failed: %s",
-                        tr_strerror(b->rc));
-        return 0;
-    }
-    int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    tr_msg_t *m = answered(ctx, o, b->rc, "the parameter all-gather");
+    if (!m) return b->rc < 0 ? 0 : TR_EINVAL; /* TR_EINVAL: nothing waited, an engine bug */
+    return send_or_free(ctx, o->eng->executor, m);
 }
 
 /* A copy of an ENGINE_STATE, to send on (NULL: no memory). */

@@ -54,8 +54,8 @@ struct tr__optim {
     bool overflow_any;  /* ZeRO 2: a rank's partition held Inf or NaN */
     double *lamb_sums;  /* Lamb: per tensor, the sums of p² and u² over this rank's piece */
     uint64_t lamb_sums_id; /* their registry id (partitioned: all-reduced over the ranks) */
-    tr_msg_t *lamb_held;   /* partitioned Lamb: the STEP_DONE waiting for those sums */
-    tr_msg_t *held;     /* ZeRO 1: the STEP_DONE waiting for the all-gather */
+    tr_msg_t *held;     /* the STEP_DONE waiting for the comm actor: Lamb's norms, then
+                         * ZeRO's all-gather (ask_comm) */
     uint64_t moments_id; /* the block's registry id */
     /* NVMe offload (offload_optimizer.device nvme): the moments live in the swapper's file,
      * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run) */
