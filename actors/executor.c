@@ -335,7 +335,8 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
-    tr_model_zero_grad(x->model);
+    if (x->eng->zero != 2) /* ZeRO 2: the optimizer zeroed each bucket as it took its part */
+        tr_model_zero_grad(x->model);
     report_stats(x, d, loss);
     if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
         x->req = 0;
