@@ -184,15 +184,6 @@ static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
     return 0;
 }
 
-int tr__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta)
 {
     /* relaxed: a gauge for the trace, ordered with nothing */

@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "runtime/errf.h"
 #include "troupe/buffer.h"
 #include "troupe/engine.h"
 #include "troupe/log.h"
@@ -190,10 +191,6 @@ void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *reply, const c
  * later call can recover from. Any actor. */
 void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* Writes the explanation into err (errlen bytes) and returns rc: `return tr__errf(...)`. */
-int tr__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* A request message of `kind` (dir and tag empty, n 0), to fill and send. NULL: no memory. */
 tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind);

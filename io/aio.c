@@ -24,6 +24,7 @@
 
 #include "troupe/error.h"
 #include "troupe/log.h"
+#include "runtime/errf.h"
 
 #define WHY_MAX 384
 
@@ -49,19 +50,6 @@ struct tr__aio_request {
     char why[WHY_MAX];
     tr__aio_slice_t slices[];
 };
-
-static int say(char *why, size_t why_len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *why, size_t why_len, int rc, const char *fmt, ...)
-{
-    if (why && why_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 void tr__aio_warn_once(tr_aio_t *aio, int *flag, const char *msg)
 {
@@ -164,13 +152,14 @@ static void finish_slice(tr_aio_t *aio, tr__aio_slice_t *s, const tr__aio_result
     if ((res->err || res->end < slice_end) && (!q->status || s->index < q->err_slice)) {
         q->err_slice = s->index;
         if (res->err)
-            q->status = say(q->why, sizeof q->why, res->err,
-                            "%s '%s': offset %" PRIu64 ", size %zu: %s", op, q->f->path,
-                            res->err_off, res->err_len, tr_strerror(res->err));
+            q->status = tr__errf(q->why, sizeof q->why, res->err,
+                                 "%s '%s': offset %" PRIu64 ", size %zu: %s", op, q->f->path,
+                                 res->err_off, res->err_len, tr_strerror(res->err));
         else
-            q->status = say(q->why, sizeof q->why, TR_ERANGE,
-                            "%s '%s': offset %" PRIu64 ", size %zu: the file ends at byte %" PRIu64,
-                            op, q->f->path, q->off, q->size, res->end);
+            q->status =
+                tr__errf(q->why, sizeof q->why, TR_ERANGE,
+                         "%s '%s': offset %" PRIu64 ", size %zu: the file ends at byte %" PRIu64,
+                         op, q->f->path, q->off, q->size, res->end);
     }
     if (--q->left > 0)
         return;
@@ -221,16 +210,16 @@ static void *worker_main(void *arg)
 static int check_options(const tr_aio_options_t *o, char *why, size_t why_len)
 {
     if (o->block_size < 512 || o->block_size % 512)
-        return say(why, why_len, TR_EINVAL,
-                   "aio.block_size is %zu: expected a multiple of 512 bytes, at least 512",
-                   o->block_size);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "aio.block_size is %zu: expected a multiple of 512 bytes, at least 512",
+                        o->block_size);
     if (o->queue_depth < 1 || o->queue_depth > 65536)
-        return say(why, why_len, TR_EINVAL, "aio.queue_depth is %d: expected 1 to 65536",
-                   o->queue_depth);
+        return tr__errf(why, why_len, TR_EINVAL, "aio.queue_depth is %d: expected 1 to 65536",
+                        o->queue_depth);
     if (o->intra_op_parallelism < 1 || o->intra_op_parallelism > 1024)
-        return say(why, why_len, TR_EINVAL,
-                   "aio.intra_op_parallelism is %d: expected 1 to 1024",
-                   o->intra_op_parallelism);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "aio.intra_op_parallelism is %d: expected 1 to 1024",
+                        o->intra_op_parallelism);
     return 0;
 }
 
@@ -242,13 +231,12 @@ static int start_workers(tr_aio_t *aio, char *why, size_t why_len)
         pthread_cond_init(&w->cv, NULL);
         int rc = tr__aio_ctx_init(&w->ctx, &aio->o);
         if (rc)
-            return say(why, why_len, rc,
-                       "io_setup(%d) for I/O thread %d: %s%s", aio->o.queue_depth, i,
-                       tr_strerror(rc),
-                       rc == -EAGAIN ? " (/proc/sys/fs/aio-max-nr is reached)" : "");
+            return tr__errf(why, why_len, rc, "io_setup(%d) for I/O thread %d: %s%s",
+                            aio->o.queue_depth, i, tr_strerror(rc),
+                            rc == -EAGAIN ? " (/proc/sys/fs/aio-max-nr is reached)" : "");
         rc = -pthread_create(&w->thread, NULL, worker_main, w);
         if (rc)
-            return say(why, why_len, rc, "cannot start I/O thread %d: %s", i, tr_strerror(rc));
+            return tr__errf(why, why_len, rc, "cannot start I/O thread %d: %s", i, tr_strerror(rc));
         w->started = 1;
     }
     return 0;
@@ -261,15 +249,14 @@ int tr_aio_create(const tr_aio_options_t *o, tr_aio_t **out, char *why, size_t w
         return rc;
     tr_aio_t *aio = calloc(1, sizeof *aio + (size_t)o->intra_op_parallelism *
                                                 sizeof(tr__aio_worker_t));
-    if (!aio)
-        return say(why, why_len, TR_ENOMEM, "no memory for the aio engine");
+    if (!aio) return tr__errf(why, why_len, TR_ENOMEM, "no memory for the aio engine");
     aio->o = *o;
     aio->nworkers = o->intra_op_parallelism;
     pthread_mutex_init(&aio->mu, NULL);
     pthread_cond_init(&aio->done, NULL);
     aio->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (aio->efd < 0) {
-        rc = say(why, why_len, -errno, "eventfd: %s", tr_strerror(-errno));
+        rc = tr__errf(why, why_len, -errno, "eventfd: %s", tr_strerror(-errno));
         aio->efd = -1;
     } else {
         rc = start_workers(aio, why, why_len);
@@ -324,16 +311,16 @@ static int start(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_t s
     const char *op = write ? "pwrite" : "pread";
     int n = aio->nworkers;
     if (!(f->flags & (write ? TR_AIO_WRITE : TR_AIO_READ)))
-        return say(why, why_len, TR_EBADF, "%s '%s': the file is not open for %s", op,
-                   f->path, write ? "writing" : "reading");
+        return tr__errf(why, why_len, TR_EBADF, "%s '%s': the file is not open for %s", op, f->path,
+                        write ? "writing" : "reading");
     if (size % (size_t)n)
-        return say(why, why_len, TR_EINVAL,
-                   "%s '%s': offset %" PRIu64 ", size %zu does not divide by "
-                   "aio.intra_op_parallelism %d (each I/O thread moves an equal share)",
-                   op, f->path, off, size, n);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "%s '%s': offset %" PRIu64 ", size %zu does not divide by "
+                        "aio.intra_op_parallelism %d (each I/O thread moves an equal share)",
+                        op, f->path, off, size, n);
     tr__aio_request_t *q = calloc(1, sizeof *q + (size_t)n * sizeof(tr__aio_slice_t));
     if (!q)
-        return say(why, why_len, TR_ENOMEM, "%s '%s': no memory for the request", op, f->path);
+        return tr__errf(why, why_len, TR_ENOMEM, "%s '%s': no memory for the request", op, f->path);
     *q = (tr__aio_request_t){.f = f, .write = write, .buf = buf, .size = size, .off = off,
                              .cb = cb, .user = user, .sync = sync, .left = n};
     pthread_mutex_lock(&aio->mu);
@@ -380,8 +367,7 @@ static int run_sync(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_
         pthread_cond_wait(&aio->done, &aio->mu);
     pthread_mutex_unlock(&aio->mu);
     rc = q->status;
-    if (rc)
-        say(why, why_len, rc, "%s", q->why);
+    if (rc) tr__errf(why, why_len, rc, "%s", q->why);
     free(q);
     return rc;
 }

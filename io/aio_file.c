@@ -15,21 +15,9 @@
 
 #include "troupe/error.h"
 #include "troupe/log.h"
+#include "runtime/errf.h"
 
 #define DEFAULT_ALIGN 4096
-
-static int say(char *why, size_t why_len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *why, size_t why_len, int rc, const char *fmt, ...)
-{
-    if (why && why_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* The file's O_DIRECT offset and memory alignment from statx, else DEFAULT_ALIGN for both. */
 static void read_alignment(tr_aio_file_t *f)
@@ -70,7 +58,7 @@ static int open_direct_or_not(tr_aio_file_t *f, int oflags, char *why, size_t wh
         }
     }
     if (f->fd < 0)
-        return say(why, why_len, -errno, "cannot open '%s': %s", f->path, tr_strerror(-errno));
+        return tr__errf(why, why_len, -errno, "cannot open '%s': %s", f->path, tr_strerror(-errno));
     return 0;
 }
 
@@ -78,12 +66,11 @@ int tr_aio_open(tr_aio_t *aio, const char *path, int flags, tr_aio_file_t **out,
                 size_t why_len)
 {
     if (!(flags & (TR_AIO_READ | TR_AIO_WRITE)))
-        return say(why, why_len, TR_EINVAL, "cannot open '%s': neither read nor write asked",
-                   path);
+        return tr__errf(why, why_len, TR_EINVAL, "cannot open '%s': neither read nor write asked",
+                        path);
     size_t n = strlen(path) + 1;
     tr_aio_file_t *f = calloc(1, sizeof *f + n);
-    if (!f)
-        return say(why, why_len, TR_ENOMEM, "cannot open '%s': no memory", path);
+    if (!f) return tr__errf(why, why_len, TR_ENOMEM, "cannot open '%s': no memory", path);
     memcpy(f->path, path, n);
     f->aio = aio;
     f->flags = flags;
@@ -95,12 +82,13 @@ int tr_aio_open(tr_aio_t *aio, const char *path, int flags, tr_aio_file_t **out,
         read_alignment(f);
         f->fd_buffered = open(path, oflags & ~O_CREAT);
         if (f->fd_buffered < 0)
-            rc = say(why, why_len, -errno, "cannot open '%s' a second time: %s", path,
-                     tr_strerror(-errno));
+            rc = tr__errf(why, why_len, -errno, "cannot open '%s' a second time: %s", path,
+                          tr_strerror(-errno));
         else if (aio->o.block_size % f->align)
-            rc = say(why, why_len, TR_EINVAL,
-                     "aio.block_size %zu is not a multiple of the O_DIRECT alignment of "
-                     "'%s' (%zu bytes)", aio->o.block_size, path, f->align);
+            rc = tr__errf(why, why_len, TR_EINVAL,
+                          "aio.block_size %zu is not a multiple of the O_DIRECT alignment of "
+                          "'%s' (%zu bytes)",
+                          aio->o.block_size, path, f->align);
     }
     if (rc) {
         tr_aio_close(f);

@@ -16,22 +16,12 @@
 
 #include "io/crc32c.h"
 #include "troupe/error.h"
+#include "runtime/errf.h"
 
 #define MAGIC     "TRCKPT\0\1"
 #define END_MAGIC "TEND"
 #define FIXED     24 /* magic, header length, reserved, payload length */
 #define ALIGN     64
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static size_t padded(size_t header_len)
 {
@@ -94,7 +84,7 @@ static int commit(const char *tmp, const char *path, int rc, char *err, size_t e
     if (!rc) rc = fsync_dir_of(path);
     if (rc) {
         unlink(tmp);
-        return fail(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
+        return tr__errf(err, errlen, rc, "%s: write failed: %s", path, tr_strerror(rc));
     }
     return 0;
 }
@@ -140,13 +130,13 @@ int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
                         const tr_ckpt_blob_t *blobs, size_t n_blobs, char *err, size_t errlen)
 {
     if (header_len > UINT32_MAX)
-        return fail(err, errlen, TR_EINVAL, "%s: header of %zu bytes is too large", path,
-                    header_len);
+        return tr__errf(err, errlen, TR_EINVAL, "%s: header of %zu bytes is too large", path,
+                        header_len);
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return fail(err, errlen, TR_EINVAL, "%s: path too long", path);
+        return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     int rc = write_body(fd, header, header_len, blobs, n_blobs);
     if (close(fd) < 0 && !rc) rc = -errno;
     if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
@@ -156,17 +146,17 @@ int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
 static int read_whole(const char *path, unsigned char **mem, size_t *len, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
     }
     *len = (size_t)st.st_size;
     *mem = aligned_alloc(ALIGN, (*len + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
     if (!*mem) {
         close(fd);
-        return fail(err, errlen, TR_ENOMEM, "%s: no memory for %zu bytes", path, *len);
+        return tr__errf(err, errlen, TR_ENOMEM, "%s: no memory for %zu bytes", path, *len);
     }
     size_t got = 0;
     while (got < *len) {
@@ -176,7 +166,8 @@ static int read_whole(const char *path, unsigned char **mem, size_t *len, char *
             int e = n < 0 ? errno : EIO;
             close(fd);
             free(*mem);
-            return fail(err, errlen, -e, "%s: read failed at byte %zu: %s", path, got, strerror(e));
+            return tr__errf(err, errlen, -e, "%s: read failed at byte %zu: %s", path, got,
+                            strerror(e));
         }
         got += (size_t)n;
     }
@@ -188,20 +179,21 @@ static int verify(const char *path, unsigned char *m, size_t len, tr_ckpt_file_t
                   size_t errlen)
 {
     if (len < FIXED + 8 || memcmp(m, MAGIC, 8) != 0)
-        return fail(err, errlen, TR_EFORMAT, "%s: magic: not a troupe checkpoint file", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: magic: not a troupe checkpoint file", path);
     uint64_t header_len = get32(m + 8), payload = get64(m + 16);
     if (header_len > len || payload > len || padded(header_len) + payload + 8 != len)
-        return fail(err, errlen, TR_EFORMAT,
-                    "%s: length: header %llu + payload %llu bytes do not match the file's %zu "
-                    "bytes (truncated?)",
-                    path, (unsigned long long)header_len, (unsigned long long)payload, len);
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: length: header %llu + payload %llu bytes do not match the file's %zu "
+                        "bytes (truncated?)",
+                        path, (unsigned long long)header_len, (unsigned long long)payload, len);
     if (memcmp(m + len - 4, END_MAGIC, 4) != 0)
-        return fail(err, errlen, TR_EFORMAT, "%s: trailer: end marker missing (truncated?)", path);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: trailer: end marker missing (truncated?)",
+                        path);
     uint32_t want = get32(m + len - 8), got = tr__crc32c(0, m, len - 8);
     if (want != got)
-        return fail(err, errlen, TR_ECHECKSUM,
-                    "%s: checksum: CRC-32C is %08x, the file says %08x (corrupted)", path, got,
-                    want);
+        return tr__errf(err, errlen, TR_ECHECKSUM,
+                        "%s: checksum: CRC-32C is %08x, the file says %08x (corrupted)", path, got,
+                        want);
     out->mem = m;
     out->header = m + FIXED;
     out->header_len = header_len;
@@ -245,7 +237,7 @@ int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, 
 {
     memset(out, 0, sizeof(*out));
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     unsigned char fixed[FIXED];
     int rc = fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ? TR_EFORMAT
@@ -255,24 +247,24 @@ int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, 
     if (rc < 0) {
         close(fd);
         return rc == TR_EFORMAT
-                   ? fail(err, errlen, rc, "%s: magic: not a troupe checkpoint file", path)
-                   : fail(err, errlen, rc, "%s: read failed: %s", path, tr_strerror(rc));
+                   ? tr__errf(err, errlen, rc, "%s: magic: not a troupe checkpoint file", path)
+                   : tr__errf(err, errlen, rc, "%s: read failed: %s", path, tr_strerror(rc));
     }
     uint64_t header_len = get32(fixed + 8), payload = get64(fixed + 16), len = (uint64_t)st.st_size;
     if (header_len > len || payload > len || padded(header_len) + payload + 8 != len) {
         close(fd);
-        return fail(err, errlen, TR_EFORMAT,
-                    "%s: length: header %llu + payload %llu bytes do not match the file's %llu "
-                    "bytes (truncated?)",
-                    path, (unsigned long long)header_len, (unsigned long long)payload,
-                    (unsigned long long)len);
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: length: header %llu + payload %llu bytes do not match the file's %llu "
+                        "bytes (truncated?)",
+                        path, (unsigned long long)header_len, (unsigned long long)payload,
+                        (unsigned long long)len);
     }
     unsigned char *m = malloc(header_len ? header_len : 1);
     rc = m ? read_at(fd, m, header_len, FIXED) : TR_ENOMEM;
     close(fd);
     if (rc < 0) {
         free(m);
-        return fail(err, errlen, rc, "%s: header: %s", path, tr_strerror(rc));
+        return tr__errf(err, errlen, rc, "%s: header: %s", path, tr_strerror(rc));
     }
     *out = (tr_ckpt_file_t){.mem = m, .header = m, .header_len = header_len,
                             .payload_len = payload};
@@ -339,11 +331,11 @@ int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t er
 {
     char path[4096];
     if (snprintf(path, sizeof(path), "%s/latest", dir) >= (int)sizeof(path))
-        return fail(err, errlen, TR_EINVAL, "%s: path too long", dir);
+        return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", dir);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (!f) return fail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) return tr__errf(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     int ok = fputs(tag, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int rc = ok ? 0 : -errno;
     if (fclose(f) != 0 && !rc) rc = -errno;
@@ -355,15 +347,16 @@ int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size
     char path[4096];
     snprintf(path, sizeof(path), "%s/latest", dir);
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    if (!f) return tr__errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
     size_t n = fread(tag, 1, cap, f);
     fclose(f);
     while (n && (tag[n - 1] == '\n' || tag[n - 1] == ' '))
         n--;
     if (n == 0 || n >= cap)
-        return fail(err, errlen, TR_EFORMAT, "%s: expected a tag of 1 to %zu bytes", path, cap - 1);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: expected a tag of 1 to %zu bytes", path,
+                        cap - 1);
     tag[n] = '\0';
     if (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, ".."))
-        return fail(err, errlen, TR_EFORMAT, "%s: tag '%s' is not a directory name", path, tag);
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: tag '%s' is not a directory name", path, tag);
     return 0;
 }

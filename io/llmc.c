@@ -17,38 +17,26 @@
 #include <sys/stat.h>
 
 #include "troupe/error.h"
-
-static int say(int err, char *why, size_t why_len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int say(int err, char *why, size_t why_len, const char *fmt, ...)
-{
-    if (why && why_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
+#include "runtime/errf.h"
 
 /* Opens path and reads its header; on success *f is open and *size is the file's size. */
 static int open_header(const char *path, FILE **f, int32_t *h, long long *size, char *why,
                        size_t why_len)
 {
     *f = fopen(path, "rb");
-    if (!*f) return say(-errno, why, why_len, "%s: cannot open: %s", path, strerror(errno));
+    if (!*f) return tr__errf(why, why_len, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(*f), &st) == 0 && S_ISDIR(st.st_mode)) {
         fclose(*f);
-        return say(TR_EISDIR, why, why_len, "%s: is a directory; expected an llm.c file", path);
+        return tr__errf(why, why_len, TR_EISDIR, "%s: is a directory; expected an llm.c file",
+                        path);
     }
     if (fstat(fileno(*f), &st) != 0 ||
         fread(h, sizeof(int32_t), TR_LLMC_HEADER_INTS, *f) != TR_LLMC_HEADER_INTS) {
         fclose(*f);
-        return say(TR_EFORMAT, why, why_len,
-                   "%s: truncated header: the file has fewer than %d bytes", path,
-                   TR_LLMC_HEADER_INTS * 4);
+        return tr__errf(why, why_len, TR_EFORMAT,
+                        "%s: truncated header: the file has fewer than %d bytes", path,
+                        TR_LLMC_HEADER_INTS * 4);
     }
     *size = (long long)st.st_size;
     return 0;
@@ -58,25 +46,27 @@ static int check_magic(const char *path, const int32_t *h, int magic, int versio
                        size_t why_len)
 {
     if (h[0] != magic)
-        return say(TR_EFORMAT, why, why_len, "%s: header[0] (magic) is %d, expected %d", path, h[0],
-                   magic);
+        return tr__errf(why, why_len, TR_EFORMAT, "%s: header[0] (magic) is %d, expected %d", path,
+                        h[0], magic);
     if (h[1] != version)
-        return say(TR_EFORMAT, why, why_len, "%s: header[1] (version) is %d, expected %d%s", path,
-                   h[1], version,
-                   magic == TR_LLMC_MODEL_MAGIC && h[1] == 5 ? " (version 5 is bf16; only fp32 "
-                                                               "checkpoints are supported)"
-                                                             : "");
+        return tr__errf(why, why_len, TR_EFORMAT, "%s: header[1] (version) is %d, expected %d%s",
+                        path, h[1], version,
+                        magic == TR_LLMC_MODEL_MAGIC && h[1] == 5
+                            ? " (version 5 is bf16; only fp32 "
+                              "checkpoints are supported)"
+                            : "");
     return 0;
 }
 
 static int check_size(const char *path, long long size, long long want, char *why, size_t why_len)
 {
     if (size < want)
-        return say(TR_EFORMAT, why, why_len, "%s: truncated: %lld bytes, the header implies %lld",
-                   path, size, want);
+        return tr__errf(why, why_len, TR_EFORMAT,
+                        "%s: truncated: %lld bytes, the header implies %lld", path, size, want);
     if (size > want)
-        return say(TR_EFORMAT, why, why_len,
-                   "%s: %lld bytes, the header implies %lld (trailing data)", path, size, want);
+        return tr__errf(why, why_len, TR_EFORMAT,
+                        "%s: %lld bytes, the header implies %lld (trailing data)", path, size,
+                        want);
     return 0;
 }
 
@@ -96,8 +86,8 @@ static int header_config(const char *path, const int32_t *h, tr_gpt2_config_t *g
                                    "num_heads",   "channels",   "padded_vocab_size"};
     for (int i = 2; i < 8; i++)
         if (h[i] < 1 || h[i] > (1 << 24))
-            return say(TR_EFORMAT, why, why_len, "%s: header[%d] (%s) is %d, expected 1..%d", path,
-                       i, fields[i - 2], h[i], 1 << 24);
+            return tr__errf(why, why_len, TR_EFORMAT, "%s: header[%d] (%s) is %d, expected 1..%d",
+                            path, i, fields[i - 2], h[i], 1 << 24);
     *g = (tr_gpt2_config_t){.max_seq_len = h[2],
                             .vocab_size = h[3],
                             .num_layers = h[4],
@@ -105,13 +95,14 @@ static int header_config(const char *path, const int32_t *h, tr_gpt2_config_t *g
                             .channels = h[6],
                             .padded_vocab_size = h[7]};
     if (g->channels % g->num_heads)
-        return say(TR_EFORMAT, why, why_len,
-                   "%s: header[6] (channels) %d is not a multiple of header[5] (num_heads) %d",
-                   path, g->channels, g->num_heads);
+        return tr__errf(why, why_len, TR_EFORMAT,
+                        "%s: header[6] (channels) %d is not a multiple of header[5] (num_heads) %d",
+                        path, g->channels, g->num_heads);
     if (g->padded_vocab_size < g->vocab_size)
-        return say(TR_EFORMAT, why, why_len,
-                   "%s: header[7] (padded_vocab_size) %d is less than header[3] (vocab_size) %d",
-                   path, g->padded_vocab_size, g->vocab_size);
+        return tr__errf(
+            why, why_len, TR_EFORMAT,
+            "%s: header[7] (padded_vocab_size) %d is less than header[3] (vocab_size) %d", path,
+            g->padded_vocab_size, g->vocab_size);
     return 0;
 }
 
@@ -179,23 +170,24 @@ static int walk(const tr_model_t *m, tensor_fn fn, FILE *f)
 int tr_llmc_gpt2_load_into(tr_model_t *model, const char *path, char *why, size_t why_len)
 {
     const tr_gpt2_config_t *have = tr_model_gpt2_config(model);
-    if (!have) return say(TR_EINVAL, why, why_len, "%s: the model is not a GPT-2", path);
+    if (!have) return tr__errf(why, why_len, TR_EINVAL, "%s: the model is not a GPT-2", path);
     FILE *f;
     tr_gpt2_config_t g;
     int err = open_checkpoint(path, &f, &g, why, why_len);
     if (err) return err;
     if (memcmp(&g, have, sizeof(g)) != 0) {
         fclose(f);
-        return say(TR_EMISMATCH, why, why_len,
-                   "%s: checkpoint is maxT %d V %d Vp %d L %d NH %d C %d, the model maxT %d V %d "
-                   "Vp %d L %d NH %d C %d",
-                   path, g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers,
-                   g.num_heads, g.channels, have->max_seq_len, have->vocab_size,
-                   have->padded_vocab_size, have->num_layers, have->num_heads, have->channels);
+        return tr__errf(
+            why, why_len, TR_EMISMATCH,
+            "%s: checkpoint is maxT %d V %d Vp %d L %d NH %d C %d, the model maxT %d V %d "
+            "Vp %d L %d NH %d C %d",
+            path, g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads,
+            g.channels, have->max_seq_len, have->vocab_size, have->padded_vocab_size,
+            have->num_layers, have->num_heads, have->channels);
     }
     err = walk(model, read_tensor, f);
     fclose(f);
-    return err ? say(TR_EIO, why, why_len, "%s: read error in the parameters", path) : 0;
+    return err ? tr__errf(why, why_len, TR_EIO, "%s: read error in the parameters", path) : 0;
 }
 
 int tr_llmc_gpt2_load(const char *path, tr_model_t **out, char *why, size_t why_len)
@@ -218,9 +210,9 @@ static int save_atomically(const char *path, const int32_t *h, int (*body)(FILE 
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return say(TR_EINVAL, why, why_len, "%s: path too long", path);
+        return tr__errf(why, why_len, TR_EINVAL, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return say(-errno, why, why_len, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) return tr__errf(why, why_len, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     int bad = fwrite(h, sizeof(int32_t), TR_LLMC_HEADER_INTS, f) != TR_LLMC_HEADER_INTS;
     bad = bad || body(f, arg);
     int err = bad ? (errno ? -errno : TR_EIO) : 0;
@@ -228,7 +220,7 @@ static int save_atomically(const char *path, const int32_t *h, int (*body)(FILE 
     if (!err && rename(tmp, path) != 0) err = -errno;
     if (err) {
         remove(tmp);
-        return say(err, why, why_len, "%s: write failed: %s", path, tr_strerror(err));
+        return tr__errf(why, why_len, err, "%s: write failed: %s", path, tr_strerror(err));
     }
     return 0;
 }
@@ -241,7 +233,7 @@ static int gpt2_body(FILE *f, const void *model)
 int tr_llmc_gpt2_save(const tr_model_t *model, const char *path, char *why, size_t why_len)
 {
     const tr_gpt2_config_t *g = tr_model_gpt2_config(model);
-    if (!g) return say(TR_EINVAL, why, why_len, "%s: the model is not a GPT-2", path);
+    if (!g) return tr__errf(why, why_len, TR_EINVAL, "%s: the model is not a GPT-2", path);
     int32_t h[TR_LLMC_HEADER_INTS] = {TR_LLMC_MODEL_MAGIC, TR_LLMC_MODEL_VERSION, g->max_seq_len,
                                       g->vocab_size,       g->num_layers,         g->num_heads,
                                       g->channels,         g->padded_vocab_size};
@@ -261,13 +253,13 @@ int tr_llmc_tokens_load(const char *path, uint16_t **tokens, size_t *count, char
     if (err) return err;
     err = check_magic(path, h, TR_LLMC_TOKENS_MAGIC, TR_LLMC_TOKENS_VERSION, why, why_len);
     if (!err && h[2] < 0)
-        err = say(TR_EFORMAT, why, why_len, "%s: header[2] (token count) is %d, expected >= 0",
-                  path, h[2]);
+        err = tr__errf(why, why_len, TR_EFORMAT, "%s: header[2] (token count) is %d, expected >= 0",
+                       path, h[2]);
     if (!err) err = check_size(path, size, 4LL * TR_LLMC_HEADER_INTS + 2LL * h[2], why, why_len);
     uint16_t *t = err ? NULL : malloc(h[2] ? (size_t)h[2] * 2 : 1);
     if (!err && !t) err = TR_ENOMEM;
     if (!err && fread(t, 2, (size_t)h[2], f) != (size_t)h[2])
-        err = say(TR_EIO, why, why_len, "%s: read error in the tokens", path);
+        err = tr__errf(why, why_len, TR_EIO, "%s: read error in the tokens", path);
     fclose(f);
     if (err) {
         free(t);
@@ -293,8 +285,8 @@ int tr_llmc_tokens_save(const char *path, const uint16_t *tokens, size_t count, 
                         size_t why_len)
 {
     if (count > INT32_MAX)
-        return say(TR_EINVAL, why, why_len, "%s: %zu tokens, a shard holds at most %d", path, count,
-                   INT32_MAX);
+        return tr__errf(why, why_len, TR_EINVAL, "%s: %zu tokens, a shard holds at most %d", path,
+                        count, INT32_MAX);
     int32_t h[TR_LLMC_HEADER_INTS] = {TR_LLMC_TOKENS_MAGIC, TR_LLMC_TOKENS_VERSION, (int32_t)count};
     token_body b = {tokens, count};
     return save_atomically(path, h, tokens_body, &b, why, why_len);

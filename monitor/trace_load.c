@@ -9,6 +9,7 @@
  * that names the file, the event and the field, never an assert.
  */
 #include "monitor/trace_model.h"
+#include "runtime/errf.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,16 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static int fail(char *err, size_t cap, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && cap)
-        vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* --- reading and repairing one file ------------------------------------------------------- */
 
@@ -83,7 +74,7 @@ int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *
     *repaired = 0;
     char *text = slurp(path, &len);
     if (!text)
-        return fail(err, cap, errno ? -errno : TR_ENOMEM, "%s: %s", path, strerror(errno));
+        return tr__errf(err, cap, errno ? -errno : TR_ENOMEM, "%s: %s", path, strerror(errno));
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (!root) {
@@ -93,8 +84,8 @@ int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *
     }
     free(text);
     if (!root)
-        return fail(err, cap, TR_EFORMAT, "%s:%d:%d: not a trace-event file: %s", path, je.line,
-                    je.column, je.text);
+        return tr__errf(err, cap, TR_EFORMAT, "%s:%d:%d: not a trace-event file: %s", path, je.line,
+                        je.column, je.text);
     if (json_is_object(root)) { /* the JSON Object Format */
         json_t *arr = json_incref(json_object_get(root, "traceEvents"));
         json_decref(root);
@@ -102,8 +93,10 @@ int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *
     }
     if (!json_is_array(root)) {
         json_decref(root);
-        return fail(err, cap, TR_EFORMAT, "%s: expected an array of events or an object with "
-                                          "\"traceEvents\"", path);
+        return tr__errf(err, cap, TR_EFORMAT,
+                        "%s: expected an array of events or an object with "
+                        "\"traceEvents\"",
+                        path);
     }
     *events = root;
     return 0;
@@ -210,9 +203,10 @@ static int number(json_t *ev, const char *key, double *out, const char *path, si
 {
     json_t *v = json_object_get(ev, key);
     if (!json_is_number(v))
-        return fail(err, cap, TR_EFORMAT,
-                    "%s: event %zu (line %zu in a troupe file): field \"%s\" is missing or not "
-                    "a number", path, i, i + 2, key);
+        return tr__errf(err, cap, TR_EFORMAT,
+                        "%s: event %zu (line %zu in a troupe file): field \"%s\" is missing or not "
+                        "a number",
+                        path, i, i + 2, key);
     *out = json_number_value(v);
     return 0;
 }
@@ -234,7 +228,7 @@ static int add_span(tr_trace_t *t, caps_t *c, const tr__tfile_t *f, json_t *ev, 
     if (!e)
         e = number(ev, "dur", &dur, f->path, i, err, cap);
     if (!e && dur < 0)
-        e = fail(err, cap, TR_EFORMAT, "%s: event %zu: field \"dur\" is negative", f->path, i);
+        e = tr__errf(err, cap, TR_EFORMAT, "%s: event %zu: field \"dur\" is negative", f->path, i);
     if (e || (e = GROW(t->spans, t->n_spans, c->spans)))
         return e;
     json_t *args = json_object_get(ev, "args");
@@ -259,13 +253,15 @@ static int add_event(tr_trace_t *t, caps_t *c, const tr__tfile_t *f, json_t *ev,
 {
     const char *ph = json_string_value(json_object_get(ev, "ph"));
     if (!json_is_object(ev) || !ph)
-        return fail(err, cap, TR_EFORMAT, "%s: event %zu: not an object with a \"ph\" string",
-                    f->path, i);
+        return tr__errf(err, cap, TR_EFORMAT, "%s: event %zu: not an object with a \"ph\" string",
+                        f->path, i);
     json_t *pid = json_object_get(ev, "pid"), *tid = json_object_get(ev, "tid");
     int has_ids = json_is_integer(pid) && json_is_integer(tid);
     if (strchr("XsM", ph[0]) && !has_ids)
-        return fail(err, cap, TR_EFORMAT, "%s: event %zu: fields \"pid\" and \"tid\" must be "
-                                          "integers", f->path, i);
+        return tr__errf(err, cap, TR_EFORMAT,
+                        "%s: event %zu: fields \"pid\" and \"tid\" must be "
+                        "integers",
+                        f->path, i);
     double ts;
     if (ph[0] == 'X')
         return add_span(t, c, f, ev, i, err, cap);
@@ -376,8 +372,7 @@ static int name_cmp(const void *a, const void *b)
 static int list_files(const char *path, char ***names, int *n, char *err, size_t cap)
 {
     struct stat st;
-    if (stat(path, &st))
-        return fail(err, cap, -errno, "%s: %s", path, strerror(errno));
+    if (stat(path, &st)) return tr__errf(err, cap, -errno, "%s: %s", path, strerror(errno));
     *n = 0;
     *names = calloc(1024, sizeof(char *));
     if (!*names)
@@ -387,8 +382,7 @@ static int list_files(const char *path, char ***names, int *n, char *err, size_t
         return 0;
     }
     DIR *d = opendir(path);
-    if (!d)
-        return fail(err, cap, -errno, "%s: %s", path, strerror(errno));
+    if (!d) return tr__errf(err, cap, -errno, "%s: %s", path, strerror(errno));
     for (struct dirent *e; (e = readdir(d)) && *n < 1024;) {
         size_t len = strlen(e->d_name);
         if (strncmp(e->d_name, "trace_rank", 10) || len < 15 ||
@@ -401,7 +395,7 @@ static int list_files(const char *path, char ***names, int *n, char *err, size_t
     }
     closedir(d);
     qsort(*names, (size_t)*n, sizeof(char *), name_cmp);
-    return *n ? 0 : fail(err, cap, TR_ENOENT, "%s: no trace_rank*.json files in it", path);
+    return *n ? 0 : tr__errf(err, cap, TR_ENOENT, "%s: no trace_rank*.json files in it", path);
 }
 
 static uint64_t clock_base(json_t *events)
@@ -477,8 +471,7 @@ int tr_trace_load(const char *path, tr_trace_t **out, char *err, size_t cap)
         free(names[i]);
     free(names);
     if (e) {
-        if (e == TR_ENOMEM)
-            fail(err, cap, e, "%s: out of memory", path);
+        if (e == TR_ENOMEM) tr__errf(err, cap, e, "%s: out of memory", path);
         tr_trace_destroy(t);
         return e;
     }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/errf.h"
 #include "runtime/internal.h"
 
 static _Thread_local char last_error[256];
@@ -58,4 +59,15 @@ const char *tr_err_name(int err)
     default:
         return "TR_UNKNOWN";
     }
+}
+
+int tr__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

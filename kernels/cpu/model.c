@@ -21,6 +21,7 @@
 #include "kernels/cpu/model_internal.h"
 #include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
+#include "runtime/errf.h"
 
 struct tr_model {
     tr_layer_t **layers;
@@ -54,17 +55,6 @@ void tr__fill(float *x, size_t n, float value)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = value;
-}
-
-int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
-{
-    if (why && why_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
-    return err;
 }
 
 /* Records why a model call fails; returns err, for `return fail(...)`. */
@@ -162,23 +152,24 @@ static void free_layers(tr_layer_t **layers, int n)
 
 static int check_chain(tr_layer_t **layers, int n, char *why, size_t why_len)
 {
-    if (n < 1) return tr__why(TR_EINVAL, why, why_len, "a model needs at least one layer");
+    if (n < 1) return tr__errf(why, why_len, TR_EINVAL, "a model needs at least one layer");
     for (int i = 0; i < n; i++) {
         tr_layer_t *l = layers[i];
         if (!l || !l->ops || !l->ops->forward || !l->ops->backward || !l->ops->act_size)
-            return tr__why(TR_EINVAL, why, why_len, "layer %d: missing ops", i);
+            return tr__errf(why, why_len, TR_EINVAL, "layer %d: missing ops", i);
         if (l->is_loss && i != n - 1)
-            return tr__why(TR_EINVAL, why, why_len, "layer %d (%s): a loss layer must be last", i,
-                           l->name);
+            return tr__errf(why, why_len, TR_EINVAL, "layer %d (%s): a loss layer must be last", i,
+                            l->name);
         if (l->is_loss != (l->targets == TR_TARGETS_INT || l->targets == TR_TARGETS_FLOAT))
-            return tr__why(TR_EINVAL, why, why_len,
-                           "layer %d (%s): is_loss %d with targets %d: mark a loss layer with "
-                           "tr_layer_set_loss (TR_TARGETS_INT or TR_TARGETS_FLOAT)",
-                           i, l->name, l->is_loss, l->targets);
+            return tr__errf(why, why_len, TR_EINVAL,
+                            "layer %d (%s): is_loss %d with targets %d: mark a loss layer with "
+                            "tr_layer_set_loss (TR_TARGETS_INT or TR_TARGETS_FLOAT)",
+                            i, l->name, l->is_loss, l->targets);
         if (i > 0 && l->in_dim != layers[i - 1]->out_dim)
-            return tr__why(TR_EINVAL, why, why_len,
-                           "layer %d (%s) reads %d floats per position, layer %d (%s) writes %d", i,
-                           l->name, l->in_dim, i - 1, layers[i - 1]->name, layers[i - 1]->out_dim);
+            return tr__errf(why, why_len, TR_EINVAL,
+                            "layer %d (%s) reads %d floats per position, layer %d (%s) writes %d",
+                            i, l->name, l->in_dim, i - 1, layers[i - 1]->name,
+                            layers[i - 1]->out_dim);
     }
     return 0;
 }

@@ -24,6 +24,7 @@
 #include "kernels/cpu/model_internal.h"
 #include "kernels/cpu/ops.h"
 #include "troupe/error.h"
+#include "runtime/errf.h"
 
 typedef struct {
     int C, NH, L;   // L for the init scale of the residual projections
@@ -218,18 +219,18 @@ static int check_config(const tr_gpt2_config_t *g, char *why, size_t why_len)
 {
     if (g->max_seq_len < 1 || g->vocab_size < 1 || g->num_layers < 1 || g->num_heads < 1 ||
         g->channels < 1)
-        return tr__why(TR_EINVAL, why, why_len,
-                       "GPT-2 config: max_seq_len %d, vocab_size %d, num_layers %d, num_heads "
-                       "%d, channels %d must all be >= 1",
-                       g->max_seq_len, g->vocab_size, g->num_layers, g->num_heads, g->channels);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "GPT-2 config: max_seq_len %d, vocab_size %d, num_layers %d, num_heads "
+                        "%d, channels %d must all be >= 1",
+                        g->max_seq_len, g->vocab_size, g->num_layers, g->num_heads, g->channels);
     if (g->channels % g->num_heads)
-        return tr__why(TR_EINVAL, why, why_len,
-                       "GPT-2 config: channels %d is not a multiple of num_heads %d", g->channels,
-                       g->num_heads);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "GPT-2 config: channels %d is not a multiple of num_heads %d", g->channels,
+                        g->num_heads);
     if (g->padded_vocab_size < g->vocab_size)
-        return tr__why(TR_EINVAL, why, why_len,
-                       "GPT-2 config: padded_vocab_size %d < vocab_size %d", g->padded_vocab_size,
-                       g->vocab_size);
+        return tr__errf(why, why_len, TR_EINVAL,
+                        "GPT-2 config: padded_vocab_size %d < vocab_size %d", g->padded_vocab_size,
+                        g->vocab_size);
     return 0;
 }
 

@@ -13,10 +13,6 @@
 /* n floats = value. */
 void tr__fill(float *x, size_t n, float value);
 
-/* snprintf into why when why != NULL; returns err, for `return tr__why(...)`. */
-int tr__why(int err, char *why, size_t why_len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 /* Frees a layer made by a create function (ops->destroy, then the layer). */
 void tr__layer_free(tr_layer_t *layer);
 

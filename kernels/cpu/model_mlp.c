@@ -11,14 +11,15 @@
 
 #include "kernels/cpu/model_internal.h"
 #include "troupe/error.h"
+#include "runtime/errf.h"
 
 int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, size_t why_len)
 {
-    if (n < 2) return tr__why(TR_EINVAL, why, why_len, "MLP: %d widths given, need at least 2", n);
+    if (n < 2) return tr__errf(why, why_len, TR_EINVAL, "MLP: %d widths given, need at least 2", n);
     for (int i = 0; i < n; i++)
         if (widths[i] < 1)
-            return tr__why(TR_EINVAL, why, why_len, "MLP: widths[%d] = %d, need >= 1", i,
-                           widths[i]);
+            return tr__errf(why, why_len, TR_EINVAL, "MLP: widths[%d] = %d, need >= 1", i,
+                            widths[i]);
     int n_layers = 2 * (n - 1), k = 0, err = 0;
     tr_layer_t **layers = calloc((size_t)n_layers, sizeof(*layers));
     if (!layers) return TR_ENOMEM;
@@ -37,7 +38,7 @@ int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, s
         for (int i = 0; i < n_layers; i++)
             tr__layer_free(layers[i]);
         free(layers);
-        return tr__why(err, why, why_len, "MLP: building layer %d failed", k - 1);
+        return tr__errf(why, why_len, err, "MLP: building layer %d failed", k - 1);
     }
     err = tr_model_create(out, layers, n_layers, why, why_len);
     free(layers);
