@@ -1,12 +1,7 @@
 # Shared by the `troupe train` tests: a tiny byte-level GPT on a shard packed from the README.
-# Sourced with $1 = build dir, $2 = source dir; sets troupe, tmp (removed on exit), cfg, data.
-set -euo pipefail
-build_dir=$(cd "$1" && pwd)
+# Sourced with $1 = build dir, $2 = source dir; sets what cli.sh sets, and cfg, data, tiny.
+source "$(dirname "${BASH_SOURCE[0]}")/cli.sh"
 src_dir=$(cd "$2" && pwd)
-troupe=$build_dir/troupe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
 "$build_dir/tools/pack_text" train.bin val.bin 10 "$src_dir/README.md" "$src_dir/docs/runtime.md" >/dev/null
 cfg=$tmp/ds.json
 cat > "$cfg" <<'JSON'
@@ -18,13 +13,5 @@ JSON
 tiny=(--deepspeed_config "$cfg" --train-data "$tmp/train.bin" --val-data "$tmp/val.bin"
       --context 16 --channels 16 --layers 1 --heads 2 --val-batches 2)
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
 # expect_exit CODE PATTERN ARGS...: troupe train ARGS exits CODE and stderr matches PATTERN.
-expect_exit() {
-    local code=$1 pattern=$2 rc=0
-    shift 2
-    "$troupe" train "$@" > out.txt 2> err.txt || rc=$?
-    [ "$rc" -eq "$code" ] || { cat out.txt err.txt; fail "troupe train $*: exit $rc, expected $code"; }
-    grep -q -- "$pattern" err.txt || { cat err.txt; fail "troupe train $*: stderr lacks '$pattern'"; }
-}
+expect_exit() { expect_cmd "$1" "$2" train "${@:3}"; }

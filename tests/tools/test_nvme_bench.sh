@@ -1,20 +1,10 @@
 #!/usr/bin/env bash
 # `troupe nvme-bench`: each bad flag exits 2 naming the flag and what was expected; a small
 # real run prints the write and read throughput and leaves no file behind.
-set -euo pipefail
-troupe=$(cd "$1" && pwd)/troupe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/cli.sh"
 
 # bench_fails PATTERN ARGS...: nvme-bench with ARGS exits 2 with stderr matching PATTERN
-bench_fails() {
-    local pattern=$1 rc=0
-    shift
-    "$troupe" nvme-bench "$@" > /dev/null 2> "$tmp/err" || rc=$?
-    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "nvme-bench $*: exit $rc, expected 2"; }
-    grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; fail "nvme-bench $*: stderr lacks '$pattern'"; }
-}
+bench_fails() { expect_cmd 2 "$1" nvme-bench "${@:2}"; }
 
 bench_fails "--dir is required" --io-size 1M
 bench_fails "unknown flag '--depth'" --dir "$tmp" --depth 4

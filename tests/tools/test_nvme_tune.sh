@@ -4,20 +4,10 @@
 # the best read and write, and an `aio` section that parses as JSON, that `troupe config
 # check` accepts, and that is the measured configuration with the best read/write harmonic
 # mean; it leaves no file behind.
-set -euo pipefail
-troupe=$(cd "$1" && pwd)/troupe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/cli.sh"
 
 # tune_fails PATTERN ARGS...: nvme-tune with ARGS exits 2 with stderr matching PATTERN
-tune_fails() {
-    local pattern=$1 rc=0
-    shift
-    "$troupe" nvme-tune "$@" > /dev/null 2> "$tmp/err" || rc=$?
-    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "nvme-tune $*: exit $rc, expected 2"; }
-    grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; fail "nvme-tune $*: stderr lacks '$pattern'"; }
-}
+tune_fails() { expect_cmd 2 "$1" nvme-tune "${@:2}"; }
 
 tune_fails "--dir is required" --io-size 1M
 tune_fails "unknown flag '--block_size'" --dir "$tmp" --block_size 1M
