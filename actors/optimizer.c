@@ -168,8 +168,8 @@ static int update(tr__optim_t *o, float lr, float mul)
     if (o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION)
         tr_adam_state_advance(&o->adam, &o->st); /* once per step, offloaded or not */
     if (o->swaps) { /* the sub-group pipeline updates the parameters (swap_step_group) */
-        o->run.stepping = true;
-        o->run.mul = mul;
+        o->swap_step = true;
+        o->swap_mul = mul;
         return 0;
     }
     if (o->runs_as == TR_OPTIMIZER_LAMB)
@@ -285,7 +285,9 @@ static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m);
 static int send_or_free(tr_ctx_t *ctx, tr_actor_t to, tr_msg_t *m);
 static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage);
 static void save_stage_free(tr__optim_t *o);
-enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE };
+static int swap_prefetch(tr_ctx_t *ctx, tr__optim_t *o);
+static int swap_read_back(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b, float *buf);
+enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE, RUN_PREFETCH };
 
 /* The step is taken (or skipped, or failed): STEP_DONE (m) to the executor, after the
  * parameter all-gather when partitioned. */
@@ -324,7 +326,8 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;
-    if (o->run.stepping) { /* then step_end */
+    if (o->swap_step) { /* then step_end */
+        o->swap_step = false;
         save_stage_free(o); /* a save's copy is written by now: the client waited for it */
         return swap_begin(ctx, o, RUN_STEP, m, NULL);
     }
@@ -456,6 +459,7 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
         return TR_EINVAL;
     }
     tr__engine_bucket_bytes(e, -(int64_t)(r->covers * sizeof(float)));
+    if (o->swaps && !o->run.mode && swap_prefetch(ctx, o) < 0) return TR_ENOMEM;
     o->covered += r->covers;
     if (!o->gpart) {
         o->sumsq += tr_grad_sumsq(g, count);
@@ -523,7 +527,14 @@ static int forward_state(tr_ctx_t *ctx, const tr_msg_engine_state_t *s, tr_actor
  * swapper serves requests in order, so with three buffers it reads sub-group i + 1 and
  * writes i - 1 back while this actor steps i. The run ends when every sub-group is done;
  * then the held message (STEP_DONE, or the ENGINE_STATE) goes on. A swapper error has
- * already failed the engine: the run is dropped. */
+ * already failed the engine: the run is dropped.
+ *
+ * Adam itself is too short to hide the reads behind, so between runs the buffers are filled
+ * ahead of time (RUN_PREFETCH): as soon as a run ends, and at the first reduced bucket if
+ * none did, each buffer reads one of the first n_bufs sub-groups while the executor runs
+ * the next forward and backward. A step or a save that begins then takes the prefetch over:
+ * the reads already back are handled at once, the others when they come. A restore waits
+ * for the prefetch's reads and then overwrites the buffers. */
 
 static size_t group_n(const tr__optim_t *o, size_t g)
 {
@@ -574,7 +585,7 @@ static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
         size_t k = x - a;
         moments_t s = {buf + k, o->n_arrays > 1 ? buf + G + k : NULL,
                        o->amsgrad ? buf + (size_t)(o->n_arrays - 1) * G + k : NULL};
-        update_piece(o, r->decay, x, y - x, o->run.mul, s);
+        update_piece(o, r->decay, x, y - x, o->swap_mul, s);
     }
 }
 
@@ -610,10 +621,10 @@ static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
     o->run = (struct swap_run){0};
     if (mode == RUN_SAVE) rc = send_or_free(ctx, o->eng->checkpointer, m);
     if (mode == RUN_RESTORE) rc = send_or_free(ctx, o->eng->executor, m);
-    if (rc < 0 || !o->queued.mode) return rc;
+    if (rc < 0) return rc;
+    if (!o->queued.mode) return mode == RUN_PREFETCH ? 0 : swap_prefetch(ctx, o);
     mode = o->queued.mode, m = o->queued.held;
     float *stage = o->queued.stage;
-    o->run.mul = o->queued.mul;
     o->queued.mode = 0, o->queued.held = NULL;
     return swap_begin(ctx, o, mode, m, stage);
 }
@@ -626,12 +637,47 @@ static void swap_drop(tr_ctx_t *ctx, tr__optim_t *o)
     o->queued.mode = 0, o->queued.held = NULL;
 }
 
+/* Reads the first n_bufs sub-groups ahead of the next run (see above). */
+static int swap_prefetch(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    const tr__swap_layout_t *l = &o->eng->swap;
+    if (o->run.mode || l->n_groups == 0) return 0;
+    o->run = (struct swap_run){.mode = RUN_PREFETCH};
+    int rc = 0;
+    for (int b = 0; rc == 0 && b < l->n_bufs && o->run.next < l->n_groups; b++) {
+        o->run.group_of[b] = o->run.next;
+        rc = swap_send(ctx, o, TR__SWAP_READ, o->run.next++, b);
+    }
+    if (rc < 0) swap_drop(ctx, o);
+    return rc;
+}
+
+/* A step or a save takes the prefetch over: the reads already back are handled now. */
+static int swap_adopt(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage)
+{
+    o->run.mode = mode, o->run.held = held, o->run.stage = stage;
+    uint64_t ready = o->run.ready;
+    o->run.ready = 0;
+    int rc = 0;
+    for (int b = 0; rc == 0 && o->run.mode == mode && b < o->eng->swap.n_bufs; b++) {
+        tr_buffer_info_t info;
+        if (!(ready >> b & 1)) continue;
+        rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
+        if (rc == 0) rc = swap_read_back(ctx, o, o->run.group_of[b], b, info.base);
+    }
+    return rc;
+}
+
 /* The moments' part of a step, or a save's or restore's copy: held goes on at the end. While
  * the last run's write-backs are in flight the new run waits (the swapper serves requests in
  * order, but the buffers are still the writes'). */
 static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage)
 {
     const tr__swap_layout_t *l = &o->eng->swap;
+    if (o->run.mode == RUN_PREFETCH && mode != RUN_RESTORE)
+        return swap_adopt(ctx, o, mode, held, stage);
+    if (o->run.mode == RUN_PREFETCH && (size_t)__builtin_popcountll(o->run.ready) == o->run.next)
+        o->run = (struct swap_run){0}; /* a restore overwrites what was read ahead */
     if (o->run.mode) {
         if (o->queued.mode) { /* one run at a time waits: an engine bug otherwise */
             tr_msg_free(ctx->rt, held);
@@ -639,16 +685,54 @@ static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
                             "pending");
             return TR_EINVAL;
         }
-        o->queued.mode = mode, o->queued.held = held, o->queued.mul = o->run.mul;
+        o->queued.mode = mode, o->queued.held = held;
         o->queued.stage = stage;
         return 0;
     }
-    float mul = o->run.mul;
-    o->run = (struct swap_run){.mode = mode, .held = held, .mul = mul, .stage = stage};
+    o->run = (struct swap_run){.mode = mode, .held = held, .stage = stage};
     if (l->n_groups == 0) return swap_end(ctx, o);
     int rc = 0;
     for (int b = 0; rc == 0 && b < l->n_bufs && o->run.next < l->n_groups; b++)
         rc = swap_start_group(ctx, o, o->run.next++, b);
+    if (rc < 0) swap_drop(ctx, o);
+    return rc;
+}
+
+/* Buffer b's last request for its sub-group is back: it starts the next one. */
+static int swap_group_done(tr_ctx_t *ctx, tr__optim_t *o, int b)
+{
+    int rc = 0;
+    o->run.done++;
+    if (o->run.next < o->eng->swap.n_groups)
+        rc = swap_start_group(ctx, o, o->run.next++, b);
+    else if (o->run.done == o->eng->swap.n_groups)
+        return swap_end(ctx, o);
+    if (rc < 0) swap_drop(ctx, o);
+    return rc;
+}
+
+/* Sub-group g's state is in buffer b (buf): stepped and written back (a step), copied out (a
+ * save), or kept for the run that takes the prefetch over; a restore waiting for the
+ * prefetch starts once every read is back. */
+static int swap_read_back(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b, float *buf)
+{
+    const tr__swap_layout_t *l = &o->eng->swap;
+    int rc = 0;
+    if (o->run.mode == RUN_PREFETCH) {
+        o->run.ready |= UINT64_C(1) << b;
+        bool all_back = (size_t)__builtin_popcountll(o->run.ready) == o->run.next;
+        if (!o->queued.mode || !all_back) return 0;
+        o->run.mode = RUN_STEP; /* ends as a run with nothing held: the restore starts */
+        o->run.held = NULL;
+        return swap_end(ctx, o);
+    }
+    if (o->run.mode == RUN_SAVE) {
+        copy_group(o, g, buf, true);
+        return swap_group_done(ctx, o, b);
+    }
+    swap_step_group(o, g, buf);
+    rc = swap_send(ctx, o, TR__SWAP_WRITE, g, b);
+    if (rc == 0 && ++o->run.stepped == l->n_groups) rc = swap_stepped(ctx, o);
     if (rc < 0) swap_drop(ctx, o);
     return rc;
 }
@@ -667,20 +751,8 @@ static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
         swap_drop(ctx, o);
         return 0;
     }
-    int b = (int)q->tag, rc = 0;
-    if (q->op == TR__SWAP_READ && o->run.mode == RUN_STEP) {
-        swap_step_group(o, q->group, buf);
-        rc = swap_send(ctx, o, TR__SWAP_WRITE, q->group, b);
-        if (rc == 0 && ++o->run.stepped == e->swap.n_groups) rc = swap_stepped(ctx, o);
-        if (rc < 0) swap_drop(ctx, o);
-        return rc;
-    }
-    if (q->op == TR__SWAP_READ) copy_group(o, q->group, buf, true); /* RUN_SAVE */
-    o->run.done++;
-    if (o->run.next < e->swap.n_groups) rc = swap_start_group(ctx, o, o->run.next++, b);
-    else if (o->run.done == e->swap.n_groups) return swap_end(ctx, o);
-    if (rc < 0) swap_drop(ctx, o);
-    return rc;
+    if (q->op == TR__SWAP_READ) return swap_read_back(ctx, o, q->group, (int)q->tag, buf);
+    return swap_group_done(ctx, o, (int)q->tag);
 }
 
 /* A save's block for the moments (m, v, vmax of this rank's partition), registered: the

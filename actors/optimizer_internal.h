@@ -58,22 +58,25 @@ struct tr__optim {
                          * ZeRO's all-gather (ask_comm) */
     uint64_t moments_id; /* the block's registry id */
     /* NVMe offload (offload_optimizer.device nvme): the moments live in the swapper's file,
-     * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run) */
+     * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run). Between
+     * runs the first n_bufs sub-groups are read ahead (RUN_PREFETCH) during the forward and
+     * backward; the next run takes them over */
     bool swaps;
+    bool swap_step; /* update() left the moments' part of the step to the pipeline */
+    float swap_mul; /* its combined unscale-and-clip factor */
     struct swap_run {
         int mode;          /* RUN_STEP, RUN_SAVE, RUN_RESTORE; 0: none */
         size_t next, done; /* sub-groups started, finished */
-        float mul;         /* RUN_STEP: the combined unscale-and-clip factor */
-        bool stepping;     /* update() left the moments' part of the step to the pipeline */
         float *stage;      /* RUN_SAVE: into this block; RUN_RESTORE: from it (m, v, vmax) */
         tr_msg_t *held;    /* the STEP_DONE or ENGINE_STATE sent when the run ends (a step's
                             * STEP_DONE: once every sub-group is stepped, before the last
                             * write-backs end: they overlap the next forward) */
         size_t stepped;    /* RUN_STEP: sub-groups stepped */
+        uint64_t ready;    /* RUN_PREFETCH: the buffers (bit b) whose read is back */
+        size_t group_of[TR__MAX_SWAP_BUFS]; /* RUN_PREFETCH: the sub-group each buffer holds */
     } run;
     struct {               /* a run asked for while the last one's write-backs go on */
         int mode;
-        float mul;
         float *stage;
         tr_msg_t *held;
     } queued;
