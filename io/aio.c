@@ -302,6 +302,11 @@ int tr_aio_fd(const tr_aio_t *aio)
     return aio->efd;
 }
 
+int tr_aio_parallelism(const tr_aio_t *aio)
+{
+    return aio->nworkers;
+}
+
 /* ---- requests ------------------------------------------------------------------------ */
 
 static int start(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_t size,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/crc32c.h"
+#include "troupe/aio.h"
 #include "troupe/error.h"
 #include "runtime/errf.h"
 
@@ -22,6 +23,7 @@
 #define END_MAGIC "TEND"
 #define FIXED     24 /* magic, header length, reserved, payload length */
 #define ALIGN     64
+#define IMAGE_ALIGN 4096 /* an image's memory: O_DIRECT's alignment on any file system here */
 
 static size_t padded(size_t header_len)
 {
@@ -48,20 +50,6 @@ static uint32_t get32(const unsigned char *p)
 static uint64_t get64(const unsigned char *p)
 {
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-static int write_all(int fd, const void *data, size_t len, uint32_t *crc)
-{
-    const char *p = data;
-    *crc = tr__crc32c(*crc, data, len);
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -errno;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
 }
 
 static int fsync_dir_of(const char *path)
@@ -100,46 +88,115 @@ static void maybe_crash(void)
     }
 }
 
-static int write_body(int fd, const void *header, size_t header_len, const tr_ckpt_blob_t *blobs,
-                      size_t n_blobs)
+/* --- images ----------------------------------------------------------------------------- */
+
+int tr__ckpt_image_begin(tr_ckpt_image_t *im, const void *header, size_t header_len,
+                         size_t payload_len, char *err, size_t errlen)
 {
-    uint64_t payload = 0;
-    for (size_t i = 0; i < n_blobs; i++)
-        payload += blobs[i].len;
-    unsigned char fixed[FIXED] = {0};
-    memcpy(fixed, MAGIC, 8);
-    put32(fixed + 8, (uint32_t)header_len);
-    put64(fixed + 16, payload);
-    static const unsigned char zeros[ALIGN] = {0};
-    uint32_t crc = 0;
-    int rc = write_all(fd, fixed, FIXED, &crc);
-    if (!rc) rc = write_all(fd, header, header_len, &crc);
-    if (!rc) rc = write_all(fd, zeros, padded(header_len) - FIXED - header_len, &crc);
-    for (size_t i = 0; !rc && i < n_blobs; i++)
-        rc = write_all(fd, blobs[i].data, blobs[i].len, &crc);
-    unsigned char trailer[8];
-    put32(trailer, crc);
-    memcpy(trailer + 4, END_MAGIC, 4);
-    uint32_t ignored = 0;
-    if (!rc) rc = write_all(fd, trailer, 8, &ignored);
+    if (header_len > UINT32_MAX)
+        return tr__errf(err, errlen, TR_EINVAL, "a checkpoint header of %zu bytes is too large",
+                        header_len);
+    size_t at = padded(header_len), len = at + payload_len + 8;
+    if (len > im->cap) {
+        size_t cap = (len + IMAGE_ALIGN - 1) / IMAGE_ALIGN * IMAGE_ALIGN;
+        void *mem = NULL;
+        if (posix_memalign(&mem, IMAGE_ALIGN, cap))
+            return tr__errf(err, errlen, TR_ENOMEM,
+                            "no memory for a checkpoint file's copy "
+                            "(%zu bytes)",
+                            len);
+        free(im->mem);
+        im->mem = mem, im->cap = cap;
+    }
+    im->len = len, im->payload_at = at;
+    memset(im->mem, 0, at);
+    memcpy(im->mem, MAGIC, 8);
+    put32(im->mem + 8, (uint32_t)header_len);
+    put64(im->mem + 16, payload_len);
+    memcpy(im->mem + FIXED, header, header_len);
+    return 0;
+}
+
+void tr__ckpt_image_end(tr_ckpt_image_t *im)
+{
+    size_t body = im->len - 8;
+    put32(im->mem + body, tr__crc32c(0, im->mem, body));
+    memcpy(im->mem + body + 4, END_MAGIC, 4);
+}
+
+void tr__ckpt_image_free(tr_ckpt_image_t *im)
+{
+    free(im->mem);
+    *im = (tr_ckpt_image_t){0};
+}
+
+static int pwrite_all(int fd, const unsigned char *p, size_t len, off_t at)
+{
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        p += n, len -= (size_t)n, at += n;
+    }
+    return 0;
+}
+
+/* The image's bytes into fd (the temporary file, opened plainly): with aio, the part that
+ * divides into intra_op_parallelism aligned slices through the engine (O_DIRECT where the
+ * file system allows), the short rest with pwrite; then fsync. */
+static int write_image(const tr_ckpt_image_t *im, tr_aio_t *aio, int fd, const char *tmp, char *err,
+                       size_t errlen)
+{
+    size_t direct = 0;
+    int rc = 0;
+    if (aio) {
+        tr_aio_file_t *f;
+        rc = tr_aio_open(aio, tmp, TR_AIO_WRITE, &f, err, errlen);
+        if (rc < 0) return rc;
+        size_t unit = tr_aio_file_alignment(f) * (size_t)tr_aio_parallelism(aio);
+        direct = im->len / unit * unit;
+        if (direct) rc = tr_aio_pwrite_sync(aio, f, im->mem, direct, 0, err, errlen);
+        tr_aio_close(f);
+        if (rc < 0) return rc;
+    }
+    rc = pwrite_all(fd, im->mem + direct, im->len - direct, (off_t)direct);
     if (!rc && fsync(fd) < 0) rc = -errno;
+    return rc < 0 ? tr__errf(err, errlen, rc, "%s: write failed: %s", tmp, tr_strerror(rc)) : 0;
+}
+
+int tr__ckpt_image_write(const tr_ckpt_image_t *im, tr_aio_t *aio, const char *path, char *err,
+                         size_t errlen)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    int rc = write_image(im, aio, fd, tmp, err, errlen);
+    if (close(fd) < 0 && !rc)
+        rc = tr__errf(err, errlen, -errno, "%s: close: %s", tmp, strerror(errno));
+    if (rc < 0) return unlink(tmp), rc;
+    if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
     return rc;
 }
 
 int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
                         const tr_ckpt_blob_t *blobs, size_t n_blobs, char *err, size_t errlen)
 {
-    if (header_len > UINT32_MAX)
-        return tr__errf(err, errlen, TR_EINVAL, "%s: header of %zu bytes is too large", path,
-                        header_len);
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    int rc = write_body(fd, header, header_len, blobs, n_blobs);
-    if (close(fd) < 0 && !rc) rc = -errno;
-    if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
+    tr_ckpt_image_t im = {0};
+    size_t payload = 0;
+    for (size_t i = 0; i < n_blobs; i++)
+        payload += blobs[i].len;
+    int rc = tr__ckpt_image_begin(&im, header, header_len, payload, err, errlen);
+    if (rc < 0) return rc;
+    unsigned char *p = tr__ckpt_image_payload(&im);
+    for (size_t i = 0; i < n_blobs; i++) {
+        if (blobs[i].len) memcpy(p, blobs[i].data, blobs[i].len);
+        p += blobs[i].len;
+    }
+    tr__ckpt_image_end(&im);
+    rc = tr__ckpt_image_write(&im, NULL, path, err, errlen);
+    tr__ckpt_image_free(&im);
     return rc;
 }
 

@@ -31,6 +31,34 @@ typedef struct tr_ckpt_blob {
 int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
                         const tr_ckpt_blob_t *blobs, size_t n_blobs, char *err, size_t errlen);
 
+/* A checkpoint file assembled in memory, so a save can copy the state once (a snapshot)
+ * and write it later, off the training path. mem is 4096-byte aligned and kept between
+ * saves (cap); zero-initialise, free with tr__ckpt_image_free. */
+typedef struct tr_ckpt_image {
+    unsigned char *mem;
+    size_t cap, len;   /* allocated; the file's bytes */
+    size_t payload_at; /* where the payload starts */
+} tr_ckpt_image_t;
+
+/* Lays out a file of header and payload_len payload bytes in im (growing it): fill the
+ * payload at tr__ckpt_image_payload, then tr__ckpt_image_end computes the CRC and trailer.
+ * TR_ENOMEM or TR_EINVAL with err. Any thread. */
+int tr__ckpt_image_begin(tr_ckpt_image_t *im, const void *header, size_t header_len,
+                         size_t payload_len, char *err, size_t errlen);
+static inline unsigned char *tr__ckpt_image_payload(tr_ckpt_image_t *im)
+{
+    return im->mem + im->payload_at;
+}
+void tr__ckpt_image_end(tr_ckpt_image_t *im);
+void tr__ckpt_image_free(tr_ckpt_image_t *im);
+
+/* Writes the image to path as tr__ckpt_file_write does (a temporary name, fsync, rename,
+ * directory fsync): through aio when given (its aligned part with O_DIRECT where the file
+ * system allows, the short rest with pwrite), else with pwrite. Any thread. */
+struct tr_aio;
+int tr__ckpt_image_write(const tr_ckpt_image_t *im, struct tr_aio *aio, const char *path, char *err,
+                         size_t errlen);
+
 /* A file read back and verified: magic, lengths, trailer and CRC. */
 typedef struct tr_ckpt_file {
     void *mem;            /* the whole file; header and payload point into it */

@@ -69,6 +69,9 @@ int tr_aio_create(const tr_aio_options_t *o, tr_aio_t **out, char *why, size_t w
  * engine. Files must be closed first. NULL does nothing. Not from a callback. Any thread. */
 void tr_aio_destroy(tr_aio_t *aio);
 
+/* The engine's intra_op_parallelism: every request's size must divide by it. Any thread. */
+int tr_aio_parallelism(const tr_aio_t *aio);
+
 /* Opens path (TR_AIO_READ and/or TR_AIO_WRITE, optionally TR_AIO_CREATE: mode 0600) with
  * O_DIRECT, or without it when the file system refuses O_DIRECT (one warning per engine).
  * Reads its alignment. Errors from open as -errno; TR_EINVAL when block_size is not a

@@ -20,6 +20,7 @@
 
 #include "io/ckpt_file.h"
 #include "io/crc32c.h"
+#include "troupe/aio.h"
 #include "troupe/error.h"
 
 static char dir[256];
@@ -50,6 +51,60 @@ static void write_sample(const char *path, unsigned char fill, size_t n)
     tr_ckpt_blob_t blobs[2] = {{a, n / 2}, {a + n / 2, n - n / 2}};
     assert_int_equal(tr__ckpt_file_write(path, hdr, sizeof(hdr), blobs, 2, err, sizeof(err)), 0);
     free(a);
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *m = malloc(*len + 1);
+    assert_int_equal(fread(m, 1, *len, f), *len);
+    fclose(f);
+    return m;
+}
+
+/* An image written through the aio engine (two I/O threads, O_DIRECT for its aligned part)
+ * is byte for byte the file tr__ckpt_file_write writes, at sizes around the alignment. */
+static void test_ckpt_image_through_aio_is_the_same_file(void **state)
+{
+    tr_aio_options_t o;
+    tr_aio_options_default(&o);
+    o.block_size = 4096;
+    o.intra_op_parallelism = 2;
+    tr_aio_t *aio;
+    assert_int_equal(tr_aio_create(&o, &aio, err, sizeof(err)), 0);
+    const size_t sizes[] = {0, 1000, 8192 - 72, 3 * 4096 + 17, (1 << 20) + 5};
+    tr_ckpt_image_t im = {0};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        char plain[512], viaaio[512];
+        path_of(plain, "plain.bin");
+        path_of(viaaio, "aio.bin");
+        size_t n = sizes[k];
+        unsigned char *a = malloc(n + 1), hdr[3] = {0x92, 7, 9};
+        for (size_t i = 0; i < n; i++)
+            a[i] = (unsigned char)(i * 131 + k);
+        tr_ckpt_blob_t blob = {a, n};
+        assert_int_equal(tr__ckpt_file_write(plain, hdr, sizeof(hdr), &blob, 1, err, sizeof(err)),
+                         0);
+        assert_int_equal(tr__ckpt_image_begin(&im, hdr, sizeof(hdr), n, err, sizeof(err)), 0);
+        if (n) memcpy(tr__ckpt_image_payload(&im), a, n);
+        tr__ckpt_image_end(&im);
+        assert_int_equal(tr__ckpt_image_write(&im, aio, viaaio, err, sizeof(err)), 0);
+        size_t la, lb;
+        unsigned char *fa = slurp(plain, &la), *fb = slurp(viaaio, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(fa, fb, la);
+        tr_ckpt_file_t f;
+        assert_int_equal(tr__ckpt_file_read(viaaio, &f, err, sizeof(err)), 0);
+        assert_int_equal(f.payload_len, n);
+        tr__ckpt_file_free(&f);
+        free(fa), free(fb), free(a);
+    }
+    tr__ckpt_image_free(&im);
+    tr_aio_destroy(aio);
 }
 
 static void test_crc32c_standard_check_value(void **state)
@@ -259,10 +314,15 @@ int main(void)
         cmocka_unit_test(test_crc32c_standard_check_value),
         cmocka_unit_test_setup_teardown(test_ckpt_file_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_file_header_alone, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ckpt_file_every_truncation_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_image_through_aio_is_the_same_file, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_file_every_truncation_is_refused, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_file_corruption_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ckpt_latest_round_trip_and_validation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ckpt_crash_between_files_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_latest_round_trip_and_validation, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_crash_between_files_keeps_previous, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ckpt_clean_tmp_removes_only_dead_writers_files, setup,
                                         teardown),
     };
