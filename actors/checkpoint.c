@@ -41,6 +41,7 @@
 #include "io/mkdir_p.h"
 #include "runtime/comm.h"
 #include "runtime/mpack.h"
+#include "troupe/aio.h"
 
 #define KEY(pk, s) tr__mp_pack_str(pk, s)
 
@@ -54,6 +55,11 @@ struct tr__ckpt_actor {
     tr_msg_t *restore;    /* a load: the RESTORE to send once every rank's checks passed */
     tr__ckpt_tag_t *restoring; /* a restore's files, until the executor has taken them */
     uint64_t stage_params, stage_moments; /* their registry ids while restoring */
+    /* a save: its snapshot, the files assembled in memory, written after the reply */
+    tr_ckpt_image_t model, optim;
+    bool has_model, has_optim;
+    char tagdir[4400];
+    tr_aio_t *aio; /* the writer (the config's aio section), made at the first save */
 };
 
 /* --- writing ------------------------------------------------------------------------------ */
@@ -165,12 +171,6 @@ static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t
         tr__mp_pack_str(pk, names[i]);
 }
 
-static int write_file(struct tr__ckpt_actor *c, const char *path, msgpack_sbuffer *hdr,
-                      const tr_ckpt_blob_t *blobs, size_t n)
-{
-    return tr__ckpt_file_write(path, hdr->data, hdr->size, blobs, n, c->err, sizeof(c->err));
-}
-
 /* The `floats` floats a save reads through ref (the parameters, or the optimizer's moments as
  * the optimizer named them); NULL with c->err when the reference does not hold them. */
 static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref,
@@ -184,12 +184,23 @@ static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t 
     return p;
 }
 
-/* Rank 0's model file. */
-static int write_model(struct tr__ckpt_actor *c, const char *tagdir,
-                       const tr_msg_engine_state_t *st, const char *config_json)
+/* Lays out im with the header in sb and n arrays of `each` bytes from `from` (spaced `stride`
+ * floats apart) as its payload: the snapshot's copy. */
+static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *sb,
+                const float *from, int n, size_t each, size_t stride)
+{
+    int rc = tr__ckpt_image_begin(im, sb->data, sb->size, (size_t)n * each, c->err, sizeof(c->err));
+    msgpack_sbuffer_destroy(sb);
+    for (int i = 0; rc == 0 && i < n; i++)
+        memcpy(tr__ckpt_image_payload(im) + (size_t)i * each, from + (size_t)i * stride, each);
+    return rc;
+}
+
+/* Rank 0's model file: the parameters, copied. */
+static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
+                      const char *config_json)
 {
     const tr_engine_t *e = c->eng;
-    char path[4500];
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
     tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
     const float *params = saved_array(c, &all, e->n_params);
@@ -199,16 +210,12 @@ static int write_model(struct tr__ckpt_actor *c, const char *tagdir,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     pack_model_header(&pk, &sb, e, st, config_json);
-    tr_ckpt_blob_t blob = {params, e->n_params * sizeof(float)};
-    snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
-    int rc = write_file(c, path, &sb, &blob, 1);
-    msgpack_sbuffer_destroy(&sb);
-    return rc;
+    c->has_model = true;
+    return snap(c, &c->model, &sb, params, 1, e->n_params * sizeof(float), 0);
 }
 
-/* This rank's optimizer file: each moment array's part inside [0, n_params). */
-static int write_optim(struct tr__ckpt_actor *c, const char *tagdir,
-                       const tr_msg_engine_state_t *st, uint64_t hash)
+/* This rank's optimizer file: each moment array's part inside [0, n_params), copied. */
+static int snap_optim(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st, uint64_t hash)
 {
     const tr_engine_t *e = c->eng;
     const char *names[3];
@@ -223,35 +230,53 @@ static int write_optim(struct tr__ckpt_actor *c, const char *tagdir,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     pack_optim_header(&pk, e, st->global_step, hash, names, n);
-    tr_ckpt_blob_t blobs[3];
-    for (int i = 0; i < n; i++)
-        blobs[i] = (tr_ckpt_blob_t){moments + (size_t)i * S, keep * sizeof(float)};
-    char path[4500];
-    snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", tagdir, e->rank);
-    int rc = write_file(c, path, &sb, blobs, (size_t)n);
-    msgpack_sbuffer_destroy(&sb);
-    return rc;
+    c->has_optim = true;
+    return snap(c, &c->optim, &sb, moments, n, keep * sizeof(float), S);
 }
 
-/* This rank's files of a save (the tag in c->tag); 0 or TR_E* with c->err. */
-static int write_files(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+/* This rank's part of a save (the tag in c->tag), copied into c->model and c->optim; 0 or
+ * TR_E* with c->err. */
+static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
 {
     const tr_engine_t *e = c->eng;
-    char tagdir[4400];
+    c->has_model = c->has_optim = false;
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
         return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", c->tag),
                TR_EINVAL;
-    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
-    int rc = tr__mkdir_p(tagdir);
-    if (rc < 0)
-        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", tagdir,
-                        tr_strerror(rc)),
-               rc;
+    snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
-    if (e->rank == 0) rc = write_model(c, tagdir, st, config_json);
+    int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
     free(config_json);
-    if (rc == 0 && e->rank < optim_files(e)) rc = write_optim(c, tagdir, st, hash);
+    if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
+    return rc;
+}
+
+/* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */
+static int write_files(struct tr__ckpt_actor *c)
+{
+    const tr_engine_t *e = c->eng;
+    int rc = tr__mkdir_p(c->tagdir);
+    if (rc < 0)
+        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", c->tagdir, tr_strerror(rc)),
+               rc;
+    if (!c->aio) {
+        tr_aio_options_t o;
+        tr_aio_options_from_config(&e->cfg->aio, &o);
+        rc = tr_aio_create(&o, &c->aio, c->err, sizeof(c->err));
+        if (rc < 0) return rc;
+    }
+    char path[4500];
+    if (c->has_model) {
+        tr__ckpt_image_end(&c->model);
+        snprintf(path, sizeof(path), "%s/model_states.trck", c->tagdir);
+        rc = tr__ckpt_image_write(&c->model, c->aio, path, c->err, sizeof(c->err));
+    }
+    if (rc == 0 && c->has_optim) {
+        tr__ckpt_image_end(&c->optim);
+        snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", c->tagdir, e->rank);
+        rc = tr__ckpt_image_write(&c->optim, c->aio, path, c->err, sizeof(c->err));
+    }
     return rc;
 }
 
@@ -299,8 +324,30 @@ static int agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, const
 
 /* --- saving -------------------------------------------------------------------------------- */
 
-/* SAVE, from the optimizer: this rank's files, then the agreement. */
-static int save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+/* Tells the executor how this rank's part of the save's phase went (it keeps the ranks in
+ * step: actors/save_track.c). */
+static void report(tr_ctx_t *ctx, struct tr__ckpt_actor *c, int rc)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) {
+        tr__engine_fail(c->eng, TR_ENOMEM, "checkpoint: out of message memory");
+        return;
+    }
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    s->kind = TR__STATE_WRITTEN;
+    s->rc = rc;
+    s->global_step = c->step;
+    if (rc < 0) snprintf(s->error, sizeof(s->error), "%.511s", c->err);
+    m->step = c->step;
+    if (tr_actor_send(ctx->rt, c->eng->executor, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(c->eng, TR_ESTOPPED, "checkpoint: cannot reach the executor");
+    }
+}
+
+/* SAVE, from the optimizer: the snapshot, then the caller's reply (training goes on), then
+ * the write (WRITE, to itself: its own span in the trace). */
+static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
 {
     snprintf(c->dir, sizeof(c->dir), "%s", st->dir);
     if (st->tag[0])
@@ -308,10 +355,22 @@ static int save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_sta
     else
         snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
     c->step = st->global_step;
-    return agree(ctx, c, TR__SCALAR_CKPT_SAVE, write_files(c, st));
+    int rc = snapshot(c, st);
+    tr_msg_t *w = rc == 0 ? tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE) : NULL;
+    if (rc == 0 && !w) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
+    if (rc < 0) {
+        tr__reply(c->eng, rc, NULL, "save: %s", c->err);
+        report(ctx, c, rc);
+        return;
+    }
+    tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
+    TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
+    w->step = c->step;
+    if (tr_actor_send(ctx->rt, ctx->self, w) < 0) tr_msg_free(ctx->rt, w);
 }
 
-/* Every rank's files are durable: rank 0 clears what killed saves left and writes latest. */
+/* Every rank's files are durable (the executor heard it from every rank): rank 0 clears what
+ * killed saves left and writes latest. */
 static int write_latest(struct tr__ckpt_actor *c)
 {
     uint64_t stale_bytes;
@@ -322,26 +381,6 @@ static int write_latest(struct tr__ckpt_actor *c)
                "during a save left in %s",
                stale, (unsigned long long)stale_bytes, c->dir);
     return tr__ckpt_latest_write(c->dir, c->tag, c->err, sizeof(c->err));
-}
-
-static int on_save_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
-{
-    int rc = agreed(c, s, "write its checkpoint files");
-    if (rc < 0) {
-        tr__reply(c->eng, rc, NULL, "save: %s; %s/latest still names the previous checkpoint",
-                  c->err, c->dir);
-        return 0;
-    }
-    return agree(ctx, c, TR__SCALAR_CKPT_LATEST, c->eng->rank == 0 ? write_latest(c) : 0);
-}
-
-static void on_latest_agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
-{
-    int rc = agreed(c, s, "write latest");
-    if (rc < 0)
-        tr__reply(c->eng, rc, NULL, "save: %s", c->err);
-    else
-        tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
 }
 
 /* --- loading ------------------------------------------------------------------------------- */
@@ -460,18 +499,16 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     struct tr__ckpt_actor *c = ctx->state;
     if (msg->type == TR_MSG_COMM_SCALAR) { /* an agreement's answer: c->err is still ours */
         const tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
-        if (s->what == TR__SCALAR_CKPT_SAVE) return on_save_agreed(ctx, c, s);
-        if (s->what == TR__SCALAR_CKPT_LATEST) on_latest_agreed(c, s);
         if (s->what == TR__SCALAR_CKPT_LOAD) on_load_agreed(ctx, c, s);
         return 0;
     }
     c->err[0] = '\0';
     if (msg->type == TR_MSG_ENGINE_STATE) {
         tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
-        if (s->kind == TR__STATE_RESTORED)
-            restored(ctx, c, s);
-        else
-            save(ctx, c, s);
+        if (s->kind == TR__STATE_RESTORED) restored(ctx, c, s);
+        if (s->kind == TR__STATE_SAVE) save(ctx, c, s);
+        if (s->kind == TR__STATE_WRITE) report(ctx, c, write_files(c));
+        if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));
         return 0;
     }
     if (msg->type != TR_MSG_ENGINE_REQ) return 0;
@@ -502,6 +539,9 @@ void tr__checkpointer_free(tr_engine_t *eng)
     if (!c) return;
     tr__ckpt_tag_free(c->restoring);
     free(c->restoring); /* c->restore, if any, went with the runtime's message pools */
+    tr__ckpt_image_free(&c->model);
+    tr__ckpt_image_free(&c->optim);
+    tr_aio_destroy(c->aio);
     free(c);
     eng->ck = NULL;
 }

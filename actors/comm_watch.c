@@ -52,8 +52,8 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
         snprintf(what, sizeof(what), "the parameter all-gather");
     else if (o->op == 5)
         snprintf(what, sizeof(what), "a vector all-reduce");
-    else if (o->bucket == TR__SCALAR_CKPT_SAVE || o->bucket == TR__SCALAR_CKPT_LATEST)
-        snprintf(what, sizeof(what), "a checkpoint save (every rank must call it)");
+    else if (o->bucket == TR__SCALAR_CKPT_SAVE)
+        snprintf(what, sizeof(what), "a wait for a checkpoint save (every rank must call it)");
     else if (o->bucket == TR__SCALAR_CKPT_LOAD)
         snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
     else

@@ -565,6 +565,7 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         tr_engine_destroy(eng);
         return rc;
     }
+    eng->created = true;
     *out = eng;
     return 0;
 }
@@ -621,6 +622,8 @@ static void dump_flight(tr_engine_t *eng)
 void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng) return;
+    if (eng->created) /* the last save's files and latest (a failure was logged then) */
+        tr_engine_wait_checkpoint(eng);
     if (eng->rt) {
         stop_actors(eng);
         int rc = 0;
@@ -768,13 +771,30 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
     return call(eng, kind == TR__REQ_SAVE ? eng->executor : eng->checkpointer, m);
 }
 
+int tr_engine_wait_checkpoint(tr_engine_t *eng)
+{
+    return call_simple(eng, eng->executor, TR__REQ_WAIT, 0);
+}
+
+/* A save or load begins once the last save has finished; its failure was logged when it
+ * happened and is not this call's. */
+static void settle_last_save(tr_engine_t *eng)
+{
+    tr_engine_wait_checkpoint(eng);
+    eng->error[0] = '\0';
+}
+
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
-    return checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
+    settle_last_save(eng);
+    int rc = checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
+    if (rc < 0 || eng->cfg->checkpoint.writer_decoupled) return rc;
+    return tr_engine_wait_checkpoint(eng); /* checkpoint.writer.decoupled false */
 }
 
 int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
+    settle_last_save(eng);
     return checkpoint_call(eng, TR__REQ_LOAD, dir, tag);
 }
 

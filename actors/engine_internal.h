@@ -58,19 +58,29 @@ typedef enum {
     TR__REQ_SAVE,      /* executor, which starts the save chain (see ENGINE_STATE) */
     TR__REQ_LOAD,      /* checkpointer, which starts the restore chain */
     TR__REQ_START,     /* loader: start prefetching */
+    TR__REQ_WAIT,      /* executor: the last checkpoint save finished on every rank */
 } tr__req_kind_t;
 
 /* ENGINE_STATE's kinds: a save collects state on its way executor -> optimizer ->
- * checkpointer; a restore hands it out checkpointer -> optimizer -> executor -> checkpointer. */
-typedef enum { TR__STATE_SAVE = 1, TR__STATE_RESTORE, TR__STATE_RESTORED } tr__state_kind_t;
+ * checkpointer, which copies it (the caller's reply), writes it (WRITE, to itself) and reports
+ * to the executor (WRITTEN); once every rank's files are durable the executor asks rank 0's
+ * checkpointer for latest (LATEST, reported as WRITTEN). A restore hands the state out
+ * checkpointer -> optimizer -> executor -> checkpointer (RESTORED). */
+typedef enum {
+    TR__STATE_SAVE = 1,
+    TR__STATE_RESTORE,
+    TR__STATE_RESTORED,
+    TR__STATE_WRITE,
+    TR__STATE_WRITTEN,
+    TR__STATE_LATEST,
+} tr__state_kind_t;
 
-/* COMM_SCALAR `what` tags the checkpointer uses: the comm actor names them when the ranks
- * diverge (a save or load called on some ranks only meets another collective on the others).
+/* COMM_SCALAR `what` tags for checkpoints: the comm actor names them when the ranks diverge (a
+ * save's wait or a load called on some ranks only meets another collective on the others).
  * Other requesters' tags are their own, below these. */
 enum {
-    TR__SCALAR_CKPT_SAVE = 0x100, /* every rank's files of a save are durable (or who failed) */
-    TR__SCALAR_CKPT_LATEST,       /* rank 0 wrote `latest` (or failed to) */
-    TR__SCALAR_CKPT_LOAD,         /* every rank read and checked its part of a tag */
+    TR__SCALAR_CKPT_SAVE = 0x100, /* the executor: how far every rank's part of a save is */
+    TR__SCALAR_CKPT_LOAD = 0x102, /* the checkpointer: every rank read and checked its part */
 };
 
 /* The optimizer's slice of the flat parameters: it keeps moment arrays of hi - lo floats for
@@ -170,6 +180,7 @@ struct tr_engine {
      * scheduler (tr_runtime_run) for the engine's lifetime */
     pthread_t driver;
     bool driving;
+    bool created; /* tr_engine_create succeeded: the actors answer calls */
     int driver_rc;
 
     /* --- the caller's thread only --- */

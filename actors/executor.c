@@ -13,7 +13,9 @@
  *  - FORWARD / BACKWARD / STEP: the same, one call at a time, with the client's batches (staged
  *    in registered buffers and named by the request's tensor references).
  *  - EVAL: forward only over the validation set, from its start.
- *  - SAVE: starts the save chain (ENGINE_STATE to the optimizer) with its counters.
+ *  - SAVE: starts the save chain (ENGINE_STATE to the optimizer) with its counters, and
+ *    follows the save's writing on every rank (save_track.h) until latest names it;
+ *  - WAIT: answered when the last save has finished on every rank, with its outcome.
  * The loss of each micro-batch is scaled by loss_scale / GAS before backward, so gradients
  * accumulate to the mean over the window (DeepSpeed's division by GAS). Every reply carries
  * the executor's view (global step, accumulation window) for the client.
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "actors/engine_internal.h"
+#include "actors/save_track.h"
 
 typedef struct queued {
     uint32_t slot;
@@ -65,6 +68,8 @@ struct tr__exec {
     tr__data_pos_t consumed; /* after the last batch trained on: what a save records */
     int *tokens, *targets;   /* the executor's copy of a client batch or an eval batch */
     float *x, *y;
+    tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
+    bool save_waits;       /* a WAIT request waits for it to finish */
 };
 
 /* --- replies ----------------------------------------------------------------------------- */
@@ -365,13 +370,15 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     }
 }
 
-/* Asks the comm actor to sum values over the ranks; the answer comes as COMM_SCALAR. */
+/* Asks the comm actor to sum values over the ranks; the answer comes as COMM_SCALAR. Each
+ * step's all-reduce also carries how far a background save is on every rank (v[2], v[3]). */
 static int reduce_scalars(tr_ctx_t *ctx, struct tr__exec *x, uint32_t what, double a, double b)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){.op = 0, .n = 2, .what = what,
-                                                        .values = {a, b}};
+    tr_msg_comm_scalar_t *v = TR_MSG_AS(m, comm_scalar);
+    *v = (tr_msg_comm_scalar_t){.op = 0, .n = 2, .what = what, .values = {a, b}};
+    if (what != SCALAR_EVAL_LOSS) v->n = 4, tr__save_values(&x->save, v->values + 2);
     m->step = x->global_steps;
     int rc = tr_actor_send(ctx->rt, x->eng->comm, m);
     if (rc < 0) {
@@ -522,14 +529,20 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
     reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
 }
 
-/* A sum over the ranks came back: the loss of a step or of an evaluation. */
+static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);
+
+/* A sum over the ranks came back: the loss of a step (with a save's progress) or of an
+ * evaluation, or a wait's round. */
 static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scalar_t *s)
 {
     double mean = s->values[1] > 0 ? s->values[0] / s->values[1] : 0.0;
-    if (s->what == SCALAR_STEP_LOSS)
-        finish_step(ctx, x, &x->done, mean);
-    else
+    if (s->what == TR__SCALAR_CKPT_SAVE) {
+        save_moved(ctx, x, s->values);
+    } else if (s->what == SCALAR_STEP_LOSS) {
+        if (save_moved(ctx, x, s->values + 2) == 0) finish_step(ctx, x, &x->done, mean);
+    } else {
         reply_ok(x, 0, (tr__reply_t){.loss = (float)mean});
+    }
 }
 
 /* --- checkpoints ----------------------------------------------------------------------------- */
@@ -556,7 +569,92 @@ static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_re
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
         tr__reply(x->eng, rc, NULL, "save: %s", tr_strerror(rc));
+        return;
     }
+    tr__save_begin(&x->save, r->dir, r->tag, x->global_steps);
+}
+
+/* A WAIT's round: every rank's part of the phase is over, so one round moves it on. */
+static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    double v[4] = {0};
+    tr__save_values(&x->save, v);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (m)
+        *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
+            .op = 0, .n = 2, .what = TR__SCALAR_CKPT_SAVE, .values = {v[0], v[1]}};
+    if (m) m->step = x->global_steps;
+    if (!m || tr_actor_send(ctx->rt, x->eng->comm, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(x->eng, TR_ENOMEM,
+                        "executor: cannot ask the ranks how far the "
+                        "checkpoint save is");
+    }
+}
+
+/* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
+static void save_answer(struct tr__exec *x)
+{
+    x->save_waits = false;
+    int rc = x->save.outcome;
+    x->save.outcome = 0;
+    if (rc < 0)
+        tr__reply(x->eng, rc, NULL, "%s", x->save.outcome_why);
+    else
+        reply_ok(x, 0, (tr__reply_t){0});
+}
+
+/* Every rank's progress (v: the sums; on one rank this rank's own): the next phase, the end,
+ * or another round for a waiting WAIT. TR_EFAILED when the ranks are not all in the save:
+ * the engine has failed (the waiting call gets it). */
+static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
+{
+    const tr_engine_t *e = x->eng;
+    int r = tr__save_advance(&x->save, e->rank, e->world, v);
+    if (r == TR_EFAILED) {
+        tr__engine_fail(e, TR_EFAILED, "%s", x->save.outcome_why);
+        return r;
+    }
+    if (r == TR__SAVE_LATEST) {
+        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+        if (m) TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST, m->step = x->save.step;
+        if (!m || tr_actor_send(ctx->rt, e->checkpointer, m) < 0) {
+            tr_msg_free(ctx->rt, m);
+            tr__engine_fail(e, TR_ENOMEM, "executor: cannot ask for latest to be written");
+        }
+        return 0;
+    }
+    if (!x->save_waits) return 0;
+    if (x->save.phase == TR__SAVE_NONE)
+        save_answer(x);
+    else if (e->world > 1 && tr__save_local_done(&x->save))
+        save_round(ctx, x);
+    return 0;
+}
+
+/* WRITTEN: this rank's checkpointer ended its part of the phase. */
+static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_state_t *s)
+{
+    tr__save_reported(&x->save, s->rc, s->error);
+    if (x->eng->world == 1) {
+        double v[2];
+        tr__save_values(&x->save, v);
+        save_moved(ctx, x, v);
+    } else if (x->save_waits) {
+        save_round(ctx, x);
+    }
+}
+
+/* WAIT: answered when the last save has finished on every rank. */
+static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (x->save.phase == TR__SAVE_NONE) {
+        x->save_waits = true;
+        save_answer(x);
+        return;
+    }
+    x->save_waits = true;
+    if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 
 /* A restore's executor part: parameters, counters, data position; then the loader moves and
@@ -601,6 +699,10 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 
 static const char *busy_reason(struct tr__exec *x, int kind)
 {
+    if (kind == TR__REQ_WAIT) /* its rounds must not meet a step's collectives */
+        return x->step_pending || x->grads_out ? "checkpoint wait: an optimizer step is in "
+                                                 "progress; call tr_engine_step first"
+                                               : NULL;
     if (x->have_forward && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
     if (kind == TR__REQ_TRAIN && x->micro > 0)
         return "the accumulation window was started with tr_engine_forward/backward; finish it "
@@ -609,6 +711,8 @@ static const char *busy_reason(struct tr__exec *x, int kind)
         return "the optimizer step is pending; call tr_engine_step first";
     if (kind == TR__REQ_SAVE && (x->micro || x->step_pending))
         return "save: in the middle of an accumulation window; save after a step";
+    if (kind == TR__REQ_SAVE && x->save.phase != TR__SAVE_NONE)
+        return "save: the last save is still being written (tr_engine_wait_checkpoint)";
     return NULL;
 }
 
@@ -657,6 +761,9 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     case TR__REQ_BACKWARD: serve_backward(ctx, x); break;
     case TR__REQ_STEP: serve_step(x); break;
     case TR__REQ_SAVE: serve_save(ctx, x, r); break;
+    case TR__REQ_WAIT:
+        serve_wait(ctx, x);
+        break;
     default: tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
     }
     return 0;
@@ -669,7 +776,10 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     case TR_MSG_BATCH: on_batch(ctx, x, msg); return 0;
     case TR_MSG_STEP_DONE: on_step_done(ctx, x, msg); return 0;
     case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
-    case TR_MSG_ENGINE_STATE: return restore(ctx, x, msg);
+    case TR_MSG_ENGINE_STATE:
+        if (TR_MSG_AS(msg, engine_state)->kind != TR__STATE_WRITTEN) return restore(ctx, x, msg);
+        save_reported(ctx, x, TR_MSG_AS(msg, engine_state));
+        return 0;
     case TR_MSG_COMM_SCALAR: on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar)); return 0;
     case TR_MSG_GRADS_FREE: on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free)); return 0;
     default: return 0;

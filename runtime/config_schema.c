@@ -472,6 +472,21 @@ static const tr__cfg_key_t parallel_write_keys[] = {
 };
 SECTION(parallel_write_sec, "checkpoint.parallel_write", parallel_write_keys);
 
+/* DeepSpeed's checkpoint writer: "decoupled" writes in the background (here: the
+ * checkpointer's snapshot written through the aio engine while training goes on). */
+static const tr__cfg_key_t writer_keys[] = {
+    ACT(BOOL("decoupled", checkpoint.writer_decoupled, 1,
+             "write in the background: a save copies the state and returns; latest moves "
+             "once every file is durable (Troupe's default; false: the save returns then)")),
+    IGN("type", "the writer's implementation (Troupe has one: the aio engine)"),
+    IGN("io_buffer_size", "the fast writer's staging buffer (Troupe writes the whole snapshot)"),
+    IGN("io_buffer_double", "double buffering of the fast writer's staging buffer"),
+    IGN("show_statistics", "the fast writer's statistics (the trace has the checkpointer's spans)"),
+    IGN("data_parallel", "which data-parallel ranks write (every rank writes its own files)"),
+    IGN("io_multiplier", "the fast writer's I/O multiplier"),
+};
+SECTION(writer_sec, "checkpoint.writer", writer_keys);
+
 static const tr__cfg_key_t checkpoint_keys[] = {
     NOEFF("one rank has no other tag to compare with",
           ENUM("tag_validation", checkpoint.tag_validation, 1, tag_validations, TR__F_NOCASE,
@@ -482,6 +497,7 @@ static const tr__cfg_key_t checkpoint_keys[] = {
           BOOL("use_node_local_storage", checkpoint.use_node_local_storage, 0,
                "each node writes locally")),
     SECT("parallel_write", parallel_write_sec, 0, "parallel checkpoint writing"),
+    SECT("writer", writer_sec, 0, "how checkpoint files are written"),
 };
 SECTION(checkpoint_sec, "checkpoint", checkpoint_keys);
 

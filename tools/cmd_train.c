@@ -40,6 +40,7 @@ typedef struct run {
     int have_val, val_failed;
     double params; /* the model's parameters, once built */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
+    char writing[64];    /* the tag being written in the background ("" if none) */
     int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
@@ -346,8 +347,28 @@ static int validate(run_t *r, uint64_t step, uint64_t samples)
     return 0;
 }
 
+/* The save being written in the background, if any, has ended: "saved:" once latest names
+ * it (then old tags are pruned), else the error. 0 or 1. */
+static int settle(run_t *r)
+{
+    if (!r->writing[0]) return 0;
+    int rc = tr_engine_wait_checkpoint(r->eng);
+    endline(r);
+    if (rc < 0)
+        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
+    else
+        printf("saved: %s/%s (latest)\n", r->o.save_dir, r->writing);
+    if (rc == 0 && tr_engine_rank(r->eng) == 0) /* one rank prunes old tags */
+        train_savedir_saved(&r->o, &r->sd, r->writing);
+    r->writing[0] = '\0';
+    return rc < 0;
+}
+
+/* A save: it returns once the state is copied (checkpoint.writer.decoupled), and is settled
+ * at the next save or at the end of the run. */
 static int save(run_t *r)
 {
+    int rc = settle(r);
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
         endline(r);
         fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
@@ -355,13 +376,8 @@ static int save(run_t *r)
         return 1;
     }
     r->saved_step = tr_engine_global_step(r->eng);
-    endline(r);
-    char tag[64];
-    snprintf(tag, sizeof(tag), "global_step%llu", (unsigned long long)r->saved_step);
-    printf("saved: %s/%s (latest)\n", r->o.save_dir, tag);
-    if (tr_engine_rank(r->eng) == 0) /* one rank prunes old tags; every rank's files are in */
-        train_savedir_saved(&r->o, &r->sd, tag);
-    return 0;
+    snprintf(r->writing, sizeof(r->writing), "global_step%llu", (unsigned long long)r->saved_step);
+    return rc | (r->cfg->checkpoint.writer_decoupled ? 0 : settle(r));
 }
 
 /* After each step: monitors, progress, saving and validation when due, the save first so a
@@ -471,6 +487,7 @@ static int finish(run_t *r)
     int rc = 0;
     if (r->o.save_dir && r->saved_step != step)
         rc |= save(r);
+    rc |= settle(r); /* the run ends once its last checkpoint is durable */
     if (!stopped && !r->val_failed &&
         !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
         rc |= validate(r, step, step * (uint64_t)r->cfg->train_batch_size);

@@ -190,6 +190,7 @@ typedef struct tr_config_activation_checkpointing {
 typedef struct tr_config_checkpoint {
     int tag_validation; /* tr_config_tag_validation_t */
     bool load_universal, use_node_local_storage, parallel_write_pipeline_stage;
+    bool writer_decoupled; /* checkpoint.writer.decoupled: saves written in the background */
 } tr_config_checkpoint_t;
 
 /* Troupe's own extension section, "troupe". */

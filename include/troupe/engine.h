@@ -143,9 +143,24 @@ int tr_engine_is_boundary(const tr_engine_t *eng);
  * the optimizer's states (with zero_optimization.stage >= 1 one file per data-parallel rank,
  * its partition; otherwise rank 0's alone), then <dir>/latest once every rank's files are
  * durable. Each file is written to a temporary name, fsynced and renamed; latest last: a
- * crash leaves the previous checkpoint loadable. Every rank must call it: a call on some
- * ranks only is reported on every rank as the ranks diverging, and writes no latest. */
+ * crash leaves the previous checkpoint loadable.
+ *
+ * In the background (checkpoint.writer.decoupled, the default): the call returns once the
+ * state is copied, and the files are written while training goes on; latest moves when every
+ * rank's files are durable (the ranks learn it at the next steps). At most one save is in
+ * flight: a save or load first waits for the last one, and so does tr_engine_destroy. A
+ * write that fails is logged as an error on every rank, leaves latest on the previous
+ * checkpoint, and is returned by tr_engine_wait_checkpoint. With decoupled false the call
+ * returns when latest names the new tag, with the save's outcome.
+ *
+ * Every rank must call it at the same step: a call on some ranks only fails the engine on
+ * every rank, and no latest is written. */
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
+
+/* Waits until the last save's files are durable on every rank and latest names it; returns
+ * its outcome (0, or the error that stopped it, once). 0 at once when no save is in flight
+ * and none failed since the last call. Every rank must call it; between steps. */
+int tr_engine_wait_checkpoint(tr_engine_t *eng);
 
 /* Loads <dir>/<tag> (NULL: the tag in <dir>/latest): parameters, optimizer state, step
  * counters, scheduler, loss scaler, data position and RNG, so training resumes bit-exactly.

@@ -302,12 +302,14 @@ static void test_engine_damaged_checkpoint_is_refused(void **state)
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, "good"), 0);
     run_steps(eng, 2, (float[2]){0});
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, "bad"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0); /* written in the background */
     snprintf(path, sizeof(path), "%s/bad/model_states.trck", dir);
     damage(path, 100, 1);
     assert_int_equal(tr_engine_load_checkpoint(eng, dir, NULL), TR_EFORMAT);
     assert_non_null(strstr(tr_engine_error(eng), "model_states.trck"));
     snprintf(path, sizeof(path), "%s/bad/optim_states_rank0.trck", dir);
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, "bad"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
     damage(path, 300, 0);
     assert_int_equal(tr_engine_load_checkpoint(eng, dir, "bad"), TR_ECHECKSUM);
     assert_int_equal(tr_engine_load_checkpoint(eng, dir, "good"), 0); /* the previous tag */

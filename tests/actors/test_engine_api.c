@@ -119,6 +119,7 @@ static void test_engine_long_paths_are_refused_not_truncated(void **state)
         dir[n] = n % 60 == 0 ? '/' : 'p';
     dir[n] = '\0';
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, NULL), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0); /* written in the background */
     char latest[600];
     snprintf(latest, sizeof(latest), "%s/latest", dir);
     struct stat sb;

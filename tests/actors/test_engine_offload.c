@@ -125,13 +125,19 @@ static void test_offload_flipped_byte_names_file_and_offset(void **state)
     float losses[2];
     run(eng, 2, losses);
     snprintf(swap, sizeof(swap), "%s/troupe_swap/rank0/optimizer.swp", tmpdir);
-    flip_byte(swap, 4096 + 20); /* sub-group 1's payload (slots of 4096 bytes) */
+    /* a save reads every sub-group once the step's write-backs are done; then the 3 buffers
+     * read sub-groups 0 to 2 ahead of the next step, so sub-group 3 (slots of 4096 bytes) is
+     * the one read during it, after this */
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/flip_ckpt", tmpdir);
+    if (tr_engine_save_checkpoint(eng, dir, NULL)) fail_msg("save: %s", tr_engine_error(eng));
+    flip_byte(swap, 3 * 4096 + 20);
     tr_step_stats_t st;
     assert_true(tr_engine_train_batch(eng, &st) < 0);
     const char *err = tr_engine_error(eng);
     printf("offload: flipped byte: %s\n", err);
     assert_non_null(strstr(err, swap));
-    assert_non_null(strstr(err, "sub-group 1 at offset 4096"));
+    assert_non_null(strstr(err, "sub-group 3 at offset 12288"));
     assert_non_null(strstr(err, "CRC32C"));
     tr_engine_destroy(eng);
     tr_config_destroy(cfg);
