@@ -275,6 +275,76 @@ static void test_engine_resume_is_bit_exact(void **state)
     free(expect);
 }
 
+/* --- background saves ------------------------------------------------------------------ */
+
+static unsigned char *slurp(const char *path, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *m = malloc((size_t)*len + 1);
+    assert_int_equal(fread(m, 1, (size_t)*len, f), (size_t)*len);
+    fclose(f);
+    return m;
+}
+
+static void same_file(const char *dir, const char *tag_a, const char *tag_b, const char *name)
+{
+    char a[600], b[600];
+    snprintf(a, sizeof(a), "%s/%s/%s", dir, tag_a, name);
+    snprintf(b, sizeof(b), "%s/%s/%s", dir, tag_b, name);
+    long la, lb;
+    unsigned char *fa = slurp(a, &la), *fb = slurp(b, &lb);
+    printf("background save: %s: %ld bytes, blocking %ld\n", name, la, lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(fa, fb, (size_t)la);
+    free(fa);
+    free(fb);
+}
+
+/* A save written in the background while 5 more steps train writes the same bytes as the same
+ * save waited for at once (two engines with one seed); latest names it only after the wait;
+ * and a second save waits for the first. */
+static void test_engine_background_save_is_the_blocking_bytes(void **state)
+{
+    char dir[300], latest[400];
+    snprintf(dir, sizeof(dir), "%s/bg", tmpdir);
+    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    tr_config_t *cfg = config(8, 1, NULL);
+    task_t task = {0, -1};
+    tr_engine_t *eng = mlp_engine(cfg, &task);
+    run_steps(eng, 3, (float[3]){0});
+    assert_int_equal(tr_engine_save_checkpoint(eng, dir, "blocking"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    tr_engine_destroy(eng);
+
+    atomic_store(&task.asked, 0);
+    eng = mlp_engine(cfg, &task);
+    run_steps(eng, 3, (float[3]){0});
+    assert_int_equal(tr_engine_save_checkpoint(eng, dir, "background"), 0);
+    run_steps(eng, 5, (float[5]){0}); /* the parameters move on while the files are written */
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    char tag[64] = "";
+    FILE *f = fopen(latest, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, sizeof(tag), f));
+    fclose(f);
+    assert_string_equal(tag, "background");
+    same_file(dir, "background", "blocking", "model_states.trck");
+    same_file(dir, "background", "blocking", "optim_states_rank0.trck");
+    /* two saves in a row: the second waits for the first; both are whole */
+    assert_int_equal(tr_engine_save_checkpoint(eng, dir, "first"), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, dir, "second"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    same_file(dir, "first", "second", "model_states.trck");
+    assert_int_equal(tr_engine_load_checkpoint(eng, dir, "first"), 0);
+    assert_int_equal(tr_engine_global_step(eng), 8);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 /* --- damaged checkpoints ---------------------------------------------------------------- */
 
 static void damage(const char *path, long at, int truncate_it)
@@ -442,6 +512,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_engine_accumulation_equals_large_batch),
         cmocka_unit_test(test_engine_deepspeed_style_equals_train_batch),
         cmocka_unit_test(test_engine_resume_is_bit_exact),
+        cmocka_unit_test(test_engine_background_save_is_the_blocking_bytes),
         cmocka_unit_test(test_engine_damaged_checkpoint_is_refused),
         cmocka_unit_test(test_engine_failing_layer_names_itself),
         cmocka_unit_test(test_engine_gpt2_trains_on_token_shards),

@@ -234,6 +234,53 @@ static void test_offload_full_disk_is_an_error_at_create(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A checkpoint disk that fills up mid-training (a 24 KiB tmpfs holds one tag of this model
+ * and latest, not two): the second save's failure is a clear error naming the file and the
+ * full disk, latest stays on the first tag, which loads, and training goes on. */
+static void test_offload_full_checkpoint_disk_keeps_the_last_checkpoint(void **state)
+{
+    (void)state;
+    char mnt[200], cmd[600], json[1200];
+    snprintf(mnt, sizeof(mnt), "%.180s/ckfull", tmpdir);
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p '%s' && mount -t tmpfs -o size=24k tmpfs '%s' "
+             "2>/dev/null",
+             mnt, mnt);
+    if (system(cmd) != 0) {
+        printf("offload: full checkpoint disk: skipped (cannot mount a tmpfs here)\n");
+        skip();
+    }
+    config_json(json, sizeof(json), ADAMW, true, 3, true);
+    tr_config_t *cfg;
+    tr_engine_t *eng = test_mlp_engine(json, "offload.json", 1, &cfg);
+    float losses[STEPS];
+    run(eng, 2, losses);
+    if (tr_engine_save_checkpoint(eng, mnt, "one") || tr_engine_wait_checkpoint(eng))
+        fail_msg("first save: %s", tr_engine_error(eng));
+    run(eng, 2, losses);
+    int rc = tr_engine_save_checkpoint(eng, mnt, "two");
+    if (rc == 0) rc = tr_engine_wait_checkpoint(eng);
+    const char *err = tr_engine_error(eng);
+    printf("offload: full checkpoint disk: %d: %s\n", rc, err);
+    assert_true(rc < 0);
+    assert_non_null(strstr(err, "/ckfull/two/"));
+    assert_non_null(strstr(err, "latest still names the previous checkpoint"));
+    char latest[400], tag[32] = "";
+    snprintf(latest, sizeof(latest), "%s/latest", mnt);
+    FILE *f = fopen(latest, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, sizeof(tag), f));
+    fclose(f);
+    assert_string_equal(tag, "one");
+    run(eng, 1, losses); /* training goes on */
+    if (tr_engine_load_checkpoint(eng, mnt, NULL)) fail_msg("load: %s", tr_engine_error(eng));
+    assert_int_equal(tr_engine_global_step(eng), 2);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    snprintf(cmd, sizeof(cmd), "umount '%s'", mnt);
+    assert_int_equal(system(cmd), 0);
+}
+
 static int setup_dir(void **state)
 {
     (void)state;
@@ -244,8 +291,9 @@ static int setup_dir(void **state)
 static int remove_dir(void **state)
 {
     (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "umount '%s/small' 2>/dev/null; rm -rf '%s'", tmpdir, tmpdir);
+    char cmd[1000];
+    snprintf(cmd, sizeof(cmd), "umount '%s/small' '%s/ckfull' 2>/dev/null; rm -rf '%s'", tmpdir,
+             tmpdir, tmpdir);
     return system(cmd);
 }
 
@@ -258,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_offload_resume_is_bit_exact),
         cmocka_unit_test(test_offload_refuses_lamb_and_too_few_buffers),
         cmocka_unit_test(test_offload_full_disk_is_an_error_at_create),
+        cmocka_unit_test(test_offload_full_checkpoint_disk_keeps_the_last_checkpoint),
     };
     return cmocka_run_group_tests_name("engine_offload", tests, setup_dir, remove_dir);
 }
