@@ -5,7 +5,8 @@
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme
 #                    one group (bench-dp: data-parallel training and collectives against MPI and
-#                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file)
+#                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
+#                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -104,6 +105,7 @@ bench-dp: build
 bench-nvme: build
 	@scripts/install-deps.sh fio
 	bench/nvme/run.sh build $(BENCH_ARGS)
+	bench/nvme/step.sh build
 
 build-fuzz/CMakeCache.txt: | deps
 	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \

@@ -41,6 +41,7 @@ typedef struct run {
     double params; /* the model's parameters, once built */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
     char writing[64];    /* the tag being written in the background ("" if none) */
+    double paused_ms;    /* how long its save call held the training loop */
     int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
@@ -357,7 +358,8 @@ static int settle(run_t *r)
     if (rc < 0)
         fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
     else
-        printf("saved: %s/%s (latest)\n", r->o.save_dir, r->writing);
+        printf("saved: %s/%s (latest); the save paused training %.1f ms\n", r->o.save_dir,
+               r->writing, r->paused_ms);
     if (rc == 0 && tr_engine_rank(r->eng) == 0) /* one rank prunes old tags */
         train_savedir_saved(&r->o, &r->sd, r->writing);
     r->writing[0] = '\0';
@@ -369,6 +371,7 @@ static int settle(run_t *r)
 static int save(run_t *r)
 {
     int rc = settle(r);
+    double t0 = now_s();
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
         endline(r);
         fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
@@ -377,6 +380,7 @@ static int save(run_t *r)
     }
     r->saved_step = tr_engine_global_step(r->eng);
     snprintf(r->writing, sizeof(r->writing), "global_step%llu", (unsigned long long)r->saved_step);
+    r->paused_ms = (now_s() - t0) * 1e3; /* decoupled false: the whole write */
     return rc | (r->cfg->checkpoint.writer_decoupled ? 0 : settle(r));
 }
 
