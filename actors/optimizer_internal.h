@@ -57,6 +57,7 @@ struct tr__optim {
     tr_msg_t *held;     /* the STEP_DONE waiting for the comm actor: Lamb's norms, then
                          * ZeRO's all-gather (ask_comm) */
     uint64_t moments_id; /* the block's registry id */
+    size_t locked_bytes; /* offload_optimizer device cpu with pin_memory: mlock'ed */
     /* NVMe offload (offload_optimizer.device nvme): the moments live in the swapper's file,
      * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run). Between
      * runs the first n_bufs sub-groups are read ahead (RUN_PREFETCH) during the forward and

@@ -3,9 +3,11 @@
  * norms), its spawn and free, and the scalars a checkpoint keeps of it. Its behaviour is in
  * optimizer.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <msgpack.h>
 
@@ -136,6 +138,22 @@ static int partition(tr__optim_t *o)
     return 0;
 }
 
+/* offload_optimizer {"device": "cpu", "pin_memory": true}: the state is locked in host memory
+ * (mlock), as DeepSpeed pins it; beyond RLIMIT_MEMLOCK it stays unlocked, with one warning. */
+static void lock_moments(tr__optim_t *o, size_t bytes)
+{
+    const tr_config_offload_optimizer_t *oo = &o->eng->cfg->zero.offload_optimizer;
+    if (oo->device != TR_OFFLOAD_CPU || !oo->pin_memory || !bytes) return;
+    if (mlock(o->m, bytes) == 0) {
+        o->locked_bytes = bytes;
+        return;
+    }
+    tr_log(TR_LOG_WARN,
+           "optimizer: offload_optimizer.pin_memory: cannot lock the %zu bytes of "
+           "optimizer state in memory (%s; raise `ulimit -l`); it stays unlocked",
+           bytes, strerror(errno));
+}
+
 /* Allocates the moment arrays as one block (m, then v) and registers it: a checkpoint saves
  * and restores it through a reference. */
 static int register_moments(tr__optim_t *o)
@@ -147,6 +165,7 @@ static int register_moments(tr__optim_t *o)
     bool second = o->runs_as != TR_OPTIMIZER_SGD && o->runs_as != TR_OPTIMIZER_LION;
     o->v = second ? o->m + S : NULL;
     o->vmax = o->amsgrad ? o->m + (size_t)(o->n_arrays - 1) * S : NULL;
+    lock_moments(o, bytes);
     return tr__optimizer_register(o, "optimizer/moments", o->m, bytes, TR_DTYPE_F32,
                                   TR_BUFFER_RUNTIME, &o->moments_id);
 }
@@ -237,6 +256,7 @@ void tr__optimizer_free(tr_engine_t *eng)
 {
     tr__optim_t *o = eng->op;
     if (!o) return;
+    if (o->locked_bytes) munlock(o->m, o->locked_bytes);
     free(o->m); /* v and vmax are inside m's block */
     free(o->save_stage);
     free(o->gpart);

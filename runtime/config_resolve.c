@@ -215,9 +215,11 @@ static void resolve_zero(tr__cfg_walk_t *w)
     if (w->cfg->fp16.fp16_master_weights_and_grads && z->stage == 0)
         tr__cfg_error(w, "fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
-    if (z->offload_optimizer.device == TR_OFFLOAD_CPU)
-        tr__cfg_warn(w, "zero_optimization.offload_optimizer", "device \"cpu\" changes nothing: "
-                     "the optimizer runs on the CPU and its state is in host memory already");
+    if (z->offload_optimizer.device == TR_OFFLOAD_CPU && !z->offload_optimizer.pin_memory)
+        tr__cfg_warn(w, "zero_optimization.offload_optimizer",
+                     "device \"cpu\" without "
+                     "pin_memory changes nothing: the optimizer runs on the CPU and its state is "
+                     "in host memory already (pin_memory true locks it there)");
     if (z->offload_param.device != TR_OFFLOAD_NONE && z->stage != 3)
         tr__cfg_warn(w, "zero_optimization.offload_param", "has no effect at stage %lld; "
                      "parameters are offloaded only at stage 3", (long long)z->stage);

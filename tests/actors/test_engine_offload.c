@@ -178,6 +178,50 @@ static void test_offload_resume_is_bit_exact(void **state)
     free(expect);
 }
 
+static long vm_locked_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmLck: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+/* offload_optimizer {"device": "cpu", "pin_memory": true}: the state is locked in memory
+ * (VmLck grows by at least its page) and training is bitwise the unpinned run. */
+static void test_offload_cpu_pinned_locks_the_state(void **state)
+{
+    (void)state;
+    char json[1200];
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": %s,"
+             " \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\","
+             " \"pin_memory\": true}}, \"troupe\": {\"runtime\": {\"workers\": 2}}}",
+             ADAMW);
+    long before = vm_locked_kb();
+    tr_config_t *cfg;
+    tr_engine_t *eng = test_mlp_engine(json, "offload.json", 1, &cfg);
+    long during = vm_locked_kb();
+    printf("offload: cpu pinned: VmLck %ld kB -> %ld kB\n", before, during);
+    if (before < 0) skip();
+    assert_true(during >= before + 4);
+    float pinned[4], plain[4];
+    run(eng, 4, pinned);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": %s,"
+             " \"zero_optimization\": {\"stage\": 0}, \"troupe\": {\"runtime\": {\"workers\": 2}}}",
+             ADAMW);
+    eng = test_mlp_engine(json, "offload.json", 1, &cfg);
+    run(eng, 4, plain);
+    assert_memory_equal(pinned, plain, sizeof(plain));
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 /* Engine create fails with a message holding `want`. */
 static void check_refused(const char *json, const char *want)
 {
@@ -304,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_offload_other_optimizers_are_bitwise_in_memory),
         cmocka_unit_test(test_offload_flipped_byte_names_file_and_offset),
         cmocka_unit_test(test_offload_resume_is_bit_exact),
+        cmocka_unit_test(test_offload_cpu_pinned_locks_the_state),
         cmocka_unit_test(test_offload_refuses_lamb_and_too_few_buffers),
         cmocka_unit_test(test_offload_full_disk_is_an_error_at_create),
         cmocka_unit_test(test_offload_full_checkpoint_disk_keeps_the_last_checkpoint),
