@@ -205,8 +205,10 @@ static void test_offload_cpu_pinned_locks_the_state(void **state)
     tr_engine_t *eng = test_mlp_engine(json, "offload.json", 1, &cfg);
     long during = vm_locked_kb();
     printf("offload: cpu pinned: VmLck %ld kB -> %ld kB\n", before, during);
-    if (before < 0) skip();
-    assert_true(during >= before + 4);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    before = -1; /* the sanitizers make mlock a no-op */
+#endif
+    if (before >= 0) assert_true(during >= before + 4);
     float pinned[4], plain[4];
     run(eng, 4, pinned);
     tr_engine_destroy(eng);
