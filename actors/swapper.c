@@ -47,6 +47,7 @@ struct tr__swapper {
     bool locked;    /* buffers from tr_aio_buffer_alloc (pin_memory), else posix_memalign */
     void *bufs[TR__MAX_SWAP_BUFS];
     uint64_t bytes_read, bytes_written;
+    uint64_t io_ns; /* time in reads and writes, cumulative */
 };
 
 static uint64_t slot_offset(const struct tr__swapper *w, uint64_t g)
@@ -121,10 +122,11 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
                  "swap buffer or sub-group of %s", (unsigned long long)q->group,
                  w->lay.n_groups, q->op, w->path);
         rc = TR_EINVAL;
-    } else if (q->op == TR__SWAP_READ) {
-        rc = read_group(w, q->group, w->bufs[b], why, sizeof(why));
     } else {
-        rc = write_group(w, q->group, w->bufs[b], why, sizeof(why));
+        uint64_t t0 = tr_now_ns();
+        rc = q->op == TR__SWAP_READ ? read_group(w, q->group, w->bufs[b], why, sizeof(why))
+                                    : write_group(w, q->group, w->bufs[b], why, sizeof(why));
+        w->io_ns += tr_now_ns() - t0;
     }
     if (rc < 0)
         tr__engine_fail(w->eng, rc, "swapper: %s %s", q->op == TR__SWAP_READ ? "reading" :
@@ -134,6 +136,7 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
         tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_READ, (double)w->bytes_read, now);
         tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_WRITTEN, (double)w->bytes_written,
                            now);
+        tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_IO_MS, (double)w->io_ns / 1e6, now);
     }
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
     if (!m) return TR_ENOMEM;

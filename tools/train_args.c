@@ -52,7 +52,9 @@ static const flag_t flags[] = {
      "save checkpoints here (DIR/global_stepN/, DIR/latest), always at the end; if DIR holds "
      "checkpoints: --resume or --overwrite"},
     {"--save-every", "N", F_LONG, O(save_every), 0, 1L << 40,
-     "also save every N steps (needs --save-dir)"},
+     "also save every N steps (needs --save-dir); each save is written in the background "
+     "while training goes on (checkpoint.writer.decoupled) and reported as saved once latest "
+     "names it, at the next save or at the end"},
     {"--keep-last", "N", F_LONG, O(keep_last), 1, 1L << 30,
      "after each save keep the N newest global_step tags (and always the one latest names)"},
     {"--resume", NULL, F_SWITCH, O(resume), 0, 0,

@@ -132,6 +132,10 @@ void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double valu
 #define TR_COUNTER_AIO_INFLIGHT "aio_bytes_in_flight" /* NVMe reads/writes submitted */
 #define TR_COUNTER_SWAP_READ "swap_bytes_read"       /* the swapper's reads, cumulative */
 #define TR_COUNTER_SWAP_WRITTEN "swap_bytes_written" /* the swapper's writes, cumulative */
+#define TR_COUNTER_SWAP_IO_MS                                                                      \
+    "swap_io_ms" /* the swapper's time in reads and writes (with their                             \
+                  * checksums), cumulative; the share of it hidden                                 \
+                  * behind compute: troupe trace summary */
 
 /* An instant marker on a lane. Any thread. */
 void tr_monitor_instant(tr_monitor_t *m, uint32_t lane, const char *name, uint64_t now_ns);
