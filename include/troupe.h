@@ -15,6 +15,7 @@
 #include "troupe/rng.h"
 #include "troupe/msg.h"
 #include "troupe/engine.h"
+#include "troupe/pipeline.h"
 #include "troupe/runtime.h"
 #include "troupe/trace.h"
 

@@ -23,5 +23,7 @@ int tr_cmd_nvme_bench(int argc, char **argv);
 /* `troupe nvme-tune --dir D [--io-size N] [--budget-s S]` (cmd_nvme_tune.c; exit 1 when the
  * I/O fails). */
 int tr_cmd_nvme_tune(int argc, char **argv);
+/* `troupe pipeline schedule|simulate --stages S --micro-batches M ...` (cmd_pipeline.c). */
+int tr_cmd_pipeline(int argc, char **argv);
 
 #endif

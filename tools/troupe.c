@@ -12,8 +12,7 @@ static int cmd_help(int argc, char **argv);
 static const tr_command_t commands[] = {
     {"train", "train a GPT-2 or an MLP from a DeepSpeed config (troupe train --help)",
      tr_cmd_train},
-    {"launch", "run a command on the ranks of a DeepSpeed hostfile, through mpirun",
-     tr_cmd_launch},
+    {"launch", "run a command on the ranks of a DeepSpeed hostfile, through mpirun", tr_cmd_launch},
     {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},
     {"trace", "summarise, plot or merge trace files (troupe trace --help)", tr_cmd_trace},
@@ -21,6 +20,8 @@ static const tr_command_t commands[] = {
      tr_cmd_nvme_bench},
     {"nvme-tune", "sweep the aio knobs in a directory; print the best `aio` section",
      tr_cmd_nvme_tune},
+    {"pipeline", "print a pipeline stage's schedule, or simulate a schedule's bubble",
+     tr_cmd_pipeline},
     {"help", "list the commands", cmd_help},
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

@@ -1,0 +1,111 @@
+/* troupe/pipeline.h: pipeline schedules, as pure functions, and their simulation in virtual
+ * time.
+ *
+ * A schedule says what one stage of an S-stage pipeline does to train (or run inference on)
+ * M micro-batches: a list of steps, each a list of instructions. The 1F1B training schedule
+ * and the inference schedule are DeepSpeed's (deepspeed/runtime/pipe/schedule.py:
+ * TrainSchedule, InferenceSchedule), instruction for instruction and buffer for buffer, so
+ * `troupe pipeline schedule` prints the lists DeepSpeed's engine executes. The "zb" training
+ * schedule goes past 1F1B: each backward is split into its input-gradient part (BackwardInput,
+ * which the previous stage waits for) and its weight-gradient part (BackwardWeight, which
+ * nobody waits for), and the weight-gradient work fills the time a stage would otherwise sit
+ * waiting (the zero-bubble idea, ZB-H1: at most as many activations live as 1F1B keeps).
+ *
+ * Every instruction names its micro-batch (DeepSpeed's carry only a buffer; a send's
+ * micro-batch is the previous step's), so a stage's stream can be executed, and simulated,
+ * without a barrier between steps: a receive waits for the matching send, compute for its
+ * inputs. tr_pipe_simulate runs the S streams with given costs and measures the bubble.
+ */
+#ifndef TR_INCLUDE_TROUPE_PIPELINE_H
+#define TR_INCLUDE_TROUPE_PIPELINE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Instructions, by DeepSpeed's names (tr_pipe_op_name). */
+typedef enum {
+    TR_PIPE_LOAD_MICRO_BATCH = 1, /* LoadMicroBatch: the first and last stage read their data */
+    TR_PIPE_FORWARD,              /* ForwardPass */
+    TR_PIPE_BACKWARD,             /* BackwardPass (1F1B: input and weight gradients) */
+    TR_PIPE_SEND_ACTIVATION,      /* SendActivation: to the next stage */
+    TR_PIPE_RECV_ACTIVATION,      /* RecvActivation: from the previous stage */
+    TR_PIPE_SEND_GRAD,            /* SendGrad: the input gradient, to the previous stage */
+    TR_PIPE_RECV_GRAD,            /* RecvGrad: from the next stage */
+    TR_PIPE_REDUCE_TIED_GRADS,    /* ReduceTiedGrads: over the stages sharing a weight */
+    TR_PIPE_REDUCE_GRADS,         /* ReduceGrads: over the data-parallel replicas */
+    TR_PIPE_OPTIMIZER_STEP,       /* OptimizerStep */
+    TR_PIPE_BACKWARD_INPUT,       /* BackwardInput (zb): the input gradient only */
+    TR_PIPE_BACKWARD_WEIGHT,      /* BackwardWeight (zb): the weight gradients only */
+} tr_pipe_op_t;
+
+typedef enum {
+    TR_PIPE_TRAIN_1F1B = 1, /* DeepSpeed's TrainSchedule */
+    TR_PIPE_INFERENCE,      /* DeepSpeed's InferenceSchedule */
+    TR_PIPE_TRAIN_ZB,       /* 1F1B with split backwards, weight gradients in the bubbles */
+} tr_pipe_kind_t;
+
+typedef struct tr_pipe_instr {
+    int op;          /* tr_pipe_op_t */
+    int buffer;      /* the activation buffer it uses; -1: none (the step's collectives) */
+    int micro_batch; /* the micro-batch it moves or computes; -1: none */
+} tr_pipe_instr_t;
+
+/* One stage's schedule, built by tr_pipe_schedule_create. */
+typedef struct tr_pipe_schedule tr_pipe_schedule_t;
+
+/* Builds stage `stage`'s schedule of `kind` for M micro-batches on S stages. TR_EINVAL with
+ * err (naming the argument and its range) for S < 1, M < 1, a stage outside [0, S), an
+ * unknown kind; TR_ENOMEM. Free with tr_pipe_schedule_destroy. Any thread. */
+int tr_pipe_schedule_create(tr_pipe_schedule_t **out, int kind, int micro_batches, int stages,
+                            int stage, char *err, size_t errlen);
+void tr_pipe_schedule_destroy(tr_pipe_schedule_t *s);
+
+/* Its number of steps (1F1B: 2 (M + S - 1); inference: M + S - 1; zb: one per compute
+ * instruction, then one for the step's collectives) and of activation buffers (1F1B:
+ * max(2, min(S - stage, M)); inference: 2; zb: the most micro-batches live at once, from a
+ * forward to its weight gradient). */
+int tr_pipe_schedule_steps(const tr_pipe_schedule_t *s);
+int tr_pipe_schedule_buffers(const tr_pipe_schedule_t *s);
+
+/* Step `step`'s instructions, in order: *n of them from *out (valid until destroy). A step
+ * outside [0, steps) has none. */
+const tr_pipe_instr_t *tr_pipe_schedule_step(const tr_pipe_schedule_t *s, int step, int *n);
+
+/* DeepSpeed's name of an instruction ("ForwardPass"); "?" for an unknown op. */
+const char *tr_pipe_op_name(int op);
+
+/* One step as `troupe pipeline schedule` prints it: "5: RecvGrad(0) SendActivation(2)
+ * BackwardPass(0)" (an instruction without a buffer has empty parentheses; an empty step is
+ * "8:"). Returns what snprintf returns. */
+int tr_pipe_schedule_format_step(const tr_pipe_schedule_t *s, int step, char *out, size_t len);
+
+/* Costs in virtual time units: a forward, a whole backward (1F1B and inference), its
+ * input-gradient and weight-gradient parts (zb; their sum is the whole backward), per stage
+ * alike. Sends, receives, loads and the step's collectives cost nothing. */
+typedef struct tr_pipe_costs {
+    double forward, backward, backward_input, backward_weight;
+} tr_pipe_costs_t;
+
+typedef struct tr_pipe_sim {
+    double makespan; /* from the first instruction to the last stage's end */
+    double busy;     /* compute time summed over the stages */
+    double bubble;   /* 1 - busy / (S makespan) */
+    double theory;   /* 1F1B's (S - 1) / (M + S - 1) for these M, S */
+} tr_pipe_sim_t;
+
+/* Runs the S stages' schedules (stages[s] is stage s's, all of one kind, M and S) against each
+ * other in virtual time: a stage executes its instructions in order, a receive waits for the
+ * matching send, compute takes its cost. TR_EINVAL with err when the schedules do not belong
+ * together, or a stage waits for a send that never comes (a deadlock, naming the stage and the
+ * instruction). Any thread. */
+int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
+                     const tr_pipe_costs_t *costs, tr_pipe_sim_t *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

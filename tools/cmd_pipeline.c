@@ -1,0 +1,166 @@
+/* `troupe pipeline schedule|simulate`: a pipeline stage's instruction list, as DeepSpeed's
+ * engine would execute it, and the S stages' schedules run in virtual time with the bubble
+ * they leave (troupe/pipeline.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "troupe/pipeline.h"
+
+static const char *USAGE =
+    "usage: troupe pipeline schedule --stages S --micro-batches M [--stage s]\n"
+    "                                [--schedule 1f1b|zb|inference]\n"
+    "       troupe pipeline simulate --stages S --micro-batches M [--forward F]\n"
+    "                                [--backward B] [--weight-share W]\n";
+
+static const char *HELP =
+    "\n"
+    "schedule prints stage s's schedule (every stage's, each after a `stage s (N buffers):`\n"
+    "line, without --stage), one line per step: the step, a colon, then its instructions by\n"
+    "DeepSpeed's names, each with its activation buffer in parentheses (empty for the step's\n"
+    "collectives), e.g. `5: RecvGrad(0) SendActivation(2) BackwardPass(0)`. 1f1b (the default)\n"
+    "and inference are DeepSpeed's TrainSchedule and InferenceSchedule; zb splits each\n"
+    "backward into BackwardInput and BackwardWeight and runs the weight gradients where a\n"
+    "stage would wait, keeping no more activations than 1f1b.\n"
+    "\n"
+    "simulate runs every stage's 1f1b and zb schedule against the others in virtual time: a\n"
+    "forward costs F (default 1), a backward B (default 2), of which the weight gradients are\n"
+    "the share W (default 0.5) in zb; transfers cost nothing. It prints each schedule's\n"
+    "makespan and bubble (1 - busy / (S makespan)) beside 1F1B's theory (S-1)/(M+S-1).\n"
+    "Exit status: 0; 2 for a bad flag.\n";
+
+typedef struct opts {
+    int stages, micro_batches, stage, kind;
+    double forward, backward, weight_share;
+} opts_t;
+
+static int int_flag(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "troupe pipeline: %s: expected an integer from %d to %d, got '%s'\n", flag,
+                lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int real_flag(const char *flag, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "troupe pipeline: %s: expected a number from %g to %g, got '%s'\n", flag,
+                lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int schedule_flag(const char *v, int *kind)
+{
+    if (!strcmp(v, "1f1b")) return *kind = TR_PIPE_TRAIN_1F1B, 0;
+    if (!strcmp(v, "zb")) return *kind = TR_PIPE_TRAIN_ZB, 0;
+    if (!strcmp(v, "inference")) return *kind = TR_PIPE_INFERENCE, 0;
+    fprintf(stderr, "troupe pipeline: --schedule: expected 1f1b, zb or inference, got '%s'\n", v);
+    return -1;
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){
+        .stage = -1, .kind = TR_PIPE_TRAIN_1F1B, .forward = 1, .backward = 2, .weight_share = 0.5};
+    for (int i = 2; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return fprintf(stderr, "troupe pipeline: %s needs a value\n%s", a, USAGE), -1;
+        int rc = !strcmp(a, "--stages")          ? int_flag(a, v, 1, 4096, &o->stages)
+                 : !strcmp(a, "--micro-batches") ? int_flag(a, v, 1, 65535, &o->micro_batches)
+                 : !strcmp(a, "--stage")         ? int_flag(a, v, 0, 4095, &o->stage)
+                 : !strcmp(a, "--schedule")      ? schedule_flag(v, &o->kind)
+                 : !strcmp(a, "--forward")       ? real_flag(a, v, 0, 1e9, &o->forward)
+                 : !strcmp(a, "--backward")      ? real_flag(a, v, 0, 1e9, &o->backward)
+                 : !strcmp(a, "--weight-share")
+                     ? real_flag(a, v, 0, 1, &o->weight_share)
+                     : (fprintf(stderr, "troupe pipeline: unknown flag %s\n%s", a, USAGE), -1);
+        if (rc < 0) return -1;
+    }
+    if (!o->stages || !o->micro_batches)
+        return fprintf(stderr, "troupe pipeline: --stages and --micro-batches are needed\n%s",
+                       USAGE),
+               -1;
+    if (o->stage >= o->stages)
+        return fprintf(stderr, "troupe pipeline: --stage %d: expected 0 to %d (--stages %d)\n",
+                       o->stage, o->stages - 1, o->stages),
+               -1;
+    return 0;
+}
+
+static int print_stage(const opts_t *o, int stage, int header)
+{
+    char err[256], line[4096];
+    tr_pipe_schedule_t *s;
+    if (tr_pipe_schedule_create(&s, o->kind, o->micro_batches, o->stages, stage, err, sizeof(err)) <
+        0)
+        return fprintf(stderr, "troupe pipeline: %s\n", err), 2;
+    if (header) printf("stage %d (%d buffers):\n", stage, tr_pipe_schedule_buffers(s));
+    for (int k = 0; k < tr_pipe_schedule_steps(s); k++) {
+        tr_pipe_schedule_format_step(s, k, line, sizeof(line));
+        puts(line);
+    }
+    tr_pipe_schedule_destroy(s);
+    return 0;
+}
+
+static int simulate_kind(const opts_t *o, int kind, const char *name)
+{
+    char err[256];
+    int S = o->stages, rc = 0;
+    tr_pipe_schedule_t **st = calloc((size_t)S, sizeof(*st));
+    if (!st) return fprintf(stderr, "troupe pipeline: out of memory\n"), 1;
+    for (int s = 0; rc == 0 && s < S; s++)
+        rc = tr_pipe_schedule_create(&st[s], kind, o->micro_batches, S, s, err, sizeof(err));
+    tr_pipe_costs_t c = {o->forward, o->backward, o->backward * (1 - o->weight_share),
+                         o->backward * o->weight_share};
+    tr_pipe_sim_t r;
+    if (rc == 0)
+        rc = tr_pipe_simulate((const tr_pipe_schedule_t *const *)st, S, &c, &r, err, sizeof(err));
+    if (rc == 0) {
+        printf("pipeline.%s.makespan: %.4g units\n", name, r.makespan);
+        printf("pipeline.%s.bubble: %.4f (theory %.4f)\n", name, r.bubble, r.theory);
+        printf("pipeline.%s.buffers_stage0: %d\n", name, tr_pipe_schedule_buffers(st[0]));
+    } else {
+        fprintf(stderr, "troupe pipeline: %s\n", err);
+    }
+    for (int s = 0; s < S; s++)
+        tr_pipe_schedule_destroy(st[s]);
+    free(st);
+    return rc < 0 ? 1 : 0;
+}
+
+int tr_cmd_pipeline(int argc, char **argv)
+{
+    const char *sub = argc > 1 ? argv[1] : "";
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) return printf("%s%s", USAGE, HELP), 0;
+    if (strcmp(sub, "schedule") && strcmp(sub, "simulate"))
+        return fprintf(stderr, "troupe pipeline: expected schedule or simulate\n%s", USAGE), 2;
+    opts_t o;
+    if (parse(argc, argv, &o) < 0) return 2;
+    if (!strcmp(sub, "simulate")) {
+        printf("pipeline.shape: %d stages, %d micro-batches; forward %g, backward %g (weight "
+               "share %g)\n",
+               o.stages, o.micro_batches, o.forward, o.backward, o.weight_share);
+        int rc = simulate_kind(&o, TR_PIPE_TRAIN_1F1B, "1f1b");
+        return rc ? rc : simulate_kind(&o, TR_PIPE_TRAIN_ZB, "zb");
+    }
+    if (o.stage >= 0) return print_stage(&o, o.stage, 0);
+    for (int s = 0; s < o.stages; s++)
+        if (print_stage(&o, s, 1)) return 2;
+    return 0;
+}
