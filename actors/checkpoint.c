@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <msgpack.h>
 
@@ -355,18 +356,22 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
     else
         snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
     c->step = st->global_step;
-    int rc = snapshot(c, st);
+    int rc = st->rc < 0 ? (snprintf(c->err, sizeof(c->err), "%s", st->error), st->rc)
+                        : snapshot(c, st); /* the optimizer's refusal, or the copy */
     tr_msg_t *w = rc == 0 ? tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE) : NULL;
     if (rc == 0 && !w) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
-    if (rc < 0) {
-        tr__reply(c->eng, rc, NULL, "save: %s", c->err);
-        report(ctx, c, rc);
-        return;
+    if (rc == 0) {
+        TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
+        w->step = c->step;
+        if ((rc = tr_actor_send(ctx->rt, ctx->self, w)) < 0) {
+            tr_msg_free(ctx->rt, w);
+            snprintf(c->err, sizeof(c->err), "cannot queue the write: %s", tr_strerror(rc));
+        }
     }
+    /* The call returns either way: a failure here is this rank's part of the save failing,
+     * which the ranks learn together (save_track.h) and tr_engine_wait_checkpoint returns. */
     tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
-    TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
-    w->step = c->step;
-    if (tr_actor_send(ctx->rt, ctx->self, w) < 0) tr_msg_free(ctx->rt, w);
+    if (rc < 0) report(ctx, c, rc);
 }
 
 /* Every rank's files are durable (the executor heard it from every rank): rank 0 clears what
@@ -507,7 +512,14 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
         if (s->kind == TR__STATE_RESTORED) restored(ctx, c, s);
         if (s->kind == TR__STATE_SAVE) save(ctx, c, s);
-        if (s->kind == TR__STATE_WRITE) report(ctx, c, write_files(c));
+        if (s->kind == TR__STATE_WRITE) {
+            const char *delay = getenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS"); /* tests: the write
+                                                                             * starts late */
+            if (delay) usleep((useconds_t)atoi(delay) * 1000u);
+            report(ctx, c, write_files(c));
+            tr__ckpt_image_free(&c->model); /* a copy of the state only while a save is */
+            tr__ckpt_image_free(&c->optim); /* in flight */
+        }
         if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));
         return 0;
     }

@@ -622,7 +622,9 @@ static void dump_flight(tr_engine_t *eng)
 void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng) return;
-    if (eng->created) /* the last save's files and latest (a failure was logged then) */
+    if (eng->created && eng->last.window == 0) /* the last save's files and latest (a failure
+                                                 * was logged then); not mid-window, where a
+                                                 * wait's round could meet a step's collectives */
         tr_engine_wait_checkpoint(eng);
     if (eng->rt) {
         stop_actors(eng);
@@ -757,6 +759,10 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
         return snprintf(eng->error, sizeof(eng->error),
                         "%s: in the middle of an accumulation window; %s between steps", what,
                         what),
+               TR_EINVAL;
+    if (tag && (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, "..")))
+        return snprintf(eng->error, sizeof(eng->error), "%s: checkpoint tag '%.200s' is not a "
+                        "directory name", what, tag),
                TR_EINVAL;
     tr_msg_t *m = tr__request_new(eng->rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");

@@ -700,9 +700,10 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 static const char *busy_reason(struct tr__exec *x, int kind)
 {
     if (kind == TR__REQ_WAIT) /* its rounds must not meet a step's collectives */
-        return x->step_pending || x->grads_out ? "checkpoint wait: an optimizer step is in "
-                                                 "progress; call tr_engine_step first"
-                                               : NULL;
+        return x->micro || x->have_forward || x->step_pending
+                   ? "checkpoint wait: in the middle of an accumulation window; wait between "
+                     "steps"
+                   : NULL;
     if (x->have_forward && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
     if (kind == TR__REQ_TRAIN && x->micro > 0)
         return "the accumulation window was started with tr_engine_forward/backward; finish it "

@@ -14,6 +14,7 @@
  * runs sub-group by sub-group through the swapper before STEP_DONE (see "NVMe offload").
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,7 +460,8 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
         return TR_EINVAL;
     }
     tr__engine_bucket_bytes(e, -(int64_t)(r->covers * sizeof(float)));
-    if (o->swaps && !o->run.mode && swap_prefetch(ctx, o) < 0) return TR_ENOMEM;
+    int prc = o->swaps && !o->run.mode ? swap_prefetch(ctx, o) : 0;
+    if (prc < 0) return prc;
     o->covered += r->covers;
     if (!o->gpart) {
         o->sumsq += tr_grad_sumsq(g, count);
@@ -663,7 +665,8 @@ static int swap_adopt(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
         tr_buffer_info_t info;
         if (!(ready >> b & 1)) continue;
         rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
-        if (rc == 0) rc = swap_read_back(ctx, o, o->run.group_of[b], b, info.base);
+        if (rc < 0) swap_drop(ctx, o);
+        else rc = swap_read_back(ctx, o, o->run.group_of[b], b, info.base);
     }
     return rc;
 }
@@ -778,17 +781,31 @@ static void save_stage_free(tr__optim_t *o)
 
 /* SAVE with the moments in the swap file: they are read back into a staging block, which
  * the ENGINE_STATE names, before it goes on to the checkpointer. */
+/* The optimizer cannot take part in a save: the state goes on to the checkpointer with the
+ * reason, which ends the save there like any of its own failures (on every rank at once). */
+static int save_refused(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s, int rc,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int save_refused(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s, int rc,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof(s->error), fmt, ap);
+    va_end(ap);
+    s->rc = rc;
+    s->moments = (tr_tensor_ref_t){0};
+    return forward_state(ctx, s, o->eng->checkpointer, o->global_steps);
+}
+
 static int save_swapped(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s, size_t bytes)
 {
-    int rc = save_stage(o);
+    int rc = getenv("TROUPE_FAULT_SAVE_NOMEM") ? TR_ENOMEM : save_stage(o); /* tests */
     if (rc == 0)
         rc = tr_buffer_ref(o->eng->rt, o->save_stage_id, 0, bytes, TR_DTYPE_F32, &s->moments);
     tr_msg_t *m = rc == 0 ? state_copy(ctx, s, o->global_steps) : NULL;
-    if (!m) {
-        tr__reply(o->eng, rc < 0 ? rc : TR_ENOMEM, NULL, "save: no memory for a copy of the "
-                  "offloaded optimizer state (%zu bytes)", bytes);
-        return 0;
-    }
+    if (!m)
+        return save_refused(ctx, o, s, rc < 0 ? rc : TR_ENOMEM, "no memory for a copy of the "
+                            "offloaded optimizer state (%zu bytes)", bytes);
     return swap_begin(ctx, o, RUN_SAVE, m, o->save_stage);
 }
 
@@ -802,9 +819,8 @@ static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
     tr__optimizer_state_pack(o, &pk);
     if (sb.size > sizeof(s->optim.data)) {
         msgpack_sbuffer_destroy(&sb);
-        tr__reply(o->eng, TR_EOVERFLOW, NULL, "save: the optimizer's state is larger than %zu "
-                  "bytes", sizeof(s->optim.data));
-        return 0;
+        return save_refused(ctx, o, s, TR_EOVERFLOW, "the optimizer's state is larger than "
+                            "%zu bytes", sizeof(s->optim.data));
     }
     s->optim.len = (uint32_t)sb.size;
     memcpy(s->optim.data, sb.data, sb.size);

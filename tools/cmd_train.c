@@ -370,7 +370,8 @@ static int settle(run_t *r)
  * at the next save or at the end of the run. */
 static int save(run_t *r)
 {
-    int rc = settle(r);
+    if (settle(r)) return 1; /* the last save failed: the run stops (exit 1) */
+    int rc = 0;
     double t0 = now_s();
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
         endline(r);

@@ -323,11 +323,18 @@ static void test_engine_background_save_is_the_blocking_bytes(void **state)
     atomic_store(&task.asked, 0);
     eng = mlp_engine(cfg, &task);
     run_steps(eng, 3, (float[3]){0});
+    setenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS", "300", 1); /* the write starts after the steps */
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, "background"), 0);
+    unsetenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS");
     run_steps(eng, 5, (float[5]){0}); /* the parameters move on while the files are written */
-    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
     char tag[64] = "";
     FILE *f = fopen(latest, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, sizeof(tag), f));
+    fclose(f);
+    assert_string_equal(tag, "blocking"); /* latest moves only once the files are durable */
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    f = fopen(latest, "r");
     assert_non_null(f);
     assert_non_null(fgets(tag, sizeof(tag), f));
     fclose(f);

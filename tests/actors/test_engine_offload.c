@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -327,6 +328,36 @@ static void test_offload_full_checkpoint_disk_keeps_the_last_checkpoint(void **s
     assert_int_equal(system(cmd), 0);
 }
 
+/* The optimizer cannot copy the offloaded state for a save (no memory, injected): the save
+ * ends as failed through the checkpointer like any failure — the wait returns it, nothing is
+ * written — and the next save, the wait and destroy neither hang nor fail. */
+static void test_offload_refused_save_does_not_hang_the_next(void **state)
+{
+    (void)state;
+    char json[1200], dir[300], latest[400];
+    snprintf(dir, sizeof(dir), "%s/refused", tmpdir);
+    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    config_json(json, sizeof(json), ADAMW, true, 3, true);
+    tr_config_t *cfg;
+    tr_engine_t *eng = test_mlp_engine(json, "offload.json", 1, &cfg);
+    float losses[2];
+    run(eng, 2, losses);
+    setenv("TROUPE_FAULT_SAVE_NOMEM", "1", 1);
+    int rc = tr_engine_save_checkpoint(eng, dir, "nomem");
+    unsetenv("TROUPE_FAULT_SAVE_NOMEM");
+    assert_int_equal(rc, 0); /* the call returns; the save's outcome comes with the wait */
+    assert_int_equal(tr_engine_wait_checkpoint(eng), TR_EFAILED);
+    printf("offload: refused save: %s\n", tr_engine_error(eng));
+    assert_non_null(strstr(tr_engine_error(eng), "no memory for a copy of the offloaded"));
+    assert_int_equal(access(latest, F_OK), -1);
+    run(eng, 1, losses);
+    if (tr_engine_save_checkpoint(eng, dir, "ok") || tr_engine_wait_checkpoint(eng))
+        fail_msg("save after a refused one: %s", tr_engine_error(eng));
+    assert_int_equal(access(latest, F_OK), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 static int setup_dir(void **state)
 {
     (void)state;
@@ -354,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_offload_refuses_lamb_and_too_few_buffers),
         cmocka_unit_test(test_offload_full_disk_is_an_error_at_create),
         cmocka_unit_test(test_offload_full_checkpoint_disk_keeps_the_last_checkpoint),
+        cmocka_unit_test(test_offload_refused_save_does_not_hang_the_next),
     };
     return cmocka_run_group_tests_name("engine_offload", tests, setup_dir, remove_dir);
 }
