@@ -104,6 +104,44 @@ typedef struct tr_pipe_sim {
 int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
                      const tr_pipe_costs_t *costs, tr_pipe_sim_t *out, char *err, size_t errlen);
 
+/* --- running a schedule ------------------------------------------------------------------
+ *
+ * tr_pipe_run executes the S stages' schedules for one batch on S actors, each pinned to its
+ * own thread (so a stage's compute never waits for another's), in a runtime of its own. A
+ * send is a PIPE_XFER message to the neighbour stage; it carries its header (kind, step,
+ * micro-batch, stages, dtype, elements), which the receiver checks against what its schedule
+ * expects, so a mismatch is an error naming both stages instead of a hang. A receive waits for
+ * its message; an early one waits in the stage until its instruction. Every other instruction
+ * is the caller's exec callback, on the stage's thread. */
+
+struct tr_monitor;
+
+/* Runs instruction x on stage `stage` (its thread): compute, a load, the step's collectives.
+ * 0, or a negative TR_E* code, which stops the run (the error names the stage and x). */
+typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x);
+
+typedef struct tr_pipe_run_opts {
+    int kind, stages, micro_batches; /* the schedule (tr_pipe_kind_t, S, M) */
+    tr_pipe_exec_fn exec;
+    void *user;
+    unsigned long long link_elements; /* elements of each activation and gradient sent */
+    int link_dtype;                   /* their tr_dtype_t */
+    unsigned long long step;          /* the batch's number, carried by every transfer */
+    struct tr_monitor *monitor;       /* traces each stage as a lane (NULL: none); borrowed */
+} tr_pipe_run_opts_t;
+
+typedef struct tr_pipe_run_result {
+    double makespan_ms; /* from the start to the last stage's end */
+    double busy_ms;     /* time in compute instructions, summed over the stages */
+    double bubble;      /* 1 - busy / (S makespan) */
+    double theory;      /* 1F1B's (S - 1) / (M + S - 1) */
+} tr_pipe_run_result_t;
+
+/* Runs one batch. TR_EINVAL with err for bad options; the first stage's failure (a callback's
+ * code, a transfer whose header does not match, naming both stages) otherwise. For tests,
+ * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. The caller's thread. */
+int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

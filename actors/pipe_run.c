@@ -1,0 +1,277 @@
+/* pipe_run.c: one batch of a pipeline schedule executed by S stage actors (troupe/pipeline.h).
+ *
+ * Each stage is a pinned actor with its schedule's instruction stream and a position in it. A
+ * PIPE_XFER of kind 0 (from the runner) starts it; it then runs instructions until a receive
+ * whose transfer has not arrived, and resumes when it does. A transfer that arrives early is
+ * remembered (one bit per micro-batch and kind) until its instruction. Every transfer's header
+ * is checked on arrival against the schedule: the kind the link carries, the sending stage,
+ * this step, a micro-batch the stage still expects, the dtype and the element count. A stage
+ * that fails records why and shuts the runtime down, so no stage waits forever for a
+ * neighbour that stopped.
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/errf.h"
+#include "troupe.h"
+
+enum { XFER_START = 0, XFER_ACT = 1, XFER_GRAD = 2 };
+
+/* Stage s's instructions as spans on a lane of their own ("stage s"), below the runtime's. */
+#define STAGE_LANE(s) (TR_RUNTIME_LANE_EXTERNAL - 1u - (uint32_t)(s))
+
+typedef struct stage {
+    const tr_pipe_run_opts_t *o;
+    int s, fault;
+    tr_pipe_schedule_t *sch;
+    int step, at, n; /* the schedule's step, the instruction in it, its count */
+    tr_actor_t prev, next;
+    unsigned char *have;  /* [kind * M + mb]: a transfer arrived, its receive not yet run */
+    unsigned char *taken; /* the same, once its receive ran */
+    uint64_t busy_ns, end_ns;
+    int rc;
+    char err[512];
+} stage_t;
+
+typedef struct run {
+    tr_runtime_t *rt;
+    stage_t *st;
+    tr_actor_t *ids;
+    int S;
+} run_t;
+
+static const char *kind_name(int k)
+{
+    return k == XFER_ACT ? "activation" : k == XFER_GRAD ? "gradient" : "start";
+}
+
+static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err, sizeof(g->err), fmt, ap);
+    va_end(ap);
+    g->rc = rc;
+    tr_runtime_shutdown(ctx->rt, "a pipeline stage failed");
+    return 0;
+}
+
+static int send_xfer(tr_ctx_t *ctx, stage_t *g, int kind, int mb)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PIPE_XFER);
+    if (!m) return fail(ctx, g, TR_ENOMEM, "stage %d: out of message memory", g->s), TR_ENOMEM;
+    *TR_MSG_AS(m, pipe_xfer) =
+        (tr_msg_pipe_xfer_t){.kind = (uint32_t)kind,
+                             .step = g->o->step,
+                             .micro_batch = (uint32_t)mb,
+                             .from_stage = (uint32_t)g->s,
+                             .to_stage = (uint32_t)(kind == XFER_ACT ? g->s + 1 : g->s - 1),
+                             .dtype = (uint32_t)g->o->link_dtype,
+                             .elements = g->o->link_elements + (g->fault != 0)};
+    m->step = g->o->step;
+    int rc = tr_actor_send(ctx->rt, kind == XFER_ACT ? g->next : g->prev, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        fail(ctx, g, rc, "stage %d: cannot send the %s of micro-batch %d: %s", g->s,
+             kind_name(kind), mb, tr_strerror(rc));
+    }
+    return rc;
+}
+
+/* Runs one instruction: 1 done, 0 waiting for a transfer, < 0 failed. */
+static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
+{
+    int M = g->o->micro_batches;
+    if (x->op == TR_PIPE_RECV_ACTIVATION || x->op == TR_PIPE_RECV_GRAD) {
+        int k = x->op == TR_PIPE_RECV_ACTIVATION ? XFER_ACT : XFER_GRAD;
+        if (!g->have[k * M + x->micro_batch]) return 0;
+        g->have[k * M + x->micro_batch] = 0, g->taken[k * M + x->micro_batch] = 1;
+    }
+    if (x->op == TR_PIPE_SEND_ACTIVATION || x->op == TR_PIPE_SEND_GRAD) {
+        int rc = send_xfer(ctx, g, x->op == TR_PIPE_SEND_ACTIVATION ? XFER_ACT : XFER_GRAD,
+                           x->micro_batch);
+        return rc < 0 ? rc : 1;
+    }
+    uint64_t t0 = tr_now_ns();
+    int rc = g->o->exec(g->o->user, g->s, x);
+    bool compute = x->op == TR_PIPE_FORWARD || x->op == TR_PIPE_BACKWARD ||
+                   x->op == TR_PIPE_BACKWARD_INPUT || x->op == TR_PIPE_BACKWARD_WEIGHT;
+    uint64_t t1 = tr_now_ns();
+    if (compute) g->busy_ns += t1 - t0;
+    if (compute && g->o->monitor)
+        tr_monitor_span(g->o->monitor,
+                        &(tr_span_t){tr_pipe_op_name(x->op), t0, t1, g->o->step,
+                                     (uint32_t)x->micro_batch, STAGE_LANE(g->s), 0, 0});
+    if (rc < 0)
+        return fail(ctx, g, rc,
+                    "stage %d: %s of micro-batch %d (step %d of its schedule) "
+                    "failed: %s",
+                    g->s, tr_pipe_op_name(x->op), x->micro_batch, g->step, tr_strerror(rc)),
+               rc;
+    return 1;
+}
+
+/* Runs the stream until a receive waits or it ends (then the stage stops). */
+static int advance(tr_ctx_t *ctx, stage_t *g)
+{
+    int steps = tr_pipe_schedule_steps(g->sch);
+    while (g->step < steps && g->rc == 0) {
+        const tr_pipe_instr_t *x = tr_pipe_schedule_step(g->sch, g->step, &g->n);
+        if (g->at >= g->n) {
+            g->step++, g->at = 0;
+            continue;
+        }
+        int r = execute(ctx, g, &x[g->at]);
+        if (r <= 0) return 0;
+        g->at++;
+    }
+    if (g->rc == 0) g->end_ns = tr_now_ns();
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+/* A transfer arrived: its header against what this stage's schedule expects. */
+static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
+{
+    int M = g->o->micro_batches, k = (int)t->kind;
+    int from = k == XFER_ACT ? g->s - 1 : g->s + 1;
+    int link_ok = (k == XFER_ACT && g->s > 0) || (k == XFER_GRAD && g->s < g->o->stages - 1);
+    const char *bad =
+        !link_ok                        ? "a kind this link does not carry"
+        : (int)t->from_stage != from    ? "another sender"
+        : t->to_stage != (uint32_t)g->s ? "another receiver"
+        : t->step != g->o->step         ? "another step"
+        : t->micro_batch >= (uint32_t)M ? "a micro-batch out of range"
+        : g->have[k * M + (int)t->micro_batch] || g->taken[k * M + (int)t->micro_batch]
+            ? "a micro-batch twice"
+        : t->dtype != (uint32_t)g->o->link_dtype ? "another dtype"
+        : t->elements != g->o->link_elements     ? "another element count"
+                                                 : NULL;
+    if (bad)
+        return fail(ctx, g, TR_EMISMATCH,
+                    "stage %d received from stage %u %s %s of %llu "
+                    "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
+                    "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
+                    g->s, t->from_stage, k == XFER_ACT ? "an" : "a", kind_name(k),
+                    (unsigned long long)t->elements, t->dtype, t->micro_batch,
+                    (unsigned long long)t->step, bad, k == XFER_ACT ? "activations" : "gradients",
+                    from, (unsigned long long)g->o->link_elements, g->o->link_dtype,
+                    (unsigned long long)g->o->step);
+    g->have[k * M + (int)t->micro_batch] = 1;
+    return advance(ctx, g);
+}
+
+static int stage_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    stage_t *g = ctx->state;
+    if (msg->type != TR_MSG_PIPE_XFER || g->rc) return 0;
+    const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
+    return t->kind == XFER_START ? advance(ctx, g) : arrived(ctx, g, t);
+}
+
+static int check_opts(const tr_pipe_run_opts_t *o, char *err, size_t len)
+{
+    if (!o || !o->exec) return tr__errf(err, len, TR_EINVAL, "pipeline run: no exec callback");
+    if (o->link_elements == 0)
+        return tr__errf(err, len, TR_EINVAL,
+                        "pipeline run: link_elements is 0; expected the "
+                        "elements of an activation");
+    return 0;
+}
+
+static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
+{
+    const char *fault = getenv("TROUPE_FAULT_PIPE_STAGE");
+    tr_actor_t *ids = r->ids;
+    for (int s = 0; s < r->S; s++) {
+        stage_t *g = &r->st[s];
+        *g = (stage_t){.o = o, .s = s, .fault = fault && atoi(fault) == s && r->S > 1};
+        size_t cells = 3 * (size_t)o->micro_batches;
+        g->have = calloc(cells, 1), g->taken = calloc(cells, 1);
+        if (!g->have || !g->taken)
+            return tr__errf(err, len, TR_ENOMEM, "pipeline run: out of memory");
+        int rc =
+            tr_pipe_schedule_create(&g->sch, o->kind, o->micro_batches, o->stages, s, err, len);
+        if (rc < 0) return rc;
+        char name[32];
+        snprintf(name, sizeof(name), "stage %d", s);
+        if (o->monitor && r->S < 2000)
+            tr_monitor_lane_set(o->monitor, STAGE_LANE(s), name, TR_LANE_COMPUTE);
+        snprintf(name, sizeof(name), "stage%d", s);
+        tr_actor_opts_t ao = {.name = name, .pinned = 1, .lane_kind = TR_LANE_COMPUTE};
+        rc = tr_actor_spawn(r->rt, stage_behaviour, g, &ao, &ids[s]);
+        if (rc < 0)
+            return tr__errf(err, len, rc, "pipeline run: spawning stage %d: %s", s,
+                            tr_strerror(rc));
+    }
+    for (int s = 0; s < r->S; s++) {
+        r->st[s].prev = s > 0 ? ids[s - 1] : ids[s];
+        r->st[s].next = s + 1 < r->S ? ids[s + 1] : ids[s];
+    }
+    for (int s = 0; s < r->S; s++) { /* the stages' prev/next are set: now they may start */
+        tr_msg_t *m = tr_msg_new(r->rt, TR_MSG_PIPE_XFER);
+        if (!m) return tr__errf(err, len, TR_ENOMEM, "pipeline run: out of message memory");
+        *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = XFER_START, .step = o->step};
+        if (tr_actor_send(r->rt, ids[s], m) < 0) tr_msg_free(r->rt, m);
+    }
+    return 0;
+}
+
+static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, size_t len)
+{
+    *out = (tr_pipe_run_result_t){0};
+    uint64_t end = t0, busy = 0;
+    for (int s = 0; s < r->S; s++) /* the stage that failed, not those it stopped */
+        if (r->st[s].rc) return tr__errf(err, len, r->st[s].rc, "pipeline run: %s", r->st[s].err);
+    for (int s = 0; s < r->S; s++) {
+        const stage_t *g = &r->st[s];
+        if (!g->end_ns)
+            return tr__errf(err, len, TR_EFAILED,
+                            "pipeline run: stage %d stopped before the "
+                            "end of its schedule",
+                            s);
+        end = g->end_ns > end ? g->end_ns : end;
+        busy += g->busy_ns;
+    }
+    out->makespan_ms = (double)(end - t0) / 1e6;
+    out->busy_ms = (double)busy / 1e6;
+    out->bubble = end > t0 ? 1 - (double)busy / ((double)r->S * (double)(end - t0)) : 0;
+    out->theory = (double)(r->S - 1) / (r->st[0].o->micro_batches + r->S - 1);
+    return 0;
+}
+
+int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen)
+{
+    int rc = check_opts(o, err, errlen);
+    if (rc < 0) return rc;
+    if (o->stages < 1 || o->stages > 4096)
+        return tr__errf(err, errlen, TR_EINVAL, "pipeline run: stages is %d; expected 1 to 4096",
+                        o->stages);
+    run_t r = {.S = o->stages};
+    tr_runtime_opts_t ro = {.n_workers = 1, .monitor = o->monitor};
+    if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)
+        return tr__errf(err, errlen, rc, "pipeline run: cannot start a runtime: %s",
+                        tr_strerror(rc));
+    r.st = calloc((size_t)r.S, sizeof(*r.st));
+    r.ids = calloc((size_t)r.S, sizeof(*r.ids));
+    uint64_t t0 = tr_now_ns();
+    rc = r.st && r.ids ? spawn(&r, o, err, errlen)
+                       : tr__errf(err, errlen, TR_ENOMEM, "pipeline run: out of memory");
+    if (rc < 0) tr_runtime_shutdown(r.rt, "pipeline set-up failed");
+    int run_rc = tr_runtime_run(r.rt);
+    if (rc == 0 && run_rc < 0)
+        rc = tr__errf(err, errlen, run_rc, "pipeline run: %s", tr_runtime_failure(r.rt));
+    if (rc == 0) rc = collect(&r, t0, out, err, errlen);
+    tr_runtime_close(r.rt);
+    for (int s = 0; r.st && s < r.S; s++) {
+        tr_pipe_schedule_destroy(r.st[s].sch);
+        free(r.st[s].have), free(r.st[s].taken);
+    }
+    free(r.st);
+    free(r.ids);
+    return rc;
+}

@@ -1,0 +1,126 @@
+/* Pipeline schedules executed by stage actors (tr_pipe_run): every stage runs each of its
+ * compute instructions once, a stage's forward of a micro-batch after the previous stage's and
+ * its backward after the next stage's (the transfers carry the order), for 1F1B and zb on
+ * 1 to 4 stages; a transfer whose header does not match (a stage sending one element too
+ * many) is an error naming both stages, not a hang; a failing instruction stops every stage
+ * with its stage and instruction named. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define MAX_S 4
+#define M     6
+
+typedef struct record {
+    atomic_int clock;                 /* a global order of events */
+    int fwd[MAX_S][M], bwd[MAX_S][M]; /* when each ran (0: not) */
+    int runs[MAX_S];
+    int fail_stage, fail_mb;
+} record_t;
+
+static int exec(void *user, int stage, const tr_pipe_instr_t *x)
+{
+    record_t *r = user;
+    if (x->op == TR_PIPE_FORWARD || x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT) {
+        int t = atomic_fetch_add(&r->clock, 1) + 1;
+        int *slot = x->op == TR_PIPE_FORWARD ? &r->fwd[stage][x->micro_batch]
+                                             : &r->bwd[stage][x->micro_batch];
+        if (*slot) return TR_EINVAL; /* twice */
+        *slot = t;
+    }
+    r->runs[stage]++;
+    if (stage == r->fail_stage && x->op == TR_PIPE_FORWARD && x->micro_batch == r->fail_mb)
+        return TR_EIO;
+    return 0;
+}
+
+static int run(record_t *r, int kind, int S, char *err, size_t len)
+{
+    tr_pipe_run_opts_t o = {.kind = kind,
+                            .stages = S,
+                            .micro_batches = M,
+                            .exec = exec,
+                            .user = r,
+                            .link_elements = 4096,
+                            .link_dtype = TR_DTYPE_F32,
+                            .step = 7};
+    tr_pipe_run_result_t res;
+    int rc = tr_pipe_run(&o, &res, err, len);
+    if (rc == 0)
+        printf("pipe run: kind %d, S %d: bubble %.3f (instant compute), makespan %.2f ms\n", kind,
+               S, res.bubble, res.makespan_ms);
+    return rc;
+}
+
+static void test_stages_run_in_dataflow_order(void **state)
+{
+    (void)state;
+    for (int kind = TR_PIPE_TRAIN_1F1B; kind <= TR_PIPE_TRAIN_ZB; kind += 2)
+        for (int S = 1; S <= MAX_S; S++) {
+            record_t *r = calloc(1, sizeof(*r));
+            r->fail_stage = -1;
+            char err[1024];
+            if (run(r, kind, S, err, sizeof(err))) fail_msg("%s", err);
+            for (int s = 0; s < S; s++)
+                for (int mb = 0; mb < M; mb++) {
+                    assert_true(r->fwd[s][mb] > 0 && r->bwd[s][mb] > r->fwd[s][mb]);
+                    if (s > 0) assert_true(r->fwd[s][mb] > r->fwd[s - 1][mb]);
+                    if (s + 1 < S) assert_true(r->bwd[s][mb] > r->bwd[s + 1][mb]);
+                }
+            free(r);
+        }
+}
+
+static void test_header_mismatch_names_both_stages(void **state)
+{
+    (void)state;
+    record_t *r = calloc(1, sizeof(*r));
+    r->fail_stage = -1;
+    char err[1024];
+    setenv("TROUPE_FAULT_PIPE_STAGE", "1", 1);
+    int rc = run(r, TR_PIPE_TRAIN_1F1B, 3, err, sizeof(err));
+    unsetenv("TROUPE_FAULT_PIPE_STAGE");
+    printf("mismatch: %s\n", err);
+    assert_int_equal(rc, TR_EMISMATCH);
+    assert_non_null(strstr(err, "received from stage 1"));
+    assert_non_null(strstr(err, "of 4097 elements"));
+    assert_non_null(strstr(err, "another element count"));
+    assert_non_null(strstr(err, "of 4096 elements"));
+    free(r);
+}
+
+static void test_failing_instruction_stops_every_stage(void **state)
+{
+    (void)state;
+    record_t *r = calloc(1, sizeof(*r));
+    r->fail_stage = 1, r->fail_mb = 2;
+    char err[1024];
+    int rc = run(r, TR_PIPE_TRAIN_ZB, 3, err, sizeof(err));
+    printf("failure: %s\n", err);
+    assert_int_equal(rc, TR_EIO);
+    assert_non_null(strstr(err, "stage 1: ForwardPass of micro-batch 2"));
+    free(r);
+    tr_pipe_run_opts_t bad = {
+        .kind = TR_PIPE_TRAIN_1F1B, .stages = 2, .micro_batches = 2, .exec = exec};
+    tr_pipe_run_result_t res;
+    assert_int_equal(tr_pipe_run(&bad, &res, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "link_elements is 0"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stages_run_in_dataflow_order),
+        cmocka_unit_test(test_header_mismatch_names_both_stages),
+        cmocka_unit_test(test_failing_instruction_stops_every_stage),
+    };
+    return cmocka_run_group_tests_name("pipe_run", tests, NULL, NULL);
+}
