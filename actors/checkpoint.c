@@ -190,8 +190,14 @@ static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t 
 static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *sb,
                 const float *from, int n, size_t each, size_t stride)
 {
+    size_t cap = im->cap;
     int rc = tr__ckpt_image_begin(im, sb->data, sb->size, (size_t)n * each, c->err, sizeof(c->err));
     msgpack_sbuffer_destroy(sb);
+    if (rc == 0 && im->cap > cap) /* kept for the next saves: their copy faults no page in */
+        tr_log(TR_LOG_INFO,
+               "checkpointer: rank %d holds %.1f MiB for a file's copy in background "
+               "saves (checkpoint.writer.decoupled), from now on",
+               c->eng->rank, (double)im->cap / 1048576.0);
     for (int i = 0; rc == 0 && i < n; i++)
         memcpy(tr__ckpt_image_payload(im) + (size_t)i * each, from + (size_t)i * stride, each);
     return rc;
@@ -517,8 +523,6 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
                                                                              * starts late */
             if (delay) usleep((useconds_t)atoi(delay) * 1000u);
             report(ctx, c, write_files(c));
-            tr__ckpt_image_free(&c->model); /* a copy of the state only while a save is */
-            tr__ckpt_image_free(&c->optim); /* in flight */
         }
         if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));
         return 0;
