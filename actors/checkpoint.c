@@ -380,6 +380,15 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
     if (rc < 0) report(ctx, c, rc);
 }
 
+/* Tests: TROUPE_TEST_CKPT_WRITE_GATE=FILE holds a background write until FILE exists (60 s
+ * at most), so a test can train while a save is known to be unwritten. */
+static void write_gate(void)
+{
+    const char *gate = getenv("TROUPE_TEST_CKPT_WRITE_GATE");
+    for (int i = 0; gate && i < 6000 && access(gate, F_OK) != 0; i++)
+        usleep(10000);
+}
+
 /* Every rank's files are durable (the executor heard it from every rank): rank 0 clears what
  * killed saves left and writes latest. */
 static int write_latest(struct tr__ckpt_actor *c)
@@ -519,9 +528,7 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         if (s->kind == TR__STATE_RESTORED) restored(ctx, c, s);
         if (s->kind == TR__STATE_SAVE) save(ctx, c, s);
         if (s->kind == TR__STATE_WRITE) {
-            const char *delay = getenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS"); /* tests: the write
-                                                                             * starts late */
-            if (delay) usleep((useconds_t)atoi(delay) * 1000u);
+            write_gate();
             report(ctx, c, write_files(c));
         }
         if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));

@@ -323,17 +323,22 @@ static void test_engine_background_save_is_the_blocking_bytes(void **state)
     atomic_store(&task.asked, 0);
     eng = mlp_engine(cfg, &task);
     run_steps(eng, 3, (float[3]){0});
-    setenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS", "300", 1); /* the write starts after the steps */
+    char gate[400];
+    snprintf(gate, sizeof(gate), "%s/bg_gate", tmpdir);
+    setenv("TROUPE_TEST_CKPT_WRITE_GATE", gate, 1); /* the write waits for the gate file */
     assert_int_equal(tr_engine_save_checkpoint(eng, dir, "background"), 0);
-    unsetenv("TROUPE_TEST_CKPT_WRITE_DELAY_MS");
-    run_steps(eng, 5, (float[5]){0}); /* the parameters move on while the files are written */
+    run_steps(eng, 5, (float[5]){0}); /* the parameters move on before the files are written */
     char tag[64] = "";
     FILE *f = fopen(latest, "r");
     assert_non_null(f);
     assert_non_null(fgets(tag, sizeof(tag), f));
     fclose(f);
     assert_string_equal(tag, "blocking"); /* latest moves only once the files are durable */
+    FILE *g = fopen(gate, "w"); /* now the write may start */
+    assert_non_null(g);
+    fclose(g);
     assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    unsetenv("TROUPE_TEST_CKPT_WRITE_GATE"); /* no write reads it now */
     f = fopen(latest, "r");
     assert_non_null(f);
     assert_non_null(fgets(tag, sizeof(tag), f));
