@@ -61,18 +61,24 @@ static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
     return 0;
 }
 
+/* The elements on link l (between stages l and l + 1). */
+static unsigned long long link_of(const tr_pipe_run_opts_t *o, int l)
+{
+    return o->links ? o->links[l] : o->link_elements;
+}
+
 static int send_xfer(tr_ctx_t *ctx, stage_t *g, int kind, int mb)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PIPE_XFER);
     if (!m) return fail(ctx, g, TR_ENOMEM, "stage %d: out of message memory", g->s), TR_ENOMEM;
-    *TR_MSG_AS(m, pipe_xfer) =
-        (tr_msg_pipe_xfer_t){.kind = (uint32_t)kind,
-                             .step = g->o->step,
-                             .micro_batch = (uint32_t)mb,
-                             .from_stage = (uint32_t)g->s,
-                             .to_stage = (uint32_t)(kind == XFER_ACT ? g->s + 1 : g->s - 1),
-                             .dtype = (uint32_t)g->o->link_dtype,
-                             .elements = g->o->link_elements + (g->fault != 0)};
+    *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){
+        .kind = (uint32_t)kind,
+        .step = g->o->step,
+        .micro_batch = (uint32_t)mb,
+        .from_stage = (uint32_t)g->s,
+        .to_stage = (uint32_t)(kind == XFER_ACT ? g->s + 1 : g->s - 1),
+        .dtype = (uint32_t)g->o->link_dtype,
+        .elements = link_of(g->o, kind == XFER_ACT ? g->s : g->s - 1) + (g->fault != 0)};
     m->step = g->o->step;
     int rc = tr_actor_send(ctx->rt, kind == XFER_ACT ? g->next : g->prev, m);
     if (rc < 0) {
@@ -140,6 +146,7 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
     int M = g->o->micro_batches, k = (int)t->kind;
     int from = k == XFER_ACT ? g->s - 1 : g->s + 1;
     int link_ok = (k == XFER_ACT && g->s > 0) || (k == XFER_GRAD && g->s < g->o->stages - 1);
+    unsigned long long want = link_ok ? link_of(g->o, k == XFER_ACT ? g->s - 1 : g->s) : 0;
     const char *bad =
         !link_ok                        ? "a kind this link does not carry"
         : (int)t->from_stage != from    ? "another sender"
@@ -149,7 +156,7 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
         : g->have[k * M + (int)t->micro_batch] || g->taken[k * M + (int)t->micro_batch]
             ? "a micro-batch twice"
         : t->dtype != (uint32_t)g->o->link_dtype ? "another dtype"
-        : t->elements != g->o->link_elements     ? "another element count"
+        : t->elements != want                    ? "another element count"
                                                  : NULL;
     if (bad)
         return fail(ctx, g, TR_EMISMATCH,
@@ -159,8 +166,7 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
                     g->s, t->from_stage, k == XFER_ACT ? "an" : "a", kind_name(k),
                     (unsigned long long)t->elements, t->dtype, t->micro_batch,
                     (unsigned long long)t->step, bad, k == XFER_ACT ? "activations" : "gradients",
-                    from, (unsigned long long)g->o->link_elements, g->o->link_dtype,
-                    (unsigned long long)g->o->step);
+                    from, want, g->o->link_dtype, (unsigned long long)g->o->step);
     g->have[k * M + (int)t->micro_batch] = 1;
     return advance(ctx, g);
 }
@@ -176,10 +182,12 @@ static int stage_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 static int check_opts(const tr_pipe_run_opts_t *o, char *err, size_t len)
 {
     if (!o || !o->exec) return tr__errf(err, len, TR_EINVAL, "pipeline run: no exec callback");
-    if (o->link_elements == 0)
-        return tr__errf(err, len, TR_EINVAL,
-                        "pipeline run: link_elements is 0; expected the "
-                        "elements of an activation");
+    for (int l = 0; l + 1 < o->stages; l++)
+        if (link_of(o, l) == 0)
+            return tr__errf(err, len, TR_EINVAL,
+                            "pipeline run: link_elements is 0 (link %d); "
+                            "expected the elements of an activation",
+                            l);
     return 0;
 }
 

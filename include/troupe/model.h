@@ -118,6 +118,12 @@ struct tr_layer {
     size_t param_count;  /* floats in the layer's range (the sum of the table) */
     size_t param_offset; /* set by the model: the range's start in the model's buffer */
     void *state;         /* the layer's own configuration */
+    /* A tensor of another layer this one reads through ctx->model_params and accumulates into
+     * through ctx->model_grads (GPT-2's head: the embedding's wte), declared with
+     * tr_layer_tie_param; set by the model: its range in the model's buffers (count 0: none) */
+    int tie_layer;
+    char tie_param[TR_LAYER_NAME_MAX];
+    size_t tie_offset, tie_count;
 };
 
 /* Sets up a layer with no parameters yet (not a loss layer, reads no targets). The layer
@@ -138,6 +144,14 @@ int tr_layer_add_param(tr_layer_t *layer, const char *name, int ndim, const int6
  * weight decay to it). Before tr_model_create. TR_EINVAL for a NULL layer or name, or no
  * parameter of that name. Any thread. */
 int tr_layer_set_param_no_decay(tr_layer_t *layer, const char *name, int no_decay);
+
+/* Declares that the layer uses parameter `param` of layer `owner` (its index in the model):
+ * it reads it through ctx->model_params + layer->tie_offset and accumulates its gradient
+ * through ctx->model_grads + tie_offset. A pipeline stage that holds the layer but not its
+ * owner keeps that gradient apart and adds it to the owner's at ReduceTiedGrads. Resolved by
+ * tr_model_create (TR_EINVAL there when the owner or its parameter is missing). TR_EINVAL for
+ * a NULL layer or param, an over-long name, owner < 0. Any thread. */
+int tr_layer_tie_param(tr_layer_t *layer, int owner, const char *param);
 
 /* The layer's parameter named name, or NULL. */
 const tr_param_info_t *tr_layer_find_param(const tr_layer_t *layer, const char *name);
@@ -270,6 +284,49 @@ const char *tr_model_error(const tr_model_t *model);
  * with tr_model_error naming the layer (a layer's own failure: its name and the code). */
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch);
 int tr_model_layer_backward(tr_model_t *model, int layer);
+
+/* ---- stages: a model cut for pipeline parallelism ------------------------------------------
+ * A stage is layers [first, last] of a model with `slots` activation slots, one per
+ * micro-batch in flight (a pipeline schedule's buffers), each for batches of (B, T). A stage's
+ * forward reads the previous stage's output (or, for the first stage, the batch) and keeps its
+ * activations in the slot until that slot's backward, which reads the gradient of its output
+ * (the next stage's din; nothing for the stage ending in the loss) and gives the gradient of
+ * its input. Gradients accumulate into the model's buffer (each stage only its own layers'
+ * range), except a tied tensor owned outside the stage (tr_layer_tie_param), which the stage
+ * keeps apart until tr_model_stage_reduce_tied. Several stages of one model may run at once,
+ * each on its own thread; one stage is used by one thread at a time. */
+
+typedef struct tr_model_stage tr_model_stage_t;
+
+/* TR_EINVAL with why (a bad range, slots < 1, B or T < 1), TR_ENOMEM. Any thread. */
+int tr_model_stage_create(tr_model_stage_t **out, tr_model_t *model, int first, int last, int slots,
+                          int B, int T, char *why, size_t why_len);
+void tr_model_stage_destroy(tr_model_stage_t *stage);
+
+/* Floats of the stage's input (B T in_dim of its first layer; 0 when it reads the batch) and
+ * of its output (B T out_dim of its last layer). */
+size_t tr_model_stage_input_floats(const tr_model_stage_t *stage);
+size_t tr_model_stage_output_floats(const tr_model_stage_t *stage);
+
+/* Forward of one micro-batch into slot: the first stage reads the batch's tokens or x, the
+ * stage with the loss its targets (*loss gets the mean); the others read `in` (the previous
+ * stage's output, input_floats floats, copied). Errors as tr_model_forward's, with
+ * tr_model_stage_error naming the layer. */
+int tr_model_stage_forward(tr_model_stage_t *stage, int slot, const tr_batch_t *batch,
+                           const float *in, float *loss);
+/* Slot's output after its forward (output_floats floats; valid until the slot's next
+ * forward). */
+const float *tr_model_stage_output(const tr_model_stage_t *stage, int slot);
+/* Backward of slot's micro-batch: dout is the gradient of the stage's output (ignored by the
+ * stage with the loss); *din (may be NULL) gets the gradient of its input (input_floats
+ * floats, valid until the stage's next backward; NULL for the first stage). */
+int tr_model_stage_backward(tr_model_stage_t *stage, int slot, const float *dout,
+                            const float **din);
+/* Adds the tied gradients this stage kept apart into the owners' ranges and zeroes them
+ * (DeepSpeed's ReduceTiedGrads in one process; no-op without ties). Call when no stage of the
+ * model is in backward. */
+void tr_model_stage_reduce_tied(tr_model_stage_t *stage);
+const char *tr_model_stage_error(const tr_model_stage_t *stage);
 
 /* Sets the process's budget of compute threads for the CPU kernels, callers included (0 = the
  * CPUs this process may run on); concurrent callers share it (docs/threads.md). Safe while

@@ -21,6 +21,8 @@
 
 #include <stddef.h>
 
+#include "troupe/model.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -125,6 +127,8 @@ typedef struct tr_pipe_run_opts {
     tr_pipe_exec_fn exec;
     void *user;
     unsigned long long link_elements; /* elements of each activation and gradient sent */
+    const unsigned long long *links;  /* or, per link s (stages s and s + 1), its elements
+                                       * (S - 1 of them; NULL: link_elements for all) */
     int link_dtype;                   /* their tr_dtype_t */
     unsigned long long step;          /* the batch's number, carried by every transfer */
     struct tr_monitor *monitor;       /* traces each stage as a lane (NULL: none); borrowed */
@@ -141,6 +145,41 @@ typedef struct tr_pipe_run_result {
  * code, a transfer whose header does not match, naming both stages) otherwise. For tests,
  * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. The caller's thread. */
 int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen);
+
+/* --- a model trained through a pipeline, in one process --------------------------------------
+ *
+ * tr_pipe_model cuts a model (troupe/model.h) into S stages at the given layer bounds, each with
+ * its schedule's activation slots, and runs a batch of M micro-batches through tr_pipe_run: a
+ * stage's forward reads the previous stage's output in place (the schedule keeps that slot
+ * until it has been read), and a backward's input gradient is copied into the previous stage's
+ * link slot before it is sent. The gradients accumulate into the model's buffer as M
+ * micro-batches of tr_model_forward/backward would (the tied ones reduced after the batch), so
+ * the optimizer step that follows is the unpipelined one. zb runs each real layer's whole
+ * backward in BackwardInput (the built-in layers do not split their backward yet), so with real
+ * layers it has 1F1B's bubble. */
+
+typedef struct tr_pipe_model tr_pipe_model_t;
+
+/* bounds[0] = 0 < bounds[1] < ... < bounds[S] = the model's layers: stage s holds layers
+ * [bounds[s], bounds[s + 1]). TR_EINVAL with err for bad bounds or shapes; TR_ENOMEM. */
+int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bounds, int stages,
+                         int kind, int micro_batches, int B, int T, char *err, size_t errlen);
+void tr_pipe_model_destroy(tr_pipe_model_t *pm);
+
+/* One batch: micro-batch i is batches[i] (tokens or x for the first stage, targets for the
+ * last); losses[i] gets its loss. Gradients accumulate (zero them before, as for the model).
+ * result (may be NULL) gets the run's timing and bubble. Errors name the stage and layer. */
+int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
+                      unsigned long long step, struct tr_monitor *monitor,
+                      tr_pipe_run_result_t *result, char *err, size_t errlen);
+
+/* DeepSpeed's partition methods over the model's layers into S stages, as bounds (S + 1
+ * ints): "uniform" (layer counts), "parameters" (parameter counts, balanced: the largest
+ * stage as small as can be), "type:REGEX" (balance the layers whose kind or name matches the
+ * regular expression, case-insensitive). TR_EINVAL with err for an unknown method, a bad
+ * regex, or more stages than layers. */
+int tr_pipe_partition(const tr_model_t *model, const char *method, int stages, int *bounds,
+                      char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

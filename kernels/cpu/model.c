@@ -128,11 +128,45 @@ int tr_layer_set_loss(tr_layer_t *layer, int targets, int y_dim)
     return 0;
 }
 
+int tr_layer_tie_param(tr_layer_t *layer, int owner, const char *param)
+{
+    if (!layer || !param || !*param || strlen(param) >= TR_LAYER_NAME_MAX || owner < 0)
+        return TR_EINVAL;
+    layer->tie_layer = owner;
+    strcpy(layer->tie_param, param);
+    return 0;
+}
+
+/* Each declared tie's range in the model's buffers. */
+static int resolve_ties(tr_layer_t **layers, int n, char *why, size_t why_len)
+{
+    for (int i = 0; i < n; i++) {
+        tr_layer_t *l = layers[i];
+        if (!l->tie_param[0]) continue;
+        const tr_param_info_t *p = l->tie_layer < n && l->tie_layer != i
+                                       ? tr_layer_find_param(layers[l->tie_layer], l->tie_param)
+                                       : NULL;
+        if (!p)
+            return tr__errf(why, why_len, TR_EINVAL,
+                            "layer %d (%s): tied to parameter '%s' of "
+                            "layer %d, which the model does not have",
+                            i, l->name, l->tie_param, l->tie_layer);
+        l->tie_offset = layers[l->tie_layer]->param_offset + p->offset;
+        l->tie_count = p->numel;
+    }
+    return 0;
+}
+
 const tr_param_info_t *tr_layer_find_param(const tr_layer_t *layer, const char *name)
 {
     for (int i = 0; i < layer->n_params; i++)
         if (strcmp(layer->params[i].name, name) == 0) return &layer->params[i];
     return NULL;
+}
+
+float tr__model_loss_scale(const tr_model_t *model)
+{
+    return model->loss_scale;
 }
 
 void tr__layer_free(tr_layer_t *layer)
@@ -192,6 +226,10 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
         m->layers[i] = layers[i];
         layers[i]->param_offset = m->n_params;
         m->n_params += layers[i]->param_count;
+    }
+    if (m->layers && (err = resolve_ties(m->layers, n, why, why_len)) < 0) {
+        tr_model_destroy(m);
+        return err;
     }
     m->params = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));

@@ -19,6 +19,9 @@ void tr__layer_free(tr_layer_t *layer);
 /* Makes an embedding layer refuse token ids >= V (its table may have more, padded, rows). */
 void tr__layer_embedding_limit(tr_layer_t *layer, int V);
 
+/* The multiplier a loss layer's backward applies (tr_model_set_loss_scale). */
+float tr__model_loss_scale(const tr_model_t *model);
+
 /* Records the GPT-2 config on a model tr_model_gpt2_create built. */
 void tr__model_set_gpt2(tr_model_t *model, const tr_gpt2_config_t *config);
 

@@ -1,0 +1,193 @@
+/* A model run through a pipeline of stage actors (tr_pipe_model) against the same model run
+ * unpipelined (tr_model_forward/backward over the same micro-batches): GPT-2, whose head is
+ * tied to the embedding's wte, cut into 2 and 3 stages (1F1B and zb), and an MLP whose links
+ * carry different widths, cut into 3: every micro-batch's loss is bitwise the same, every
+ * gradient too except the tied wte's (summed in another order: the relative L2 difference of
+ * the gradients under 1e-6); partitioning by
+ * DeepSpeed's methods, and bad bounds and methods refused with the reason. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define NB 2 /* batch */
+#define NT 8 /* positions */
+#define NM 4 /* micro-batches */
+
+static tr_model_t *gpt2(void)
+{
+    tr_gpt2_config_t c = {.max_seq_len = 16,
+                          .vocab_size = 60,
+                          .padded_vocab_size = 64,
+                          .num_layers = 4,
+                          .num_heads = 4,
+                          .channels = 32};
+    tr_model_t *m;
+    char why[256];
+    if (tr_model_gpt2_create(&m, &c, why, sizeof(why))) fail_msg("gpt2: %s", why);
+    tr_model_init_params(m, 7);
+    return m;
+}
+
+static tr_model_t *mlp(void)
+{
+    int widths[] = {12, 20, 16, 5};
+    tr_model_t *m;
+    char why[256];
+    if (tr_model_mlp_create(&m, widths, 4, why, sizeof(why))) fail_msg("mlp: %s", why);
+    tr_model_init_params(m, 9);
+    return m;
+}
+
+typedef struct data {
+    int tokens[NM][NB * NT], targets[NM][NB * NT];
+    float x[NM][NB * NT * 12];
+    tr_batch_t b[NM];
+} data_t;
+
+static void make_data(data_t *d, int floats, int classes)
+{
+    uint64_t s = 12345;
+    for (int k = 0; k < NM; k++) {
+        for (int i = 0; i < NB * NT; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            d->tokens[k][i] = (int)(s >> 33) % 60;
+            d->targets[k][i] = (int)(s >> 41) % classes;
+        }
+        for (int i = 0; i < NB * NT * 12; i++)
+            d->x[k][i] = (float)((i * 37 + k * 11) % 17) / 17.0f - 0.5f;
+        d->b[k] = (tr_batch_t){.B = NB,
+                               .T = NT,
+                               .tokens = floats ? NULL : d->tokens[k],
+                               .x = floats ? d->x[k] : NULL,
+                               .targets = d->targets[k]};
+    }
+}
+
+/* The reference: NM forward/backward passes of the whole model. */
+static void reference(tr_model_t *m, const data_t *d, float *losses)
+{
+    tr_model_zero_grad(m);
+    for (int k = 0; k < NM; k++) {
+        if (tr_model_forward(m, &d->b[k], &losses[k])) fail_msg("%s", tr_model_error(m));
+        if (tr_model_backward(m, NULL, NULL)) fail_msg("%s", tr_model_error(m));
+    }
+}
+
+static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, int kind,
+                    const char *method)
+{
+    data_t *d = calloc(1, sizeof(*d));
+    make_data(d, floats, classes);
+    tr_model_t *ref = make(), *pip = make();
+    float want[NM], got[NM];
+    reference(ref, d, want);
+    int bounds[8];
+    char err[1024];
+    if (tr_pipe_partition(pip, method, S, bounds, err, sizeof(err))) fail_msg("%s", err);
+    tr_pipe_model_t *pm;
+    if (tr_pipe_model_create(&pm, pip, bounds, S, kind, NM, NB, NT, err, sizeof(err)))
+        fail_msg("%s", err);
+    tr_model_zero_grad(pip);
+    tr_pipe_run_result_t r;
+    if (tr_pipe_model_run(pm, d->b, got, 0, NULL, &r, err, sizeof(err))) fail_msg("%s", err);
+    assert_memory_equal(got, want, sizeof(want));
+    size_t n = tr_model_num_params(ref), same = 0;
+    const float *a = tr_model_grads(ref), *g = tr_model_grads(pip);
+    double diff = 0, norm = 0; /* float summation order: the relative L2 difference */
+    for (size_t i = 0; i < n; i++) {
+        same += a[i] == g[i];
+        diff += ((double)a[i] - g[i]) * ((double)a[i] - g[i]);
+        norm += (double)a[i] * a[i];
+    }
+    double worst = sqrt(diff / (norm > 0 ? norm : 1));
+    size_t tied = 0;
+    for (int i = 0; i < tr_model_num_layers(pip); i++)
+        tied += tr_model_layer(pip, i)->tie_count;
+    printf("pipe model: S %d (%s, bounds %d..%d), kind %d: losses bitwise, %zu of %zu gradients "
+           "bitwise (%zu tied), relative L2 difference %.2g\n",
+           S, method, bounds[0], bounds[S], kind, same, n, tied, worst);
+    assert_true(worst < 1e-6);
+    assert_true(same >= n - tied);
+    tr_pipe_model_destroy(pm);
+    tr_model_destroy(ref);
+    tr_model_destroy(pip);
+    free(d);
+}
+
+static void test_gpt2_pipelined_equals_unpipelined(void **state)
+{
+    (void)state;
+    compare(gpt2, 0, 60, 2, TR_PIPE_TRAIN_1F1B, "uniform");
+    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_1F1B, "parameters");
+    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_ZB, "uniform");
+    compare(gpt2, 0, 60, 6, TR_PIPE_TRAIN_1F1B, "uniform"); /* a layer per stage */
+}
+
+static void test_mlp_links_of_different_widths(void **state)
+{
+    (void)state;
+    compare(mlp, 1, 5, 3, TR_PIPE_TRAIN_1F1B, "uniform");
+    compare(mlp, 1, 5, 2, TR_PIPE_TRAIN_ZB, "parameters");
+}
+
+static void test_partition_methods(void **state)
+{
+    (void)state;
+    tr_model_t *m = gpt2(); /* embed, h0..h3, head: 6 layers */
+    int b[8];
+    char err[512];
+    assert_int_equal(tr_pipe_partition(m, "uniform", 4, b, err, sizeof(err)), 0);
+    int uni[] = {0, 2, 4, 5, 6};
+    assert_memory_equal(b, uni, sizeof(uni));
+    assert_int_equal(tr_pipe_partition(m, "parameters", 2, b, err, sizeof(err)), 0);
+    size_t w[2] = {0, 0};
+    for (int s = 0; s < 2; s++)
+        for (int i = b[s]; i < b[s + 1]; i++)
+            w[s] += tr_model_layer(m, i)->param_count;
+    printf("parameters, 2 stages: bounds %d %d %d, weights %zu %zu\n", b[0], b[1], b[2], w[0],
+           w[1]);
+    assert_true(b[0] == 0 && b[1] > 0 && b[1] < 6 && b[2] == 6);
+    /* no other single cut has a lighter heaviest stage */
+    size_t best = w[0] > w[1] ? w[0] : w[1];
+    for (int cut = 1; cut < 6; cut++) {
+        size_t l = 0, r = 0;
+        for (int i = 0; i < 6; i++)
+            *(i < cut ? &l : &r) += tr_model_layer(m, i)->param_count;
+        assert_true(best <= (l > r ? l : r));
+    }
+    assert_int_equal(tr_pipe_partition(m, "type:gpt2_block", 2, b, err, sizeof(err)), 0);
+    int blocks[] = {0, 3, 6}; /* two blocks each; the embedding and head go with them */
+    assert_memory_equal(b, blocks, sizeof(blocks));
+    assert_int_equal(tr_pipe_partition(m, "type:(", 2, b, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "not a regular expression"));
+    assert_int_equal(tr_pipe_partition(m, "type:head", 2, b, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "matches 1 layers, fewer than the 2 stages"));
+    assert_int_equal(tr_pipe_partition(m, "profile", 2, b, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "expected \"parameters\", \"uniform\" or \"type:REGEX\""));
+    assert_int_equal(tr_pipe_partition(m, "uniform", 7, b, err, sizeof(err)), TR_EINVAL);
+    int bad[] = {0, 3, 3, 6};
+    tr_pipe_model_t *pm;
+    assert_int_equal(
+        tr_pipe_model_create(&pm, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, err, sizeof(err)),
+        TR_EINVAL);
+    assert_non_null(strstr(err, "stage 1 holds layers [3, 3): none"));
+    tr_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_pipelined_equals_unpipelined),
+        cmocka_unit_test(test_mlp_links_of_different_widths),
+        cmocka_unit_test(test_partition_methods),
+    };
+    return cmocka_run_group_tests_name("pipe_model", tests, NULL, NULL);
+}
