@@ -1,6 +1,8 @@
 # Troupe's front door. Every target installs missing Debian packages first, then drives CMake.
 #   make test        build and run the whole test suite
 #   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
+#   make demo-pipeline  the same GPT through 4 pipeline stage actors, and 1F1B's and zb's
+#                    bubbles measured with synthetic layers beside theory, with a timeline
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme
@@ -53,13 +55,15 @@ demo: build
 	./build/troupe trace plot demo-out/trace -o demo-out/timeline.svg
 	@echo "demo: trace, summary and timeline picture in demo-out/ (open demo-out/timeline.svg)"
 
-# Pipeline parallelism: 4 stage actors run 8 micro-batches under 1F1B and zb with synthetic
-# layer costs (sleeps); the measured bubble beside theory, the timeline in demo-out/pipeline/.
+# Pipeline parallelism in one process: the byte-level GPT of `make demo` trained through 4
+# stage actors (1F1B, 8 micro-batches a step), then 4 stages with synthetic layer costs
+# (sleeps) under 1F1B and zb: the measured bubble beside theory, the timeline in
+# demo-out/pipeline/ (~20 s).
 demo-pipeline: build
 	rm -rf demo-out/pipeline
 	mkdir -p demo-out/pipeline
 	./build/examples/pipeline/pipeline_demo --stages 4 --micro-batches 8 --layer-cost-ms 2 \
-	    --trace demo-out/pipeline/trace
+	    --train-data build/demo-data/text_train.bin --steps 40 --trace demo-out/pipeline/trace
 	./build/troupe trace plot demo-out/pipeline/trace -o demo-out/pipeline/timeline.svg
 	@echo "demo-pipeline: timeline picture in demo-out/pipeline/timeline.svg"
 

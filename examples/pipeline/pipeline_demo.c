@@ -1,8 +1,17 @@
-/* pipeline_demo: a pipeline's schedule executed by stage actors, with synthetic layers, and
- * its measured bubble beside 1F1B's theory.
+/* pipeline_demo: pipeline parallelism with stage actors in one process. First, with
+ * --train-data, the byte-level GPT of `make demo` trained through S stages (gpt_stages.c);
+ * then a pipeline's schedule executed with synthetic layers, and its measured bubble beside
+ * 1F1B's theory.
  *
  *   pipeline_demo [--stages S] [--micro-batches M] [--layers L] [--layer-cost-ms X]
  *                 [--schedule 1f1b|zb|both] [--batches N] [--trace DIR]
+ *                 [--train-data SHARD [--steps N]]
+ *
+ * Training: GPT-2 with vocab 256 (bytes), context 64, 128 channels, 4 blocks, 4 heads, batches
+ * of 4 sequences per micro-batch, AdamW at lr 2e-3, the layers cut into S stages by their
+ * parameter counts (DeepSpeed's "parameters" partition). Real layers share this machine's
+ * cores, so their timing says nothing of a pipeline's bubble (that needs a device per stage):
+ * the synthetic run measures that.
  *
  * The model is L layers (default 4 per stage) cut evenly into S stages. Each layer costs X ms
  * forward and 2X backward, and zb's split halves cost X each (input gradient, weight
@@ -22,10 +31,13 @@
 
 #include <troupe.h>
 
+#include "gpt_stages.h"
+
 typedef struct demo {
     int stages, micro_batches, layers, batches, which; /* which: 1 1f1b, 2 zb, 3 both */
     double cost_ms;
-    const char *trace;
+    const char *trace, *train_data;
+    int steps;
 } demo_t;
 
 static int sleep_ms(double ms)
@@ -100,8 +112,13 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 static int parse(int argc, char **argv, demo_t *d)
 {
-    *d = (demo_t){
-        .stages = 4, .micro_batches = 8, .layers = 0, .batches = 3, .which = 3, .cost_ms = 2};
+    *d = (demo_t){.stages = 4,
+                  .micro_batches = 8,
+                  .layers = 0,
+                  .batches = 3,
+                  .which = 3,
+                  .cost_ms = 2,
+                  .steps = 40};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -113,8 +130,12 @@ static int parse(int argc, char **argv, demo_t *d)
             rc = parse_int(a, v, 1, 100000, &d->layers);
         else if (!strcmp(a, "--batches"))
             rc = parse_int(a, v, 1, 64, &d->batches);
+        else if (!strcmp(a, "--steps"))
+            rc = parse_int(a, v, 1, 100000, &d->steps);
         else if (!strcmp(a, "--trace") && v)
             d->trace = v;
+        else if (!strcmp(a, "--train-data") && v)
+            d->train_data = v;
         else if (!strcmp(a, "--layer-cost-ms") && v) {
             char *end;
             d->cost_ms = strtod(v, &end);
@@ -148,6 +169,25 @@ int main(int argc, char **argv)
 {
     demo_t d;
     if (parse(argc, argv, &d) < 0) return 2;
+    if (d.train_data) {
+        if (d.stages > 6)
+            return fprintf(stderr,
+                           "pipeline_demo: --stages %d: the GPT has 6 layers (embed, 4 "
+                           "blocks, head); train with at most 6 stages\n",
+                           d.stages),
+                   2;
+        gpt_stages_opts_t g = {.data = d.train_data,
+                               .stages = d.stages,
+                               .micro_batches = d.micro_batches,
+                               .steps = d.steps,
+                               .layers = 4,
+                               .channels = 128,
+                               .B = 4,
+                               .T = 64,
+                               .lr = 2e-3f};
+        int rc = gpt_stages_train(&g);
+        if (rc) return rc;
+    }
     tr_monitor_t *mon = NULL;
     if (d.trace) {
         tr_trace_opts_t to = {.enabled = 1, .output_path = d.trace};
