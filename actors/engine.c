@@ -326,6 +326,45 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
 
 /* The ZeRO stage in effect and overlap_comm; the combinations DeepSpeed refuses, refused in
  * its words (at any world size: a config that runs on one rank runs on N). */
+/* pipeline.stages > 1: the executor runs each step's micro-batches through stage actors (one
+ * process for now); a step's micro-batches enter the pipeline together, so the loader keeps
+ * at least gradient_accumulation_steps of them. */
+static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    int n = tr_model_num_layers(eng->model);
+    eng->stages = c->pipeline.stages > 1 ? (int)c->pipeline.stages : 1;
+    if (eng->stages == 1) return 0;
+    if (eng->world > 1)
+        return snprintf(err, errlen,
+                        "%s: pipeline.stages %d on %d ranks: stages across "
+                        "processes are not built yet (the stages are actors in one process; "
+                        "run one)",
+                        c->source, eng->stages, eng->world),
+               TR_ENOTSUP;
+    if (eng->stages > n)
+        return snprintf(err, errlen,
+                        "%s: pipeline.stages %d: the model has %d layers, and each "
+                        "stage needs one",
+                        c->source, eng->stages, n),
+               TR_ECONFIG;
+    if (eng->GAS > TR__MAX_PREFETCH)
+        return snprintf(err, errlen,
+                        "%s: gradient_accumulation_steps %d: a pipelined step takes "
+                        "at most %d micro-batches",
+                        c->source, eng->GAS, TR__MAX_PREFETCH),
+               TR_ECONFIG;
+    if (eng->prefetch < eng->GAS) {
+        tr_log(TR_LOG_INFO,
+               "pipeline: troupe.data.prefetch raised from %d to %d "
+               "(gradient_accumulation_steps: a step's micro-batches enter the pipeline "
+               "together)",
+               eng->prefetch, eng->GAS);
+        eng->prefetch = eng->GAS;
+    }
+    return 0;
+}
+
 static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -365,6 +404,7 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
                         tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
                TR_EINVAL;
     int rc = check_zero(eng, err, errlen);
+    if (rc == 0) rc = check_pipeline(eng, err, errlen);
     if (rc < 0) return rc;
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
@@ -447,7 +487,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
     if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
     if (!rc && tr__optimizer_swaps(eng)) rc = tr__swapper_spawn(eng, err, errlen);
-    if (!rc) rc = tr__executor_spawn(eng);
+    if (!rc) rc = tr__executor_spawn(eng, err, errlen);
     if (!rc) rc = tr__bucketer_spawn(eng);
     if (!rc) rc = tr__comm_spawn(eng, err, errlen);
     if (!rc) rc = tr__checkpointer_spawn(eng);

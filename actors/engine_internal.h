@@ -149,6 +149,8 @@ struct tr_engine {
     bool own_cfg;
     tr_model_t *model; /* actors other than the executor read only its layer table */
     int B, T, GAS, x_dim, y_dim, rank, world, prefetch;
+    int stages; /* pipeline.stages: stage actors the executor runs a step's micro-batches
+                 * through (1: none) */
     size_t n_params;
     int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
     bool overlap_comm; /* buckets leave during the backward (else after it) */
@@ -222,7 +224,7 @@ uint64_t tr__dataset_samples_per_epoch(const tr__dataset_t *ds);
  * releases state after the runtime has closed --- */
 int tr__loader_spawn(tr_engine_t *eng);
 void tr__loader_free(tr_engine_t *eng);
-int tr__executor_spawn(tr_engine_t *eng);
+int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen);
 void tr__executor_free(tr_engine_t *eng);
 int tr__bucketer_spawn(tr_engine_t *eng);
 void tr__bucketer_free(tr_engine_t *eng);

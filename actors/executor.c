@@ -26,6 +26,7 @@
 
 #include "actors/engine_internal.h"
 #include "actors/save_track.h"
+#include "troupe/pipeline.h"
 
 typedef struct queued {
     uint32_t slot;
@@ -70,6 +71,7 @@ struct tr__exec {
     float *x, *y;
     tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
     bool save_waits;       /* a WAIT request waits for it to finish */
+    tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
 };
 
 /* --- replies ----------------------------------------------------------------------------- */
@@ -259,9 +261,64 @@ static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *target
 
 /* --- TRAIN ---------------------------------------------------------------------------------- */
 
+/* Counts a pipelined step's micro-batches, as backward_done does one at a time. */
+static void pipe_counted(struct tr__exec *x, const float *losses)
+{
+    const tr_engine_t *e = x->eng;
+    for (int k = 0; k < e->GAS; k++) {
+        x->loss_sum += losses[k];
+        x->micro++;
+        x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
+        x->micro_steps++;
+        x->global_samples += (uint64_t)e->B * (uint64_t)e->world;
+    }
+    x->step_pending = true;
+}
+
+/* pipeline.stages > 1: once a step's micro-batches are queued they run through the stage
+ * actors together (tr_pipe_model_run; this thread waits), then every layer's gradients go
+ * out, as at a boundary without overlap. */
+static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    const tr_engine_t *e = x->eng;
+    int M = e->GAS, rc = 0;
+    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->step_pending) return;
+    queued_t q[TR__MAX_PREFETCH];
+    tr_batch_t b[TR__MAX_PREFETCH];
+    float losses[TR__MAX_PREFETCH];
+    for (int k = 0; k < M; k++) {
+        q[k] = x->q[x->q_head];
+        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH, x->q_n--;
+        b[k] = batch_of(x, q[k].in, q[k].targets, q[k].y);
+    }
+    uint64_t step = x->global_steps, t0 = tr_now_ns();
+    char why[1024];
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / M));
+    rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, NULL, why, sizeof(why));
+    if (rc < 0) tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);
+    if (rc == 0) {
+        pass_span(x, "pipeline", step, t0, tr_now_ns());
+        pipe_counted(x, losses);
+        x->consumed = q[M - 1].after;
+        for (int i = tr_model_num_layers(x->model) - 1; rc == 0 && i >= 0; i--)
+            rc = hand_out(ctx, x, i);
+    }
+    for (int k = 0; k < M; k++)
+        rc = credit(ctx, x, q[k].slot, step, k, rc);
+    if (rc < 0) {
+        x->req = 0, x->want = 0;
+        return;
+    }
+    x->want -= M;
+}
+
 /* Runs queued batches while a TRAIN wants them. */
 static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
+    if (x->pipe) {
+        run_pipelined(ctx, x);
+        return;
+    }
     while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending &&
            x->grads_out == 0) {
         queued_t b = x->q[x->q_head];
@@ -699,6 +756,9 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 
 static const char *busy_reason(struct tr__exec *x, int kind)
 {
+    if (x->pipe && (kind == TR__REQ_FORWARD || kind == TR__REQ_BACKWARD || kind == TR__REQ_STEP))
+        return "the engine is pipelined (pipeline.stages > 1): only tr_engine_train_batch runs "
+               "a step (as DeepSpeed's PipelineEngine allows only train_batch)";
     if (kind == TR__REQ_WAIT) /* its rounds must not meet a step's collectives */
         return x->micro || x->have_forward || x->step_pending
                    ? "checkpoint wait: in the middle of an accumulation window; wait between "
@@ -787,7 +847,38 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     }
 }
 
-int tr__executor_spawn(tr_engine_t *eng)
+/* pipeline.stages > 1: the model cut by pipeline.partition into stages that run
+ * pipeline.schedule; rank 0 says what each stage holds. */
+static int make_pipeline(struct tr__exec *x, const tr_engine_t *e, char *err, size_t errlen)
+{
+    const tr_config_t *c = e->cfg;
+    int S = e->stages;
+    int *bounds = malloc(sizeof(int) * (size_t)(S + 1));
+    const char *method = c->pipeline.partition && strcmp(c->pipeline.partition, "best")
+                             ? c->pipeline.partition
+                             : "parameters";
+    int kind = c->pipeline.schedule && !strcmp(c->pipeline.schedule, "zb") ? TR_PIPE_TRAIN_ZB
+                                                                           : TR_PIPE_TRAIN_1F1B;
+    int rc = bounds ? tr_pipe_partition(x->model, method, S, bounds, err, errlen) : TR_ENOMEM;
+    if (rc == 0)
+        rc = tr_pipe_model_create(&x->pipe, x->model, bounds, S, kind, e->GAS, e->B, e->T, err,
+                                  errlen);
+    for (int s = 0; rc == 0 && s < S && e->rank == 0; s++) {
+        size_t params = 0;
+        for (int i = bounds[s]; i < bounds[s + 1]; i++)
+            params += tr_model_layer(x->model, i)->param_count;
+        tr_log(TR_LOG_INFO,
+               "pipeline: stage %d of %d (%s, partition %s): layers %d to %d (%s .. "
+               "%s), %zu parameters",
+               s, S, kind == TR_PIPE_TRAIN_ZB ? "zb" : "1f1b", method, bounds[s], bounds[s + 1] - 1,
+               tr_model_layer(x->model, bounds[s])->name,
+               tr_model_layer(x->model, bounds[s + 1] - 1)->name, params);
+    }
+    free(bounds);
+    return rc;
+}
+
+int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen)
 {
     struct tr__exec *x = calloc(1, sizeof(*x));
     if (!x) return TR_ENOMEM;
@@ -803,6 +894,10 @@ int tr__executor_spawn(tr_engine_t *eng)
     x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
     x->y = malloc(bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * sizeof(float));
     if (!x->tokens || !x->targets || !x->x || !x->y) return TR_ENOMEM;
+    if (eng->stages > 1) {
+        int rc = make_pipeline(x, eng, err, errlen);
+        if (rc < 0) return rc;
+    }
     tr_actor_opts_t o = {.name = "executor",
                          .pinned = 1,
                          .defer_stop = 1,
@@ -815,6 +910,7 @@ void tr__executor_free(tr_engine_t *eng)
 {
     struct tr__exec *x = eng->ex;
     if (!x) return;
+    tr_pipe_model_destroy(x->pipe);
     free(x->tokens);
     free(x->targets);
     free(x->x);

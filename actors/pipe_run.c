@@ -20,8 +20,10 @@
 
 enum { XFER_START = 0, XFER_ACT = 1, XFER_GRAD = 2 };
 
-/* Stage s's instructions as spans on a lane of their own ("stage s"), below the runtime's. */
-#define STAGE_LANE(s) (TR_RUNTIME_LANE_EXTERNAL - 1u - (uint32_t)(s))
+/* Stage s's compute instructions as spans on a lane of their own ("stage s"), below the
+ * runtime's and the engine's own lanes; the stage actors' runtime itself is not traced (its
+ * actors' lanes would be the caller's runtime's slots). */
+#define STAGE_LANE(s) (TR_RUNTIME_LANE_EXTERNAL - 16u - (uint32_t)(s))
 
 typedef struct stage {
     const tr_pipe_run_opts_t *o;
@@ -207,7 +209,7 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
         if (rc < 0) return rc;
         char name[32];
         snprintf(name, sizeof(name), "stage %d", s);
-        if (o->monitor && r->S < 2000)
+        if (o->monitor && r->S < 4000)
             tr_monitor_lane_set(o->monitor, STAGE_LANE(s), name, TR_LANE_COMPUTE);
         snprintf(name, sizeof(name), "stage%d", s);
         tr_actor_opts_t ao = {.name = name, .pinned = 1, .lane_kind = TR_LANE_COMPUTE};
@@ -260,7 +262,7 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
         return tr__errf(err, errlen, TR_EINVAL, "pipeline run: stages is %d; expected 1 to 4096",
                         o->stages);
     run_t r = {.S = o->stages};
-    tr_runtime_opts_t ro = {.n_workers = 1, .monitor = o->monitor};
+    tr_runtime_opts_t ro = {.n_workers = 1};
     if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)
         return tr__errf(err, errlen, rc, "pipeline run: cannot start a runtime: %s",
                         tr_strerror(rc));

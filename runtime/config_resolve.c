@@ -215,6 +215,14 @@ static void resolve_zero(tr__cfg_walk_t *w)
     if (w->cfg->fp16.fp16_master_weights_and_grads && z->stage == 0)
         tr__cfg_error(w, "fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
+    const char *sched = w->cfg->pipeline.schedule;
+    if (sched && strcmp(sched, "1f1b") && strcmp(sched, "zb"))
+        tr__cfg_error(w, "pipeline.schedule", "expected \"1f1b\" or \"zb\", got \"%s\"", sched);
+    if (w->cfg->pipeline.stages > 1 && z->stage >= 2)
+        tr__cfg_error(w, "zero_optimization.stage",
+                      "ZeRO-2 and ZeRO-3 are incompatible with "
+                      "pipeline parallelism (pipeline.stages %lld)",
+                      (long long)w->cfg->pipeline.stages);
     if (z->offload_optimizer.device == TR_OFFLOAD_CPU && !z->offload_optimizer.pin_memory)
         tr__cfg_warn(w, "zero_optimization.offload_optimizer",
                      "device \"cpu\" without "

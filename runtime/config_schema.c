@@ -61,7 +61,7 @@
 #define W_COMM "nothing is communicated at world size 1"
 #define W_CALLER "collectives are started by the comm actor, there is no caller to name"
 #define W_AIO "NVMe offload is not built yet"
-#define W_PIPE "pipeline parallelism is not built yet"
+#define W_PIPE   "this part of pipeline parallelism is not built yet"
 #define W_ACT "activation checkpointing is not built yet"
 
 static const char *const devices[] = {"none", "cpu", "nvme", NULL};
@@ -435,18 +435,26 @@ static const tr__cfg_key_t comms_keys[] = {
 SECTION(comms_sec, "comms_logger", comms_keys);
 
 static const tr__cfg_key_t pipeline_keys[] = {
-    {.name = "stages", .kind = TR__K_INT, .offset = OFF(pipeline.stages), .min = 1,
-     .max = 65536, .flags = TR__F_AUTO_ZERO, .expect = "an integer between 1 and 65536 or \"auto\"",
-     .doc = "pipeline stages; \"auto\" = as many as ranks allow", .state = TR__S_INERT,
-     .why = W_PIPE},
-    NOEFF(W_PIPE, STR("partition", pipeline.partition, "best", 0, "layer partitioning method")),
+    {.name = "stages",
+     .kind = TR__K_INT,
+     .offset = OFF(pipeline.stages),
+     .min = 1,
+     .max = 65536,
+     .flags = TR__F_AUTO_ZERO,
+     .expect = "an integer between 1 and 65536 or \"auto\"",
+     .doc = "pipeline stages, as stage actors in one process (\"auto\" or 1: none)",
+     .state = TR__S_ACTED},
+    ACT(STR("partition", pipeline.partition, "best", 0,
+            "layer partitioning: parameters (= best), uniform, or type:REGEX")),
+    ACT(STR("schedule", pipeline.schedule, "1f1b", 0,
+            "1f1b (DeepSpeed's) or zb (weight gradients in the bubble; Troupe's)")),
     NOEFF(W_PIPE, BOOL("seed_layers", pipeline.seed_layers, 0, "seed each layer's init")),
-    NOEFF(W_PIPE, INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval,
-                      0, 0, BIG, "layers per checkpoint; 0 = none")),
-    NOEFF(W_PIPE, BOOL("pipe_partitioned", pipeline.pipe_partitioned, 1,
-                       "partition activations sent")),
-    NOEFF(W_PIPE, BOOL("grad_partitioned", pipeline.grad_partitioned, 1,
-                       "partition gradients sent")),
+    NOEFF(W_PIPE, INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval, 0,
+                      0, BIG, "layers per checkpoint; 0 = none")),
+    NOEFF(W_PIPE,
+          BOOL("pipe_partitioned", pipeline.pipe_partitioned, 1, "partition activations sent")),
+    NOEFF(W_PIPE,
+          BOOL("grad_partitioned", pipeline.grad_partitioned, 1, "partition gradients sent")),
 };
 SECTION(pipeline_sec, "pipeline", pipeline_keys);
 

@@ -177,6 +177,7 @@ typedef struct tr_config_comms_logger {
 typedef struct tr_config_pipeline {
     int64_t stages; /* 0 = "auto" */
     const char *partition;
+    const char *schedule; /* "1f1b" or "zb" (Troupe's key) */
     bool seed_layers, pipe_partitioned, grad_partitioned;
     int64_t activation_checkpoint_interval;
 } tr_config_pipeline_t;

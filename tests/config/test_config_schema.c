@@ -98,15 +98,15 @@ static void test_config_schema_every_key_has_a_state(void **state)
 /* The keys issue 10 found read and dropped: each is now acted upon, or warns when given. */
 static void test_config_schema_inert_keys_warn_with_their_reason(void **state)
 {
-    tr_config_t *c = load("{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 2},"
-                          " \"pipeline\": {\"stages\": 2}, \"activation_checkpointing\":"
-                          " {\"partition_activations\": true}}",
+    tr_config_t *c = load("{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 1},"
+                          " \"pipeline\": {\"stages\": 2, \"pipe_partitioned\": false},"
+                          " \"activation_checkpointing\": {\"partition_activations\": true}}",
                           0);
-    has("ds.json: pipeline.stages: warning: accepted: pipeline parallelism is not built yet; "
-        "no effect yet");
+    has("ds.json: pipeline.pipe_partitioned: warning: accepted: this part of pipeline "
+        "parallelism is not built yet; no effect yet");
     has("ds.json: activation_checkpointing.partition_activations: warning: accepted: "
         "activation checkpointing is not built yet; no effect yet");
-    assert_int_equal(diag.n_warnings, 2); /* zero_optimization.stage is acted upon */
+    assert_int_equal(diag.n_warnings, 2); /* zero_optimization.stage, pipeline.stages: acted */
     tr_config_destroy(c);
     tr_config_diag_close(&diag);
     c = load("{\"train_batch_size\": 1, \"troupe\": {\"runtime\": {\"deterministic\": true}}}",

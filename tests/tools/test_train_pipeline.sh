@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `troupe train` with pipeline.stages > 1: each step's gradient_accumulation_steps micro-batches
+# run through stage actors (1F1B or zb) and the step that follows is the unpipelined one: the
+# printed losses and validation loss equal a run without stages (the tied wte's gradient is
+# summed in another order: equal to the printed digits); rank 0 names each stage's layers and
+# parameters; a config the pipeline cannot run is refused before the first step, naming the key.
+source "$(dirname "$0")/common.sh"
+
+run() { # NAME PIPELINE_JSON: the step and val lines, without the throughput
+    local name=$1 c=$tmp/$1.json
+    cat > "$c" <<JSON
+{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } }, $2
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+    "$troupe" train "${tiny[@]}" --deepspeed_config "$c" --layers 3 --steps 5 --print-every 1 \
+        > "$name.txt" 2> "$name.err" || { cat "$name.err"; fail "troupe train ($name)"; }
+    grep -E '^(step|val:)' "$name.txt" | sed 's/ [0-9]* tok\/s.*//' > "$name"
+}
+
+run plain ''
+run s2 '"pipeline": { "stages": 2 },'
+run s3zb '"pipeline": { "stages": 3, "schedule": "zb", "partition": "uniform" },'
+run s5 '"pipeline": { "stages": 5, "partition": "type:block|head|embed" },'
+[ "$(wc -l < plain)" -eq 6 ] || { cat plain; fail "expected 5 steps and a val line"; }
+for p in s2 s3zb s5; do
+    diff plain "$p" || fail "pipelined ($p) printed other losses than the unpipelined run"
+done
+grep -q "pipeline: stage 0 of 2 (1f1b, partition parameters): layers 0 to" s2.err ||
+    { cat s2.err; fail "no stage line"; }
+grep -q "pipeline: stage 2 of 3 (zb, partition uniform): layers 4 to 4 (head .. head)" s3zb.err ||
+    { cat s3zb.err; fail "no zb stage line"; }
+
+bad() { # PATTERN PIPELINE_JSON [ZERO]
+    cat > "$tmp/bad.json" <<JSON
+{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } }, $2
+  "zero_optimization": { "stage": ${3:-0} } }
+JSON
+    expect_exit 2 "$1" "${tiny[@]}" --deepspeed_config "$tmp/bad.json" --steps 1
+}
+bad 'pipeline.stages 9: the model has 3 layers' '"pipeline": { "stages": 9 },'
+bad 'pipeline.schedule: expected "1f1b" or "zb", got "gpipe"' '"pipeline": { "stages": 2, "schedule": "gpipe" },'
+bad 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' '"pipeline": { "stages": 2 },' 2
+bad "pipeline.partition: 'profile': expected" '"pipeline": { "stages": 2, "partition": "profile" },'
+echo "ok: pipelined troupe train (2 stages 1f1b, 3 zb, 5 by type) prints the unpipelined losses"
