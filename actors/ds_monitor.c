@@ -48,6 +48,8 @@ struct tr__dsmon {
     int optimizer_type;
     const double *betas;
     bool quiet; /* not rank 0: DeepSpeed prints and writes its monitors on rank 0 only */
+    bool pipelined;   /* pipeline.stages > 1: PipelineEngine's line at steps_per_print too */
+    uint64_t t_print; /* its iter time counts from here */
 };
 
 /* DeepSpeed's lines go to stdout, as its logger's do, at the info level (troupe.log_level or
@@ -140,6 +142,8 @@ int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
     tr_throughput_init(&d->tput, d->train_batch, d->spp, 0);
     if (c->wall_clock_breakdown && tr_walltimers_create(&d->timers) < 0) return TR_ENOMEM;
     d->quiet = eng->rank != 0;
+    d->pipelined = eng->stages > 1;
+    d->t_print = tr_now_ns();
     return d->quiet ? 0 : open_monitors(d, c, err, errlen);
 }
 
@@ -195,6 +199,18 @@ static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
     print_line(d, buf);
 }
 
+/* DeepSpeed's PipelineEngine.train_batch line: the mean time of the last steps_per_print
+ * steps and the samples per second it gives. */
+static void pipe_line(struct tr__dsmon *d, uint64_t steps, double loss, uint64_t now)
+{
+    double iter = (double)(now - d->t_print) / 1e9 / (double)d->spp;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "steps: %llu loss: %0.4f iter time (s): %0.3f samples/sec: %0.3f",
+             (unsigned long long)steps, loss, iter, iter > 0 ? (double)d->train_batch / iter : 0.0);
+    d->t_print = now;
+    print_line(d, buf);
+}
+
 void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
                     const tr_msg_step_done_t *done)
 {
@@ -207,6 +223,7 @@ void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
     timed(d, BWD_ALLREDUCE, d->bwd1, reduced);
     timed(d, BWD, d->bwd0, reduced);
     if (steps % d->spp == 0) progress(d, done);
+    if (d->pipelined && steps % d->spp == 0) pipe_line(d, steps, st->loss, done->t_end);
     char buf[512];
     if (tr_throughput_stop(&d->tput, 1, done->t_end, 0, 0, buf, sizeof(buf))) print_line(d, buf);
     scalar(d, TR_TAG_LR, done->next_lr, samples);

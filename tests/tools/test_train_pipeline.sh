@@ -3,13 +3,14 @@
 # run through stage actors (1F1B or zb) and the step that follows is the unpipelined one: the
 # printed losses and validation loss equal a run without stages (the tied wte's gradient is
 # summed in another order: equal to the printed digits); rank 0 names each stage's layers and
-# parameters; a config the pipeline cannot run is refused before the first step, naming the key.
+# parameters; DeepSpeed's PipelineEngine line comes at steps_per_print; a config the pipeline
+# cannot run is refused before the first step, naming the key.
 source "$(dirname "$0")/common.sh"
 
 run() { # NAME PIPELINE_JSON: the step and val lines, without the throughput
     local name=$1 c=$tmp/$1.json
     cat > "$c" <<JSON
-{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "steps_per_print": 5,
   "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } }, $2
   "troupe": { "runtime": { "workers": 2 } } }
 JSON
@@ -30,6 +31,9 @@ grep -q "pipeline: stage 0 of 2 (1f1b, partition parameters): layers 0 to" s2.er
     { cat s2.err; fail "no stage line"; }
 grep -q "pipeline: stage 2 of 3 (zb, partition uniform): layers 4 to 4 (head .. head)" s3zb.err ||
     { cat s3zb.err; fail "no zb stage line"; }
+grep -Eq "^steps: 5 loss: [0-9.]+ iter time \(s\): [0-9.]+ samples/sec: [0-9.]+$" s2.txt ||
+    { cat s2.txt; fail "no PipelineEngine line at steps_per_print"; }
+! grep -q "^steps: " plain.txt || fail "the PipelineEngine line without a pipeline"
 
 bad() { # PATTERN PIPELINE_JSON [ZERO]
     cat > "$tmp/bad.json" <<JSON
