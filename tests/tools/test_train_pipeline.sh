@@ -16,7 +16,7 @@ run() { # NAME PIPELINE_JSON: the step and val lines, without the throughput
 JSON
     "$troupe" train "${tiny[@]}" --deepspeed_config "$c" --layers 3 --steps 5 --print-every 1 \
         > "$name.txt" 2> "$name.err" || { cat "$name.err"; fail "troupe train ($name)"; }
-    grep -E '^(step|val:)' "$name.txt" | sed 's/ [0-9]* tok\/s.*//' > "$name"
+    grep -E '^(step [0-9]|val:)' "$name.txt" | sed 's/ [0-9]* tok\/s.*//' > "$name"
 }
 
 run plain ''
