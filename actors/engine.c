@@ -365,6 +365,34 @@ static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
     return 0;
 }
 
+/* pipeline.activation_checkpoint_interval: the model keeps each group's output and recomputes
+ * the group's forward in the backward. */
+static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    int64_t k = c->pipeline.activation_checkpoint_interval;
+    if (k <= 0) return 0;
+    if (eng->stages > 1)
+        return snprintf(err, errlen,
+                        "%s: pipeline.activation_checkpoint_interval with "
+                        "pipeline.stages %d: checkpointing inside pipeline stages is not built "
+                        "yet (it works without stages)",
+                        c->source, eng->stages),
+               TR_ENOTSUP;
+    int n = tr_model_num_layers(eng->model);
+    size_t full = tr_model_acts_floats(eng->model, eng->B, eng->T);
+    tr_model_set_checkpoint_interval(eng->model, k < n ? (int)k : n);
+    size_t kept = tr_model_acts_floats(eng->model, eng->B, eng->T);
+    if (eng->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "activation checkpointing every %lld layers: activations %.1f MiB "
+               "instead of %.1f MiB (B %d, T %d); the backward runs the forward of %zu of %d "
+               "layers again",
+               (long long)k, (double)kept * 4 / 1048576.0, (double)full * 4 / 1048576.0, eng->B,
+               eng->T, tr_model_checkpoint_recomputed(eng->model), n);
+    return 0;
+}
+
 static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -405,6 +433,7 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
                TR_EINVAL;
     int rc = check_zero(eng, err, errlen);
     if (rc == 0) rc = check_pipeline(eng, err, errlen);
+    if (rc == 0) rc = set_checkpointing(eng, err, errlen);
     if (rc < 0) return rc;
     if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,

@@ -449,8 +449,9 @@ static const tr__cfg_key_t pipeline_keys[] = {
     ACT(STR("schedule", pipeline.schedule, "1f1b", 0,
             "1f1b (DeepSpeed's) or zb (weight gradients in the bubble; Troupe's)")),
     NOEFF(W_PIPE, BOOL("seed_layers", pipeline.seed_layers, 0, "seed each layer's init")),
-    NOEFF(W_PIPE, INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval, 0,
-                      0, BIG, "layers per checkpoint; 0 = none")),
+    ACT(INT("activation_checkpoint_interval", pipeline.activation_checkpoint_interval, 0, 0, BIG,
+            "activation checkpointing: layers per checkpointed group, recomputed in the "
+            "backward (also without stages); 0 = none")),
     NOEFF(W_PIPE,
           BOOL("pipe_partitioned", pipeline.pipe_partitioned, 1, "partition activations sent")),
     NOEFF(W_PIPE,

@@ -328,6 +328,22 @@ int tr_model_stage_backward(tr_model_stage_t *stage, int slot, const float *dout
 void tr_model_stage_reduce_tied(tr_model_stage_t *stage);
 const char *tr_model_stage_error(const tr_model_stage_t *stage);
 
+/* Activation checkpointing (DeepSpeed's pipeline.activation_checkpoint_interval, here for
+ * any model): the layers in groups of `layers`; a forward keeps only each group's output, in
+ * one work area for the group's activations, and the backward recomputes a group's forward
+ * from its kept input before going through it (the last group's activations are still there).
+ * The gradients are bitwise the same; the activations take the groups' outputs plus the
+ * largest group's (tr_model_num_acts), for a forward of every layer but the last group's
+ * again per micro-batch (tr_model_checkpoint_recomputed). 0: off. Takes effect at the next
+ * forward (the activations are laid out again); a layer's output (tr_model_output) stays
+ * readable until its group is computed again, a group's last layer's until the next forward.
+ * TR_EINVAL for layers < 0. */
+int tr_model_set_checkpoint_interval(tr_model_t *model, int layers);
+/* The activation floats a forward of (B, T) lays out under the current setting. */
+size_t tr_model_acts_floats(const tr_model_t *model, int B, int T);
+/* The layers whose forward a checkpointed backward runs again (0 when off). */
+size_t tr_model_checkpoint_recomputed(const tr_model_t *model);
+
 /* Sets the process's budget of compute threads for the CPU kernels, callers included (0 = the
  * CPUs this process may run on); concurrent callers share it (docs/threads.md). Safe while
  * kernels run: a lower budget applies from each job's next chunk. Process-wide, any thread. */

@@ -33,7 +33,10 @@ struct tr_model {
     int B, T;
     float *acts; // (n_acts)
     size_t n_acts;
-    size_t *act_off; // (n + 1) each layer's region
+    size_t *act_off; // (n + 1) each layer's region (checkpointed: within its group's work area)
+    int ckpt;        // activation checkpointing: layers per group (0: none)
+    size_t *bnd_off; // checkpointed: group j's output (its last layer's), kept for the backward
+    size_t work;     // checkpointed: where the work area starts in acts
     float *scratch;  // (n_scratch)
     size_t n_scratch;
     float *dbuf[2]; // (n_dbuf) each: gradients at layer boundaries
@@ -246,6 +249,8 @@ static void free_acts(tr_model_t *m)
 {
     free(m->acts);
     free(m->act_off);
+    free(m->bnd_off);
+    m->bnd_off = NULL;
     free(m->scratch);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
@@ -273,23 +278,49 @@ void tr_model_destroy(tr_model_t *model)
 
 /* ---- activations for (B, T) -------------------------------------------------------------- */
 
+/* Where each layer's activations go, as offsets into acts: one region after another; or,
+ * checkpointed every k layers, the outputs of every group but the last (kept for the
+ * backward) and then one work area where each group's layers take their regions in turn (a
+ * group is recomputed there before its backward). Returns the floats. */
+static size_t layout(tr_model_t *m, int B, int T)
+{
+    size_t N = (size_t)B * T, total = 0, most = 0;
+    int k = m->ckpt, G = k ? (m->n - 1) / k : 0; /* group G, the last, is not kept */
+    for (int j = 0; j < G; j++) {
+        m->bnd_off[j] = total;
+        total += N * (size_t)m->layers[(j + 1) * k - 1]->out_dim;
+    }
+    m->work = total;
+    for (int i = 0, g = 0; i < m->n; i++) {
+        if (k && i % k == 0) g = 0;
+        m->act_off[i] = k ? (size_t)g : total;
+        size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
+        if (k)
+            g += (int)a, most = (size_t)g > most ? (size_t)g : most;
+        else
+            total += a;
+    }
+    m->act_off[m->n] = k ? most : total;
+    return k ? total + most : total;
+}
+
 static int reserve(tr_model_t *m, int B, int T)
 {
     if (m->B == B && m->T == T) return 0;
     free_acts(m);
-    size_t N = (size_t)B * T, n_acts = 0, n_scratch = 0, n_dbuf = 1;
+    size_t N = (size_t)B * T, n_scratch = 0, n_dbuf = 1;
+    int groups = m->ckpt ? (m->n - 1) / m->ckpt : 0;
     m->act_off = malloc((size_t)(m->n + 1) * sizeof(size_t));
-    if (!m->act_off) return TR_ENOMEM;
+    m->bnd_off = malloc((size_t)(groups + 1) * sizeof(size_t));
+    if (!m->act_off || !m->bnd_off) return free_acts(m), TR_ENOMEM;
+    size_t n_acts = layout(m, B, T);
     for (int i = 0; i < m->n; i++) {
         tr_layer_t *l = m->layers[i];
-        m->act_off[i] = n_acts;
-        n_acts += l->ops->act_size(l, B, T);
         size_t s = l->ops->scratch_size ? l->ops->scratch_size(l, B, T) : 0;
         n_scratch = s > n_scratch ? s : n_scratch;
         size_t d = N * (size_t)(l->in_dim > l->out_dim ? l->in_dim : l->out_dim);
         n_dbuf = d > n_dbuf ? d : n_dbuf;
     }
-    m->act_off[m->n] = n_acts;
     m->acts = malloc((n_acts ? n_acts : 1) * sizeof(float));
     m->scratch = malloc((n_scratch ? n_scratch : 1) * sizeof(float));
     m->dbuf[0] = malloc(n_dbuf * sizeof(float));
@@ -310,6 +341,60 @@ static int reserve(tr_model_t *m, int B, int T)
     m->B = B;
     m->T = T;
     return 0;
+}
+
+/* Layer i's activation region, its input, and its output as it stays readable. */
+static float *acts_of(const tr_model_t *m, int i)
+{
+    return m->acts + (m->ckpt ? m->work : 0) + m->act_off[i];
+}
+
+/* A kept group output: layer i ends a group other than the last (checkpointed). */
+static int kept(const tr_model_t *m, int i)
+{
+    return m->ckpt && i % m->ckpt == m->ckpt - 1 && i / m->ckpt < (m->n - 1) / m->ckpt;
+}
+
+static const float *input_of(const tr_model_t *m, int i)
+{
+    if (i == 0) return m->x;
+    if (m->ckpt && i % m->ckpt == 0) return m->acts + m->bnd_off[i / m->ckpt - 1];
+    return acts_of(m, i - 1);
+}
+
+static const float *output_of(const tr_model_t *m, int i)
+{
+    return kept(m, i) ? m->acts + m->bnd_off[i / m->ckpt] : acts_of(m, i);
+}
+
+size_t tr_model_acts_floats(const tr_model_t *m, int B, int T)
+{
+    size_t N = (size_t)B * T, total = 0, group = 0, most = 0;
+    int k = m->ckpt, G = k ? (m->n - 1) / k : 0;
+    for (int i = 0; i < m->n; i++) {
+        size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
+        if (!k) {
+            total += a;
+            continue;
+        }
+        group = i % k ? group + a : a;
+        most = group > most ? group : most;
+        if (i % k == k - 1 && i / k < G) total += N * (size_t)m->layers[i]->out_dim;
+    }
+    return total + most;
+}
+
+int tr_model_set_checkpoint_interval(tr_model_t *model, int layers)
+{
+    if (layers < 0) return TR_EINVAL;
+    model->ckpt = layers >= model->n ? 0 : layers; /* one group: nothing to recompute */
+    free_acts(model); /* the next forward lays the activations out again */
+    return 0;
+}
+
+size_t tr_model_checkpoint_recomputed(const tr_model_t *model)
+{
+    return model->ckpt ? (size_t)((model->n - 1) / model->ckpt * model->ckpt) : 0;
 }
 
 /* The batch's targets against what the loss layer reads: the other kind is refused, not
@@ -392,9 +477,9 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
         .y = m->has_targets && float_y ? m->y : NULL,
         .y_dim = m->has_targets && float_y ? m->layers[m->n - 1]->y_dim : 0,
         .training = m->training,
-        .in = i == 0 ? m->x : m->acts + m->act_off[i - 1],
-        .acts = m->acts + m->act_off[i],
-        .out = m->acts + m->act_off[i],
+        .in = input_of(m, i),
+        .acts = acts_of(m, i),
+        .out = acts_of(m, i),
         .params = m->params + l->param_offset,
         .grads = m->grads + l->param_offset,
         .model_params = m->params,
@@ -403,6 +488,23 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
         .loss_scale = m->loss_scale,
     };
     return c;
+}
+
+/* Layer i's forward on the batch taken; a group's last layer (checkpointed) keeps its output
+ * for the backward. */
+static int run_forward(tr_model_t *m, int i)
+{
+    tr_layer_t *l = m->layers[i];
+    tr_layer_ctx_t c = context(m, i);
+    int err = l->ops->forward(l, &c);
+    if (err)
+        return fail(m, err, "layer %d '%s': forward returned %s (%s)", i, l->name, tr_err_name(err),
+                    tr_strerror(err));
+    if (l->is_loss) m->loss = c.loss;
+    if (kept(m, i))
+        memcpy(m->acts + m->bnd_off[i / m->ckpt], c.out,
+               (size_t)m->B * m->T * (size_t)l->out_dim * sizeof(float));
+    return 0;
 }
 
 int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch)
@@ -415,14 +517,7 @@ int tr_model_layer_forward(tr_model_t *model, int layer, const tr_batch_t *batch
     } else if (!model->acts) {
         return fail(model, TR_EINVAL, "forward: layer %d before layer 0 took a batch", layer);
     }
-    tr_layer_t *l = model->layers[layer];
-    tr_layer_ctx_t c = context(model, layer);
-    int err = l->ops->forward(l, &c);
-    if (err)
-        return fail(model, err, "layer %d '%s': forward returned %s (%s)", layer, l->name,
-                    tr_err_name(err), tr_strerror(err));
-    if (l->is_loss) model->loss = c.loss;
-    return 0;
+    return run_forward(model, layer);
 }
 
 int tr_model_forward(tr_model_t *model, const tr_batch_t *batch, float *loss)
@@ -449,6 +544,11 @@ int tr_model_layer_backward(tr_model_t *model, int layer)
         return fail(model, TR_EINVAL, "backward: needs a forward on a batch with %s first",
                     last->targets == TR_TARGETS_FLOAT ? "float targets (batch.y)"
                                                       : "targets (batch.targets)");
+    if (kept(model, layer)) /* checkpointed: the group's forward again, from its kept input */
+        for (int i = layer / model->ckpt * model->ckpt; i <= layer; i++) {
+            int err = run_forward(model, i);
+            if (err) return err;
+        }
     tr_layer_t *l = model->layers[layer];
     tr_layer_ctx_t c = context(model, layer);
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];
@@ -564,7 +664,7 @@ tr_layer_t *tr_model_layer(const tr_model_t *model, int i)
 const float *tr_model_output(const tr_model_t *model, int layer)
 {
     if (layer < 0 || layer >= model->n || !model->acts) return NULL;
-    return model->acts + model->act_off[layer];
+    return output_of(model, layer);
 }
 
 const tr_gpt2_config_t *tr_model_gpt2_config(const tr_model_t *model)

@@ -94,6 +94,64 @@ static tr_model_t *tiny_gpt2(void)
     return m;
 }
 
+/* Activation checkpointing every k layers: the losses and gradients of two accumulated
+ * micro-batches are bitwise those without it, with fewer activation floats, the backward
+ * recomputing every layer outside the last group; an eval forward after it, and switching it
+ * off again, work. */
+static void test_model_checkpointing_is_bitwise_with_fewer_activations(void **state)
+{
+    tr_gpt2_config_t c = {.max_seq_len = 16,
+                          .vocab_size = 60,
+                          .padded_vocab_size = 64,
+                          .num_layers = 5,
+                          .num_heads = 4,
+                          .channels = 32};
+    int tokens[16], targets[16];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = (i * 7) % 60, targets[i] = (i * 11 + 3) % 60;
+    tr_batch_t b = {.B = 2, .T = 8, .tokens = tokens, .targets = targets};
+    float *g0 = NULL, l0 = 0;
+    size_t n = 0, acts0 = 0;
+    for (int k = 0; k <= 7; k++) {
+        tr_model_t *m;
+        char why[256];
+        assert_int_equal(tr_model_gpt2_create(&m, &c, why, sizeof(why)), 0);
+        tr_model_init_params(m, 3);
+        assert_int_equal(tr_model_set_checkpoint_interval(m, k), 0);
+        float loss = 0;
+        tr_model_zero_grad(m);
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(tr_model_forward(m, &b, &loss), 0);
+            assert_int_equal(tr_model_backward(m, NULL, NULL), 0);
+        }
+        n = tr_model_num_params(m);
+        size_t acts = tr_model_num_acts(m);
+        assert_int_equal(acts, tr_model_acts_floats(m, 2, 8));
+        if (k == 0) {
+            g0 = malloc(n * sizeof(float));
+            memcpy(g0, tr_model_grads(m), n * sizeof(float));
+            l0 = loss, acts0 = acts;
+        }
+        printf("checkpoint every %d layers: %zu activation floats (%zu without), %zu layers "
+               "recomputed\n",
+               k, acts, acts0, tr_model_checkpoint_recomputed(m));
+        assert_true(loss == l0);
+        assert_memory_equal(tr_model_grads(m), g0, n * sizeof(float));
+        if (k >= 1 && k < 7) assert_true(acts < acts0 && tr_model_checkpoint_recomputed(m) > 0);
+        if (k >= 7) assert_int_equal(tr_model_checkpoint_recomputed(m), 0); /* one group */
+        tr_model_set_training(m, 0);
+        float eval = 0;
+        assert_int_equal(tr_model_forward(m, &b, &eval), 0);
+        assert_true(eval == loss); /* same parameters, same batch: the same loss */
+        assert_int_equal(tr_model_set_checkpoint_interval(m, 0), 0);
+        assert_int_equal(tr_model_forward(m, &b, &eval), 0);
+        assert_int_equal(tr_model_num_acts(m), acts0);
+        assert_int_equal(tr_model_set_checkpoint_interval(m, -1), TR_EINVAL);
+        tr_model_destroy(m);
+    }
+    free(g0);
+}
+
 static void test_model_gpt2_gradient_matches_finite_differences(void **state)
 {
     tr_model_t *m = tiny_gpt2();
@@ -539,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_model_layers_see_the_training_flag),
         cmocka_unit_test(test_model_owns_its_layers_also_on_failure),
         cmocka_unit_test(test_model_weight_decay_flags_follow_gpt2_recipe),
+        cmocka_unit_test(test_model_checkpointing_is_bitwise_with_fewer_activations),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
