@@ -5,7 +5,8 @@
 #                    bubbles measured with synthetic layers beside theory, with a timeline
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
-#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme
+#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme,
+#                    bench-pipeline
 #                    one group (bench-dp: data-parallel training and collectives against MPI and
 #                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
@@ -21,7 +22,7 @@ CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
 .PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine bench-dp bench-nvme \
-        install clean fuzz-config
+        bench-pipeline install clean fuzz-config
 
 all: build
 
@@ -86,7 +87,11 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors bench-kernels bench-engine bench-dp bench-nvme
+bench: bench-actors bench-kernels bench-engine bench-dp bench-nvme bench-pipeline
+
+# The pipeline's bubble with stage actors and synthetic layers, 1F1B and zb, beside theory.
+bench-pipeline: build
+	bench/pipeline/run.sh build $(BENCH_ARGS)
 
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
