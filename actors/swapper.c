@@ -274,9 +274,10 @@ int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if (rc < 0) return rc;
     eng->swap = w->lay;
     eng->memory.optimizer = (uint64_t)w->lay.n_bufs * w->lay.slot_bytes; /* the rest is on disk */
-    tr_log(TR_LOG_INFO, "swapper: rank %d: optimizer state in %s: %zu sub-groups of %zu "
-           "elements, %d buffers of %zu bytes (%s)", eng->rank, w->path, w->lay.n_groups,
-           w->lay.group, w->lay.n_bufs, w->lay.slot_bytes,
+    tr_log(TR_LOG_INFO,
+           "swapper: rank %d: optimizer state in %s: %zu sub-groups of %zu "
+           "elements, %d buffer(s) of %zu bytes (%s)",
+           eng->rank, w->path, w->lay.n_groups, w->lay.group, w->lay.n_bufs, w->lay.slot_bytes,
            tr_aio_file_direct(w->file) ? "O_DIRECT" : "through the page cache");
     return 0;
 }

@@ -165,6 +165,8 @@ int tr_cmd_trace(int argc, char **argv)
         fprintf(stderr, "troupe trace: unknown subcommand '%s'\n", what);
         return usage(stderr);
     }
+    for (int i = 2; i < argc; i++) /* `troupe trace summary --help`: the usage, not an error */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
     trace_args_t a;
     if (parse_args(argc, argv, &a))
         return usage(stderr);
