@@ -295,7 +295,10 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     char why[1024];
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / M));
     rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, NULL, why, sizeof(why));
-    if (rc < 0) tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);
+    if (rc < 0) { /* the batch's partial gradients go: the next step starts from zero */
+        tr_model_zero_grad(x->model);
+        tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);
+    }
     if (rc == 0) {
         pass_span(x, "pipeline", step, t0, tr_now_ns());
         pipe_counted(x, losses);

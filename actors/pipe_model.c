@@ -9,6 +9,7 @@
  * slot mb % buffers(s - 1) of the previous stage before SendGrad: that slot's next writer,
  * micro-batch mb + buffers(s - 1), exists only once s - 1 has run its backward of mb.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ struct tr_pipe_model {
     /* the batch being run */
     const tr_batch_t *batches;
     float *losses;
-    char why[512]; /* a stage's failure (the first one) */
+    atomic_int failed; /* the stage whose failure why explains (-1: none) */
+    char why[512];     /* the first failing stage's reason */
 };
 
 static int stage_buffers(int kind, int M, int S, int s, char *err, size_t len)
@@ -64,6 +66,12 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bo
     *out = NULL;
     int rc = model && bounds ? check_bounds(model, bounds, stages, err, errlen)
                              : tr__errf(err, errlen, TR_EINVAL, "pipeline: no model or bounds");
+    if (rc == 0 && kind != TR_PIPE_TRAIN_1F1B && kind != TR_PIPE_TRAIN_ZB)
+        /* the slot reuse argument above needs the gradients' way back: training schedules */
+        rc = tr__errf(err, errlen, TR_EINVAL,
+                      "pipeline: a model runs the training schedules "
+                      "(1f1b, zb), not kind %d",
+                      kind);
     if (rc < 0) return rc;
     tr_pipe_model_t *pm = calloc(1, sizeof(*pm));
     if (!pm) return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
@@ -138,7 +146,8 @@ static int exec(void *user, int s, const tr_pipe_instr_t *x)
     if (x->op == TR_PIPE_FORWARD) rc = forward(pm, s, x->micro_batch);
     if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT)
         rc = backward(pm, s, x->micro_batch);
-    if (rc < 0 && !pm->why[0]) /* one failing stage stops the others: its reason is first */
+    int none = -1; /* one failing stage stops the others: the first one's reason is kept */
+    if (rc < 0 && atomic_compare_exchange_strong(&pm->failed, &none, s))
         snprintf(pm->why, sizeof(pm->why), "stage %d (layers %d to %d): %s", s, pm->bounds[s],
                  pm->bounds[s + 1] - 1, tr_model_stage_error(pm->st[s]));
     return rc;
@@ -151,6 +160,7 @@ int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *los
     pm->batches = batches;
     pm->losses = losses;
     pm->why[0] = '\0';
+    atomic_store(&pm->failed, -1);
     unsigned long long links[4096];
     for (int s = 0; s + 1 < pm->S && s < 4096; s++)
         links[s] = tr_model_stage_output_floats(pm->st[s]);
@@ -166,10 +176,13 @@ int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *los
                             .monitor = monitor};
     tr_pipe_run_result_t r;
     int rc = tr_pipe_run(&o, &r, err, errlen);
-    if (rc < 0 && pm->why[0]) tr__errf(err, errlen, rc, "pipeline: %s", pm->why);
-    if (rc == 0) /* ReduceTiedGrads, now that no stage is in backward */
-        for (int s = 0; s < pm->S; s++)
+    if (rc < 0 && atomic_load(&pm->failed) >= 0) tr__errf(err, errlen, rc, "pipeline: %s", pm->why);
+    for (int s = 0; s < pm->S; s++) /* ReduceTiedGrads, now that no stage is in backward; a
+                                     * failed batch's tied parts are dropped */
+        if (rc == 0)
             tr_model_stage_reduce_tied(pm->st[s]);
+        else
+            tr_model_stage_zero_tied(pm->st[s]);
     if (rc == 0 && result) *result = r;
     return rc;
 }

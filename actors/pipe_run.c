@@ -10,6 +10,7 @@
  * neighbour that stopped.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +36,13 @@ typedef struct stage {
     unsigned char *taken; /* the same, once its receive ran */
     uint64_t busy_ns, end_ns;
     int rc;
+    unsigned fail_seq; /* the order of its failure among the stages' (the first caused the rest) */
+    atomic_uint *failures;
     char err[512];
 } stage_t;
 
 typedef struct run {
+    atomic_uint failures; /* stages failed so far */
     tr_runtime_t *rt;
     stage_t *st;
     tr_actor_t *ids;
@@ -59,6 +63,7 @@ static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
     vsnprintf(g->err, sizeof(g->err), fmt, ap);
     va_end(ap);
     g->rc = rc;
+    g->fail_seq = atomic_fetch_add(g->failures, 1u); /* before the shutdown it causes */
     tr_runtime_shutdown(ctx->rt, "a pipeline stage failed");
     return 0;
 }
@@ -199,7 +204,10 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
     tr_actor_t *ids = r->ids;
     for (int s = 0; s < r->S; s++) {
         stage_t *g = &r->st[s];
-        *g = (stage_t){.o = o, .s = s, .fault = fault && atoi(fault) == s && r->S > 1};
+        *g = (stage_t){.o = o,
+                       .s = s,
+                       .fault = fault && atoi(fault) == s && r->S > 1,
+                       .failures = &r->failures};
         size_t cells = 3 * (size_t)o->micro_batches;
         g->have = calloc(cells, 1), g->taken = calloc(cells, 1);
         if (!g->have || !g->taken)
@@ -235,8 +243,10 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
 {
     *out = (tr_pipe_run_result_t){0};
     uint64_t end = t0, busy = 0;
-    for (int s = 0; s < r->S; s++) /* the stage that failed, not those it stopped */
-        if (r->st[s].rc) return tr__errf(err, len, r->st[s].rc, "pipeline run: %s", r->st[s].err);
+    const stage_t *first = NULL; /* the stage that failed first, not those it stopped */
+    for (int s = 0; s < r->S; s++)
+        if (r->st[s].rc && (!first || r->st[s].fail_seq < first->fail_seq)) first = &r->st[s];
+    if (first) return tr__errf(err, len, first->rc, "pipeline run: %s", first->err);
     for (int s = 0; s < r->S; s++) {
         const stage_t *g = &r->st[s];
         if (!g->end_ns)
@@ -256,11 +266,13 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
 
 int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen)
 {
+    if (o && (o->stages < 1 || o->stages > 4096 || o->micro_batches < 1))
+        return tr__errf(err, errlen, TR_EINVAL,
+                        "pipeline run: %d stages, %d micro-batches; "
+                        "expected 1 to 4096 stages and at least one micro-batch",
+                        o->stages, o->micro_batches);
     int rc = check_opts(o, err, errlen);
     if (rc < 0) return rc;
-    if (o->stages < 1 || o->stages > 4096)
-        return tr__errf(err, errlen, TR_EINVAL, "pipeline run: stages is %d; expected 1 to 4096",
-                        o->stages);
     run_t r = {.S = o->stages};
     tr_runtime_opts_t ro = {.n_workers = 1};
     if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)

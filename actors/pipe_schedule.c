@@ -224,9 +224,9 @@ static int order_of(int M, int S, int s, zb_stage_t *g)
 /* Runs every stage's order in unit time; then s->stage's ran list becomes its steps. */
 static int zb_run(zb_t *z)
 {
-    int total = 3 * z->M * z->S, done = 0;
+    long long total = 3LL * z->M * z->S, done = 0;
     for (int t = 0; done < total; t++) {
-        if (t > 4 * total) return TR_EINVAL; /* cannot happen: every op becomes ready */
+        if ((long long)t > 4LL * total) return TR_EINVAL; /* cannot happen: ops become ready */
         for (int s = 0; s < z->S; s++) {
             int before = z->st[s].n_ran;
             zb_tick(z, s, t);

@@ -29,7 +29,7 @@ static const char *HELP =
     "forward costs F (default 1), a backward B (default 2), of which the weight gradients are\n"
     "the share W (default 0.5) in zb; transfers cost nothing. It prints each schedule's\n"
     "makespan and bubble (1 - busy / (S makespan)) beside 1F1B's theory (S-1)/(M+S-1).\n"
-    "Exit status: 0; 2 for a bad flag.\n";
+    "Exit status: 0; 1 when a schedule cannot be built or simulated; 2 for a bad flag.\n";
 
 typedef struct opts {
     int stages, micro_batches, stage, kind;

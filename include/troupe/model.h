@@ -326,6 +326,8 @@ int tr_model_stage_backward(tr_model_stage_t *stage, int slot, const float *dout
  * (DeepSpeed's ReduceTiedGrads in one process; no-op without ties). Call when no stage of the
  * model is in backward. */
 void tr_model_stage_reduce_tied(tr_model_stage_t *stage);
+/* Drops the tied gradients kept apart (a batch that failed). */
+void tr_model_stage_zero_tied(tr_model_stage_t *stage);
 const char *tr_model_stage_error(const tr_model_stage_t *stage);
 
 /* Activation checkpointing (DeepSpeed's pipeline.activation_checkpoint_interval, here for
@@ -336,7 +338,9 @@ const char *tr_model_stage_error(const tr_model_stage_t *stage);
  * largest group's (tr_model_num_acts), for a forward of every layer but the last group's
  * again per micro-batch (tr_model_checkpoint_recomputed). 0: off. Takes effect at the next
  * forward (the activations are laid out again); a layer's output (tr_model_output) stays
- * readable until its group is computed again, a group's last layer's until the next forward.
+ * readable until any group is computed again — a backward recomputes them, so read outputs
+ * (GPT-2's logits) before it — and a group's last layer's until the next forward. The
+ * recompute assumes a layer's forward depends only on its input and parameters (no dropout).
  * TR_EINVAL for layers < 0. */
 int tr_model_set_checkpoint_interval(tr_model_t *model, int layers);
 /* The activation floats a forward of (B, T) lays out under the current setting. */

@@ -291,12 +291,13 @@ static size_t layout(tr_model_t *m, int B, int T)
         total += N * (size_t)m->layers[(j + 1) * k - 1]->out_dim;
     }
     m->work = total;
-    for (int i = 0, g = 0; i < m->n; i++) {
+    size_t g = 0; /* the offset within the group's work area */
+    for (int i = 0; i < m->n; i++) {
         if (k && i % k == 0) g = 0;
-        m->act_off[i] = k ? (size_t)g : total;
+        m->act_off[i] = k ? g : total;
         size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
         if (k)
-            g += (int)a, most = (size_t)g > most ? (size_t)g : most;
+            g += a, most = g > most ? g : most;
         else
             total += a;
     }

@@ -173,7 +173,10 @@ static tr_layer_ctx_t context(tr_model_stage_t *s, slot_t *t, int i)
         .params = params + l->param_offset,
         .grads = grads + l->param_offset,
         .model_params = params,
-        .model_grads = s->tied && l->tie_count ? s->tied : grads,
+        .model_grads =
+            s->tied && l->tie_count && (l->tie_layer < s->first || l->tie_layer > s->last)
+                ? s->tied
+                : grads, /* a tie owned outside the stage accumulates apart */
         .scratch = s->scratch,
         .loss_scale = tr__model_loss_scale(s->m),
     };
@@ -188,6 +191,8 @@ static int take(tr_model_stage_t *s, slot_t *t, const tr_batch_t *b, const float
         if (!in)
             return fail(s, TR_EINVAL, "stage [%d, %d]: no input activation", s->first, s->last);
         memcpy(t->in, in, tr_model_stage_input_floats(s) * sizeof(float));
+        if (b && b->tokens) /* layers past the first may read them too, as in the model */
+            memcpy(t->tokens, b->tokens, N * sizeof(int));
     } else if (!b || b->B != s->B || b->T != s->T || (first->in_dim ? !b->x : !b->tokens)) {
         return fail(s, TR_EINVAL, "stage [%d, %d]: the batch needs B %d, T %d and %s", s->first,
                     s->last, s->B, s->T, first->in_dim ? "x" : "tokens");
@@ -254,6 +259,11 @@ int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, co
         if (i == s->first && din) *din = c.din;
     }
     return 0;
+}
+
+void tr_model_stage_zero_tied(tr_model_stage_t *s)
+{
+    if (s->tied) memset(s->tied, 0, tr_model_num_params(s->m) * sizeof(float));
 }
 
 void tr_model_stage_reduce_tied(tr_model_stage_t *s)

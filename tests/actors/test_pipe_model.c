@@ -138,6 +138,52 @@ static void test_mlp_links_of_different_widths(void **state)
     compare(mlp, 1, 5, 2, TR_PIPE_TRAIN_ZB, "parameters");
 }
 
+/* A batch that fails (a token id past the vocabulary in micro-batch 2) names the stage and
+ * layer, and leaves nothing behind: the tied gradients the head's stage kept apart are dropped,
+ * so the next batch's gradients are the reference's; inference schedules are refused. */
+static void test_failed_batch_leaves_nothing_behind(void **state)
+{
+    (void)state;
+    data_t *d = calloc(1, sizeof(*d));
+    make_data(d, 0, 60);
+    tr_model_t *ref = gpt2(), *pip = gpt2();
+    float want[NM], got[NM];
+    reference(ref, d, want);
+    int bounds[] = {0, 3, 6};
+    char err[1024];
+    tr_pipe_model_t *pm;
+    assert_int_equal(
+        tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT, err, sizeof(err)),
+        TR_EINVAL);
+    assert_non_null(strstr(err, "training schedules"));
+    if (tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, err, sizeof(err)))
+        fail_msg("%s", err);
+    int saved = d->tokens[2][5];
+    d->tokens[2][5] = 63; /* the embedding's table has 64 rows, the vocabulary 60 */
+    tr_model_zero_grad(pip);
+    int rc = tr_pipe_model_run(pm, d->b, got, 0, NULL, NULL, err, sizeof(err));
+    printf("failed batch: %d: %s\n", rc, err);
+    assert_true(rc < 0);
+    assert_non_null(strstr(err, "stage 0 (layers 0 to 2)"));
+    assert_non_null(strstr(err, "embed"));
+    d->tokens[2][5] = saved;
+    tr_model_zero_grad(pip);
+    if (tr_pipe_model_run(pm, d->b, got, 1, NULL, NULL, err, sizeof(err))) fail_msg("%s", err);
+    assert_memory_equal(got, want, sizeof(want));
+    size_t n = tr_model_num_params(ref);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = tr_model_grads(ref)[i], g = tr_model_grads(pip)[i];
+        diff += (a - g) * (a - g), norm += a * a;
+    }
+    printf("after the failed batch: relative L2 difference %.2g\n", sqrt(diff / norm));
+    assert_true(sqrt(diff / norm) < 1e-6);
+    tr_pipe_model_destroy(pm);
+    tr_model_destroy(ref);
+    tr_model_destroy(pip);
+    free(d);
+}
+
 static void test_partition_methods(void **state)
 {
     (void)state;
@@ -187,6 +233,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_pipelined_equals_unpipelined),
         cmocka_unit_test(test_mlp_links_of_different_widths),
+        cmocka_unit_test(test_failed_batch_leaves_nothing_behind),
         cmocka_unit_test(test_partition_methods),
     };
     return cmocka_run_group_tests_name("pipe_model", tests, NULL, NULL);

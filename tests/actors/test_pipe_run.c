@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -24,6 +25,7 @@ typedef struct record {
     int fwd[MAX_S][M], bwd[MAX_S][M]; /* when each ran (0: not) */
     int runs[MAX_S];
     int fail_stage, fail_mb;
+    int compute_us; /* a forward's time (0: instant) */
 } record_t;
 
 static int exec(void *user, int stage, const tr_pipe_instr_t *x)
@@ -39,6 +41,7 @@ static int exec(void *user, int stage, const tr_pipe_instr_t *x)
     r->runs[stage]++;
     if (stage == r->fail_stage && x->op == TR_PIPE_FORWARD && x->micro_batch == r->fail_mb)
         return TR_EIO;
+    if (r->compute_us && x->op == TR_PIPE_FORWARD) usleep((useconds_t)r->compute_us);
     return 0;
 }
 
@@ -107,6 +110,14 @@ static void test_failing_instruction_stops_every_stage(void **state)
     printf("failure: %s\n", err);
     assert_int_equal(rc, TR_EIO);
     assert_non_null(strstr(err, "stage 1: ForwardPass of micro-batch 2"));
+    free(r);
+    /* with compute that takes time, the stages the failure stopped are not blamed */
+    r = calloc(1, sizeof(*r));
+    r->fail_stage = 2, r->fail_mb = 1, r->compute_us = 2000;
+    rc = run(r, TR_PIPE_TRAIN_1F1B, 3, err, sizeof(err));
+    printf("failure with compute: %s\n", err);
+    assert_int_equal(rc, TR_EIO);
+    assert_non_null(strstr(err, "stage 2: ForwardPass of micro-batch 1"));
     free(r);
     tr_pipe_run_opts_t bad = {
         .kind = TR_PIPE_TRAIN_1F1B, .stages = 2, .micro_batches = 2, .exec = exec};
