@@ -11,6 +11,7 @@
 #if TR_HAVE_CUDA && defined(__has_include)
 #if __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
 #define HAVE_NVTX 1
 #endif
 #endif
@@ -24,11 +25,23 @@ int tr_monitor_nvtx_available(void)
 #endif
 }
 
+#ifdef HAVE_NVTX
+/* NVTX initialises itself at its first call, unsynchronised: two threads making their first
+ * call at once race (ThreadSanitizer sees it). One initialisation, before any range. */
+static pthread_once_t nvtx_once = PTHREAD_ONCE_INIT;
+
+static void nvtx_init(void)
+{
+    nvtxInitialize(NULL);
+}
+#endif
+
 void tr_monitor_range_push(const tr_monitor_t *m, const char *name)
 {
 #ifdef HAVE_NVTX
-    if (m)
-        nvtxRangePushA(name);
+    if (!m) return;
+    pthread_once(&nvtx_once, nvtx_init);
+    nvtxRangePushA(name);
 #else
     (void)m, (void)name;
 #endif
