@@ -27,6 +27,7 @@
 
 #include "actors/engine_internal.h"
 #include "troupe/monitor.h"
+#include "troupe/pipeline.h"
 
 enum { FWD, BWD, BWD_INNER, BWD_ALLREDUCE, STEP, N_TIMERS };
 
@@ -199,6 +200,19 @@ static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
     print_line(d, buf);
 }
 
+static const char *const pipe_names[] = {"pipe_send_output", "pipe_send_grad", "pipe_recv_input",
+                                         "pipe_recv_grad"};
+
+/* DeepSpeed's pipeline timers: each adds the step's time, as a start and stop that far apart. */
+void tr__dsmon_pipe(struct tr__dsmon *d, const tr_pipe_run_result_t *r, uint64_t now)
+{
+    const double ms[4] = {r->send_output_ms, r->send_grad_ms, r->recv_input_ms, r->recv_grad_ms};
+    for (int i = 0; d->timers && i < 4; i++) {
+        tr_walltimers_start(d->timers, pipe_names[i], now - (uint64_t)(ms[i] * 1e6));
+        tr_walltimers_stop(d->timers, pipe_names[i], now);
+    }
+}
+
 /* DeepSpeed's PipelineEngine.train_batch line: the mean time of the last steps_per_print
  * steps and the samples per second it gives. */
 static void pipe_line(struct tr__dsmon *d, uint64_t steps, double loss, uint64_t now)
@@ -224,6 +238,12 @@ void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
     timed(d, BWD, d->bwd0, reduced);
     if (steps % d->spp == 0) progress(d, done);
     if (d->pipelined && steps % d->spp == 0) pipe_line(d, steps, st->loss, done->t_end);
+    if (d->pipelined && d->timers && steps % d->spp == 0) { /* after train_batch's line */
+        char line[512];
+        tr_walltimers_log_line(d->timers, 0, pipe_names, 4, 1.0, 1, done->t_end, line,
+                               sizeof(line));
+        print_line(d, line);
+    }
     char buf[512];
     if (tr_throughput_stop(&d->tput, 1, done->t_end, 0, 0, buf, sizeof(buf))) print_line(d, buf);
     scalar(d, TR_TAG_LR, done->next_lr, samples);

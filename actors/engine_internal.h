@@ -245,6 +245,9 @@ void tr__checkpointer_free(tr_engine_t *eng);
 /* ds_monitor.c: DeepSpeed's timer lines, throughput/progress lines, csv_monitor and
  * tensorboard scalars. create/destroy on the client's thread; the rest on the executor's. */
 int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen);
+/* A pipelined step's transfer times, for DeepSpeed's pipeline timers (wall_clock_breakdown). */
+struct tr_pipe_run_result;
+void tr__dsmon_pipe(struct tr__dsmon *d, const struct tr_pipe_run_result *r, uint64_t now);
 void tr__dsmon_destroy(tr_engine_t *eng);
 /* A training micro-batch's forward ran from t0 to t1. */
 void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1);

@@ -294,7 +294,17 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     uint64_t step = x->global_steps, t0 = tr_now_ns();
     char why[1024];
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / M));
-    rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, NULL, why, sizeof(why));
+    tr_pipe_run_result_t r;
+    rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, &r, why, sizeof(why));
+    if (rc == 0) { /* DeepSpeed's timers: the batch's wall time, split as the stages' compute */
+        uint64_t t1 = tr_now_ns(), all = r.forward_ms + r.backward_ms > 0 ? t1 - t0 : 0;
+        uint64_t mid =
+            t0 +
+            (all ? (uint64_t)((double)all * r.forward_ms / (r.forward_ms + r.backward_ms)) : 0);
+        tr__dsmon_forward(x->ds, t0, mid);
+        tr__dsmon_backward(x->ds, mid, t1, true);
+        tr__dsmon_pipe(x->ds, &r, t1);
+    }
     if (rc < 0) { /* the batch's partial gradients go: the next step starts from zero */
         tr_model_zero_grad(x->model);
         tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);

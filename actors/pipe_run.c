@@ -35,6 +35,9 @@ typedef struct stage {
     unsigned char *have;  /* [kind * M + mb]: a transfer arrived, its receive not yet run */
     unsigned char *taken; /* the same, once its receive ran */
     uint64_t busy_ns, end_ns;
+    uint64_t wait_since;             /* a receive has waited from then (0: not waiting) */
+    uint64_t recv_ns[3], send_ns[3]; /* by kind: time waiting in receives, in sends */
+    uint64_t fwd_ns;                 /* of busy_ns, in forwards */
     int rc;
     unsigned fail_seq; /* the order of its failure among the stages' (the first caused the rest) */
     atomic_uint *failures;
@@ -102,12 +105,18 @@ static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
     int M = g->o->micro_batches;
     if (x->op == TR_PIPE_RECV_ACTIVATION || x->op == TR_PIPE_RECV_GRAD) {
         int k = x->op == TR_PIPE_RECV_ACTIVATION ? XFER_ACT : XFER_GRAD;
-        if (!g->have[k * M + x->micro_batch]) return 0;
+        if (!g->have[k * M + x->micro_batch]) {
+            if (!g->wait_since) g->wait_since = tr_now_ns();
+            return 0;
+        }
+        if (g->wait_since) g->recv_ns[k] += tr_now_ns() - g->wait_since, g->wait_since = 0;
         g->have[k * M + x->micro_batch] = 0, g->taken[k * M + x->micro_batch] = 1;
     }
     if (x->op == TR_PIPE_SEND_ACTIVATION || x->op == TR_PIPE_SEND_GRAD) {
-        int rc = send_xfer(ctx, g, x->op == TR_PIPE_SEND_ACTIVATION ? XFER_ACT : XFER_GRAD,
-                           x->micro_batch);
+        int k = x->op == TR_PIPE_SEND_ACTIVATION ? XFER_ACT : XFER_GRAD;
+        uint64_t t0 = tr_now_ns();
+        int rc = send_xfer(ctx, g, k, x->micro_batch);
+        g->send_ns[k] += tr_now_ns() - t0;
         return rc < 0 ? rc : 1;
     }
     uint64_t t0 = tr_now_ns();
@@ -116,6 +125,7 @@ static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
                    x->op == TR_PIPE_BACKWARD_INPUT || x->op == TR_PIPE_BACKWARD_WEIGHT;
     uint64_t t1 = tr_now_ns();
     if (compute) g->busy_ns += t1 - t0;
+    if (x->op == TR_PIPE_FORWARD) g->fwd_ns += t1 - t0;
     if (compute && g->o->monitor)
         tr_monitor_span(g->o->monitor,
                         &(tr_span_t){tr_pipe_op_name(x->op), t0, t1, g->o->step,
@@ -256,6 +266,12 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
                             s);
         end = g->end_ns > end ? g->end_ns : end;
         busy += g->busy_ns;
+        out->recv_input_ms += (double)g->recv_ns[XFER_ACT] / 1e6;
+        out->recv_grad_ms += (double)g->recv_ns[XFER_GRAD] / 1e6;
+        out->send_output_ms += (double)g->send_ns[XFER_ACT] / 1e6;
+        out->send_grad_ms += (double)g->send_ns[XFER_GRAD] / 1e6;
+        out->forward_ms += (double)g->fwd_ns / 1e6;
+        out->backward_ms += (double)(g->busy_ns - g->fwd_ns) / 1e6;
     }
     out->makespan_ms = (double)(end - t0) / 1e6;
     out->busy_ms = (double)busy / 1e6;

@@ -139,6 +139,10 @@ typedef struct tr_pipe_run_result {
     double busy_ms;     /* time in compute instructions, summed over the stages */
     double bubble;      /* 1 - busy / (S makespan) */
     double theory;      /* 1F1B's (S - 1) / (M + S - 1) */
+    /* DeepSpeed's pipeline timers, summed over the stages: time waiting in RecvActivation and
+     * RecvGrad, and spent in SendActivation and SendGrad */
+    double recv_input_ms, recv_grad_ms, send_output_ms, send_grad_ms;
+    double forward_ms, backward_ms; /* compute in forwards and in backwards (both parts) */
 } tr_pipe_run_result_t;
 
 /* Runs one batch. TR_EINVAL with err for bad options; the first stage's failure (a callback's

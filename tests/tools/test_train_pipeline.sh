@@ -25,8 +25,9 @@ run s2 '"pipeline": { "stages": 2 },'
 run s3zb '"pipeline": { "stages": 3, "schedule": "zb", "partition": "uniform" },'
 run s5 '"pipeline": { "stages": 5, "partition": "type:block|head|embed" },'
 run ckpt '"pipeline": { "activation_checkpoint_interval": 1 },'
+run timers '"pipeline": { "stages": 2 }, "wall_clock_breakdown": true,'
 [ "$(wc -l < plain)" -eq 6 ] || { cat plain; fail "expected 5 steps and a val line"; }
-for p in s2 s3zb s5 ckpt; do
+for p in s2 s3zb s5 ckpt timers; do
     diff plain "$p" || fail "pipelined ($p) printed other losses than the unpipelined run"
 done
 grep -q "pipeline: stage 0 of 2 (1f1b, partition parameters): layers 0 to" s2.err ||
@@ -38,6 +39,11 @@ grep -q "activation checkpointing every 1 layers: activations .* MiB instead of 
 grep -Eq "^steps: 5 loss: [0-9.]+ iter time \(s\): [0-9.]+ samples/sec: [0-9.]+$" s2.txt ||
     { cat s2.txt; fail "no PipelineEngine line at steps_per_print"; }
 ! grep -q "^steps: " plain.txt || fail "the PipelineEngine line without a pipeline"
+grep -Eq "time \(ms\) \| pipe_send_output: [0-9.]+ \| pipe_send_grad: [0-9.]+ \| pipe_recv_input: [0-9.]+ \| pipe_recv_grad: [0-9.]+$" timers.txt ||
+    { cat timers.txt; fail "no pipeline timers with wall_clock_breakdown"; }
+# every timer of a tiny model's step is milliseconds, not garbage
+awk -F'[:|]' '/time \(ms\)/ { for (i = 3; i <= NF; i += 2) if ($i + 0 > 10000) bad = 1 }
+              END { exit bad }' timers.txt || { cat timers.txt; fail "a timer is absurd"; }
 
 bad() { # PATTERN PIPELINE_JSON [ZERO]
     cat > "$tmp/bad.json" <<JSON
