@@ -372,13 +372,16 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
     const tr_config_t *c = eng->cfg;
     int64_t k = c->pipeline.activation_checkpoint_interval;
     if (k <= 0) return 0;
-    if (eng->stages > 1)
-        return snprintf(err, errlen,
-                        "%s: pipeline.activation_checkpoint_interval with "
-                        "pipeline.stages %d: checkpointing inside pipeline stages is not built "
-                        "yet (it works without stages)",
-                        c->source, eng->stages),
-               TR_ENOTSUP;
+    (void)err, (void)errlen;
+    if (eng->stages > 1) { /* each stage counts its groups from its first layer */
+        tr_model_set_checkpoint_interval(eng->model, (int)(k < 1 << 30 ? k : 1 << 30));
+        if (eng->rank == 0)
+            tr_log(TR_LOG_INFO,
+                   "activation checkpointing every %lld layers of each pipeline "
+                   "stage: a slot keeps each group's output, the backward recomputes the group",
+                   (long long)k);
+        return 0;
+    }
     int n = tr_model_num_layers(eng->model);
     size_t full = tr_model_acts_floats(eng->model, eng->B, eng->T);
     tr_model_set_checkpoint_interval(eng->model, k < n ? (int)k : n);

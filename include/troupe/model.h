@@ -307,6 +307,8 @@ void tr_model_stage_destroy(tr_model_stage_t *stage);
  * of its output (B T out_dim of its last layer). */
 size_t tr_model_stage_input_floats(const tr_model_stage_t *stage);
 size_t tr_model_stage_output_floats(const tr_model_stage_t *stage);
+/* The activation floats the stage holds: its slots' and (checkpointed) its work area's. */
+size_t tr_model_stage_activation_floats(const tr_model_stage_t *stage);
 
 /* Forward of one micro-batch into slot: the first stage reads the batch's tokens or x, the
  * stage with the loss its targets (*loss gets the mean); the others read `in` (the previous
@@ -345,6 +347,11 @@ const char *tr_model_stage_error(const tr_model_stage_t *stage);
 int tr_model_set_checkpoint_interval(tr_model_t *model, int layers);
 /* The activation floats a forward of (B, T) lays out under the current setting. */
 size_t tr_model_acts_floats(const tr_model_t *model, int B, int T);
+/* The interval set (0: off). Pipeline stages (tr_model_stage_create) use it too, counting
+ * groups from each stage's first layer, as DeepSpeed's activation_checkpoint_interval does in
+ * a PipelineModule; a stage keeps each group's output per slot and recomputes every group,
+ * the last included, in the slot's backward. */
+int tr_model_checkpoint_interval(const tr_model_t *model);
 /* The layers whose forward a checkpointed backward runs again (0 when off). */
 size_t tr_model_checkpoint_recomputed(const tr_model_t *model);
 

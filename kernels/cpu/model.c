@@ -393,6 +393,11 @@ int tr_model_set_checkpoint_interval(tr_model_t *model, int layers)
     return 0;
 }
 
+int tr_model_checkpoint_interval(const tr_model_t *model)
+{
+    return model->ckpt;
+}
+
 size_t tr_model_checkpoint_recomputed(const tr_model_t *model)
 {
     return model->ckpt ? (size_t)((model->n - 1) / model->ckpt * model->ckpt) : 0;

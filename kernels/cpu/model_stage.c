@@ -9,6 +9,7 @@
  * (kernels/cpu/model.c), so a stage's numbers are the model's.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,8 @@
 #include "troupe/error.h"
 
 typedef struct slot {
-    float *acts; /* the stage's layers' regions, back to back */
+    float *acts; /* the stage's layers' regions, back to back; checkpointed: each group's
+                  * output (the last is the stage's) */
     float *in;   /* the input: the previous stage's output, or the batch's x */
     int *tokens, *targets;
     float *y;
@@ -28,7 +30,12 @@ typedef struct slot {
 struct tr_model_stage {
     tr_model_t *m;
     int first, last, n_slots, B, T;
-    size_t *off; /* each layer's region within a slot's acts (last - first + 2) */
+    size_t *off;  /* each layer's region within a slot's acts (last - first + 2);
+                   * checkpointed: within its group's work area */
+    int k;        /* activation checkpointing: layers per group from `first` (0: none) */
+    size_t *keep; /* checkpointed: group g's output at keep[g] in a slot's acts */
+    size_t slot_floats, work_floats;
+    float *work; /* checkpointed: one group's activations at a time */
     slot_t *slots;
     float *scratch, *dbuf[2];
     float *tied; /* model-sized gradients of tied tensors owned outside (NULL: none) */
@@ -38,6 +45,26 @@ struct tr_model_stage {
 static tr_layer_t *layer(const tr_model_stage_t *s, int i)
 {
     return tr_model_layer(s->m, i);
+}
+
+/* Checkpointed: the groups' outputs per slot, each group's layers in one shared work area.
+ * Returns a slot's floats (0: no memory). */
+static size_t checkpointed_layout(tr_model_stage_t *s)
+{
+    int n = s->last - s->first + 1, k = s->k, ng = (n + k - 1) / k;
+    size_t N = (size_t)s->B * s->T, kept = 0, g = 0, most = 0;
+    if (!(s->keep = calloc((size_t)ng + 1, sizeof(size_t)))) return 0;
+    for (int j = 0; j < n; j++) {
+        tr_layer_t *l = layer(s, s->first + j);
+        if (j % k == 0) g = 0;
+        s->off[j] = g;
+        g += l->ops->act_size(l, s->B, s->T);
+        most = g > most ? g : most;
+        if (j % k == k - 1 || j == n - 1) s->keep[j / k] = kept, kept += N * (size_t)l->out_dim;
+    }
+    s->work = malloc((most ? most : 1) * sizeof(float));
+    s->work_floats = most;
+    return s->work ? (kept ? kept : 1) : 0;
 }
 
 static int ties_out(const tr_model_stage_t *s)
@@ -65,9 +92,11 @@ static int alloc_buffers(tr_model_stage_t *s)
         dbuf = d > dbuf ? d : dbuf;
     }
     s->off[n] = acts;
+    if (s->k && (acts = checkpointed_layout(s)) == 0) return TR_ENOMEM;
     tr_layer_t *first = layer(s, s->first), *last = layer(s, s->last);
     size_t in = N * (size_t)(first->in_dim ? first->in_dim : 1);
     size_t y = N * (size_t)(last->y_dim ? last->y_dim : 1);
+    s->slot_floats = acts;
     s->slots = calloc((size_t)s->n_slots, sizeof(slot_t));
     if (!s->slots) return TR_ENOMEM;
     for (int k = 0; k < s->n_slots; k++) {
@@ -102,8 +131,14 @@ int tr_model_stage_create(tr_model_stage_t **out, tr_model_t *model, int first, 
                         slots, B, T);
     tr_model_stage_t *s = calloc(1, sizeof(*s));
     if (!s) return tr__errf(why, why_len, TR_ENOMEM, "stage: out of memory");
-    *s = (tr_model_stage_t){
-        .m = model, .first = first, .last = last, .n_slots = slots, .B = B, .T = T};
+    *s = (tr_model_stage_t){.m = model,
+                            .first = first,
+                            .last = last,
+                            .n_slots = slots,
+                            .B = B,
+                            .T = T,
+                            .k = tr_model_checkpoint_interval(model)};
+    if (s->k >= last - first + 1) s->k = 0; /* one group: nothing to keep apart */
     if (alloc_buffers(s) < 0) {
         tr_model_stage_destroy(s);
         return tr__errf(why, why_len, TR_ENOMEM,
@@ -124,6 +159,7 @@ void tr_model_stage_destroy(tr_model_stage_t *s)
     }
     free(s->slots), free(s->off), free(s->scratch), free(s->dbuf[0]), free(s->dbuf[1]);
     free(s->tied);
+    free(s->keep), free(s->work);
     free(s);
 }
 
@@ -135,6 +171,11 @@ size_t tr_model_stage_input_floats(const tr_model_stage_t *s)
 size_t tr_model_stage_output_floats(const tr_model_stage_t *s)
 {
     return (size_t)s->B * s->T * (size_t)layer(s, s->last)->out_dim;
+}
+
+size_t tr_model_stage_activation_floats(const tr_model_stage_t *s)
+{
+    return s->slot_floats * (size_t)s->n_slots + s->work_floats;
 }
 
 const char *tr_model_stage_error(const tr_model_stage_t *s)
@@ -154,6 +195,25 @@ static int fail(tr_model_stage_t *s, int rc, const char *fmt, ...)
 }
 
 /* The context for layer i on slot t (as the model's context() builds it). */
+/* Layer first + j's region on slot t, its input, and (checkpointed) whether it ends a group. */
+static float *stage_acts(const tr_model_stage_t *s, const slot_t *t, int j)
+{
+    return (s->k ? s->work : t->acts) + s->off[j];
+}
+
+static int ends_group(const tr_model_stage_t *s, int j)
+{
+    return s->k && (j % s->k == s->k - 1 || s->first + j == s->last);
+}
+
+static const float *stage_in(const tr_model_stage_t *s, const slot_t *t, int i)
+{
+    int j = i - s->first;
+    if (j == 0) return t->in;
+    if (s->k && j % s->k == 0) return t->acts + s->keep[j / s->k - 1];
+    return stage_acts(s, t, j - 1);
+}
+
 static tr_layer_ctx_t context(tr_model_stage_t *s, slot_t *t, int i)
 {
     tr_layer_t *l = layer(s, i), *last = tr_model_layer(s->m, tr_model_num_layers(s->m) - 1);
@@ -167,9 +227,9 @@ static tr_layer_ctx_t context(tr_model_stage_t *s, slot_t *t, int i)
         .y = t->has_targets && float_y ? t->y : NULL,
         .y_dim = t->has_targets && float_y ? last->y_dim : 0,
         .training = tr_model_training(s->m),
-        .in = i == s->first ? t->in : t->acts + s->off[k - 1],
-        .acts = t->acts + s->off[k],
-        .out = t->acts + s->off[k],
+        .in = stage_in(s, t, i),
+        .acts = stage_acts(s, t, k),
+        .out = stage_acts(s, t, k),
         .params = params + l->param_offset,
         .grads = grads + l->param_offset,
         .model_params = params,
@@ -210,6 +270,26 @@ static int take(tr_model_stage_t *s, slot_t *t, const tr_batch_t *b, const float
     return 0;
 }
 
+/* Forward of layers [a, b] on slot t; keep: a group's output goes to the slot (checkpointed;
+ * a recompute leaves it as it is). */
+static int forward_layers(tr_model_stage_t *s, slot_t *t, int a, int b, bool keep, float *loss)
+{
+    size_t N = (size_t)s->B * s->T;
+    for (int i = a; i <= b; i++) {
+        tr_layer_t *l = layer(s, i);
+        tr_layer_ctx_t c = context(s, t, i);
+        int rc = l->ops->forward(l, &c);
+        if (rc < 0)
+            return fail(s, rc, "layer %d '%s': forward returned %s (%s)", i, l->name,
+                        tr_err_name(rc), tr_strerror(rc));
+        if (l->is_loss && loss) *loss = c.loss;
+        int j = i - s->first;
+        if (keep && ends_group(s, j))
+            memcpy(t->acts + s->keep[j / s->k], c.out, N * (size_t)l->out_dim * sizeof(float));
+    }
+    return 0;
+}
+
 int tr_model_stage_forward(tr_model_stage_t *s, int slot, const tr_batch_t *batch, const float *in,
                            float *loss)
 {
@@ -218,20 +298,14 @@ int tr_model_stage_forward(tr_model_stage_t *s, int slot, const tr_batch_t *batc
                     s->n_slots);
     slot_t *t = &s->slots[slot];
     int rc = take(s, t, batch, in);
-    for (int i = s->first; rc == 0 && i <= s->last; i++) {
-        tr_layer_t *l = layer(s, i);
-        tr_layer_ctx_t c = context(s, t, i);
-        if ((rc = l->ops->forward(l, &c)) < 0)
-            return fail(s, rc, "layer %d '%s': forward returned %s (%s)", i, l->name,
-                        tr_err_name(rc), tr_strerror(rc));
-        if (l->is_loss && loss) *loss = c.loss;
-    }
-    return rc;
+    return rc < 0 ? rc : forward_layers(s, t, s->first, s->last, true, loss);
 }
 
 const float *tr_model_stage_output(const tr_model_stage_t *s, int slot)
 {
-    return slot >= 0 && slot < s->n_slots ? s->slots[slot].acts + s->off[s->last - s->first] : NULL;
+    if (slot < 0 || slot >= s->n_slots) return NULL;
+    int j = s->last - s->first;
+    return s->k ? s->slots[slot].acts + s->keep[j / s->k] : s->slots[slot].acts + s->off[j];
 }
 
 int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, const float **din)
@@ -248,6 +322,11 @@ int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, co
     size_t N = (size_t)s->B * s->T;
     for (int i = s->last; i >= s->first; i--) {
         tr_layer_t *l = layer(s, i);
+        int j = i - s->first;
+        if (ends_group(s, j)) { /* checkpointed: the group again, from its kept input */
+            int rc = forward_layers(s, t, s->first + j / s->k * s->k, i, false, NULL);
+            if (rc < 0) return rc;
+        }
         tr_layer_ctx_t c = context(s, t, i);
         c.dout = l->is_loss ? NULL : i == s->last ? dout : s->dbuf[i % 2];
         c.din = i > 0 ? s->dbuf[(i + 1) % 2] : NULL;

@@ -82,7 +82,7 @@ static void reference(tr_model_t *m, const data_t *d, float *losses)
 }
 
 static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, int kind,
-                    const char *method)
+                    const char *method, int ckpt)
 {
     data_t *d = calloc(1, sizeof(*d));
     make_data(d, floats, classes);
@@ -92,6 +92,7 @@ static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, i
     int bounds[8];
     char err[1024];
     if (tr_pipe_partition(pip, method, S, bounds, err, sizeof(err))) fail_msg("%s", err);
+    tr_model_set_checkpoint_interval(pip, ckpt); /* the stages checkpoint every ckpt layers */
     tr_pipe_model_t *pm;
     if (tr_pipe_model_create(&pm, pip, bounds, S, kind, NM, NB, NT, err, sizeof(err)))
         fail_msg("%s", err);
@@ -125,17 +126,19 @@ static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, i
 static void test_gpt2_pipelined_equals_unpipelined(void **state)
 {
     (void)state;
-    compare(gpt2, 0, 60, 2, TR_PIPE_TRAIN_1F1B, "uniform");
-    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_1F1B, "parameters");
-    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_ZB, "uniform");
-    compare(gpt2, 0, 60, 6, TR_PIPE_TRAIN_1F1B, "uniform"); /* a layer per stage */
+    compare(gpt2, 0, 60, 2, TR_PIPE_TRAIN_1F1B, "uniform", 0);
+    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_1F1B, "parameters", 0);
+    compare(gpt2, 0, 60, 3, TR_PIPE_TRAIN_ZB, "uniform", 0);
+    compare(gpt2, 0, 60, 6, TR_PIPE_TRAIN_1F1B, "uniform", 0); /* a layer per stage */
+    compare(gpt2, 0, 60, 2, TR_PIPE_TRAIN_1F1B, "uniform", 1); /* activation checkpointing */
+    compare(gpt2, 0, 60, 2, TR_PIPE_TRAIN_ZB, "uniform", 2);
 }
 
 static void test_mlp_links_of_different_widths(void **state)
 {
     (void)state;
-    compare(mlp, 1, 5, 3, TR_PIPE_TRAIN_1F1B, "uniform");
-    compare(mlp, 1, 5, 2, TR_PIPE_TRAIN_ZB, "parameters");
+    compare(mlp, 1, 5, 3, TR_PIPE_TRAIN_1F1B, "uniform", 0);
+    compare(mlp, 1, 5, 2, TR_PIPE_TRAIN_ZB, "parameters", 0);
 }
 
 /* A batch that fails (a token id past the vocabulary in micro-batch 2) names the stage and
@@ -182,6 +185,25 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     tr_model_destroy(ref);
     tr_model_destroy(pip);
     free(d);
+}
+
+/* A stage checkpointed every layer holds fewer activations than without (and the compares
+ * above show it computes the same numbers). */
+static void test_stage_checkpointing_holds_less(void **state)
+{
+    (void)state;
+    tr_model_t *m = gpt2();
+    tr_model_stage_t *a, *b;
+    char err[256];
+    assert_int_equal(tr_model_stage_create(&a, m, 0, 3, 4, NB, NT, err, sizeof(err)), 0);
+    tr_model_set_checkpoint_interval(m, 1);
+    assert_int_equal(tr_model_stage_create(&b, m, 0, 3, 4, NB, NT, err, sizeof(err)), 0);
+    printf("stage of 4 layers, 4 slots: %zu activation floats, %zu checkpointed every layer\n",
+           tr_model_stage_activation_floats(a), tr_model_stage_activation_floats(b));
+    assert_true(tr_model_stage_activation_floats(b) < tr_model_stage_activation_floats(a) / 2);
+    tr_model_stage_destroy(a);
+    tr_model_stage_destroy(b);
+    tr_model_destroy(m);
 }
 
 static void test_partition_methods(void **state)
@@ -234,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_gpt2_pipelined_equals_unpipelined),
         cmocka_unit_test(test_mlp_links_of_different_widths),
         cmocka_unit_test(test_failed_batch_leaves_nothing_behind),
+        cmocka_unit_test(test_stage_checkpointing_holds_less),
         cmocka_unit_test(test_partition_methods),
     };
     return cmocka_run_group_tests_name("pipe_model", tests, NULL, NULL);
