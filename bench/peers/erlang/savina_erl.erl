@@ -399,7 +399,10 @@ fanin(A) ->
 %% --- latency and idle CPU -----------------------------------------------------------------
 
 %% latency: this process sends one message every ~1 ms to a process waiting in receive; it
-%% records (time it runs - send time), warm-up dropped.
+%% records (time it runs - send time), warm-up dropped. Not quite Troupe's measurement: there
+%% the sender is a thread outside the runtime that must wake a parked worker, while here the
+%% sender is itself a process on a scheduler (which, by default, spins a while before
+%% sleeping).
 lat_actor(N, Samples, Main) when N =:= ?LATENCY_WARMUP + ?LATENCY_SAMPLES ->
     Main ! {samples, Samples};
 lat_actor(N, Samples, Main) ->
@@ -434,7 +437,8 @@ idle_actor(Pokes) ->
 
 %% idle_cpu: IDLE_ACTORS processes each handle one message, then nothing happens for IDLE_MS;
 %% the OS process's CPU time (statistics(runtime): every thread, user + system) over that
-%% window in percent of one core.
+%% window in percent of one core. statistics(runtime) counts whole milliseconds, so over
+%% 2 s the figure moves in steps of 0.05 %.
 idle_cpu() ->
     All = [spawn(fun() -> idle_actor(0) end) || _ <- lists:seq(1, ?IDLE_ACTORS)],
     [P ! poke || P <- All],
