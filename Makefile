@@ -93,8 +93,12 @@ bench: bench-actors bench-kernels bench-engine bench-dp bench-nvme bench-pipelin
 bench-pipeline: build
 	bench/pipeline/run.sh build $(BENCH_ARGS)
 
+# The actor benchmarks against CAF, Go and Erlang (bench/peers/); a peer whose packages cannot
+# be installed is skipped, and run.sh says so.
 bench-actors: build
 	@scripts/install-deps.sh libcaf-dev g++
+	@scripts/install-deps.sh golang-go || echo "bench-actors: golang-go could not be installed; the Go peer will be skipped"
+	@scripts/install-deps.sh erlang-base || echo "bench-actors: erlang-base could not be installed; the Erlang peer will be skipped"
 	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
 	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
 	bench/actors/run.sh build $(BENCH_ARGS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs with apt whatever Troupe's build and tests need and this machine lacks.
 # A no-op (one dpkg query) when everything is present. Extra package names may be passed
-# as arguments (the benchmarks pass their peers: libcaf-dev, python3-torch).
+# as arguments (the benchmarks pass their peers: libcaf-dev, golang-go, erlang-base,
+# python3-torch).
 set -euo pipefail
 
 pkgs=(cmake pkg-config make gcc libuv1-dev libmsgpack-dev libjansson-dev libaio-dev

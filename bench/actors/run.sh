@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # run.sh BUILD_DIR [--reps N] [--only NAME] [--workers N]
 #
-# Runs Troupe's actor benchmarks (BUILD_DIR/bench/actors/troupe_actors) and, when it was
-# built (-DTR_BENCH_PEERS=ON), the CAF peer (BUILD_DIR/bench/peers/caf/savina_caf) with the
-# same arguments, alternating benchmark by benchmark, then prints:
-#   - one table: name, troupe, caf, unit, caf/troupe, target, met;
-#   - machine-readable lines: `NAME: V UNIT` (Troupe), `caf.NAME: V UNIT`, `ratio.NAME: R x`.
-# caf/troupe compares times, so > 1 means Troupe is faster; for rates (Mmsg/s) it is
-# troupe/caf, the same meaning. Exits 1 if either program reported a wrong result.
+# Runs Troupe's actor benchmarks (BUILD_DIR/bench/actors/troupe_actors) and, those that were
+# built (-DTR_BENCH_PEERS=ON; make bench-actors does), its peers with the same arguments:
+#   caf     BUILD_DIR/bench/peers/caf/savina_caf        CAF 0.17 (C++)
+#   go      BUILD_DIR/bench/peers/go/savina_go          goroutines and channels
+#   erlang  BUILD_DIR/bench/peers/erlang/savina_erlang  Erlang/OTP processes
+# alternating benchmark by benchmark (Troupe, CAF, Go, Erlang), then prints:
+#   - one table: name, each side's value, unit, each peer's ratio, target, met;
+#   - machine-readable lines: `NAME: V UNIT` (Troupe), `PEER.NAME: V UNIT`, and the ratios
+#     `ratio.NAME: R x` (CAF, the name it has always had), `ratio_go.NAME: R x`,
+#     `ratio_erlang.NAME: R x`.
+# A ratio is peer/troupe for times, so > 1 means Troupe is faster; for rates (Mmsg/s) it is
+# troupe/peer, the same meaning. "met" is issue #2's target: the stated bound, and beating
+# CAF. A peer that was not built is skipped with a line saying so. Exits 1 if any program
+# reported a wrong result.
 set -uo pipefail
 
 build=${1:?usage: run.sh BUILD_DIR [--reps N] [--only NAME] [--workers N]}
 shift
 troupe="$build/bench/actors/troupe_actors"
-caf="$build/bench/peers/caf/savina_caf"
 [[ -x $troupe ]] || { echo "run.sh: $troupe not built" >&2; exit 2; }
+declare -A prog=([caf]="$build/bench/peers/caf/savina_caf"
+                 [go]="$build/bench/peers/go/savina_go"
+                 [erlang]="$build/bench/peers/erlang/savina_erlang")
+declare -A pkg=([caf]=libcaf-dev [go]=golang-go [erlang]=erlang-base)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,29 +33,38 @@ status=0
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
      "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 "$troupe" --only none "$@" | grep '^#'
-[[ -x $caf ]] && "$caf" --only none "$@" | grep '^#'
-[[ -x $caf ]] || echo "# no CAF peer: configure with -DTR_BENCH_PEERS=ON (make bench-actors does)"
 : >"$tmp/troupe"
-: >"$tmp/caf"
+peers=()
+for p in caf go erlang; do
+    : >"$tmp/$p"
+    if [[ -x ${prog[$p]} ]]; then
+        peers+=("$p")
+        "${prog[$p]}" --only none "$@" | grep '^#'
+    else
+        echo "# no $p peer (${prog[$p]} not built): configure with -DTR_BENCH_PEERS=ON and" \
+             "${pkg[$p]} installed (make bench-actors does both); skipped"
+    fi
+done
 
-# One benchmark group at a time, Troupe then CAF, so that both sides of a comparison run
-# close together in time even when the machine's load drifts. An explicit --only is passed
-# through as it is.
+# One benchmark group at a time, Troupe then each peer, so that every side of a comparison
+# runs close together in time even when the machine's load drifts. An explicit --only is
+# passed through as it is.
 groups=(pingpong counting threadring chameneos big fjthrput fib skynet fanin latency idle_cpu)
 [[ " $* " == *" --only "* ]] && groups=("")
 for g in "${groups[@]}"; do
     only=()
     [[ -n $g ]] && only=(--only "$g")
     "$troupe" "$@" "${only[@]}" | grep -v '^#' | tee -a "$tmp/troupe" || status=1
-    if [[ -x $caf ]]; then
-        "$caf" "$@" "${only[@]}" | grep -v '^#' | sed 's/^/caf./' | tee -a "$tmp/caf" || status=1
-    fi
+    for p in "${peers[@]}"; do
+        "${prog[$p]}" "$@" "${only[@]}" | grep -v '^#' | sed "s/^/$p./" | tee -a "$tmp/peers" ||
+            status=1
+    done
 done
-sed -i 's/^caf\.//' "$tmp/caf"
 echo
+touch "$tmp/peers"
 
 awk '
-    # Targets of issue #2; every benchmark with a peer must also beat it (caf/troupe > 1),
+    # Targets of issue #2; every benchmark with a CAF peer must also beat it (caf/troupe > 1),
     # so "met" needs both the bound and the ratio.
     BEGIN {
         bound["skynet"] = "< 300 ms";  lim["skynet"] = 300;  dir["skynet"] = -1
@@ -54,36 +73,43 @@ awk '
         for (p = 1; p <= 8; p *= 2) {
             n = "fanin_" p; bound[n] = ">= 5 Mmsg/s"; lim[n] = 5; dir[n] = 1
         }
+        np = split("caf go erlang", peer, " ")
+        rname["caf"] = "ratio"; rname["go"] = "ratio_go"; rname["erlang"] = "ratio_erlang"
     }
     /^#/ || !/: / { next }
     FNR == NR { name = $1; sub(/:$/, "", name); order[++n_names] = name
                 troupe[name] = $2; unit[name] = $3; next }
-    { name = $1; sub(/:$/, "", name); caf[name] = $2 }
+    {   # PEER.NAME: V UNIT
+        name = $1; sub(/:$/, "", name); p = name; sub(/\..*/, "", p); sub(/^[^.]*\./, "", name)
+        val[p, name] = $2
+    }
     END {
-        printf "%-14s %12s %12s %-7s %11s %13s %s\n", "name", "troupe", "caf", "unit",
-               "caf/troupe", "target", "met"
+        printf "%-14s %10s %10s %10s %10s %-7s %7s %7s %7s %12s %s\n", "name", "troupe",
+               "caf", "go", "erlang", "unit", "caf/tr", "go/tr", "erl/tr", "target", "met"
         for (i = 1; i <= n_names; i++) {
             nm = order[i]; t = troupe[nm]; u = unit[nm]
-            c = (nm in caf) ? caf[nm] : ""
-            r = ""
-            if (c != "" && t > 0 && c > 0)
-                r = (u == "Mmsg/s") ? t / c : c / t
-            target = (nm in bound) ? bound[nm] : (r != "" ? "beat CAF" : "")
+            line = sprintf("%s: %s %s\n", nm, t, u); vals = ""; ratios = ""; rlines = ""
+            for (k = 1; k <= np; k++) {
+                p = peer[k]; v = ((p, nm) in val) ? val[p, nm] : ""; r[p] = ""
+                if (v != "" && t > 0 && v > 0)
+                    r[p] = (u == "Mmsg/s") ? t / v : v / t
+                vals = vals sprintf(" %10s", v == "" ? "-" : sprintf("%.3f", v))
+                ratios = ratios sprintf(" %7s", r[p] == "" ? "-" : sprintf("%.2f", r[p]))
+                if (v != "") line = line sprintf("%s.%s: %s %s\n", p, nm, v, u)
+                if (r[p] != "") rlines = rlines sprintf("%s.%s: %.3f x\n", rname[p], nm, r[p])
+            }
+            target = (nm in bound) ? bound[nm] : (r["caf"] != "" ? "beat CAF" : "")
             has = 0; ok = 1
             if (nm in bound) {
                 has = 1
                 if (!(dir[nm] < 0 ? t < lim[nm] : t >= lim[nm])) ok = 0
             }
-            if (r != "") { has = 1; if (r <= 1) ok = 0 }
+            if (r["caf"] != "") { has = 1; if (r["caf"] <= 1) ok = 0 }
             met = has ? (ok ? "yes" : "NO") : ""
-            printf "%-14s %12.3f %12s %-7s %11s %13s %s\n", nm, t,
-                   c == "" ? "-" : sprintf("%.3f", c), u,
-                   r == "" ? "-" : sprintf("%.2f", r), target, met
-            lines = lines sprintf("%s: %s %s\n", nm, t, u)
-            if (c != "") lines = lines sprintf("caf.%s: %s %s\n", nm, c, u)
-            if (r != "") lines = lines sprintf("ratio.%s: %.3f x\n", nm, r)
+            printf "%-14s %10.3f%s %-7s%s %12s %s\n", nm, t, vals, u, ratios, target, met
+            lines = lines line rlines
         }
         printf "\n%s", lines
     }
-' "$tmp/troupe" "$tmp/caf"
+' "$tmp/troupe" "$tmp/peers"
 exit $status

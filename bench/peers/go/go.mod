@@ -1,0 +1,3 @@
+module troupe/bench/peers/go
+
+go 1.19
