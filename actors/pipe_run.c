@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/pipe_link.h"
 #include "runtime/errf.h"
+#include "runtime/ranks.h"
 #include "troupe.h"
 
 enum { XFER_START = 0, XFER_ACT = 1, XFER_GRAD = 2 };
@@ -32,6 +34,7 @@ typedef struct stage {
     tr_pipe_schedule_t *sch;
     int step, at, n; /* the schedule's step, the instruction in it, its count */
     tr_actor_t prev, next;
+    bool linked;          /* across ranks: prev and next are the link, told when the stage ends */
     unsigned char *have;  /* [kind * M + mb]: a transfer arrived, its receive not yet run */
     unsigned char *taken; /* the same, once its receive ran */
     uint64_t busy_ns, end_ns;
@@ -46,6 +49,9 @@ typedef struct stage {
 
 typedef struct run {
     atomic_uint failures; /* stages failed so far */
+    int lo, hi;           /* the stages this process runs: [lo, hi) (across ranks: its own) */
+    tr__pipe_link_t *link; /* across ranks: the transfers' link to the other ranks */
+    tr_actor_t link_id;
     tr_runtime_t *rt;
     stage_t *st;
     tr_actor_t *ids;
@@ -67,7 +73,12 @@ static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
     va_end(ap);
     g->rc = rc;
     g->fail_seq = atomic_fetch_add(g->failures, 1u); /* before the shutdown it causes */
-    tr_runtime_shutdown(ctx->rt, "a pipeline stage failed");
+    tr_msg_t *m = g->linked ? tr_msg_new(ctx->rt, TR_MSG_PIPE_XFER) : NULL;
+    if (m) TR_MSG_AS(m, pipe_xfer)->kind = TR__PIPE_ABORT; /* the link tells the other ranks */
+    if (!m || tr_actor_send(ctx->rt, g->next, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr_runtime_shutdown(ctx->rt, "a pipeline stage failed");
+    }
     return 0;
 }
 
@@ -154,6 +165,11 @@ static int advance(tr_ctx_t *ctx, stage_t *g)
         g->at++;
     }
     if (g->rc == 0) g->end_ns = tr_now_ns();
+    if (g->linked) { /* the link stops once its transfers are done */
+        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PIPE_XFER);
+        if (m) TR_MSG_AS(m, pipe_xfer)->kind = TR__PIPE_END;
+        if (m && tr_actor_send(ctx->rt, g->next, m) < 0) tr_msg_free(ctx->rt, m);
+    }
     return tr_actor_stop(ctx->rt, ctx->self);
 }
 
@@ -212,7 +228,7 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
 {
     const char *fault = getenv("TROUPE_FAULT_PIPE_STAGE");
     tr_actor_t *ids = r->ids;
-    for (int s = 0; s < r->S; s++) {
+    for (int s = r->lo; s < r->hi; s++) {
         stage_t *g = &r->st[s];
         *g = (stage_t){.o = o,
                        .s = s,
@@ -236,15 +252,31 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
             return tr__errf(err, len, rc, "pipeline run: spawning stage %d: %s", s,
                             tr_strerror(rc));
     }
-    for (int s = 0; s < r->S; s++) {
+    if (r->link_id.id == 0 && r->hi - r->lo < r->S) { /* across ranks: the link */
+        stage_t *g = &r->st[r->lo];
+        int acts = 0, grads = 0, n;
+        for (int k = 0; k < tr_pipe_schedule_steps(g->sch); k++) {
+            const tr_pipe_instr_t *x = tr_pipe_schedule_step(g->sch, k, &n);
+            for (int i = 0; i < n; i++)
+                acts += x[i].op == TR_PIPE_RECV_ACTIVATION, grads += x[i].op == TR_PIPE_RECV_GRAD;
+        }
+        int rc = tr__pipe_link_spawn(r->rt, r->lo, r->S, ids[r->lo], acts, grads, &r->link_id,
+                                     &r->link, err, len);
+        if (rc < 0) return rc;
+        g->linked = true;
+        g->prev = g->next = r->link_id;
+    }
+    for (int s = r->lo; s < r->hi && !r->st[s].linked; s++) {
         r->st[s].prev = s > 0 ? ids[s - 1] : ids[s];
         r->st[s].next = s + 1 < r->S ? ids[s + 1] : ids[s];
     }
-    for (int s = 0; s < r->S; s++) { /* the stages' prev/next are set: now they may start */
+    for (int s = r->lo; s <= r->hi; s++) { /* prev/next are set: now they may start */
+        tr_actor_t to = s < r->hi ? ids[s] : r->link_id;
+        if (s == r->hi && !r->link) break;
         tr_msg_t *m = tr_msg_new(r->rt, TR_MSG_PIPE_XFER);
         if (!m) return tr__errf(err, len, TR_ENOMEM, "pipeline run: out of message memory");
         *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = XFER_START, .step = o->step};
-        if (tr_actor_send(r->rt, ids[s], m) < 0) tr_msg_free(r->rt, m);
+        if (tr_actor_send(r->rt, to, m) < 0) tr_msg_free(r->rt, m);
     }
     return 0;
 }
@@ -254,10 +286,13 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
     *out = (tr_pipe_run_result_t){0};
     uint64_t end = t0, busy = 0;
     const stage_t *first = NULL; /* the stage that failed first, not those it stopped */
-    for (int s = 0; s < r->S; s++)
+    for (int s = r->lo; s < r->hi; s++)
         if (r->st[s].rc && (!first || r->st[s].fail_seq < first->fail_seq)) first = &r->st[s];
     if (first) return tr__errf(err, len, first->rc, "pipeline run: %s", first->err);
-    for (int s = 0; s < r->S; s++) {
+    int link_rc;
+    const char *link_err = tr__pipe_link_error(r->link, &link_rc);
+    if (link_rc) return tr__errf(err, len, link_rc, "pipeline run: %s", link_err);
+    for (int s = r->lo; s < r->hi; s++) {
         const stage_t *g = &r->st[s];
         if (!g->end_ns)
             return tr__errf(err, len, TR_EFAILED,
@@ -275,8 +310,9 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
     }
     out->makespan_ms = (double)(end - t0) / 1e6;
     out->busy_ms = (double)busy / 1e6;
-    out->bubble = end > t0 ? 1 - (double)busy / ((double)r->S * (double)(end - t0)) : 0;
-    out->theory = (double)(r->S - 1) / (r->st[0].o->micro_batches + r->S - 1);
+    out->bubble = end > t0 ? 1 - (double)busy / ((double)(r->hi - r->lo) * (double)(end - t0))
+                           : 0; /* across ranks: this stage's idle share */
+    out->theory = (double)(r->S - 1) / (r->st[r->lo].o->micro_batches + r->S - 1);
     return 0;
 }
 
@@ -289,7 +325,19 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
                         o->stages, o->micro_batches);
     int rc = check_opts(o, err, errlen);
     if (rc < 0) return rc;
-    run_t r = {.S = o->stages};
+    run_t r = {.S = o->stages, .lo = 0, .hi = o->stages};
+    if (o->across_ranks) { /* this process runs the stage of its rank */
+        tr_ranks_t rk;
+        char why[256];
+        if ((rc = tr_ranks_discover(NULL, &rk, why, sizeof(why))) < 0)
+            return tr__errf(err, errlen, rc, "pipeline run: %s", why);
+        if (rk.world != o->stages)
+            return tr__errf(err, errlen, TR_EINVAL,
+                            "pipeline run across ranks: %d stages on %d "
+                            "ranks (%s); run one rank per stage",
+                            o->stages, rk.world, rk.source);
+        r.lo = rk.rank, r.hi = rk.rank + 1;
+    }
     tr_runtime_opts_t ro = {.n_workers = 1};
     if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)
         return tr__errf(err, errlen, rc, "pipeline run: cannot start a runtime: %s",
@@ -305,6 +353,7 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
         rc = tr__errf(err, errlen, run_rc, "pipeline run: %s", tr_runtime_failure(r.rt));
     if (rc == 0) rc = collect(&r, t0, out, err, errlen);
     tr_runtime_close(r.rt);
+    tr__pipe_link_free(r.link);
     for (int s = 0; r.st && s < r.S; s++) {
         tr_pipe_schedule_destroy(r.st[s].sch);
         free(r.st[s].have), free(r.st[s].taken);

@@ -38,6 +38,7 @@ typedef struct demo {
     double cost_ms;
     const char *trace, *train_data;
     int steps;
+    int rank, across; /* under mpirun: this process runs stage `rank` (one per rank) */
 } demo_t;
 
 static int sleep_ms(double ms)
@@ -81,7 +82,8 @@ static int run_kind(const demo_t *d, int kind, const char *name, tr_monitor_t *m
                                 .link_elements = 1,
                                 .link_dtype = TR_DTYPE_F32,
                                 .step = (unsigned long long)i,
-                                .monitor = mon};
+                                .monitor = mon,
+                                .across_ranks = d->across};
         tr_pipe_run_result_t r;
         if (tr_pipe_run(&o, &r, err, sizeof(err)) < 0) {
             fprintf(stderr, "pipeline_demo: %s\n", err);
@@ -91,10 +93,16 @@ static int run_kind(const demo_t *d, int kind, const char *name, tr_monitor_t *m
     }
     qsort(bubble, (size_t)d->batches, sizeof(double), cmp);
     qsort(make, (size_t)d->batches, sizeof(double), cmp);
-    printf("%s: S %d, M %d: bubble %.3f measured (median of %d batches), theory %.3f "
-           "(1F1B's (S-1)/(M+S-1)); makespan %.1f ms\n",
-           name, d->stages, d->micro_batches, bubble[d->batches / 2], d->batches, theory,
-           make[d->batches / 2]);
+    if (d->across) /* each rank measures its own stage, from its own start */
+        printf("%s: rank %d, stage %d of %d, M %d: idle %.3f of its batch (median of %d), "
+               "theory %.3f (1F1B's bubble, (S-1)/(M+S-1)); makespan %.1f ms\n",
+               name, d->rank, d->rank, d->stages, d->micro_batches, bubble[d->batches / 2],
+               d->batches, theory, make[d->batches / 2]);
+    else
+        printf("%s: S %d, M %d: bubble %.3f measured (median of %d batches), theory %.3f "
+               "(1F1B's (S-1)/(M+S-1)); makespan %.1f ms\n",
+               name, d->stages, d->micro_batches, bubble[d->batches / 2], d->batches, theory,
+               make[d->batches / 2]);
     return 0;
 }
 
@@ -169,6 +177,16 @@ int main(int argc, char **argv)
 {
     demo_t d;
     if (parse(argc, argv, &d) < 0) return 2;
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE"), *wr = getenv("OMPI_COMM_WORLD_RANK");
+    if (ws && atoi(ws) > 1) { /* mpirun -np S: one stage per process, transfers over MPI */
+        d.across = 1, d.stages = atoi(ws), d.rank = wr ? atoi(wr) : 0;
+        if (d.layers < d.stages) d.layers = 4 * d.stages;
+        if (d.train_data || d.trace) {
+            fprintf(stderr, "pipeline_demo: under mpirun the demo runs the synthetic layers only "
+                            "(--train-data and --trace need one process)\n");
+            return 2;
+        }
+    }
     if (d.train_data) {
         if (d.stages > 6)
             return fprintf(stderr,

@@ -132,6 +132,9 @@ typedef struct tr_pipe_run_opts {
     int link_dtype;                   /* their tr_dtype_t */
     unsigned long long step;          /* the batch's number, carried by every transfer */
     struct tr_monitor *monitor;       /* traces each stage as a lane (NULL: none); borrowed */
+    int across_ranks; /* 1: the job's ranks are the stages (world = stages, stage = rank, from
+                       * the MPI launcher's environment): this process runs its own stage and
+                       * its transfers go over MPI point to point; the result is its stage's */
 } tr_pipe_run_opts_t;
 
 typedef struct tr_pipe_run_result {

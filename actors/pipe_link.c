@@ -1,0 +1,288 @@
+/* pipe_link.c: the actor that carries a pipeline stage's transfers to and from the stages on
+ * other ranks (tr_pipe_run with across_ranks), through the comm layer's point-to-point
+ * operations (MPI_Isend / MPI_Irecv with the MPI backend).
+ *
+ * A transfer travels as its PIPE_XFER message in canonical msgpack (tr_msg_encode), so it means
+ * the same on any rank, in a frame of FRAME bytes whose first 4 hold the encoding's length (a
+ * receive does not learn the length MPI received); the tag is the transfer's kind. The link
+ * posts one receive per direction at a time — activations from the previous rank, gradients
+ * from the next — as many as the stage's schedule expects, decodes each and hands it to the
+ * local stage, whose own header check runs as in one process. Sends are started as the stage
+ * makes them and their frames freed when done. Completions come from the backend's progress,
+ * which the link drives while anything is pending (COMM_POLL to itself, sleeping a little
+ * longer after each poll that completed nothing, up to 256 us). The link stops once the stage
+ * has ended, every send is done and every expected transfer has arrived.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/pipe_link.h"
+#include "runtime/comm.h"
+
+#define FRAME   256
+#define MAX_OPS 4096
+
+typedef struct op {
+    uint64_t req; /* 0: free */
+    int kind;     /* 1 activation, 2 gradient */
+    bool recv;
+    unsigned char frame[FRAME];
+} op_t;
+
+#define ABORT_TAG 4
+
+struct tr__pipe_link {
+    tr_runtime_t *rt;
+    tr_actor_t self, stage;
+    tr_comm_t *comm;
+    int rank, world;
+    int expect[3];  /* transfers of each kind still to arrive */
+    bool posted[3]; /* a receive of that kind is pending */
+    bool ended;     /* the stage has run its last instruction */
+    bool polling;
+    int pending;
+    op_t *ops;
+    op_t abort_in[3]; /* the abort frames from the previous (1) and next (2) rank, posted at
+                       * the start and cancelled at the end if none came */
+    char err[512];
+    int rc;
+};
+
+static void done_cb(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    tr__pipe_link_t *l = arg;
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_COMM_DONE);
+    if (!m) return; /* the poll's count of pending operations still ends the link */
+    TR_MSG_AS(m, comm_done)->req = req;
+    TR_MSG_AS(m, comm_done)->rc = rc;
+    m->step = tag;
+    if (tr_actor_send(l->rt, l->self, m) < 0) tr_msg_free(l->rt, m);
+}
+
+static int failed(tr__pipe_link_t *l, int rc, const char *what)
+{
+    if (!l->rc) {
+        l->rc = rc;
+        snprintf(l->err, sizeof(l->err), "rank %d's pipeline link: %s: %s", l->rank, what,
+                 l->comm && l->comm->error[0] ? l->comm->error : tr_strerror(rc));
+    }
+    tr_runtime_shutdown(l->rt, "a pipeline link failed");
+    return 0;
+}
+
+static op_t *free_op(tr__pipe_link_t *l)
+{
+    for (int i = 0; i < MAX_OPS; i++)
+        if (!l->ops[i].req) return &l->ops[i];
+    return NULL;
+}
+
+static int poll_soon(tr_ctx_t *ctx, tr__pipe_link_t *l, uint32_t idle)
+{
+    if (l->polling) return 0;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_POLL);
+    if (!m) return failed(l, TR_ENOMEM, "out of message memory");
+    TR_MSG_AS(m, comm_poll)->idle_polls = idle;
+    if (tr_actor_send(ctx->rt, ctx->self, m) < 0) return tr_msg_free(ctx->rt, m), 0;
+    l->polling = true;
+    return 0;
+}
+
+/* Posts the next receive of kind k (1: from the previous rank, 2: from the next). */
+static int post(tr_ctx_t *ctx, tr__pipe_link_t *l, int k)
+{
+    if (l->posted[k] || l->expect[k] <= 0) return 0;
+    op_t *o = free_op(l);
+    if (!o) return failed(l, TR_ENOMEM, "too many transfers in flight");
+    *o = (op_t){.kind = k, .recv = true};
+    int peer = k == 1 ? l->rank - 1 : l->rank + 1;
+    l->comm->op_tag = 0;
+    int rc = l->comm->ops->recv(l->comm, o->frame, FRAME, TR_DTYPE_U8, peer, k, &o->req);
+    if (rc < 0) return o->req = 0, failed(l, rc, "posting a receive");
+    l->posted[k] = true, l->pending++;
+    return poll_soon(ctx, l, 0);
+}
+
+/* The abort frames' receives, one from each neighbour; not counted as pending. */
+static void post_aborts(tr_ctx_t *ctx, tr__pipe_link_t *l)
+{
+    for (int k = 1; k <= 2; k++) {
+        int peer = k == 1 ? l->rank - 1 : l->rank + 1;
+        if (peer < 0 || peer >= l->world) continue;
+        l->comm->op_tag = 0;
+        if (l->comm->ops->recv(l->comm, l->abort_in[k].frame, FRAME, TR_DTYPE_U8, peer, ABORT_TAG,
+                               &l->abort_in[k].req) < 0)
+            l->abort_in[k].req = 0;
+    }
+    poll_soon(ctx, l, 0);
+}
+
+/* A local stage's transfer: encoded into a frame and sent to the rank it names. */
+static int send_out(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_t *msg)
+{
+    const tr_msg_pipe_xfer_t *t = TR_MSG_AS((tr_msg_t *)msg, pipe_xfer);
+    op_t *o = free_op(l);
+    if (!o) return failed(l, TR_ENOMEM, "too many transfers in flight");
+    *o = (op_t){.kind = (int)t->kind};
+    size_t len;
+    int rc = tr_msg_encode(msg, o->frame + 4, FRAME - 4, &len);
+    if (rc < 0) return failed(l, rc, "encoding a transfer");
+    o->frame[0] = (unsigned char)len, o->frame[1] = (unsigned char)(len >> 8);
+    l->comm->op_tag = msg->step;
+    rc = l->comm->ops->send(l->comm, o->frame, FRAME, TR_DTYPE_U8, (int)t->to_stage, o->kind,
+                            &o->req);
+    if (rc < 0) return o->req = 0, failed(l, rc, "sending a transfer");
+    l->pending++;
+    return poll_soon(ctx, l, 0);
+}
+
+/* A receive completed: the transfer decoded and handed to the stage; the next one posted. */
+static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
+{
+    size_t len = (size_t)o->frame[0] | (size_t)o->frame[1] << 8;
+    tr_msg_t *m = NULL;
+    char why[256];
+    int rc = len <= FRAME - 4 ? tr_msg_decode(ctx->rt, o->frame + 4, len, &m, why, sizeof(why))
+                              : TR_EDECODE;
+    if (rc < 0 || m->type != TR_MSG_PIPE_XFER) {
+        if (m) tr_msg_free(ctx->rt, m);
+        return failed(l, rc < 0 ? rc : TR_EDECODE,
+                      "a transfer from a neighbouring rank does "
+                      "not decode as PIPE_XFER");
+    }
+    int k = o->kind;
+    l->posted[k] = false, l->expect[k]--;
+    if (tr_actor_send(ctx->rt, l->stage, m) < 0) tr_msg_free(ctx->rt, m);
+    return post(ctx, l, k);
+}
+
+static int maybe_stop(tr_ctx_t *ctx, tr__pipe_link_t *l)
+{
+    if (l->ended && l->pending == 0 && l->expect[1] <= 0 && l->expect[2] <= 0)
+        return tr_actor_stop(ctx->rt, ctx->self);
+    return 0;
+}
+
+/* Sends the abort frame to the neighbours except `from` and waits (at most 2 s) until they
+ * are out, then ends this rank's run. */
+static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
+{
+    op_t out[2] = {{0}};
+    int n = 0;
+    for (int peer = l->rank - 1; peer <= l->rank + 1; peer += 2) {
+        if (peer < 0 || peer >= l->world || peer == from) continue;
+        l->comm->op_tag = 0;
+        if (l->comm->ops->send(l->comm, out[n].frame, FRAME, TR_DTYPE_U8, peer, ABORT_TAG,
+                               &out[n].req) == 0)
+            n++;
+    }
+    for (int round = 0; n && round < 20000; round++) { /* the frames are tiny: soon out */
+        int left = l->comm->ops->progress ? l->comm->ops->progress(l->comm) : 0;
+        if (left <= 0) break;
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+    tr_runtime_shutdown(ctx->rt, "the pipeline failed");
+    return 0;
+}
+
+static int on_done(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_comm_done_t *d)
+{
+    for (int k = 1; k <= 2; k++) /* a neighbour's stage failed: pass it on, fail here too */
+        if (l->abort_in[k].req && l->abort_in[k].req == d->req) {
+            l->abort_in[k].req = 0;
+            int from = k == 1 ? l->rank - 1 : l->rank + 1;
+            if (!l->rc) {
+                l->rc = TR_EFAILED;
+                snprintf(l->err, sizeof(l->err),
+                         "rank %d's stage stopped: the pipeline failed "
+                         "on another rank (rank %d's neighbour %d told it; the failing rank's "
+                         "error says why)",
+                         l->rank, l->rank, from);
+            }
+            return abort_all(ctx, l, from);
+        }
+    for (int i = 0; i < MAX_OPS; i++) {
+        op_t *o = &l->ops[i];
+        if (o->req != d->req) continue;
+        o->req = 0;
+        l->pending--;
+        if (d->rc < 0) return failed(l, d->rc, o->recv ? "a receive" : "a send");
+        return o->recv ? arrived(ctx, l, o) : 0;
+    }
+    return 0;
+}
+
+static int on_poll(tr_ctx_t *ctx, tr__pipe_link_t *l, uint32_t idle)
+{
+    l->polling = false;
+    int left = l->comm->ops->progress ? l->comm->ops->progress(l->comm) : 0;
+    if (left < 0) return failed(l, left, "progress");
+    if (left == 0) return 0;
+    if (idle > 0) { /* nothing completed last time: wait a little longer before the next */
+        long us = idle < 8 ? 1L << idle : 256;
+        nanosleep(&(struct timespec){0, us * 1000}, NULL);
+    }
+    return poll_soon(ctx, l, idle + 1 < 64 ? idle + 1 : 64);
+}
+
+static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    tr__pipe_link_t *l = ctx->state;
+    int rc = 0;
+    if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, l, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_COMM_POLL) rc = on_poll(ctx, l, TR_MSG_AS(msg, comm_poll)->idle_polls);
+    if (msg->type == TR_MSG_PIPE_XFER) {
+        const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
+        if (t->kind == TR__PIPE_END)
+            l->ended = true;
+        else if (t->kind == TR__PIPE_ABORT)
+            rc = abort_all(ctx, l, -1);
+        else if (t->kind == 0)
+            post_aborts(ctx, l), post(ctx, l, 1), post(ctx, l, 2);
+        else
+            rc = send_out(ctx, l, msg);
+    }
+    return rc < 0 ? rc : maybe_stop(ctx, l);
+}
+
+int tr__pipe_link_spawn(tr_runtime_t *rt, int rank, int world, tr_actor_t stage, int expect_act,
+                        int expect_grad, tr_actor_t *out, tr__pipe_link_t **state, char *err,
+                        size_t errlen)
+{
+    tr__pipe_link_t *l = calloc(1, sizeof(*l));
+    if (!l || !(l->ops = calloc(MAX_OPS, sizeof(op_t)))) {
+        free(l);
+        return snprintf(err, errlen, "pipeline link: out of memory"), TR_ENOMEM;
+    }
+    *l = (tr__pipe_link_t){.rt = rt,
+                           .stage = stage,
+                           .rank = rank,
+                           .world = world,
+                           .expect = {0, expect_act, expect_grad},
+                           .ops = l->ops};
+    *state = l;
+    char why[256] = "";
+    int rc = tr_comm_create("mpi", rank, world, done_cb, l, &l->comm, why, sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "pipeline across ranks: the MPI backend: %s", why), rc;
+    tr_actor_opts_t o = {.name = "pipe-link", .pinned = 1, .lane_kind = TR_LANE_COMM};
+    rc = tr_actor_spawn(rt, link_behaviour, l, &o, out);
+    if (rc < 0) return snprintf(err, errlen, "pipeline link: spawn: %s", tr_strerror(rc)), rc;
+    l->self = *out;
+    return 0;
+}
+
+const char *tr__pipe_link_error(const tr__pipe_link_t *l, int *rc)
+{
+    *rc = l ? l->rc : 0;
+    return l ? l->err : "";
+}
+
+void tr__pipe_link_free(tr__pipe_link_t *l)
+{
+    if (!l) return;
+    tr_comm_destroy(l->comm);
+    free(l->ops);
+    free(l);
+}

@@ -1,0 +1,30 @@
+/* pipe_link.h: the actor that carries a pipeline stage's transfers across ranks (pipe_link.c),
+ * for tr_pipe_run with across_ranks (pipe_run.c). */
+#ifndef TR_ACTORS_PIPE_LINK_H
+#define TR_ACTORS_PIPE_LINK_H
+
+#include <stdbool.h>
+
+#include "troupe.h"
+
+/* PIPE_XFER kinds besides 1 (activation) and 2 (gradient): 0 starts an actor; END tells the
+ * link its stage has run its last instruction. */
+#define TR__PIPE_END 3
+/* ...and ABORT: the stage failed; the link tells every other rank's stage, which fails too (a
+ * frame with this tag travels both ways along the pipeline), so no rank waits forever. */
+#define TR__PIPE_ABORT 4
+
+typedef struct tr__pipe_link tr__pipe_link_t;
+
+/* Spawns the link of rank `rank` (of `world`, one stage per rank) for the local stage actor,
+ * which expects expect_act activations and expect_grad gradients; its id in *out, its state
+ * (free after the runtime closed) in *state. Creates the MPI comm backend (TR_ENOTSUP without
+ * MPI). */
+int tr__pipe_link_spawn(tr_runtime_t *rt, int rank, int world, tr_actor_t stage, int expect_act,
+                        int expect_grad, tr_actor_t *out, tr__pipe_link_t **state, char *err,
+                        size_t errlen);
+/* Its failure ("" and *rc 0 if none). */
+const char *tr__pipe_link_error(const tr__pipe_link_t *l, int *rc);
+void tr__pipe_link_free(tr__pipe_link_t *l);
+
+#endif
