@@ -222,6 +222,7 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     int rc = tr_monitor_create(&t, &eng->mon);
     if (rc == 0) {
         tr_monitor_lane_set(eng->mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
+        tr_monitor_lane_set(eng->mon, TR__LANE_CKPT_WAIT, "checkpoint wait", TR_LANE_CONTROL);
         for (uint32_t k = 0; k < TR__COLLECTIVE_LANES; k++) {
             char name[40];
             snprintf(name, sizeof(name), "collectives in flight %u", k + 1);

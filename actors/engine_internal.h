@@ -48,6 +48,9 @@
  * in flight at once take one lane each (a lane's spans never overlap). */
 #define TR__LANE_COLLECTIVES   (TR_RUNTIME_LANE_EXTERNAL - 2)
 #define TR__COLLECTIVE_LANES 4 /* TR__LANE_COLLECTIVES - k, k < 4 */
+/* A checkpoint wait (a save, load or tr_engine_wait_checkpoint waiting for the last save to be
+ * durable) as a span of its own lane: the trace shows the caller held up. */
+#define TR__LANE_CKPT_WAIT (TR__LANE_COLLECTIVES - TR__COLLECTIVE_LANES)
 
 typedef enum {
     TR__REQ_TRAIN = 1, /* executor: GAS micro-batches from the loader, then the step */

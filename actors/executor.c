@@ -71,6 +71,7 @@ struct tr__exec {
     float *x, *y;
     tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
     bool save_waits;       /* a WAIT request waits for it to finish */
+    uint64_t wait_t0;      /* since then */
     tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
 };
 
@@ -665,6 +666,10 @@ static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
 /* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
 static void save_answer(struct tr__exec *x)
 {
+    if (x->save_waits && x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
+        tr_monitor_span(x->eng->mon, &(tr_span_t){"checkpoint wait", x->wait_t0, tr_now_ns(),
+                                                  x->global_steps, 0, TR__LANE_CKPT_WAIT, 0, 0});
+    x->wait_t0 = 0;
     x->save_waits = false;
     int rc = x->save.outcome;
     x->save.outcome = 0;
@@ -724,6 +729,7 @@ static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     x->save_waits = true;
+    x->wait_t0 = tr_now_ns();
     if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 

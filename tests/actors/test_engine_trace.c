@@ -6,6 +6,7 @@
  * without a second header;
  * a failing engine leaves a flight recorder dump. */
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -141,6 +142,15 @@ static int count_counter(json_t *root, const char *name)
     return n;
 }
 
+/* Creates the gate file (path: a static string) after 300 ms. */
+static void *open_gate_later(void *path)
+{
+    usleep(300000);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    return NULL;
+}
+
 static void test_engine_trace_has_every_actor_and_honours_the_window(void **state)
 {
     (void)state;
@@ -154,8 +164,19 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     tr_engine_t *eng = engine(cfg, &never, dir);
     for (int i = 0; i < 5; i++) { /* step 4 opens after the window: it closes it */
         assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
-        if (i == 2) /* inside the window: the checkpointer works too */
-            assert_int_equal(tr_engine_save_checkpoint(eng, path_in(tmpdir, "ckpt"), NULL), 0);
+        if (i == 2) { /* inside the window: the checkpointer works too; a second save waits
+                       * for the first (held 300 ms by the test's gate), and the trace shows it */
+            static char gate[512];
+            snprintf(gate, sizeof(gate), "%s", path_in(tmpdir, "gate"));
+            setenv("TROUPE_TEST_CKPT_WRITE_GATE", gate, 1);
+            pthread_t opener;
+            pthread_create(&opener, NULL, open_gate_later, gate);
+            assert_int_equal(tr_engine_save_checkpoint(eng, path_in(tmpdir, "ckpt"), "a"), 0);
+            assert_int_equal(tr_engine_save_checkpoint(eng, path_in(tmpdir, "ckpt"), "b"), 0);
+            pthread_join(opener, NULL);
+            assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+            unsetenv("TROUPE_TEST_CKPT_WRITE_GATE");
+        }
     }
     tr_engine_destroy(eng);
     tr_config_destroy(cfg);
@@ -164,8 +185,8 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     json_t *root = trace_check_file(path_in(dir, "trace_rank0.json"), &c);
     printf("spans %d, flows %d, counters %d, instants %d\n", c.spans, c.flow_starts, c.counters,
            c.instants);
-    const char *actors[] = {"executor", "optimizer", "bucketer", "comm", "loader",
-                            "checkpointer", "executor passes"};
+    const char *actors[] = {"executor", "optimizer",    "bucketer",        "comm",
+                            "loader",   "checkpointer", "executor passes", "checkpoint wait"};
     for (size_t i = 0; i < sizeof(actors) / sizeof(actors[0]); i++) {
         long long tid = lane_of(root, actors[i]);
         assert_true(tid >= 0);
