@@ -2,8 +2,8 @@
 # `troupe train` with pipeline.stages > 1, and with activation checkpointing (without stages:
 # the same losses, fewer activations): each step's gradient_accumulation_steps micro-batches
 # run through stage actors (1F1B or zb) and the step that follows is the unpipelined one: the
-# printed losses and validation loss equal a run without stages (the tied wte's gradient is
-# summed in another order: equal to the printed digits); rank 0 names each stage's layers and
+# printed losses and validation loss equal a run without stages within 1e-5 relative (the tied
+# wte's gradient is summed in another order); rank 0 names each stage's layers and
 # parameters; DeepSpeed's PipelineEngine line comes at steps_per_print; a config the pipeline
 # cannot run is refused before the first step, naming the key.
 source "$(dirname "$0")/common.sh"
@@ -28,8 +28,24 @@ run ckpt '"pipeline": { "activation_checkpoint_interval": 1 },'
 run timers '"pipeline": { "stages": 2 }, "wall_clock_breakdown": true,'
 run s2ckpt '"pipeline": { "stages": 2, "activation_checkpoint_interval": 1 },'
 [ "$(wc -l < plain)" -eq 6 ] || { cat plain; fail "expected 5 steps and a val line"; }
+# same_within A B: the same lines, numbers equal within 1e-5 relative (the tied wte's
+# gradient is summed in another order, and the kernels' threads split work differently when
+# stages run at once: the last printed digit may move)
+same_within() {
+    [ "$(wc -l < "$1")" -eq "$(wc -l < "$2")" ] || return 1
+    paste -d '\n' "$1" "$2" | awk '
+        NR % 2 == 1 { n = split($0, a, /[ \/]+/); next }
+        { m = split($0, b, /[ \/]+/); if (m != n) exit 1
+          for (i = 1; i <= n; i++) {
+              if (a[i] == b[i]) continue
+              if (a[i] !~ /^-?[0-9.]+$/ || b[i] !~ /^-?[0-9.]+$/) exit 1
+              d = a[i] - b[i]; if (d < 0) d = -d
+              r = a[i] < 0 ? -a[i] : a[i]
+              if (d > 1e-5 * r + 1e-6) exit 1 } }'
+}
 for p in s2 s3zb s5 ckpt timers s2ckpt; do
-    diff plain "$p" || fail "pipelined ($p) printed other losses than the unpipelined run"
+    same_within plain "$p" ||
+        { diff plain "$p"; fail "pipelined ($p) printed other losses than the unpipelined run"; }
 done
 grep -q "pipeline: stage 0 of 2 (1f1b, partition parameters): layers 0 to" s2.err ||
     { cat s2.err; fail "no stage line"; }
