@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define LABEL_W 180
 #define LANE_H 18
@@ -107,12 +108,27 @@ static void draw_lanes(const plot_t *p)
     }
 }
 
+/* A span's colour: its lane's kind; on a compute lane a single backward pass darker and a
+ * weight-gradient pass (zb) lighter, so a pipeline's 1F1B pattern and the executor's passes
+ * read at a glance. */
+static const char *span_colour(const plot_t *p, int lane, const char *title, size_t n)
+{
+    int kind = p->t->lanes[lane].kind;
+    if (n == 1 && kind == TR_LANE_COMPUTE && title) {
+        if (!strncmp(title, "BackwardWeight", 14)) return "#a0cbe8";
+        if (!strncasecmp(title, "backward", 8)) return "#2b4c6f";
+    }
+    return kind_colour[kind];
+}
+
 static void draw_rect(const plot_t *p, int lane, double x0, double x1, const char *title,
                       const tr__tspan_t *s, size_t n)
 {
-    fprintf(p->out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
-                    "<title>", x0, row_y(p->row[lane]) + 1, fmax(x1 - x0, 0.5), LANE_H - 2,
-            kind_colour[p->t->lanes[lane].kind]);
+    double w = x1 - x0 > 3 ? x1 - x0 - 1 : fmax(x1 - x0, 0.5); /* a gap between neighbours */
+    fprintf(p->out,
+            "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+            "<title>",
+            x0, row_y(p->row[lane]) + 1, w, LANE_H - 2, span_colour(p, lane, title, n));
     if (n > 1)
         fprintf(p->out, "%zu messages, %.3f ms</title></rect>\n", n, (s->end - s->ts) / 1e3);
     else {
