@@ -31,8 +31,6 @@ typedef struct op {
     unsigned char frame[FRAME];
 } op_t;
 
-#define ABORT_TAG 4
-
 struct tr__pipe_link {
     tr_runtime_t *rt;
     tr_actor_t self, stage;
@@ -44,7 +42,7 @@ struct tr__pipe_link {
     bool polling;
     int pending;
     op_t *ops;
-    op_t abort_in[3]; /* the abort frames from the previous (1) and next (2) rank, posted at
+    op_t abort_in[3]; /* the abort frames by the kind its sender sends (sender_of), posted at
                        * the start and cancelled at the end if none came */
     char err[512];
     int rc;
@@ -72,6 +70,13 @@ static int failed(tr__pipe_link_t *l, int rc, const char *what)
     return 0;
 }
 
+/* The neighbour that sends this rank transfers of kind k: the previous rank the activations,
+ * the next one the gradients. */
+static int sender_of(const tr__pipe_link_t *l, int k)
+{
+    return k == TR__PIPE_ACT ? l->rank - 1 : l->rank + 1;
+}
+
 static op_t *free_op(tr__pipe_link_t *l)
 {
     for (int i = 0; i < MAX_OPS; i++)
@@ -90,16 +95,15 @@ static int poll_soon(tr_ctx_t *ctx, tr__pipe_link_t *l, uint32_t idle)
     return 0;
 }
 
-/* Posts the next receive of kind k (1: from the previous rank, 2: from the next). */
+/* Posts the next receive of kind k (TR__PIPE_ACT or TR__PIPE_GRAD, from sender_of(k)). */
 static int post(tr_ctx_t *ctx, tr__pipe_link_t *l, int k)
 {
     if (l->posted[k] || l->expect[k] <= 0) return 0;
     op_t *o = free_op(l);
     if (!o) return failed(l, TR_ENOMEM, "too many transfers in flight");
     *o = (op_t){.kind = k, .recv = true};
-    int peer = k == 1 ? l->rank - 1 : l->rank + 1;
     l->comm->op_tag = 0;
-    int rc = l->comm->ops->recv(l->comm, o->frame, FRAME, TR_DTYPE_U8, peer, k, &o->req);
+    int rc = l->comm->ops->recv(l->comm, o->frame, FRAME, TR_DTYPE_U8, sender_of(l, k), k, &o->req);
     if (rc < 0) return o->req = 0, failed(l, rc, "posting a receive");
     l->posted[k] = true, l->pending++;
     return poll_soon(ctx, l, 0);
@@ -108,12 +112,12 @@ static int post(tr_ctx_t *ctx, tr__pipe_link_t *l, int k)
 /* The abort frames' receives, one from each neighbour; not counted as pending. */
 static void post_aborts(tr_ctx_t *ctx, tr__pipe_link_t *l)
 {
-    for (int k = 1; k <= 2; k++) {
-        int peer = k == 1 ? l->rank - 1 : l->rank + 1;
+    for (int k = TR__PIPE_ACT; k <= TR__PIPE_GRAD; k++) {
+        int peer = sender_of(l, k);
         if (peer < 0 || peer >= l->world) continue;
         l->comm->op_tag = 0;
-        if (l->comm->ops->recv(l->comm, l->abort_in[k].frame, FRAME, TR_DTYPE_U8, peer, ABORT_TAG,
-                               &l->abort_in[k].req) < 0)
+        if (l->comm->ops->recv(l->comm, l->abort_in[k].frame, FRAME, TR_DTYPE_U8, peer,
+                               TR__PIPE_ABORT, &l->abort_in[k].req) < 0)
             l->abort_in[k].req = 0;
     }
     poll_soon(ctx, l, 0);
@@ -160,7 +164,8 @@ static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
 
 static int maybe_stop(tr_ctx_t *ctx, tr__pipe_link_t *l)
 {
-    if (l->ended && l->pending == 0 && l->expect[1] <= 0 && l->expect[2] <= 0)
+    if (l->ended && l->pending == 0 && l->expect[TR__PIPE_ACT] <= 0 &&
+        l->expect[TR__PIPE_GRAD] <= 0)
         return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
@@ -174,7 +179,7 @@ static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
     for (int peer = l->rank - 1; peer <= l->rank + 1; peer += 2) {
         if (peer < 0 || peer >= l->world || peer == from) continue;
         l->comm->op_tag = 0;
-        if (l->comm->ops->send(l->comm, out[n].frame, FRAME, TR_DTYPE_U8, peer, ABORT_TAG,
+        if (l->comm->ops->send(l->comm, out[n].frame, FRAME, TR_DTYPE_U8, peer, TR__PIPE_ABORT,
                                &out[n].req) == 0)
             n++;
     }
@@ -189,10 +194,11 @@ static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
 
 static int on_done(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_comm_done_t *d)
 {
-    for (int k = 1; k <= 2; k++) /* a neighbour's stage failed: pass it on, fail here too */
+    for (int k = TR__PIPE_ACT; k <= TR__PIPE_GRAD;
+         k++) /* a neighbour's stage failed: pass it on, fail here too */
         if (l->abort_in[k].req && l->abort_in[k].req == d->req) {
             l->abort_in[k].req = 0;
-            int from = k == 1 ? l->rank - 1 : l->rank + 1;
+            int from = sender_of(l, k);
             if (!l->rc) {
                 l->rc = TR_EFAILED;
                 snprintf(l->err, sizeof(l->err),
@@ -239,8 +245,8 @@ static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
             l->ended = true;
         else if (t->kind == TR__PIPE_ABORT)
             rc = abort_all(ctx, l, -1);
-        else if (t->kind == 0)
-            post_aborts(ctx, l), post(ctx, l, 1), post(ctx, l, 2);
+        else if (t->kind == TR__PIPE_START)
+            post_aborts(ctx, l), post(ctx, l, TR__PIPE_ACT), post(ctx, l, TR__PIPE_GRAD);
         else
             rc = send_out(ctx, l, msg);
     }
@@ -260,7 +266,7 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, int rank, int world, tr_actor_t stage,
                            .stage = stage,
                            .rank = rank,
                            .world = world,
-                           .expect = {0, expect_act, expect_grad},
+                           .expect = {[TR__PIPE_ACT] = expect_act, [TR__PIPE_GRAD] = expect_grad},
                            .ops = l->ops};
     *state = l;
     char why[256] = "";

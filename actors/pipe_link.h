@@ -7,12 +7,18 @@
 
 #include "troupe.h"
 
-/* PIPE_XFER kinds besides 1 (activation) and 2 (gradient): 0 starts an actor; END tells the
- * link its stage has run its last instruction. */
-#define TR__PIPE_END 3
-/* ...and ABORT: the stage failed; the link tells every other rank's stage, which fails too (a
- * frame with this tag travels both ways along the pipeline), so no rank waits forever. */
-#define TR__PIPE_ABORT 4
+/* PIPE_XFER kinds, one list for the stages (pipe_run.c) and the link: START starts an actor;
+ * ACT and GRAD are the transfers (and the link's MPI tags for them); END tells the link its
+ * stage has run its last instruction; ABORT: the stage failed, and the link tells every other
+ * rank's stage, which fails too (a frame with this tag travels both ways along the pipeline),
+ * so no rank waits forever. */
+enum {
+    TR__PIPE_START = 0,
+    TR__PIPE_ACT = 1,
+    TR__PIPE_GRAD = 2,
+    TR__PIPE_END = 3,
+    TR__PIPE_ABORT = 4,
+};
 
 typedef struct tr__pipe_link tr__pipe_link_t;
 

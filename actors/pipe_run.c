@@ -21,8 +21,6 @@
 #include "runtime/ranks.h"
 #include "troupe.h"
 
-enum { XFER_START = 0, XFER_ACT = 1, XFER_GRAD = 2 };
-
 /* Stage s's compute instructions as spans on a lane of their own ("stage s"), below the
  * runtime's and the engine's own lanes; the stage actors' runtime itself is not traced (its
  * actors' lanes would be the caller's runtime's slots). */
@@ -60,7 +58,7 @@ typedef struct run {
 
 static const char *kind_name(int k)
 {
-    return k == XFER_ACT ? "activation" : k == XFER_GRAD ? "gradient" : "start";
+    return k == TR__PIPE_ACT ? "activation" : k == TR__PIPE_GRAD ? "gradient" : "start";
 }
 
 static int fail(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
@@ -97,11 +95,11 @@ static int send_xfer(tr_ctx_t *ctx, stage_t *g, int kind, int mb)
         .step = g->o->step,
         .micro_batch = (uint32_t)mb,
         .from_stage = (uint32_t)g->s,
-        .to_stage = (uint32_t)(kind == XFER_ACT ? g->s + 1 : g->s - 1),
+        .to_stage = (uint32_t)(kind == TR__PIPE_ACT ? g->s + 1 : g->s - 1),
         .dtype = (uint32_t)g->o->link_dtype,
-        .elements = link_of(g->o, kind == XFER_ACT ? g->s : g->s - 1) + (g->fault != 0)};
+        .elements = link_of(g->o, kind == TR__PIPE_ACT ? g->s : g->s - 1) + (g->fault != 0)};
     m->step = g->o->step;
-    int rc = tr_actor_send(ctx->rt, kind == XFER_ACT ? g->next : g->prev, m);
+    int rc = tr_actor_send(ctx->rt, kind == TR__PIPE_ACT ? g->next : g->prev, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
         fail(ctx, g, rc, "stage %d: cannot send the %s of micro-batch %d: %s", g->s,
@@ -115,7 +113,7 @@ static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
 {
     int M = g->o->micro_batches;
     if (x->op == TR_PIPE_RECV_ACTIVATION || x->op == TR_PIPE_RECV_GRAD) {
-        int k = x->op == TR_PIPE_RECV_ACTIVATION ? XFER_ACT : XFER_GRAD;
+        int k = x->op == TR_PIPE_RECV_ACTIVATION ? TR__PIPE_ACT : TR__PIPE_GRAD;
         if (!g->have[k * M + x->micro_batch]) {
             if (!g->wait_since) g->wait_since = tr_now_ns();
             return 0;
@@ -124,7 +122,7 @@ static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
         g->have[k * M + x->micro_batch] = 0, g->taken[k * M + x->micro_batch] = 1;
     }
     if (x->op == TR_PIPE_SEND_ACTIVATION || x->op == TR_PIPE_SEND_GRAD) {
-        int k = x->op == TR_PIPE_SEND_ACTIVATION ? XFER_ACT : XFER_GRAD;
+        int k = x->op == TR_PIPE_SEND_ACTIVATION ? TR__PIPE_ACT : TR__PIPE_GRAD;
         uint64_t t0 = tr_now_ns();
         int rc = send_xfer(ctx, g, k, x->micro_batch);
         g->send_ns[k] += tr_now_ns() - t0;
@@ -177,9 +175,10 @@ static int advance(tr_ctx_t *ctx, stage_t *g)
 static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
 {
     int M = g->o->micro_batches, k = (int)t->kind;
-    int from = k == XFER_ACT ? g->s - 1 : g->s + 1;
-    int link_ok = (k == XFER_ACT && g->s > 0) || (k == XFER_GRAD && g->s < g->o->stages - 1);
-    unsigned long long want = link_ok ? link_of(g->o, k == XFER_ACT ? g->s - 1 : g->s) : 0;
+    int from = k == TR__PIPE_ACT ? g->s - 1 : g->s + 1;
+    int link_ok =
+        (k == TR__PIPE_ACT && g->s > 0) || (k == TR__PIPE_GRAD && g->s < g->o->stages - 1);
+    unsigned long long want = link_ok ? link_of(g->o, k == TR__PIPE_ACT ? g->s - 1 : g->s) : 0;
     const char *bad =
         !link_ok                        ? "a kind this link does not carry"
         : (int)t->from_stage != from    ? "another sender"
@@ -196,10 +195,11 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
                     "stage %d received from stage %u %s %s of %llu "
                     "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
                     "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
-                    g->s, t->from_stage, k == XFER_ACT ? "an" : "a", kind_name(k),
+                    g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
                     (unsigned long long)t->elements, t->dtype, t->micro_batch,
-                    (unsigned long long)t->step, bad, k == XFER_ACT ? "activations" : "gradients",
-                    from, want, g->o->link_dtype, (unsigned long long)g->o->step);
+                    (unsigned long long)t->step, bad,
+                    k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->o->link_dtype,
+                    (unsigned long long)g->o->step);
     g->have[k * M + (int)t->micro_batch] = 1;
     return advance(ctx, g);
 }
@@ -209,7 +209,7 @@ static int stage_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     stage_t *g = ctx->state;
     if (msg->type != TR_MSG_PIPE_XFER || g->rc) return 0;
     const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
-    return t->kind == XFER_START ? advance(ctx, g) : arrived(ctx, g, t);
+    return t->kind == TR__PIPE_START ? advance(ctx, g) : arrived(ctx, g, t);
 }
 
 static int check_opts(const tr_pipe_run_opts_t *o, char *err, size_t len)
@@ -275,7 +275,7 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
         if (s == r->hi && !r->link) break;
         tr_msg_t *m = tr_msg_new(r->rt, TR_MSG_PIPE_XFER);
         if (!m) return tr__errf(err, len, TR_ENOMEM, "pipeline run: out of message memory");
-        *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = XFER_START, .step = o->step};
+        *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = TR__PIPE_START, .step = o->step};
         if (tr_actor_send(r->rt, to, m) < 0) tr_msg_free(r->rt, m);
     }
     return 0;
@@ -301,10 +301,10 @@ static int collect(run_t *r, uint64_t t0, tr_pipe_run_result_t *out, char *err, 
                             s);
         end = g->end_ns > end ? g->end_ns : end;
         busy += g->busy_ns;
-        out->recv_input_ms += (double)g->recv_ns[XFER_ACT] / 1e6;
-        out->recv_grad_ms += (double)g->recv_ns[XFER_GRAD] / 1e6;
-        out->send_output_ms += (double)g->send_ns[XFER_ACT] / 1e6;
-        out->send_grad_ms += (double)g->send_ns[XFER_GRAD] / 1e6;
+        out->recv_input_ms += (double)g->recv_ns[TR__PIPE_ACT] / 1e6;
+        out->recv_grad_ms += (double)g->recv_ns[TR__PIPE_GRAD] / 1e6;
+        out->send_output_ms += (double)g->send_ns[TR__PIPE_ACT] / 1e6;
+        out->send_grad_ms += (double)g->send_ns[TR__PIPE_GRAD] / 1e6;
         out->forward_ms += (double)g->fwd_ns / 1e6;
         out->backward_ms += (double)(g->busy_ns - g->fwd_ns) / 1e6;
     }
