@@ -215,17 +215,24 @@ static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_
 }
 
 /* A backward pass over [t0, t1): timers, span, and the micro-batch counted as done. */
-static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
-                          bool boundary)
+/* A micro-batch is done: the window's and the run's counters (the boundary's marks the step
+ * pending). */
+static void micro_counted(struct tr__exec *x, bool boundary)
 {
     const tr_engine_t *e = x->eng;
-    tr__dsmon_backward(x->ds, t0, t1, boundary);
-    pass_span(x, "backward", step, t0, t1);
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     x->micro_steps++;
     x->global_samples += (uint64_t)e->B * (uint64_t)e->world;
     x->step_pending = boundary;
+}
+
+static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
+                          bool boundary)
+{
+    tr__dsmon_backward(x->ds, t0, t1, boundary);
+    pass_span(x, "backward", step, t0, t1);
+    micro_counted(x, boundary);
 }
 
 /* One micro-batch of step `step`: forward, backward; at the boundary the gradients go out
@@ -265,15 +272,10 @@ static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *target
 /* Counts a pipelined step's micro-batches, as backward_done does one at a time. */
 static void pipe_counted(struct tr__exec *x, const float *losses)
 {
-    const tr_engine_t *e = x->eng;
-    for (int k = 0; k < e->GAS; k++) {
+    for (int k = 0; k < x->eng->GAS; k++) {
         x->loss_sum += losses[k];
-        x->micro++;
-        x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
-        x->micro_steps++;
-        x->global_samples += (uint64_t)e->B * (uint64_t)e->world;
+        micro_counted(x, k == x->eng->GAS - 1);
     }
-    x->step_pending = true;
 }
 
 /* pipeline.stages > 1: once a step's micro-batches are queued they run through the stage

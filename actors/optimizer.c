@@ -639,6 +639,12 @@ static void swap_drop(tr_ctx_t *ctx, tr__optim_t *o)
     o->queued.mode = 0, o->queued.held = NULL;
 }
 
+/* Every read the prefetch started is back (a buffer's bit per read). */
+static bool prefetch_back(const tr__optim_t *o)
+{
+    return (size_t)__builtin_popcountll(o->run.ready) == o->run.next;
+}
+
 /* Reads the first n_bufs sub-groups ahead of the next run (see above). */
 static int swap_prefetch(tr_ctx_t *ctx, tr__optim_t *o)
 {
@@ -679,7 +685,7 @@ static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
     const tr__swap_layout_t *l = &o->eng->swap;
     if (o->run.mode == RUN_PREFETCH && mode != RUN_RESTORE)
         return swap_adopt(ctx, o, mode, held, stage);
-    if (o->run.mode == RUN_PREFETCH && (size_t)__builtin_popcountll(o->run.ready) == o->run.next)
+    if (o->run.mode == RUN_PREFETCH && prefetch_back(o))
         o->run = (struct swap_run){0}; /* a restore overwrites what was read ahead */
     if (o->run.mode) {
         if (o->queued.mode) { /* one run at a time waits: an engine bug otherwise */
@@ -723,7 +729,7 @@ static int swap_read_back(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b, float 
     int rc = 0;
     if (o->run.mode == RUN_PREFETCH) {
         o->run.ready |= UINT64_C(1) << b;
-        bool all_back = (size_t)__builtin_popcountll(o->run.ready) == o->run.next;
+        bool all_back = prefetch_back(o);
         if (!o->queued.mode || !all_back) return 0;
         o->run.mode = RUN_STEP; /* ends as a run with nothing held: the restore starts */
         o->run.held = NULL;
