@@ -281,27 +281,29 @@ void tr_model_destroy(tr_model_t *model)
 /* Where each layer's activations go, as offsets into acts: one region after another; or,
  * checkpointed every k layers, the outputs of every group but the last (kept for the
  * backward) and then one work area where each group's layers take their regions in turn (a
- * group is recomputed there before its backward). Returns the floats. */
-static size_t layout(tr_model_t *m, int B, int T)
+ * group is recomputed there before its backward). Returns the floats; act_off, bnd_off and
+ * work may be NULL to count only (tr_model_acts_floats). */
+static size_t layout(const tr_model_t *m, int B, int T, size_t *act_off, size_t *bnd_off,
+                     size_t *work)
 {
     size_t N = (size_t)B * T, total = 0, most = 0;
     int k = m->ckpt, G = k ? (m->n - 1) / k : 0; /* group G, the last, is not kept */
     for (int j = 0; j < G; j++) {
-        m->bnd_off[j] = total;
+        if (bnd_off) bnd_off[j] = total;
         total += N * (size_t)m->layers[(j + 1) * k - 1]->out_dim;
     }
-    m->work = total;
+    if (work) *work = total;
     size_t g = 0; /* the offset within the group's work area */
     for (int i = 0; i < m->n; i++) {
         if (k && i % k == 0) g = 0;
-        m->act_off[i] = k ? g : total;
+        if (act_off) act_off[i] = k ? g : total;
         size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
         if (k)
             g += a, most = g > most ? g : most;
         else
             total += a;
     }
-    m->act_off[m->n] = k ? most : total;
+    if (act_off) act_off[m->n] = k ? most : total;
     return k ? total + most : total;
 }
 
@@ -314,7 +316,7 @@ static int reserve(tr_model_t *m, int B, int T)
     m->act_off = malloc((size_t)(m->n + 1) * sizeof(size_t));
     m->bnd_off = malloc((size_t)(groups + 1) * sizeof(size_t));
     if (!m->act_off || !m->bnd_off) return free_acts(m), TR_ENOMEM;
-    size_t n_acts = layout(m, B, T);
+    size_t n_acts = layout(m, B, T, m->act_off, m->bnd_off, &m->work);
     for (int i = 0; i < m->n; i++) {
         tr_layer_t *l = m->layers[i];
         size_t s = l->ops->scratch_size ? l->ops->scratch_size(l, B, T) : 0;
@@ -370,19 +372,7 @@ static const float *output_of(const tr_model_t *m, int i)
 
 size_t tr_model_acts_floats(const tr_model_t *m, int B, int T)
 {
-    size_t N = (size_t)B * T, total = 0, group = 0, most = 0;
-    int k = m->ckpt, G = k ? (m->n - 1) / k : 0;
-    for (int i = 0; i < m->n; i++) {
-        size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
-        if (!k) {
-            total += a;
-            continue;
-        }
-        group = i % k ? group + a : a;
-        most = group > most ? group : most;
-        if (i % k == k - 1 && i / k < G) total += N * (size_t)m->layers[i]->out_dim;
-    }
-    return total + most;
+    return layout(m, B, T, NULL, NULL, NULL);
 }
 
 int tr_model_set_checkpoint_interval(tr_model_t *model, int layers)
