@@ -307,25 +307,33 @@ static size_t layout(const tr_model_t *m, int B, int T, size_t *act_off, size_t 
     return k ? total + most : total;
 }
 
+void tr__model_pass_floats(const tr_model_t *m, int first, int last, int B, int T, size_t *scratch,
+                           size_t *dbuf)
+{
+    size_t N = (size_t)B * T;
+    *scratch = 1, *dbuf = 1;
+    for (int i = first; i <= last; i++) {
+        tr_layer_t *l = m->layers[i];
+        size_t s = l->ops->scratch_size ? l->ops->scratch_size(l, B, T) : 0;
+        *scratch = s > *scratch ? s : *scratch;
+        size_t d = N * (size_t)(l->in_dim > l->out_dim ? l->in_dim : l->out_dim);
+        *dbuf = d > *dbuf ? d : *dbuf;
+    }
+}
+
 static int reserve(tr_model_t *m, int B, int T)
 {
     if (m->B == B && m->T == T) return 0;
     free_acts(m);
-    size_t N = (size_t)B * T, n_scratch = 0, n_dbuf = 1;
+    size_t N = (size_t)B * T, n_scratch, n_dbuf;
     int groups = m->ckpt ? (m->n - 1) / m->ckpt : 0;
     m->act_off = malloc((size_t)(m->n + 1) * sizeof(size_t));
     m->bnd_off = malloc((size_t)(groups + 1) * sizeof(size_t));
     if (!m->act_off || !m->bnd_off) return free_acts(m), TR_ENOMEM;
     size_t n_acts = layout(m, B, T, m->act_off, m->bnd_off, &m->work);
-    for (int i = 0; i < m->n; i++) {
-        tr_layer_t *l = m->layers[i];
-        size_t s = l->ops->scratch_size ? l->ops->scratch_size(l, B, T) : 0;
-        n_scratch = s > n_scratch ? s : n_scratch;
-        size_t d = N * (size_t)(l->in_dim > l->out_dim ? l->in_dim : l->out_dim);
-        n_dbuf = d > n_dbuf ? d : n_dbuf;
-    }
+    tr__model_pass_floats(m, 0, m->n - 1, B, T, &n_scratch, &n_dbuf);
     m->acts = malloc((n_acts ? n_acts : 1) * sizeof(float));
-    m->scratch = malloc((n_scratch ? n_scratch : 1) * sizeof(float));
+    m->scratch = malloc(n_scratch * sizeof(float));
     m->dbuf[0] = malloc(n_dbuf * sizeof(float));
     m->dbuf[1] = malloc(n_dbuf * sizeof(float));
     m->tokens = malloc(N * sizeof(int));

@@ -19,6 +19,11 @@ void tr__layer_free(tr_layer_t *layer);
 /* Makes an embedding layer refuse token ids >= V (its table may have more, padded, rows). */
 void tr__layer_embedding_limit(tr_layer_t *layer, int V);
 
+/* The floats of the scratch area and of each boundary-gradient buffer that a forward and
+ * backward of layers [first, last] at (B, T) need (at least 1 each): the model's, a stage's. */
+void tr__model_pass_floats(const tr_model_t *model, int first, int last, int B, int T,
+                           size_t *scratch, size_t *dbuf);
+
 /* The multiplier a loss layer's backward applies (tr_model_set_loss_scale). */
 float tr__model_loss_scale(const tr_model_t *model);
 

@@ -79,19 +79,16 @@ static int ties_out(const tr_model_stage_t *s)
 /* The slot buffers and the shared ones; sizes as the model's reserve() computes them. */
 static int alloc_buffers(tr_model_stage_t *s)
 {
-    size_t N = (size_t)s->B * s->T, acts = 0, scratch = 1, dbuf = 1;
+    size_t N = (size_t)s->B * s->T, acts = 0, scratch, dbuf;
     int n = s->last - s->first + 1;
     if (!(s->off = calloc((size_t)n + 1, sizeof(size_t)))) return TR_ENOMEM;
     for (int k = 0; k < n; k++) {
         tr_layer_t *l = layer(s, s->first + k);
         s->off[k] = acts;
         acts += l->ops->act_size(l, s->B, s->T);
-        size_t sc = l->ops->scratch_size ? l->ops->scratch_size(l, s->B, s->T) : 0;
-        scratch = sc > scratch ? sc : scratch;
-        size_t d = N * (size_t)(l->in_dim > l->out_dim ? l->in_dim : l->out_dim);
-        dbuf = d > dbuf ? d : dbuf;
     }
     s->off[n] = acts;
+    tr__model_pass_floats(s->m, s->first, s->last, s->B, s->T, &scratch, &dbuf);
     if (s->k && (acts = checkpointed_layout(s)) == 0) return TR_ENOMEM;
     tr_layer_t *first = layer(s, s->first), *last = layer(s, s->last);
     size_t in = N * (size_t)(first->in_dim ? first->in_dim : 1);
