@@ -443,23 +443,24 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     }
 }
 
-/* Asks the comm actor to sum values over the ranks; the answer comes as COMM_SCALAR. Each
- * step's all-reduce also carries how far a background save is on every rank (v[2], v[3]). */
-static int reduce_scalars(tr_ctx_t *ctx, struct tr__exec *x, uint32_t what, double a, double b)
+/* Asks the comm actor to sum n (at most 4) values over the ranks; the answer comes as
+ * COMM_SCALAR with `what`. A request that cannot go out fails the engine ("cannot ask
+ * <about>"): the call waiting for the answer gets that. */
+static void reduce_scalars(tr_ctx_t *ctx, struct tr__exec *x, uint32_t what, const double *v,
+                           uint32_t n, const char *about)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
-    if (!m) return TR_ENOMEM;
-    tr_msg_comm_scalar_t *v = TR_MSG_AS(m, comm_scalar);
-    *v = (tr_msg_comm_scalar_t){.op = 0, .n = 2, .what = what, .values = {a, b}};
-    if (what != SCALAR_EVAL_LOSS) v->n = 4, tr__save_values(&x->save, v->values + 2);
-    m->step = x->global_steps;
-    int rc = tr_actor_send(ctx->rt, x->eng->comm, m);
+    if (m) {
+        tr_msg_comm_scalar_t *s = TR_MSG_AS(m, comm_scalar);
+        *s = (tr_msg_comm_scalar_t){.op = 0, .n = n, .what = what};
+        memcpy(s->values, v, n * sizeof(double));
+        m->step = x->global_steps;
+    }
+    int rc = m ? tr_actor_send(ctx->rt, x->eng->comm, m) : TR_ENOMEM;
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
-        tr__engine_fail(x->eng, rc, "executor: cannot ask for the loss over the ranks: %s",
-                        tr_strerror(rc));
+        tr__engine_fail(x->eng, rc, "executor: cannot ask %s: %s", about, tr_strerror(rc));
     }
-    return rc;
 }
 
 static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
@@ -471,7 +472,9 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return;
     }
     x->done = *d; /* finished when the loss over every rank's micro-batches comes back */
-    reduce_scalars(ctx, x, SCALAR_STEP_LOSS, x->loss_sum, micro);
+    double v[4] = {x->loss_sum, micro}; /* and how far a background save is on every rank */
+    tr__save_values(&x->save, v + 2);
+    reduce_scalars(ctx, x, SCALAR_STEP_LOSS, v, 4, "for the loss over the ranks");
 }
 
 /* --- DeepSpeed-style calls ----------------------------------------------------------------- */
@@ -596,7 +599,8 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
     }
     tr_model_set_training(x->model, 1);
     if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
-        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, sum, n);
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, n}, 2,
+                       "for the loss over the ranks");
         return;
     }
     reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
@@ -650,19 +654,9 @@ static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_re
 /* A WAIT's round: every rank's part of the phase is over, so one round moves it on. */
 static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    double v[4] = {0};
+    double v[2];
     tr__save_values(&x->save, v);
-    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
-    if (m)
-        *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
-            .op = 0, .n = 2, .what = TR__SCALAR_CKPT_SAVE, .values = {v[0], v[1]}};
-    if (m) m->step = x->global_steps;
-    if (!m || tr_actor_send(ctx->rt, x->eng->comm, m) < 0) {
-        tr_msg_free(ctx->rt, m);
-        tr__engine_fail(x->eng, TR_ENOMEM,
-                        "executor: cannot ask the ranks how far the "
-                        "checkpoint save is");
-    }
+    reduce_scalars(ctx, x, TR__SCALAR_CKPT_SAVE, v, 2, "the ranks how far the checkpoint save is");
 }
 
 /* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
