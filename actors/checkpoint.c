@@ -94,7 +94,7 @@ static int optim_files(const tr_engine_t *e)
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
-    msgpack_pack_map(pk, 15);
+    msgpack_pack_map(pk, 16);
     KEY(pk, "format");
     tr__mp_pack_str(pk, TR__CKPT_FORMAT);
     KEY(pk, "version");
@@ -120,6 +120,8 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     msgpack_pack_uint64(pk, e->seed);
     KEY(pk, "world");
     msgpack_pack_int(pk, e->world);
+    KEY(pk, "replicas"); /* the data position is per replica */
+    msgpack_pack_int(pk, e->replicas);
     KEY(pk, "zero_stage");
     msgpack_pack_int64(pk, e->cfg->zero.stage);
     KEY(pk, "optim_files");

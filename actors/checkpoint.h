@@ -31,6 +31,7 @@ typedef struct tr__ckpt_tag {
     uint64_t counters[4];               /* global steps, samples, skipped, micro-steps */
     uint64_t data[3];                   /* epoch, cursor, batch index */
     int saved_world;
+    int saved_replicas;   /* data-parallel replicas of the saving run (its world, if unsaid) */
     float *moments;       /* this rank's slice, n_arrays x (hi - lo) floats (NULL: none) */
     size_t moments_bytes;
 } tr__ckpt_tag_t;

@@ -182,6 +182,12 @@ static int read_model(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *
         return tr__errf(err, errlen, TR_EFORMAT, "%s: world: missing or not a positive integer",
                     path);
     t->saved_world = (int)world;
+    uint64_t replicas = world; /* saved before pipelines spanned ranks: one per rank */
+    if (tr__mp_field(h, "replicas") &&
+        (!u64_field(h, "replicas", &replicas) || replicas < 1 || replicas > world))
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: replicas: expected 1 to %llu (the world)",
+                        path, (unsigned long long)world);
+    t->saved_replicas = (int)replicas;
     if ((rc = check_layers(e, path, tr__mp_field(h, "layers"), err, errlen))) return rc;
     if (!u64_array(tr__mp_field(h, "counters"), t->counters, 4) ||
         !u64_array(tr__mp_field(h, "data"), t->data, 3))
@@ -344,16 +350,17 @@ static int read_moments(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t
 
 /* --- the per-rank position ---------------------------------------------------------------- */
 
-/* A count of one rank's share saved at world W, as one rank's share at this world size. */
+/* A count of one replica's share saved with W replicas, as one replica's share now. */
 static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, int now,
                    char *err, size_t errlen)
 {
     uint64_t global = *v * (uint64_t)W;
     if (global % (uint64_t)now)
         return tr__errf(err, errlen, TR_EMISMATCH,
-                    "%s/model_states.trck: %s: %llu per rank on %d ranks (%llu in all) does not "
-                    "split evenly over %d ranks; resume with a world size that divides it",
-                    tagdir, field, (unsigned long long)*v, W, (unsigned long long)global, now);
+                        "%s/model_states.trck: %s: %llu per replica on %d data-parallel replicas "
+                        "(%llu in all) does not split evenly over %d; resume with a data-parallel "
+                        "degree that divides it",
+                        tagdir, field, (unsigned long long)*v, W, (unsigned long long)global, now);
     *v = global / (uint64_t)now;
     return 0;
 }
@@ -361,15 +368,17 @@ static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, in
 static int rescale_position(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *t,
                             char *err, size_t errlen)
 {
-    int W = t->saved_world, now = e->world;
+    int W = t->saved_replicas, now = e->replicas;
     if (W == now) return 0;
     int rc = rescale(tagdir, "counters: micro_steps", &t->counters[3], W, now, err, errlen);
     if (!rc) rc = rescale(tagdir, "data: cursor", &t->data[1], W, now, err, errlen);
     if (!rc) rc = rescale(tagdir, "data: batch_index", &t->data[2], W, now, err, errlen);
     if (!rc)
-        tr_log(TR_LOG_INFO, "checkpoint: %s was saved by %d rank(s); rank %d of %d takes "
-               "optimizer state [%zu, %zu) and the data position rescaled to %llu samples, "
-               "%llu batches", tagdir, W, e->rank, now, e->optim_slice.lo, e->optim_slice.hi,
+        tr_log(TR_LOG_INFO,
+               "checkpoint: %s was saved by %d data-parallel replica(s); rank %d "
+               "of %d takes optimizer state [%zu, %zu) and the data position rescaled to %llu "
+               "samples, %llu batches",
+               tagdir, W, e->rank, e->world, e->optim_slice.lo, e->optim_slice.hi,
                (unsigned long long)t->data[1], (unsigned long long)t->data[2]);
     return rc;
 }

@@ -174,8 +174,8 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_eng
     *ds = (tr__dataset_t){.B = eng->B,
                           .T = eng->T,
                           .x_dim = spec->x_dim,
-                          .rank = eng->rank,
-                          .world = eng->world,
+                          .rank = eng->replica, /* a replica's stages read the same */
+                          .world = eng->replicas,
                           .cb = spec->batch,
                           .user = spec->user,
                           .shuffle = shuffle,

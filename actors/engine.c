@@ -258,12 +258,11 @@ static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, s
 {
     if (o->config) {
         eng->cfg = (tr_config_t *)o->config;
-        if (eng->cfg->world_size != eng->world)
+        if (eng->cfg->ranks != eng->world)
             return snprintf(err, errlen,
                             "%s: the config was resolved for world size %lld, but this process "
                             "is rank %d of %d (load it with that world size)",
-                            eng->cfg->source, (long long)eng->cfg->world_size, eng->rank,
-                            eng->world),
+                            eng->cfg->source, (long long)eng->cfg->ranks, eng->rank, eng->world),
                    TR_EINVAL;
         return 0;
     }
@@ -327,22 +326,19 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
 
 /* The ZeRO stage in effect and overlap_comm; the combinations DeepSpeed refuses, refused in
  * its words (at any world size: a config that runs on one rank runs on N). */
-/* pipeline.stages > 1: the executor runs each step's micro-batches through stage actors (one
- * process for now); a step's micro-batches enter the pipeline together, so the loader keeps
- * at least gradient_accumulation_steps of them. */
+/* pipeline.stages > 1: the executor runs each step's micro-batches through stage actors, in
+ * this process on one rank, else one stage per rank: world = stages x replicas, stage-major;
+ * a step's micro-batches enter the pipeline together, so the loader keeps at least
+ * gradient_accumulation_steps of them. */
 static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     int n = tr_model_num_layers(eng->model);
     eng->stages = c->pipeline.stages > 1 ? (int)c->pipeline.stages : 1;
+    eng->replicas = eng->world, eng->replica = eng->rank;
     if (eng->stages == 1) return 0;
-    if (eng->world > 1)
-        return snprintf(err, errlen,
-                        "%s: pipeline.stages %d on %d ranks: stages across "
-                        "processes are not built yet (the stages are actors in one process; "
-                        "run one)",
-                        c->source, eng->stages, eng->world),
-               TR_ENOTSUP;
+    if (eng->world > 1) /* a multiple of the stages: the config's resolution checked it */
+        eng->replicas = eng->world / eng->stages, eng->replica = eng->rank % eng->replicas;
     if (eng->stages > n)
         return snprintf(err, errlen,
                         "%s: pipeline.stages %d: the model has %d layers, and each "

@@ -154,6 +154,10 @@ struct tr_engine {
     int B, T, GAS, x_dim, y_dim, rank, world, prefetch;
     int stages; /* pipeline.stages: stage actors the executor runs a step's micro-batches
                  * through (1: none) */
+    int replicas; /* data-parallel replicas: each reads its own share of the data. world, or
+                   * with a pipeline across ranks world / stages (a replica's stages are
+                   * consecutive ranks: rank = stage * replicas + replica) */
+    int replica;  /* this rank's: rank % replicas */
     size_t n_params;
     int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
     bool overlap_comm; /* buckets leave during the backward (else after it) */

@@ -223,7 +223,7 @@ static void micro_counted(struct tr__exec *x, bool boundary)
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     x->micro_steps++;
-    x->global_samples += (uint64_t)e->B * (uint64_t)e->world;
+    x->global_samples += (uint64_t)e->B * (uint64_t)e->replicas;
     x->step_pending = boundary;
 }
 
@@ -288,7 +288,7 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->step_pending) return;
     queued_t q[TR__MAX_PREFETCH];
     tr_batch_t b[TR__MAX_PREFETCH];
-    float losses[TR__MAX_PREFETCH];
+    float losses[TR__MAX_PREFETCH] = {0};
     for (int k = 0; k < M; k++) {
         q[k] = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH, x->q_n--;
@@ -296,7 +296,10 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     }
     uint64_t step = x->global_steps, t0 = tr_now_ns();
     char why[1024];
-    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / M));
+    /* across ranks a layer's gradient is on its stage's ranks only and the reduction divides
+     * the sum over all stages x replicas ranks by the world: stages times too much */
+    int across = tr_pipe_model_stage(x->pipe) >= 0 ? e->stages : 1;
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale * across / M));
     tr_pipe_run_result_t r;
     rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, &r, why, sizeof(why));
     if (rc == 0) { /* DeepSpeed's timers: the batch's wall time, split as the stages' compute */
@@ -394,7 +397,7 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double
                                  .grad_norm = d->grad_norm,
                                  .loss_scale = d->loss_scale,
                                  .skipped = d->skipped,
-                                 .tokens = x->tokens_window * (uint64_t)x->eng->world,
+                                 .tokens = x->tokens_window * (uint64_t)x->eng->replicas,
                                  .step_ms = (tr_now_ns() - x->t_window) / 1e6};
     x->micro = 0;
     x->loss_sum = 0;
@@ -473,6 +476,9 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     }
     x->done = *d; /* finished when the loss over every rank's micro-batches comes back */
     double v[4] = {x->loss_sum, micro}; /* and how far a background save is on every rank */
+    if (x->pipe && tr_pipe_model_stage(x->pipe) >= 0 &&
+        tr_pipe_model_stage(x->pipe) < x->eng->stages - 1)
+        v[0] = v[1] = 0; /* across ranks the loss is the last stage's: the others add nothing */
     tr__save_values(&x->save, v + 2);
     reduce_scalars(ctx, x, SCALAR_STEP_LOSS, v, 4, "for the loss over the ranks");
 }
@@ -876,8 +882,8 @@ static int make_pipeline(struct tr__exec *x, const tr_engine_t *e, char *err, si
                                                                            : TR_PIPE_TRAIN_1F1B;
     int rc = bounds ? tr_pipe_partition(x->model, method, S, bounds, err, errlen) : TR_ENOMEM;
     if (rc == 0)
-        rc = tr_pipe_model_create(&x->pipe, x->model, bounds, S, kind, e->GAS, e->B, e->T, err,
-                                  errlen);
+        rc = tr_pipe_model_create(&x->pipe, x->model, bounds, S, kind, e->GAS, e->B, e->T,
+                                  e->world > 1 ? e->replicas : 0, err, errlen);
     for (int s = 0; rc == 0 && s < S && e->rank == 0; s++) {
         size_t params = 0;
         for (int i = bounds[s]; i < bounds[s + 1]; i++)

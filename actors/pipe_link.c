@@ -4,14 +4,20 @@
  *
  * A transfer travels as its PIPE_XFER message in canonical msgpack (tr_msg_encode), so it means
  * the same on any rank, in a frame of FRAME bytes whose first 4 hold the encoding's length (a
- * receive does not learn the length MPI received); the tag is the transfer's kind. The link
- * posts one receive per direction at a time — activations from the previous rank, gradients
- * from the next — as many as the stage's schedule expects, decodes each and hands it to the
- * local stage, whose own header check runs as in one process. Sends are started as the stage
- * makes them and their frames freed when done. Completions come from the backend's progress,
- * which the link drives while anything is pending (COMM_POLL to itself, sleeping a little
- * longer after each poll that completed nothing, up to 256 us). The link stops once the stage
- * has ended, every send is done and every expected transfer has arrived.
+ * receive does not learn the length MPI received); the tag is the transfer's kind. When it
+ * names a tensor (a reference into the sending stage's registered send area), the tensor's
+ * bytes follow as a second message (tag: kind | PAYLOAD), which the receiving link lands in a
+ * registered area of its own, slot micro-batch mod the slots the sender's schedule keeps, and
+ * the reference is rewritten to name that slot: the stage resolves it as in one process. A
+ * payload that is not the size of a slot (a header that does not match) is still received,
+ * into scratch memory, so the sender's send completes; the stage's header check then fails
+ * the run. The link posts one receive per direction at a time — activations from the previous
+ * stage's rank, gradients from the next — as many as the stage's schedule expects, decodes
+ * each and hands it to the local stage, whose own header check runs as in one process. Sends
+ * are started as the stage makes them and their frames freed when done. Completions come from the
+ * backend's progress, which the link drives while anything is pending (COMM_POLL to itself,
+ * sleeping a little longer after each poll that completed nothing, up to 256 us). The link stops
+ * once the stage has ended, every send is done and every expected transfer has arrived.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +29,15 @@
 
 #define FRAME   256
 #define MAX_OPS 4096
+#define PAYLOAD     0x10         /* a tensor's tag: its kind | PAYLOAD */
+#define MAX_PAYLOAD (1ull << 31) /* bytes; a header naming more is corrupt */
 
 typedef struct op {
     uint64_t req; /* 0: free */
     int kind;     /* 1 activation, 2 gradient */
     bool recv;
+    tr_msg_t *held; /* a receive: the decoded transfer whose tensor is being received */
+    void *scratch;  /* ... into this, when it does not fit a slot */
     unsigned char frame[FRAME];
 } op_t;
 
@@ -35,7 +45,10 @@ struct tr__pipe_link {
     tr_runtime_t *rt;
     tr_actor_t self, stage;
     tr_comm_t *comm;
-    int rank, world;
+    int rank, world, me, stages, replicas; /* MPI's rank and world; this rank's stage */
+    tr__pipe_link_area_t area[3];          /* by kind: where received tensors land */
+    void *mem[3];
+    uint64_t area_id[3];
     int expect[3];  /* transfers of each kind still to arrive */
     bool posted[3]; /* a receive of that kind is pending */
     bool ended;     /* the stage has run its last instruction */
@@ -70,11 +83,17 @@ static int failed(tr__pipe_link_t *l, int rc, const char *what)
     return 0;
 }
 
-/* The neighbour that sends this rank transfers of kind k: the previous rank the activations,
- * the next one the gradients. */
+/* The rank of stage s in this rank's replica; -1 when there is no such stage. */
+static int rank_of(const tr__pipe_link_t *l, int s)
+{
+    return s >= 0 && s < l->stages ? s * l->replicas + l->rank % l->replicas : -1;
+}
+
+/* The neighbour that sends this rank transfers of kind k: the previous stage's rank the
+ * activations, the next one's the gradients. */
 static int sender_of(const tr__pipe_link_t *l, int k)
 {
-    return k == TR__PIPE_ACT ? l->rank - 1 : l->rank + 1;
+    return rank_of(l, k == TR__PIPE_ACT ? l->me - 1 : l->me + 1);
 }
 
 static op_t *free_op(tr__pipe_link_t *l)
@@ -114,7 +133,7 @@ static void post_aborts(tr_ctx_t *ctx, tr__pipe_link_t *l)
 {
     for (int k = TR__PIPE_ACT; k <= TR__PIPE_GRAD; k++) {
         int peer = sender_of(l, k);
-        if (peer < 0 || peer >= l->world) continue;
+        if (peer < 0) continue;
         l->comm->op_tag = 0;
         if (l->comm->ops->recv(l->comm, l->abort_in[k].frame, FRAME, TR_DTYPE_U8, peer,
                                TR__PIPE_ABORT, &l->abort_in[k].req) < 0)
@@ -134,17 +153,74 @@ static int send_out(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_t *msg)
     int rc = tr_msg_encode(msg, o->frame + 4, FRAME - 4, &len);
     if (rc < 0) return failed(l, rc, "encoding a transfer");
     o->frame[0] = (unsigned char)len, o->frame[1] = (unsigned char)(len >> 8);
+    int to = rank_of(l, (int)t->to_stage);
     l->comm->op_tag = msg->step;
-    rc = l->comm->ops->send(l->comm, o->frame, FRAME, TR_DTYPE_U8, (int)t->to_stage, o->kind,
-                            &o->req);
+    rc = l->comm->ops->send(l->comm, o->frame, FRAME, TR_DTYPE_U8, to, o->kind, &o->req);
     if (rc < 0) return o->req = 0, failed(l, rc, "sending a transfer");
     l->pending++;
+    if (t->data.buffer_id) { /* the tensor's bytes, from the stage's registered send area */
+        void *p = NULL;
+        char why[256];
+        if ((rc = tr_buffer_resolve(ctx->rt, &t->data, &p, why, sizeof(why))) < 0)
+            return snprintf(l->err, sizeof(l->err), "%s", why), failed(l, rc, "a stage's tensor");
+        op_t *d = free_op(l);
+        if (!d) return failed(l, TR_ENOMEM, "too many transfers in flight");
+        *d = (op_t){.kind = o->kind};
+        rc = l->comm->ops->send(l->comm, p, (size_t)t->data.length, TR_DTYPE_U8, to,
+                                o->kind | PAYLOAD, &d->req);
+        if (rc < 0) return d->req = 0, failed(l, rc, "sending a tensor");
+        l->pending++;
+    }
     return poll_soon(ctx, l, 0);
+}
+
+/* A transfer's tensor: received into slot micro-batch mod slots of the kind's area, or into
+ * scratch memory when its size is not a slot's (the stage's header check says why). */
+static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
+{
+    tr_msg_pipe_xfer_t *t = TR_MSG_AS(m, pipe_xfer);
+    const tr__pipe_link_area_t *a = &l->area[k];
+    uint64_t len = t->data.length;
+    if (len > MAX_PAYLOAD) {
+        tr_msg_free(ctx->rt, m);
+        return failed(l, TR_EDECODE, "a transfer's header names a tensor of more than 2 GiB");
+    }
+    op_t *d = free_op(l);
+    if (!d) return tr_msg_free(ctx->rt, m), failed(l, TR_ENOMEM, "too many transfers in flight");
+    *d = (op_t){.kind = k, .recv = true, .held = m};
+    void *dst;
+    if (a->slots > 0 && len == a->slot_bytes) {
+        uint64_t off = (uint64_t)(t->micro_batch % (uint32_t)a->slots) * a->slot_bytes;
+        dst = (unsigned char *)l->mem[k] + off;
+        tr_buffer_ref(ctx->rt, l->area_id[k], off, len, (int)t->data.dtype, &t->data);
+    } else {
+        dst = d->scratch = malloc(len ? len : 1);
+        t->data = (tr_tensor_ref_t){0};
+        if (!dst) return tr_msg_free(ctx->rt, m), failed(l, TR_ENOMEM, "a tensor's scratch");
+    }
+    l->comm->op_tag = 0;
+    int rc = l->comm->ops->recv(l->comm, dst, (size_t)len, TR_DTYPE_U8, sender_of(l, k),
+                                k | PAYLOAD, &d->req);
+    if (rc < 0) return d->req = 0, failed(l, rc, "posting a tensor's receive");
+    l->pending++;
+    return poll_soon(ctx, l, 0);
+}
+
+/* A transfer (and its tensor, if it has one) is in: handed to the stage; the next posted. */
+static int deliver(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
+{
+    l->posted[k] = false, l->expect[k]--;
+    if (tr_actor_send(ctx->rt, l->stage, m) < 0) tr_msg_free(ctx->rt, m);
+    return post(ctx, l, k);
 }
 
 /* A receive completed: the transfer decoded and handed to the stage; the next one posted. */
 static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
 {
+    if (o->held) { /* the tensor of a transfer decoded before */
+        free(o->scratch), o->scratch = NULL;
+        return deliver(ctx, l, o->kind, o->held);
+    }
     size_t len = (size_t)o->frame[0] | (size_t)o->frame[1] << 8;
     tr_msg_t *m = NULL;
     char why[256];
@@ -156,10 +232,8 @@ static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
                       "a transfer from a neighbouring rank does "
                       "not decode as PIPE_XFER");
     }
-    int k = o->kind;
-    l->posted[k] = false, l->expect[k]--;
-    if (tr_actor_send(ctx->rt, l->stage, m) < 0) tr_msg_free(ctx->rt, m);
-    return post(ctx, l, k);
+    return TR_MSG_AS(m, pipe_xfer)->data.buffer_id ? post_payload(ctx, l, o->kind, m)
+                                                   : deliver(ctx, l, o->kind, m);
 }
 
 static int maybe_stop(tr_ctx_t *ctx, tr__pipe_link_t *l)
@@ -176,8 +250,9 @@ static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
 {
     op_t out[2] = {{0}};
     int n = 0;
-    for (int peer = l->rank - 1; peer <= l->rank + 1; peer += 2) {
-        if (peer < 0 || peer >= l->world || peer == from) continue;
+    for (int s = l->me - 1; s <= l->me + 1; s += 2) {
+        int peer = rank_of(l, s);
+        if (peer < 0 || peer == from) continue;
         l->comm->op_tag = 0;
         if (l->comm->ops->send(l->comm, out[n].frame, FRAME, TR_DTYPE_U8, peer, TR__PIPE_ABORT,
                                &out[n].req) == 0)
@@ -253,29 +328,43 @@ static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return rc < 0 ? rc : maybe_stop(ctx, l);
 }
 
-int tr__pipe_link_spawn(tr_runtime_t *rt, int rank, int world, tr_actor_t stage, int expect_act,
-                        int expect_grad, tr_actor_t *out, tr__pipe_link_t **state, char *err,
-                        size_t errlen)
+int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_actor_t *out,
+                        tr__pipe_link_t **state, char *err, size_t errlen)
 {
     tr__pipe_link_t *l = calloc(1, sizeof(*l));
     if (!l || !(l->ops = calloc(MAX_OPS, sizeof(op_t)))) {
         free(l);
         return snprintf(err, errlen, "pipeline link: out of memory"), TR_ENOMEM;
     }
-    *l = (tr__pipe_link_t){.rt = rt,
-                           .stage = stage,
-                           .rank = rank,
-                           .world = world,
-                           .expect = {[TR__PIPE_ACT] = expect_act, [TR__PIPE_GRAD] = expect_grad},
-                           .ops = l->ops};
+    *l = (tr__pipe_link_t){
+        .rt = rt,
+        .stage = sp->stage_actor,
+        .rank = sp->rank,
+        .world = sp->world,
+        .me = sp->stage,
+        .stages = sp->stages,
+        .replicas = sp->replicas > 0 ? sp->replicas : 1,
+        .area = {[TR__PIPE_ACT] = sp->act, [TR__PIPE_GRAD] = sp->grad},
+        .expect = {[TR__PIPE_ACT] = sp->expect_act, [TR__PIPE_GRAD] = sp->expect_grad},
+        .ops = l->ops};
     *state = l;
     char why[256] = "";
-    int rc = tr_comm_create("mpi", rank, world, done_cb, l, &l->comm, why, sizeof(why));
+    int rc = tr_comm_create("mpi", sp->rank, sp->world, done_cb, l, &l->comm, why, sizeof(why));
     if (rc < 0) return snprintf(err, errlen, "pipeline across ranks: the MPI backend: %s", why), rc;
     tr_actor_opts_t o = {.name = "pipe-link", .pinned = 1, .lane_kind = TR_LANE_COMM};
     rc = tr_actor_spawn(rt, link_behaviour, l, &o, out);
     if (rc < 0) return snprintf(err, errlen, "pipeline link: spawn: %s", tr_strerror(rc)), rc;
     l->self = *out;
+    for (int k = TR__PIPE_ACT; k <= TR__PIPE_GRAD; k++) { /* where received tensors land */
+        uint64_t bytes = (uint64_t)l->area[k].slots * l->area[k].slot_bytes;
+        if (!bytes) continue;
+        tr_buffer_info_t bi = {.bytes = bytes, .dtype = (uint8_t)sp->dtype, .owner = l->self};
+        snprintf(bi.name, sizeof(bi.name), "pipe-link/%s", k == TR__PIPE_ACT ? "acts" : "grads");
+        if (!(l->mem[k] = bi.base = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+            return snprintf(err, errlen, "pipeline link: out of memory"), TR_ENOMEM;
+        if ((rc = tr_buffer_register(rt, &bi, &l->area_id[k])) < 0)
+            return snprintf(err, errlen, "pipeline link: registering: %s", tr_strerror(rc)), rc;
+    }
     return 0;
 }
 
@@ -289,6 +378,9 @@ void tr__pipe_link_free(tr__pipe_link_t *l)
 {
     if (!l) return;
     tr_comm_destroy(l->comm);
+    for (int i = 0; i < MAX_OPS; i++)
+        free(l->ops[i].scratch);
+    free(l->mem[TR__PIPE_ACT]), free(l->mem[TR__PIPE_GRAD]);
     free(l->ops);
     free(l);
 }

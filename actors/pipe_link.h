@@ -22,13 +22,27 @@ enum {
 
 typedef struct tr__pipe_link tr__pipe_link_t;
 
-/* Spawns the link of rank `rank` (of `world`, one stage per rank) for the local stage actor,
- * which expects expect_act activations and expect_grad gradients; its id in *out, its state
- * (free after the runtime closed) in *state. Creates the MPI comm backend (TR_ENOTSUP without
- * MPI). */
-int tr__pipe_link_spawn(tr_runtime_t *rt, int rank, int world, tr_actor_t stage, int expect_act,
-                        int expect_grad, tr_actor_t *out, tr__pipe_link_t **state, char *err,
-                        size_t errlen);
+/* Where a link lands the tensors of one kind it receives: slot micro-batch mod `slots`, each
+ * of slot_bytes (the sending stage keeps as many; slots 0: transfers without tensors). */
+typedef struct tr__pipe_link_area {
+    int slots;
+    uint64_t slot_bytes;
+} tr__pipe_link_area_t;
+
+typedef struct tr__pipe_link_spec {
+    int rank, world;                /* MPI's */
+    int stage, stages, replicas;    /* rank = stage * replicas + replica (pipeline.h) */
+    tr_actor_t stage_actor;         /* the local stage */
+    int expect_act, expect_grad;    /* transfers its schedule receives */
+    tr__pipe_link_area_t act, grad; /* where received tensors land */
+    int dtype;                      /* their elements' tr_dtype_t */
+} tr__pipe_link_spec_t;
+
+/* Spawns the link of the local stage; its id in *out, its state (free after the runtime
+ * closed) in *state. Creates the MPI comm backend (TR_ENOTSUP without MPI) and registers its
+ * receive areas. */
+int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *spec, tr_actor_t *out,
+                        tr__pipe_link_t **state, char *err, size_t errlen);
 /* Its failure ("" and *rc 0 if none). */
 const char *tr__pipe_link_error(const tr__pipe_link_t *l, int *rc);
 void tr__pipe_link_free(tr__pipe_link_t *l);

@@ -35,6 +35,9 @@ typedef struct stage {
     bool linked;          /* across ranks: prev and next are the link, told when the stage ends */
     unsigned char *have;  /* [kind * M + mb]: a transfer arrived, its receive not yet run */
     unsigned char *taken; /* the same, once its receive ran */
+    const void **got;     /* [kind * M + mb]: the tensor a transfer brought (with send_mem) */
+    uint64_t area_id[3];  /* by kind: its send area's registration (0: not yet) */
+    void *area[3];
     uint64_t busy_ns, end_ns;
     uint64_t wait_since;             /* a receive has waited from then (0: not waiting) */
     uint64_t recv_ns[3], send_ns[3]; /* by kind: time waiting in receives, in sends */
@@ -48,6 +51,7 @@ typedef struct stage {
 typedef struct run {
     atomic_uint failures; /* stages failed so far */
     int lo, hi;           /* the stages this process runs: [lo, hi) (across ranks: its own) */
+    int rank, world;      /* across ranks: MPI's */
     tr__pipe_link_t *link; /* across ranks: the transfers' link to the other ranks */
     tr_actor_t link_id;
     tr_runtime_t *rt;
@@ -86,8 +90,47 @@ static unsigned long long link_of(const tr_pipe_run_opts_t *o, int l)
     return o->links ? o->links[l] : o->link_elements;
 }
 
-static int send_xfer(tr_ctx_t *ctx, stage_t *g, int kind, int mb)
+/* The reference to the tensor send x sends, in the stage's registered send area for its kind
+ * (registered at the kind's first send; owner: the stage). */
+static int tensor_ref(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x, tr_tensor_ref_t *ref)
 {
+    int k = x->op == TR_PIPE_SEND_ACTIVATION ? TR__PIPE_ACT : TR__PIPE_GRAD;
+    void *area = NULL;
+    size_t bytes = 0, dts = tr_dtype_size(g->o->link_dtype);
+    unsigned char *p = g->o->send_mem(g->o->user, g->s, x, &area, &bytes);
+    uint64_t len = link_of(g->o, k == TR__PIPE_ACT ? g->s : g->s - 1) * dts;
+    int rc = 0;
+    if (!g->area_id[k] && area) {
+        tr_buffer_info_t bi = {.base = area,
+                               .bytes = bytes,
+                               .dtype = (uint8_t)g->o->link_dtype,
+                               .owner = ctx->self,
+                               .lifetime = TR_BUFFER_RUNTIME};
+        snprintf(bi.name, sizeof(bi.name), "stage%d/%s", g->s,
+                 k == TR__PIPE_ACT ? "acts" : "grads");
+        rc = tr_buffer_register(ctx->rt, &bi, &g->area_id[k]);
+        g->area[k] = area;
+    }
+    if (rc == 0)
+        rc = !p || area != g->area[k] || p < (unsigned char *)area
+                 ? TR_EINVAL
+                 : tr_buffer_ref(ctx->rt, g->area_id[k], (uint64_t)(p - (unsigned char *)area), len,
+                                 g->o->link_dtype, ref);
+    if (rc < 0)
+        fail(ctx, g, rc,
+             "stage %d: the %s of micro-batch %d: send_mem gave %s (%zu bytes of area; "
+             "expected %llu bytes inside the area of its first send)",
+             g->s, kind_name(k), x->micro_batch, p ? "a tensor outside its area" : "no tensor",
+             bytes, (unsigned long long)len);
+    return rc;
+}
+
+static int send_xfer(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
+{
+    int kind = x->op == TR_PIPE_SEND_ACTIVATION ? TR__PIPE_ACT : TR__PIPE_GRAD, mb = x->micro_batch;
+    tr_tensor_ref_t data = {0};
+    int rc = g->o->send_mem ? tensor_ref(ctx, g, x, &data) : 0;
+    if (rc < 0) return rc;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PIPE_XFER);
     if (!m) return fail(ctx, g, TR_ENOMEM, "stage %d: out of message memory", g->s), TR_ENOMEM;
     *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){
@@ -97,9 +140,10 @@ static int send_xfer(tr_ctx_t *ctx, stage_t *g, int kind, int mb)
         .from_stage = (uint32_t)g->s,
         .to_stage = (uint32_t)(kind == TR__PIPE_ACT ? g->s + 1 : g->s - 1),
         .dtype = (uint32_t)g->o->link_dtype,
-        .elements = link_of(g->o, kind == TR__PIPE_ACT ? g->s : g->s - 1) + (g->fault != 0)};
+        .elements = link_of(g->o, kind == TR__PIPE_ACT ? g->s : g->s - 1) + (g->fault != 0),
+        .data = data};
     m->step = g->o->step;
-    int rc = tr_actor_send(ctx->rt, kind == TR__PIPE_ACT ? g->next : g->prev, m);
+    rc = tr_actor_send(ctx->rt, kind == TR__PIPE_ACT ? g->next : g->prev, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
         fail(ctx, g, rc, "stage %d: cannot send the %s of micro-batch %d: %s", g->s,
@@ -124,12 +168,15 @@ static int execute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
     if (x->op == TR_PIPE_SEND_ACTIVATION || x->op == TR_PIPE_SEND_GRAD) {
         int k = x->op == TR_PIPE_SEND_ACTIVATION ? TR__PIPE_ACT : TR__PIPE_GRAD;
         uint64_t t0 = tr_now_ns();
-        int rc = send_xfer(ctx, g, k, x->micro_batch);
+        int rc = send_xfer(ctx, g, x);
         g->send_ns[k] += tr_now_ns() - t0;
         return rc < 0 ? rc : 1;
     }
+    int in = x->op == TR_PIPE_FORWARD                                       ? TR__PIPE_ACT
+             : x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT ? TR__PIPE_GRAD
+                                                                            : 0;
     uint64_t t0 = tr_now_ns();
-    int rc = g->o->exec(g->o->user, g->s, x);
+    int rc = g->o->exec(g->o->user, g->s, x, in ? g->got[in * M + x->micro_batch] : NULL);
     bool compute = x->op == TR_PIPE_FORWARD || x->op == TR_PIPE_BACKWARD ||
                    x->op == TR_PIPE_BACKWARD_INPUT || x->op == TR_PIPE_BACKWARD_WEIGHT;
     uint64_t t1 = tr_now_ns();
@@ -200,6 +247,21 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
                     (unsigned long long)t->step, bad,
                     k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->o->link_dtype,
                     (unsigned long long)g->o->step);
+    if (g->o->send_mem) { /* the tensor, through the registry, which checks its range */
+        void *p = NULL;
+        char why[256] = "no tensor";
+        int rc = t->data.buffer_id && t->data.length == want * tr_dtype_size(g->o->link_dtype)
+                     ? tr_buffer_resolve(ctx->rt, &t->data, &p, why, sizeof(why))
+                     : TR_EMISMATCH;
+        if (rc < 0)
+            return fail(ctx, g, rc,
+                        "stage %d received from stage %u the %s of micro-batch %u (step %llu) "
+                        "with a tensor of %llu bytes that does not resolve (%s); expected %llu",
+                        g->s, t->from_stage, kind_name(k), t->micro_batch,
+                        (unsigned long long)t->step, (unsigned long long)t->data.length, why,
+                        want * (unsigned long long)tr_dtype_size(g->o->link_dtype));
+        g->got[k * M + (int)t->micro_batch] = p;
+    }
     g->have[k * M + (int)t->micro_batch] = 1;
     return advance(ctx, g);
 }
@@ -224,6 +286,17 @@ static int check_opts(const tr_pipe_run_opts_t *o, char *err, size_t len)
     return 0;
 }
 
+/* Stage s's activation buffers under o's schedule (< 0: an error). */
+static int buffers_of(const tr_pipe_run_opts_t *o, int s)
+{
+    tr_pipe_schedule_t *p;
+    int rc = tr_pipe_schedule_create(&p, o->kind, o->micro_batches, o->stages, s, NULL, 0);
+    if (rc < 0) return rc;
+    rc = tr_pipe_schedule_buffers(p);
+    tr_pipe_schedule_destroy(p);
+    return rc;
+}
+
 static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
 {
     const char *fault = getenv("TROUPE_FAULT_PIPE_STAGE");
@@ -236,7 +309,8 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
                        .failures = &r->failures};
         size_t cells = 3 * (size_t)o->micro_batches;
         g->have = calloc(cells, 1), g->taken = calloc(cells, 1);
-        if (!g->have || !g->taken)
+        g->got = calloc(cells, sizeof(*g->got));
+        if (!g->have || !g->taken || !g->got)
             return tr__errf(err, len, TR_ENOMEM, "pipeline run: out of memory");
         int rc =
             tr_pipe_schedule_create(&g->sch, o->kind, o->micro_batches, o->stages, s, err, len);
@@ -260,8 +334,24 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
             for (int i = 0; i < n; i++)
                 acts += x[i].op == TR_PIPE_RECV_ACTIVATION, grads += x[i].op == TR_PIPE_RECV_GRAD;
         }
-        int rc = tr__pipe_link_spawn(r->rt, r->lo, r->S, ids[r->lo], acts, grads, &r->link_id,
-                                     &r->link, err, len);
+        tr__pipe_link_spec_t sp = {.rank = r->rank,
+                                   .world = r->world,
+                                   .stage = r->lo,
+                                   .stages = r->S,
+                                   .replicas = o->replicas,
+                                   .stage_actor = ids[r->lo],
+                                   .expect_act = acts,
+                                   .expect_grad = grads,
+                                   .dtype = o->link_dtype};
+        size_t dts = tr_dtype_size(o->link_dtype);
+        if (o->send_mem && r->lo > 0) /* activations: slots as the sender keeps them */
+            sp.act = (tr__pipe_link_area_t){buffers_of(o, r->lo - 1), link_of(o, r->lo - 1) * dts};
+        if (o->send_mem && r->lo + 1 < r->S) /* gradients: mod this stage's buffers */
+            sp.grad =
+                (tr__pipe_link_area_t){tr_pipe_schedule_buffers(g->sch), link_of(o, r->lo) * dts};
+        int rc = sp.act.slots < 0
+                     ? sp.act.slots
+                     : tr__pipe_link_spawn(r->rt, &sp, &r->link_id, &r->link, err, len);
         if (rc < 0) return rc;
         g->linked = true;
         g->prev = g->next = r->link_id;
@@ -331,12 +421,13 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
         char why[256];
         if ((rc = tr_ranks_discover(NULL, &rk, why, sizeof(why))) < 0)
             return tr__errf(err, errlen, rc, "pipeline run: %s", why);
-        if (rk.world != o->stages)
+        int D = o->replicas > 0 ? o->replicas : 1;
+        if (rk.world != o->stages * D)
             return tr__errf(err, errlen, TR_EINVAL,
-                            "pipeline run across ranks: %d stages on %d "
-                            "ranks (%s); run one rank per stage",
-                            o->stages, rk.world, rk.source);
-        r.lo = rk.rank, r.hi = rk.rank + 1;
+                            "pipeline run across ranks: %d stages x %d replicas on %d "
+                            "ranks (%s); run one rank per stage and replica",
+                            o->stages, D, rk.world, rk.source);
+        r.lo = rk.rank / D, r.hi = r.lo + 1, r.rank = rk.rank, r.world = rk.world;
     }
     tr_runtime_opts_t ro = {.n_workers = 1};
     if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)
@@ -356,7 +447,7 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
     tr__pipe_link_free(r.link);
     for (int s = 0; r.st && s < r.S; s++) {
         tr_pipe_schedule_destroy(r.st[s].sch);
-        free(r.st[s].have), free(r.st[s].taken);
+        free(r.st[s].have), free(r.st[s].taken), free(r.st[s].got);
     }
     free(r.st);
     free(r.ids);

@@ -69,7 +69,7 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
     }
     cfg->priv_ = priv;
     cfg->source = priv->source;
-    cfg->world_size = world;
+    cfg->world_size = cfg->ranks = world;
     priv->tree = w.tree;
     priv->origins = w.origins;
     size_t errors_before = diag->n_errors;

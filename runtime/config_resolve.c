@@ -266,8 +266,25 @@ static void resolve_optimizer(tr__cfg_walk_t *w)
                      t == TR_OPTIMIZER_ONEBIT_LAMB ? "Lamb" : "Adam");
 }
 
+/* A pipeline across ranks: DeepSpeed's batch counts the data-parallel replicas, not the ranks
+ * (a replica's stages share its micro-batches). */
+static void resolve_pipeline_world(tr__cfg_walk_t *w)
+{
+    int64_t S = w->cfg->pipeline.stages, n = w->cfg->ranks;
+    if (S <= 1 || n <= 1) return;
+    if (n % S)
+        tr__cfg_error(w, "pipeline.stages",
+                      "%lld stages on %lld ranks: the ranks must be a "
+                      "multiple of the stages (one rank per stage of each data-parallel "
+                      "replica)",
+                      (long long)S, (long long)n);
+    else
+        w->cfg->world_size = n / S;
+}
+
 void tr__cfg_resolve(tr__cfg_walk_t *w)
 {
+    resolve_pipeline_world(w);
     resolve_batch(w);
     resolve_precision(w);
     resolve_zero(w);

@@ -220,7 +220,9 @@ typedef struct tr_config_troupe {
 
 typedef struct tr_config {
     const char *source; /* the file name used in diagnostics */
-    int64_t world_size; /* data-parallel world size used to resolve the batch */
+    int64_t world_size; /* data-parallel world size used to resolve the batch: the ranks, or
+                         * with pipeline.stages > 1 on several ranks, ranks / stages */
+    int64_t ranks;      /* the world size it was loaded for */
     int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
     int64_t steps_per_print;
     double gradient_clipping, gradient_predivide_factor;

@@ -119,8 +119,22 @@ int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
 struct tr_monitor;
 
 /* Runs instruction x on stage `stage` (its thread): compute, a load, the step's collectives.
- * 0, or a negative TR_E* code, which stops the run (the error names the stage and x). */
-typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x);
+ * `in` is the tensor the stage received for x's micro-batch when x is a ForwardPass (the
+ * previous stage's activation) or a BackwardPass / BackwardInput (the next stage's gradient);
+ * NULL otherwise, on the first stage's forward, the last stage's backward, and in a run
+ * without send_mem. It stays valid until the instruction returns. 0, or a negative TR_E*
+ * code, which stops the run (the error names the stage and x). */
+typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x, const void *in);
+
+/* The tensor stage `stage` sends in instruction x (a SendActivation or a SendGrad): its
+ * address, which lies in the stage's send area for that kind of send (*area, *area_bytes, the
+ * same for every send of the kind). The run registers each area in its buffer registry once,
+ * and the transfer carries a reference into it (across ranks, the link sends the bytes). The
+ * bytes must stay unchanged until the receiver's compute of that micro-batch has run: the
+ * schedule guarantees it for a slot of the sender's buffers (an activation: micro-batch mod
+ * the sender's buffers) or of the receiver's (a gradient: mod the previous stage's). */
+typedef void *(*tr_pipe_send_fn)(void *user, int stage, const tr_pipe_instr_t *x, void **area,
+                                 size_t *area_bytes);
 
 typedef struct tr_pipe_run_opts {
     int kind, stages, micro_batches; /* the schedule (tr_pipe_kind_t, S, M) */
@@ -130,11 +144,17 @@ typedef struct tr_pipe_run_opts {
     const unsigned long long *links;  /* or, per link s (stages s and s + 1), its elements
                                        * (S - 1 of them; NULL: link_elements for all) */
     int link_dtype;                   /* their tr_dtype_t */
+    tr_pipe_send_fn send_mem;         /* the tensors sent (NULL: headers only, a synthetic run
+                                       * whose stages exchange no data) */
     unsigned long long step;          /* the batch's number, carried by every transfer */
     struct tr_monitor *monitor;       /* traces each stage as a lane (NULL: none); borrowed */
-    int across_ranks; /* 1: the job's ranks are the stages (world = stages, stage = rank, from
-                       * the MPI launcher's environment): this process runs its own stage and
-                       * its transfers go over MPI point to point; the result is its stage's */
+    int across_ranks;                 /* 1: the job's ranks are the stages (from the MPI launcher's
+                                       * environment): this process runs its own stage and its transfers go
+                                       * over MPI point to point; the result is its stage's */
+    int replicas; /* across ranks: data-parallel replicas of the pipeline (0 or 1: one);
+                   * the world is stages x replicas, stage-major as DeepSpeed's
+                   * PipeDataParallelTopology lays it out: rank = stage * replicas +
+                   * replica, so a stage's neighbours are rank -/+ replicas */
 } tr_pipe_run_opts_t;
 
 typedef struct tr_pipe_run_result {
@@ -153,13 +173,13 @@ typedef struct tr_pipe_run_result {
  * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. The caller's thread. */
 int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen);
 
-/* --- a model trained through a pipeline, in one process --------------------------------------
+/* --- a model trained through a pipeline, in one process or across ranks ---------------------
  *
  * tr_pipe_model cuts a model (troupe/model.h) into S stages at the given layer bounds, each with
  * its schedule's activation slots, and runs a batch of M micro-batches through tr_pipe_run: a
- * stage's forward reads the previous stage's output in place (the schedule keeps that slot
- * until it has been read), and a backward's input gradient is copied into the previous stage's
- * link slot before it is sent. The gradients accumulate into the model's buffer as M
+ * stage's output and a backward's input gradient are copied into the stage's send slots, which
+ * the schedule keeps until the neighbour has used them, and travel as references into them
+ * (across ranks, as bytes). The gradients accumulate into the model's buffer as M
  * micro-batches of tr_model_forward/backward would (the tied ones reduced after the batch), so
  * the optimizer step that follows is the unpipelined one. zb runs each real layer's whole
  * backward in BackwardInput (the built-in layers do not split their backward yet), so with real
@@ -168,10 +188,17 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
 typedef struct tr_pipe_model tr_pipe_model_t;
 
 /* bounds[0] = 0 < bounds[1] < ... < bounds[S] = the model's layers: stage s holds layers
- * [bounds[s], bounds[s + 1]). TR_EINVAL with err for bad bounds or shapes; TR_ENOMEM. */
+ * [bounds[s], bounds[s + 1]). replicas 0: every stage runs in this process; >= 1: across
+ * ranks (tr_pipe_run_opts_t.replicas): this process makes and runs its rank's stage only, and
+ * the world must be stages x replicas. TR_EINVAL with err for bad bounds, shapes or world;
+ * TR_ENOMEM. */
 int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bounds, int stages,
-                         int kind, int micro_batches, int B, int T, char *err, size_t errlen);
+                         int kind, int micro_batches, int B, int T, int replicas, char *err,
+                         size_t errlen);
 void tr_pipe_model_destroy(tr_pipe_model_t *pm);
+
+/* Across ranks: the stage this process runs; -1 in one process (every stage). */
+int tr_pipe_model_stage(const tr_pipe_model_t *pm);
 
 /* One batch: micro-batch i is batches[i] (tokens or x for the first stage, targets for the
  * last); losses[i] gets its loss. Gradients accumulate (zero them before, as for the model).

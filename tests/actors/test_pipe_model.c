@@ -94,7 +94,7 @@ static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, i
     if (tr_pipe_partition(pip, method, S, bounds, err, sizeof(err))) fail_msg("%s", err);
     tr_model_set_checkpoint_interval(pip, ckpt); /* the stages checkpoint every ckpt layers */
     tr_pipe_model_t *pm;
-    if (tr_pipe_model_create(&pm, pip, bounds, S, kind, NM, NB, NT, err, sizeof(err)))
+    if (tr_pipe_model_create(&pm, pip, bounds, S, kind, NM, NB, NT, 0, err, sizeof(err)))
         fail_msg("%s", err);
     tr_model_zero_grad(pip);
     tr_pipe_run_result_t r;
@@ -155,11 +155,12 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     int bounds[] = {0, 3, 6};
     char err[1024];
     tr_pipe_model_t *pm;
-    assert_int_equal(
-        tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT, err, sizeof(err)),
-        TR_EINVAL);
+    assert_int_equal(tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT, 0,
+                                          err, sizeof(err)),
+                     TR_EINVAL);
     assert_non_null(strstr(err, "training schedules"));
-    if (tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, err, sizeof(err)))
+    if (tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, 0, err,
+                             sizeof(err)))
         fail_msg("%s", err);
     int saved = d->tokens[2][5];
     d->tokens[2][5] = 63; /* the embedding's table has 64 rows, the vocabulary 60 */
@@ -244,7 +245,7 @@ static void test_partition_methods(void **state)
     int bad[] = {0, 3, 3, 6};
     tr_pipe_model_t *pm;
     assert_int_equal(
-        tr_pipe_model_create(&pm, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, err, sizeof(err)),
+        tr_pipe_model_create(&pm, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, 0, err, sizeof(err)),
         TR_EINVAL);
     assert_non_null(strstr(err, "stage 1 holds layers [3, 3): none"));
     tr_model_destroy(m);

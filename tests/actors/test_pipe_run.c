@@ -28,9 +28,10 @@ typedef struct record {
     int compute_us; /* a forward's time (0: instant) */
 } record_t;
 
-static int exec(void *user, int stage, const tr_pipe_instr_t *x)
+static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in)
 {
     record_t *r = user;
+    (void)in; /* a synthetic run: headers only */
     if (x->op == TR_PIPE_FORWARD || x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT) {
         int t = atomic_fetch_add(&r->clock, 1) + 1;
         int *slot = x->op == TR_PIPE_FORWARD ? &r->fwd[stage][x->micro_batch]

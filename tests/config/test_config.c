@@ -179,6 +179,27 @@ static void test_config_world_size_must_be_positive(void **state)
     has("ds.json: world size must be >= 1, got -1");
 }
 
+/* A pipeline across ranks: the batch counts the data-parallel replicas (ranks / stages), as
+ * DeepSpeed's does; ranks that are not a multiple of the stages are refused. */
+static void test_config_pipeline_world_is_the_replicas(void **state)
+{
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": "
+                       "4, \"pipeline\": {\"stages\": 2}}";
+    tr_config_t *c = ok_w(json, 4);
+    assert_int_equal(c->world_size, 2);
+    assert_int_equal(c->ranks, 4);
+    assert_int_equal(c->train_batch_size, 16);
+    tr_config_destroy(c);
+    c = ok_w(json, 1); /* one process: every stage in it */
+    assert_int_equal(c->world_size, 1);
+    tr_config_destroy(c);
+    c = NULL;
+    assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 3, &c, &diag),
+                     TR_ECONFIG);
+    has("ds.json: pipeline.stages: 2 stages on 3 ranks: the ranks must be a multiple of the "
+        "stages (one rank per stage of each data-parallel replica)");
+}
+
 /* World 0: the launcher's, from the environment; a torchrun launch is answered. */
 static void test_config_world_size_from_the_launcher(void **state)
 {
@@ -630,6 +651,7 @@ int main(void)
         T(test_config_batch_auto_is_derived_or_explained),
         T(test_config_world_size_must_be_positive),
         T(test_config_world_size_from_the_launcher),
+        T(test_config_pipeline_world_is_the_replicas),
         T(test_config_top_and_zero_defaults),
         T(test_config_overlap_comm_defaults_by_stage),
         T(test_config_precision_defaults),

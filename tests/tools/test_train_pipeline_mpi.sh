@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `mpirun troupe train` with pipeline.stages: one rank per stage (and per data-parallel replica,
+# stage-major), activations and gradients crossing between ranks. The training is the
+# unpipelined one with the same global batch: 2 stages on 2 ranks (1f1b) and 3 on 3 (zb) end
+# at the one-process run's losses, 2 stages x 2 replicas on 4 ranks (ZeRO 1) at the 2-rank
+# data-parallel run's (within 1e-5 relative: float summation order); a pipelined 2-rank
+# checkpoint resumes in one process without a pipeline and ends where the unbroken run ends;
+# ranks that are not a multiple of the stages are refused naming the key; a transfer whose
+# header does not match fails the job naming both stages, and no rank hangs.
+source "$(dirname "$0")/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+conf() { # NAME EXTRA_JSON
+    cat > "$tmp/$1.json" <<JSON
+{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "steps_per_print": 5,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } }, $2
+  "troupe": { "runtime": { "workers": 1 } } }
+JSON
+}
+args() { # NAME: troupe train's arguments with that config
+    a=("${tiny[@]}")
+    a[1]=$tmp/$1.json
+    a+=(--layers 3 --steps 5 --print-every 1)
+}
+# train NP NAME [ARGS...]: NAME.out/err; prints "LOSS VAL" (the summary's last train loss and
+# the validation loss)
+train() {
+    local np=$1 name=$2
+    args "$name"
+    local cmd=("$troupe" train "${a[@]}" "${@:3}")
+    [ "$np" -eq 1 ] || cmd=(timeout 100 mpirun --oversubscribe -np "$np" "${cmd[@]}")
+    "${cmd[@]}" > "$name.$np.out" 2> "$name.$np.err" ||
+        { cat "$name.$np.out" "$name.$np.err" >&2; fail "$name on $np rank(s) did not train"; }
+    sed -nE 's/^summary: .*train loss [0-9.]+ -> ([0-9.]+) .*val loss ([0-9.]+).*/\1 \2/p' \
+        "$name.$np.out"
+}
+# same A B: two "LOSS VAL" pairs equal within 1e-5 relative
+same() {
+    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); if (split(b, y, " ") != n || n != 2)
+        exit 1; for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d
+        if (d > 1e-5 * x[i]) exit 1 } }'
+}
+
+conf plain ''
+conf s2 '"pipeline": { "stages": 2 },'
+conf s3zb '"pipeline": { "stages": 3, "schedule": "zb", "partition": "uniform" },'
+conf s2z1 '"pipeline": { "stages": 2 }, "zero_optimization": { "stage": 1 },'
+
+one=$(train 1 plain)
+[ -n "$one" ] || fail "no summary from one process"
+r=$(train 2 s2); same "$one" "$r" || fail "2 stages on 2 ranks ended at '$r', one process at '$one'"
+grep -q "pipeline: stage 1 of 2 (1f1b, partition parameters): layers" s2.2.err ||
+    { cat s2.2.err; fail "no stage line on 2 ranks"; }
+grep -Eq "^steps: 5 loss: [0-9.]+ iter time \(s\): [0-9.]+ samples/sec: [0-9.]+$" s2.2.out ||
+    { cat s2.2.out; fail "no PipelineEngine line on 2 ranks"; }
+[ "$(grep -c '^summary:' s2.2.out)" -eq 1 ] || fail "expected one summary (rank 0)"
+r=$(train 3 s3zb); same "$one" "$r" || fail "3 stages (zb) on 3 ranks ended at '$r', one process at '$one'"
+
+dp=$(train 2 plain)
+r=$(train 4 s2z1); same "$dp" "$r" ||
+    fail "2 stages x 2 replicas (ZeRO 1) ended at '$r', 2 data-parallel ranks at '$dp'"
+
+# a checkpoint of the 2-rank pipeline at step 3, resumed in one process without one
+train 2 s2z1 --steps 3 --save-dir ck > /dev/null
+[ -f ck/global_step3/optim_states_rank1.trck ] && [ "$(cat ck/latest)" = global_step3 ] ||
+    { ls -R ck; fail "the pipelined ranks saved no checkpoint"; }
+r=$(train 1 plain --save-dir ck --resume); same "$one" "$r" ||
+    fail "resumed in one process: ended at '$r', the unbroken run at '$one'"
+
+# refused before the first step: 2 stages on 3 ranks
+args s2
+if timeout 60 mpirun --oversubscribe -np 3 "$troupe" train "${a[@]}" > bad.out 2> bad.err; then
+    fail "2 stages on 3 ranks trained"
+fi
+grep -q "pipeline.stages: 2 stages on 3 ranks: the ranks must be a multiple of the stages" \
+    bad.err || { cat bad.err; fail "no error naming pipeline.stages"; }
+# stage 0's rank sends one element too many: rank 1 names both stages, the job ends
+rc=0
+TROUPE_FAULT_PIPE_STAGE=0 timeout 60 mpirun --oversubscribe -np 2 -x TROUPE_FAULT_PIPE_STAGE \
+    "$troupe" train "${a[@]}" > fault.out 2> fault.err || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat fault.err; fail "exit $rc with a bad header (124: hung)"; }
+grep -q "stage 1 received from stage 0 an activation of .* another element count" fault.err ||
+    { cat fault.err; fail "the mismatch was not reported naming both stages"; }
+echo "ok: pipelined troupe train across 2, 3 and 2x2 ranks trains as the unpipelined runs"
