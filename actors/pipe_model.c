@@ -172,10 +172,12 @@ static int forward(tr_pipe_model_t *pm, int s, int mb, const float *in)
     return rc;
 }
 
-static int backward(tr_pipe_model_t *pm, int s, int mb, const float *dout)
+static int backward(tr_pipe_model_t *pm, int s, int mb, const float *dout, bool split)
 {
     const float *din;
-    int rc = tr_model_stage_backward(pm->st[s], mb % pm->buffers[s], dout, &din);
+    int slot = mb % pm->buffers[s];
+    int rc = split ? tr_model_stage_backward_input(pm->st[s], slot, dout, &din)
+                   : tr_model_stage_backward(pm->st[s], slot, dout, &din);
     if (rc == 0 && s > 0) { /* the input gradient, into its send slot */
         size_t n = tr_model_stage_input_floats(pm->st[s]);
         memcpy(pm->grads[s] + (size_t)(mb % pm->buffers[s - 1]) * n, din, n * sizeof(float));
@@ -191,7 +193,9 @@ static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in)
     int rc = 0;
     if (x->op == TR_PIPE_FORWARD) rc = forward(pm, s, x->micro_batch, in);
     if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT)
-        rc = backward(pm, s, x->micro_batch, in);
+        rc = backward(pm, s, x->micro_batch, in, x->op == TR_PIPE_BACKWARD_INPUT);
+    if (x->op == TR_PIPE_BACKWARD_WEIGHT)
+        rc = tr_model_stage_backward_weight(pm->st[s], x->micro_batch % pm->buffers[s]);
     int none = -1; /* one failing stage stops the others: the first one's reason is kept */
     if (rc < 0 && atomic_compare_exchange_strong(&pm->failed, &none, s))
         snprintf(pm->why, sizeof(pm->why), "stage %d (layers %d to %d): %s", s, pm->bounds[s],

@@ -85,6 +85,8 @@ typedef struct {
     float *din;        /* backward: (B, T, in_dim), zeroed by the model; accumulate into it.
                         * NULL when the input is the batch (nothing needs its gradient) */
     float *scratch;    /* backward: scratch_size floats, contents undefined */
+    float *stash;      /* a split backward (backward_input, backward_weight): stash_size
+                        * floats kept for this micro-batch from the first part to the second */
     float loss;        /* loss layers: forward sets the mean loss */
     float loss_scale;  /* loss layers: backward multiplies d(mean loss) by this (1 = plain) */
 } tr_layer_ctx_t;
@@ -103,6 +105,15 @@ typedef struct {
     void (*init)(tr_layer_t *layer, float *params, uint64_t *rng);
     /* frees state; may be NULL */
     void (*destroy)(tr_layer_t *layer);
+    /* Optional: backward split in two parts, for the zb pipeline schedule (NULL: not split;
+     * zb then runs the whole backward as its input-gradient part). backward_input computes
+     * din only (as backward, the parameter gradients untouched) and leaves in ctx->stash
+     * (stash_size floats) what backward_weight needs to accumulate the parameter gradients
+     * later, from the stash and the activations, which the micro-batch keeps until then.
+     * Together they must add what backward adds. */
+    size_t (*stash_size)(const tr_layer_t *layer, int B, int T);
+    int (*backward_input)(tr_layer_t *layer, tr_layer_ctx_t *ctx);
+    int (*backward_weight)(tr_layer_t *layer, tr_layer_ctx_t *ctx);
 } tr_layer_ops_t;
 
 struct tr_layer {
@@ -324,6 +335,18 @@ const float *tr_model_stage_output(const tr_model_stage_t *stage, int slot);
  * floats, valid until the stage's next backward; NULL for the first stage). */
 int tr_model_stage_backward(tr_model_stage_t *stage, int slot, const float *dout,
                             const float **din);
+/* The backward split in two (the zb schedule's BackwardInput and BackwardWeight): the input
+ * part gives *din as tr_model_stage_backward does and leaves each splitting layer's stash in
+ * the slot (a layer without backward_input/backward_weight runs its whole backward here); the
+ * weight part, later, accumulates those layers' parameter gradients. Together they add what
+ * tr_model_stage_backward adds. With activation checkpointing nothing splits (the weights'
+ * part would need activations a recompute overwrites). */
+int tr_model_stage_backward_input(tr_model_stage_t *stage, int slot, const float *dout,
+                                  const float **din);
+int tr_model_stage_backward_weight(tr_model_stage_t *stage, int slot);
+/* 1 when some layer of the stage splits its backward (tr_model_stage_backward_input leaves
+ * work for tr_model_stage_backward_weight), else 0. */
+int tr_model_stage_splits(const tr_model_stage_t *stage);
 /* Adds the tied gradients this stage kept apart into the owners' ranges and zeroes them
  * (DeepSpeed's ReduceTiedGrads in one process; no-op without ties). Call when no stage of the
  * model is in backward. */

@@ -181,9 +181,10 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
  * the schedule keeps until the neighbour has used them, and travel as references into them
  * (across ranks, as bytes). The gradients accumulate into the model's buffer as M
  * micro-batches of tr_model_forward/backward would (the tied ones reduced after the batch), so
- * the optimizer step that follows is the unpipelined one. zb runs each real layer's whole
- * backward in BackwardInput (the built-in layers do not split their backward yet), so with real
- * layers it has 1F1B's bubble. */
+ * the optimizer step that follows is the unpipelined one. zb's BackwardInput runs each layer's
+ * input-gradient part (tr_model_stage_backward_input: GPT-2's blocks and linear layers split
+ * their backward; other layers run whole there) and BackwardWeight the parameter gradients,
+ * bitwise what the whole backward adds. */
 
 typedef struct tr_pipe_model tr_pipe_model_t;
 

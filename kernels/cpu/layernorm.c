@@ -94,6 +94,6 @@ void tr__layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                 .crstd = rstd,
                 .N = N,
                 .C = C};
-    tr_parallel_for(N, 16, backward_rows, &j);
-    tr_parallel_for(((size_t)C + COL_BLOCK - 1) / COL_BLOCK, 1, backward_params, &j);
+    if (dinp) tr_parallel_for(N, 16, backward_rows, &j);
+    if (dweight) tr_parallel_for(((size_t)C + COL_BLOCK - 1) / COL_BLOCK, 1, backward_params, &j);
 }

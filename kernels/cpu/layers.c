@@ -75,14 +75,43 @@ static int linear_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     return 0;
 }
 
+/* zb's split: the input gradient now, the weight gradient later from the stashed dout. */
+static size_t linear_stash(const tr_layer_t *l, int B, int T)
+{
+    return (size_t)B * T * (size_t)l->out_dim;
+}
+
+static int linear_backward_input(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    memcpy(c->stash, c->dout, ROWS(c) * (size_t)l->out_dim * sizeof(float));
+    if (c->din)
+        tr__linear_backward(c->din, NULL, NULL, c->dout, NULL, c->params, (int)ROWS(c), l->in_dim,
+                            l->out_dim);
+    return 0;
+}
+
+static int linear_backward_weight(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    float *dbias = l->n_params == 2 ? c->grads + l->params[1].offset : NULL;
+    tr__linear_backward(NULL, c->grads, dbias, c->stash, c->in, NULL, (int)ROWS(c), l->in_dim,
+                        l->out_dim);
+    return 0;
+}
+
 static void linear_init(tr_layer_t *l, float *params, uint64_t *rng)
 {
     tr_rng_fill_uniform(rng, params, l->param_count, 1.0f / sqrtf((float)l->in_dim)); // PyTorch's
 }
 
-static const tr_layer_ops_t linear_ops = {
-    "linear", out_size, no_scratch, linear_forward, linear_backward, linear_init, NULL,
-};
+static const tr_layer_ops_t linear_ops = {.kind = "linear",
+                                          .act_size = out_size,
+                                          .scratch_size = no_scratch,
+                                          .forward = linear_forward,
+                                          .backward = linear_backward,
+                                          .init = linear_init,
+                                          .stash_size = linear_stash,
+                                          .backward_input = linear_backward_input,
+                                          .backward_weight = linear_backward_weight};
 
 int tr_layer_linear_create(tr_layer_t **out, const char *name, int C, int OC, int with_bias)
 {
@@ -108,9 +137,11 @@ static int gelu_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     return 0;
 }
 
-static const tr_layer_ops_t gelu_ops = {
-    "gelu", out_size, no_scratch, gelu_forward, gelu_backward, NULL, NULL,
-};
+static const tr_layer_ops_t gelu_ops = {.kind = "gelu",
+                                        .act_size = out_size,
+                                        .scratch_size = no_scratch,
+                                        .forward = gelu_forward,
+                                        .backward = gelu_backward};
 
 int tr_layer_gelu_create(tr_layer_t **out, const char *name, int C)
 {
@@ -154,10 +185,12 @@ static void layernorm_init(tr_layer_t *l, float *params, uint64_t *rng)
     tr__fill(params + l->in_dim, l->in_dim, 0.0f);
 }
 
-static const tr_layer_ops_t layernorm_ops = {
-    "layernorm",    layernorm_acts, layernorm_scratch, layernorm_forward, layernorm_backward,
-    layernorm_init, NULL,
-};
+static const tr_layer_ops_t layernorm_ops = {.kind = "layernorm",
+                                             .act_size = layernorm_acts,
+                                             .scratch_size = layernorm_scratch,
+                                             .forward = layernorm_forward,
+                                             .backward = layernorm_backward,
+                                             .init = layernorm_init};
 
 int tr_layer_layernorm_create(tr_layer_t **out, const char *name, int C)
 {
@@ -202,10 +235,13 @@ static void embedding_init(tr_layer_t *l, float *params, uint64_t *rng)
     tr_rng_fill_normal(rng, params, l->param_count, 0.02f);
 }
 
-static const tr_layer_ops_t embedding_ops = {
-    "embedding",        out_size,       no_scratch, embedding_forward,
-    embedding_backward, embedding_init, free_state,
-};
+static const tr_layer_ops_t embedding_ops = {.kind = "embedding",
+                                             .act_size = out_size,
+                                             .scratch_size = no_scratch,
+                                             .forward = embedding_forward,
+                                             .backward = embedding_backward,
+                                             .init = embedding_init,
+                                             .destroy = free_state};
 
 int tr_layer_embedding_create(tr_layer_t **out, const char *name, int V, int maxT, int C)
 {
@@ -253,10 +289,12 @@ static int crossentropy_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     return 0;
 }
 
-static const tr_layer_ops_t crossentropy_ops = {
-    "crossentropy", crossentropy_acts, no_scratch, crossentropy_forward, crossentropy_backward,
-    NULL,           free_state,
-};
+static const tr_layer_ops_t crossentropy_ops = {.kind = "crossentropy",
+                                                .act_size = crossentropy_acts,
+                                                .scratch_size = no_scratch,
+                                                .forward = crossentropy_forward,
+                                                .backward = crossentropy_backward,
+                                                .destroy = free_state};
 
 int tr_layer_crossentropy_create(tr_layer_t **out, const char *name, int V, int ignore_index)
 {
@@ -305,9 +343,11 @@ static int mse_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     return 0;
 }
 
-static const tr_layer_ops_t mse_ops = {
-    "mse", out_size, no_scratch, mse_forward, mse_backward, NULL, NULL,
-};
+static const tr_layer_ops_t mse_ops = {.kind = "mse",
+                                       .act_size = out_size,
+                                       .scratch_size = no_scratch,
+                                       .forward = mse_forward,
+                                       .backward = mse_backward};
 
 int tr_layer_mse_create(tr_layer_t **out, const char *name, int dim)
 {

@@ -88,7 +88,7 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight) gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);

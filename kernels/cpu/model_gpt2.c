@@ -59,12 +59,23 @@ static size_t block_act_size(const tr_layer_t *l, int B, int T)
     return (size_t)B * T * (16 * (size_t)s->C + 4) + (size_t)B * s->NH * T * T;
 }
 
-/* dres2 (N, C) | dfch_gelu (N, 4C) | dfch (N, 4C) | dln (N, C) | datty (N, C) | dqkv (N, 3C) |
- * attention scratch (B, NH, T, T) */
+/* The backward's stash, what its weight-gradient part reads (N C floats each, in this order):
+ * dres3 (1) | dfch (4) | dres2 (1) | dqkv (3) | dln2 (1) | dln1 (1); kept per micro-batch
+ * between a split backward's two parts (zb). */
+#define STASH_NC 11
+
+static size_t block_stash_size(const tr_layer_t *l, int B, int T)
+{
+    const gpt2_state *s = l->state;
+    return (size_t)B * T * STASH_NC * s->C;
+}
+
+/* The input-gradient part's own temporaries: dfch_gelu (N, 4C) | datty (N, C) | attention
+ * scratch (B, NH, T, T); the whole backward also keeps the stash in its scratch. */
 static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 {
     const gpt2_state *s = l->state;
-    return (size_t)B * T * 14 * s->C + (size_t)B * s->NH * T * T;
+    return (size_t)B * T * (5 + STASH_NC) * s->C + (size_t)B * s->NH * T * T;
 }
 
 #define PARAM(c, l, i) ((c)->params + (l)->params[i].offset)
@@ -92,38 +103,86 @@ static int block_forward(tr_layer_t *l, tr_layer_ctx_t *c)
     return 0;
 }
 
-/* The forward list backwards. dout = d res3 = d fcproj; every scratch gradient starts at 0
- * (the kernels accumulate), d res2 starts as dout (the residual's pass-through). */
-static int block_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+typedef struct {
+    float *dres3, *dfch, *dres2, *dqkv, *dln2, *dln1;
+} block_stash;
+
+static block_stash carve_stash(float *p, size_t NC)
+{
+    return (block_stash){p, p + NC, p + 5 * NC, p + 6 * NC, p + 9 * NC, p + 10 * NC};
+}
+
+/* The forward list backwards, input gradients only: dout = d res3 = d fcproj; d res2 starts as
+ * dout (the residual's pass-through); every other gradient starts at 0 (the kernels
+ * accumulate). What the weights' part needs goes to the stash; tmp: the scratch after it. */
+static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, float *tmp)
 {
     const gpt2_state *s = l->state;
     int B = c->B, T = c->T, C = s->C, N = B * T;
     size_t NC = (size_t)N * C;
     block_acts a;
     carve_block(&a, c->acts, B, T, C, s->NH);
-    float *dres2 = c->scratch, *dfch_gelu = dres2 + NC, *dfch = dfch_gelu + 4 * NC;
-    float *dln = dfch + 4 * NC, *datty = dln + NC, *dqkv = datty + NC, *att_scratch = dqkv + 3 * NC;
-    memset(dfch_gelu, 0, 13 * NC * sizeof(float));
-    memcpy(dres2, c->dout, NC * sizeof(float));
+    float *dfch_gelu = tmp, *datty = tmp + 4 * NC, *att_scratch = datty + NC;
+    memset(d.dfch, 0, 4 * NC * sizeof(float));
+    memset(d.dqkv, 0, 5 * NC * sizeof(float)); /* dqkv, dln2, dln1 */
+    memset(tmp, 0, 5 * NC * sizeof(float));
+    memcpy(d.dres3, c->dout, NC * sizeof(float));
+    memcpy(d.dres2, c->dout, NC * sizeof(float));
+    tr__linear_backward(dfch_gelu, NULL, NULL, d.dres3, NULL, PARAM(c, l, FCPROJW), N, 4 * C, C);
+    tr__gelu_backward(d.dfch, a.fch, dfch_gelu, 4 * NC);
+    tr__linear_backward(d.dln2, NULL, NULL, d.dfch, NULL, PARAM(c, l, FCW), N, C, 4 * C);
+    tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
+                           a.ln2_rstd, N, C);
+    tr__linear_backward(datty, NULL, NULL, d.dres2, NULL, PARAM(c, l, ATTPROJW), N, C, C);
+    tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH);
+    tr__linear_backward(d.dln1, NULL, NULL, d.dqkv, NULL, PARAM(c, l, QKVW), N, C, 3 * C);
+    if (!c->din) return; /* nothing before this layer: no input gradient */
+    tr__residual_backward(c->din, NULL, d.dres2, NC);
+    tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,
+                           a.ln1_rstd, N, C);
+}
 
-    tr__linear_backward(dfch_gelu, GRAD(c, l, FCPROJW), GRAD(c, l, FCPROJB), c->dout, a.fch_gelu,
-                        PARAM(c, l, FCPROJW), N, 4 * C, C);
-    tr__gelu_backward(dfch, a.fch, dfch_gelu, 4 * NC);
-    tr__linear_backward(dln, GRAD(c, l, FCW), GRAD(c, l, FCB), dfch, a.ln2, PARAM(c, l, FCW), N, C,
-                        4 * C);
-    tr__layernorm_backward(dres2, GRAD(c, l, LN2W), GRAD(c, l, LN2B), dln, a.res2,
+/* The weight gradients, from the stash and the activations. */
+static void block_backward_w(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d)
+{
+    const gpt2_state *s = l->state;
+    int B = c->B, T = c->T, C = s->C, N = B * T;
+    block_acts a;
+    carve_block(&a, c->acts, B, T, C, s->NH);
+    tr__linear_backward(NULL, GRAD(c, l, FCPROJW), GRAD(c, l, FCPROJB), d.dres3, a.fch_gelu, NULL,
+                        N, 4 * C, C);
+    tr__linear_backward(NULL, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2, NULL, N, C, 4 * C);
+    tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a.res2,
                            PARAM(c, l, LN2W), a.ln2_mean, a.ln2_rstd, N, C);
-    tr__linear_backward(datty, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), dres2, a.atty,
-                        PARAM(c, l, ATTPROJW), N, C, C);
-    tr__attention_backward(dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH);
-    memset(dln, 0, NC * sizeof(float));
-    tr__linear_backward(dln, GRAD(c, l, QKVW), GRAD(c, l, QKVB), dqkv, a.ln1, PARAM(c, l, QKVW), N,
-                        C, 3 * C);
-    // without a din (nothing before this layer) the input gradient lands in spent scratch
-    float *din = c->din ? c->din : memset(dfch, 0, NC * sizeof(float));
-    tr__residual_backward(din, NULL, dres2, NC);
-    tr__layernorm_backward(din, GRAD(c, l, LN1W), GRAD(c, l, LN1B), dln, c->in, PARAM(c, l, LN1W),
-                           a.ln1_mean, a.ln1_rstd, N, C);
+    tr__linear_backward(NULL, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty, NULL, N,
+                        C, C);
+    tr__linear_backward(NULL, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1, NULL, N, C, 3 * C);
+    tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
+                           PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+/* The whole backward: both parts, the stash in the scratch. */
+static int block_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    const gpt2_state *s = l->state;
+    size_t NC = (size_t)c->B * c->T * s->C;
+    block_stash d = carve_stash(c->scratch, NC);
+    block_backward_in(l, c, d, c->scratch + STASH_NC * NC);
+    block_backward_w(l, c, d);
+    return 0;
+}
+
+static int block_backward_input(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    const gpt2_state *s = l->state;
+    block_backward_in(l, c, carve_stash(c->stash, (size_t)c->B * c->T * s->C), c->scratch);
+    return 0;
+}
+
+static int block_backward_weight(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    const gpt2_state *s = l->state;
+    block_backward_w(l, c, carve_stash(c->stash, (size_t)c->B * c->T * s->C));
     return 0;
 }
 
@@ -151,10 +210,16 @@ static void free_state(tr_layer_t *l)
     free(l->state);
 }
 
-static const tr_layer_ops_t block_ops = {
-    "gpt2_block",   block_act_size, block_scratch_size, block_forward,
-    block_backward, block_init,     free_state,
-};
+static const tr_layer_ops_t block_ops = {.kind = "gpt2_block",
+                                         .act_size = block_act_size,
+                                         .scratch_size = block_scratch_size,
+                                         .forward = block_forward,
+                                         .backward = block_backward,
+                                         .init = block_init,
+                                         .destroy = free_state,
+                                         .stash_size = block_stash_size,
+                                         .backward_input = block_backward_input,
+                                         .backward_weight = block_backward_weight};
 
 /* ---- head: final LayerNorm, logits = lnf wte^T over Vp, cross-entropy over V --------------- */
 
@@ -208,10 +273,13 @@ static void head_init(tr_layer_t *l, float *params, uint64_t *rng)
     tr__fill(params + s->C, s->C, 0.0f);
 }
 
-static const tr_layer_ops_t head_ops = {
-    "gpt2_head",   head_act_size, head_scratch_size, head_forward,
-    head_backward, head_init,     free_state,
-};
+static const tr_layer_ops_t head_ops = {.kind = "gpt2_head",
+                                        .act_size = head_act_size,
+                                        .scratch_size = head_scratch_size,
+                                        .forward = head_forward,
+                                        .backward = head_backward,
+                                        .init = head_init,
+                                        .destroy = free_state};
 
 /* ---- the model ----------------------------------------------------------------------------- */
 

@@ -22,6 +22,7 @@ typedef struct slot {
     float *acts; /* the stage's layers' regions, back to back; checkpointed: each group's
                   * output (the last is the stage's) */
     float *in;   /* the input: the previous stage's output, or the batch's x */
+    float *stash; /* split backwards (zb): each splitting layer's stash, at stash_off */
     int *tokens, *targets;
     float *y;
     int has_targets;
@@ -39,6 +40,9 @@ struct tr_model_stage {
     slot_t *slots;
     float *scratch, *dbuf[2];
     float *tied; /* model-sized gradients of tied tensors owned outside (NULL: none) */
+    size_t *stash_off; /* each layer's stash within a slot's (NULL: no layer splits its
+                        * backward, or checkpointed: the weights' part would need activations
+                        * a recompute overwrites) */
     char why[256];
 };
 
@@ -67,6 +71,11 @@ static size_t checkpointed_layout(tr_model_stage_t *s)
     return s->work ? (kept ? kept : 1) : 0;
 }
 
+static bool splits(const tr_layer_t *l)
+{
+    return l->ops->stash_size && l->ops->backward_input && l->ops->backward_weight;
+}
+
 static int ties_out(const tr_model_stage_t *s)
 {
     for (int i = s->first; i <= s->last; i++) {
@@ -88,6 +97,14 @@ static int alloc_buffers(tr_model_stage_t *s)
         acts += l->ops->act_size(l, s->B, s->T);
     }
     s->off[n] = acts;
+    size_t stash = 0;
+    if (!s->k && !(s->stash_off = calloc((size_t)n, sizeof(size_t)))) return TR_ENOMEM;
+    for (int k = 0; s->stash_off && k < n; k++) {
+        tr_layer_t *l = layer(s, s->first + k);
+        s->stash_off[k] = stash;
+        if (splits(l)) stash += l->ops->stash_size(l, s->B, s->T);
+    }
+    if (!stash) free(s->stash_off), s->stash_off = NULL;
     tr__model_pass_floats(s->m, s->first, s->last, s->B, s->T, &scratch, &dbuf);
     if (s->k && (acts = checkpointed_layout(s)) == 0) return TR_ENOMEM;
     tr_layer_t *first = layer(s, s->first), *last = layer(s, s->last);
@@ -103,6 +120,7 @@ static int alloc_buffers(tr_model_stage_t *s)
         t->tokens = malloc(N * sizeof(int));
         t->targets = malloc(N * sizeof(int));
         t->y = malloc(y * sizeof(float));
+        if (stash && !(t->stash = malloc(stash * sizeof(float)))) return TR_ENOMEM;
         if (!t->acts || !t->in || !t->tokens || !t->targets || !t->y) return TR_ENOMEM;
     }
     s->scratch = malloc(scratch * sizeof(float));
@@ -152,10 +170,10 @@ void tr_model_stage_destroy(tr_model_stage_t *s)
     if (!s) return;
     for (int k = 0; s->slots && k < s->n_slots; k++) {
         slot_t *t = &s->slots[k];
-        free(t->acts), free(t->in), free(t->tokens), free(t->targets), free(t->y);
+        free(t->acts), free(t->in), free(t->tokens), free(t->targets), free(t->y), free(t->stash);
     }
     free(s->slots), free(s->off), free(s->scratch), free(s->dbuf[0]), free(s->dbuf[1]);
-    free(s->tied);
+    free(s->tied), free(s->stash_off);
     free(s->keep), free(s->work);
     free(s);
 }
@@ -305,7 +323,11 @@ const float *tr_model_stage_output(const tr_model_stage_t *s, int slot)
     return s->k ? s->slots[slot].acts + s->keep[j / s->k] : s->slots[slot].acts + s->off[j];
 }
 
-int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, const float **din)
+/* A backward of slot's micro-batch: whole (BACKWARD), or a split backward's input part (every
+ * layer that does not split runs whole in it) or its weight part. */
+enum { WHOLE, INPUT, WEIGHT };
+
+static int backward(tr_model_stage_t *s, int slot, const float *dout, const float **din, int part)
 {
     if (din) *din = NULL;
     if (slot < 0 || slot >= s->n_slots)
@@ -313,28 +335,60 @@ int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, co
                     s->n_slots);
     slot_t *t = &s->slots[slot];
     tr_layer_t *last = layer(s, s->last);
-    if (last->is_loss ? !t->has_targets : !dout)
+    if (part != WEIGHT && (last->is_loss ? !t->has_targets : !dout))
         return fail(s, TR_EINVAL, "stage [%d, %d]: backward needs %s", s->first, s->last,
                     last->is_loss ? "a forward with targets" : "the gradient of its output");
     size_t N = (size_t)s->B * s->T;
     for (int i = s->last; i >= s->first; i--) {
         tr_layer_t *l = layer(s, i);
         int j = i - s->first;
+        bool split = s->stash_off && splits(l) && part != WHOLE;
+        if (part == WEIGHT && !split) continue; /* it ran whole in the input part */
         if (ends_group(s, j)) { /* checkpointed: the group again, from its kept input */
             int rc = forward_layers(s, t, s->first + j / s->k * s->k, i, false, NULL);
             if (rc < 0) return rc;
         }
         tr_layer_ctx_t c = context(s, t, i);
-        c.dout = l->is_loss ? NULL : i == s->last ? dout : s->dbuf[i % 2];
-        c.din = i > 0 ? s->dbuf[(i + 1) % 2] : NULL;
-        if (c.din) memset(c.din, 0, N * (size_t)l->in_dim * sizeof(float));
-        int rc = l->ops->backward(l, &c);
+        c.stash = split ? t->stash + s->stash_off[j] : NULL;
+        int (*fn)(tr_layer_t *, tr_layer_ctx_t *) = part == WEIGHT ? l->ops->backward_weight
+                                                    : split        ? l->ops->backward_input
+                                                                   : l->ops->backward;
+        if (part != WEIGHT) {
+            c.dout = l->is_loss ? NULL : i == s->last ? dout : s->dbuf[i % 2];
+            c.din = i > 0 ? s->dbuf[(i + 1) % 2] : NULL;
+            if (c.din) memset(c.din, 0, N * (size_t)l->in_dim * sizeof(float));
+        }
+        int rc = fn(l, &c);
         if (rc < 0)
-            return fail(s, rc, "layer %d '%s': backward returned %s (%s)", i, l->name,
+            return fail(s, rc, "layer %d '%s': backward%s returned %s (%s)", i, l->name,
+                        part == WEIGHT ? "_weight"
+                        : split        ? "_input"
+                                       : "",
                         tr_err_name(rc), tr_strerror(rc));
         if (i == s->first && din) *din = c.din;
     }
     return 0;
+}
+
+int tr_model_stage_backward(tr_model_stage_t *s, int slot, const float *dout, const float **din)
+{
+    return backward(s, slot, dout, din, WHOLE);
+}
+
+int tr_model_stage_backward_input(tr_model_stage_t *s, int slot, const float *dout,
+                                  const float **din)
+{
+    return backward(s, slot, dout, din, INPUT);
+}
+
+int tr_model_stage_backward_weight(tr_model_stage_t *s, int slot)
+{
+    return backward(s, slot, NULL, NULL, WEIGHT);
+}
+
+int tr_model_stage_splits(const tr_model_stage_t *s)
+{
+    return s->stash_off != NULL;
 }
 
 void tr_model_stage_zero_tied(tr_model_stage_t *s)

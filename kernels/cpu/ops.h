@@ -14,13 +14,15 @@
 
 #include <stddef.h>
 
-/* linear.c: out = inp weight^T + bias. bias and dbias may be NULL; dinp may be NULL. */
+/* linear.c: out = inp weight^T + bias. bias and dbias may be NULL; dinp or dweight may be NULL
+ * (backward computes only the other: a split backward's two parts). */
 void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC);
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
 
-/* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept. */
+/* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept.
+ * Backward: dinp NULL computes only dweight and dbias, dweight NULL only dinp. */
 void tr__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C);
 void tr__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -141,6 +141,84 @@ static void test_mlp_links_of_different_widths(void **state)
     compare(mlp, 1, 5, 2, TR_PIPE_TRAIN_ZB, "parameters", 0);
 }
 
+/* zb's split backward on real layers: a stage of GPT-2 blocks (and of MLP linears) run as
+ * BackwardInput for two micro-batches, then BackwardWeight for both, gives bitwise the input
+ * gradients and parameter gradients of the whole backwards; the input part leaves the
+ * parameter gradients untouched (the weight work is really deferred). */
+static void split_equals_whole(tr_model_t *(*make)(void), int floats, int first, int last)
+{
+    data_t *d = calloc(1, sizeof(*d));
+    make_data(d, floats, 5);
+    tr_model_t *m = make();
+    size_t n = tr_model_num_params(m), in_floats;
+    tr_model_stage_t *head, *st[2];
+    char why[256];
+    int L = tr_model_num_layers(m);
+    /* the layers before `first` produce the stage's input; those after it its output's grad */
+    if (tr_model_stage_create(&head, m, 0, first - 1, 2, NB, NT, why, sizeof(why)) ||
+        tr_model_stage_create(&st[0], m, first, last, 2, NB, NT, why, sizeof(why)) ||
+        tr_model_stage_create(&st[1], m, first, last, 2, NB, NT, why, sizeof(why)))
+        fail_msg("%s", why);
+    assert_int_equal(tr_model_stage_splits(st[0]), 1);
+    in_floats = tr_model_stage_input_floats(st[0]);
+    size_t out_floats = tr_model_stage_output_floats(st[0]);
+    float *dout = malloc(out_floats * sizeof(float)), *din[2][2], *grads[2];
+    for (size_t i = 0; i < out_floats; i++)
+        dout[i] = (float)((int)(i * 29 % 23) - 11) / 64.0f;
+    for (int way = 0; way < 2; way++) { /* 0: whole backwards, 1: split */
+        tr_model_zero_grad(m);
+        for (int mb = 0; mb < 2; mb++) {
+            float loss;
+            if (tr_model_stage_forward(head, mb, &d->b[mb], NULL, &loss) ||
+                tr_model_stage_forward(st[way], mb, &d->b[mb], tr_model_stage_output(head, mb),
+                                       &loss))
+                fail_msg("forward");
+        }
+        for (int mb = 0; mb < 2; mb++) {
+            const float *g;
+            int rc = way ? tr_model_stage_backward_input(st[way], mb, dout, &g)
+                         : tr_model_stage_backward(st[way], mb, dout, &g);
+            assert_int_equal(rc, 0);
+            din[way][mb] = malloc(in_floats * sizeof(float));
+            memcpy(din[way][mb], g, in_floats * sizeof(float));
+        }
+        if (way) { /* nothing accumulated yet: the weight work waits */
+            const float *g = tr_model_grads(m);
+            for (size_t i = 0; i < n; i++)
+                if (g[i] != 0) fail_msg("gradient %zu is %g after the input parts", i, g[i]);
+            for (int mb = 0; mb < 2; mb++)
+                assert_int_equal(tr_model_stage_backward_weight(st[way], mb), 0);
+        }
+        grads[way] = malloc(n * sizeof(float));
+        memcpy(grads[way], tr_model_grads(m), n * sizeof(float));
+    }
+    for (int mb = 0; mb < 2; mb++)
+        assert_memory_equal(din[0][mb], din[1][mb], in_floats * sizeof(float));
+    assert_memory_equal(grads[0], grads[1], n * sizeof(float));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += grads[1][i] != 0;
+    assert_true(nonzero > 0);
+    printf("split backward: layers %d to %d of %d: input and %zu parameter gradients bitwise "
+           "the whole backward's\n",
+           first, last, L, nonzero);
+    for (int way = 0; way < 2; way++) {
+        free(din[way][0]), free(din[way][1]), free(grads[way]);
+        tr_model_stage_destroy(st[way]);
+    }
+    tr_model_stage_destroy(head);
+    free(dout);
+    tr_model_destroy(m);
+    free(d);
+}
+
+static void test_split_backward_equals_whole(void **state)
+{
+    (void)state;
+    split_equals_whole(gpt2, 0, 1, 3);
+    split_equals_whole(mlp, 1, 2, 4);
+}
+
 /* A batch that fails (a token id past the vocabulary in micro-batch 2) names the stage and
  * layer, and leaves nothing behind: the tied gradients the head's stage kept apart are dropped,
  * so the next batch's gradients are the reference's; inference schedules are refused. */
@@ -256,6 +334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_pipelined_equals_unpipelined),
         cmocka_unit_test(test_mlp_links_of_different_widths),
+        cmocka_unit_test(test_split_backward_equals_whole),
         cmocka_unit_test(test_failed_batch_leaves_nothing_behind),
         cmocka_unit_test(test_stage_checkpointing_holds_less),
         cmocka_unit_test(test_partition_methods),

@@ -240,8 +240,11 @@ static void scale_init(tr_layer_t *l, float *params, uint64_t *rng)
         params[i] = 0.5f + 0.1f * i;
 }
 
-static const tr_layer_ops_t scale_ops = {"scale",        scale_acts, NULL, scale_forward,
-                                         scale_backward, scale_init, NULL};
+static const tr_layer_ops_t scale_ops = {.kind = "scale",
+                                         .act_size = scale_acts,
+                                         .forward = scale_forward,
+                                         .backward = scale_backward,
+                                         .init = scale_init};
 
 static void test_model_user_layer_joins_a_model(void **state)
 {
@@ -470,8 +473,11 @@ static void free_spy_state(tr_layer_t *l)
     free(l->state);
 }
 
-static const tr_layer_ops_t spy_ops = {"spy",        scale_acts, NULL,          spy_forward,
-                                       spy_backward, NULL,       free_spy_state};
+static const tr_layer_ops_t spy_ops = {.kind = "spy",
+                                       .act_size = scale_acts,
+                                       .forward = spy_forward,
+                                       .backward = spy_backward,
+                                       .destroy = free_spy_state};
 
 static void test_model_layers_see_the_training_flag(void **state)
 {
@@ -511,8 +517,11 @@ static void count_destroy(tr_layer_t *l)
     destroyed++;
 }
 
-static const tr_layer_ops_t owned_ops = {"owned",        scale_acts, NULL,         scale_forward,
-                                         scale_backward, NULL,       count_destroy};
+static const tr_layer_ops_t owned_ops = {.kind = "owned",
+                                         .act_size = scale_acts,
+                                         .forward = scale_forward,
+                                         .backward = scale_backward,
+                                         .destroy = count_destroy};
 
 /* tr_model_create takes the layers, also when it fails; destroy runs ops->destroy, then free
  * (ASan checks the free). */
