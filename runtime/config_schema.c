@@ -442,7 +442,8 @@ static const tr__cfg_key_t pipeline_keys[] = {
      .max = 65536,
      .flags = TR__F_AUTO_ZERO,
      .expect = "an integer between 1 and 65536 or \"auto\"",
-     .doc = "pipeline stages, as stage actors in one process (\"auto\" or 1: none)",
+     .doc = "pipeline stages: stage actors in one process, or one rank each under mpirun "
+            "(ranks = stages x data-parallel replicas); \"auto\" or 1: none",
      .state = TR__S_ACTED},
     ACT(STR("partition", pipeline.partition, "best", 0,
             "layer partitioning: parameters (= best), uniform, or type:REGEX")),

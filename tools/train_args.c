@@ -90,7 +90,11 @@ void train_usage(FILE *f)
                "diverges or hangs is named (troupe.comm.timeout_s). Every rank writes its part\n"
                "of a checkpoint (with ZeRO stage >= 1 its optimizer partition); --resume works\n"
                "with another number of ranks than the save's (the optimizer state is split\n"
-               "anew; keep train_batch_size the same so the data stream continues).\n\n");
+               "anew; keep train_batch_size the same so the data stream continues).\n"
+               "Pipeline: the config's \"pipeline\": {\"stages\": S} runs each step's\n"
+               "micro-batches through S stages (1f1b or zb): in one process as S actors, or\n"
+               "under mpirun -np S*D one stage per rank, D data-parallel replicas (stage-major;\n"
+               "train_batch_size counts the D replicas, as DeepSpeed's does).\n\n");
     for (size_t i = 0; i < n_flags; i++) {
         char left[48];
         snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].arg ? " " : "",

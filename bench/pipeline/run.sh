@@ -44,3 +44,33 @@ for sm in "2 4" "4 8" "4 16" "8 32"; do
     "$build/troupe" pipeline simulate --stages "$1" --micro-batches "$2" |
         sed -n "s/^pipeline\.\(1f1b\|zb\)\.bubble: \([0-9.]*\) (theory \([0-9.]*\))/pipeline.S$1_M$2.\1.virtual_bubble: \2 (theory \3)/p"
 done
+
+# Real layers across ranks: the byte-level GPT (192 channels, 4 blocks, context 64, 4 sequences
+# per micro-batch, 8 micro-batches a step) trained by `mpirun -np 2 troupe train` with 2 stages,
+# one rank (and one core) each, under 1F1B and zb alternately; each figure the median of the
+# runs' tokens/s (3 runs of 12 steps). zb's backward is split on these layers (GPT-2 blocks).
+if command -v mpirun > /dev/null && [ -f "$build/demo-data/text_train.bin" ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    for kind in 1f1b zb; do
+        cat > "$tmp/$kind.json" <<JSON
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, "steps_per_print": 1000,
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } },
+  "pipeline": { "stages": 2, "schedule": "$kind" }, "troupe": { "runtime": { "workers": 1 } } }
+JSON
+    done
+    for run in 1 2 3; do
+        for kind in 1f1b zb; do
+            mpirun --oversubscribe -np 2 "$build/troupe" train --deepspeed_config "$tmp/$kind.json" \
+                --train-data "$build/demo-data/text_train.bin" --context 64 --channels 192 \
+                --layers 4 --heads 4 --steps 12 2> /dev/null |
+                sed -n 's/^summary: .*, \([0-9]*\) tokens\/s.*/\1/p' >> "$tmp/$kind.tps"
+        done
+    done
+    med() { sort -n "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+    a=$(med "$tmp/1f1b.tps") b=$(med "$tmp/zb.tps")
+    echo "pipeline.gpt_2ranks.1f1b.tokens_per_s: $a tokens/s"
+    echo "pipeline.gpt_2ranks.zb.tokens_per_s: $b tokens/s"
+    awk -v a="$a" -v b="$b" 'BEGIN { printf "pipeline.gpt_2ranks.zb_vs_1f1b: %.2f x\n", b / a }'
+fi
