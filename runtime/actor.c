@@ -46,6 +46,18 @@ _Thread_local tr__tls_t tr__tls;
 static _Atomic uint32_t next_thread_no = 1;
 static _Thread_local uint32_t tls_thread_no;
 static _Thread_local uint64_t tls_flow;
+static _Thread_local uint64_t tls_external_seq; /* seq of this thread's sends from outside */
+
+/* The running behaviour's outbox: its consecutive data sends to one actor, linked into one
+ * chain and pushed with a single exchange on the receiver's head (send design below). */
+#define TR__OUTBOX_MAX 64
+typedef struct outbox {
+    tr_runtime_t *rt;
+    tr__actor_t *to;
+    tr_msg_t *first, *last;
+    uint64_t n;
+} outbox_t;
+static _Thread_local outbox_t tls_out;
 
 /* --- slots ----------------------------------------------------------------------------- */
 
@@ -459,7 +471,7 @@ static inline void fill_envelope(tr_runtime_t *rt, tr_msg_t *m, tr_actor_t to, b
                               memory_order_relaxed);
     } else {
         m->sender = TR_ACTOR_NONE;
-        m->seq = atomic_fetch_add_explicit(&rt->external_seq, 1, memory_order_relaxed) + 1;
+        m->seq = ++tls_external_seq; /* per thread: no locked add, which fences the stores */
     }
     m->flow_id = ((uint64_t)tls_thread_no << 44) | ++tls_flow;
     if (rt->timestamps)
@@ -468,6 +480,39 @@ static inline void fill_envelope(tr_runtime_t *rt, tr_msg_t *m, tr_actor_t to, b
         trace_send(rt, self, m);
 }
 
+/* Pushes the outbox's chain; schedules the receiver if it was idle: in parallel with the
+ * sender when the behaviour is still sending (burst: the outbox filled up), else in the
+ * worker's run-next slot, to run when the behaviour's activation ends. */
+static void outbox_flush(bool burst)
+{
+    outbox_t *o = &tls_out;
+    if (!o->n) return;
+    if (tr__mpscq_push(&o->to->data_in, o->first, o->last, o->n))
+        tr__sched_schedule_as(o->rt, o->to, burst);
+    o->n = 0;
+}
+
+/* Adds a linked chain to the outbox: after the chain to another actor is pushed, or pushed
+ * itself once the outbox holds TR__OUTBOX_MAX messages. */
+static void outbox_add(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg_t *last, size_t n)
+{
+    outbox_t *o = &tls_out;
+    if (o->n && o->to != a) outbox_flush(false);
+    if (o->n)
+        atomic_store_explicit(&o->last->tr_next_, first, memory_order_relaxed);
+    else
+        *o = (outbox_t){.rt = rt, .to = a, .first = first};
+    o->last = last;
+    o->n += n;
+    if (o->n >= TR__OUTBOX_MAX) outbox_flush(true);
+}
+
+/* A send pushes the messages onto the receiver's data (or urgent) lane. Inside a behaviour,
+ * consecutive data sends to one actor gather in the thread's outbox and go as one chain (one
+ * exchange, one scheduling check) when the behaviour returns, when it sends to another actor,
+ * or every TR__OUTBOX_MAX messages: the line transfers a push costs are paid per chain, and
+ * per-sender FIFO holds (one outbox per thread, pushed in order). An urgent send is pushed at
+ * once. */
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
 {
     if (!rt || !msgs || n == 0)
@@ -490,7 +535,9 @@ static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n,
     }
     for (size_t i = 0; i + 1 < n; i++)
         atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
-    if (!urgent) {
+    if (!urgent && tr__tls.actor && tr__tls.rt == rt) {
+        outbox_add(rt, a, msgs[0], msgs[n - 1], n);
+    } else if (!urgent) {
         if (tr__mpscq_push(&a->data_in, msgs[0], msgs[n - 1], n))
             tr__sched_schedule(rt, a);
     } else {
@@ -759,12 +806,14 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
     if ((gen & 1) && a->init_pending)
         activation_init(rt, a);
+    outbox_flush(false);
     tr_msg_t *m;
     while ((m = next_message(a, pool))) {
         if (__builtin_expect(rt->monitor != NULL, 0))
             handle_traced(rt, a, m);
         else
             handle(rt, a, m);
+        outbox_flush(false);
         if (++n >= limit || ((n & 7) == 0 && tr__ticks() - t0 > rt->batch_ticks)) {
             yielded = true;
             break;

@@ -33,37 +33,38 @@ typedef struct tr__worker tr__worker_t;
  * bumped at spawn (to odd) and at stop (to even). The mailbox persists across generations:
  * messages addressed to an older generation are dropped as dead letters when popped. */
 typedef struct tr__actor {
-    /* --- written by senders (any thread) --- */
+    /* --- written by senders (any thread) and by the one that schedules it --- */
     tr__mpscq_head_t data_in;
     tr__mpscq_head_t urgent_in;
-    char pad0_[TR__CACHE_LINE - 2 * sizeof(tr__mpscq_head_t)];
-
-    /* --- written by the thread running the actor --- */
-    tr__mpscq_tail_t data_out;
-    tr__mpscq_tail_t urgent_out;
-    uint64_t seq;                   /* messages sent by this actor (envelope seq) */
-    _Atomic uint64_t msgs_in, msgs_out, run_ns, activations, peak_depth;
-    uint8_t stop_requested;
-    uint8_t init_pending;           /* written by spawn before gen is published */
-    uint64_t depth_sampled_ns;      /* tracing: when the mailbox depth was last recorded */
     tr__qnode_t qnode;              /* link in the inject queue while queued there */
 
-    /* --- written by spawn/restart while the slot is dead, read after gen (acquire) --- */
-    _Atomic uint32_t gen;
+    /* --- read by every send (gen, pinned, pin); written only by spawn, restart and stop,
+     * while the slot changes hands, and read after gen (acquire). Apart from the running
+     * thread's counters, so a send does not miss on a line the receiver keeps writing --- */
+    _Alignas(TR__CACHE_LINE) _Atomic uint32_t gen;
+    _Atomic uint8_t pinned;
+    uint8_t defer_stop;
+    uint8_t lane_kind;  /* tr_lane_kind_t, kept for a pinned restart */
+    uint8_t recyclable; /* the slot returns to the free list at stop */
+    tr__pinned_t *pin;  /* the dedicated thread of a pinned actor */
     uint32_t slot;
+    unsigned batch;
     tr_behaviour_cb behaviour;
     void *state;
     tr_actor_init_cb init;
     tr_actor_cleanup_cb cleanup;
     _Atomic uint64_t supervisor;    /* tr_actor_t.id; tr_actor_link may write it any time */
-    unsigned batch;
-    uint8_t defer_stop;
-    uint8_t lane_kind;              /* tr_lane_kind_t, kept for a pinned restart */
-    _Atomic uint8_t pinned;
-    uint8_t recyclable;             /* the slot returns to the free list at stop */
-    tr__pinned_t *pin;              /* the dedicated thread of a pinned actor */
     char name[TR__NAME_MAX];        /* "" or its registered name (runtime/names.c) */
     uint32_t next_free;             /* free-list link (slot index + 1, 0 = end) */
+
+    /* --- written by the thread running the actor --- */
+    _Alignas(TR__CACHE_LINE) tr__mpscq_tail_t data_out;
+    tr__mpscq_tail_t urgent_out;
+    uint64_t seq; /* messages sent by this actor (envelope seq) */
+    _Atomic uint64_t msgs_in, msgs_out, run_ns, activations, peak_depth;
+    uint8_t stop_requested;
+    uint8_t init_pending;      /* written by spawn before gen is published */
+    uint64_t depth_sampled_ns; /* tracing: when the mailbox depth was last recorded */
 
     /* --- restart intensity: written by spawn/restart while the slot is dead and by finish
      * on the actor's thread; each side reads the other's writes after gen (acq/rel) --- */
@@ -140,13 +141,12 @@ struct tr_runtime {
     char pad0_[TR__CACHE_LINE];
 
     /* --- shared counters, each touched rarely --- */
-    _Atomic uint32_t next_slot;      /* fresh slots handed out */
+    _Atomic uint32_t next_slot; /* fresh slots handed out */
     _Atomic uint64_t alive;
     _Atomic uint64_t spawned;
     _Atomic uint64_t dead_letters;
     _Atomic uint64_t parks;
     _Atomic uint64_t steals;
-    _Atomic uint64_t external_seq;   /* envelope seq for sends from outside any actor */
     _Atomic int n_idle;
     _Atomic int stopping;            /* close has begun: threads exit */
     _Atomic int failed;              /* an unhandled failure: no more spawns */
@@ -206,6 +206,10 @@ void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_ac
 int tr__sched_start(tr_runtime_t *rt);
 void tr__sched_stop(tr_runtime_t *rt);
 void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a);
+/* As tr__sched_schedule; parallel: never into the running sender's run-next slot (where it
+ * would wait for the sender's activation to end) but onto its worker's queue, an idle worker
+ * woken to take it: for the receiver of a sender that is still sending (a burst). */
+void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel);
 void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);
 int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a);

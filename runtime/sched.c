@@ -184,6 +184,11 @@ static bool pin_signal(tr__pinned_t *p)
 
 void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a)
 {
+    tr__sched_schedule_as(rt, a, false);
+}
+
+void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
+{
     if (atomic_load_explicit(&a->pinned, memory_order_relaxed) && pin_signal(a->pin))
         return;
     tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
@@ -195,7 +200,7 @@ void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a)
         return;
     }
     if (w) {
-        if (tr__tls.actor) {
+        if (tr__tls.actor && !parallel) {
             /* acq_rel: hands a (and its mailbox state) to whoever takes the slot */
             a = atomic_exchange_explicit(&w->run_next, a, memory_order_acq_rel);
             if (!a)

@@ -86,7 +86,8 @@ typedef struct tr_msg {
     uint32_t flags;      /* TR_MSG_F_* */
     tr_actor_t sender;   /* TR_ACTOR_NONE when sent from outside any actor */
     tr_actor_t receiver;
-    uint64_t seq;        /* per-sender sequence number, from 1 */
+    uint64_t seq;        /* per-sender sequence number, from 1 (sends from outside any actor:
+                          * per thread) */
     uint64_t step;       /* training step the message belongs to (0 when none) */
     uint32_t micro_step;
     uint32_t size;       /* bytes of the body in use */
