@@ -105,14 +105,15 @@ uint32_t tr__runq_take_half(tr__runq_t *q, void **out, uint32_t max)
 
 void tr__inject_init(tr__inject_t *q)
 {
-    pthread_mutex_init(&q->mu, NULL);
-    q->head = q->tail = NULL;
-    atomic_init(&q->len, 0);
+    atomic_init(&q->stub.next, NULL);
+    atomic_init(&q->tail, &q->stub);
+    q->head = &q->stub;
+    atomic_init(&q->busy, 0);
 }
 
 void tr__inject_destroy(tr__inject_t *q)
 {
-    pthread_mutex_destroy(&q->mu);
+    (void)q;
 }
 
 void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n)
@@ -120,30 +121,46 @@ void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n)
     if (n == 0)
         return;
     for (size_t i = 0; i + 1 < n; i++)
-        nodes[i]->next = nodes[i + 1];
-    nodes[n - 1]->next = NULL;
-    pthread_mutex_lock(&q->mu);
-    if (q->tail)
-        q->tail->next = nodes[0];
-    else
-        q->head = nodes[0];
-    q->tail = nodes[n - 1];
-    atomic_fetch_add_explicit(&q->len, n, memory_order_seq_cst);
-    pthread_mutex_unlock(&q->mu);
+        atomic_store_explicit(&nodes[i]->next, nodes[i + 1], memory_order_relaxed);
+    atomic_store_explicit(&nodes[n - 1]->next, NULL, memory_order_relaxed);
+    /* seq_cst: the publication the parking protocol needs (runtime/sched.c); its release also
+     * orders the links above before the link store below makes them reachable */
+    tr__qnode_t *prev = atomic_exchange_explicit(&q->tail, nodes[n - 1], memory_order_seq_cst);
+    /* release: pairs with the consumer's acquire load of prev->next */
+    atomic_store_explicit(&prev->next, nodes[0], memory_order_release);
+}
+
+/* Vyukov's pop, by the consumer holding busy. */
+static tr__qnode_t *pop_locked(tr__inject_t *q)
+{
+    tr__qnode_t *head = q->head;
+    tr__qnode_t *next = atomic_load_explicit(&head->next, memory_order_acquire);
+    if (head == &q->stub) {
+        if (!next) return NULL;
+        q->head = head = next;
+        next = atomic_load_explicit(&next->next, memory_order_acquire);
+    }
+    if (next) {
+        q->head = next;
+        return head;
+    }
+    if (head != atomic_load_explicit(&q->tail, memory_order_acquire))
+        return NULL; /* a push between its exchange and its link: soon */
+    tr__qnode_t *stub = &q->stub;
+    tr__inject_push(q, &stub, 1);
+    next = atomic_load_explicit(&head->next, memory_order_acquire);
+    if (!next) return NULL;
+    q->head = next;
+    return head;
 }
 
 tr__qnode_t *tr__inject_pop(tr__inject_t *q)
 {
-    if (atomic_load_explicit(&q->len, memory_order_relaxed) == 0)
+    if (!tr__inject_nonempty(q) ||
+        /* acquire: the previous consumer's head, released by its store of busy */
+        atomic_exchange_explicit(&q->busy, 1, memory_order_acquire))
         return NULL;
-    pthread_mutex_lock(&q->mu);
-    tr__qnode_t *n = q->head;
-    if (n) {
-        q->head = n->next;
-        if (!q->head)
-            q->tail = NULL;
-        atomic_fetch_sub_explicit(&q->len, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&q->mu);
+    tr__qnode_t *n = pop_locked(q);
+    atomic_store_explicit(&q->busy, 0, memory_order_release);
     return n;
 }

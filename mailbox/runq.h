@@ -3,7 +3,10 @@
  * tr__runq_t is one worker's local queue: a bounded ring that only its owner pushes to, and
  * that its owner and thieves pop from (FIFO). tr__inject_t is the global queue for threads
  * that are not workers (the main thread, the loop thread, pinned actors) and for a local
- * queue's overflow: a mutex-protected intrusive list with an atomic length for cheap checks.
+ * queue's overflow: Vyukov's intrusive multi-producer queue, where a push is one exchange on
+ * the producers' tail (a line consumers only read to see whether anything is there) and one
+ * link store, and consumers take turns through a try-lock (a worker that finds it taken looks
+ * elsewhere and comes back).
  */
 #ifndef TR_MAILBOX_RUNQ_H
 #define TR_MAILBOX_RUNQ_H
@@ -45,27 +48,32 @@ uint32_t tr__runq_take_half(tr__runq_t *q, void **out, uint32_t max);
 
 /* A node embedded in whatever goes through the inject queue. */
 typedef struct tr__qnode {
-    struct tr__qnode *next;
+    struct tr__qnode *_Atomic next;
 } tr__qnode_t;
 
 typedef struct tr__inject {
-    pthread_mutex_t mu;
-    tr__qnode_t *head, *tail;
-    _Atomic size_t len;
+    _Atomic(tr__qnode_t *) tail; /* the newest node: producers exchange it */
+    char pad0_[64 - sizeof(void *)];
+    tr__qnode_t *head; /* the oldest (the stub when empty): the consumer holding busy */
+    _Atomic int busy;  /* a consumer is popping */
+    tr__qnode_t stub;
 } tr__inject_t;
 
 void tr__inject_init(tr__inject_t *q);
 void tr__inject_destroy(tr__inject_t *q);
 
-/* Appends n nodes (an array of pointers). Any thread. */
+/* Appends n nodes (an array of pointers) in order. Its exchange is seq_cst: the scheduler's
+ * parking protocol orders it before the pusher's read of the idle count. Any thread. */
 void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n);
 
-/* The oldest node or NULL. Any thread. */
+/* The oldest node, or NULL: empty, another consumer is popping, or a push is between its
+ * exchange and its link (tr__inject_nonempty then still says so: come back). Any thread. */
 tr__qnode_t *tr__inject_pop(tr__inject_t *q);
 
-static inline size_t tr__inject_len(tr__inject_t *q)
+/* Something was pushed and not popped (a seq_cst load of the tail). Any thread. */
+static inline bool tr__inject_nonempty(tr__inject_t *q)
 {
-    return atomic_load_explicit(&q->len, memory_order_seq_cst);
+    return atomic_load_explicit(&q->tail, memory_order_seq_cst) != &q->stub;
 }
 
 #endif

@@ -79,8 +79,7 @@ static void notify(tr_runtime_t *rt)
 
 static bool work_visible(tr_runtime_t *rt)
 {
-    if (tr__inject_len(&rt->inject))
-        return true;
+    if (tr__inject_nonempty(&rt->inject)) return true;
     for (unsigned i = 0; i < rt->n_workers; i++)
         if (tr__runq_len(&rt->workers[i].runq))
             return true;
@@ -422,7 +421,7 @@ void tr__sched_run_deterministic(tr_runtime_t *rt)
             ready_push(w, a);
         if (w->n_ready == 0) {
             pthread_mutex_lock(&rt->mu);
-            while (tr__inject_len(&rt->inject) == 0 &&
+            while (!tr__inject_nonempty(&rt->inject) &&
                    atomic_load_explicit(&rt->alive, memory_order_acquire) > 0)
                 pthread_cond_wait(&rt->done_cv, &rt->mu);
             pthread_mutex_unlock(&rt->mu);
