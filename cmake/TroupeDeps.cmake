@@ -1,5 +1,5 @@
 # Finds Troupe's dependencies and gathers them in the interface target tr_deps.
-# Required: libuv, msgpack-c, jansson, OpenBLAS, libaio, pthreads, libm.
+# Required: libuv, msgpack-c, jansson, OpenBLAS, oneDNN, libaio, pthreads, libm.
 # Optional (AUTO|ON|OFF): MPI, the CUDA toolkit with cuBLAS, NCCL. For each optional part,
 # TR_HAVE_<X> says whether it is built and TR_<X>_WHY says why not.
 find_package(PkgConfig REQUIRED)
@@ -25,6 +25,13 @@ else()
 endif()
 tr_require_pkg(JANSSON jansson)
 tr_require_pkg(OPENBLAS openblas)
+# oneDNN: the linear layers' matrix products (kernels/cpu/gemm.c)
+find_package(dnnl CONFIG QUIET)
+if(NOT dnnl_FOUND)
+  message(FATAL_ERROR "Troupe needs oneDNN (Debian: libdnnl-dev). "
+                      "Run scripts/install-deps.sh (or 'make deps') to install it.")
+endif()
+target_link_libraries(tr_deps INTERFACE DNNL::dnnl)
 
 find_path(AIO_INCLUDE_DIR libaio.h)
 find_library(AIO_LIBRARY aio)

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 pkgs=(cmake pkg-config make gcc libuv1-dev libmsgpack-dev libjansson-dev libaio-dev
-      libcmocka-dev libopenblas-dev libopenmpi-dev openmpi-bin python3 "$@")
+      libcmocka-dev libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin python3 "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/blas_internal.h"
 #include "troupe/blas.h"
 #include "troupe/model.h"
 
@@ -141,6 +142,8 @@ int main(int argc, char **argv)
     printf("gpt2_step: %.2f ms\n", step * 1e3);
     printf("gpt2_step_tokens_per_s: %.0f tokens/s\n", tok / step);
     printf("gpt2_step_gflops: %.1f GFLOP/s\n", gflops);
+    printf("gemm_library: %s (the linear layers'; TROUPE_GEMM=openblas|onednn overrides)\n",
+           tr__gemm_backend_name(tr__gemm_backend()));
     printf("sgemm_model_shape: %.1f GFLOP/s\n", gemm_model);
     printf("sgemm_1024: %.1f GFLOP/s\n", gemm_square);
     printf("gpt2_step_fraction_of_sgemm: %.2f\n", gflops / sgemm);

@@ -4,7 +4,10 @@
 Same model as Troupe's (and llm.c's): V=8192 (no padding needed), T=128, C=384, L=6, NH=6,
 batch 8; pre-LayerNorm blocks, GELU (tanh), causal attention, tied wte / output projection.
 --no-optim times forward + backward only (what bench_gpt2_fwdbwd measures); otherwise AdamW
-is stepped too. Same FLOP convention as the C benchmark: 6 * params * tokens per step.
+is stepped too. --autocast bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's mixed precision on the CPU (fp32 master weights; the matrix
+products in bf16 through oneDNN). bench/peers/torch_best.sh runs every configuration a PyTorch
+user could pick and keeps the best. Same FLOP convention as the C benchmark: 6 * params * tokens per step.
 Run with the system Python (Debian's python3-torch installs there), with OPENBLAS_CORETYPE
 set as the C benchmark's blas_best_core line says (bench/kernels/run.sh does both).
 Prints `name: value unit` lines.
@@ -67,6 +70,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -80,7 +84,11 @@ def main():
     for step in range(args.steps + 1):  # step 0 warms up
         t0 = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        loss = model(tokens, targets)
+        if args.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(tokens, targets)
+        else:
+            loss = model(tokens, targets)
         loss.backward()
         if opt is not None:
             opt.step()
@@ -90,6 +98,8 @@ def main():
     name = "torch_fwdbwd" if args.no_optim else "torch_train"
     print("torch_version: %s" % torch.__version__)
     print("torch_threads: %d" % torch.get_num_threads())
+    print("torch_autocast: %s" % args.autocast)
+    print("aten_cpu_capability: %s" % os.environ.get("ATEN_CPU_CAPABILITY", "(default)"))
     print("openblas_coretype: %s" % os.environ.get("OPENBLAS_CORETYPE", "(unset)"))
     print("openblas_num_threads: %s" % os.environ.get("OPENBLAS_NUM_THREADS", "(unset)"))
     print("params: %d" % params)

@@ -24,6 +24,14 @@ void tr__blas_assess(tr_blas_info_t *info, const char *core, const char *config,
  * their own pool (see kernels/cpu/linear.c). Call before a parallel region that calls BLAS. */
 void tr__blas_one_thread(void);
 
+/* gemm.c: the matrix-product libraries, and one single-threaded row-major product on one of
+ * them. The linear layers use tr__gemm_backend(): by CPU (gemm.c's table), or TROUPE_GEMM. */
+enum { TR__GEMM_OPENBLAS = 0, TR__GEMM_ONEDNN = 1 };
+int tr__gemm_backend(void);
+const char *tr__gemm_backend_name(int backend);
+void tr__sgemm(int backend, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+               int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* Prints the warning to stderr, once per process, if OpenBLAS runs slow kernels: the library's
  * start-up warning when it is embedded in a program that cannot re-exec (tr_model_create
  * calls it). Any thread. */

@@ -1,11 +1,12 @@
-/* linear.c: the fully connected layer, out = inp weight^T + bias, on OpenBLAS sgemm.
+/* linear.c: the fully connected layer, out = inp weight^T + bias, on oneDNN's (or OpenBLAS's)
+ * sgemm (kernels/cpu/gemm.c says which).
  *
  * inp (N, C), weight (OC, C) as PyTorch and llm.c store it, bias (OC), out (N, OC).
  * Forward is one matrix product with the bias pre-broadcast into out; backward is two (into
  * the input, into the weight) and a column sum for the bias, split over column blocks.
  *
  * Threads: every product is split into row blocks of its output, one per pool thread, each a
- * single-threaded OpenBLAS call, so the kernels' thread pool is the only set of threads
+ * single-threaded library call, so the kernels' thread pool is the only set of threads
  * working. Left multi-threaded, OpenBLAS's own threads spin (sched_yield) between calls and
  * fight the pool's threads for the cores during every non-GEMM op: measured on the GPT-2
  * benchmark, 17% of cycles went to sched_yield and a step took 590 ms instead of 522 ms.
@@ -30,10 +31,11 @@ typedef struct {
 #define BIAS_BLOCK 256
 
 /* C (M, N) = alpha op(A) op(B) + beta C, split over row blocks of C on the thread pool; each
- * block is one single-threaded OpenBLAS call. */
+ * block is one single-threaded call (tr__sgemm). */
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     float alpha, beta;
+    int backend; /* TR__GEMM_* */
     const float *A, *B;
     float *C;
 } gemm_job;
@@ -45,16 +47,14 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
     const gemm_job *g = ctx;
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < g->M ? (int)end * GEMM_ROWS : g->M;
     const float *A = g->ta ? g->A + m0 : g->A + (size_t)m0 * g->lda;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
-                m1 - m0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb, g->beta,
-                g->C + (size_t)m0 * g->ldc, g->ldc);
+    tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb,
+              g->beta, g->C + (size_t)m0 * g->ldc, g->ldc);
 }
 
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
-    tr__blas_one_thread(); // the pool owns the cores; see the top of this file
-    gemm_job g = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    gemm_job g = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, tr__gemm_backend(), A, B, C};
     size_t blocks = ((size_t)M + GEMM_ROWS - 1) / GEMM_ROWS;
     int t = tr_parallel_threads();
     tr_parallel_for(blocks, (blocks + t - 1) / t, gemm_rows, &g);

@@ -3,6 +3,7 @@
  * machine, and a re-exec that happens once, with the right OPENBLAS_CORETYPE, and does not
  * loop; a library inside someone else's program warns once, at its first model.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,6 +154,67 @@ static void test_blas_library_warns_once_at_first_model(void **state)
     assert_null(strstr(first + 1, "OPENBLAS_CORETYPE=")); // once, not per model
 }
 
+/* The two matrix-product libraries agree with a double-precision reference (within fp32
+ * rounding) for every transposition, odd shapes, alpha and beta, and leading dimensions wider
+ * than the rows, leaving the padding alone; the linear layers' library is the CPU's in
+ * gemm.c's table unless TROUPE_GEMM names one. */
+static double ref_at(const float *X, int t, int ld, int i, int k) /* op(X)[i][k] */
+{
+    return t ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k];
+}
+
+static float c0(size_t i)
+{
+    return (float)(i % 5);
+}
+
+static void test_gemm_libraries_agree(void **state)
+{
+    (void)state;
+    const int shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {130, 67, 257}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb;
+                size_t nc = (size_t)M * ldc;
+                float *A = malloc(na * 4), *B = malloc(nb * 4), *C[2];
+                for (size_t i = 0; i < na; i++)
+                    A[i] = (float)((int)(i * 37 % 29) - 14) / 16;
+                for (size_t i = 0; i < nb; i++)
+                    B[i] = (float)((int)(i * 53 % 31) - 15) / 32;
+                for (int b = 0; b < 2; b++) {
+                    C[b] = malloc(nc * 4);
+                    for (size_t i = 0; i < nc; i++)
+                        C[b][i] = c0(i);
+                    tr__sgemm(b ? TR__GEMM_ONEDNN : TR__GEMM_OPENBLAS, ta, tb, M, N, K, 0.5f, A,
+                              lda, B, ldb, 2.0f, C[b], ldc);
+                }
+                for (int b = 0; b < 2; b++)
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < ldc; j++) {
+                            size_t at = (size_t)i * ldc + j;
+                            double r = j < N ? 2.0 * c0(at) : c0(at);
+                            for (int k = 0; j < N && k < K; k++)
+                                r += 0.5 * ref_at(A, ta, lda, i, k) * ref_at(B, tb, ldb, k, j);
+                            if (fabs(C[b][at] - r) > 1e-4 * (1 + fabs(r)))
+                                fail_msg("%s, %dx%dx%d, ta %d, tb %d: C[%d][%d] = %g, expected %g",
+                                         tr__gemm_backend_name(b), M, N, K, ta, tb, i, j, C[b][at],
+                                         r);
+                        }
+                free(A), free(B), free(C[0]), free(C[1]);
+            }
+    const char *e = getenv("TROUPE_GEMM");
+    tr__blas_cpu_t cpu;
+    tr__blas_cpu(&cpu);
+    int want = e && !strcmp(e, "openblas") ? TR__GEMM_OPENBLAS
+               : e && !strcmp(e, "onednn") ? TR__GEMM_ONEDNN
+               : cpu.amd                   ? TR__GEMM_ONEDNN
+                                           : TR__GEMM_OPENBLAS;
+    assert_int_equal(tr__gemm_backend(), want);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reexec-child") == 0)
@@ -164,6 +226,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_blas_check_on_this_machine_is_consistent),
         cmocka_unit_test(test_blas_reexec_sets_coretype_once),
         cmocka_unit_test(test_blas_library_warns_once_at_first_model),
+        cmocka_unit_test(test_gemm_libraries_agree),
     };
     return cmocka_run_group_tests_name("blas", tests, NULL, NULL);
 }
