@@ -107,7 +107,7 @@ void tr__inject_init(tr__inject_t *q)
 {
     atomic_init(&q->stub.next, NULL);
     atomic_init(&q->tail, &q->stub);
-    q->head = &q->stub;
+    atomic_init(&q->head, &q->stub);
     atomic_init(&q->busy, 0);
 }
 
@@ -130,18 +130,20 @@ void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n)
     atomic_store_explicit(&prev->next, nodes[0], memory_order_release);
 }
 
-/* Vyukov's pop, by the consumer holding busy. */
+/* Vyukov's pop, by the consumer holding busy. head's stores are seq_cst, for
+ * tr__inject_nonempty's loads. */
 static tr__qnode_t *pop_locked(tr__inject_t *q)
 {
-    tr__qnode_t *head = q->head;
+    tr__qnode_t *head = atomic_load_explicit(&q->head, memory_order_relaxed);
     tr__qnode_t *next = atomic_load_explicit(&head->next, memory_order_acquire);
     if (head == &q->stub) {
         if (!next) return NULL;
-        q->head = head = next;
+        atomic_store_explicit(&q->head, next, memory_order_seq_cst);
+        head = next;
         next = atomic_load_explicit(&next->next, memory_order_acquire);
     }
     if (next) {
-        q->head = next;
+        atomic_store_explicit(&q->head, next, memory_order_seq_cst);
         return head;
     }
     if (head != atomic_load_explicit(&q->tail, memory_order_acquire))
@@ -150,7 +152,7 @@ static tr__qnode_t *pop_locked(tr__inject_t *q)
     tr__inject_push(q, &stub, 1);
     next = atomic_load_explicit(&head->next, memory_order_acquire);
     if (!next) return NULL;
-    q->head = next;
+    atomic_store_explicit(&q->head, next, memory_order_seq_cst);
     return head;
 }
 

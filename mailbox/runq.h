@@ -54,7 +54,8 @@ typedef struct tr__qnode {
 typedef struct tr__inject {
     _Atomic(tr__qnode_t *) tail; /* the newest node: producers exchange it */
     char pad0_[64 - sizeof(void *)];
-    tr__qnode_t *head; /* the oldest (the stub when empty): the consumer holding busy */
+    _Atomic(tr__qnode_t *) head; /* the oldest (the stub when empty): written by the consumer
+                                  * holding busy, read by tr__inject_nonempty */
     _Atomic int busy;  /* a consumer is popping */
     tr__qnode_t stub;
 } tr__inject_t;
@@ -70,10 +71,13 @@ void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n);
  * exchange and its link (tr__inject_nonempty then still says so: come back). Any thread. */
 tr__qnode_t *tr__inject_pop(tr__inject_t *q);
 
-/* Something was pushed and not popped (a seq_cst load of the tail). Any thread. */
+/* Something was pushed and not popped: seq_cst loads of the tail and the head. Empty is the
+ * stub alone, first and last; the stub last but not first is not empty (a consumer put it
+ * back behind nodes pushed meanwhile). Any thread. */
 static inline bool tr__inject_nonempty(tr__inject_t *q)
 {
-    return atomic_load_explicit(&q->tail, memory_order_seq_cst) != &q->stub;
+    return atomic_load_explicit(&q->tail, memory_order_seq_cst) != &q->stub ||
+           atomic_load_explicit(&q->head, memory_order_seq_cst) != &q->stub;
 }
 
 #endif
