@@ -8,7 +8,8 @@
  *   torch     torch.optim.Adam from bench/peers/torch_adam.py (Debian's python3-torch),
  *             when TR_BENCH_PYTHON (default /usr/bin/python3) can import torch
  * Each figure is the best of several repetitions after a warm-up (the first touch and
- * page faults are not timed). Output: `name: value unit` lines.
+ * page faults are not timed). Output: `name: value unit` lines; per size, also PyTorch at its
+ * best (foreach or not, 1 or 2 threads) against Troupe at its best (adam_vs_torch_best_*).
  * Usage: bench_adam [peer-script]   (default: bench/peers/torch_adam.py next to the source)
  */
 #include <stdint.h>
@@ -181,6 +182,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < 2; s++) {
         size_t n = sizes[s];
         int reps = n > 20000000 ? 8 : 20;
+        double best_adam = 0, best_torch = 0; /* each side at its best thread count */
+        int at_adam = 0, at_torch = 0;
         for (int threads = 1; threads <= 2; threads++) {
             tr_parallel_set_threads(threads);
             arrays_t a = {alloc_floats(n), alloc_floats(n), alloc_floats(n), alloc_floats(n), n};
@@ -200,6 +203,8 @@ int main(int argc, char **argv)
             printf("bound_bandwidth_%dM_%dt: %.2f GB/s\n", mp, threads, bound * 28e-9);
             printf("adam_of_bound_%dM_%dt: %.1f %%\n", mp, threads, 100.0 * adam / bound);
             double torch = torch_rate(script, n, threads);
+            if (adam > best_adam) best_adam = adam, at_adam = threads;
+            if (torch > best_torch) best_torch = torch, at_torch = threads;
             if (torch > 0.0) {
                 printf("torch_adam_%dM_%dt: %.4g params/s\n", mp, threads, torch);
                 printf("adam_over_torch_%dM_%dt: %.2f x\n", mp, threads, adam / torch);
@@ -208,6 +213,11 @@ int main(int argc, char **argv)
             }
             fflush(stdout);
         }
+        if (best_torch > 0.0) /* PyTorch at its best (foreach or not, 1 or 2 threads) */
+            printf("torch_adam_best_%dM: %.4g params/s (%d thread%s)\n"
+                   "adam_vs_torch_best_%dM: %.2f x (Troupe at %d thread%s)\n",
+                   (int)(n / 1000000), best_torch, at_torch, at_torch > 1 ? "s" : "",
+                   (int)(n / 1000000), best_adam / best_torch, at_adam, at_adam > 1 ? "s" : "");
     }
     tr_parallel_shutdown();
     return 0;
