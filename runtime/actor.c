@@ -507,12 +507,14 @@ static void outbox_add(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg
     if (o->n >= TR__OUTBOX_MAX) outbox_flush(true);
 }
 
-/* A send pushes the messages onto the receiver's data (or urgent) lane. Inside a behaviour,
- * consecutive data sends to one actor gather in the thread's outbox and go as one chain (one
- * exchange, one scheduling check) when the behaviour returns, when it sends to another actor,
- * or every TR__OUTBOX_MAX messages: the line transfers a push costs are paid per chain, and
- * per-sender FIFO holds (one outbox per thread, pushed in order). An urgent send is pushed at
- * once. */
+/* A send pushes the messages onto the receiver's data (or urgent) lane. Inside a behaviour
+ * running on a worker, consecutive data sends to one actor gather in the thread's outbox and go
+ * as one chain (one exchange, one scheduling check) when the behaviour returns, when it sends
+ * to another actor, or every TR__OUTBOX_MAX messages: the line transfers a push costs are paid
+ * per chain, and per-sender FIFO holds (one outbox per thread, pushed in order). A pinned
+ * actor's sends go at once: pinned actors are the long-running ones (an executor handing out
+ * gradients during a backward, a pipeline stage computing after a send), whose sends must not
+ * wait for the behaviour to return. An urgent send is pushed at once. */
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
 {
     if (!rt || !msgs || n == 0)
@@ -535,7 +537,7 @@ static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n,
     }
     for (size_t i = 0; i + 1 < n; i++)
         atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
-    if (!urgent && tr__tls.actor && tr__tls.rt == rt) {
+    if (!urgent && tr__tls.worker && tr__tls.actor && tr__tls.rt == rt) {
         outbox_add(rt, a, msgs[0], msgs[n - 1], n);
     } else if (!urgent) {
         if (tr__mpscq_push(&a->data_in, msgs[0], msgs[n - 1], n))

@@ -171,11 +171,12 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
                    const tr_actor_opts_t *opts, tr_actor_t *out);
 
 /* Queues msg on to's data lane. One atomic exchange; the first message to an idle actor
- * schedules it (from an actor, to run next on the same worker). From inside a behaviour,
- * consecutive sends to one actor are gathered and pushed as one chain when the behaviour
- * returns, when it sends to another actor, or every 64 messages: per-sender order holds, but
- * a behaviour must not send and then block waiting for the receiver's effect (it would wait
- * for itself). TR_ESTOPPED or TR_ENOACTOR leave msg with the caller. Any thread. */
+ * schedules it (from an actor, to run next on the same worker). From inside a behaviour on a
+ * worker (not pinned), consecutive sends to one actor are gathered and pushed as one chain
+ * when the behaviour returns, when it sends to another actor, or every 64 messages:
+ * per-sender order holds, but such a behaviour must not send and then block on, or compute
+ * long before, the receiver's effect (pin an actor that does). TR_ESTOPPED or TR_ENOACTOR
+ * leave msg with the caller. Any thread. */
 int tr_actor_send(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg);
 
 /* Queues n messages, in order, with a single exchange. All or nothing. Any thread. */

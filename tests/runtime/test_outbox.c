@@ -4,8 +4,10 @@
  * every producer once, in each producer's order (per-sender FIFO), with a checksum over all.
  * Then the same traffic in deterministic mode: one seed replays the same handling order, to
  * the message, and another seed gives another. The seed is printed; TEST_OUTBOX_SEED sets
- * it. argv[1]: messages per producer (sanitizer builds use fewer). */
+ * it. A pinned actor's sends are delivered while its behaviour runs. argv[1]: messages per
+ * producer (sanitizer builds use fewer). */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -166,12 +168,55 @@ static void test_deterministic_replay(void **state)
     assert_true(a != c);
 }
 
+/* A pinned actor's sends are not gathered: one it makes is handled while its behaviour still
+ * runs (a pinned executor hands out gradients during its backward; a pipeline stage computes
+ * after a send). The behaviour waits for the receiver's answer to its send; gathered until
+ * the behaviour returned, that would never come. */
+static _Atomic int seen, seen_in_time;
+
+static int r_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)ctx, (void)m;
+    atomic_store(&seen, 1);
+    return 0;
+}
+
+static int p_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    const tr_actor_t *r = ctx->state;
+    if (m->type != MSG_GO) /* the shutdown's STOP */
+        return 0;
+    int rc = tr_actor_send(ctx->rt, *r, tr_msg_alloc(ctx->rt, MSG_ITEM, sizeof(item_t)));
+    uint64_t t0 = tr_now_ns();
+    while (rc == 0 && !atomic_load(&seen) && tr_now_ns() - t0 < 2000000000ull)
+        ;
+    atomic_store(&seen_in_time, atomic_load(&seen)); /* before this behaviour returned */
+    tr_runtime_shutdown(ctx->rt, "done");
+    return rc;
+}
+
+static void test_pinned_sends_go_at_once(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, NULL), 0);
+    tr_actor_t r, p;
+    assert_int_equal(tr_actor_spawn(rt, r_behaviour, NULL, NULL, &r), 0);
+    tr_actor_opts_t o = {.name = "pinned", .pinned = 1};
+    assert_int_equal(tr_actor_spawn(rt, p_behaviour, &r, &o, &p), 0);
+    assert_int_equal(tr_actor_send(rt, p, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    tr_runtime_run(rt);
+    tr_runtime_close(rt);
+    assert_int_equal(atomic_load(&seen_in_time), 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) per_producer = strtoull(argv[1], NULL, 10);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bursts_to_interleaved_receivers),
         cmocka_unit_test(test_deterministic_replay),
+        cmocka_unit_test(test_pinned_sends_go_at_once),
     };
     return cmocka_run_group_tests_name("outbox", tests, NULL, NULL);
 }
