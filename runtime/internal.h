@@ -19,6 +19,7 @@
 #include "troupe/runtime.h"
 
 #define TR__CACHE_LINE 64
+#define TR__POLL_NS     1000000 /* a worker out of work polls this long before it parks */
 #define TR__CHUNK_SHIFT 12 /* 4096 actor slots per chunk */
 #define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
 #define TR__MAX_CHUNKS (1u << 16)
@@ -128,6 +129,7 @@ struct tr_runtime {
     uint64_t batch_ns;
     uint64_t batch_ticks;        /* batch_ns in runtime/clock.h ticks */
     uint64_t steal_next_ticks;   /* how long a run-next actor waits before others may take it */
+    uint64_t poll_ticks;         /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
     uint64_t seed;
     bool deterministic;
     bool timestamps;

@@ -47,6 +47,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ns = rt->opts.batch_ns ? rt->opts.batch_ns : 1000000;
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
+    rt->poll_ticks = tr__ns_to_ticks(TR__POLL_NS);
     rt->timestamps = rt->opts.timestamps != 0;
     const char *wc = getenv("TROUPE_WIRE_CHECK"); /* a test run forces it on everywhere */
     rt->wire_check = rt->opts.wire_check != 0 || (wc && !strcmp(wc, "1"));

@@ -17,6 +17,14 @@
  *   pops one from the list and wakes it. All four accesses are in the single seq_cst order,
  *   so either the parker sees the work or the queuer sees the parker (no fences: GCC's
  *   ThreadSanitizer does not model them).
+ * - Polling: between spinning and parking, a worker out of work looks again every
+ *   POLL_SLEEP_NS for TR__POLL_NS, asleep in between (no core taken). It is not parked, so a
+ *   queuer does not wake it: a sender outside the runtime whose stream pauses briefly (its
+ *   core shared with the workers on a small machine) finds them awake instead of paying a
+ *   futex wake per send while the workers take turns parking — measured on fjthrput (one
+ *   thread sending to 60 actors, 2 workers on 2 cores): a quarter of the runs made 7,000-
+ *   10,000 futex calls and took twice as long; with the poll none did. An idle runtime parks
+ *   after TR__POLL_NS and costs nothing more.
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
@@ -30,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/clock.h"
 #include "runtime/futex.h"
@@ -38,6 +47,8 @@
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
+#define POLL_SLEEP_NS 10000 /* a polling worker's sleep between looks (TR__POLL_NS: for how long)  \
+                             */
 #define INJECT_EVERY 61
 
 static tr__actor_t *from_qnode(tr__qnode_t *n)
@@ -277,6 +288,13 @@ static tr__actor_t *find_work_or_park(tr_runtime_t *rt, tr__worker_t *w)
             return a;
         for (int i = 0; i < SPIN_PAUSES; i++)
             tr__cpu_relax();
+    }
+    /* then polls, sleeping between looks, before it parks (see the design block) */
+    uint64_t until = tr__ticks() + rt->poll_ticks;
+    while (tr__ticks() < until && !atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+        nanosleep(&(struct timespec){0, POLL_SLEEP_NS}, NULL);
+        tr__actor_t *a = find_work(rt, w);
+        if (a) return a;
     }
     park(rt, w);
     return NULL;
