@@ -26,6 +26,8 @@
 
 #include "actors/pipe_link.h"
 #include "runtime/comm.h"
+#include "runtime/errf.h"
+#include "runtime/ranks.h"
 
 #define FRAME   256
 #define MAX_OPS 4096
@@ -383,4 +385,20 @@ void tr__pipe_link_free(tr__pipe_link_t *l)
     free(l->mem[TR__PIPE_ACT]), free(l->mem[TR__PIPE_GRAD]);
     free(l->ops);
     free(l);
+}
+
+int tr__pipe_rank_stage(int stages, int replicas, int *rank, int *world, int *stage, char *err,
+                        size_t errlen)
+{
+    tr_ranks_t rk;
+    char why[256];
+    int rc = tr_ranks_discover(NULL, &rk, why, sizeof(why));
+    if (rc < 0) return tr__errf(err, errlen, rc, "pipeline across ranks: %s", why);
+    if (rk.world != stages * replicas)
+        return tr__errf(err, errlen, TR_EINVAL,
+                        "pipeline across ranks: %d stages x %d replicas on %d ranks (%s); "
+                        "run one rank per stage and replica",
+                        stages, replicas, rk.world, rk.source);
+    *rank = rk.rank, *world = rk.world, *stage = rk.rank / replicas;
+    return 0;
 }

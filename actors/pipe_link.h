@@ -22,6 +22,13 @@ enum {
 
 typedef struct tr__pipe_link tr__pipe_link_t;
 
+/* This process's place when the job's ranks are stages x replicas, stage-major (rank = stage
+ * * replicas + replica): MPI's *rank and *world and its *stage, from the launcher's
+ * environment. TR_EINVAL with err naming both counts when the world is not stages x
+ * replicas; the launcher's error otherwise. Any thread. */
+int tr__pipe_rank_stage(int stages, int replicas, int *rank, int *world, int *stage, char *err,
+                        size_t errlen);
+
 /* Where a link lands the tensors of one kind it receives: slot micro-batch mod `slots`, each
  * of slot_bytes (the sending stage keeps as many; slots 0: transfers without tensors). */
 typedef struct tr__pipe_link_area {

@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/pipe_link.h"
+#include "actors/pipe_schedule.h"
 #include "runtime/errf.h"
-#include "runtime/ranks.h"
 #include "troupe.h"
 
 struct tr_pipe_model {
@@ -39,16 +40,6 @@ struct tr_pipe_model {
     char why[512];     /* the first failing stage's reason */
 };
 
-static int stage_buffers(int kind, int M, int S, int s, char *err, size_t len)
-{
-    tr_pipe_schedule_t *p;
-    int rc = tr_pipe_schedule_create(&p, kind, M, S, s, err, len);
-    if (rc < 0) return rc;
-    int n = tr_pipe_schedule_buffers(p);
-    tr_pipe_schedule_destroy(p);
-    return n;
-}
-
 static int check_bounds(const tr_model_t *model, const int *b, int S, char *err, size_t len)
 {
     int n = tr_model_num_layers(model);
@@ -65,21 +56,6 @@ static int check_bounds(const tr_model_t *model, const int *b, int S, char *err,
                             "pipeline: stage %d holds layers [%d, %d): "
                             "none",
                             s, b[s], b[s + 1]);
-    return 0;
-}
-
-static int ranks_stage(int S, int replicas, int *stage, char *err, size_t len)
-{
-    tr_ranks_t rk;
-    char why[256];
-    int rc = tr_ranks_discover(NULL, &rk, why, sizeof(why));
-    if (rc < 0) return tr__errf(err, len, rc, "pipeline: %s", why);
-    if (rk.world != S * replicas)
-        return tr__errf(err, len, TR_EINVAL,
-                        "pipeline: %d stages x %d replicas on %d ranks (%s); expected one rank "
-                        "per stage and replica",
-                        S, replicas, rk.world, rk.source);
-    *stage = rk.rank / replicas;
     return 0;
 }
 
@@ -111,8 +87,9 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bo
                       "pipeline: a model runs the training schedules "
                       "(1f1b, zb), not kind %d",
                       kind);
-    int me = 0;
-    if (rc == 0 && replicas > 0) rc = ranks_stage(stages, replicas, &me, err, errlen);
+    int me = 0, rank, world;
+    if (rc == 0 && replicas > 0)
+        rc = tr__pipe_rank_stage(stages, replicas, &rank, &world, &me, err, errlen);
     if (rc < 0) return rc;
     tr_pipe_model_t *pm = calloc(1, sizeof(*pm));
     if (!pm) return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
@@ -135,7 +112,8 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bo
              : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     if (!rc) memcpy(pm->bounds, bounds, (size_t)(stages + 1) * sizeof(int));
     for (int s = 0; rc == 0 && s < stages; s++)
-        if ((rc = pm->buffers[s] = stage_buffers(kind, micro_batches, stages, s, err, errlen)) > 0)
+        if ((rc = pm->buffers[s] =
+                 tr__pipe_stage_buffers(kind, micro_batches, stages, s, err, errlen)) > 0)
             rc = 0;
     for (int s = pm->lo; rc == 0 && s < pm->hi; s++)
         rc = make_stage(pm, s, err, errlen);

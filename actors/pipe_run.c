@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "actors/pipe_link.h"
+#include "actors/pipe_schedule.h"
 #include "runtime/errf.h"
-#include "runtime/ranks.h"
 #include "troupe.h"
 
 /* Stage s's compute instructions as spans on a lane of their own ("stage s"), below the
@@ -286,17 +286,6 @@ static int check_opts(const tr_pipe_run_opts_t *o, char *err, size_t len)
     return 0;
 }
 
-/* Stage s's activation buffers under o's schedule (< 0: an error). */
-static int buffers_of(const tr_pipe_run_opts_t *o, int s)
-{
-    tr_pipe_schedule_t *p;
-    int rc = tr_pipe_schedule_create(&p, o->kind, o->micro_batches, o->stages, s, NULL, 0);
-    if (rc < 0) return rc;
-    rc = tr_pipe_schedule_buffers(p);
-    tr_pipe_schedule_destroy(p);
-    return rc;
-}
-
 static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
 {
     const char *fault = getenv("TROUPE_FAULT_PIPE_STAGE");
@@ -345,7 +334,9 @@ static int spawn(run_t *r, const tr_pipe_run_opts_t *o, char *err, size_t len)
                                    .dtype = o->link_dtype};
         size_t dts = tr_dtype_size(o->link_dtype);
         if (o->send_mem && r->lo > 0) /* activations: slots as the sender keeps them */
-            sp.act = (tr__pipe_link_area_t){buffers_of(o, r->lo - 1), link_of(o, r->lo - 1) * dts};
+            sp.act = (tr__pipe_link_area_t){
+                tr__pipe_stage_buffers(o->kind, o->micro_batches, o->stages, r->lo - 1, NULL, 0),
+                link_of(o, r->lo - 1) * dts};
         if (o->send_mem && r->lo + 1 < r->S) /* gradients: mod this stage's buffers */
             sp.grad =
                 (tr__pipe_link_area_t){tr_pipe_schedule_buffers(g->sch), link_of(o, r->lo) * dts};
@@ -417,17 +408,10 @@ int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *er
     if (rc < 0) return rc;
     run_t r = {.S = o->stages, .lo = 0, .hi = o->stages};
     if (o->across_ranks) { /* this process runs the stage of its rank */
-        tr_ranks_t rk;
-        char why[256];
-        if ((rc = tr_ranks_discover(NULL, &rk, why, sizeof(why))) < 0)
-            return tr__errf(err, errlen, rc, "pipeline run: %s", why);
-        int D = o->replicas > 0 ? o->replicas : 1;
-        if (rk.world != o->stages * D)
-            return tr__errf(err, errlen, TR_EINVAL,
-                            "pipeline run across ranks: %d stages x %d replicas on %d "
-                            "ranks (%s); run one rank per stage and replica",
-                            o->stages, D, rk.world, rk.source);
-        r.lo = rk.rank / D, r.hi = r.lo + 1, r.rank = rk.rank, r.world = rk.world;
+        rc = tr__pipe_rank_stage(o->stages, o->replicas > 0 ? o->replicas : 1, &r.rank, &r.world,
+                                 &r.lo, err, errlen);
+        if (rc < 0) return rc;
+        r.hi = r.lo + 1;
     }
     tr_runtime_opts_t ro = {.n_workers = 1};
     if ((rc = tr_runtime_init(&r.rt, &ro)) < 0)

@@ -392,3 +392,13 @@ const tr_pipe_instr_t *tr__pipe_schedule_all(const tr_pipe_schedule_t *s)
 {
     return s->instr;
 }
+
+int tr__pipe_stage_buffers(int kind, int M, int S, int s, char *err, size_t errlen)
+{
+    tr_pipe_schedule_t *p;
+    int rc = tr_pipe_schedule_create(&p, kind, M, S, s, err, errlen);
+    if (rc < 0) return rc;
+    rc = tr_pipe_schedule_buffers(p);
+    tr_pipe_schedule_destroy(p);
+    return rc;
+}

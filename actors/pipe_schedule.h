@@ -1,5 +1,5 @@
-/* pipe_schedule.h: what the pipeline simulator (pipe_sim.c) reads of a schedule
- * (pipe_schedule.c) beyond troupe/pipeline.h. */
+/* pipe_schedule.h: what the pipeline simulator (pipe_sim.c) and runner (pipe_run.c,
+ * pipe_model.c) read of a schedule (pipe_schedule.c) beyond troupe/pipeline.h. */
 #ifndef TR_ACTORS_PIPE_SCHEDULE_H
 #define TR_ACTORS_PIPE_SCHEDULE_H
 
@@ -10,5 +10,10 @@ int tr__pipe_schedule_shape(const tr_pipe_schedule_t *s, int *kind, int *M, int 
 
 /* Every instruction, step after step. */
 const tr_pipe_instr_t *tr__pipe_schedule_all(const tr_pipe_schedule_t *s);
+
+/* Stage s's activation buffers under a schedule of kind for M micro-batches on S stages
+ * (tr_pipe_schedule_buffers without keeping the schedule); < 0 with err as
+ * tr_pipe_schedule_create's. Any thread. */
+int tr__pipe_stage_buffers(int kind, int M, int S, int s, char *err, size_t errlen);
 
 #endif
