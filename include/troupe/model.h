@@ -89,6 +89,12 @@ typedef struct {
                         * floats kept for this micro-batch from the first part to the second */
     float loss;        /* loss layers: forward sets the mean loss */
     float loss_scale;  /* loss layers: backward multiplies d(mean loss) by this (1 = plain) */
+    /* bf16 mixed precision (tr_model_set_bf16), else NULL: bf16 copies (the top halves of
+     * fp32, rounded to nearest even) of this layer's parameter range and of the whole model's,
+     * made from the fp32 parameters before the pass. A layer's matrix products may read them
+     * (the built-in linear layers do); everything else stays fp32. */
+    const uint16_t *params_bf16;
+    const uint16_t *model_params_bf16;
 } tr_layer_ctx_t;
 
 typedef struct {
@@ -270,6 +276,17 @@ int tr_model_targets(const tr_model_t *model, int *y_dim);
 /* Training (1, the default) or evaluation (0) mode: every later forward/backward hands it to
  * the layers as ctx->training. Set 1 before training micro-batches, 0 before evaluation. */
 void tr_model_set_training(tr_model_t *model, int training);
+
+/* bf16 mixed precision, DeepSpeed's "bf16": the parameters, gradients and optimizer stay fp32;
+ * the linear layers' matrix products read bf16 copies of the weights and of their inputs and
+ * accumulate in fp32 (oneDNN's AVX512-BF16 kernels; on CPUs without AVX512-BF16 the same
+ * numbers, emulated in fp32 and no faster). on = 0 turns it off (the default). 0, or TR_ENOMEM
+ * (the model unchanged). The copies are made from the parameters now, and again by
+ * tr_model_params_changed (and tr_model_init_params): whoever writes the parameters (an
+ * optimizer step, a load) calls it afterwards, before the next pass. */
+int tr_model_set_bf16(tr_model_t *model, int on);
+int tr_model_bf16(const tr_model_t *model);
+void tr_model_params_changed(tr_model_t *model);
 int tr_model_training(const tr_model_t *model);
 
 /* Forward over all layers; with targets, *loss (may be NULL) gets the mean loss. Allocates

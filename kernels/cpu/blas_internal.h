@@ -2,6 +2,8 @@
 #ifndef TR_KERNELS_CPU_BLAS_INTERNAL_H
 #define TR_KERNELS_CPU_BLAS_INTERNAL_H
 
+#include <stdint.h>
+
 #include "troupe/blas.h"
 
 typedef struct {
@@ -31,6 +33,20 @@ int tr__gemm_backend(void);
 const char *tr__gemm_backend_name(int backend);
 void tr__sgemm(int backend, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Holds oneDNN's OpenMP to one thread on the calling thread (once per thread). */
+void tr__onednn_one_thread(void);
+
+/* gemm_bf16.c: one single-threaded row-major product of bf16 matrices (uint16_t, the top half
+ * of fp32) accumulated in fp32: C = op(A) op(B) + beta C. On oneDNN's bf16 matmul where the CPU
+ * has AVX512-BF16, else emulated (widened to fp32); TROUPE_BF16_GEMM=onednn or emulated
+ * overrides. Never fails: without memory it falls back to plain loops. */
+enum { TR__BF16_EMULATED = 0, TR__BF16_ONEDNN = 1 };
+int tr__bf16_backend(void);
+int tr__bf16_native(void); /* the CPU has AVX512-BF16 */
+const char *tr__bf16_backend_name(int backend);
+void tr__gemm_bf16(int backend, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 /* Prints the warning to stderr, once per process, if OpenBLAS runs slow kernels: the library's
  * start-up warning when it is embedded in a program that cannot re-exec (tr_model_create

@@ -58,15 +58,19 @@ const char *tr__gemm_backend_name(int backend)
     return backend == TR__GEMM_ONEDNN ? "oneDNN" : "OpenBLAS";
 }
 
+void tr__onednn_one_thread(void)
+{
+    if (omp_single) return;
+    pthread_once(&omp_once, find_omp);
+    if (omp_set_threads) omp_set_threads(1);
+    omp_single = true;
+}
+
 void tr__sgemm(int backend, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (backend == TR__GEMM_ONEDNN) {
-        if (!omp_single) {
-            pthread_once(&omp_once, find_omp);
-            if (omp_set_threads) omp_set_threads(1);
-            omp_single = true;
-        }
+        tr__onednn_one_thread();
         if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                        ldc) == dnnl_success)
             return;

@@ -63,15 +63,16 @@ static int finish(tr_layer_t **out, int err)
 static int linear_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     const float *bias = l->n_params == 2 ? c->params + l->params[1].offset : NULL;
-    tr__linear_forward(c->out, c->in, c->params, bias, (int)ROWS(c), l->in_dim, l->out_dim);
+    tr__linear_forward(c->out, c->in, c->params, c->params_bf16, bias, (int)ROWS(c), l->in_dim,
+                       l->out_dim);
     return 0;
 }
 
 static int linear_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     float *dbias = l->n_params == 2 ? c->grads + l->params[1].offset : NULL;
-    tr__linear_backward(c->din, c->grads, dbias, c->dout, c->in, c->params, (int)ROWS(c), l->in_dim,
-                        l->out_dim);
+    tr__linear_backward(c->din, c->grads, dbias, c->dout, c->in, c->params, c->params_bf16,
+                        (int)ROWS(c), l->in_dim, l->out_dim);
     return 0;
 }
 
@@ -85,16 +86,16 @@ static int linear_backward_input(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     memcpy(c->stash, c->dout, ROWS(c) * (size_t)l->out_dim * sizeof(float));
     if (c->din)
-        tr__linear_backward(c->din, NULL, NULL, c->dout, NULL, c->params, (int)ROWS(c), l->in_dim,
-                            l->out_dim);
+        tr__linear_backward(c->din, NULL, NULL, c->dout, NULL, c->params, c->params_bf16,
+                            (int)ROWS(c), l->in_dim, l->out_dim);
     return 0;
 }
 
 static int linear_backward_weight(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     float *dbias = l->n_params == 2 ? c->grads + l->params[1].offset : NULL;
-    tr__linear_backward(NULL, c->grads, dbias, c->stash, c->in, NULL, (int)ROWS(c), l->in_dim,
-                        l->out_dim);
+    tr__linear_backward(NULL, c->grads, dbias, c->stash, c->in, NULL, c->params_bf16, (int)ROWS(c),
+                        l->in_dim, l->out_dim);
     return 0;
 }
 

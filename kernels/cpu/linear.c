@@ -16,9 +16,14 @@
 #include "kernels/cpu/ops.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/blas_internal.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 
@@ -31,12 +36,13 @@ typedef struct {
 #define BIAS_BLOCK 256
 
 /* C (M, N) = alpha op(A) op(B) + beta C, split over row blocks of C on the thread pool; each
- * block is one single-threaded call (tr__sgemm). */
+ * block is one single-threaded call (tr__sgemm, or tr__gemm_bf16 on the bf16 copies Ah, Bh). */
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     float alpha, beta;
-    int backend; /* TR__GEMM_* */
+    int backend; /* TR__GEMM_*, or TR__BF16_* when Ah and Bh are set */
     const float *A, *B;
+    const uint16_t *Ah, *Bh;
     float *C;
 } gemm_job;
 
@@ -46,18 +52,91 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
 {
     const gemm_job *g = ctx;
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < g->M ? (int)end * GEMM_ROWS : g->M;
-    const float *A = g->ta ? g->A + m0 : g->A + (size_t)m0 * g->lda;
-    tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb,
-              g->beta, g->C + (size_t)m0 * g->ldc, g->ldc);
+    size_t a0 = g->ta ? (size_t)m0 : (size_t)m0 * g->lda;
+    float *C = g->C + (size_t)m0 * g->ldc;
+    if (g->Ah)
+        tr__gemm_bf16(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->Ah + a0, g->lda, g->Bh,
+                      g->ldb, g->beta, C, g->ldc);
+    else
+        tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->alpha, g->A + a0, g->lda, g->B,
+                  g->ldb, g->beta, C, g->ldc);
+}
+
+static void run_gemm(gemm_job *g)
+{
+    size_t blocks = ((size_t)g->M + GEMM_ROWS - 1) / GEMM_ROWS;
+    int t = tr_parallel_threads();
+    tr_parallel_for(blocks, (blocks + t - 1) / t, gemm_rows, g);
 }
 
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
-    gemm_job g = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, tr__gemm_backend(), A, B, C};
-    size_t blocks = ((size_t)M + GEMM_ROWS - 1) / GEMM_ROWS;
-    int t = tr_parallel_threads();
-    tr_parallel_for(blocks, (blocks + t - 1) / t, gemm_rows, &g);
+    gemm_job g = {ta, tb, M,    N,    K, lda, ldb, ldc, alpha, beta, tr__gemm_backend(),
+                  A,  B,  NULL, NULL, C};
+    run_gemm(&g);
+}
+
+static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_job g = {ta,   tb,   M, N, K, lda, ldb, ldc, 1.0f, beta, tr__bf16_backend(),
+                  NULL, NULL, A, B, C};
+    run_gemm(&g);
+}
+
+/* bf16 products round their fp32 operands (activations, gradients) into the calling thread's
+ * two arenas, grown on first use and kept for the thread's next calls. */
+typedef struct {
+    uint16_t *p[2];
+    size_t cap[2];
+} arena_t;
+
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static _Thread_local arena_t *arena;
+
+static void arena_free(void *p)
+{
+    arena_t *a = p;
+    free(a->p[0]);
+    free(a->p[1]);
+    free(a);
+}
+
+static void arena_init(void)
+{
+    pthread_key_create(&arena_key, arena_free);
+}
+
+/* src (n floats) as bf16 in arena `which`; NULL without memory. */
+static const uint16_t *to_bf16(int which, const float *src, size_t n)
+{
+    if (!arena) {
+        pthread_once(&arena_once, arena_init);
+        if (!(arena = calloc(1, sizeof(*arena)))) return NULL;
+        pthread_setspecific(arena_key, arena);
+    }
+    if (n > arena->cap[which]) {
+        uint16_t *p = realloc(arena->p[which], n * sizeof(uint16_t));
+        if (!p) return NULL;
+        arena->p[which] = p, arena->cap[which] = n;
+    }
+    tr_half_from_float_array(arena->p[which], src, n, TR_HALF_BF16);
+    return arena->p[which];
+}
+
+static bool bf16_warned;
+static pthread_mutex_t warn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Without memory for the rounded operands, the product runs in fp32 (said once). */
+static void bf16_fallback_warning(void)
+{
+    pthread_mutex_lock(&warn_mu);
+    if (!bf16_warned)
+        fprintf(stderr, "troupe: warning: no memory for bf16 operands; products run in fp32\n");
+    bf16_warned = true;
+    pthread_mutex_unlock(&warn_mu);
 }
 
 static void bias_columns(void *ctx, size_t begin, size_t end, int thread)
@@ -72,23 +151,41 @@ static void bias_columns(void *ctx, size_t begin, size_t end, int thread)
     }
 }
 
-void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
-                        int C, int OC)
+void tr__linear_forward(float *out, const float *inp, const float *weight,
+                        const uint16_t *weight_bf16, const float *bias, int N, int C, int OC)
 {
     // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC)]
     if (bias)
         for (int r = 0; r < N; r++)
             memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
-    gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+    const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
+    if (weight_bf16 && !x) bf16_fallback_warning();
+    if (x)
+        gemm_bf16(0, 1, N, OC, C, x, C, weight_bf16, C, bias ? 1.0f : 0.0f, out, OC);
+    else
+        gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC)
+                         const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
+                         int C, int OC)
 {
+    const uint16_t *dy = NULL, *x = NULL;
+    if (weight_bf16) {
+        dy = to_bf16(0, dout, (size_t)N * OC);
+        x = dy && dweight ? to_bf16(1, inp, (size_t)N * C) : NULL;
+        if (!dy || (dweight && !x)) bf16_fallback_warning(), dy = NULL;
+    }
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
-    if (dinp) gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dinp && dy)
+        gemm_bf16(0, 0, N, C, OC, dy, OC, weight_bf16, C, 1.0f, dinp, C);
+    else if (dinp)
+        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    if (dweight) gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight && dy)
+        gemm_bf16(1, 0, OC, C, N, dy, OC, x, C, 1.0f, dweight, C);
+    else if (dweight)
+        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);

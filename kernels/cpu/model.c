@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/cpu/blas_internal.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/model_internal.h"
 #include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
@@ -29,6 +30,7 @@ struct tr_model {
     tr_device_t device;
     float *params, *grads; // (n_params) each
     size_t n_params;
+    uint16_t *params_bf16; // (n_params) bf16 copies, in bf16 mixed precision; else NULL
     // for the current (B, T)
     int B, T;
     float *acts; // (n_acts)
@@ -273,6 +275,7 @@ void tr_model_destroy(tr_model_t *model)
     free(model->layers);
     free(model->params);
     free(model->grads);
+    free(model->params_bf16);
     free(model);
 }
 
@@ -491,6 +494,8 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
         .scratch = m->scratch,
         .loss_scale = m->loss_scale,
     };
+    const uint16_t *bf16 = tr__model_params_bf16(m);
+    if (bf16) c.params_bf16 = bf16 + l->param_offset, c.model_params_bf16 = bf16;
     return c;
 }
 
@@ -584,6 +589,7 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
         tr_layer_t *l = model->layers[i];
         if (l->ops->init) l->ops->init(l, model->params + l->param_offset, &rng);
     }
+    tr_model_params_changed(model);
 }
 
 int tr_model_targets(const tr_model_t *model, int *y_dim)
@@ -591,6 +597,37 @@ int tr_model_targets(const tr_model_t *model, int *y_dim)
     const tr_layer_t *last = model->layers[model->n - 1];
     if (y_dim) *y_dim = last->is_loss ? last->y_dim : 0;
     return last->is_loss ? last->targets : TR_TARGETS_NONE;
+}
+
+int tr_model_set_bf16(tr_model_t *model, int on)
+{
+    if (!on) {
+        free(model->params_bf16);
+        model->params_bf16 = NULL;
+        return 0;
+    }
+    if (!model->params_bf16) {
+        model->params_bf16 = malloc((model->n_params ? model->n_params : 1) * sizeof(uint16_t));
+        if (!model->params_bf16) return TR_ENOMEM;
+    }
+    tr_model_params_changed(model);
+    return 0;
+}
+
+int tr_model_bf16(const tr_model_t *model)
+{
+    return model->params_bf16 != NULL;
+}
+
+void tr_model_params_changed(tr_model_t *model)
+{
+    if (model->params_bf16)
+        tr_half_from_float_array(model->params_bf16, model->params, model->n_params, TR_HALF_BF16);
+}
+
+const uint16_t *tr__model_params_bf16(const tr_model_t *model)
+{
+    return model->params_bf16;
 }
 
 void tr_model_set_training(tr_model_t *model, int training)

@@ -80,6 +80,8 @@ static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 
 #define PARAM(c, l, i) ((c)->params + (l)->params[i].offset)
 #define GRAD(c, l, i)  ((c)->grads + (l)->params[i].offset)
+/* the weight's bf16 copy in bf16 mixed precision, else NULL (ops.h: tr__linear_forward) */
+#define PARAM_BF16(c, l, i) ((c)->params_bf16 ? (c)->params_bf16 + (l)->params[i].offset : NULL)
 
 /* A list of kernel calls, as llm.c's gpt2_forward reads. */
 static int block_forward(tr_layer_t *l, tr_layer_ctx_t *c)
@@ -90,15 +92,19 @@ static int block_forward(tr_layer_t *l, tr_layer_ctx_t *c)
     carve_block(&a, c->acts, B, T, C, s->NH);
     tr__layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, c->in, PARAM(c, l, LN1W),
                           PARAM(c, l, LN1B), N, C);
-    tr__linear_forward(a.qkv, a.ln1, PARAM(c, l, QKVW), PARAM(c, l, QKVB), N, C, 3 * C);
+    tr__linear_forward(a.qkv, a.ln1, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), PARAM(c, l, QKVB),
+                       N, C, 3 * C);
     tr__attention_forward(a.atty, a.att, a.qkv, B, T, C, s->NH);
-    tr__linear_forward(a.res2, a.atty, PARAM(c, l, ATTPROJW), PARAM(c, l, ATTPROJB), N, C, C);
+    tr__linear_forward(a.res2, a.atty, PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW),
+                       PARAM(c, l, ATTPROJB), N, C, C);
     tr__residual_forward(a.res2, a.res2, c->in, (size_t)N * C);
     tr__layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(c, l, LN2W),
                           PARAM(c, l, LN2B), N, C);
-    tr__linear_forward(a.fch, a.ln2, PARAM(c, l, FCW), PARAM(c, l, FCB), N, C, 4 * C);
+    tr__linear_forward(a.fch, a.ln2, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), PARAM(c, l, FCB), N,
+                       C, 4 * C);
     tr__gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
-    tr__linear_forward(a.res3, a.fch_gelu, PARAM(c, l, FCPROJW), PARAM(c, l, FCPROJB), N, 4 * C, C);
+    tr__linear_forward(a.res3, a.fch_gelu, PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW),
+                       PARAM(c, l, FCPROJB), N, 4 * C, C);
     tr__residual_forward(a.res3, a.res3, a.res2, (size_t)N * C);
     return 0;
 }
@@ -128,14 +134,18 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
     memset(tmp, 0, 5 * NC * sizeof(float));
     memcpy(d.dres3, c->dout, NC * sizeof(float));
     memcpy(d.dres2, c->dout, NC * sizeof(float));
-    tr__linear_backward(dfch_gelu, NULL, NULL, d.dres3, NULL, PARAM(c, l, FCPROJW), N, 4 * C, C);
+    tr__linear_backward(dfch_gelu, NULL, NULL, d.dres3, NULL, PARAM(c, l, FCPROJW),
+                        PARAM_BF16(c, l, FCPROJW), N, 4 * C, C);
     tr__gelu_backward(d.dfch, a.fch, dfch_gelu, 4 * NC);
-    tr__linear_backward(d.dln2, NULL, NULL, d.dfch, NULL, PARAM(c, l, FCW), N, C, 4 * C);
+    tr__linear_backward(d.dln2, NULL, NULL, d.dfch, NULL, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW),
+                        N, C, 4 * C);
     tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
                            a.ln2_rstd, N, C);
-    tr__linear_backward(datty, NULL, NULL, d.dres2, NULL, PARAM(c, l, ATTPROJW), N, C, C);
+    tr__linear_backward(datty, NULL, NULL, d.dres2, NULL, PARAM(c, l, ATTPROJW),
+                        PARAM_BF16(c, l, ATTPROJW), N, C, C);
     tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH);
-    tr__linear_backward(d.dln1, NULL, NULL, d.dqkv, NULL, PARAM(c, l, QKVW), N, C, 3 * C);
+    tr__linear_backward(d.dln1, NULL, NULL, d.dqkv, NULL, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW),
+                        N, C, 3 * C);
     if (!c->din) return; /* nothing before this layer: no input gradient */
     tr__residual_backward(c->din, NULL, d.dres2, NC);
     tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,
@@ -150,13 +160,15 @@ static void block_backward_w(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d)
     block_acts a;
     carve_block(&a, c->acts, B, T, C, s->NH);
     tr__linear_backward(NULL, GRAD(c, l, FCPROJW), GRAD(c, l, FCPROJB), d.dres3, a.fch_gelu, NULL,
-                        N, 4 * C, C);
-    tr__linear_backward(NULL, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2, NULL, N, C, 4 * C);
+                        PARAM_BF16(c, l, FCPROJW), N, 4 * C, C);
+    tr__linear_backward(NULL, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2, NULL,
+                        PARAM_BF16(c, l, FCW), N, C, 4 * C);
     tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a.res2,
                            PARAM(c, l, LN2W), a.ln2_mean, a.ln2_rstd, N, C);
-    tr__linear_backward(NULL, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty, NULL, N,
-                        C, C);
-    tr__linear_backward(NULL, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1, NULL, N, C, 3 * C);
+    tr__linear_backward(NULL, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty, NULL,
+                        PARAM_BF16(c, l, ATTPROJW), N, C, C);
+    tr__linear_backward(NULL, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1, NULL,
+                        PARAM_BF16(c, l, QKVW), N, C, 3 * C);
     tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
                            PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -236,6 +248,8 @@ static size_t head_scratch_size(const tr_layer_t *l, int B, int T)
     return (size_t)B * T * ((size_t)s->Vp + s->C);
 }
 
+#define WTE_BF16(c, s) ((c)->model_params_bf16 ? (c)->model_params_bf16 + (s)->wte_off : NULL)
+
 static int head_forward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     gpt2_state *s = l->state;
@@ -243,7 +257,7 @@ static int head_forward(tr_layer_t *l, tr_layer_ctx_t *c)
     float *losses = c->acts, *lnf = losses + N, *mean = lnf + (size_t)N * C, *rstd = mean + N;
     float *probs = rstd + N; // (N, Vp): logits, then probabilities when there are targets
     tr__layernorm_forward(lnf, mean, rstd, c->in, c->params, c->params + C, N, C);
-    tr__linear_forward(probs, lnf, c->model_params + s->wte_off, NULL, N, C, s->Vp);
+    tr__linear_forward(probs, lnf, c->model_params + s->wte_off, WTE_BF16(c, s), NULL, N, C, s->Vp);
     if (!c->targets) return 0;
     return tr__crossentropy_forward(losses, probs, c->targets, N, s->V, s->Vp, TR_IGNORE_INDEX,
                                     &c->loss, &s->count);
@@ -260,7 +274,7 @@ static int head_backward(tr_layer_t *l, tr_layer_ctx_t *c)
         tr__crossentropy_backward(dlogits, probs, c->targets, N, s->V, s->Vp, TR_IGNORE_INDEX,
                                   c->loss_scale / s->count);
     tr__linear_backward(dlnf, c->model_grads + s->wte_off, NULL, dlogits, lnf,
-                        c->model_params + s->wte_off, N, C, s->Vp);
+                        c->model_params + s->wte_off, WTE_BF16(c, s), N, C, s->Vp);
     float *din = c->din ? c->din : dlogits; // dlogits is spent by now
     tr__layernorm_backward(din, c->grads, c->grads + C, dlnf, c->in, c->params, mean, rstd, N, C);
     return 0;

@@ -27,6 +27,9 @@ void tr__model_pass_floats(const tr_model_t *model, int first, int last, int B, 
 /* The multiplier a loss layer's backward applies (tr_model_set_loss_scale). */
 float tr__model_loss_scale(const tr_model_t *model);
 
+/* The bf16 copies of the parameters; NULL when the model computes in fp32 (tr_model_set_bf16). */
+const uint16_t *tr__model_params_bf16(const tr_model_t *model);
+
 /* Records the GPT-2 config on a model tr_model_gpt2_create built. */
 void tr__model_set_gpt2(tr_model_t *model, const tr_gpt2_config_t *config);
 

@@ -234,6 +234,7 @@ static tr_layer_ctx_t context(tr_model_stage_t *s, slot_t *t, int i)
     tr_layer_t *l = layer(s, i), *last = tr_model_layer(s->m, tr_model_num_layers(s->m) - 1);
     int k = i - s->first, float_y = last->targets == TR_TARGETS_FLOAT;
     float *params = tr_model_params(s->m), *grads = tr_model_grads(s->m);
+    const uint16_t *bf16 = tr__model_params_bf16(s->m);
     return (tr_layer_ctx_t){
         .B = s->B,
         .T = s->T,
@@ -254,6 +255,8 @@ static tr_layer_ctx_t context(tr_model_stage_t *s, slot_t *t, int i)
                 : grads, /* a tie owned outside the stage accumulates apart */
         .scratch = s->scratch,
         .loss_scale = tr__model_loss_scale(s->m),
+        .params_bf16 = bf16 ? bf16 + l->param_offset : NULL,
+        .model_params_bf16 = bf16,
     };
 }
 

@@ -13,13 +13,18 @@
 #define TR_KERNELS_CPU_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* linear.c: out = inp weight^T + bias. bias and dbias may be NULL; dinp or dweight may be NULL
- * (backward computes only the other: a split backward's two parts). */
-void tr__linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
-                        int C, int OC);
+ * (backward computes only the other: a split backward's two parts). weight_bf16, the weight's
+ * bf16 copy (tr_layer_ctx_t.params_bf16) or NULL: when set, the products read it and the
+ * activations and gradients rounded to bf16, accumulating in fp32 (bf16 mixed precision);
+ * weight itself is then not read (it may be NULL in a backward that computes only dweight). */
+void tr__linear_forward(float *out, const float *inp, const float *weight,
+                        const uint16_t *weight_bf16, const float *bias, int N, int C, int OC);
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC);
+                         const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
+                         int C, int OC);
 
 /* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept.
  * Backward: dinp NULL computes only dweight and dbias, dweight NULL only dinp. */

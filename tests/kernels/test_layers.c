@@ -157,10 +157,10 @@ static void check_linear(int with_bias)
     float *b = with_bias ? to_float(c.b, OC) : NULL, out[N * OC];
     float dx[N * C] = {0}, dw[OC * C] = {0}, db[OC] = {0};
     double want[N * OC];
-    tr__linear_forward(out, x, w, b, N, C, OC);
+    tr__linear_forward(out, x, w, NULL, b, N, C, OC);
     ref_linear(want, c.x, c.w, c.b);
     expect_forward("linear", out, want, N * OC);
-    tr__linear_backward(dx, dw, with_bias ? db : NULL, r, x, w, N, C, OC);
+    tr__linear_backward(dx, dw, with_bias ? db : NULL, r, x, w, NULL, N, C, OC);
     expect_grad("linear dinp", lin_objective, &c, c.x, N * C, dx, TOL_LINEAR);
     expect_grad("linear dweight", lin_objective, &c, c.w, OC * C, dw, TOL_LINEAR);
     if (with_bias) expect_grad("linear dbias", lin_objective, &c, c.b, OC, db, TOL_LINEAR);
