@@ -13,6 +13,7 @@
  * still records.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +418,24 @@ static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
     return 0;
 }
 
+/* bf16 mixed precision: the model's products on bf16 copies of its weights (made again after
+ * every step, executor.c); said once per process where the CPU only emulates them. */
+static int set_precision(tr_engine_t *eng, char *err, size_t errlen)
+{
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    int on = eng->cfg->bf16.enabled;
+    if (tr_model_set_bf16(eng->model, on) < 0)
+        return snprintf(err, errlen, "%s: bf16.enabled: no memory for the weights' bf16 copies",
+                        eng->cfg->source),
+               TR_ENOMEM;
+    if (on && !tr_bf16_native() && !atomic_flag_test_and_set(&warned))
+        tr_log(TR_LOG_WARN,
+               "bf16.enabled: this CPU has no AVX512-BF16, so the bf16 matrix "
+               "products are emulated (bf16 values multiplied in fp32): bf16's numerics, a little "
+               "slower than fp32");
+    return 0;
+}
+
 static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -439,7 +458,7 @@ static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
         return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->prefetch),
                TR_ECONFIG;
-    /* offload and bf16 are warned about by the config itself ("no effect yet") */
+    if ((rc = set_precision(eng, err, errlen)) < 0) return rc;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->T > g->max_seq_len)
         return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,

@@ -416,6 +416,7 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
+    tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
     if (x->eng->zero != 2) /* ZeRO 2: the optimizer zeroed each bucket as it took its part */
         tr_model_zero_grad(x->model);
     report_stats(x, d, loss);
@@ -748,6 +749,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return 0;
     }
     memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
+    tr_model_params_changed(x->model);
     x->global_steps = s->global_step;
     x->skipped_steps = s->skipped_steps;
     x->global_samples = s->global_samples;

@@ -220,14 +220,25 @@ static const tr__cfg_key_t fp16_keys[] = {
 SECTION(fp16_sec, "fp16", fp16_keys);
 
 static const tr__cfg_key_t bf16_keys[] = {
-    NOEFF(W_FP32, BOOL("enabled", bf16.enabled, 0, "mixed precision with bfloat16")),
-    NOEFF(W_FP32, BOOL("immediate_grad_update", bf16.immediate_grad_update, 0,
-                       "accumulate gradients into fp32 at once")),
+    ACT(BOOL("enabled", bf16.enabled, 0,
+             "bf16 mixed precision: fp32 parameters, gradients and optimizer states; the linear "
+             "layers' matrix products on bf16 copies of weights and inputs, accumulated in fp32 "
+             "(emulated, with a warning, on CPUs without AVX512-BF16)")),
+    ACT(BOOL("immediate_grad_update", bf16.immediate_grad_update, 0,
+             "accumulate gradients into fp32 at once; Troupe always does (each layer's backward "
+             "adds into the fp32 gradients), so both values act the same")),
     IGN("check_grad_overflow", "bf16 overflow checks"),
     IGN("bf16_master_weights_and_grads", "bf16 master weights (ZeRO)"),
     IGN("bf16_optimizer_states", "bf16 optimizer states (ZeRO)"),
 };
 SECTION(bf16_sec, "bf16", bf16_keys);
+
+static const tr__cfg_key_t data_types_keys[] = {
+    ACT(ENUM("grad_accum_dtype", data_types.grad_accum_dtype, TR_DTYPE_F32, dtypes, TR__F_NOCASE,
+             "the gradients' accumulation type across micro-batches: fp32 (Troupe accumulates "
+             "in fp32 in every precision; fp16 and bf16 are refused)")),
+};
+SECTION(data_types_sec, "data_types", data_types_keys);
 
 /* --- optimizer -------------------------------------------------------------------------- */
 
@@ -591,15 +602,17 @@ static const tr__cfg_key_t top_keys[] = {
     ACT(DBL("gradient_clipping", gradient_clipping, 1.0, -INF, INF,
             "global norm clip; <= 0 = off")),
     ACT(BOOL("prescale_gradients", prescale_gradients, 0, "scale before all-reduce")),
-    ACT(DBLF("gradient_predivide_factor", gradient_predivide_factor, 1.0, 0, INF,
-             TR__F_MIN_EXCL, "divide before all-reduce")),
-    {.name = "communication_data_type", .kind = TR__K_ENUM, .offset = OFF(communication_data_type),
-     .choices = dtypes, .flags = TR__F_NULLABLE | TR__F_DERIVED | TR__F_NOCASE,
+    ACT(DBLF("gradient_predivide_factor", gradient_predivide_factor, 1.0, 0, INF, TR__F_MIN_EXCL,
+             "divide before all-reduce")),
+    {.name = "communication_data_type",
+     .kind = TR__K_ENUM,
+     .offset = OFF(communication_data_type),
+     .choices = dtypes,
+     .flags = TR__F_NULLABLE | TR__F_DERIVED | TR__F_NOCASE,
      .doc = "fp32, fp16 or bf16: the gradients' type on the wire on more than one rank "
             "(default: the training precision)",
      .state = TR__S_ACTED},
-    ACT(BOOL("wall_clock_breakdown", wall_clock_breakdown, 0,
-             "print forward/backward/step times")),
+    ACT(BOOL("wall_clock_breakdown", wall_clock_breakdown, 0, "print forward/backward/step times")),
     NOEFF("memory use is not reported yet",
           BOOL("memory_breakdown", memory_breakdown, 0, "print memory use")),
     NOEFF("the state is not printed yet",
@@ -610,11 +623,11 @@ static const tr__cfg_key_t top_keys[] = {
           BOOL("zero_allow_untested_optimizer", zero_allow_untested_optimizer, 0,
                "allow a client optimizer with ZeRO")),
     NOEFF("the loader draws whole batches from an endless stream",
-          BOOL("dataloader_drop_last", dataloader_drop_last, 0,
-               "drop the last partial batch")),
+          BOOL("dataloader_drop_last", dataloader_drop_last, 0, "drop the last partial batch")),
     SECT("zero_optimization", zero_sec, 0, "ZeRO"),
     SECT("fp16", fp16_sec, 0, "fp16 mixed precision"),
     SECT("bf16", bf16_sec, 0, "bfloat16 mixed precision"),
+    SECT("data_types", data_types_sec, 0, "data types"),
     DEPR("bfloat16", "bf16"),
     SECT("optimizer", optimizer_sec, TR__F_OPTIONAL,
          "the optimizer (not needed when the engine never steps)"),
@@ -642,7 +655,6 @@ static const tr__cfg_key_t top_keys[] = {
     IGN("nebula", "Nebula checkpointing"),
     IGN("hybrid_engine", "the RLHF hybrid engine"),
     IGN("tensor_parallel", "automatic tensor parallelism"),
-    IGN("data_types", "gradient accumulation dtype"),
     IGN("zero_force_ds_cpu_optimizer", "DeepSpeed's CPU optimizer check"),
     IGN("seq_parallel_communication_data_type", "sequence parallelism"),
     IGN("gradient_allreduce_op", "the gradient all-reduce operation"),
@@ -656,7 +668,9 @@ static const tr__cfg_key_t top_keys[] = {
     IGN("disable_allgather", "DeepSpeed's all-gather switch"),
     IGN("graph_harvesting", "CUDA graph harvesting"),
     IGN("vocabulary_size", "DeepSpeed's tensor-core alignment warning"),
-    {.name = "elasticity", .kind = TR__K_IGNORED, .flags = TR__F_IF_ENABLED,
+    {.name = "elasticity",
+     .kind = TR__K_IGNORED,
+     .flags = TR__F_IF_ENABLED,
      .doc = "elastic training (an error when enabled: it changes the batch size)",
      .state = TR__S_INERT},
 };

@@ -232,6 +232,9 @@ typedef struct tr_config {
     tr_config_zero_t zero;
     tr_config_fp16_t fp16;
     tr_config_bf16_t bf16;
+    struct {
+        int grad_accum_dtype; /* tr_dtype_t: only F32 (the default) is accepted */
+    } data_types;
     tr_config_optimizer_t optimizer;
     tr_config_scheduler_t scheduler;
     tr_config_aio_t aio;

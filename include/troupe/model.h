@@ -285,6 +285,9 @@ void tr_model_set_training(tr_model_t *model, int training);
  * tr_model_params_changed (and tr_model_init_params): whoever writes the parameters (an
  * optimizer step, a load) calls it afterwards, before the next pass. */
 int tr_model_set_bf16(tr_model_t *model, int on);
+/* 1 when this CPU multiplies bf16 itself (AVX512-BF16), so that bf16 is faster than fp32; 0
+ * when its bf16 products are emulated. Any thread. */
+int tr_bf16_native(void);
 int tr_model_bf16(const tr_model_t *model);
 void tr_model_params_changed(tr_model_t *model);
 int tr_model_training(const tr_model_t *model);

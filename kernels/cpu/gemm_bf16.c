@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/half.h"
+#include "troupe/model.h"
 
 #define CACHE_MAX 32 /* shapes per thread: a model has a few dozen at most */
 
@@ -107,6 +108,11 @@ int tr__bf16_native(void)
     tr__blas_cpu_t cpu;
     tr__blas_cpu(&cpu);
     return cpu.bf16;
+}
+
+int tr_bf16_native(void)
+{
+    return tr__bf16_native();
 }
 
 const char *tr__bf16_backend_name(int backend)

@@ -283,6 +283,15 @@ static void test_config_precision_defaults(void **state)
     fails("{\"train_batch_size\":1,\"bf16\":{\"enabled\":true},\"fp16\":{\"enabled\":true}}");
     has("ds.json: bf16: bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled "
         "and bf16.enabled are both true)");
+    /* gradients accumulate in fp32: another accumulation type is refused, by name */
+    c = ok("{\"train_batch_size\":1,\"bf16\":{\"enabled\":true},"
+           "\"data_types\":{\"grad_accum_dtype\":\"FP32\"}}");
+    assert_int_equal(c->data_types.grad_accum_dtype, TR_DTYPE_F32);
+    tr_config_destroy(c);
+    fails("{\"train_batch_size\":1,\"bf16\":{\"enabled\":true},"
+          "\"data_types\":{\"grad_accum_dtype\":\"bf16\"}}");
+    has("ds.json: data_types.grad_accum_dtype: Troupe accumulates gradients in fp32 only, got "
+        "\"bf16\" (remove the key or set \"fp32\")");
 }
 
 static void test_config_io_monitor_pipeline_defaults(void **state)
