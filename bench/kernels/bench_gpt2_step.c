@@ -9,6 +9,8 @@
  * is the 6 P tokens of a training step minus the optimizer, whose cost is O(P), not
  * O(P tokens). The bound: sgemm GFLOP/s measured in this run on the model's largest matrix
  * product shape (N=1024 rows, 4C x C) and on a 1024^3 square product, same threads.
+ * The same step in bf16 mixed precision (tr_model_set_bf16) on a second model, the two stepping
+ * in turn, and its bound: 6 P tokens at the bf16 products' rate measured at the model's shapes.
  * Prints `name: value unit` lines. Re-executes itself once with OPENBLAS_CORETYPE set if
  * OpenBLAS picked slow kernels (tr_blas_reexec_if_needed).
  */
@@ -20,6 +22,8 @@
 
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/blas_internal.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/parallel.h"
 #include "troupe/blas.h"
 #include "troupe/model.h"
 
@@ -48,6 +52,73 @@ static double sgemm_gflops(int M, int N, int K, int reps)
     }
     free(a), free(b), free(c);
     return best;
+}
+
+typedef struct {
+    int M, N, K;
+    const uint16_t *a, *b;
+    float *c;
+} bf16_job;
+
+static void bf16_rows(void *ctx, size_t begin, size_t end, int thread)
+{
+    const bf16_job *j = ctx;
+    (void)thread;
+    tr__gemm_bf16(tr__bf16_backend(), 0, 1, (int)(end - begin), j->N, j->K, j->a + begin * j->K,
+                  j->K, j->b, j->K, 0.0f, j->c + begin * j->N, j->N);
+}
+
+/* Best GFLOP/s of the bf16 product C (M, N) = A (M, K) B^T, fp32 accumulation, on the way the
+ * linear layers run it (tr__gemm_bf16 on row blocks over the kernels' threads). */
+static double bf16_gflops(int M, int N, int K, int reps)
+{
+    uint16_t *a = malloc((size_t)M * K * 2), *b = malloc((size_t)N * K * 2);
+    float *c = malloc((size_t)M * N * 4);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        a[i] = tr_bf16_from_float((float)(i % 7) * 0.1f);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        b[i] = tr_bf16_from_float((float)(i % 5) * 0.1f);
+    bf16_job j = {M, N, K, a, b, c};
+    int t = tr_parallel_threads();
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now();
+        tr_parallel_for((size_t)M, ((size_t)M + t - 1) / t, bf16_rows, &j);
+        t0 = now() - t0;
+        if (r > 0 && 2.0 * M * N * K / t0 / 1e9 > best) best = 2.0 * M * N * K / t0 / 1e9;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+/* One training step of m: forward, backward, AdamW, zeroing; the bf16 copies follow the new
+ * parameters as the engine makes them; the fastest step's times kept. */
+typedef struct {
+    tr_model_t *m;
+    float *mom, *var;
+    tr_adam_state_t st;
+    double fwd, bwd, opt, step, loss_first;
+} run_t;
+
+static int one_step(run_t *r, const tr_batch_t *batch, const tr_adam_opts_t *adam, int first)
+{
+    size_t n = tr_model_num_params(r->m);
+    float loss = 0;
+    double t0 = now();
+    if (tr_model_forward(r->m, batch, &loss)) return -1;
+    double t1 = now();
+    if (tr_model_backward(r->m, NULL, NULL)) return -1;
+    double t2 = now();
+    tr_adam_step(adam, &r->st, tr_model_params(r->m), tr_model_grads(r->m), r->mom, r->var, n);
+    tr_model_params_changed(r->m);
+    tr_model_zero_grad(r->m);
+    double t3 = now();
+    if (first) {
+        r->loss_first = loss;
+    } else if (t3 - t0 < r->step) { // the fastest step: least disturbed by other processes
+        r->step = t3 - t0, r->fwd = t1 - t0, r->bwd = t2 - t1, r->opt = t3 - t2;
+    }
+    return 0;
 }
 
 static int arg_int(int argc, char **argv, const char *name, int dflt)
@@ -79,13 +150,17 @@ int main(int argc, char **argv)
     // sgemm before and after the model: other processes on the machine disturb either
     openblas_set_num_threads(threads);
     double gemm_before = sgemm_gflops(1024, 1024, 1024, 10);
-    tr_model_t *m;
+    run_t run[2] = {{.step = 1e30}, {.step = 1e30}}; /* fp32, bf16 */
     char why[256];
-    if (tr_model_gpt2_create(&m, &cfg, why, sizeof(why))) {
-        fprintf(stderr, "bench_gpt2_step: %s\n", why);
-        return 1;
+    for (int k = 0; k < 2; k++) {
+        if (tr_model_gpt2_create(&run[k].m, &cfg, why, sizeof(why))) {
+            fprintf(stderr, "bench_gpt2_step: %s\n", why);
+            return 1;
+        }
+        tr_model_init_params(run[k].m, 1);
+        if (tr_model_set_bf16(run[k].m, k)) return 1;
     }
-    tr_model_init_params(m, 1);
+    tr_model_t *m = run[0].m;
     int *tokens = malloc((size_t)B * T * sizeof(int)),
         *targets = malloc((size_t)B * T * sizeof(int));
     for (int i = 0; i < B * T; i++) {
@@ -97,35 +172,22 @@ int main(int argc, char **argv)
     printf("params: %.0f\n", P);
     printf("tokens_per_step: %.0f\n", tok);
 
-    // AdamW as the engine runs it (DeepSpeed's defaults), over the whole parameter buffer
+    // AdamW as the engine runs it (DeepSpeed's defaults), over the whole parameter buffer; the
+    // fp32 and the bf16 model step in turn, so that both meet the same disturbances
     size_t n = tr_model_num_params(m);
-    float *mom = calloc(n, sizeof(float)), *var = calloc(n, sizeof(float));
     tr_adam_opts_t adam = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                            .weight_decay = 0.01f, .adamw_mode = 1, .bias_correction = 1};
-    tr_adam_state_t st;
-    tr_adam_state_init(&st);
-    double fwd = 1e30, bwd = 1e30, opt = 1e30, step = 1e30, loss_first = 0;
-    float loss = 0;
-    for (int s = 0; s <= steps; s++) { // step 0 warms up (allocations, page faults)
-        double t0 = now();
-        if (tr_model_forward(m, &batch, &loss)) return 1;
-        double t1 = now();
-        if (tr_model_backward(m, NULL, NULL)) return 1;
-        double t2 = now();
-        tr_adam_step(&adam, &st, tr_model_params(m), tr_model_grads(m), mom, var, n);
-        tr_model_zero_grad(m);
-        double t3 = now();
-        if (s == 0) {
-            loss_first = loss;
-        } else if (t3 - t0 < step) { // the fastest step: least disturbed by other processes
-            step = t3 - t0;
-            fwd = t1 - t0;
-            bwd = t2 - t1;
-            opt = t3 - t2;
-        }
+    for (int k = 0; k < 2; k++) {
+        run[k].mom = calloc(n, sizeof(float)), run[k].var = calloc(n, sizeof(float));
+        tr_adam_state_init(&run[k].st);
     }
-    free(mom);
-    free(var);
+    for (int s = 0; s <= steps; s++) // step 0 warms up (allocations, page faults)
+        for (int k = 0; k < 2; k++)
+            if (one_step(&run[k], &batch, &adam, s == 0)) return 1;
+    double fwd = run[0].fwd, bwd = run[0].bwd, opt = run[0].opt, step = run[0].step;
+    double loss_first = run[0].loss_first;
+    for (int k = 0; k < 2; k++)
+        free(run[k].mom), free(run[k].var);
     openblas_set_num_threads(threads); // the kernels ran OpenBLAS single-threaded per block
     double gemm_model = sgemm_gflops(B * T, 4 * cfg.channels, cfg.channels, 10);
     double gemm_square = sgemm_gflops(1024, 1024, 1024, 10);
@@ -147,7 +209,24 @@ int main(int argc, char **argv)
     printf("sgemm_model_shape: %.1f GFLOP/s\n", gemm_model);
     printf("sgemm_1024: %.1f GFLOP/s\n", gemm_square);
     printf("gpt2_step_fraction_of_sgemm: %.2f\n", gflops / sgemm);
-    tr_model_destroy(m);
+    /* bf16 mixed precision: the step, and its bound, 6 P tokens at the bf16 products' rate at
+     * the model's shapes (the MLP's two and the output projection, the best of them) */
+    double bf16 = 0;
+    int C = cfg.channels, shapes[3][3] = {{B * T, 4 * C, C}, {B * T, C, 4 * C}, {B * T, 8192, C}};
+    for (int i = 0; i < 3; i++) {
+        double g = bf16_gflops(shapes[i][0], shapes[i][1], shapes[i][2], 5);
+        bf16 = g > bf16 ? g : bf16;
+    }
+    printf("bf16_products: %s (AVX512-BF16 %s)\n", tr__bf16_backend_name(tr__bf16_backend()),
+           tr_bf16_native() ? "present" : "absent: emulated");
+    printf("loss_step0_bf16: %.4f\n", run[1].loss_first);
+    printf("gpt2_step_bf16: %.2f ms\n", run[1].step * 1e3);
+    printf("gpt2_step_bf16_tokens_per_s: %.0f tokens/s\n", tok / run[1].step);
+    printf("bf16_gemm_model_shapes: %.1f GFLOP/s\n", bf16);
+    printf("gpt2_step_bf16_bound_tokens_per_s: %.0f tokens/s\n", bf16 * 1e9 / (6.0 * P));
+    printf("gpt2_step_bf16_of_bound: %.2f\n", 6.0 * P * tok / run[1].step / 1e9 / bf16);
+    printf("gpt2_step_bf16_vs_fp32: %.2f x\n", step / run[1].step);
+    tr_model_destroy(run[0].m), tr_model_destroy(run[1].m);
     free(tokens), free(targets);
     return 0;
 }
