@@ -1,13 +1,15 @@
 # Troupe's front door. Every target installs missing Debian packages first, then drives CMake.
 #   make test        build and run the whole test suite
-#   make demo        train a small byte-level GPT on this repository's text (~2 minutes)
+#   make demo        train a small byte-level GPT on this repository's text (~2 minutes; bf16
+#                    mixed precision where the CPU has AVX512-BF16, else fp32; DEMO_BF16=0|1)
 #   make demo-pipeline  the same GPT through 4 pipeline stage actors, and 1F1B's and zb's
 #                    bubbles measured with synthetic layers beside theory, with a timeline
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
-#   make bench       every benchmark; bench-actors, bench-kernels, bench-engine, bench-dp, bench-nvme,
-#                    bench-pipeline
-#                    one group (bench-dp: data-parallel training and collectives against MPI and
+#   make bench       every benchmark; bench-actors, bench-kernels, bench-demo-bf16, bench-engine,
+#                    bench-dp, bench-nvme, bench-pipeline
+#                    one group (bench-demo-bf16: the demo's training in fp32 and in bf16,
+#                    their validation losses; bench-dp: data-parallel training and collectives against MPI and
 #                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
@@ -21,7 +23,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-engine bench-dp bench-nvme \
+.PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme \
         bench-pipeline install clean fuzz-config
 
 all: build
@@ -43,12 +45,22 @@ test: build
 # two cores; checkpoint, llm.c export, monitor outputs, the actor trace (3 steps from step 52),
 # its summary and a timeline picture go to demo-out/.
 DEMO_STEPS ?= 1000
+DEMO_MODEL = --model gpt2 --vocab 256 --context 128 --channels 128 --layers 4 --heads 4 \
+	--train-data build/demo-data/text_train.bin --val-data build/demo-data/text_val.bin
+# bf16 mixed precision where the CPU multiplies bf16 itself (AVX512-BF16), else fp32 (bf16
+# would only be emulated); DEMO_BF16=0 or 1 chooses. The config is demo.json plus the bf16 section.
+DEMO_BF16 ?= $(shell grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && echo 1 || echo 0)
 demo: build
 	rm -rf demo-out
 	mkdir -p demo-out
-	./build/troupe train --deepspeed_config examples/configs/demo.json --model gpt2 \
-	    --vocab 256 --context 128 --channels 128 --layers 4 --heads 4 \
-	    --train-data build/demo-data/text_train.bin --val-data build/demo-data/text_val.bin \
+	@if [ "$(DEMO_BF16)" = 1 ]; then \
+	    echo "demo: bf16 mixed precision (DEMO_BF16=1, the default where the CPU has AVX512-BF16; DEMO_BF16=0 trains in fp32)"; \
+	    sed 's/^{/{ "bf16": { "enabled": true },/' examples/configs/demo.json > demo-out/demo.json; \
+	else \
+	    echo "demo: fp32 (DEMO_BF16=0, the default where the CPU has no AVX512-BF16 and bf16 is only emulated; DEMO_BF16=1 trains in bf16)"; \
+	    cp examples/configs/demo.json demo-out/demo.json; \
+	fi
+	./build/troupe train --deepspeed_config demo-out/demo.json $(DEMO_MODEL) \
 	    --steps $(DEMO_STEPS) --val-every 100 --val-batches 16 --sample 200 \
 	    --save-dir demo-out/ckpt --trace demo-out/trace --export-llmc demo-out/gpt2_demo.bin
 	./build/troupe trace summary demo-out/trace > demo-out/trace_summary.txt
@@ -87,7 +99,7 @@ test-tsan: deps build-tsan/CMakeCache.txt
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
-bench: bench-actors bench-kernels bench-engine bench-dp bench-nvme bench-pipeline
+bench: bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme bench-pipeline
 
 # The pipeline's bubble with stage actors and synthetic layers, 1F1B and zb, beside theory.
 bench-pipeline: build
@@ -102,6 +114,10 @@ bench-actors: build
 	$(CMAKE) -S . -B build -DTR_BENCH_PEERS=ON
 	$(CMAKE) --build build -j $(JOBS) --target bench-actors-all
 	bench/actors/run.sh build $(BENCH_ARGS)
+
+# make demo's training in fp32 and in bf16, same seed: the validation losses and their ratio.
+bench-demo-bf16: build
+	bench/kernels/demo_bf16.sh build $(DEMO_STEPS) $(DEMO_MODEL)
 
 bench-kernels: build
 	@scripts/install-deps.sh python3-torch

@@ -15,7 +15,8 @@
  * Letters used in shapes: B batch, T time, C channels, V vocabulary, Vp padded vocabulary,
  * L layers, NH heads, OC output channels.
  * Users add layers by filling a tr_layer_t (tr_layer_init, tr_layer_add_param) with their
- * own tr_layer_ops_t; docs/custom-layers.md is the guide. All math is fp32 on the CPU for now;
+ * own tr_layer_ops_t; docs/custom-layers.md is the guide. Math is fp32 on the CPU, but for the
+ * linear layers' products in bf16 mixed precision (tr_model_set_bf16);
  * buffers carry a device.
  *
  * Ownership, in one place: a layer given to tr_model_create belongs to the model from that
