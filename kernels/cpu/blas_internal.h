@@ -30,6 +30,9 @@ void tr__blas_one_thread(void);
  * them. The linear layers use tr__gemm_backend(): by CPU (gemm.c's table), or TROUPE_GEMM. */
 enum { TR__GEMM_OPENBLAS = 0, TR__GEMM_ONEDNN = 1 };
 int tr__gemm_backend(void);
+/* What an override variable names: 0 for name0, 1 for name1; dflt when unset, and dflt with a
+ * warning on stderr when it names neither. */
+int tr__gemm_choice(const char *var, const char *name0, const char *name1, int dflt);
 const char *tr__gemm_backend_name(int backend);
 void tr__sgemm(int backend, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,18 +37,27 @@ static void find_omp(void)
     *(void **)&omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
 }
 
+int tr__gemm_choice(const char *var, const char *name0, const char *name1, int dflt)
+{
+    const char *e = getenv(var);
+    if (!e || !e[0]) return dflt;
+    if (!strcmp(e, name0)) return 0;
+    if (!strcmp(e, name1)) return 1;
+    fprintf(stderr, "troupe: warning: %s=%s: expected %s or %s; using the default, %s\n", var, e,
+            name0, name1, dflt ? name1 : name0);
+    return dflt;
+}
+
 int tr__gemm_backend(void)
 {
     static _Atomic int chosen = -1; /* TR__GEMM_* once the environment was read */
     int b = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (b < 0) {
-        const char *e = getenv("TROUPE_GEMM");
         tr__blas_cpu_t cpu;
         tr__blas_cpu(&cpu);
-        b = e && !strcmp(e, "openblas") ? TR__GEMM_OPENBLAS
-            : e && !strcmp(e, "onednn") ? TR__GEMM_ONEDNN
-            : cpu.amd                   ? TR__GEMM_ONEDNN
-                                        : TR__GEMM_OPENBLAS;
+        _Static_assert(TR__GEMM_OPENBLAS == 0 && TR__GEMM_ONEDNN == 1, "choice order");
+        b = tr__gemm_choice("TROUPE_GEMM", "openblas", "onednn",
+                            cpu.amd ? TR__GEMM_ONEDNN : TR__GEMM_OPENBLAS);
         atomic_store_explicit(&chosen, b, memory_order_relaxed);
     }
     return b;

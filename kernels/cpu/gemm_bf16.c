@@ -91,13 +91,9 @@ int tr__bf16_backend(void)
     static _Atomic int chosen = -1;
     int b = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (b < 0) {
-        const char *e = getenv("TROUPE_BF16_GEMM");
-        tr__blas_cpu_t cpu;
-        tr__blas_cpu(&cpu);
-        b = e && !strcmp(e, "onednn")     ? TR__BF16_ONEDNN
-            : e && !strcmp(e, "emulated") ? TR__BF16_EMULATED
-            : cpu.bf16                    ? TR__BF16_ONEDNN
-                                          : TR__BF16_EMULATED;
+        _Static_assert(TR__BF16_EMULATED == 0 && TR__BF16_ONEDNN == 1, "choice order");
+        b = tr__gemm_choice("TROUPE_BF16_GEMM", "emulated", "onednn",
+                            tr__bf16_native() ? TR__BF16_ONEDNN : TR__BF16_EMULATED);
         atomic_store_explicit(&chosen, b, memory_order_relaxed);
     }
     return b;

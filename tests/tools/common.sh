@@ -15,3 +15,23 @@ tiny=(--deepspeed_config "$cfg" --train-data "$tmp/train.bin" --val-data "$tmp/v
 
 # expect_exit CODE PATTERN ARGS...: troupe train ARGS exits CODE and stderr matches PATTERN.
 expect_exit() { expect_cmd "$1" "$2" train "${@:3}"; }
+
+# run_steps CONFIG OUT ARGS...: troupe train on the tiny model, printing every step; OUT gets
+# the step and val lines without the throughput (OUT.txt, OUT.err: the whole output).
+run_steps() {
+    local c=$1 out=$2
+    shift 2
+    "$troupe" train "${tiny[@]}" --deepspeed_config "$c" --print-every 1 "$@" > "$out.txt" \
+        2> "$out.err" || { cat "$out.err"; fail "troupe train $c $*"; }
+    grep -E '^(step|val:)' "$out.txt" | sed 's/ [0-9]* tok\/s.*//' > "$out"
+}
+
+# same_after_resume STRAIGHT RESUMED FROM TO: RESUMED printed what STRAIGHT printed for steps
+# FROM..TO (single digits) and the same validation loss.
+same_after_resume() {
+    grep "^step [$3-$4]/" "$1" > "$1.want"
+    grep "^step [$3-$4]/" "$2" > "$2.got"
+    [ "$(wc -l < "$2.got")" -eq $(($4 - $3 + 1)) ] || { cat "$2"; fail "the resumed run did not run steps $3 to $4"; }
+    diff "$1.want" "$2.got" || fail "the resumed run differs from the straight one ($2)"
+    diff <(grep '^val:' "$1") <(grep '^val:' "$2") || fail "val loss differs after resume ($2)"
+}

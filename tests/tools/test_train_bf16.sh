@@ -10,17 +10,10 @@ bf16=$tmp/bf16.json
 sed 's/"gradient_accumulation_steps": 1,/"gradient_accumulation_steps": 1, "bf16": { "enabled": true },/' \
     "$cfg" > "$bf16"
 grep -q '"bf16"' "$bf16" || fail "could not write the bf16 config"
-run() { # CONFIG OUT ARGS...: the step and val lines, without the throughput
-    local c=$1 out=$2
-    shift 2
-    "$troupe" train "${tiny[@]}" --deepspeed_config "$c" --print-every 1 "$@" > "$out.txt" \
-        2> "$out.err" || { cat "$out.err"; fail "troupe train $c $*"; }
-    grep -E '^(step|val:)' "$out.txt" | sed 's/ [0-9]* tok\/s.*//' > "$out"
-}
 loss_of() { sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$1"; }
 
-run "$cfg" fp32 --steps 8 --export-llmc fp32.bin
-run "$bf16" bf16 --steps 8 --export-llmc bf16.bin
+run_steps "$cfg" fp32 --steps 8 --export-llmc fp32.bin
+run_steps "$bf16" bf16 --steps 8 --export-llmc bf16.bin
 [ "$(wc -l < bf16)" -eq 9 ] || { cat bf16; fail "expected 8 steps and a val line"; }
 paste <(loss_of fp32) <(loss_of bf16) | awk '
     { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 0.02) bad = bad " " $1 "/" $2; if ($1 != $2) differ = 1 }
@@ -34,16 +27,12 @@ else
     [ "$warnings" -eq 1 ] || { cat bf16.err; fail "expected one warning that bf16 is emulated"; }
 fi
 
-run "$bf16" half --steps 4 --save-dir ck
-run "$bf16" resumed --steps 8 --save-dir ck --resume
-grep '^step [5678]/' bf16 > want
-grep '^step [5678]/' resumed > got
-[ "$(wc -l < got)" -eq 4 ] || { cat resumed; fail "the resumed run did not run steps 5 to 8"; }
-diff want got || fail "the resumed bf16 run differs from the straight one"
-diff <(grep '^val:' bf16) <(grep '^val:' resumed) || fail "val loss differs after resume"
+run_steps "$bf16" half --steps 4 --save-dir ck
+run_steps "$bf16" resumed --steps 8 --save-dir ck --resume
+same_after_resume bf16 resumed 5 8
 
 [ "$(stat -c %s bf16.bin)" -eq "$(stat -c %s fp32.bin)" ] || fail "the bf16 export is not fp32-sized"
 cmp -s bf16.bin fp32.bin && fail "the bf16 export equals the fp32 one"
-run "$cfg" loaded --steps 1 --load-llmc bf16.bin
+run_steps "$cfg" loaded --steps 1 --load-llmc bf16.bin
 paste fp32 bf16 | head -3
 echo "ok: bf16 tracks fp32 within 2%, resumes bitwise, exports fp32"

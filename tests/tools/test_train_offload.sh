@@ -14,27 +14,16 @@ cat > "$offload" <<JSON
                            "pipeline_read": true, "pipeline_write": true } },
   "troupe": { "runtime": { "workers": 2 } } }
 JSON
-run() { # CONFIG OUT ARGS...: the step and val lines, without the throughput
-    local c=$1 out=$2
-    shift 2
-    "$troupe" train "${tiny[@]}" --deepspeed_config "$c" --print-every 1 "$@" > "$out.txt" \
-        2> "$out.err" || { cat "$out.err"; fail "troupe train $c $*"; }
-    grep -E '^(step|val:)' "$out.txt" | sed 's/ [0-9]* tok\/s.*//' > "$out"
-}
 
-run "$cfg" mem --steps 6
-run "$offload" nvme --steps 6
+run_steps "$cfg" mem --steps 6
+run_steps "$offload" nvme --steps 6
 grep -q "swapper: rank 0: optimizer state in $tmp/swapdir/troupe_swap/rank0/optimizer.swp: 8 sub-groups" nvme.err ||
     { cat nvme.err; fail "no swapper line"; }
 [ "$(wc -l < mem)" -eq 7 ] || { cat mem; fail "expected 6 steps and a val line"; }
 diff mem nvme || fail "offloaded training printed other losses than in memory"
 [ ! -e "$tmp/swapdir/troupe_swap/rank0/optimizer.swp" ] || fail "the swap file outlived the run"
 
-run "$offload" half --steps 3 --save-dir ck
-run "$offload" resumed --steps 6 --save-dir ck --resume
-grep '^step [456]/' nvme > want
-grep '^step [456]/' resumed > got
-[ "$(wc -l < got)" -eq 3 ] || { cat resumed; fail "the resumed run did not run steps 4 to 6"; }
-diff want got || fail "the resumed offloaded run differs from the straight one"
-diff <(grep '^val:' nvme) <(grep '^val:' resumed) || fail "val loss differs after resume"
+run_steps "$offload" half --steps 3 --save-dir ck
+run_steps "$offload" resumed --steps 6 --save-dir ck --resume
+same_after_resume nvme resumed 4 6
 echo "ok: offloaded training in troupe train matches in-memory training and resumes"
