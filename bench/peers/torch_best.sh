@@ -11,13 +11,15 @@
 # configuration's `torch_config: ... tokens/s` line, then
 #   torch_best_fp32_config / torch_best_fp32_tokens_per_s  (the best fp32 configuration)
 #   torch_best_config / torch_best_tokens_per_s            (the best of all)
+# and, for running them again (bench/kernels/run.sh does, in turn with Troupe's step):
+#   torch_best_fp32_run / torch_best_run: ENV=VALUE... --threads T --autocast P
 set -uo pipefail
 core=${1:?usage: torch_best.sh BEST_CORE THREADS [args]} threads=${2:?THREADS}
 shift 2
 peer=$(dirname "$0")/torch_gpt2_step.py
 caps=("")
 grep -qw avx512f /proc/cpuinfo && caps+=(avx512)
-best_fp32=0 best=0 best_fp32_cfg="" best_cfg=""
+best_fp32=0 best=0 best_fp32_cfg="" best_cfg="" best_fp32_run="" best_run=""
 ts=(1)
 [ "$threads" != 1 ] && ts+=("$threads")
 for prec in none bf16; do
@@ -39,11 +41,12 @@ for prec in none bf16; do
                         continue
                     fi
                     echo "torch_config: $cfg: $tps tokens/s"
+                    run="${env[*]} --threads $t --autocast $prec"
                     if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
-                        best=$tps best_cfg=$cfg
+                        best=$tps best_cfg=$cfg best_run=$run
                     fi
                     if [ $prec = none ] && awk -v a="$tps" -v b="$best_fp32" 'BEGIN { exit !(a > b) }'; then
-                        best_fp32=$tps best_fp32_cfg=$cfg
+                        best_fp32=$tps best_fp32_cfg=$cfg best_fp32_run=$run
                     fi
                 done
             done
@@ -54,3 +57,5 @@ echo "torch_best_fp32_config: $best_fp32_cfg"
 echo "torch_best_fp32_tokens_per_s: $best_fp32 tokens/s"
 echo "torch_best_config: $best_cfg"
 echo "torch_best_tokens_per_s: $best tokens/s"
+echo "torch_best_fp32_run: $best_fp32_run"
+echo "torch_best_run: $best_run"
