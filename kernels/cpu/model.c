@@ -20,6 +20,7 @@
 #include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/model_internal.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
 #include "runtime/errf.h"
@@ -563,7 +564,7 @@ int tr_model_layer_backward(tr_model_t *model, int layer)
     c.dout = l->is_loss ? NULL : model->dbuf[layer % 2];
     if (layer > 0) {
         c.din = model->dbuf[(layer + 1) % 2];
-        memset(c.din, 0, (size_t)model->B * model->T * l->in_dim * sizeof(float));
+        tr__zero(c.din, (size_t)model->B * model->T * l->in_dim);
     }
     int err = l->ops->backward(l, &c);
     return err ? fail(model, err, "layer %d '%s': backward returned %s (%s)", layer, l->name,
@@ -657,7 +658,7 @@ void tr_kernels_set_threads(int n)
 
 void tr_model_zero_grad(tr_model_t *model)
 {
-    memset(model->grads, 0, model->n_params * sizeof(float));
+    tr__zero(model->grads, model->n_params);
 }
 
 /* ---- introspection ----------------------------------------------------------------------- */

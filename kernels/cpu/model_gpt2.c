@@ -129,9 +129,9 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
     block_acts a;
     carve_block(&a, c->acts, B, T, C, s->NH);
     float *dfch_gelu = tmp, *datty = tmp + 4 * NC, *att_scratch = datty + NC;
-    memset(d.dfch, 0, 4 * NC * sizeof(float));
-    memset(d.dqkv, 0, 5 * NC * sizeof(float)); /* dqkv, dln2, dln1 */
-    memset(tmp, 0, 5 * NC * sizeof(float));
+    tr__zero(d.dfch, 4 * NC);
+    tr__zero(d.dqkv, 5 * NC); /* dqkv, dln2, dln1 */
+    tr__zero(tmp, 5 * NC);
     memcpy(d.dres3, c->dout, NC * sizeof(float));
     memcpy(d.dres2, c->dout, NC * sizeof(float));
     tr__linear_backward(dfch_gelu, NULL, NULL, d.dres3, NULL, PARAM(c, l, FCPROJW),
@@ -269,7 +269,7 @@ static int head_backward(tr_layer_t *l, tr_layer_ctx_t *c)
     int N = c->B * c->T, C = s->C;
     float *lnf = c->acts + N, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlogits = c->scratch, *dlnf = dlogits + (size_t)N * s->Vp;
-    memset(dlogits, 0, (size_t)N * (s->Vp + C) * sizeof(float));
+    tr__zero(dlogits, (size_t)N * (s->Vp + C));
     if (s->count)
         tr__crossentropy_backward(dlogits, probs, c->targets, N, s->V, s->Vp, TR_IGNORE_INDEX,
                                   c->loss_scale / s->count);

@@ -41,6 +41,8 @@ void tr__gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 /* residual.c: out = a + b (out may alias a or b); db may be NULL. */
 void tr__residual_forward(float *out, const float *a, const float *b, size_t n);
 void tr__residual_backward(float *da, float *db, const float *dout, size_t n);
+/* x (n) = 0, over the thread pool. */
+void tr__zero(float *x, size_t n);
 
 /* embedding.c: out[b,t] = wte[tokens[b,t]] + wpe[t]. wpe may be NULL (no positions).
  * TR_EINVAL if a token is outside [0, V) (nothing is written then). */
