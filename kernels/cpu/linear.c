@@ -44,6 +44,7 @@ typedef struct {
     const float *A, *B;
     const uint16_t *Ah, *Bh;
     float *C;
+    const float *bias; /* (N): copied into each of the block's rows of C first (then beta 1) */
 } gemm_job;
 
 #define GEMM_ROWS 64
@@ -54,6 +55,8 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < g->M ? (int)end * GEMM_ROWS : g->M;
     size_t a0 = g->ta ? (size_t)m0 : (size_t)m0 * g->lda;
     float *C = g->C + (size_t)m0 * g->ldc;
+    for (int r = 0; g->bias && r < m1 - m0; r++) /* in the block's cache, just before its product */
+        memcpy(C + (size_t)r * g->ldc, g->bias, (size_t)g->N * sizeof(float));
     if (g->Ah)
         tr__gemm_bf16(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->Ah + a0, g->lda, g->Bh,
                       g->ldb, g->beta, C, g->ldc);
@@ -70,18 +73,44 @@ static void run_gemm(gemm_job *g)
 }
 
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
+                 const float *B, int ldb, float beta, float *C, int ldc, const float *bias)
 {
-    gemm_job g = {ta, tb, M,    N,    K, lda, ldb, ldc, alpha, beta, tr__gemm_backend(),
-                  A,  B,  NULL, NULL, C};
+    gemm_job g = {.ta = ta,
+                  .tb = tb,
+                  .M = M,
+                  .N = N,
+                  .K = K,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .alpha = alpha,
+                  .beta = bias ? 1.0f : beta,
+                  .backend = tr__gemm_backend(),
+                  .A = A,
+                  .B = B,
+                  .C = C,
+                  .bias = bias};
     run_gemm(&g);
 }
 
 static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                      const uint16_t *B, int ldb, float beta, float *C, int ldc)
+                      const uint16_t *B, int ldb, float beta, float *C, int ldc, const float *bias)
 {
-    gemm_job g = {ta,   tb,   M, N, K, lda, ldb, ldc, 1.0f, beta, tr__bf16_backend(),
-                  NULL, NULL, A, B, C};
+    gemm_job g = {.ta = ta,
+                  .tb = tb,
+                  .M = M,
+                  .N = N,
+                  .K = K,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .alpha = 1.0f,
+                  .beta = bias ? 1.0f : beta,
+                  .backend = tr__bf16_backend(),
+                  .Ah = A,
+                  .Bh = B,
+                  .C = C,
+                  .bias = bias};
     run_gemm(&g);
 }
 
@@ -154,16 +183,13 @@ static void bias_columns(void *ctx, size_t begin, size_t end, int thread)
 void tr__linear_forward(float *out, const float *inp, const float *weight,
                         const uint16_t *weight_bf16, const float *bias, int N, int C, int OC)
 {
-    // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC)]
-    if (bias)
-        for (int r = 0; r < N; r++)
-            memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
+    // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC), copied into out's rows first]
     const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
     if (weight_bf16 && !x) bf16_fallback_warning();
     if (x)
-        gemm_bf16(0, 1, N, OC, C, x, C, weight_bf16, C, bias ? 1.0f : 0.0f, out, OC);
+        gemm_bf16(0, 1, N, OC, C, x, C, weight_bf16, C, 0.0f, out, OC, bias);
     else
-        gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+        gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias);
 }
 
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -178,14 +204,14 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
     }
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     if (dinp && dy)
-        gemm_bf16(0, 0, N, C, OC, dy, OC, weight_bf16, C, 1.0f, dinp, C);
+        gemm_bf16(0, 0, N, C, OC, dy, OC, weight_bf16, C, 1.0f, dinp, C, NULL);
     else if (dinp)
-        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL);
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     if (dweight && dy)
-        gemm_bf16(1, 0, OC, C, N, dy, OC, x, C, 1.0f, dweight, C);
+        gemm_bf16(1, 0, OC, C, N, dy, OC, x, C, 1.0f, dweight, C, NULL);
     else if (dweight)
-        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL);
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);
