@@ -505,6 +505,7 @@ static int register_buffers(tr_engine_t *eng)
     size_t in = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4, ty = bt * (size_t)eng->y_dim * 4;
     size_t batch = in + (eng->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
     eng->memory.params = eng->memory.grads = np;
+    eng->memory.bf16_copies = tr_model_bf16(eng->model) ? eng->n_params * sizeof(uint16_t) : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? eng->prefetch : 0));
     eng->stage_in = malloc(in);
     eng->stage_targets = malloc(bt * sizeof(int));
@@ -571,14 +572,19 @@ static void log_memory(const tr_engine_t *eng)
 {
     const tr_engine_memory_t *m = &eng->memory;
     double mib = 1048576.0;
-    tr_log(TR_LOG_INFO, "engine: memory on rank %d of %d (ZeRO stage %d): parameters %.1f MiB, "
+    char bf16[64] = "";
+    if (m->bf16_copies)
+        snprintf(bf16, sizeof(bf16), ", bf16 weight copies %.1f MiB", m->bf16_copies / mib);
+    tr_log(TR_LOG_INFO,
+           "engine: memory on rank %d of %d (ZeRO stage %d): parameters %.1f MiB, "
            "gradients %.1f MiB (the backward's) + %.1f MiB (this rank's reduced partition), "
-           "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB; "
+           "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB%s; "
            "total %.1f MiB",
            eng->rank, eng->world, eng->zero, m->params / mib, m->grads / mib,
-           m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib,
-           (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm +
-                    m->batches) / mib);
+           m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib, bf16,
+           (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm + m->batches +
+                    m->bf16_copies) /
+               mib);
 }
 
 static tr__client_t *client_new(void)

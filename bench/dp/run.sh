@@ -10,7 +10,9 @@
 #     engine's memory per rank (its start-up line), peak RSS per rank, and the fraction of
 #     communication hidden behind compute (`troupe trace summary` on the last steps);
 #  3. the peer: PyTorch DDP (gloo) and ZeroRedundancyOptimizer on the same model, batch and
-#     ranks, fp32 and bf16 autocast (bench/peers/torch_ddp.py), then our tokens/s over theirs.
+#     ranks, fp32 and bf16 autocast (bench/peers/torch_ddp.py), each at its best thread
+#     setting, then our tokens/s over theirs in the same precision (Troupe's bf16 runs: ZeRO 0
+#     and 1, the stages the peer's two modes compare with).
 #
 #   bench/dp/run.sh BUILD_DIR [--steps N] [--ranks "1 2 4"] [--sizes 1,4,16,64] [--reps R]
 #                             [--no-peer] [--long]
@@ -69,13 +71,14 @@ for n in $ranks; do
 done
 
 # --- 2. troupe train ------------------------------------------------------------------------
-# One run: n ranks, ZeRO stage, overlap_comm (true|false). Prints its lines and records
-# tokens/s in $tmp/tps_<n>_<stage>_<overlap>.
+# One run: n ranks, ZeRO stage, overlap_comm (true|false), precision (fp32, the default, or
+# bf16). Prints its lines and records tokens/s in $tmp/tps_<prec>_<n>_<stage>_<overlap>.
 train_run() {
-    local n=$1 stage=$2 ov=$3 tag="dp_${1}r_stage${2}_overlap_${3}" cfg=$tmp/ds.json
-    local wait=$((steps - 3))
+    local n=$1 stage=$2 ov=$3 prec=${4:-fp32} cfg=$tmp/ds.json
+    local tag="dp_${1}r_stage${2}_overlap_${3}$([ "$prec" = bf16 ] && echo _bf16)" wait=$((steps - 3))
     cat > "$cfg" <<JSON
 { "train_batch_size": $batch, "train_micro_batch_size_per_gpu": $((batch / n)),
+  "bf16": { "enabled": $([ "$prec" = bf16 ] && echo true || echo false) },
   "gradient_accumulation_steps": 1, "steps_per_print": $steps,
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4 } },
   "zero_optimization": { "stage": $stage, "overlap_comm": $ov, "reduce_bucket_size": $bucket },
@@ -102,14 +105,14 @@ print("%.1f" % (100 * sum(r) / len(r)) if r else "n/a")')
     echo "${tag}_engine_memory_per_rank: $mem MiB"
     echo "${tag}_maxrss_per_rank: $(awk -v k="$rss" 'BEGIN { printf "%.0f", k / 1024 }') MiB"
     echo "${tag}_comm_hidden: $hidden %"
-    echo "$tps" > "$tmp/tps_${n}_${stage}_${ov}"
+    echo "$tps" > "$tmp/tps_${prec}_${n}_${stage}_${ov}"
     grep -h "warning" "$tmp/err" | sed 's|^troupe: warning: ||; s|^[^ ]*ds.json: ||' | sort -u |
         sed "s/^/${tag}_note: /" | head -3 || true
 }
 
 # --- 3. the peer -----------------------------------------------------------------------------
-best_ours() { # n stage: the better of overlap_comm off and on
-    cat "$tmp/tps_${1}_${2}_"* 2>/dev/null | sort -n | tail -1
+best_ours() { # prec n stage: the better of overlap_comm off and on
+    cat "$tmp/tps_${1}_${2}_${3}_"* 2>/dev/null | sort -n | tail -1
 }
 if [ "$peer" -eq 1 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "peer: skipped: PyTorch is not installed for /usr/bin/python3 (make bench-dp installs" \
@@ -121,31 +124,51 @@ core=$("$build/bench/dp/bench_collectives" --blas-info | sed -n 's/^blas_best_co
 # ATEN_CPU_CAPABILITY in the environment overrides.
 cap=${ATEN_CPU_CAPABILITY:-$(grep -qw avx512f /proc/cpuinfo && echo avx512 || echo avx2)}
 port=29517
-# The peer on n ranks, each figure followed by our tokens/s over it.
+# The peer on n ranks at its best: each precision and mode under every thread setting a
+# PyTorch user could pick (torch threads 1 or as many as the rank's cores; OpenBLAS's threads
+# matched to torch's or unset), the best kept and printed, then our tokens/s over it (Troupe's
+# run in the same precision).
+peer_once() { # n th obt prec mode: the peer's output
+    local n=$1 th=$2 obt=$3 prec=$4 mode=$5 flags fwd=(-x OPENBLAS_CORETYPE -x OMP_NUM_THREADS)
+    port=$((port + 1))
+    flags=(--threads "$th" --steps $((steps - 2)) --warmup 2 --batch $batch --port $port)
+    [ "$prec" = bf16 ] && flags+=(--bf16)
+    [ "$mode" = zero1 ] && flags+=(--zero)
+    [ -n "$obt" ] && fwd+=(-x OPENBLAS_NUM_THREADS)
+    ( export OPENBLAS_CORETYPE=$core OMP_NUM_THREADS=$th ATEN_CPU_CAPABILITY=$cap
+      if [ -n "$obt" ]; then export OPENBLAS_NUM_THREADS=$obt; else unset OPENBLAS_NUM_THREADS; fi
+      launch "$n" "${fwd[@]}" -x ATEN_CPU_CAPABILITY \
+          /usr/bin/python3 "$here/../peers/torch_ddp.py" "${flags[@]}" 2> "$tmp/perr" ) ||
+        { cat "$tmp/perr" >&2; echo "run.sh: torch $mode $prec on $n ranks failed" >&2; exit 1; }
+}
 peer_runs() {
-    local n=$1 th prec mode out theirs stage ours why
-    th=$(threads_per_rank "$n")
-    echo "== PyTorch, $n rank(s), $th thread(s) each, OPENBLAS_CORETYPE=$core, ATEN_CPU_CAPABILITY=$cap"
+    local n=$1 cores_each prec mode out theirs stage ours best best_out best_cfg th obt tps
+    cores_each=$(threads_per_rank "$n")
+    echo "== PyTorch, $n rank(s), $cores_each core(s) each, OPENBLAS_CORETYPE=$core, ATEN_CPU_CAPABILITY=$cap"
     for prec in fp32 bf16; do
         for mode in ddp zero1; do
-            port=$((port + 1))
-            flags=(--threads "$th" --steps $((steps - 2)) --warmup 2 --batch $batch --port $port)
-            [ $prec = bf16 ] && flags+=(--bf16)
-            [ $mode = zero1 ] && flags+=(--zero)
-            out=$(OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th \
-                  ATEN_CPU_CAPABILITY=$cap launch "$n" -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS \
-                  -x OMP_NUM_THREADS -x ATEN_CPU_CAPABILITY \
-                  /usr/bin/python3 "$here/../peers/torch_ddp.py" "${flags[@]}" 2> "$tmp/perr") ||
-                { cat "$tmp/perr" >&2; echo "run.sh: torch $mode $prec on $n ranks failed" >&2; exit 1; }
-            echo "$out" | sed "s/^torch_/torch_${n}r_/"
-            theirs=$(sed -n 's/^torch_.*_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
+            best=0 best_out="" best_cfg=""
+            for th in $(seq 1 "$cores_each" | sed -n '1p;$p' | sort -u); do
+                for obt in "$th" ""; do
+                    out=$(peer_once "$n" "$th" "$obt" "$prec" "$mode")
+                    tps=$(sed -n 's/^torch_.*_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
+                    echo "torch_${n}r_${mode}_${prec}_config: torch_threads=$th openblas_num_threads=${obt:-unset}: $tps tokens/s"
+                    if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+                        best=$tps best_out=$out best_cfg="torch_threads=$th openblas_num_threads=${obt:-unset}"
+                    fi
+                done
+            done
+            echo "$best_out" | sed "s/^torch_/torch_${n}r_/"
+            echo "torch_${n}r_${mode}_${prec}_best_config: $best_cfg"
+            theirs=$best
             stage=$([ $mode = ddp ] || [ "$n" -eq 1 ] && echo 0 || echo 1) # 1 rank: stage 0 only
-            ours=$(best_ours "$n" "$stage")
+            ours=$(best_ours "$prec" "$n" "$stage")
             [ -n "$ours" ] || continue
             why="(same precision; target >= 1.5: met)"
-            [ $prec = bf16 ] && why="(Troupe fp32 against PyTorch bf16: Troupe trains in fp32 only so far)"
-            awk -v a="$ours" -v b="$theirs" 'BEGIN { exit !(a / b < 1.5) }' && [ $prec = fp32 ] &&
+            awk -v a="$ours" -v b="$theirs" 'BEGIN { exit !(a / b < 1.5) }' &&
                 why="(same precision; target >= 1.5: NOT met)"
+            [ $prec = bf16 ] && ! grep -qw avx512_bf16 /proc/cpuinfo &&
+                why="(same precision; bf16 emulated on both sides: no AVX512-BF16 here)"
             echo "dp_${n}r_stage${stage}_vs_torch_${mode}_${prec}: $(awk -v a="$ours" -v b="$theirs" \
                 'BEGIN { printf "%.2f", a / b }') x $why"
         done
@@ -158,11 +181,15 @@ for n in $ranks; do
     echo "== troupe train, $n rank(s), $(threads_per_rank "$n") thread(s) each"
     if [ "$n" -eq 1 ]; then
         train_run 1 0 false
+        train_run 1 0 false bf16
         [ "$peer" -eq 0 ] || peer_runs 1
         continue
     fi
     for stage in 0 1 2; do
         for ov in false true; do train_run "$n" "$stage" "$ov"; done
+    done
+    for stage in 0 1; do # the stages the peer's DDP and ZeroRedundancyOptimizer compare with
+        for ov in false true; do train_run "$n" "$stage" "$ov" bf16; done
     done
     [ "$peer" -eq 0 ] || peer_runs "$n"
 done

@@ -197,6 +197,7 @@ typedef struct tr_engine_memory {
     uint64_t optimizer;      /* the optimizer's moments for the parameters this rank updates */
     uint64_t comm;           /* the communicator's staging (16-bit wire copies, headers) */
     uint64_t batches;        /* the loader's prefetch slots and the client's staging batch */
+    uint64_t bf16_copies;    /* bf16 mixed precision: the weights' bf16 copies (2 bytes each) */
 } tr_engine_memory_t;
 
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
