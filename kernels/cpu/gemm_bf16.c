@@ -147,11 +147,12 @@ static bool make_entry(entry_t *x, const shape_t *s)
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (!ok) return false;
     x->s = *s;
+    x->a = x->b = x->c = NULL;
     if (dnnl_memory_create(&x->a, &a, engine, DNNL_MEMORY_NONE) == dnnl_success &&
         dnnl_memory_create(&x->b, &b, engine, DNNL_MEMORY_NONE) == dnnl_success &&
         dnnl_memory_create(&x->c, &c, engine, DNNL_MEMORY_NONE) == dnnl_success)
         return true;
-    dnnl_primitive_destroy(x->prim);
+    drop_entry(x); /* destroying NULL handles is a no-op */
     return false;
 }
 
