@@ -72,29 +72,10 @@ static void run_gemm(gemm_job *g)
     tr_parallel_for(blocks, (blocks + t - 1) / t, gemm_rows, g);
 }
 
-static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc, const float *bias)
-{
-    gemm_job g = {.ta = ta,
-                  .tb = tb,
-                  .M = M,
-                  .N = N,
-                  .K = K,
-                  .lda = lda,
-                  .ldb = ldb,
-                  .ldc = ldc,
-                  .alpha = alpha,
-                  .beta = bias ? 1.0f : beta,
-                  .backend = tr__gemm_backend(),
-                  .A = A,
-                  .B = B,
-                  .C = C,
-                  .bias = bias};
-    run_gemm(&g);
-}
-
-static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                      const uint16_t *B, int ldb, float beta, float *C, int ldc, const float *bias)
+/* Ah and Bh set: the bf16 product of them (A and B unread); else the fp32 one of A and B. */
+static void gemm(int ta, int tb, int M, int N, int K, const float *A, const uint16_t *Ah, int lda,
+                 const float *B, const uint16_t *Bh, int ldb, float beta, float *C, int ldc,
+                 const float *bias)
 {
     gemm_job g = {.ta = ta,
                   .tb = tb,
@@ -106,9 +87,11 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, in
                   .ldc = ldc,
                   .alpha = 1.0f,
                   .beta = bias ? 1.0f : beta,
-                  .backend = tr__bf16_backend(),
-                  .Ah = A,
-                  .Bh = B,
+                  .backend = Ah ? tr__bf16_backend() : tr__gemm_backend(),
+                  .A = A,
+                  .B = B,
+                  .Ah = Ah,
+                  .Bh = Bh,
                   .C = C,
                   .bias = bias};
     run_gemm(&g);
@@ -186,10 +169,7 @@ void tr__linear_forward(float *out, const float *inp, const float *weight,
     // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC), copied into out's rows first]
     const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
     if (weight_bf16 && !x) bf16_fallback_warning();
-    if (x)
-        gemm_bf16(0, 1, N, OC, C, x, C, weight_bf16, C, 0.0f, out, OC, bias);
-    else
-        gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias);
+    gemm(0, 1, N, OC, C, inp, x, C, weight, x ? weight_bf16 : NULL, C, 0.0f, out, OC, bias);
 }
 
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -203,15 +183,10 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
         if (!dy || (dweight && !x)) bf16_fallback_warning(), dy = NULL;
     }
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
-    if (dinp && dy)
-        gemm_bf16(0, 0, N, C, OC, dy, OC, weight_bf16, C, 1.0f, dinp, C, NULL);
-    else if (dinp)
-        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL);
+    if (dinp)
+        gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 1.0f, dinp, C, NULL);
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    if (dweight && dy)
-        gemm_bf16(1, 0, OC, C, N, dy, OC, x, C, 1.0f, dweight, C, NULL);
-    else if (dweight)
-        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL);
+    if (dweight) gemm(1, 0, OC, C, N, dout, dy, OC, inp, dy ? x : NULL, C, 1.0f, dweight, C, NULL);
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);
