@@ -42,11 +42,10 @@ void tr__onednn_one_thread(void);
 
 /* gemm_bf16.c: one single-threaded row-major product of bf16 matrices (uint16_t, the top half
  * of fp32) accumulated in fp32: C = op(A) op(B) + beta C. On oneDNN's bf16 matmul where the CPU
- * has AVX512-BF16, else emulated (widened to fp32); TROUPE_BF16_GEMM=onednn or emulated
- * overrides. Never fails: without memory it falls back to plain loops. */
+ * has AVX512-BF16 (tr_bf16_native), else emulated (widened to fp32); TROUPE_BF16_GEMM=onednn or
+ * emulated overrides. Never fails: without memory it falls back to plain loops. */
 enum { TR__BF16_EMULATED = 0, TR__BF16_ONEDNN = 1 };
 int tr__bf16_backend(void);
-int tr__bf16_native(void); /* the CPU has AVX512-BF16 */
 const char *tr__bf16_backend_name(int backend);
 void tr__gemm_bf16(int backend, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                    const uint16_t *B, int ldb, float beta, float *C, int ldc);

@@ -93,22 +93,17 @@ int tr__bf16_backend(void)
     if (b < 0) {
         _Static_assert(TR__BF16_EMULATED == 0 && TR__BF16_ONEDNN == 1, "choice order");
         b = tr__gemm_choice("TROUPE_BF16_GEMM", "emulated", "onednn",
-                            tr__bf16_native() ? TR__BF16_ONEDNN : TR__BF16_EMULATED);
+                            tr_bf16_native() ? TR__BF16_ONEDNN : TR__BF16_EMULATED);
         atomic_store_explicit(&chosen, b, memory_order_relaxed);
     }
     return b;
 }
 
-int tr__bf16_native(void)
+int tr_bf16_native(void)
 {
     tr__blas_cpu_t cpu;
     tr__blas_cpu(&cpu);
     return cpu.bf16;
-}
-
-int tr_bf16_native(void)
-{
-    return tr__bf16_native();
 }
 
 const char *tr__bf16_backend_name(int backend)

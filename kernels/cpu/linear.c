@@ -17,7 +17,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
-#include <stdbool.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +35,11 @@ typedef struct {
 
 #define BIAS_BLOCK 256
 
-/* C (M, N) = alpha op(A) op(B) + beta C, split over row blocks of C on the thread pool; each
+/* C (M, N) = op(A) op(B) + beta C, split over row blocks of C on the thread pool; each
  * block is one single-threaded call (tr__sgemm, or tr__gemm_bf16 on the bf16 copies Ah, Bh). */
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
-    float alpha, beta;
+    float beta;
     int backend; /* TR__GEMM_*, or TR__BF16_* when Ah and Bh are set */
     const float *A, *B;
     const uint16_t *Ah, *Bh;
@@ -61,7 +61,7 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
         tr__gemm_bf16(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->Ah + a0, g->lda, g->Bh,
                       g->ldb, g->beta, C, g->ldc);
     else
-        tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->alpha, g->A + a0, g->lda, g->B,
+        tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, 1.0f, g->A + a0, g->lda, g->B,
                   g->ldb, g->beta, C, g->ldc);
 }
 
@@ -85,7 +85,6 @@ static void gemm(int ta, int tb, int M, int N, int K, const float *A, const uint
                   .lda = lda,
                   .ldb = ldb,
                   .ldc = ldc,
-                  .alpha = 1.0f,
                   .beta = bias ? 1.0f : beta,
                   .backend = Ah ? tr__bf16_backend() : tr__gemm_backend(),
                   .A = A,
@@ -138,17 +137,12 @@ static const uint16_t *to_bf16(int which, const float *src, size_t n)
     return arena->p[which];
 }
 
-static bool bf16_warned;
-static pthread_mutex_t warn_mu = PTHREAD_MUTEX_INITIALIZER;
-
 /* Without memory for the rounded operands, the product runs in fp32 (said once). */
 static void bf16_fallback_warning(void)
 {
-    pthread_mutex_lock(&warn_mu);
-    if (!bf16_warned)
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&warned))
         fprintf(stderr, "troupe: warning: no memory for bf16 operands; products run in fp32\n");
-    bf16_warned = true;
-    pthread_mutex_unlock(&warn_mu);
 }
 
 static void bias_columns(void *ctx, size_t begin, size_t end, int thread)

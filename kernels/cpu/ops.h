@@ -7,7 +7,9 @@
  * Tensors are row-major and contiguous. Backward functions accumulate (+=) into every
  * gradient they produce, as llm.c does, so gradients of shared inputs simply add up; the
  * caller zeroes them when it wants a fresh gradient. Kernels use tr_parallel_for for their
- * own loops and OpenBLAS for matrix products; they never allocate.
+ * own loops and kernels/cpu/gemm.c (OpenBLAS or oneDNN) for matrix products; they never
+ * allocate, but for the bf16 products' per-thread arenas (linear.c, gemm_bf16.c), grown on
+ * first use and kept.
  */
 #ifndef TR_KERNELS_CPU_OPS_H
 #define TR_KERNELS_CPU_OPS_H

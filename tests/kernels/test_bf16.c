@@ -231,7 +231,7 @@ static void test_bf16_copies_follow_the_parameters(void **state)
 int main(void)
 {
     printf("bf16 products here: %s (AVX512-BF16 %s)\n", tr__bf16_backend_name(tr__bf16_backend()),
-           tr__bf16_native() ? "present" : "absent");
+           tr_bf16_native() ? "present" : "absent");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16_matches_double_reference),
         cmocka_unit_test(test_linear_bf16_within_rounding_of_fp32),
