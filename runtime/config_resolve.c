@@ -183,14 +183,13 @@ static void resolve_precision(tr__cfg_walk_t *w)
         tr__cfg_error(w, "bf16", "bfloat16 and fp16 modes cannot be simultaneously enabled "
                       "(fp16.enabled and bf16.enabled are both true)");
     resolve_fp16(w);
+    static const char *const names[] = {"fp32", "fp16", "bf16"}; /* by tr_dtype_t */
     if (c->data_types.grad_accum_dtype != TR_DTYPE_F32)
         tr__cfg_error(w, "data_types.grad_accum_dtype",
                       "Troupe accumulates gradients in fp32 only, got \"%s\" (remove the key or "
                       "set \"fp32\")",
-                      c->data_types.grad_accum_dtype == TR_DTYPE_F16 ? "fp16" : "bf16");
-    if (given_in_file(w, "communication_data_type"))
-        return;
-    static const char *const names[] = {"fp32", "fp16", "bf16"};
+                      names[c->data_types.grad_accum_dtype]);
+    if (given_in_file(w, "communication_data_type")) return;
     c->communication_data_type = c->fp16.enabled ? TR_DTYPE_F16
                                  : c->bf16.enabled ? TR_DTYPE_BF16 : TR_DTYPE_F32;
     tr__cfg_tree_set(w, "communication_data_type", json_string(names[c->communication_data_type]));
