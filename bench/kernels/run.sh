@@ -14,12 +14,11 @@ build=${1:?usage: run.sh BUILD_DIR [--steps N]}
 shift
 "$build/bench/kernels/bench_adam"
 "$build/bench/kernels/bench_parallel"
+num() { sed -n "s/^$1: \([0-9.]*\).*/\1/p"; } # NAME: the number of a `NAME: value unit` line
 out=$("$build/bench/kernels/bench_gpt2_step" "$@")
 echo "$out"
 core=$(sed -n 's/^blas_best_core: //p' <<<"$out")
 threads=$(sed -n 's/^threads: //p' <<<"$out")
-ours=$(sed -n 's/^gpt2_step_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
-ours_bf16=$(sed -n 's/^gpt2_step_bf16_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
 # PyTorch at its best: every configuration a PyTorch user could pick (precision, threads, ATen's
 # CPU capability, OpenBLAS's core and threads), measured here, the best kept
 peer=$("$(dirname "$0")/../peers/torch_best.sh" "$core" "$threads" "$@")
@@ -32,7 +31,7 @@ torch_run() { # ENV... --threads T --autocast P: tokens/s of one run
     local env=()
     while [ $# -gt 0 ] && [[ $1 == *=* ]]; do env+=("$1"); shift; done
     env "${env[@]}" /usr/bin/python3 "$(dirname "$0")/../peers/torch_gpt2_step.py" "$@" "${args[@]}" 2>&1 |
-        sed -n 's/^torch_train_tokens_per_s: \([0-9.]*\).*/\1/p'
+        num torch_train_tokens_per_s
 }
 median() { tr ' ' '\n' | sed '/^$/d' | sort -n |
     awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -42,8 +41,8 @@ read -r -a best_run <<<"$(sed -n 's/^torch_best_run: //p' <<<"$peer")"
 h_ours="" h_ours_bf16="" h_fp32="" h_best=""
 for _ in $(seq "$rounds"); do
     o=$("$build/bench/kernels/bench_gpt2_step" "$@")
-    h_ours+="$(sed -n 's/^gpt2_step_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$o") "
-    h_ours_bf16+="$(sed -n 's/^gpt2_step_bf16_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$o") "
+    h_ours+="$(num gpt2_step_tokens_per_s <<<"$o") "
+    h_ours_bf16+="$(num gpt2_step_bf16_tokens_per_s <<<"$o") "
     h_fp32+="$(torch_run "${fp32_run[@]}") "
     if [ "${best_run[*]}" != "${fp32_run[*]}" ]; then h_best+="$(torch_run "${best_run[@]}") "; fi
 done
