@@ -47,8 +47,8 @@
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
-#define POLL_SLEEP_NS 10000 /* a polling worker's sleep between looks (TR__POLL_NS: for how long)  \
-                             */
+/* a polling worker's sleep between looks (TR__POLL_NS: for how long) */
+#define POLL_SLEEP_NS 10000
 #define INJECT_EVERY 61
 
 static tr__actor_t *from_qnode(tr__qnode_t *n)
