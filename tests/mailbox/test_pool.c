@@ -2,8 +2,14 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -68,12 +74,129 @@ static void test_pool_remote_frees_come_back_to_owner(void **state)
     tr__pool_set_destroy(shared_set);
 }
 
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Messages of three size classes, freed by another thread in an order that keeps evicting
+ * its batches (the classes alternate), and a count that leaves partial batches for the
+ * flush: every one comes back to the owner, once. The owner allocates a class until it has
+ * to carve a new slab: by then it must have handed out each returned address, and no
+ * address twice. */
+#define MIXED      999
+#define MAX_CARVED 4096
+static size_t mixed_sizes[3] = {16, 300, 3000};
+static tr_msg_t *mixed[MIXED];
+
+static void *free_mixed_elsewhere(void *arg)
+{
+    (void)arg;
+    tr__pool_t *mine = tr__pool_get(shared_set);
+    for (int i = 0; i < MIXED; i++)
+        tr__pool_free(mine, mixed[i]);
+    tr__pool_flush(mine);
+    return NULL;
+}
+
+static bool contains(tr_msg_t **sorted, size_t n, tr_msg_t *m)
+{
+    return bsearch(&m, sorted, n, sizeof(*sorted), cmp_ptr) != NULL;
+}
+
+static void test_pool_remote_frees_of_mixed_classes_return_exactly(void **state)
+{
+    (void)state;
+    shared_set = tr__pool_set_create();
+    tr__pool_t *p = tr__pool_get(shared_set);
+    for (int i = 0; i < MIXED; i++)
+        mixed[i] = tr__pool_alloc(p, mixed_sizes[i % 3]);
+    pthread_t t;
+    pthread_create(&t, NULL, free_mixed_elsewhere, NULL);
+    pthread_join(t, NULL);
+    static tr_msg_t *got[MAX_CARVED];
+    for (int c = 0; c < 3; c++) {
+        size_t n = 0, bytes = tr__pool_set_bytes(shared_set);
+        for (;;) {
+            tr_msg_t *m = tr__pool_alloc(p, mixed_sizes[c]);
+            assert_non_null(m);
+            memset(tr_msg_body(m), 0xcd, mixed_sizes[c]); /* ASan: all of it usable */
+            if (tr__pool_set_bytes(shared_set) != bytes)
+                break; /* a new slab: everything free before it was handed out */
+            assert_true(n < MAX_CARVED);
+            got[n++] = m;
+        }
+        qsort(got, n, sizeof(got[0]), cmp_ptr);
+        for (size_t i = 1; i < n; i++)
+            assert_ptr_not_equal(got[i - 1], got[i]);
+        for (int i = c; i < MIXED; i += 3)
+            assert_true(contains(got, n, mixed[i]));
+    }
+    tr__pool_set_destroy(shared_set);
+}
+
+/* Stress: one thread allocates and hands messages over a ring to another, which checks that
+ * each is exclusively its own (a stamp nobody else wrote) and frees it back; the owner keeps
+ * reusing what comes back. A chunk handed out twice while live breaks a stamp. */
+#define STRESS_MSGS 400000
+#define RING        256
+static _Atomic(tr_msg_t *) ring[RING];
+static _Atomic uint64_t bad_stamps;
+
+static void *stress_consumer(void *arg)
+{
+    (void)arg;
+    tr__pool_t *mine = tr__pool_get(shared_set);
+    for (uint64_t i = 0; i < STRESS_MSGS; i++) {
+        tr_msg_t *m;
+        while (!(m = atomic_exchange_explicit(&ring[i % RING], NULL, memory_order_acquire)))
+            ;
+        uint64_t stamp;
+        memcpy(&stamp, tr_msg_body(m), sizeof(stamp));
+        if (stamp != i || m->seq != i)
+            atomic_fetch_add_explicit(&bad_stamps, 1, memory_order_relaxed);
+        tr__pool_free(mine, m);
+    }
+    tr__pool_flush(mine);
+    return NULL;
+}
+
+static void test_pool_stress_cross_thread_reuse(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    printf("pool stress seed %u\n", seed);
+    srand(seed);
+    shared_set = tr__pool_set_create();
+    tr__pool_t *p = tr__pool_get(shared_set);
+    pthread_t t;
+    pthread_create(&t, NULL, stress_consumer, NULL);
+    for (uint64_t i = 0; i < STRESS_MSGS; i++) {
+        size_t size = (size_t)(rand() % 3 == 0 ? 200 : 8);
+        tr_msg_t *m = tr__pool_alloc(p, size);
+        assert_non_null(m);
+        memcpy(tr_msg_body(m), &i, sizeof(i));
+        m->seq = i;
+        while (atomic_load_explicit(&ring[i % RING], memory_order_relaxed))
+            ;
+        atomic_store_explicit(&ring[i % RING], m, memory_order_release);
+    }
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&bad_stamps), 0);
+    /* the steady state reused returned memory: far fewer slabs than messages sent */
+    assert_true(tr__pool_set_bytes(shared_set) < (size_t)STRESS_MSGS * 128 / 8);
+    tr__pool_set_destroy(shared_set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_alloc_gives_requested_capacity),
         cmocka_unit_test(test_pool_free_then_alloc_reuses_memory),
         cmocka_unit_test(test_pool_remote_frees_come_back_to_owner),
+        cmocka_unit_test(test_pool_remote_frees_of_mixed_classes_return_exactly),
+        cmocka_unit_test(test_pool_stress_cross_thread_reuse),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
