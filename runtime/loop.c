@@ -407,6 +407,7 @@ static void on_signal(uv_signal_t *s, int signum)
 static void *loop_main(void *arg)
 {
     tr__loop_t *l = arg;
+    tr__thread_block_signals(l->rt);
     uv_run(&l->uv, UV_RUN_DEFAULT);
     tr__pool_flush(tr__thread_pool(l->rt));
     return NULL;

@@ -304,6 +304,7 @@ static void *worker_main(void *arg)
 {
     tr__worker_t *w = arg;
     tr_runtime_t *rt = w->rt;
+    tr__thread_block_signals(rt);
     tr__tls.rt = rt;
     tr__tls.worker = w;
     w->pool = tr__thread_pool(rt);
@@ -343,6 +344,7 @@ static void *pinned_main(void *arg)
 {
     tr__pinned_t *p = arg;
     tr_runtime_t *rt = p->rt;
+    tr__thread_block_signals(rt);
     tr__tls.rt = rt;
     tr__tls.worker = NULL;
     for (;;) {
