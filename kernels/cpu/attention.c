@@ -82,7 +82,7 @@ static void backward_heads(void *ctx, size_t begin, size_t end, int thread)
         const float *dout = j->dout + (size_t)b * T * C + h * hs;     // (T, hs), stride C
         float *da = j->scratch + bh * T * (size_t)T;                  // (T, T)
         MM(NT, TT, T, T, hs, dout, C, val, 3 * C, 0.0f, da, T);       // datt = dout v^T
-        MM(TT, NT, T, hs, T, a, T, dout, C, 1.0f, dv, 3 * C);         // dv += att^T dout
+        MM(TT, NT, T, hs, T, a, T, dout, C, 0.0f, dv, 3 * C);         // dv = att^T dout
         for (int t = 0; t < T; t++) { // through the softmax and the scale: da becomes dpre
             float *d = da + (size_t)t * T;
             const float *p = a + (size_t)t * T;
@@ -91,8 +91,8 @@ static void backward_heads(void *ctx, size_t begin, size_t end, int thread)
                 d[t2] = p[t2] * (d[t2] - ada) * scale;
             memset(d + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
-        MM(NT, NT, T, hs, T, da, T, k, 3 * C, 1.0f, dq, 3 * C); // dq += dpre k
-        MM(TT, NT, T, hs, T, da, T, q, 3 * C, 1.0f, dk, 3 * C); // dk += dpre^T q
+        MM(NT, NT, T, hs, T, da, T, k, 3 * C, 0.0f, dq, 3 * C); // dq = dpre k
+        MM(TT, NT, T, hs, T, da, T, q, 3 * C, 0.0f, dk, 3 * C); // dk = dpre^T q
     }
 }
 

@@ -36,7 +36,16 @@ typedef struct {
 #define BIAS_BLOCK 256
 
 /* C (M, N) = op(A) op(B) + beta C, split over row blocks of C on the thread pool; each
- * block is one single-threaded call (tr__sgemm, or tr__gemm_bf16 on the bf16 copies Ah, Bh). */
+ * block is one single-threaded call (tr__sgemm, or tr__gemm_bf16 on the bf16 copies Ah, Bh),
+ * and what is fused into the product (gemm_fuse) is done on the block right after it, while
+ * the block is in the thread's cache. */
+typedef struct {
+    const float *bias;     /* (N): copied into each of the block's rows of C first (then beta 1) */
+    const float *residual; /* (M, N): added to C after the product */
+    float *gelu_out;       /* (M, N): GELU(C), after the residual */
+    const float *gelu_pre; /* (M, N): C multiplied by GELU'(gelu_pre) */
+} gemm_fuse;
+
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     float beta;
@@ -44,10 +53,21 @@ typedef struct {
     const float *A, *B;
     const uint16_t *Ah, *Bh;
     float *C;
-    const float *bias; /* (N): copied into each of the block's rows of C first (then beta 1) */
+    gemm_fuse f; /* its matrices have C's shape and row stride */
 } gemm_job;
 
 #define GEMM_ROWS 64
+
+static void fused_after(const gemm_job *g, float *C, size_t row0, int rows)
+{
+    const tr__vec_ops_t *v = tr__vec();
+    size_t off = row0 * (size_t)g->ldc;
+    for (int r = 0; r < rows; r++, off += (size_t)g->ldc, C += g->ldc) {
+        if (g->f.residual) v->acc(C, g->f.residual + off, (size_t)g->N);
+        if (g->f.gelu_out) v->gelu_fwd(g->f.gelu_out + off, C, (size_t)g->N);
+        if (g->f.gelu_pre) v->gelu_mul(C, g->f.gelu_pre + off, (size_t)g->N);
+    }
+}
 
 static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
 {
@@ -55,14 +75,16 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < g->M ? (int)end * GEMM_ROWS : g->M;
     size_t a0 = g->ta ? (size_t)m0 : (size_t)m0 * g->lda;
     float *C = g->C + (size_t)m0 * g->ldc;
-    for (int r = 0; g->bias && r < m1 - m0; r++) /* in the block's cache, just before its product */
-        memcpy(C + (size_t)r * g->ldc, g->bias, (size_t)g->N * sizeof(float));
+    for (int r = 0; g->f.bias && r < m1 - m0;
+         r++) /* in the block's cache, just before its product */
+        memcpy(C + (size_t)r * g->ldc, g->f.bias, (size_t)g->N * sizeof(float));
     if (g->Ah)
         tr__gemm_bf16(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->Ah + a0, g->lda, g->Bh,
                       g->ldb, g->beta, C, g->ldc);
     else
         tr__sgemm(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, 1.0f, g->A + a0, g->lda, g->B,
                   g->ldb, g->beta, C, g->ldc);
+    if (g->f.residual || g->f.gelu_out || g->f.gelu_pre) fused_after(g, C, (size_t)m0, m1 - m0);
 }
 
 static void run_gemm(gemm_job *g)
@@ -75,7 +97,7 @@ static void run_gemm(gemm_job *g)
 /* Ah and Bh set: the bf16 product of them (A and B unread); else the fp32 one of A and B. */
 static void gemm(int ta, int tb, int M, int N, int K, const float *A, const uint16_t *Ah, int lda,
                  const float *B, const uint16_t *Bh, int ldb, float beta, float *C, int ldc,
-                 const float *bias)
+                 gemm_fuse f)
 {
     gemm_job g = {.ta = ta,
                   .tb = tb,
@@ -85,14 +107,14 @@ static void gemm(int ta, int tb, int M, int N, int K, const float *A, const uint
                   .lda = lda,
                   .ldb = ldb,
                   .ldc = ldc,
-                  .beta = bias ? 1.0f : beta,
+                  .beta = f.bias ? 1.0f : beta,
                   .backend = Ah ? tr__bf16_backend() : tr__gemm_backend(),
                   .A = A,
                   .B = B,
                   .Ah = Ah,
                   .Bh = Bh,
                   .C = C,
-                  .bias = bias};
+                  .f = f};
     run_gemm(&g);
 }
 
@@ -157,30 +179,56 @@ static void bias_columns(void *ctx, size_t begin, size_t end, int thread)
     }
 }
 
+void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, const float *weight,
+                              const uint16_t *weight_bf16, const float *bias, const float *residual,
+                              int N, int C, int OC)
+{
+    // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC), copied into out's rows first]
+    // [+ residual (N, OC)]; gelu_out (N, OC) = GELU(out)
+    const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
+    if (weight_bf16 && !x) bf16_fallback_warning();
+    gemm(0, 1, N, OC, C, inp, x, C, weight, x ? weight_bf16 : NULL, C, 0.0f, out, OC,
+         (gemm_fuse){.bias = bias, .residual = residual, .gelu_out = gelu_out});
+}
+
 void tr__linear_forward(float *out, const float *inp, const float *weight,
                         const uint16_t *weight_bf16, const float *bias, int N, int C, int OC)
 {
-    // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC), copied into out's rows first]
-    const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
-    if (weight_bf16 && !x) bf16_fallback_warning();
-    gemm(0, 1, N, OC, C, inp, x, C, weight, x ? weight_bf16 : NULL, C, 0.0f, out, OC, bias);
+    tr__linear_forward_fused(out, NULL, inp, weight, weight_bf16, bias, NULL, N, C, OC);
+}
+
+/* dout rounded to bf16 for a product with weight_bf16 (NULL: fp32, said once without memory). */
+static const uint16_t *dout_bf16(const float *dout, const uint16_t *weight_bf16, size_t n)
+{
+    if (!weight_bf16) return NULL;
+    const uint16_t *dy = to_bf16(0, dout, n);
+    if (!dy) bf16_fallback_warning();
+    return dy;
+}
+
+void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
+                               const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
+                               int OC)
+{
+    // dinp (N, C) = dout (N, OC) @ weight (OC, C) [* GELU'(gelu_pre (N, C))]
+    const uint16_t *dy = dout_bf16(dout, weight_bf16, (size_t)N * OC);
+    gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 0.0f, dinp, C,
+         (gemm_fuse){.gelu_pre = gelu_pre});
 }
 
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
                          int C, int OC)
 {
-    const uint16_t *dy = NULL, *x = NULL;
-    if (weight_bf16) {
-        dy = to_bf16(0, dout, (size_t)N * OC);
-        x = dy && dweight ? to_bf16(1, inp, (size_t)N * C) : NULL;
-        if (!dy || (dweight && !x)) bf16_fallback_warning(), dy = NULL;
-    }
+    const uint16_t *dy = dout_bf16(dout, weight_bf16, (size_t)N * OC), *x = NULL;
+    if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C))) bf16_fallback_warning(), dy = NULL;
     // dinp (N, C) += dout (N, OC) @ weight (OC, C)
     if (dinp)
-        gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 1.0f, dinp, C, NULL);
+        gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 1.0f, dinp, C,
+             (gemm_fuse){0});
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-    if (dweight) gemm(1, 0, OC, C, N, dout, dy, OC, inp, dy ? x : NULL, C, 1.0f, dweight, C, NULL);
+    if (dweight)
+        gemm(1, 0, OC, C, N, dout, dy, OC, inp, dy ? x : NULL, C, 1.0f, dweight, C, (gemm_fuse){0});
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);

@@ -70,12 +70,12 @@ static size_t block_stash_size(const tr_layer_t *l, int B, int T)
     return (size_t)B * T * STASH_NC * s->C;
 }
 
-/* The input-gradient part's own temporaries: dfch_gelu (N, 4C) | datty (N, C) | attention
- * scratch (B, NH, T, T); the whole backward also keeps the stash in its scratch. */
+/* The input-gradient part's own temporaries: datty (N, C) | attention scratch (B, NH, T, T);
+ * the whole backward also keeps the stash in its scratch. */
 static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 {
     const gpt2_state *s = l->state;
-    return (size_t)B * T * (5 + STASH_NC) * s->C + (size_t)B * s->NH * T * T;
+    return (size_t)B * T * (1 + STASH_NC) * s->C + (size_t)B * s->NH * T * T;
 }
 
 #define PARAM(c, l, i) ((c)->params + (l)->params[i].offset)
@@ -95,17 +95,14 @@ static int block_forward(tr_layer_t *l, tr_layer_ctx_t *c)
     tr__linear_forward(a.qkv, a.ln1, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), PARAM(c, l, QKVB),
                        N, C, 3 * C);
     tr__attention_forward(a.atty, a.att, a.qkv, B, T, C, s->NH);
-    tr__linear_forward(a.res2, a.atty, PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW),
-                       PARAM(c, l, ATTPROJB), N, C, C);
-    tr__residual_forward(a.res2, a.res2, c->in, (size_t)N * C);
+    tr__linear_forward_fused(a.res2, NULL, a.atty, PARAM(c, l, ATTPROJW),
+                             PARAM_BF16(c, l, ATTPROJW), PARAM(c, l, ATTPROJB), c->in, N, C, C);
     tr__layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(c, l, LN2W),
                           PARAM(c, l, LN2B), N, C);
-    tr__linear_forward(a.fch, a.ln2, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), PARAM(c, l, FCB), N,
-                       C, 4 * C);
-    tr__gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
-    tr__linear_forward(a.res3, a.fch_gelu, PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW),
-                       PARAM(c, l, FCPROJB), N, 4 * C, C);
-    tr__residual_forward(a.res3, a.res3, a.res2, (size_t)N * C);
+    tr__linear_forward_fused(a.fch, a.fch_gelu, a.ln2, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW),
+                             PARAM(c, l, FCB), NULL, N, C, 4 * C);
+    tr__linear_forward_fused(a.res3, NULL, a.fch_gelu, PARAM(c, l, FCPROJW),
+                             PARAM_BF16(c, l, FCPROJW), PARAM(c, l, FCPROJB), a.res2, N, 4 * C, C);
     return 0;
 }
 
@@ -119,8 +116,9 @@ static block_stash carve_stash(float *p, size_t NC)
 }
 
 /* The forward list backwards, input gradients only: dout = d res3 = d fcproj; d res2 starts as
- * dout (the residual's pass-through); every other gradient starts at 0 (the kernels
- * accumulate). What the weights' part needs goes to the stash; tmp: the scratch after it. */
+ * dout (the residual's pass-through) and the layernorm adds to it; every other gradient is
+ * written whole by the product (or the attention) that makes it, so nothing is zeroed first.
+ * What the weights' part needs goes to the stash; tmp: the scratch after it. */
 static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, float *tmp)
 {
     const gpt2_state *s = l->state;
@@ -128,24 +126,21 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
     size_t NC = (size_t)N * C;
     block_acts a;
     carve_block(&a, c->acts, B, T, C, s->NH);
-    float *dfch_gelu = tmp, *datty = tmp + 4 * NC, *att_scratch = datty + NC;
-    tr__zero(d.dfch, 4 * NC);
-    tr__zero(d.dqkv, 5 * NC); /* dqkv, dln2, dln1 */
-    tr__zero(tmp, 5 * NC);
+    float *datty = tmp, *att_scratch = datty + NC;
     memcpy(d.dres3, c->dout, NC * sizeof(float));
     memcpy(d.dres2, c->dout, NC * sizeof(float));
-    tr__linear_backward(dfch_gelu, NULL, NULL, d.dres3, NULL, PARAM(c, l, FCPROJW),
-                        PARAM_BF16(c, l, FCPROJW), N, 4 * C, C);
-    tr__gelu_backward(d.dfch, a.fch, dfch_gelu, 4 * NC);
-    tr__linear_backward(d.dln2, NULL, NULL, d.dfch, NULL, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW),
-                        N, C, 4 * C);
+    /* d fch = (d res3 fcproj) GELU'(fch), the GELU's backward on each block of the product */
+    tr__linear_backward_input(d.dfch, d.dres3, PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW),
+                              a.fch, N, 4 * C, C);
+    tr__linear_backward_input(d.dln2, d.dfch, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), NULL, N, C,
+                              4 * C);
     tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
                            a.ln2_rstd, N, C);
-    tr__linear_backward(datty, NULL, NULL, d.dres2, NULL, PARAM(c, l, ATTPROJW),
-                        PARAM_BF16(c, l, ATTPROJW), N, C, C);
+    tr__linear_backward_input(datty, d.dres2, PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW),
+                              NULL, N, C, C);
     tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH);
-    tr__linear_backward(d.dln1, NULL, NULL, d.dqkv, NULL, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW),
-                        N, C, 3 * C);
+    tr__linear_backward_input(d.dln1, d.dqkv, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), NULL, N, C,
+                              3 * C);
     if (!c->din) return; /* nothing before this layer: no input gradient */
     tr__residual_backward(c->din, NULL, d.dres2, NC);
     tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,

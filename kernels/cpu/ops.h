@@ -27,6 +27,19 @@ void tr__linear_forward(float *out, const float *inp, const float *weight,
 void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
                          int C, int OC);
+/* The forward with the passes after it done on each row block of out while the block is in
+ * cache: residual (N, OC) added after the product (out = inp weight^T + bias + residual, the
+ * sums in that order, as tr__residual_forward after tr__linear_forward), and gelu_out (N, OC)
+ * = GELU(out). Either may be NULL. */
+void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, const float *weight,
+                              const uint16_t *weight_bf16, const float *bias, const float *residual,
+                              int N, int C, int OC);
+/* dinp (N, C) = dout (N, OC) weight (OC, C), written where tr__linear_backward adds (no zeroed
+ * buffer needed); with gelu_pre (N, C), each row block is then multiplied by GELU'(gelu_pre)
+ * while in cache: the gradient through the GELU whose input was gelu_pre. */
+void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
+                               const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
+                               int OC);
 
 /* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept.
  * Backward: dinp NULL computes only dweight and dbias, dweight NULL only dinp. */
@@ -55,7 +68,8 @@ void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const i
 
 /* attention.c: causal multi-head self-attention. inp (B, T, 3C) holds q, k, v; att
  * (B, NH, T, T) keeps the softmax for backward (upper triangle zero); out (B, T, C).
- * scratch holds B * NH * T * T floats. */
+ * scratch holds B * NH * T * T floats. The backward writes dinp (B, T, 3C) (every element
+ * once: no zeroed buffer needed). */
 void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
 void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                             const float *att, int B, int T, int C, int NH);

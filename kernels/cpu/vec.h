@@ -38,6 +38,7 @@ typedef struct {
                           size_t n);
     void (*gelu_fwd)(float *out, const float *x, size_t n);
     void (*gelu_bwd)(float *dx, const float *x, const float *dout, size_t n); /* dx += */
+    void (*gelu_mul)(float *d, const float *x, size_t n);                     /* d = GELU'(x) d */
 } tr__vec_ops_t;
 
 /* The primitives for the selected ISA. Any thread. */

@@ -245,14 +245,27 @@ static void P(gelu_bwd)(float *dx, const float *x, const float *dout, size_t n)
     }
 }
 
+/* The same product as gelu_bwd into a zeroed dx, in place: d = GELU'(x) d. */
+static void P(gelu_mul)(float *d, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += W) {
+        if (TAIL(i, n)) {
+            size_t k = n - i;
+            STT(d + i, MUL(P(vgelu_grad)(LDT(x + i, k, 0.0f)), LDT(d + i, k, 0.0f)), k);
+        } else {
+            ST(d + i, MUL(P(vgelu_grad)(LD(x + i)), LD(d + i)));
+        }
+    }
+}
+
 #undef GELU_K
 #undef GELU_A
 #undef TAIL
 
 static const tr__vec_ops_t P(ops) = {
-    P(dot),         P(sum),        P(max),           P(axpy),     P(add),
-    P(acc),         P(scale),      P(exp_sum),       P(sqdev),    P(ln_row),
-    P(ln_bwd_sums), P(ln_bwd_row), P(ln_bwd_params), P(gelu_fwd), P(gelu_bwd),
+    P(dot),           P(sum),      P(max),      P(axpy),     P(add),         P(acc),
+    P(scale),         P(exp_sum),  P(sqdev),    P(ln_row),   P(ln_bwd_sums), P(ln_bwd_row),
+    P(ln_bwd_params), P(gelu_fwd), P(gelu_bwd), P(gelu_mul),
 };
 
 #undef W

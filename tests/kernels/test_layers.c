@@ -67,6 +67,7 @@ static double rel_error(const float *got, const double *want, size_t n)
 {
     double worst = 0.0, scale = 1e-30;
     for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY; /* fmax below would pass over a NaN */
         worst = fmax(worst, fabs((double)got[i] - want[i]));
         scale = fmax(scale, fabs(want[i]));
     }
@@ -173,6 +174,57 @@ static void test_layers_linear_backward_matches_finite_differences(void **state)
     {
         check_linear(1);
         check_linear(0);
+    }
+}
+
+/* The fused linear passes (ops.h) against the separate ones they replace, bitwise: the forward
+ * with a residual and a GELU after it, the input gradient written (not added) and through a
+ * GELU. 200 rows: several row blocks and a short last one; 24 columns: a vector tail. Outputs
+ * start as NaN, so a fused pass that adds to them, or skips a block, shows. */
+static float *float_array(size_t n, double scale)
+{
+    double *d = drand_array(n, scale);
+    float *f = to_float(d, n);
+    free(d);
+    return f;
+}
+
+static float *nan_array(size_t n)
+{
+    float *f = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        f[i] = NAN;
+    return f;
+}
+
+static void test_layers_fused_linear_equals_separate_passes(void **state)
+{
+    enum { FN = 200, FC = 40, FOC = 24 };
+    FOR_EACH_ISA(isa)
+    {
+        float *x = float_array(FN * FC, 1), *w = float_array(FOC * FC, 1);
+        float *b = float_array(FOC, 1), *res = float_array(FN * FOC, 1);
+        float *want = malloc(FN * FOC * sizeof(float)),
+              *want_gelu = malloc(FN * FOC * sizeof(float));
+        float *out = nan_array(FN * FOC), *out_gelu = nan_array(FN * FOC);
+        tr__linear_forward(want, x, w, NULL, b, FN, FC, FOC);
+        tr__residual_forward(want, want, res, FN * FOC);
+        tr__gelu_forward(want_gelu, want, FN * FOC);
+        tr__linear_forward_fused(out, out_gelu, x, w, NULL, b, res, FN, FC, FOC);
+        assert_memory_equal(out, want, FN * FOC * sizeof(float));
+        assert_memory_equal(out_gelu, want_gelu, FN * FOC * sizeof(float));
+
+        float *dy = float_array(FN * FOC, 1), *pre = float_array(FN * FC, 2);
+        float *dprod = calloc(FN * FC, sizeof(float)), *dwant = calloc(FN * FC, sizeof(float));
+        float *dx = nan_array(FN * FC), *dx_gelu = nan_array(FN * FC);
+        tr__linear_backward(dprod, NULL, NULL, dy, NULL, w, NULL, FN, FC, FOC);
+        tr__gelu_backward(dwant, pre, dprod, FN * FC);
+        tr__linear_backward_input(dx, dy, w, NULL, NULL, FN, FC, FOC);
+        tr__linear_backward_input(dx_gelu, dy, w, NULL, pre, FN, FC, FOC);
+        assert_memory_equal(dx, dprod, FN * FC * sizeof(float));
+        assert_memory_equal(dx_gelu, dwant, FN * FC * sizeof(float));
+        free(x), free(w), free(b), free(res), free(want), free(want_gelu), free(out);
+        free(out_gelu), free(dy), free(pre), free(dprod), free(dwant), free(dx), free(dx_gelu);
     }
 }
 
@@ -362,7 +414,9 @@ static void test_layers_attention_matches_naive_and_finite_differences(void **st
     {
         att_ctx c = {drand_array(N * 3 * C, 1.5), drand_array(N * C, 1)};
         float *qkv = to_float(c.qkv, N * 3 * C), *r = to_float(c.r, N * C), out[N * C];
-        float att[B * NH * T * T], dqkv[N * 3 * C] = {0}, scratch[B * NH * T * T];
+        float att[B * NH * T * T], dqkv[N * 3 * C], scratch[B * NH * T * T];
+        for (int i = 0; i < N * 3 * C; i++) /* the backward writes every element: no zeroing */
+            dqkv[i] = NAN;
         double want[N * C];
         tr__attention_forward(out, att, qkv, B, T, C, NH);
         ref_attention(want, c.qkv);
@@ -618,6 +672,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layers_linear_backward_matches_finite_differences),
+        cmocka_unit_test(test_layers_fused_linear_equals_separate_passes),
         cmocka_unit_test(test_layers_layernorm_backward_matches_finite_differences),
         cmocka_unit_test(test_layers_gelu_and_residual_backward_match_finite_differences),
         cmocka_unit_test(test_layers_embedding_backward_matches_finite_differences),
