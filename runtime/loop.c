@@ -407,7 +407,6 @@ static void on_signal(uv_signal_t *s, int signum)
 static void *loop_main(void *arg)
 {
     tr__loop_t *l = arg;
-    tr__thread_block_signals(l->rt);
     uv_run(&l->uv, UV_RUN_DEFAULT);
     tr__pool_flush(tr__thread_pool(l->rt));
     return NULL;
@@ -445,7 +444,7 @@ int tr__loop_start(tr_runtime_t *rt)
         uv_signal_start(&l->sigterm, on_signal, SIGTERM);
     }
     rt->loop = l;
-    rc = -pthread_create(&l->thread, NULL, loop_main, l);
+    rc = -tr__thread_create(rt, &l->thread, loop_main, l);
     if (rc == 0)
         return 0;
     rt->loop = NULL;

@@ -30,19 +30,25 @@ tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
     return p;
 }
 
-/* The signals the runtime handles (handle_signals) are blocked in the threads it creates, so
- * the kernel hands them to the application's threads, where libuv's handler passes them to
- * the loop thread. Otherwise a worker asleep in its futex could be the thread picked, and under
- * ThreadSanitizer, which runs a handler at the thread's next intercepted call, the signal then
- * waited there for good (test_shutdown hung ~1 run in 25 under load). */
-void tr__thread_block_signals(const tr_runtime_t *rt)
+/* The signals the runtime handles (handle_signals) are blocked in the threads it creates,
+ * from their first instruction (a new thread inherits the creator's mask), so the kernel hands
+ * them to the application's threads, where libuv's handler passes them to the loop thread.
+ * Otherwise a worker asleep in its futex could be the thread picked, and under
+ * ThreadSanitizer, which runs a handler at the thread's next intercepted call and drops a
+ * signal that reaches a thread it has not set up yet, the signal was lost (test_shutdown hung
+ * ~1 run in 25 under load). */
+int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg)
 {
-    if (!rt->opts.handle_signals) return;
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGINT);
-    sigaddset(&s, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    sigset_t block, old;
+    sigemptyset(&block);
+    if (rt->opts.handle_signals) {
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+    }
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = pthread_create(thread, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 static uint64_t pick_seed(void)

@@ -304,7 +304,6 @@ static void *worker_main(void *arg)
 {
     tr__worker_t *w = arg;
     tr_runtime_t *rt = w->rt;
-    tr__thread_block_signals(rt);
     tr__tls.rt = rt;
     tr__tls.worker = w;
     w->pool = tr__thread_pool(rt);
@@ -324,7 +323,7 @@ int tr__sched_start(tr_runtime_t *rt)
     if (rt->deterministic)
         return 0;
     for (unsigned i = 0; i < rt->n_workers; i++) {
-        int rc = pthread_create(&rt->workers[i].thread, NULL, worker_main, &rt->workers[i]);
+        int rc = tr__thread_create(rt, &rt->workers[i].thread, worker_main, &rt->workers[i]);
         if (rc) {
             atomic_store(&rt->stopping, 1);
             for (unsigned j = 0; j < i; j++) {
@@ -344,7 +343,6 @@ static void *pinned_main(void *arg)
 {
     tr__pinned_t *p = arg;
     tr_runtime_t *rt = p->rt;
-    tr__thread_block_signals(rt);
     tr__tls.rt = rt;
     tr__tls.worker = NULL;
     for (;;) {
@@ -388,7 +386,7 @@ int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a)
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a)
 {
     tr__pinned_t *p = a->pin;
-    int rc = pthread_create(&p->thread, NULL, pinned_main, p);
+    int rc = tr__thread_create(rt, &p->thread, pinned_main, p);
     if (rc) {
         a->pin = NULL;
         free(p);
