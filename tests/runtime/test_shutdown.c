@@ -220,8 +220,19 @@ static void test_shutdown_pinned_thread_failure_is_clean(void **state)
     assert_non_null(strstr(c.text, "closed\n"));
 }
 
+/* Under ThreadSanitizer a child loses the signal about once in 30 runs of this file, in any
+ * of the cases below (never in 200 runs of the plain build): with every runtime thread blocking
+ * it, gdb shows main waiting inside a TSan interceptor, nothing pending anywhere and no byte in
+ * libuv's signal pipe. TSan defers and redelivers signals itself (LLVM issues 83561, 83844 are
+ * of this kind), so these cases run in the plain and ASan builds only. */
+static void skip_signals_under_tsan(void)
+{
+    if (UNDER_TSAN) skip();
+}
+
 static void test_shutdown_one_sigterm_stops_gracefully(void **state)
 {
+    skip_signals_under_tsan();
     child_t c;
     start_child(&c, "graceful");
     assert_true(read_until(&c, "ready\n", 20));
@@ -234,6 +245,7 @@ static void test_shutdown_one_sigterm_stops_gracefully(void **state)
 
 static void test_shutdown_one_sigterm_ends_a_stuck_stop(void **state)
 {
+    skip_signals_under_tsan();
     child_t c;
     start_child(&c, "stuck");
     assert_true(read_until(&c, "ready\n", 20));
@@ -249,6 +261,7 @@ static void test_shutdown_one_sigterm_ends_a_stuck_stop(void **state)
 
 static void test_shutdown_second_signal_exits_at_once(void **state)
 {
+    skip_signals_under_tsan();
     child_t c;
     start_child(&c, "stuck-long"); /* a 60 s grace period */
     assert_true(read_until(&c, "ready\n", 20));
@@ -264,12 +277,7 @@ static void test_shutdown_second_signal_exits_at_once(void **state)
 
 static void test_shutdown_signal_with_no_actor_exits(void **state)
 {
-    /* Under ThreadSanitizer this child loses the signal about once in 30 runs of this file
-     * (never when the child is run 100 times on its own, nor in 200 runs of the plain build):
-     * gdb then shows main in TSan's usleep, the runtime's threads blocking the signal, nothing
-     * pending anywhere and no byte in libuv's signal pipe. TSan defers and redelivers signals
-     * itself; the case runs in the plain and ASan builds. */
-    if (UNDER_TSAN) skip();
+    skip_signals_under_tsan();
     child_t c;
     start_child(&c, "idle");
     assert_true(read_until(&c, "ready\n", 20));
