@@ -25,7 +25,8 @@
  * gives the process signal_grace_ms to finish; then it exits with status 128 + the signal.
  * A second signal exits at once (as a second Ctrl-C does in PyTorch and DeepSpeed), and so
  * does a signal when no actor is alive (nothing could stop gracefully). One SIGTERM always
- * ends the process.
+ * ends the process. The runtime's own threads start with both signals blocked: the kernel
+ * delivers them to the application's threads.
  */
 #ifndef TR_INCLUDE_TROUPE_RUNTIME_H
 #define TR_INCLUDE_TROUPE_RUNTIME_H
