@@ -3,7 +3,10 @@
  *
  * inp (N, C), weight (OC, C) as PyTorch and llm.c store it, bias (OC), out (N, OC).
  * Forward is one matrix product with the bias pre-broadcast into out; backward is two (into
- * the input, into the weight) and a column sum for the bias, split over column blocks.
+ * the input, into the weight) and a column sum for the bias, split over column blocks. The
+ * fused variants (ops.h) do the elementwise pass that follows a product (a residual add, a
+ * GELU, a GELU's backward) on each row block right after the thread computes it, while the
+ * block is in its cache, instead of as a pass of its own over the whole output.
  *
  * Threads: every product is split into row blocks of its output, one per pool thread, each a
  * single-threaded library call, so the kernels' thread pool is the only set of threads
