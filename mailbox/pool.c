@@ -271,6 +271,14 @@ static tr_msg_t *from_magazines(tr__pool_t *pool, unsigned c)
     return (tr_msg_t *)(void *)g; /* its addresses all handed out: the magazine itself */
 }
 
+/* The head of the pool's own free list of class c, or NULL. */
+static tr_msg_t *pop_free(tr__pool_t *pool, unsigned c)
+{
+    tr_msg_t *m = pool->free[c];
+    if (m) pool->free[c] = link_of(m);
+    return m;
+}
+
 tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
 {
     size_t total = HEADER_BYTES + body_size;
@@ -283,12 +291,10 @@ tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
         m->tr_pool_ = pool;
         m->tr_class_ = CLASS_LARGE;
     } else {
-        m = pool->free[c];
-        if (!m && !(m = from_magazines(pool, c))) {
+        if (!(m = pop_free(pool, c)) && !(m = from_magazines(pool, c))) {
             if (add_slab(pool, c) < 0) return NULL;
-            m = pool->free[c];
+            m = pop_free(pool, c);
         }
-        if (m == pool->free[c]) pool->free[c] = link_of(m);
         UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
     }
     set_link(m, NULL);
