@@ -78,8 +78,8 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < g->M ? (int)end * GEMM_ROWS : g->M;
     size_t a0 = g->ta ? (size_t)m0 : (size_t)m0 * g->lda;
     float *C = g->C + (size_t)m0 * g->ldc;
-    for (int r = 0; g->f.bias && r < m1 - m0;
-         r++) /* in the block's cache, just before its product */
+    /* the bias into the block's rows, in its cache just before the product adds to them */
+    for (int r = 0; g->f.bias && r < m1 - m0; r++)
         memcpy(C + (size_t)r * g->ldc, g->f.bias, (size_t)g->N * sizeof(float));
     if (g->Ah)
         tr__gemm_bf16(g->backend, g->ta, g->tb, m1 - m0, g->N, g->K, g->Ah + a0, g->lda, g->Bh,
