@@ -29,8 +29,7 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
                          int C, int OC);
 /* The forward with the passes after it done on each row block of out while the block is in
  * cache: residual (N, OC) added after the product (out = inp weight^T + bias + residual, the
- * sums in that order, as tr__residual_forward after tr__linear_forward), and gelu_out (N, OC)
- * = GELU(out). Either may be NULL. */
+ * sums in that order), and gelu_out (N, OC) = GELU(out). Either may be NULL. */
 void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, const float *weight,
                               const uint16_t *weight_bf16, const float *bias, const float *residual,
                               int N, int C, int OC);
@@ -53,8 +52,8 @@ void tr__layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
 void tr__gelu_forward(float *out, const float *inp, size_t n);
 void tr__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
-/* residual.c: out = a + b (out may alias a or b); db may be NULL. */
-void tr__residual_forward(float *out, const float *a, const float *b, size_t n);
+/* residual.c: the backward of out = a + b (whose forward is tr__linear_forward_fused's
+ * residual): da += dout and db += dout; db may be NULL. */
 void tr__residual_backward(float *da, float *db, const float *dout, size_t n);
 /* x (n) = 0, over the thread pool. */
 void tr__zero(float *x, size_t n);

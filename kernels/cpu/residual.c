@@ -1,6 +1,7 @@
-/* residual.c: the residual connection, out = a + b, and its backward (the gradient flows
- * unchanged to both inputs; db may be NULL when the caller routes b's gradient itself). Elementwise
- * over n floats, split over the thread pool. And zeroing over the pool (tr__zero): the
+/* residual.c: the residual connection's backward (the gradient flows unchanged to both
+ * inputs; db may be NULL when the caller routes b's gradient itself; the forward's add is done
+ * on each block of the product before it: tr__linear_forward_fused). Elementwise over n floats,
+ * split over the thread pool. And zeroing over the pool (tr__zero): the
  * backward's gradient buffers, 200+ MB a GPT-2 step, were one thread's memset while the
  * others waited.
  */
@@ -15,23 +16,9 @@
 
 typedef struct {
     float *out, *out2;
-    const float *a, *b;
+    const float *a;
     size_t n;
 } res_job;
-
-static void forward_chunk(void *ctx, size_t begin, size_t end, int thread)
-{
-    const res_job *j = ctx;
-    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
-    tr__vec()->add(j->out + lo, j->a + lo, j->b + lo, hi - lo);
-}
-
-void tr__residual_forward(float *out, const float *a, const float *b, size_t n)
-{
-    // out, a, b (n)
-    res_job j = {out, NULL, a, b, n};
-    tr_parallel_for((n + CHUNK - 1) / CHUNK, 1, forward_chunk, &j);
-}
 
 static void backward_chunk(void *ctx, size_t begin, size_t end, int thread)
 {
@@ -44,7 +31,7 @@ static void backward_chunk(void *ctx, size_t begin, size_t end, int thread)
 void tr__residual_backward(float *da, float *db, const float *dout, size_t n)
 {
     // da, db, dout (n)
-    res_job j = {da, db, dout, NULL, n};
+    res_job j = {da, db, dout, n};
     tr_parallel_for((n + CHUNK - 1) / CHUNK, 1, backward_chunk, &j);
 }
 
@@ -57,6 +44,6 @@ static void zero_chunk(void *ctx, size_t begin, size_t end, int thread)
 
 void tr__zero(float *x, size_t n)
 {
-    res_job j = {x, NULL, NULL, NULL, n};
+    res_job j = {x, NULL, NULL, n};
     tr_parallel_for((n + CHUNK - 1) / CHUNK, 8, zero_chunk, &j);
 }
