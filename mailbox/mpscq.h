@@ -20,7 +20,8 @@
  *   it. No other flag, lock or counter decides who schedules.
  * - A push that has exchanged `head` but not yet linked `prev->next` makes the queue look
  *   empty to the consumer while head != tail; mark_empty then fails and the caller must keep
- *   the actor scheduled (it will see the link shortly).
+ *   the actor scheduled (it will see the link shortly, unless the pusher was preempted in
+ *   between: the runtime then yields its core every few empty tries, runtime/actor.c).
  *
  * Memory ordering, beside each atomic below:
  * - push exchange (acq_rel): release publishes the pushed messages' contents to the thread
