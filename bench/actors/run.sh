@@ -6,7 +6,8 @@
 #   caf     BUILD_DIR/bench/peers/caf/savina_caf        CAF 0.17 (C++)
 #   go      BUILD_DIR/bench/peers/go/savina_go          goroutines and channels
 #   erlang  BUILD_DIR/bench/peers/erlang/savina_erlang  Erlang/OTP processes
-# alternating benchmark by benchmark (Troupe, CAF, Go, Erlang), then prints:
+# alternating benchmark by benchmark (Troupe, CAF, Go, Erlang), then prints (after a header
+# that includes BUILD_DIR/bench/actors/line_cost's cache-line costs):
 #   - one table: name, each side's value, unit, each peer's ratio, target, met;
 #   - machine-readable lines: `NAME: V UNIT` (Troupe), `PEER.NAME: V UNIT`, and the ratios
 #     `ratio.NAME: R x` (CAF, the name it has always had), `ratio_go.NAME: R x`,
@@ -33,6 +34,8 @@ status=0
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
      "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 "$troupe" --only none "$@" | grep '^#'
+# the machine's line transfer costs, the floor under every cross-thread message
+[[ -x $build/bench/actors/line_cost ]] && "$build/bench/actors/line_cost" | sed 's/^/# /'
 : >"$tmp/troupe"
 peers=()
 for p in caf go erlang; do

@@ -1,0 +1,152 @@
+/* line_cost: what moving a cache line between two cores costs on this machine, the bound
+ * under every cross-thread message (a send writes lines that the receiving core then reads).
+ *
+ *   line_cost
+ *
+ * Two threads pinned to CPUs 0 and 1. Prints `name: value ns` lines:
+ *   line_handoff          one way of a line written by each thread in turn (a ping-pong)
+ *   locked_add_owned      a locked add on a line the thread already owns
+ *   write_after_read      writing a line the other core has read (random order, a locked add
+ *                         after each write, as a send's push does); _x4: four writes a fence
+ *   write_after_write     the same for lines the other core has written
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HANDOFFS = 2000000, LINES = 4096, ROUNDS = 200 };
+
+typedef struct line {
+    _Atomic uint64_t v;
+    char pad[56];
+} line_t;
+
+static line_t flag;
+static line_t *lines;
+static uint32_t order[LINES];
+static _Atomic int phase;
+static int other_writes;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int pin(int cpu)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    return pthread_setaffinity_np(pthread_self(), sizeof(s), &s);
+}
+
+/* Thread 1's half of the ping-pong: waits for odd values and answers with the next one. */
+static void *ponger(void *arg)
+{
+    pin(1);
+    for (uint64_t i = 1; i < HANDOFFS; i += 2) {
+        while (atomic_load_explicit(&flag.v, memory_order_acquire) != i)
+            ;
+        atomic_store_explicit(&flag.v, i + 1, memory_order_release);
+    }
+    return arg;
+}
+
+/* Thread 1 in the write tests: on each odd phase, reads (or writes) every line, then hands
+ * the phase back. */
+static void *toucher(void *arg)
+{
+    pin(1);
+    uint64_t sum = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        while (atomic_load(&phase) != 2 * r + 1)
+            ;
+        for (int i = 0; i < LINES; i++) {
+            if (other_writes)
+                atomic_store_explicit(&lines[order[i]].v, (uint64_t)r, memory_order_relaxed);
+            else
+                sum += atomic_load_explicit(&lines[order[i]].v, memory_order_relaxed);
+        }
+        atomic_store(&phase, 2 * r + 2);
+    }
+    return (void *)(uintptr_t)sum;
+}
+
+static double handoff_ns(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, ponger, NULL) != 0) return -1;
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < HANDOFFS; i += 2) {
+        while (atomic_load_explicit(&flag.v, memory_order_acquire) != i)
+            ;
+        atomic_store_explicit(&flag.v, i + 1, memory_order_release);
+    }
+    pthread_join(t, NULL);
+    return (double)(now_ns() - t0) / HANDOFFS;
+}
+
+static double write_ns(int writes, int group)
+{
+    other_writes = writes;
+    atomic_store(&phase, 0);
+    pthread_t t;
+    if (pthread_create(&t, NULL, toucher, NULL) != 0) return -1;
+    _Atomic uint64_t fence_word = 0;
+    uint64_t total = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        atomic_store(&phase, 2 * r + 1);
+        while (atomic_load(&phase) != 2 * r + 2)
+            ;
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < LINES; i += group) {
+            for (int j = 0; j < group; j++)
+                atomic_store_explicit(&lines[order[i + j]].v, 1, memory_order_relaxed);
+            atomic_fetch_add(&fence_word, 1);
+        }
+        total += now_ns() - t0;
+    }
+    pthread_join(t, NULL);
+    return (double)total / ROUNDS / LINES;
+}
+
+int main(void)
+{
+    if (pin(0) != 0) {
+        fprintf(stderr, "line_cost: cannot pin to CPU 0 and 1 (needs two CPUs)\n");
+        return 1;
+    }
+    lines = aligned_alloc(64, sizeof(line_t) * LINES);
+    if (!lines) return 1;
+    memset(lines, 0, sizeof(line_t) * LINES);
+    srand(1);
+    for (uint32_t i = 0; i < LINES; i++)
+        order[i] = i;
+    for (uint32_t i = LINES - 1; i > 0; i--) { /* a random order defeats the prefetchers */
+        uint32_t j = (uint32_t)rand() % (i + 1), k = order[i];
+        order[i] = order[j];
+        order[j] = k;
+    }
+    printf("line_handoff: %.1f ns\n", handoff_ns());
+    _Atomic uint64_t x = 0;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < HANDOFFS; i++)
+        atomic_fetch_add(&x, 1);
+    printf("locked_add_owned: %.1f ns\n", (double)(now_ns() - t0) / HANDOFFS);
+    printf("write_after_read: %.1f ns\n", write_ns(0, 1));
+    printf("write_after_read_x4: %.1f ns\n", write_ns(0, 4));
+    printf("write_after_write: %.1f ns\n", write_ns(1, 1));
+    printf("write_after_write_x4: %.1f ns\n", write_ns(1, 4));
+    free(lines);
+    return 0;
+}
