@@ -142,17 +142,22 @@ struct tr_runtime {
     _Atomic(tr__actor_t *) chunks[TR__MAX_CHUNKS];
     char pad0_[TR__CACHE_LINE];
 
-    /* --- shared counters, each touched rarely --- */
-    _Atomic uint32_t next_slot; /* fresh slots handed out */
-    _Atomic uint64_t alive;
-    _Atomic uint64_t spawned;
-    _Atomic uint64_t dead_letters;
-    _Atomic uint64_t parks;
-    _Atomic uint64_t steals;
-    _Atomic int n_idle;
-    _Atomic int stopping;            /* close has begun: threads exit */
-    _Atomic int failed;              /* an unhandled failure: no more spawns */
+    /* --- shared words, a line per way they are written: a counter that every spawn writes
+     * must not share a line with what every send reads (skynet's lookups, a tenth of its
+     * time, waited for that line while a million spawns moved it between the workers) --- */
+    _Atomic uint32_t next_slot; /* fresh slots handed out; read by every lookup */
+    _Atomic int stopping;       /* close has begun: threads exit; read by every worker loop */
+    _Atomic int failed;         /* an unhandled failure: no more spawns */
     char pad1_[TR__CACHE_LINE];
+    _Atomic uint64_t alive; /* written by every spawn and every stop */
+    _Atomic uint64_t spawned;
+    char pad2_[TR__CACHE_LINE];
+    _Atomic int n_idle; /* written by parking and woken workers; read by every wake */
+    _Atomic uint64_t parks;
+    char pad3_[TR__CACHE_LINE];
+    _Atomic uint64_t dead_letters; /* statistics */
+    _Atomic uint64_t steals;
+    char pad4_[TR__CACHE_LINE];
 
     tr__inject_t inject;
 
