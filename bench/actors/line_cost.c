@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,8 +121,15 @@ static double write_ns(int writes, int group)
     return (double)total / ROUNDS / LINES;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1) { /* no options: say what it does rather than ignore them */
+        bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        if (!help) fprintf(stderr, "line_cost: unknown option '%s' (it takes none)\n", argv[1]);
+        fprintf(help ? stdout : stderr, "usage: line_cost\n  prints what moving a cache line "
+                                        "between CPUs 0 and 1 costs, as `name: value ns` lines\n");
+        return help ? 0 : 2;
+    }
     if (pin(0) != 0) {
         fprintf(stderr, "line_cost: cannot pin to CPU 0 and 1 (needs two CPUs)\n");
         return 1;
