@@ -97,8 +97,8 @@ static slab_t *cache;
 static size_t cache_bytes;
 
 static _Atomic uint64_t next_set_id = 1;
-static _Thread_local uint64_t tls_set_id;
-static _Thread_local tr__pool_t *tls_pool;
+_Thread_local uint64_t tr__pool_tls_set_id;
+_Thread_local tr__pool_t *tr__pool_tls_pool;
 
 static unsigned class_of(size_t total)
 {
@@ -178,14 +178,18 @@ static tr__pool_t *pool_for_thread(tr__pool_set_t *set)
     return p;
 }
 
+uint64_t tr__pool_set_id(const tr__pool_set_t *set)
+{
+    return set->id;
+}
+
 tr__pool_t *tr__pool_get(tr__pool_set_t *set)
 {
-    if (tls_set_id == set->id)
-        return tls_pool;
+    if (tr__pool_tls_set_id == set->id) return tr__pool_tls_pool;
     tr__pool_t *p = pool_for_thread(set);
     if (p) {
-        tls_set_id = set->id;
-        tls_pool = p;
+        tr__pool_tls_set_id = set->id;
+        tr__pool_tls_pool = p;
     }
     return p;
 }

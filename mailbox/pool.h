@@ -15,6 +15,7 @@
 #define TR_MAILBOX_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "troupe/error.h"
 #include "troupe/msg.h"
@@ -30,6 +31,14 @@ void tr__pool_set_destroy(tr__pool_set_t *set);
 
 /* The calling thread's pool in set, created on first use. NULL on out-of-memory. */
 tr__pool_t *tr__pool_get(tr__pool_set_t *set);
+
+/* A set's id: unique in the process, never reused (a set at a freed set's address differs). */
+uint64_t tr__pool_set_id(const tr__pool_set_t *set);
+
+/* The pool tr__pool_get last returned on this thread, and its set's id: a caller that knows
+ * the id can skip the call (tr__thread_pool, runtime/internal.h). */
+extern _Thread_local uint64_t tr__pool_tls_set_id;
+extern _Thread_local tr__pool_t *tr__pool_tls_pool;
 
 /* A message with body capacity >= body_size, envelope zeroed (body not). NULL on OOM.
  * The pool's own thread. */

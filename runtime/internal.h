@@ -139,6 +139,7 @@ struct tr_runtime {
     bool flight_dumped;      /* under mu */
     tr__worker_t *workers;   /* n_workers; in deterministic mode one, run by tr_runtime_run */
     tr__pool_set_t *pools;
+    uint64_t pools_id; /* tr__pool_set_id(pools), for tr__thread_pool's inline check */
     _Atomic(tr__actor_t *) chunks[TR__MAX_CHUNKS];
     char pad0_[TR__CACHE_LINE];
 
@@ -240,7 +241,14 @@ int tr__loop_start(tr_runtime_t *rt);
 void tr__loop_stop(tr_runtime_t *rt);
 
 /* --- runtime.c --- */
-tr__pool_t *tr__thread_pool(tr_runtime_t *rt);
+/* The calling thread's message pool for rt, created on first use (aborts when out of memory).
+ * Inline for the common case: every message's allocation and free asks for it. */
+tr__pool_t *tr__thread_pool_slow(tr_runtime_t *rt);
+static inline tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
+{
+    if (tr__pool_tls_set_id == rt->pools_id) return tr__pool_tls_pool;
+    return tr__thread_pool_slow(rt);
+}
 void tr__runtime_actor_stopped(tr_runtime_t *rt);
 void tr__runtime_fail(tr_runtime_t *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* pthread_create for the runtime's threads: they start with the signals it handles blocked. */

@@ -115,7 +115,8 @@ tr_msg_t *tr_msg_alloc(tr_runtime_t *rt, uint32_t type, size_t body_size)
         return NULL;
     m->type = type;
     m->size = (uint32_t)body_size;
-    memset(tr_msg_body(m), 0, body_size);
+    if (body_size) /* no call for the many messages without a body */
+        memset(tr_msg_body(m), 0, body_size);
     return m;
 }
 

@@ -20,7 +20,7 @@ uint64_t tr_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
+tr__pool_t *tr__thread_pool_slow(tr_runtime_t *rt)
 {
     tr__pool_t *p = tr__pool_get(rt->pools);
     if (!p) {
@@ -88,6 +88,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     pthread_cond_init(&rt->done_cv, NULL);
     tr__inject_init(&rt->inject);
     rt->pools = tr__pool_set_create();
+    rt->pools_id = rt->pools ? tr__pool_set_id(rt->pools) : 0;
     if (tr__names_create(rt) < 0)
         return TR_ENOMEM;
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
