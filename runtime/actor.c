@@ -160,15 +160,6 @@ static void free_slot(tr_runtime_t *rt, tr__actor_t *a)
     pthread_mutex_unlock(&rt->mu);
 }
 
-tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t addr)
-{
-    uint32_t slot = (uint32_t)addr.id;
-    uint32_t gen = (uint32_t)(addr.id >> 32);
-    if (!(gen & 1) || slot >= atomic_load_explicit(&rt->next_slot, memory_order_relaxed))
-        return NULL;
-    return tr__slot(rt, slot);
-}
-
 static inline tr_actor_t current_id(tr__actor_t *a)
 {
     return tr__actor_id(atomic_load_explicit(&a->gen, memory_order_relaxed), a->slot);

@@ -202,7 +202,6 @@ int tr__buffers_init(tr_runtime_t *rt);
 void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
-tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t a);
 void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
 void tr__actor_drain_all(tr_runtime_t *rt);
 void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
@@ -265,6 +264,17 @@ static inline tr__actor_t *tr__slot(tr_runtime_t *rt, uint32_t slot)
 static inline tr_actor_t tr__actor_id(uint32_t gen, uint32_t slot)
 {
     return (tr_actor_t){((uint64_t)gen << 32) | slot};
+}
+
+/* The slot an address names (any generation: callers compare gen), or NULL for an address no
+ * slot was handed out for. Inline: every send asks. */
+static inline tr__actor_t *tr__actor_lookup(tr_runtime_t *rt, tr_actor_t addr)
+{
+    uint32_t slot = (uint32_t)addr.id;
+    uint32_t gen = (uint32_t)(addr.id >> 32);
+    if (!(gen & 1) || slot >= atomic_load_explicit(&rt->next_slot, memory_order_relaxed))
+        return NULL;
+    return tr__slot(rt, slot);
 }
 
 #endif
