@@ -72,20 +72,33 @@ static inline void tr__mpscq_init(tr__mpscq_head_t *h, tr__mpscq_tail_t *t, bool
     atomic_init(&h->head, (uintptr_t)tr__mpscq_stub(t) | (marked ? TR__MARK_EMPTY : 0));
 }
 
-/* Pushes the chain first..last of n messages (linked through tr_next_). Returns true when
- * the queue was marked empty: the caller now owns scheduling the consumer. Any thread. */
-static inline bool tr__mpscq_push(tr__mpscq_head_t *h, tr_msg_t *first, tr_msg_t *last,
-                                  uint64_t n)
+/* A push's first step: counts the chain ending at last (n messages) and exchanges the head
+ * for it. Returns the previous head (low bit: the queue was marked empty), which the second
+ * step links to; until then the consumer sees the queue as empty with a push in flight. */
+static inline uintptr_t tr__mpscq_push_exchange(tr__mpscq_head_t *h, tr_msg_t *last, uint64_t n)
 {
     atomic_store_explicit(&last->tr_next_, NULL, memory_order_relaxed);
     /* relaxed: a statistic; same cache line as head, already owned by this thread */
     atomic_fetch_add_explicit(&h->pushed, n, memory_order_relaxed);
     /* acq_rel: see the design block */
-    uintptr_t prev = atomic_exchange_explicit(&h->head, (uintptr_t)last, memory_order_acq_rel);
+    return atomic_exchange_explicit(&h->head, (uintptr_t)last, memory_order_acq_rel);
+}
+
+/* A push's second step: links the chain starting at first after prev (what the first step
+ * returned). True when the queue was marked empty: the caller now owns scheduling it. */
+static inline bool tr__mpscq_push_link(uintptr_t prev, tr_msg_t *first)
+{
     tr_msg_t *p = (tr_msg_t *)(prev & ~TR__MARK_EMPTY);
     /* release: pairs with the acquire load in tr__mpscq_pop */
     atomic_store_explicit(&p->tr_next_, first, memory_order_release);
     return (prev & TR__MARK_EMPTY) != 0;
+}
+
+/* Pushes the chain first..last of n messages (linked through tr_next_). Returns true when
+ * the queue was marked empty: the caller now owns scheduling the consumer. Any thread. */
+static inline bool tr__mpscq_push(tr__mpscq_head_t *h, tr_msg_t *first, tr_msg_t *last, uint64_t n)
+{
+    return tr__mpscq_push_link(tr__mpscq_push_exchange(h, last, n), first);
 }
 
 /* The oldest message, or NULL when none is linked yet. *done gets the previous tail, now
@@ -93,7 +106,7 @@ static inline bool tr__mpscq_push(tr__mpscq_head_t *h, tr_msg_t *first, tr_msg_t
 static inline tr_msg_t *tr__mpscq_pop(tr__mpscq_tail_t *t, tr_msg_t **done)
 {
     tr_msg_t *tail = t->tail;
-    /* acquire: pairs with the release link store in tr__mpscq_push */
+    /* acquire: pairs with the release link store in tr__mpscq_push_link */
     tr_msg_t *next = atomic_load_explicit(&tail->tr_next_, memory_order_acquire);
     *done = NULL;
     if (next) {

@@ -61,17 +61,16 @@ static void wait_count(seen_t *s, uint64_t want)
     assert_int_equal(atomic_load(&s->count), want);
 }
 
-/* The first half of tr__mpscq_push (the exchange), scheduling the receiver as a sender whose
- * exchange found it idle does; returns the previous head, which the second half links. */
-static tr_msg_t *push_exchange_only(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m)
+/* A push's first step (mailbox/mpscq.h) on to's mailbox, scheduling the receiver as a sender
+ * whose exchange found it idle would; returns what the second step links to. */
+static uintptr_t push_exchange_only(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m)
 {
     tr__actor_t *a = tr__actor_lookup(rt, to);
     assert_non_null(a);
     m->receiver = to;
-    atomic_store_explicit(&m->tr_next_, NULL, memory_order_relaxed);
-    uintptr_t prev = atomic_exchange_explicit(&a->data_in.head, (uintptr_t)m, memory_order_acq_rel);
+    uintptr_t prev = tr__mpscq_push_exchange(&a->data_in, m, 1);
     if (prev & TR__MARK_EMPTY) tr__sched_schedule(rt, a);
-    return (tr_msg_t *)(prev & ~TR__MARK_EMPTY);
+    return prev;
 }
 
 static void held_push(unsigned workers)
@@ -86,7 +85,7 @@ static void held_push(unsigned workers)
     wait_count(&held, 1);
 
     tr_msg_t *m1 = numbered(rt, 1);
-    tr_msg_t *prev = push_exchange_only(rt, h, m1);
+    uintptr_t prev = push_exchange_only(rt, h, m1);
     /* meanwhile the worker runs the held actor empty, over and over; others still run */
     for (uint64_t i = 0; i < OTHERS; i++)
         assert_int_equal(tr_actor_send(rt, o, numbered(rt, i)), 0);
@@ -99,8 +98,8 @@ static void held_push(unsigned workers)
            (unsigned long long)(st.activations - 1));
     assert_true(st.activations > 2); /* it was kept scheduled, not marked idle */
 
-    /* the second half: the link; the held message and the ones after it arrive in order */
-    atomic_store_explicit(&prev->tr_next_, m1, memory_order_release);
+    /* the second step: the link; the held message and the ones after it arrive in order */
+    tr__mpscq_push_link(prev, m1);
     for (uint64_t v = 2; v < 10; v++)
         assert_int_equal(tr_actor_send(rt, h, numbered(rt, v)), 0);
     wait_count(&held, 10);
@@ -150,7 +149,7 @@ static void test_inflight_held_push_leaves_the_core_to_the_sender(void **state)
     assert_int_equal(tr_actor_send(rt, h, numbered(rt, 0)), 0);
     wait_count(&held, 1);
     tr_msg_t *m1 = numbered(rt, 1);
-    tr_msg_t *prev = push_exchange_only(rt, h, m1);
+    uintptr_t prev = push_exchange_only(rt, h, m1);
 
     double wall0 = clock_s(CLOCK_MONOTONIC), cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     volatile uint64_t x = 0;
@@ -162,7 +161,7 @@ static void test_inflight_held_push_leaves_the_core_to_the_sender(void **state)
            "worker\n",
            cpu * 1e3, wall * 1e3);
 
-    atomic_store_explicit(&prev->tr_next_, m1, memory_order_release);
+    tr__mpscq_push_link(prev, m1);
     wait_count(&held, 2);
     tr_runtime_shutdown(rt, "test");
     assert_int_equal(tr_runtime_run(rt), 0);
