@@ -283,7 +283,18 @@ static tr_msg_t *pop_free(tr__pool_t *pool, unsigned c)
     return m;
 }
 
-tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
+/* A chunk of class c made a fresh message: unlinked, envelope zeroed, capacity set. */
+static inline tr_msg_t *fresh(tr_msg_t *m, unsigned c)
+{
+    UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
+    set_link(m, NULL);
+    memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
+    m->tr_cap_ = (uint32_t)(class_bytes(c) - HEADER_BYTES);
+    return m;
+}
+
+/* tr__pool_alloc's other cases: a large message, a returned magazine to start, a new slab. */
+__attribute__((noinline)) static tr_msg_t *alloc_slow(tr__pool_t *pool, size_t body_size)
 {
     size_t total = HEADER_BYTES + body_size;
     unsigned c = class_of(total);
@@ -294,17 +305,32 @@ tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
             return NULL;
         m->tr_pool_ = pool;
         m->tr_class_ = CLASS_LARGE;
-    } else {
-        if (!(m = pop_free(pool, c)) && !(m = from_magazines(pool, c))) {
-            if (add_slab(pool, c) < 0) return NULL;
-            m = pop_free(pool, c);
-        }
-        UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
+        set_link(m, NULL);
+        memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
+        m->tr_cap_ = (uint32_t)body_size;
+        return m;
     }
-    set_link(m, NULL);
-    memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
-    m->tr_cap_ = (uint32_t)(c == CLASS_LARGE ? body_size : class_bytes(c) - HEADER_BYTES);
-    return m;
+    if (!(m = pop_free(pool, c)) && !(m = from_magazines(pool, c))) {
+        if (add_slab(pool, c) < 0) return NULL;
+        m = pop_free(pool, c);
+    }
+    return fresh(m, c);
+}
+
+/* The path every message takes, kept free of the slow cases' register saves: the thread's own
+ * free list, else the magazine being allocated from. */
+tr_msg_t *tr__pool_alloc(tr__pool_t *pool, size_t body_size)
+{
+    unsigned c = class_of(HEADER_BYTES + body_size);
+    if (c == CLASS_LARGE) return alloc_slow(pool, body_size);
+    tr_msg_t *m = pool->free[c];
+    if (m) {
+        pool->free[c] = link_of(m);
+        return fresh(m, c);
+    }
+    magazine_t *g = pool->mags[c];
+    if (g && g->n) return fresh(g->m[--g->n], c);
+    return alloc_slow(pool, body_size);
 }
 
 static void push_remote(remote_t *r)
