@@ -67,6 +67,7 @@ typedef struct magazine {
 typedef struct remote {
     tr__pool_t *owner;
     unsigned cls;
+    unsigned cap;    /* mag_cap(cls) */
     magazine_t *mag; /* NULL: empty */
 } remote_t;
 
@@ -364,13 +365,15 @@ void tr__pool_free(tr__pool_t *pool, tr_msg_t *m)
     if (!r->mag) { /* m becomes the magazine */
         r->owner = owner;
         r->cls = c;
+        r->cap = mag_cap(c);
         r->mag = (magazine_t *)(void *)m;
         UNPOISON(m, sizeof(magazine_t) + mag_cap(c) * sizeof(tr_msg_t *));
         r->mag->n = 0;
         return;
     }
-    r->mag->m[r->mag->n++] = m;
-    if (r->mag->n == mag_cap(c)) push_remote(r);
+    magazine_t *g = r->mag;
+    g->m[g->n++] = m;
+    if (g->n == r->cap) push_remote(r);
 }
 
 void tr__pool_flush(tr__pool_t *pool)

@@ -853,7 +853,7 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
             handle_traced(rt, a, m);
         else
             handle(rt, a, m);
-        outbox_flush(false);
+        if (tls_out.n) outbox_flush(false);
         if (++n >= limit || ((n & 7) == 0 && tr__ticks() - t0 > rt->batch_ticks)) {
             yielded = true;
             break;
