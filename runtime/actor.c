@@ -829,16 +829,17 @@ static void after_empty_run(void)
     if (++tls_empty_runs % TR__EMPTY_RUNS_YIELD == 0) sched_yield();
 }
 
-/* One activation: up to a batch of messages (urgent first), then give the actor up (mark
- * idle) or put it back in a run queue. w is NULL on a pinned actor's thread. */
-void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+/* An activation in progress: one actor's turn on a thread, up to a batch of messages. */
+typedef struct activation {
+    tr__actor_t *a;
+    uint64_t t0;
+    unsigned limit, n;
+    bool yielded;
+} activation_t;
+
+static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a)
 {
-    tr__pool_t *pool = tr__thread_pool(rt);
-    uint64_t t0 = tr__ticks();
-    unsigned limit = a->batch ? a->batch : rt->batch, n = 0;
-    if (w)
-        atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
-    bool yielded = false;
+    *x = (activation_t){.a = a, .t0 = tr__ticks(), .limit = a->batch ? a->batch : rt->batch};
     tr__tls.actor = a;
     uint64_t depth = note_depth(a);
     if (rt->monitor)
@@ -847,25 +848,38 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     if ((gen & 1) && a->init_pending)
         activation_init(rt, a);
     outbox_flush(false);
-    tr_msg_t *m;
-    while ((m = next_message(a, pool))) {
-        if (__builtin_expect(rt->monitor != NULL, 0))
-            handle_traced(rt, a, m);
-        else
-            handle(rt, a, m);
-        if (tls_out.n) outbox_flush(false);
-        if (++n >= limit || ((n & 7) == 0 && tr__ticks() - t0 > rt->batch_ticks)) {
-            yielded = true;
-            break;
-        }
+}
+
+/* Handles the actor's next message (urgent first). False when the activation is over: nothing
+ * is queued, or its batch (count or time) is used up. */
+static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activation_t *x)
+{
+    tr__actor_t *a = x->a;
+    tr_msg_t *m = next_message(a, pool);
+    if (!m) return false;
+    /* relaxed: only an address to prefetch; the pop that takes it reads the link (acquire) */
+    tr_msg_t *ahead = atomic_load_explicit(&m->tr_next_, memory_order_relaxed);
+    if (ahead) __builtin_prefetch(ahead, 0, 3);
+    tr__tls.actor = a;
+    if (__builtin_expect(rt->monitor != NULL, 0))
+        handle_traced(rt, a, m);
+    else
+        handle(rt, a, m);
+    if (tls_out.n) outbox_flush(false);
+    if (++x->n >= x->limit || ((x->n & 7) == 0 && tr__ticks() - x->t0 > rt->batch_ticks)) {
+        x->yielded = true;
+        return false;
     }
-    tr__tls.actor = NULL;
-    if (n) tls_empty_runs = 0;
-    uint64_t t1 = tr__ticks();
-    if (w)
-        atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
+    return true;
+}
+
+/* Gives the actor up: marks it idle, or puts it back in a run queue. */
+static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, uint64_t ran)
+{
+    tr__actor_t *a = x->a;
+    if (x->n) tls_empty_runs = 0;
     /* run_ns holds ticks; tr_actor_stats converts */
-    atomic_store_explicit(&a->run_ns, atomic_load_explicit(&a->run_ns, memory_order_relaxed) + (t1 - t0),
+    atomic_store_explicit(&a->run_ns, atomic_load_explicit(&a->run_ns, memory_order_relaxed) + ran,
                           memory_order_relaxed);
     atomic_store_explicit(&a->activations,
                           atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
@@ -873,8 +887,8 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     /* The urgent lane's tail, taken while this thread still owns the actor: once the data
      * lane is marked idle another thread may run it, so only the head may be read after. */
     const tr_msg_t *urgent_tail = a->urgent_out.tail;
-    if (yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
-        if (n == 0) after_empty_run();
+    if (x->yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
+        if (x->n == 0) after_empty_run();
         tr__sched_reschedule(rt, w, a);
         return;
     }
@@ -883,6 +897,51 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
      * more. */
     if (tr__mpscq_pushed_since(&a->urgent_in, urgent_tail) && tr__mpscq_unmark(&a->data_in))
         tr__sched_reschedule(rt, w, a);
+}
+
+/* One activation: up to a batch of messages (urgent first), then give the actor up (mark
+ * idle) or put it back in a run queue. w is NULL on a pinned actor's thread. */
+void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+{
+    tr__pool_t *pool = tr__thread_pool(rt);
+    activation_t x;
+    activation_begin(rt, &x, a);
+    if (w) atomic_store_explicit(&w->activation_start, x.t0, memory_order_relaxed);
+    while (activation_step(rt, pool, &x)) {
+    }
+    tr__tls.actor = NULL;
+    uint64_t t1 = tr__ticks();
+    if (w) atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
+    activation_end(rt, w, &x, t1 - x.t0);
+}
+
+/* Two activations interleaved, a message of each in turn. Each actor's messages still run in
+ * order and one at a time; what changes is that two mailboxes' chains are walked side by side.
+ * A queued message's address is in the message before it, so one actor's backlog is fetched a
+ * message (a cache miss) at a time; with two, the next message of one is on its way while the
+ * other's runs. The time of the part both were running is split evenly between them (they
+ * alternate message by message), the rest goes to the one left. */
+void tr__actor_run_pair(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a, tr__actor_t *b)
+{
+    tr__pool_t *pool = tr__thread_pool(rt);
+    activation_t x[2];
+    activation_begin(rt, &x[0], a);
+    activation_begin(rt, &x[1], b);
+    uint64_t t0 = x[0].t0, first_end = 0;
+    atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
+    bool live[2] = {true, true};
+    while (live[0] || live[1]) {
+        for (int i = 0; i < 2; i++) {
+            if (!live[i] || activation_step(rt, pool, &x[i])) continue;
+            live[i] = false;
+            tr__tls.actor = NULL;
+            uint64_t t = tr__ticks();
+            uint64_t ran = first_end ? (first_end - t0) / 2 + (t - first_end) : (t - t0) / 2;
+            if (!first_end) first_end = t;
+            activation_end(rt, w, &x[i], ran);
+        }
+    }
+    atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
 }
 
 /* --- queries --------------------------------------------------------------------------- */

@@ -203,6 +203,8 @@ void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
 void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
+/* Two actors' activations on worker w, interleaved a message at a time. */
+void tr__actor_run_pair(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a, tr__actor_t *b);
 void tr__actor_drain_all(tr_runtime_t *rt);
 void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
 int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent);

@@ -311,7 +311,12 @@ static void *worker_main(void *arg)
         tr__actor_t *a = find_work_or_park(rt, w);
         if (!a)
             continue;
-        tr__actor_run(rt, w, a);
+        /* a second actor queued here runs interleaved with the first (tr__actor_run_pair) */
+        tr__actor_t *b = tr__runq_pop(&w->runq);
+        if (b)
+            tr__actor_run_pair(rt, w, a, b);
+        else
+            tr__actor_run(rt, w, a);
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};

@@ -1,0 +1,366 @@
+/* Paired activations (runtime/actor.c, tr__actor_run_pair): a worker that has a second actor
+ * queued runs the two activations interleaved, a message of each in turn.
+ *
+ * 1. One worker, eight sinks whose mailboxes a producer actor has filled: the handling order
+ *    alternates between two sinks (without pairing it runs 64 of one sink's messages in a
+ *    row); each sink gets its messages once and in order; inside a behaviour tr_actor_self()
+ *    is that sink; a message a sink relays carries that sink as its sender; and, each message
+ *    taking 2 µs of work, the sinks' run_ns add up to no more than the run's wall time (a
+ *    pair's time is split between the two, not counted twice).
+ * 2. Stress: two workers; the producer actor and three threads outside the runtime send runs of
+ *    random length to random sinks. Every message arrives once, in each sender's order, and no
+ *    sink's behaviour ever runs on two threads at once. The seed is printed; TEST_PAIR_SEED
+ *    sets it. argv[1]: messages in all, shared by the senders (sanitizer builds use fewer).
+ * 3. The traffic of 1 in deterministic mode: one seed replays the same handling order, to the
+ *    message, and another seed gives another.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE, MSG_RELAY };
+#define SINKS       8
+#define SENDERS     4 /* sender 0: the producer actor; 1..3: threads outside the runtime */
+#define RELAY_EVERY 8 /* in the stress case; the others relay only their MSG_DONE */
+#define TRACE_MAX   (1u << 16)
+
+typedef struct item {
+    uint32_t sender; /* a sender index, or for MSG_RELAY the sink's index */
+    uint64_t seq;    /* per (sender, sink), or per sink for MSG_RELAY */
+} item_t;
+
+typedef struct sink {
+    uint32_t index, senders; /* senders: how many send it a MSG_DONE */
+    tr_actor_t self, relay;
+    _Atomic int inside; /* a behaviour of this sink is running */
+    int reentered, wrong_self, out_of_order, done;
+    uint64_t next[SENDERS], received, checksum, relayed;
+    uint64_t run_ns; /* its tr_actor_stats run_ns, read in its last behaviour */
+} sink_t;
+
+typedef struct relay {
+    const tr_actor_t *sinks;
+    uint64_t next[SINKS];
+    int wrong_sender, out_of_order, done;
+} relay_t;
+
+typedef struct producer {
+    uint32_t id;
+    uint64_t rng, sent, total, seq[SINKS];
+    const tr_actor_t *sinks;
+    int fixed; /* 1: fixed rounds in one behaviour (cases 1 and 3); 0: random runs in slices */
+} producer_t;
+
+/* The handling order of case 1 and 3 (one thread handles every sink's messages there). */
+static uint8_t trace[TRACE_MAX];
+static size_t n_trace;
+static int tracing;
+static uint64_t work_ns; /* what each item costs a sink (case 1 and 3) */
+static int relaying; /* sinks relay every RELAY_EVERY-th item (case 2) */
+static uint64_t per_sender = 50000;
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t next_rand(uint64_t *s)
+{
+    *s += 0x9e3779b97f4a7c15ull;
+    return mix(*s);
+}
+
+static int send_item(tr_runtime_t *rt, tr_actor_t to, uint32_t type, uint32_t who, uint64_t seq)
+{
+    tr_msg_t *m = tr_msg_alloc(rt, type, sizeof(item_t));
+    if (!m) return TR_ENOMEM;
+    *(item_t *)tr_msg_body(m) = (item_t){who, seq};
+    int rc = tr_actor_send(rt, to, m);
+    if (rc < 0) tr_msg_free(rt, m);
+    return rc;
+}
+
+static int sink_item(tr_ctx_t *ctx, sink_t *s, const item_t *it)
+{
+    if (it->sender >= SENDERS || it->seq != s->next[it->sender])
+        s->out_of_order++;
+    else
+        s->next[it->sender]++;
+    s->checksum += mix(((uint64_t)it->sender << 40) ^ it->seq);
+    if (tracing && n_trace < TRACE_MAX) trace[n_trace++] = (uint8_t)s->index;
+    for (uint64_t t0 = work_ns ? tr_now_ns() : 0; work_ns && tr_now_ns() - t0 < work_ns;) {
+    }
+    if (++s->received % RELAY_EVERY || !relaying) return 0;
+    return send_item(ctx->rt, s->relay, MSG_RELAY, s->index, s->relayed++);
+}
+
+static int sink_done(tr_ctx_t *ctx, sink_t *s)
+{
+    if (++s->done < (int)s->senders) return 0;
+    tr_actor_stats_t st;
+    if (tr_actor_stats(ctx->rt, ctx->self, &st) == 0) s->run_ns = st.run_ns;
+    int rc = send_item(ctx->rt, s->relay, MSG_DONE, s->index, 0);
+    return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static int sink_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    sink_t *s = ctx->state;
+    if (atomic_exchange(&s->inside, 1)) s->reentered++;
+    if (tr_actor_self().id != s->self.id || ctx->self.id != s->self.id) s->wrong_self++;
+    int rc = 0;
+    if (m->type == MSG_ITEM)
+        rc = sink_item(ctx, s, tr_msg_body(m));
+    else if (m->type == MSG_DONE) /* after all of that sender's items (per-sender FIFO) */
+        rc = sink_done(ctx, s);
+    atomic_store(&s->inside, 0);
+    return rc;
+}
+
+static int relay_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    relay_t *r = ctx->state;
+    const item_t *it = tr_msg_body(m);
+    if (m->type != MSG_RELAY && m->type != MSG_DONE) return 0;
+    if (it->sender >= SINKS || m->sender.id != r->sinks[it->sender].id) {
+        r->wrong_sender++;
+        return 0;
+    }
+    if (m->type == MSG_DONE) return ++r->done == SINKS ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+    if (it->seq != r->next[it->sender])
+        r->out_of_order++;
+    else
+        r->next[it->sender]++;
+    return 0;
+}
+
+static int producer_send(tr_ctx_t *ctx, producer_t *p, int to)
+{
+    p->sent++;
+    return send_item(ctx->rt, p->sinks[to], MSG_ITEM, p->id, p->seq[to]++);
+}
+
+/* Fixed: 50 rounds of 80 messages to each sink in turn, in this one behaviour. Random: one
+ * slice of runs of 1 to 300 messages to random sinks, then MSG_GO to itself. */
+static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    producer_t *p = ctx->state;
+    int rc = 0;
+    if (p->fixed) {
+        for (int round = 0; round < 50 && rc == 0; round++)
+            for (int k = 0; k < SINKS && rc == 0; k++)
+                for (int i = 0; i < 80 && rc == 0; i++)
+                    rc = producer_send(ctx, p, k);
+        p->total = p->sent;
+    } else {
+        for (int run = 0; run < 8 && p->sent < p->total && rc == 0; run++) {
+            uint64_t r = next_rand(&p->rng);
+            int to = (int)(r % SINKS);
+            for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && rc == 0;
+                 i++)
+                rc = producer_send(ctx, p, to);
+        }
+    }
+    if (rc < 0) return rc;
+    if (p->sent < p->total)
+        return tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GO, 0));
+    for (int k = 0; k < SINKS && rc == 0; k++)
+        rc = send_item(ctx->rt, p->sinks[k], MSG_DONE, p->id, 0);
+    return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+/* A sender outside the runtime: random runs to random sinks, then MSG_DONE to each. */
+typedef struct outsider {
+    tr_runtime_t *rt;
+    producer_t p;
+    int rc;
+} outsider_t;
+
+static void *outsider_main(void *arg)
+{
+    outsider_t *o = arg;
+    producer_t *p = &o->p;
+    while (p->sent < p->total && o->rc == 0) {
+        uint64_t r = next_rand(&p->rng);
+        int to = (int)(r % SINKS);
+        for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && o->rc == 0;
+             i++, p->sent++)
+            o->rc = send_item(o->rt, p->sinks[to], MSG_ITEM, p->id, p->seq[to]++);
+    }
+    for (int k = 0; k < SINKS && o->rc == 0; k++)
+        o->rc = send_item(o->rt, p->sinks[k], MSG_DONE, p->id, 0);
+    return NULL;
+}
+
+typedef struct world {
+    tr_runtime_t *rt;
+    sink_t sinks[SINKS];
+    tr_actor_t addr[SINKS];
+    relay_t relay;
+    producer_t producer;
+    outsider_t out[SENDERS - 1];
+    uint64_t wall_ns;
+} world_t;
+
+/* Spawns the sinks and the relay; `senders` of them send (the producer actor always). */
+static void world_open(world_t *w, const tr_runtime_opts_t *o, uint32_t senders)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(tr_runtime_init(&w->rt, o), 0);
+    tr_actor_t relay;
+    w->relay.sinks = w->addr;
+    assert_int_equal(tr_actor_spawn(w->rt, relay_behaviour, &w->relay, NULL, &relay), 0);
+    for (uint32_t k = 0; k < SINKS; k++) {
+        w->sinks[k] = (sink_t){.index = k, .senders = senders, .relay = relay};
+        assert_int_equal(tr_actor_spawn(w->rt, sink_behaviour, &w->sinks[k], NULL, &w->addr[k]), 0);
+        w->sinks[k].self = w->addr[k];
+    }
+}
+
+/* Runs until every actor stopped, then checks what every sink and the relay saw. */
+static void world_finish(world_t *w, uint32_t senders, uint64_t t0)
+{
+    assert_int_equal(tr_runtime_run(w->rt), 0);
+    w->wall_ns = tr_now_ns() - t0;
+    tr_runtime_close(w->rt);
+    const producer_t *ps[SENDERS] = {&w->producer, &w->out[0].p, &w->out[1].p, &w->out[2].p};
+    for (uint32_t k = 0; k < SINKS; k++) {
+        const sink_t *s = &w->sinks[k];
+        assert_int_equal(s->reentered, 0);
+        assert_int_equal(s->wrong_self, 0);
+        assert_int_equal(s->out_of_order, 0);
+        uint64_t want = 0, sum = 0;
+        for (uint32_t i = 0; i < senders; i++) {
+            assert_int_equal(s->next[i], ps[i]->seq[k]); /* all of i's to k, once, in order */
+            want += ps[i]->seq[k];
+            for (uint64_t q = 0; q < ps[i]->seq[k]; q++)
+                sum += mix(((uint64_t)i << 40) ^ q);
+        }
+        assert_int_equal(s->received, want);
+        assert_int_equal(s->checksum, sum);
+        assert_int_equal(w->relay.next[k], s->relayed);
+    }
+    assert_int_equal(w->relay.wrong_sender, 0);
+    assert_int_equal(w->relay.out_of_order, 0);
+}
+
+static void send_go(tr_runtime_t *rt, tr_actor_t *out, producer_t *p)
+{
+    assert_int_equal(tr_actor_spawn(rt, producer_behaviour, p, NULL, out), 0);
+    assert_int_equal(tr_actor_send(rt, *out, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+}
+
+/* Case 1's and 3's traffic: the producer fills eight mailboxes, one worker empties them.
+ * Returns a hash of the handling order. */
+static uint64_t fixed_traffic(world_t *w, const tr_runtime_opts_t *o)
+{
+    world_open(w, o, 1);
+    w->producer = (producer_t){.id = 0, .sinks = w->addr, .fixed = 1};
+    n_trace = 0, tracing = 1, work_ns = 2000;
+    uint64_t t0 = tr_now_ns();
+    tr_actor_t p;
+    send_go(w->rt, &p, &w->producer);
+    world_finish(w, 1, t0);
+    tracing = 0, work_ns = 0;
+    uint64_t h = 0;
+    for (size_t i = 0; i < n_trace; i++)
+        h = mix(h ^ ((uint64_t)trace[i] << 32) ^ i);
+    return h;
+}
+
+static void test_pairs_interleave_two_mailboxes(void **state)
+{
+    (void)state;
+    static world_t w;
+    fixed_traffic(&w, &(tr_runtime_opts_t){.n_workers = 1});
+    assert_int_equal(n_trace, w.producer.total);
+    /* A B A B: the same two sinks alternating. Runs of one sink (no pairing) give none. */
+    size_t alternating = 0;
+    for (size_t i = 3; i < n_trace; i++)
+        alternating +=
+            trace[i] == trace[i - 2] && trace[i - 1] == trace[i - 3] && trace[i] != trace[i - 1];
+    printf("pairs: %zu of %zu messages handled alternating between two sinks\n", alternating,
+           n_trace);
+    assert_true(alternating > n_trace / 2);
+    uint64_t run_ns = 0;
+    for (int k = 0; k < SINKS; k++)
+        run_ns += w.sinks[k].run_ns;
+    printf("pairs: the sinks' run_ns add up to %.2f ms of a %.2f ms run\n", run_ns / 1e6,
+           w.wall_ns / 1e6);
+    assert_true(run_ns <= w.wall_ns);
+}
+
+static uint64_t seed_of_run(void)
+{
+    const char *e = getenv("TEST_PAIR_SEED");
+    return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
+}
+
+static void test_stress_two_workers_outside_senders(void **state)
+{
+    (void)state;
+    uint64_t seed = seed_of_run();
+    printf("pair stress: seed %llu (TEST_PAIR_SEED=%llu replays the runs), %d senders x %llu "
+           "messages to %d sinks\n",
+           (unsigned long long)seed, (unsigned long long)seed, SENDERS,
+           (unsigned long long)per_sender, SINKS);
+    static world_t w;
+    relaying = 1;
+    world_open(&w, &(tr_runtime_opts_t){.n_workers = 2}, SENDERS);
+    w.producer = (producer_t){.id = 0, .rng = seed, .total = per_sender, .sinks = w.addr};
+    pthread_t th[SENDERS - 1];
+    for (uint32_t i = 0; i < SENDERS - 1; i++) {
+        w.out[i] = (outsider_t){
+            .rt = w.rt,
+            .p = {.id = i + 1, .rng = seed * 131 + i + 1, .total = per_sender, .sinks = w.addr}};
+        assert_int_equal(pthread_create(&th[i], NULL, outsider_main, &w.out[i]), 0);
+    }
+    tr_actor_t p;
+    uint64_t t0 = tr_now_ns();
+    send_go(w.rt, &p, &w.producer);
+    for (uint32_t i = 0; i < SENDERS - 1; i++) {
+        pthread_join(th[i], NULL); /* before close: a thread may still be inside a send */
+        assert_int_equal(w.out[i].rc, 0);
+    }
+    world_finish(&w, SENDERS, t0);
+    relaying = 0;
+}
+
+static void test_deterministic_replay(void **state)
+{
+    (void)state;
+    uint64_t seed = seed_of_run();
+    static world_t w;
+    uint64_t a = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
+    uint64_t b = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
+    uint64_t c = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed + 1});
+    printf("pair replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
+           (unsigned long long)seed, (unsigned long long)a, (unsigned long long)(seed + 1),
+           (unsigned long long)c);
+    assert_true(a == b);
+    assert_true(a != c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) per_sender = strtoull(argv[1], NULL, 10) / SENDERS;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pairs_interleave_two_mailboxes),
+        cmocka_unit_test(test_stress_two_workers_outside_senders),
+        cmocka_unit_test(test_deterministic_replay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
