@@ -915,30 +915,35 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
     activation_end(rt, w, &x, t1 - x.t0);
 }
 
-/* Two activations interleaved, a message of each in turn. Each actor's messages still run in
- * order and one at a time; what changes is that two mailboxes' chains are walked side by side.
- * A queued message's address is in the message before it, so one actor's backlog is fetched a
- * message (a cache miss) at a time; with two, the next message of one is on its way while the
- * other's runs. The time of the part both were running is split evenly between them (they
- * alternate message by message), the rest goes to the one left. */
-void tr__actor_run_pair(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a, tr__actor_t *b)
+/* Up to TR__GROUP_MAX activations interleaved, a message of each in turn. Each actor's
+ * messages still run in order and one at a time; what changes is that several mailboxes'
+ * chains are walked side by side. A queued message's address is in the message before it, so
+ * one actor's backlog is fetched a message (a cache miss) at a time; with several, the next
+ * message of one is on its way while the others' run. The time is split evenly among the
+ * activations running at each moment (they alternate message by message). */
+void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k)
 {
     tr__pool_t *pool = tr__thread_pool(rt);
-    activation_t x[2];
-    activation_begin(rt, &x[0], a);
-    activation_begin(rt, &x[1], b);
-    uint64_t t0 = x[0].t0, first_end = 0;
-    atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
-    bool live[2] = {true, true};
-    while (live[0] || live[1]) {
-        for (int i = 0; i < 2; i++) {
+    activation_t x[TR__GROUP_MAX];
+    uint64_t ran[TR__GROUP_MAX] = {0};
+    bool live[TR__GROUP_MAX];
+    uint64_t last = tr__ticks();
+    for (int i = 0; i < k; i++) {
+        activation_begin(rt, &x[i], actors[i]);
+        live[i] = true;
+    }
+    atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
+    for (int n_live = k; n_live > 0;) {
+        for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;
-            live[i] = false;
             tr__tls.actor = NULL;
             uint64_t t = tr__ticks();
-            uint64_t ran = first_end ? (first_end - t0) / 2 + (t - first_end) : (t - t0) / 2;
-            if (!first_end) first_end = t;
-            activation_end(rt, w, &x[i], ran);
+            for (int j = 0; j < k; j++)
+                if (live[j]) ran[j] += (t - last) / (uint64_t)n_live;
+            last = t;
+            live[i] = false;
+            n_live--;
+            activation_end(rt, w, &x[i], ran[i]);
         }
     }
     atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);

@@ -25,6 +25,9 @@
 #define TR__MAX_CHUNKS (1u << 16)
 #define TR__SLOT_CACHE 128 /* free slots a worker keeps for itself */
 #define TR__NAME_MAX 32
+#ifndef TR__GROUP_MAX
+#define TR__GROUP_MAX 4 /* activations a worker interleaves (tr__actor_run_group) */
+#endif
 
 typedef struct tr__pinned tr__pinned_t;
 typedef struct tr__worker tr__worker_t;
@@ -203,8 +206,8 @@ void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
 void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
-/* Two actors' activations on worker w, interleaved a message at a time. */
-void tr__actor_run_pair(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a, tr__actor_t *b);
+/* k (2..TR__GROUP_MAX) actors' activations on worker w, interleaved a message at a time. */
+void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k);
 void tr__actor_drain_all(tr_runtime_t *rt);
 void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
 int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent);

@@ -311,10 +311,16 @@ static void *worker_main(void *arg)
         tr__actor_t *a = find_work_or_park(rt, w);
         if (!a)
             continue;
-        /* a second actor queued here runs interleaved with the first (tr__actor_run_pair) */
-        tr__actor_t *b = tr__runq_pop(&w->runq);
-        if (b)
-            tr__actor_run_pair(rt, w, a, b);
+        /* Actors queued here run interleaved with the first (tr__actor_run_group): at most
+         * half of those queued, so that an idle worker still finds the rest to steal. */
+        tr__actor_t *group[TR__GROUP_MAX] = {a};
+        uint32_t queued = tr__runq_len(&w->runq);
+        uint32_t take = rt->n_workers > 1 ? queued / 2 : queued;
+        int k = 1;
+        while (take-- > 0 && k < TR__GROUP_MAX && (group[k] = tr__runq_pop(&w->runq)))
+            k++;
+        if (k > 1)
+            tr__actor_run_group(rt, w, group, k);
         else
             tr__actor_run(rt, w, a);
     }

@@ -224,7 +224,7 @@ tr_actor_t tr_actor_self(void);
 typedef struct tr_actor_stats {
     uint64_t msgs_in;     /* messages handled */
     uint64_t msgs_out;    /* messages sent */
-    uint64_t run_ns;      /* time spent in its behaviour */
+    uint64_t run_ns;      /* time spent running it (in an interleaved group: its even share) */
     uint64_t activations; /* times it was scheduled */
     uint64_t depth;       /* messages queued now */
     uint64_t peak_depth;

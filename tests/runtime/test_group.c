@@ -1,18 +1,21 @@
-/* Paired activations (runtime/actor.c, tr__actor_run_pair): a worker that has a second actor
- * queued runs the two activations interleaved, a message of each in turn.
+/* Grouped activations (runtime/actor.c, tr__actor_run_group): a worker that has more actors
+ * queued runs up to TR__GROUP_MAX activations interleaved, a message of each in turn.
  *
  * 1. One worker, eight sinks whose mailboxes a producer actor has filled: the handling order
- *    alternates between two sinks (without pairing it runs 64 of one sink's messages in a
+ *    goes round the sinks of a group (without grouping it runs 64 of one sink's messages in a
  *    row); each sink gets its messages once and in order; inside a behaviour tr_actor_self()
  *    is that sink; a message a sink relays carries that sink as its sender; and, each message
  *    taking 2 µs of work, the sinks' run_ns add up to no more than the run's wall time (a
- *    pair's time is split between the two, not counted twice).
+ *    group's time is split among its actors, not counted once for each).
  * 2. Stress: two workers; the producer actor and three threads outside the runtime send runs of
  *    random length to random sinks. Every message arrives once, in each sender's order, and no
- *    sink's behaviour ever runs on two threads at once. The seed is printed; TEST_PAIR_SEED
+ *    sink's behaviour ever runs on two threads at once. The seed is printed; TEST_GROUP_SEED
  *    sets it. argv[1]: messages in all, shared by the senders (sanitizer builds use fewer).
  * 3. The traffic of 1 in deterministic mode: one seed replays the same handling order, to the
  *    message, and another seed gives another.
+ * 4. Groups do not keep work from an idle worker: four busy actors, all sent to from one
+ *    actor's behaviour (so queued on one worker), are run by both workers (each handles at
+ *    least a fifth of the messages).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -26,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "runtime/internal.h" /* TR__GROUP_MAX */
 #include "troupe.h"
 
 enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE, MSG_RELAY };
@@ -66,7 +70,7 @@ static uint8_t trace[TRACE_MAX];
 static size_t n_trace;
 static int tracing;
 static uint64_t work_ns; /* what each item costs a sink (case 1 and 3) */
-static int relaying; /* sinks relay every RELAY_EVERY-th item (case 2) */
+static int relaying;     /* sinks relay every RELAY_EVERY-th item (case 2) */
 static uint64_t per_sender = 50000;
 
 static uint64_t mix(uint64_t x)
@@ -281,31 +285,39 @@ static uint64_t fixed_traffic(world_t *w, const tr_runtime_opts_t *o)
     return h;
 }
 
-static void test_pairs_interleave_two_mailboxes(void **state)
+/* Whether the message at i follows another sink's and its own sink had one among the
+ * TR__GROUP_MAX before (A B A B, A B C A B C, ...). Runs of one sink give none. */
+static int interleaved(size_t i)
+{
+    if (trace[i] == trace[i - 1]) return 0;
+    for (size_t j = 2; j <= TR__GROUP_MAX; j++)
+        if (trace[i - j] == trace[i]) return 1;
+    return 0;
+}
+
+static void test_groups_interleave_mailboxes(void **state)
 {
     (void)state;
     static world_t w;
     fixed_traffic(&w, &(tr_runtime_opts_t){.n_workers = 1});
     assert_int_equal(n_trace, w.producer.total);
-    /* A B A B: the same two sinks alternating. Runs of one sink (no pairing) give none. */
-    size_t alternating = 0;
-    for (size_t i = 3; i < n_trace; i++)
-        alternating +=
-            trace[i] == trace[i - 2] && trace[i - 1] == trace[i - 3] && trace[i] != trace[i - 1];
-    printf("pairs: %zu of %zu messages handled alternating between two sinks\n", alternating,
+    size_t n_interleaved = 0;
+    for (size_t i = TR__GROUP_MAX; i < n_trace; i++)
+        n_interleaved += (size_t)interleaved(i);
+    printf("groups: %zu of %zu messages handled in turn with other sinks'\n", n_interleaved,
            n_trace);
-    assert_true(alternating > n_trace / 2);
+    assert_true(n_interleaved > n_trace / 2);
     uint64_t run_ns = 0;
     for (int k = 0; k < SINKS; k++)
         run_ns += w.sinks[k].run_ns;
-    printf("pairs: the sinks' run_ns add up to %.2f ms of a %.2f ms run\n", run_ns / 1e6,
+    printf("groups: the sinks' run_ns add up to %.2f ms of a %.2f ms run\n", run_ns / 1e6,
            w.wall_ns / 1e6);
     assert_true(run_ns <= w.wall_ns);
 }
 
 static uint64_t seed_of_run(void)
 {
-    const char *e = getenv("TEST_PAIR_SEED");
+    const char *e = getenv("TEST_GROUP_SEED");
     return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
 }
 
@@ -313,7 +325,7 @@ static void test_stress_two_workers_outside_senders(void **state)
 {
     (void)state;
     uint64_t seed = seed_of_run();
-    printf("pair stress: seed %llu (TEST_PAIR_SEED=%llu replays the runs), %d senders x %llu "
+    printf("group stress: seed %llu (TEST_GROUP_SEED=%llu replays the runs), %d senders x %llu "
            "messages to %d sinks\n",
            (unsigned long long)seed, (unsigned long long)seed, SENDERS,
            (unsigned long long)per_sender, SINKS);
@@ -347,20 +359,84 @@ static void test_deterministic_replay(void **state)
     uint64_t a = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
     uint64_t b = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
     uint64_t c = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed + 1});
-    printf("pair replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
+    printf("group replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
            (unsigned long long)seed, (unsigned long long)a, (unsigned long long)(seed + 1),
            (unsigned long long)c);
     assert_true(a == b);
     assert_true(a != c);
 }
 
+/* Case 4: each message is 50 µs of work; which worker thread handled it is counted. */
+static _Atomic uint64_t by_thread[2];
+static _Atomic int threads_seen;
+static _Thread_local int thread_slot = -1;
+
+typedef struct busy {
+    uint64_t left;
+} busy_t;
+
+static int busy_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    busy_t *b = ctx->state;
+    if (thread_slot < 0) thread_slot = atomic_fetch_add(&threads_seen, 1);
+    if (thread_slot < 2) atomic_fetch_add(&by_thread[thread_slot], 1);
+    for (uint64_t t0 = tr_now_ns(); tr_now_ns() - t0 < 50000;) {
+    }
+    return --b->left ? 0 : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+/* Sends every busy actor its messages from one behaviour, so that all of them are queued on
+ * the starter's worker. */
+typedef struct starter {
+    tr_actor_t *busy;
+    int n, each;
+} starter_t;
+
+static int starter_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    starter_t *st = ctx->state;
+    for (int j = 0; j < st->each; j++)
+        for (int i = 0; i < st->n; i++) {
+            int rc = tr_actor_send(ctx->rt, st->busy[i], tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+            if (rc < 0) return rc;
+        }
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static void test_groups_leave_work_to_steal(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}), 0);
+    enum { BUSY = 4, EACH = 200 };
+    busy_t b[BUSY];
+    tr_actor_t addr[BUSY], s;
+    for (int i = 0; i < BUSY; i++) {
+        b[i].left = EACH;
+        assert_int_equal(tr_actor_spawn(rt, busy_behaviour, &b[i], NULL, &addr[i]), 0);
+    }
+    starter_t st = {addr, BUSY, EACH};
+    assert_int_equal(tr_actor_spawn(rt, starter_behaviour, &st, NULL, &s), 0);
+    assert_int_equal(tr_actor_send(rt, s, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+    uint64_t n0 = atomic_load(&by_thread[0]), n1 = atomic_load(&by_thread[1]);
+    printf("groups: the two workers handled %llu and %llu of %d messages\n", (unsigned long long)n0,
+           (unsigned long long)n1, BUSY * EACH);
+    assert_int_equal(n0 + n1, BUSY * EACH);
+    assert_true(n0 >= BUSY * EACH / 5 && n1 >= BUSY * EACH / 5);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) per_sender = strtoull(argv[1], NULL, 10) / SENDERS;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pairs_interleave_two_mailboxes),
+        cmocka_unit_test(test_groups_interleave_mailboxes),
         cmocka_unit_test(test_stress_two_workers_outside_senders),
         cmocka_unit_test(test_deterministic_replay),
+        cmocka_unit_test(test_groups_leave_work_to_steal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
