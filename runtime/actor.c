@@ -212,8 +212,11 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
     reset_counters(a);
     atomic_fetch_add_explicit(&rt->alive, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&rt->spawned, 1, memory_order_relaxed);
-    /* release: the fields above are visible to whoever reads gen with acquire */
-    atomic_store_explicit(&a->gen, gen, memory_order_release);
+    /* seq_cst (a release, and ordered before the unmark's load): either the unmark below
+     * finds the slot idle and schedules the init, or the activation still running on the slot
+     * (an actor stopped in it; a restart, or a spawn reusing the slot, came before it ended)
+     * sees this generation after marking idle (activation_end) and schedules it */
+    atomic_store_explicit(&a->gen, gen, memory_order_seq_cst);
     if (a->init && tr__mpscq_unmark(&a->data_in))
         tr__sched_schedule(rt, a);
     return tr__actor_id(gen, a->slot);
@@ -833,20 +836,20 @@ static void after_empty_run(void)
 typedef struct activation {
     tr__actor_t *a;
     uint64_t t0;
+    uint32_t gen; /* the slot's generation when it began */
     unsigned limit, n;
     bool yielded;
 } activation_t;
 
-static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a)
+static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, uint64_t t0)
 {
-    *x = (activation_t){.a = a, .t0 = tr__ticks(), .limit = a->batch ? a->batch : rt->batch};
+    *x = (activation_t){.a = a, .t0 = t0, .limit = a->batch ? a->batch : rt->batch};
     tr__tls.actor = a;
     uint64_t depth = note_depth(a);
     if (rt->monitor)
         trace_depth(rt, a, depth);
-    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
-    if ((gen & 1) && a->init_pending)
-        activation_init(rt, a);
+    x->gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+    if ((x->gen & 1) && a->init_pending) activation_init(rt, a);
     outbox_flush(false);
 }
 
@@ -892,10 +895,16 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
         tr__sched_reschedule(rt, w, a);
         return;
     }
-    /* Idle now. An urgent send that missed the mark is seen here (see design block); a
-     * spurious unmark after another thread ran the actor meanwhile only schedules it once
-     * more. */
-    if (tr__mpscq_pushed_since(&a->urgent_in, urgent_tail) && tr__mpscq_unmark(&a->data_in))
+    /* Idle now. An urgent send that missed the mark is seen here (see design block), and so
+     * is a generation published in the slot while this activation ran (a restart, or a spawn
+     * reusing the slot of an actor stopped here: its init waits for a scheduling that the
+     * publisher could not do, see publish). A spurious unmark after another thread ran the
+     * actor meanwhile only schedules it once more. */
+    /* seq_cst: after the mark (store-load), pairs with publish's store of gen */
+    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_seq_cst);
+    bool published = gen != x->gen && (gen & 1);
+    if ((published || tr__mpscq_pushed_since(&a->urgent_in, urgent_tail)) &&
+        tr__mpscq_unmark(&a->data_in))
         tr__sched_reschedule(rt, w, a);
 }
 
@@ -905,8 +914,9 @@ void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
 {
     tr__pool_t *pool = tr__thread_pool(rt);
     activation_t x;
-    activation_begin(rt, &x, a);
-    if (w) atomic_store_explicit(&w->activation_start, x.t0, memory_order_relaxed);
+    uint64_t t0 = tr__ticks();
+    if (w) atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
+    activation_begin(rt, &x, a, t0);
     while (activation_step(rt, pool, &x)) {
     }
     tr__tls.actor = NULL;
@@ -928,11 +938,11 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
     uint64_t last = tr__ticks();
+    atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
     for (int i = 0; i < k; i++) {
-        activation_begin(rt, &x[i], actors[i]);
+        activation_begin(rt, &x[i], actors[i], last);
         live[i] = true;
     }
-    atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
     for (int n_live = k; n_live > 0;) {
         for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;
