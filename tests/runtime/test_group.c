@@ -422,7 +422,7 @@ static void test_groups_leave_work_to_steal(void **state)
     /* batches that never end: the actors stay in whatever group takes them */
     tr_runtime_opts_t o = {.n_workers = 2, .batch = 100000, .batch_ns = 1000000000};
     assert_int_equal(tr_runtime_init(&rt, &o), 0);
-    enum { BUSY = 4, EACH = 200 };
+    enum { BUSY = 4, EACH = 400 }; /* 20 ms of work each: time for the idle worker to steal */
     busy_t b[BUSY];
     tr_actor_t addr[BUSY], s;
     for (int i = 0; i < BUSY; i++) {
