@@ -881,12 +881,17 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
 {
     tr__actor_t *a = x->a;
     if (x->n) tls_empty_runs = 0;
-    /* run_ns holds ticks; tr_actor_stats converts */
-    atomic_store_explicit(&a->run_ns, atomic_load_explicit(&a->run_ns, memory_order_relaxed) + ran,
-                          memory_order_relaxed);
-    atomic_store_explicit(&a->activations,
-                          atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    /* the activation's time and count, unless a new generation was published in the slot
+     * meanwhile (its counters start from zero: publish) */
+    if (atomic_load_explicit(&a->gen, memory_order_relaxed) == x->gen) {
+        /* run_ns holds ticks; tr_actor_stats converts */
+        atomic_store_explicit(&a->run_ns,
+                              atomic_load_explicit(&a->run_ns, memory_order_relaxed) + ran,
+                              memory_order_relaxed);
+        atomic_store_explicit(&a->activations,
+                              atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
     /* The urgent lane's tail, taken while this thread still owns the actor: once the data
      * lane is marked idle another thread may run it, so only the head may be read after. */
     const tr_msg_t *urgent_tail = a->urgent_out.tail;
