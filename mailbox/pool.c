@@ -284,14 +284,20 @@ static tr_msg_t *pop_free(tr__pool_t *pool, unsigned c)
     return m;
 }
 
-/* A chunk of class c made a fresh message: unlinked, envelope zeroed, capacity set. */
+/* m made a fresh message of body capacity cap: unlinked, envelope zeroed. */
+static inline tr_msg_t *fresh_envelope(tr_msg_t *m, size_t cap)
+{
+    set_link(m, NULL);
+    memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
+    m->tr_cap_ = (uint32_t)cap;
+    return m;
+}
+
+/* A free chunk of class c made a fresh message. */
 static inline tr_msg_t *fresh(tr_msg_t *m, unsigned c)
 {
     UNPOISON((char *)m + KEEP_BYTES, class_bytes(c) - KEEP_BYTES);
-    set_link(m, NULL);
-    memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
-    m->tr_cap_ = (uint32_t)(class_bytes(c) - HEADER_BYTES);
-    return m;
+    return fresh_envelope(m, class_bytes(c) - HEADER_BYTES);
 }
 
 /* tr__pool_alloc's other cases: a large message, a returned magazine to start, a new slab. */
@@ -306,10 +312,7 @@ __attribute__((noinline)) static tr_msg_t *alloc_slow(tr__pool_t *pool, size_t b
             return NULL;
         m->tr_pool_ = pool;
         m->tr_class_ = CLASS_LARGE;
-        set_link(m, NULL);
-        memset((char *)m + KEEP_BYTES, 0, sizeof(tr_msg_t) - KEEP_BYTES);
-        m->tr_cap_ = (uint32_t)body_size;
-        return m;
+        return fresh_envelope(m, body_size);
     }
     if (!(m = pop_free(pool, c)) && !(m = from_magazines(pool, c))) {
         if (add_slab(pool, c) < 0) return NULL;

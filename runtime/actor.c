@@ -913,29 +913,14 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
         tr__sched_reschedule(rt, w, a);
 }
 
-/* One activation: up to a batch of messages (urgent first), then give the actor up (mark
- * idle) or put it back in a run queue. w is NULL on a pinned actor's thread. */
-void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
-{
-    tr__pool_t *pool = tr__thread_pool(rt);
-    activation_t x;
-    uint64_t t0 = tr__ticks();
-    if (w) atomic_store_explicit(&w->activation_start, t0, memory_order_relaxed);
-    activation_begin(rt, &x, a, t0);
-    while (activation_step(rt, pool, &x)) {
-    }
-    tr__tls.actor = NULL;
-    uint64_t t1 = tr__ticks();
-    if (w) atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
-    activation_end(rt, w, &x, t1 - x.t0);
-}
-
-/* Up to TR__GROUP_MAX activations interleaved, a message of each in turn. Each actor's
- * messages still run in order and one at a time; what changes is that several mailboxes'
- * chains are walked side by side. A queued message's address is in the message before it, so
- * one actor's backlog is fetched a message (a cache miss) at a time; with several, the next
- * message of one is on its way while the others' run. The time is split evenly among the
- * activations running at each moment (they alternate message by message). */
+/* k activations (1..TR__GROUP_MAX) interleaved, a message of each in turn; each ends after
+ * a batch of messages (urgent first) and gives its actor up (marks it idle or puts it back in
+ * a run queue). With several, each actor's messages still run in order and one at a time;
+ * what changes is that several mailboxes' chains are walked side by side. A queued message's
+ * address is in the message before it, so one actor's backlog is fetched a message (a cache
+ * miss) at a time; with several, the next message of one is on its way while the others'
+ * run. The time is split evenly among the activations running at each moment (they alternate
+ * message by message). w is NULL on a pinned actor's thread. */
 void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k)
 {
     tr__pool_t *pool = tr__thread_pool(rt);
@@ -943,7 +928,7 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
     uint64_t last = tr__ticks();
-    atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
+    if (w) atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
     for (int i = 0; i < k; i++) {
         activation_begin(rt, &x[i], actors[i], last);
         live[i] = true;
@@ -958,10 +943,11 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
             last = t;
             live[i] = false;
             n_live--;
+            if (w && n_live == 0)
+                atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
             activation_end(rt, w, &x[i], ran[i]);
         }
     }
-    atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
 }
 
 /* --- queries --------------------------------------------------------------------------- */

@@ -24,10 +24,8 @@
 #define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
 #define TR__MAX_CHUNKS (1u << 16)
 #define TR__SLOT_CACHE 128 /* free slots a worker keeps for itself */
-#define TR__NAME_MAX 32
-#ifndef TR__GROUP_MAX
-#define TR__GROUP_MAX 4 /* activations a worker interleaves (tr__actor_run_group) */
-#endif
+#define TR__NAME_MAX    32
+#define TR__GROUP_MAX   4 /* activations a worker interleaves (tr__actor_run_group) */
 
 typedef struct tr__pinned tr__pinned_t;
 typedef struct tr__worker tr__worker_t;
@@ -205,9 +203,14 @@ int tr__buffers_init(tr_runtime_t *rt);
 void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
-void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
-/* k (2..TR__GROUP_MAX) actors' activations on worker w, interleaved a message at a time. */
+/* k (1..TR__GROUP_MAX) actors' activations on w (NULL: a pinned actor's thread), interleaved
+ * a message at a time. */
 void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k);
+/* One actor's activation. */
+static inline void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
+{
+    tr__actor_run_group(rt, w, &a, 1);
+}
 void tr__actor_drain_all(tr_runtime_t *rt);
 void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
 int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent);

@@ -319,10 +319,7 @@ static void *worker_main(void *arg)
         int k = 1;
         while (take-- > 0 && k < TR__GROUP_MAX && (group[k] = tr__runq_pop(&w->runq)))
             k++;
-        if (k > 1)
-            tr__actor_run_group(rt, w, group, k);
-        else
-            tr__actor_run(rt, w, a);
+        tr__actor_run_group(rt, w, group, k);
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};
