@@ -157,14 +157,33 @@ static int relay_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
     return 0;
 }
 
-static int producer_send(tr_ctx_t *ctx, producer_t *p, int to)
+static int producer_send(tr_runtime_t *rt, producer_t *p, int to)
 {
     p->sent++;
-    return send_item(ctx->rt, p->sinks[to], MSG_ITEM, p->id, p->seq[to]++);
+    return send_item(rt, p->sinks[to], MSG_ITEM, p->id, p->seq[to]++);
+}
+
+/* One run of 1 to 300 messages to a random sink (fewer when the total is reached). */
+static int random_run(tr_runtime_t *rt, producer_t *p)
+{
+    uint64_t r = next_rand(&p->rng);
+    int to = (int)(r % SINKS), rc = 0;
+    for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && rc == 0; i++)
+        rc = producer_send(rt, p, to);
+    return rc;
+}
+
+/* MSG_DONE to every sink, after all of p's items. */
+static int send_done(tr_runtime_t *rt, const producer_t *p)
+{
+    int rc = 0;
+    for (int k = 0; k < SINKS && rc == 0; k++)
+        rc = send_item(rt, p->sinks[k], MSG_DONE, p->id, 0);
+    return rc;
 }
 
 /* Fixed: 50 rounds of 80 messages to each sink in turn, in this one behaviour. Random: one
- * slice of runs of 1 to 300 messages to random sinks, then MSG_GO to itself. */
+ * slice of 8 random runs, then MSG_GO to itself. */
 static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
 {
     (void)m;
@@ -174,22 +193,16 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
         for (int round = 0; round < 50 && rc == 0; round++)
             for (int k = 0; k < SINKS && rc == 0; k++)
                 for (int i = 0; i < 80 && rc == 0; i++)
-                    rc = producer_send(ctx, p, k);
+                    rc = producer_send(ctx->rt, p, k);
         p->total = p->sent;
     } else {
-        for (int run = 0; run < 8 && p->sent < p->total && rc == 0; run++) {
-            uint64_t r = next_rand(&p->rng);
-            int to = (int)(r % SINKS);
-            for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && rc == 0;
-                 i++)
-                rc = producer_send(ctx, p, to);
-        }
+        for (int run = 0; run < 8 && p->sent < p->total && rc == 0; run++)
+            rc = random_run(ctx->rt, p);
     }
     if (rc < 0) return rc;
     if (p->sent < p->total)
         return tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GO, 0));
-    for (int k = 0; k < SINKS && rc == 0; k++)
-        rc = send_item(ctx->rt, p->sinks[k], MSG_DONE, p->id, 0);
+    rc = send_done(ctx->rt, p);
     return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
 }
 
@@ -203,16 +216,9 @@ typedef struct outsider {
 static void *outsider_main(void *arg)
 {
     outsider_t *o = arg;
-    producer_t *p = &o->p;
-    while (p->sent < p->total && o->rc == 0) {
-        uint64_t r = next_rand(&p->rng);
-        int to = (int)(r % SINKS);
-        for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && o->rc == 0;
-             i++, p->sent++)
-            o->rc = send_item(o->rt, p->sinks[to], MSG_ITEM, p->id, p->seq[to]++);
-    }
-    for (int k = 0; k < SINKS && o->rc == 0; k++)
-        o->rc = send_item(o->rt, p->sinks[k], MSG_DONE, p->id, 0);
+    while (o->p.sent < o->p.total && o->rc == 0)
+        o->rc = random_run(o->rt, &o->p);
+    if (o->rc == 0) o->rc = send_done(o->rt, &o->p);
     return NULL;
 }
 
