@@ -24,9 +24,12 @@
  *   between: the runtime then yields its core every few empty tries, runtime/actor.c).
  *
  * Memory ordering, beside each atomic below:
- * - push exchange (acq_rel): release publishes the pushed messages' contents to the thread
+ * - push exchange (seq_cst): release publishes the pushed messages' contents to the thread
  *   that will later read them via prev->next; acquire orders our store to prev->next after
- *   the previous producer's initialisation of prev (including its next = NULL).
+ *   the previous producer's initialisation of prev (including its next = NULL); seq_cst puts
+ *   an urgent push in the single order with the consumer's mark and its check of the urgent
+ *   lane after it (runtime/actor.c), which acq_rel would not. x86's exchange is a full
+ *   barrier either way.
  * - push link store (release): pairs with the consumer's acquire load of tail->next.
  * - mark_empty CAS (acq_rel, seq_cst for the urgent-lane check in the runtime): release
  *   publishes everything the consumer did while running the actor to the producer that
@@ -80,8 +83,8 @@ static inline uintptr_t tr__mpscq_push_exchange(tr__mpscq_head_t *h, tr_msg_t *l
     atomic_store_explicit(&last->tr_next_, NULL, memory_order_relaxed);
     /* relaxed: a statistic; same cache line as head, already owned by this thread */
     atomic_fetch_add_explicit(&h->pushed, n, memory_order_relaxed);
-    /* acq_rel: see the design block */
-    return atomic_exchange_explicit(&h->head, (uintptr_t)last, memory_order_acq_rel);
+    /* seq_cst: see the design block */
+    return atomic_exchange_explicit(&h->head, (uintptr_t)last, memory_order_seq_cst);
 }
 
 /* A push's second step: links the chain starting at first after prev (what the first step

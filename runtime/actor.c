@@ -100,7 +100,8 @@ static int ensure_chunk(tr_runtime_t *rt, uint32_t slot)
 
 static tr__actor_t *fresh_slot(tr_runtime_t *rt)
 {
-    uint32_t slot = atomic_fetch_add_explicit(&rt->next_slot, 1, memory_order_relaxed);
+    /* seq_cst: tr__actor_for_each_alive's read after a failure sees it (publish) */
+    uint32_t slot = atomic_fetch_add_explicit(&rt->next_slot, 1, memory_order_seq_cst);
     if (slot >= TR__MAX_CHUNKS * TR__CHUNK_SLOTS || ensure_chunk(rt, slot) < 0)
         return NULL;
     return tr__slot(rt, slot);
@@ -204,6 +205,8 @@ static void reset_counters(tr__actor_t *a)
     a->stop_requested = 0;
 }
 
+static int send_kill(tr_runtime_t *rt, tr_actor_t a, int reason);
+
 /* Publishes a prepared slot as a new generation and schedules its init if it has one. */
 static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
 {
@@ -219,7 +222,13 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
     atomic_store_explicit(&a->gen, gen, memory_order_seq_cst);
     if (a->init && tr__mpscq_unmark(&a->data_in))
         tr__sched_schedule(rt, a);
-    return tr__actor_id(gen, a->slot);
+    tr_actor_t id = tr__actor_id(gen, a->slot);
+    /* seq_cst: a failure stores `failed`, then kills every generation it reads as alive
+     * (tr__runtime_fail); a spawn or restart that checked `failed` before it was set may
+     * publish after its slot was read. Either the failure's read sees this generation or this
+     * load sees `failed` (a second KILL is a dead letter). */
+    if (atomic_load_explicit(&rt->failed, memory_order_seq_cst)) send_kill(rt, id, TR_ESHUTDOWN);
+    return id;
 }
 
 #define TR__MAX_RESTARTS_CAP 65536         /* the ring of restart times is this long at most */
@@ -548,6 +557,24 @@ deliver(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg_t *last, size_
  * actor's sends go at once: pinned actors are the long-running ones (an executor handing out
  * gradients during a backward, a pipeline stage computing after a send), whose sends must not
  * wait for the behaviour to return. An urgent send is pushed at once. */
+/* A send's first half: the envelopes (the sending actor's address, seq and counters) and, in
+ * wire-check mode, the encoding. */
+static int fill_all(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
+{
+    for (size_t i = 0; i < n; i++)
+        fill_envelope(rt, msgs[i], to, urgent);
+    if (rt->wire_check && msgs[0]->type != TR_MSG_KILL) return tr__wire_encode(rt, msgs, n);
+    return 0;
+}
+
+/* A send's second half: the filled messages linked and handed to a, the receiver's slot. */
+static void push_filled(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t **msgs, size_t n, bool urgent)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
+    deliver(rt, a, msgs[0], msgs[n - 1], n, urgent);
+}
+
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
 {
     if (!rt || !msgs || n == 0)
@@ -557,14 +584,8 @@ static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n,
             return TR_EINVAL;
     tr__actor_t *a;
     int rc = check_receiver(rt, to, &a);
-    if (rc < 0) return rc;
-    for (size_t i = 0; i < n; i++)
-        fill_envelope(rt, msgs[i], to, urgent);
-    if (rt->wire_check && msgs[0]->type != TR_MSG_KILL && (rc = tr__wire_encode(rt, msgs, n)) < 0)
-        return rc;
-    for (size_t i = 0; i + 1 < n; i++)
-        atomic_store_explicit(&msgs[i]->tr_next_, msgs[i + 1], memory_order_relaxed);
-    deliver(rt, a, msgs[0], msgs[n - 1], n, urgent);
+    if (rc < 0 || (rc = fill_all(rt, to, msgs, n, urgent)) < 0) return rc;
+    push_filled(rt, a, msgs, n, urgent);
     return 0;
 }
 
@@ -642,6 +663,25 @@ static void kill_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
     send_kill(rt, a, *(int *)arg);
 }
 
+/* The TR_MSG_EXIT notice of the stop of `self` for its supervisor, filled for sending; NULL
+ * when there is no memory for it or (wire-check mode) it does not encode. */
+static tr_msg_t *exit_notice(tr_runtime_t *rt, tr_actor_t sup, tr_actor_t self, int reason,
+                             uint32_t msg_type, const char *name)
+{
+    tr_msg_t *m = tr_msg_new(rt, TR_MSG_EXIT);
+    if (!m) return NULL;
+    tr_msg_exit_t *e = TR_MSG_AS(m, exit);
+    e->actor = self;
+    e->reason = reason;
+    e->msg_type = msg_type;
+    memcpy(e->name, name, sizeof(e->name));
+    if (fill_all(rt, sup, &m, 1, true) < 0) {
+        tr_msg_free(rt, m);
+        return NULL;
+    }
+    return m;
+}
+
 /* Ends the current generation: cleanup, gen bump, supervisor notice, slot reuse. Runs on
  * the thread running the actor; after the gen bump it touches only the mailbox. */
 static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_type)
@@ -652,7 +692,8 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     tr_actor_t sup = {atomic_load_explicit(&a->supervisor, memory_order_relaxed)};
     char name[TR__NAME_MAX];
     memcpy(name, a->name, sizeof(name));
-    bool recycle = a->recyclable;
+    /* a supervisor given by tr_actor_link after the spawn keeps the slot for a restart too */
+    bool recycle = a->recyclable && tr_actor_is_none(sup);
     int told = reason;
     if (reason < 0 && !tr_actor_is_none(sup) && !recycle && intensity_reached(a, tr_now_ns())) {
         a->restarts_exhausted = 1;
@@ -664,23 +705,24 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
                a->max_restarts == 1 ? "" : "s",
                (unsigned long long)(a->restart_window_ns / 1000000u));
     }
+    /* The supervisor's notice is filled while this generation is current: its sender is the
+     * actor that stopped, and seq and msgs_out are this generation's (once gen moves on, a
+     * restart on another thread may reset them). It is pushed after the generation ends, so
+     * that a restart made on receiving it finds the actor stopped. */
+    tr_msg_t *exit =
+        tr_actor_is_none(sup) ? NULL : exit_notice(rt, sup, ctx.self, told, msg_type, name);
+    a->recyclable = recycle; /* read by tr_actor_restart after gen (acquire) */
     if (name[0]) /* freed before the generation ends: whoever learns of the stop may reuse it */
         tr__names_release(rt, name, a->slot);
     /* release: cleanup's effects happen-before a restart that reads gen with acquire */
     atomic_store_explicit(&a->gen, atomic_load_explicit(&a->gen, memory_order_relaxed) + 1,
                           memory_order_release);
-    if (!tr_actor_is_none(sup)) {
-        tr_msg_t *m = tr_msg_new(rt, TR_MSG_EXIT);
-        if (m) {
-            tr_msg_exit_t *e = TR_MSG_AS(m, exit);
-            e->actor = ctx.self;
-            e->reason = told;
-            e->msg_type = msg_type;
-            memcpy(e->name, name, sizeof(e->name));
-            m->sender = ctx.self;
-            if (tr__actor_send_internal(rt, sup, m, true) < 0)
-                sup = TR_ACTOR_NONE; /* the supervisor is gone: nobody is told */
-        }
+    tr__actor_t *to;
+    if (exit && check_receiver(rt, sup, &to) == 0) {
+        push_filled(rt, to, &exit, 1, true);
+    } else if (!tr_actor_is_none(sup)) {
+        tr_msg_free(rt, exit);
+        sup = TR_ACTOR_NONE; /* the supervisor is gone: nobody is told */
     }
     if (tr_actor_is_none(sup) && reason < 0)
         tr__runtime_fail(rt, "actor '%s' (#%u) failed handling message '%s': %s (%s)", name,
@@ -843,12 +885,12 @@ typedef struct activation {
 
 static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, uint64_t t0)
 {
-    *x = (activation_t){.a = a, .t0 = t0, .limit = a->batch ? a->batch : rt->batch};
+    /* acquire: the generation's fields (batch among them) as its spawn wrote them */
+    uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+    *x = (activation_t){.a = a, .t0 = t0, .gen = gen, .limit = a->batch ? a->batch : rt->batch};
     tr__tls.actor = a;
     uint64_t depth = note_depth(a);
-    if (rt->monitor)
-        trace_depth(rt, a, depth);
-    x->gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+    if (rt->monitor) trace_depth(rt, a, depth);
     if ((x->gen & 1) && a->init_pending) activation_init(rt, a);
     outbox_flush(false);
 }
@@ -990,12 +1032,13 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t addr, tr_actor_stats_t *out)
 void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_actor_t, void *),
                               void *arg)
 {
-    uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_acquire);
+    /* seq_cst: after a failure's store of `failed`, paired with publish (see there) */
+    uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_seq_cst);
     for (uint32_t s = 0; s < n; s++) {
         tr__actor_t *a = tr__slot(rt, s);
         if (!a)
             continue;
-        uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
+        uint32_t gen = atomic_load_explicit(&a->gen, memory_order_seq_cst);
         if (gen & 1)
             fn(rt, tr__actor_id(gen, s), arg);
     }
@@ -1012,7 +1055,7 @@ void tr__actor_drain_all(tr_runtime_t *rt)
         if (!a)
             continue;
         uint32_t gen = atomic_load_explicit(&a->gen, memory_order_relaxed);
-        if ((gen & 1) && a->cleanup) {
+        if ((gen & 1) && a->cleanup && !a->init_pending) { /* cleanup pairs with an init that ran */
             tr_ctx_t ctx = {rt, tr__actor_id(gen, s), a->state};
             a->cleanup(&ctx, TR_ESHUTDOWN);
         }

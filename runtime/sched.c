@@ -119,11 +119,13 @@ static void park(tr_runtime_t *rt, tr__worker_t *w)
     w->next_idle = rt->idle;
     rt->idle = w;
     w->in_idle_list = true;
-    atomic_store_explicit(&w->parked, 1, memory_order_relaxed);
+    /* seq_cst: if tr__sched_stop's store of 0 comes before this one, its store of `stopping`
+     * comes before the load of it below */
+    atomic_store_explicit(&w->parked, 1, memory_order_seq_cst);
     /* seq_cst: pairs with notify()'s seq_cst load; work_visible's loads are seq_cst too */
     atomic_fetch_add_explicit(&rt->n_idle, 1, memory_order_seq_cst);
     pthread_mutex_unlock(&rt->idle_mu);
-    if (work_visible(rt) || atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+    if (work_visible(rt) || atomic_load_explicit(&rt->stopping, memory_order_seq_cst)) {
         leave_idle_list(rt, w);
         return;
     }

@@ -139,7 +139,8 @@ typedef int (*tr_behaviour_cb)(tr_ctx_t *ctx, tr_msg_t *msg);
  * a negative return fails the actor as a behaviour would. */
 typedef int (*tr_actor_init_cb)(tr_ctx_t *ctx);
 
-/* Called once after the actor has stopped, to release its state. */
+/* Called once after the actor has stopped, to release its state; at tr_runtime_close, for
+ * each actor still alive whose init ran (one whose init never ran gets no cleanup). */
 typedef void (*tr_actor_cleanup_cb)(tr_ctx_t *ctx, int reason);
 
 /* tr_actor_opts_t.max_restarts: no restart limit. */
@@ -191,8 +192,10 @@ int tr_actor_send_urgent(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg);
  * TR_MSG_EXIT with reason 0. TR_ESTOPPED if already stopped. Any thread. */
 int tr_actor_stop(tr_runtime_t *rt, tr_actor_t a);
 
-/* Links child to supervisor: when child stops or fails, supervisor receives TR_MSG_EXIT.
- * TR_ESTOPPED when child has already stopped. Any thread. */
+/* Links child to supervisor: when child stops or fails, supervisor receives TR_MSG_EXIT
+ * (its sender and its `actor` are the child's address) and may tr_actor_restart it, as if
+ * the supervisor had been given at spawn. TR_ESTOPPED when child has already stopped. Any
+ * thread. */
 int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child);
 
 /* Starts a new actor with a stopped actor's behaviour, state, options, name and supervisor;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -352,6 +353,33 @@ static void test_actor_close_with_messages_in_flight_frees_them(void **state)
     assert_int_equal(s.cleanup_reason, TR_ESHUTDOWN);
 }
 
+static int slow_init(tr_ctx_t *ctx)
+{
+    count_init(ctx);
+    nanosleep(&(struct timespec){0, 200000000}, NULL);
+    return 0;
+}
+
+/* At close, cleanup runs only for actors whose init ran: one queued behind another's long init
+ * on the only worker never ran its init, and gets no cleanup to undo it. */
+static void test_actor_close_cleans_up_only_what_init_began(void **state)
+{
+    tr_runtime_t *rt = start(1);
+    count_state_t slow = {0}, queued = {0};
+    tr_actor_opts_t so = {.init = slow_init, .cleanup = count_cleanup};
+    tr_actor_opts_t qo = {.init = count_init, .cleanup = count_cleanup};
+    tr_actor_t a, b;
+    assert_int_equal(tr_actor_spawn(rt, never_stops, &slow, &so, &a), 0);
+    assert_int_equal(tr_actor_spawn(rt, never_stops, &queued, &qo, &b), 0);
+    nanosleep(&(struct timespec){0, 20000000}, NULL); /* the worker is inside slow_init */
+    tr_runtime_close(rt);
+    assert_int_equal(atomic_load(&slow.inits), 1);
+    assert_int_equal(atomic_load(&slow.cleanups), 1);
+    assert_int_equal(slow.cleanup_reason, TR_ESHUTDOWN);
+    assert_int_equal(atomic_load(&queued.inits), 0);
+    assert_int_equal(atomic_load(&queued.cleanups), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_actor_pinned_runs_on_its_own_thread),
         cmocka_unit_test(test_actor_shutdown_sends_stop_to_everyone),
         cmocka_unit_test(test_actor_close_with_messages_in_flight_frees_them),
+        cmocka_unit_test(test_actor_close_cleans_up_only_what_init_began),
     };
     return cmocka_run_group_tests_name("actor", tests, NULL, NULL);
 }
