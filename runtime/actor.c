@@ -206,6 +206,8 @@ static void reset_counters(tr__actor_t *a)
 }
 
 static int send_kill(tr_runtime_t *rt, tr_actor_t a, int reason);
+static void dead_letter(tr_runtime_t *rt, tr_msg_t *m);
+static void fail_on_queued_notices(tr_runtime_t *rt, tr__actor_t *a, uint32_t gen);
 
 /* Publishes a prepared slot as a new generation and schedules its init if it has one. */
 static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
@@ -728,6 +730,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
         tr__runtime_fail(rt, "actor '%s' (#%u) failed handling message '%s': %s (%s)", name,
                          a->slot, msg_type ? tr_msg_type_name(msg_type) : "(init)",
                          tr_err_name(reason), tr_strerror(reason));
+    fail_on_queued_notices(rt, a, (uint32_t)(ctx.self.id >> 32));
     if (recycle)
         free_slot(rt, a);
     tr__runtime_actor_stopped(rt);
@@ -752,9 +755,42 @@ static bool run_init(tr_runtime_t *rt, tr__actor_t *a)
     return true;
 }
 
-static void dead_letter(tr_runtime_t *rt)
+/* A failure notice (TR_MSG_EXIT) that its supervisor's generation will never handle (it
+ * stopped, or was restarted, first) is an unhandled failure, as if the supervisor had been
+ * gone when the actor failed (finish). tr__runtime_fail keeps the first failure only. */
+static void fail_on_notice(tr_runtime_t *rt, tr_msg_t *m)
+{
+    tr_msg_t *plain = m;
+    if ((m->flags & TR_MSG_F_WIRE) && tr__wire_decode(rt, m, &plain) < 0) return;
+    const tr_msg_exit_t *e = TR_MSG_AS(plain, exit);
+    if (e->reason < 0)
+        tr__runtime_fail(rt,
+                         "actor '%s' (#%u) failed handling message '%s': %s (%s); its "
+                         "supervisor stopped before it was told",
+                         e->name, (uint32_t)e->actor.id,
+                         e->msg_type ? tr_msg_type_name(e->msg_type) : "(init)",
+                         tr_err_name(e->reason), tr_strerror(e->reason));
+    if (plain != m) tr_msg_free(rt, plain);
+}
+
+/* A message its receiver's generation will never handle. */
+static void dead_letter(tr_runtime_t *rt, tr_msg_t *m)
 {
     atomic_fetch_add_explicit(&rt->dead_letters, 1, memory_order_relaxed);
+    if (m->type == TR_MSG_EXIT) fail_on_notice(rt, m);
+}
+
+/* At the stop of generation gen (finish, on the thread running it, the queue's consumer):
+ * the failure notices queued for it, read in place, fail the runtime now, before the stop
+ * counts; popped later as dead letters, they could come after tr_runtime_run returned.
+ * Notices travel on the urgent lane. */
+static void fail_on_queued_notices(tr_runtime_t *rt, tr__actor_t *a, uint32_t gen)
+{
+    /* acquire: pairs with the pushes' release link stores, as a pop's does */
+    for (tr_msg_t *m = atomic_load_explicit(&a->urgent_out.tail->tr_next_, memory_order_acquire); m;
+         m = atomic_load_explicit(&m->tr_next_, memory_order_acquire))
+        if (m->type == TR_MSG_EXIT && (uint32_t)(m->receiver.id >> 32) == gen)
+            fail_on_notice(rt, m);
 }
 
 /* Delivers one message to the current generation, or drops it. */
@@ -763,11 +799,11 @@ static void handle(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *m)
     /* acquire: pairs with publish()'s release, making the generation's fields visible */
     uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
     if ((uint32_t)(m->receiver.id >> 32) != gen) {
-        dead_letter(rt);
+        dead_letter(rt, m);
         return;
     }
     if (a->init_pending && !run_init(rt, a)) {
-        dead_letter(rt);
+        dead_letter(rt, m);
         return;
     }
     if (m->type == TR_MSG_KILL) {

@@ -253,6 +253,48 @@ static void test_supervision_linked_child_can_be_restarted(void **state)
     tr_runtime_close(rt);
 }
 
+/* A supervisor busy with a slow message that then stops itself, so that the failure notice
+ * queued meanwhile is never handled. */
+typedef struct busy_sup {
+    _Atomic int started;
+} busy_sup_t;
+
+static int busy_supervisor(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    if (msg->type != MSG_WORK) return 0;
+    atomic_store(&((busy_sup_t *)ctx->state)->started, 1);
+    nanosleep(&(struct timespec){0, 100000000}, NULL); /* the child fails meanwhile */
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+/* A failure whose notice reaches a supervisor that stops before handling it is an unhandled
+ * failure: the runtime stops and says so. Before, the notice was a dead letter, the runtime
+ * ended with 0 and nobody learnt of the failure. */
+static void test_supervision_notice_to_a_stopping_supervisor_fails_the_runtime(void **state)
+{
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}), 0);
+    busy_sup_t bs = {0};
+    worker_t w = {0};
+    tr_actor_t sup, child;
+    assert_int_equal(tr_actor_spawn(rt, busy_supervisor, &bs, NULL, &sup), 0);
+    tr_actor_opts_t o = {.name = "orphan", .supervisor = sup};
+    assert_int_equal(tr_actor_spawn(rt, worker_behaviour, &w, &o, &child), 0);
+    assert_int_equal(tr_actor_send(rt, sup, tr_msg_alloc(rt, MSG_WORK, 0)), 0);
+    while (!atomic_load(&bs.started))
+        sched_yield();
+    lines_t log = {0};
+    tr_log_set_sink(keep_errors, &log);
+    assert_int_equal(tr_actor_send(rt, child, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), TR_EFAILED);
+    tr_log_set_sink(NULL, NULL);
+    const char *why = tr_runtime_failure(rt);
+    assert_non_null(strstr(why, "actor 'orphan'"));
+    assert_non_null(strstr(why, "'boom': TR_EIO"));
+    assert_non_null(strstr(why, "its supervisor stopped before it was told"));
+    tr_runtime_close(rt);
+}
+
 /* Spawns idle actors until told to stop or refused (the runtime failed). */
 typedef struct spawner {
     tr_runtime_t *rt;
@@ -386,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_supervision_failing_init_is_a_failure),
         cmocka_unit_test(test_supervision_linked_child_can_be_restarted),
         cmocka_unit_test(test_supervision_failure_during_spawns_stops_everyone),
+        cmocka_unit_test(test_supervision_notice_to_a_stopping_supervisor_fails_the_runtime),
         cmocka_unit_test(test_supervision_restart_intensity_default_is_one_in_5s),
         cmocka_unit_test(test_supervision_restart_intensity_is_configurable),
         cmocka_unit_test(test_supervision_restart_window_slides),
