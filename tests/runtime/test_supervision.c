@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -77,32 +78,56 @@ static int supervisor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return tr_actor_stop(ctx->rt, ctx->self);
 }
 
-static void test_supervision_failure_is_reported_and_restarted(void **state)
+/* Runs supervisor_behaviour over a worker named name that fails on its first message and,
+ * restarted, stops after two: the supervisor is given at spawn, or by tr_actor_link after it
+ * (link). Checks what the supervisor saw; *first gets the worker's first address. The runtime
+ * is left open for more checks. */
+static tr_runtime_t *run_supervised(const char *name, bool link, supervisor_t *s, worker_t *w,
+                                    tr_actor_t *first)
 {
     tr_runtime_t *rt;
     assert_int_equal(tr_runtime_init(&rt, NULL), 0);
+    tr_actor_t sup;
+    assert_int_equal(tr_actor_spawn(rt, supervisor_behaviour, s, NULL, &sup), 0);
+    tr_actor_opts_t o = {
+        .name = name, .supervisor = link ? TR_ACTOR_NONE : sup, .init = worker_init};
+    assert_int_equal(tr_actor_spawn(rt, worker_behaviour, w, &o, &s->child), 0);
+    if (link) assert_int_equal(tr_actor_link(rt, sup, s->child), 0);
+    *first = s->child;
+    assert_int_equal(tr_actor_send(rt, *first, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    assert_int_equal(s->exits, 2);
+    assert_int_equal(s->reason, TR_EIO);
+    assert_int_equal(s->msg_type, MSG_BOOM);
+    assert_string_equal(s->name, name);
+    assert_int_equal(s->restart_rc, 0);
+    assert_int_equal(s->sender_is_actor, 2);
+    assert_int_equal(w->inits, 2); /* init ran again on restart */
+    assert_int_equal(w->handled, 2);
+    return rt;
+}
+
+static void test_supervision_failure_is_reported_and_restarted(void **state)
+{
     supervisor_t s = {0};
     worker_t w = {0};
-    tr_actor_t sup;
-    assert_int_equal(tr_actor_spawn(rt, supervisor_behaviour, &s, NULL, &sup), 0);
-    tr_actor_opts_t o = {.name = "worker", .supervisor = sup, .init = worker_init};
-    assert_int_equal(tr_actor_spawn(rt, worker_behaviour, &w, &o, &s.child), 0);
-    tr_actor_t first = s.child;
-    assert_int_equal(tr_actor_send(rt, first, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
-    assert_int_equal(tr_runtime_run(rt), 0);
-    assert_int_equal(s.exits, 2);
-    assert_int_equal(s.reason, TR_EIO);
-    assert_int_equal(s.msg_type, MSG_BOOM);
-    assert_string_equal(s.name, "worker");
-    assert_int_equal(s.restart_rc, 0);
-    assert_int_equal(s.sender_is_actor, 2);
-    assert_int_equal(w.inits, 2);         /* init ran again on restart */
-    assert_int_equal(w.handled, 2);
+    tr_actor_t first;
+    tr_runtime_t *rt = run_supervised("worker", false, &s, &w, &first);
     assert_false(tr_actor_eq(first, s.child)); /* the old address stays stopped */
     tr_msg_t *m = tr_msg_alloc(rt, MSG_WORK, 0);
     assert_int_equal(tr_actor_send(rt, first, m), TR_ESTOPPED);
     tr_msg_free(rt, m);
     tr_runtime_close(rt);
+}
+
+/* A child given its supervisor by tr_actor_link after the spawn: its slot is kept for a
+ * restart as for one spawned with a supervisor. */
+static void test_supervision_linked_child_can_be_restarted(void **state)
+{
+    supervisor_t s = {0};
+    worker_t w = {0};
+    tr_actor_t first;
+    tr_runtime_close(run_supervised("linked", true, &s, &w, &first));
 }
 
 static int bystander(tr_ctx_t *ctx, tr_msg_t *msg)
@@ -228,28 +253,6 @@ static void run_intensity(isup_t *s, const tr_actor_opts_t *worker_opts, lines_t
     assert_int_equal(tr_runtime_run(rt), 0);
     tr_log_set_sink(NULL, NULL);
     assert_int_equal(w.inits, 1 + s->restarts);
-    tr_runtime_close(rt);
-}
-
-/* A child given its supervisor by tr_actor_link after the spawn: its slot is kept for a
- * restart as for one spawned with a supervisor. */
-static void test_supervision_linked_child_can_be_restarted(void **state)
-{
-    tr_runtime_t *rt;
-    assert_int_equal(tr_runtime_init(&rt, NULL), 0);
-    supervisor_t s = {0};
-    worker_t w = {0};
-    tr_actor_t sup;
-    assert_int_equal(tr_actor_spawn(rt, supervisor_behaviour, &s, NULL, &sup), 0);
-    tr_actor_opts_t o = {.name = "linked", .init = worker_init};
-    assert_int_equal(tr_actor_spawn(rt, worker_behaviour, &w, &o, &s.child), 0);
-    assert_int_equal(tr_actor_link(rt, sup, s.child), 0);
-    assert_int_equal(tr_actor_send(rt, s.child, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
-    assert_int_equal(tr_runtime_run(rt), 0);
-    assert_int_equal(s.restart_rc, 0);
-    assert_int_equal(s.exits, 2);
-    assert_int_equal(w.inits, 2);
-    assert_int_equal(w.handled, 2);
     tr_runtime_close(rt);
 }
 
