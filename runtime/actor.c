@@ -551,14 +551,6 @@ deliver(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg_t *last, size_
     }
 }
 
-/* A send pushes the messages onto the receiver's data (or urgent) lane. Inside a behaviour
- * running on a worker, consecutive data sends to one actor gather in the thread's outbox and go
- * as one chain (one exchange, one scheduling check) when the behaviour returns, when it sends
- * to another actor, or every TR__OUTBOX_MAX messages: the line transfers a push costs are paid
- * per chain, and per-sender FIFO holds (one outbox per thread, pushed in order). A pinned
- * actor's sends go at once: pinned actors are the long-running ones (an executor handing out
- * gradients during a backward, a pipeline stage computing after a send), whose sends must not
- * wait for the behaviour to return. An urgent send is pushed at once. */
 /* A send's first half: the envelopes (the sending actor's address, seq and counters) and, in
  * wire-check mode, the encoding. */
 static int fill_all(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
@@ -577,6 +569,14 @@ static void push_filled(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t **msgs, size_
     deliver(rt, a, msgs[0], msgs[n - 1], n, urgent);
 }
 
+/* A send pushes the messages onto the receiver's data (or urgent) lane. Inside a behaviour
+ * running on a worker, consecutive data sends to one actor gather in the thread's outbox and go
+ * as one chain (one exchange, one scheduling check) when the behaviour returns, when it sends
+ * to another actor, or every TR__OUTBOX_MAX messages: the line transfers a push costs are paid
+ * per chain, and per-sender FIFO holds (one outbox per thread, pushed in order). A pinned
+ * actor's sends go at once: pinned actors are the long-running ones (an executor handing out
+ * gradients during a backward, a pipeline stage computing after a send), whose sends must not
+ * wait for the behaviour to return. An urgent send is pushed at once. */
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
 {
     if (!rt || !msgs || n == 0)
@@ -665,6 +665,17 @@ static void kill_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
     send_kill(rt, a, *(int *)arg);
 }
 
+/* "actor 'name' (#slot) failed handling message 'type': TR_E... (text)": how every report of
+ * a failure begins (a log line, the runtime's failure text). Returns buf. */
+static const char *failure_text(char *buf, size_t len, const char *name, uint32_t slot,
+                                uint32_t msg_type, int reason)
+{
+    snprintf(buf, len, "actor '%s' (#%u) failed handling message '%s': %s (%s)", name, slot,
+             msg_type ? tr_msg_type_name(msg_type) : "(init)", tr_err_name(reason),
+             tr_strerror(reason));
+    return buf;
+}
+
 /* The TR_MSG_EXIT notice of the stop of `self` for its supervisor, filled for sending; NULL
  * when there is no memory for it or (wire-check mode) it does not encode. */
 static tr_msg_t *exit_notice(tr_runtime_t *rt, tr_actor_t sup, tr_actor_t self, int reason,
@@ -692,7 +703,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     if (a->cleanup)
         a->cleanup(&ctx, reason);
     tr_actor_t sup = {atomic_load_explicit(&a->supervisor, memory_order_relaxed)};
-    char name[TR__NAME_MAX];
+    char name[TR__NAME_MAX], why[512]; /* as long as the runtime's failure text */
     memcpy(name, a->name, sizeof(name));
     /* a supervisor given by tr_actor_link after the spawn keeps the slot for a restart too */
     bool recycle = a->recyclable && tr_actor_is_none(sup);
@@ -700,10 +711,9 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     if (reason < 0 && !tr_actor_is_none(sup) && !recycle && intensity_reached(a, tr_now_ns())) {
         a->restarts_exhausted = 1;
         told = TR_ERESTARTS;
-        tr_log(TR_LOG_ERROR, "actor '%s' (#%u) failed handling message '%s': %s (%s); restart "
-               "intensity reached (at most %d restart%s in %llu ms): its supervisor is told "
-               "TR_ERESTARTS", name, a->slot, msg_type ? tr_msg_type_name(msg_type) : "(init)",
-               tr_err_name(reason), tr_strerror(reason), a->max_restarts,
+        tr_log(TR_LOG_ERROR, "%s; restart intensity reached (at most %d restart%s in %llu ms): "
+               "its supervisor is told TR_ERESTARTS",
+               failure_text(why, sizeof(why), name, a->slot, msg_type, reason), a->max_restarts,
                a->max_restarts == 1 ? "" : "s",
                (unsigned long long)(a->restart_window_ns / 1000000u));
     }
@@ -727,9 +737,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
         sup = TR_ACTOR_NONE; /* the supervisor is gone: nobody is told */
     }
     if (tr_actor_is_none(sup) && reason < 0)
-        tr__runtime_fail(rt, "actor '%s' (#%u) failed handling message '%s': %s (%s)", name,
-                         a->slot, msg_type ? tr_msg_type_name(msg_type) : "(init)",
-                         tr_err_name(reason), tr_strerror(reason));
+        tr__runtime_fail(rt, "%s", failure_text(why, sizeof(why), name, a->slot, msg_type, reason));
     fail_on_queued_notices(rt, a, (uint32_t)(ctx.self.id >> 32));
     if (recycle)
         free_slot(rt, a);
@@ -763,13 +771,11 @@ static void fail_on_notice(tr_runtime_t *rt, tr_msg_t *m)
     tr_msg_t *plain = m;
     if ((m->flags & TR_MSG_F_WIRE) && tr__wire_decode(rt, m, &plain) < 0) return;
     const tr_msg_exit_t *e = TR_MSG_AS(plain, exit);
+    char why[512];
     if (e->reason < 0)
-        tr__runtime_fail(rt,
-                         "actor '%s' (#%u) failed handling message '%s': %s (%s); its "
-                         "supervisor stopped before it was told",
-                         e->name, (uint32_t)e->actor.id,
-                         e->msg_type ? tr_msg_type_name(e->msg_type) : "(init)",
-                         tr_err_name(e->reason), tr_strerror(e->reason));
+        tr__runtime_fail(rt, "%s; its supervisor stopped before it was told",
+                         failure_text(why, sizeof(why), e->name, (uint32_t)e->actor.id,
+                                      e->msg_type, e->reason));
     if (plain != m) tr_msg_free(rt, plain);
 }
 
