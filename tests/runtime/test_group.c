@@ -36,6 +36,7 @@
 #include <cmocka.h>
 
 #include "runtime/internal.h" /* TR__GROUP_MAX */
+#include "stress_seed.h"
 #include "troupe.h"
 
 enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE, MSG_RELAY };
@@ -331,16 +332,10 @@ static void test_groups_interleave_mailboxes(void **state)
     assert_true(run_ns <= w.wall_ns + w.wall_ns / 10);
 }
 
-static uint64_t seed_of_run(void)
-{
-    const char *e = getenv("TEST_GROUP_SEED");
-    return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
-}
-
 static void test_stress_two_workers_outside_senders(void **state)
 {
     (void)state;
-    uint64_t seed = seed_of_run();
+    uint64_t seed = stress_seed("TEST_GROUP_SEED");
     printf("group stress: seed %llu (TEST_GROUP_SEED=%llu replays the runs), %d senders x %llu "
            "messages to %d sinks\n",
            (unsigned long long)seed, (unsigned long long)seed, SENDERS,
@@ -370,7 +365,7 @@ static void test_stress_two_workers_outside_senders(void **state)
 static void test_deterministic_replay(void **state)
 {
     (void)state;
-    uint64_t seed = seed_of_run();
+    uint64_t seed = stress_seed("TEST_GROUP_SEED");
     static world_t w;
     uint64_t a = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
     uint64_t b = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "stress_seed.h"
 #include "troupe.h"
 
 enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE };
@@ -139,16 +140,10 @@ static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
     return order;
 }
 
-static uint64_t seed_of_run(void)
-{
-    const char *e = getenv("TEST_OUTBOX_SEED");
-    return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
-}
-
 static void test_bursts_to_interleaved_receivers(void **state)
 {
     (void)state;
-    uint64_t seed = seed_of_run();
+    uint64_t seed = stress_seed("TEST_OUTBOX_SEED");
     printf("outbox stress: seed %llu (TEST_OUTBOX_SEED=%llu replays the traffic), %d producers "
            "x %llu messages to %d sinks\n",
            (unsigned long long)seed, (unsigned long long)seed, PRODUCERS,
@@ -159,7 +154,7 @@ static void test_bursts_to_interleaved_receivers(void **state)
 static void test_deterministic_replay(void **state)
 {
     (void)state;
-    uint64_t seed = seed_of_run(), n = 3000;
+    uint64_t seed = stress_seed("TEST_OUTBOX_SEED"), n = 3000;
     uint64_t a = traffic(seed, 1, n), b = traffic(seed, 1, n), c = traffic(seed + 1, 1, n);
     printf("outbox replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
            (unsigned long long)seed, (unsigned long long)a, (unsigned long long)(seed + 1),
