@@ -36,7 +36,7 @@
 #include <cmocka.h>
 
 #include "runtime/internal.h" /* TR__GROUP_MAX */
-#include "stress_seed.h"
+#include "stress_testing.h"
 #include "troupe.h"
 
 enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE, MSG_RELAY };
@@ -81,19 +81,6 @@ static uint64_t work_ns; /* what each item costs a sink (case 1 and 3) */
 static int relaying;     /* sinks relay every RELAY_EVERY-th item (case 2) */
 static uint64_t per_sender = 50000;
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t next_rand(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    return mix(*s);
-}
-
 static int send_item(tr_runtime_t *rt, tr_actor_t to, uint32_t type, uint32_t who, uint64_t seq)
 {
     tr_msg_t *m = tr_msg_alloc(rt, type, sizeof(item_t));
@@ -110,7 +97,7 @@ static int sink_item(tr_ctx_t *ctx, sink_t *s, const item_t *it)
         s->out_of_order++;
     else
         s->next[it->sender]++;
-    s->checksum += mix(((uint64_t)it->sender << 40) ^ it->seq);
+    s->checksum += stress_mix(((uint64_t)it->sender << 40) ^ it->seq);
     if (tracing && n_trace < TRACE_MAX) trace[n_trace++] = (uint8_t)s->index;
     for (uint64_t t0 = work_ns ? tr_now_ns() : 0; work_ns && tr_now_ns() - t0 < work_ns;) {
     }
@@ -167,7 +154,7 @@ static int producer_send(tr_runtime_t *rt, producer_t *p, int to)
 /* One run of 1 to 300 messages to a random sink (fewer when the total is reached). */
 static int random_run(tr_runtime_t *rt, producer_t *p)
 {
-    uint64_t r = next_rand(&p->rng);
+    uint64_t r = tr_rng_next(&p->rng);
     int to = (int)(r % SINKS), rc = 0;
     for (uint64_t i = 0, len = 1 + (r >> 8) % 300; i < len && p->sent < p->total && rc == 0; i++)
         rc = producer_send(rt, p, to);
@@ -265,7 +252,7 @@ static void world_finish(world_t *w, uint32_t senders, uint64_t t0)
             assert_int_equal(s->next[i], ps[i]->seq[k]); /* all of i's to k, once, in order */
             want += ps[i]->seq[k];
             for (uint64_t q = 0; q < ps[i]->seq[k]; q++)
-                sum += mix(((uint64_t)i << 40) ^ q);
+                sum += stress_mix(((uint64_t)i << 40) ^ q);
         }
         assert_int_equal(s->received, want);
         assert_int_equal(s->checksum, sum);
@@ -295,7 +282,7 @@ static uint64_t fixed_traffic(world_t *w, const tr_runtime_opts_t *o)
     tracing = 0, work_ns = 0;
     uint64_t h = 0;
     for (size_t i = 0; i < n_trace; i++)
-        h = mix(h ^ ((uint64_t)trace[i] << 32) ^ i);
+        h = stress_mix(h ^ ((uint64_t)trace[i] << 32) ^ i);
     return h;
 }
 

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "stress_seed.h"
+#include "stress_testing.h"
 #include "troupe.h"
 
 enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_DONE };
@@ -44,19 +44,6 @@ typedef struct producer {
 
 static uint64_t per_producer = 200000;
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t next_rand(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    return mix(*s);
-}
-
 static int sink_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
 {
     sink_t *s = ctx->state;
@@ -67,9 +54,9 @@ static int sink_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
         s->out_of_order++;
     else
         s->next[it->producer]++;
-    uint64_t h = mix(((uint64_t)it->producer << 40) ^ it->seq);
+    uint64_t h = stress_mix(((uint64_t)it->producer << 40) ^ it->seq);
     s->checksum += h;
-    s->order = mix(s->order ^ h);
+    s->order = stress_mix(s->order ^ h);
     s->received++;
     return 0;
 }
@@ -81,7 +68,7 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
     (void)m;
     producer_t *p = ctx->state;
     for (int run = 0; run < 8 && p->sent < p->total; run++) {
-        uint64_t r = next_rand(&p->rng);
+        uint64_t r = tr_rng_next(&p->rng);
         int to = (int)(r % SINKS);
         uint64_t len = 1 + (r >> 8) % 300;
         for (uint64_t i = 0; i < len && p->sent < p->total; i++, p->sent++) {
@@ -127,12 +114,12 @@ static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
     for (int k = 0; k < SINKS; k++) {
         assert_int_equal(s[k].out_of_order, 0);
         got += s[k].received, sum += s[k].checksum;
-        order = mix(order ^ s[k].order);
+        order = stress_mix(order ^ s[k].order);
     }
     for (uint32_t i = 0; i < PRODUCERS; i++)
         for (int k = 0; k < SINKS; k++) {
             for (uint64_t q = 0; q < p[i].seq[k]; q++)
-                expect += mix(((uint64_t)i << 40) ^ q);
+                expect += stress_mix(((uint64_t)i << 40) ^ q);
             assert_int_equal(s[k].next[i], p[i].seq[k]); /* all of i's to k, once, in order */
         }
     assert_int_equal(got, want);

@@ -1,0 +1,27 @@
+/* Helpers shared by the runtime's stress tests (test_group, test_outbox): the seed of a run and
+ * the hash their checksums of what was handled are made of. Random draws use tr_rng_next. */
+#ifndef TR_TESTS_STRESS_TESTING_H
+#define TR_TESTS_STRESS_TESTING_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "troupe.h"
+
+/* The seed of a random run: the environment variable `name` when it is set (to replay a run
+ * whose seed the test printed), else the clock. */
+static inline uint64_t stress_seed(const char *name)
+{
+    const char *e = getenv(name);
+    return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
+}
+
+/* A 64-bit mix (MurmurHash3's finaliser, first half): order-sensitive checksums of items. */
+static inline uint64_t stress_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 33);
+}
+
+#endif
