@@ -4,16 +4,20 @@
 #define TR_TESTS_STRESS_TESTING_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "troupe.h"
 
-/* The seed of a random run: the environment variable `name` when it is set (to replay a run
- * whose seed the test printed), else the clock. */
-static inline uint64_t stress_seed(const char *name)
+/* The seed of test's random run, printed: the environment variable `name` when it is set (to
+ * replay a run), else the clock. */
+static inline uint64_t stress_seed(const char *test, const char *name)
 {
     const char *e = getenv(name);
-    return e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
+    uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)tr_now_ns();
+    printf("%s: seed %llu (%s=%llu replays the run)\n", test, (unsigned long long)seed, name,
+           (unsigned long long)seed);
+    return seed;
 }
 
 /* A 64-bit mix (MurmurHash3's finaliser, first half): order-sensitive checksums of items. */

@@ -322,10 +322,8 @@ static void test_groups_interleave_mailboxes(void **state)
 static void test_stress_two_workers_outside_senders(void **state)
 {
     (void)state;
-    uint64_t seed = stress_seed("TEST_GROUP_SEED");
-    printf("group stress: seed %llu (TEST_GROUP_SEED=%llu replays the runs), %d senders x %llu "
-           "messages to %d sinks\n",
-           (unsigned long long)seed, (unsigned long long)seed, SENDERS,
+    uint64_t seed = stress_seed("group stress", "TEST_GROUP_SEED");
+    printf("group stress: %d senders x %llu messages to %d sinks\n", SENDERS,
            (unsigned long long)per_sender, SINKS);
     static world_t w;
     relaying = 1;
@@ -352,7 +350,7 @@ static void test_stress_two_workers_outside_senders(void **state)
 static void test_deterministic_replay(void **state)
 {
     (void)state;
-    uint64_t seed = stress_seed("TEST_GROUP_SEED");
+    uint64_t seed = stress_seed("group replay", "TEST_GROUP_SEED");
     static world_t w;
     uint64_t a = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});
     uint64_t b = fixed_traffic(&w, &(tr_runtime_opts_t){.deterministic = 1, .seed = seed});

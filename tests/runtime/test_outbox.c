@@ -130,10 +130,8 @@ static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
 static void test_bursts_to_interleaved_receivers(void **state)
 {
     (void)state;
-    uint64_t seed = stress_seed("TEST_OUTBOX_SEED");
-    printf("outbox stress: seed %llu (TEST_OUTBOX_SEED=%llu replays the traffic), %d producers "
-           "x %llu messages to %d sinks\n",
-           (unsigned long long)seed, (unsigned long long)seed, PRODUCERS,
+    uint64_t seed = stress_seed("outbox stress", "TEST_OUTBOX_SEED");
+    printf("outbox stress: %d producers x %llu messages to %d sinks\n", PRODUCERS,
            (unsigned long long)per_producer, SINKS);
     traffic(seed, 0, per_producer);
 }
@@ -141,7 +139,7 @@ static void test_bursts_to_interleaved_receivers(void **state)
 static void test_deterministic_replay(void **state)
 {
     (void)state;
-    uint64_t seed = stress_seed("TEST_OUTBOX_SEED"), n = 3000;
+    uint64_t seed = stress_seed("outbox replay", "TEST_OUTBOX_SEED"), n = 3000;
     uint64_t a = traffic(seed, 1, n), b = traffic(seed, 1, n), c = traffic(seed + 1, 1, n);
     printf("outbox replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
            (unsigned long long)seed, (unsigned long long)a, (unsigned long long)(seed + 1),
