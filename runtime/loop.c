@@ -104,15 +104,16 @@ static bool live_has(tr__loop_t *l, uint64_t id)
 }
 
 /* Queues a command for the loop thread. */
-static int post(tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
+static int post(const char *fn, tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
 {
+    if (!rt) return tr__error(TR_EINVAL, "%s: rt is NULL", fn);
     tr__loop_t *l = rt->loop;
     cmd_t *cmd = malloc(sizeof(*cmd));
     live_id_t *live = new_id ? malloc(sizeof(*live)) : NULL;
     if (!cmd || (new_id && !live)) {
         free(cmd);
         free(live);
-        return TR_ENOMEM;
+        return tr__error(TR_ENOMEM, "%s: out of memory", fn);
     }
     *cmd = c;
     cmd->next = NULL;
@@ -142,7 +143,9 @@ static int post(tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
     if (rc < 0) {
         free(cmd);
         free(live);
-        return rc;
+        if (rc == TR_ESHUTDOWN) return tr__error(rc, "%s: the runtime is closing", fn);
+        return tr__error(rc, "%s: no live %s has id %llu", fn,
+                         c.kind == CMD_TIMER_STOP ? "timer" : "poll", (unsigned long long)c.id);
     }
     uv_async_send(&l->async);
     return 0;
@@ -485,39 +488,52 @@ void tr__loop_stop(tr_runtime_t *rt)
 
 /* --- public API ------------------------------------------------------------------------ */
 
+/* A start naming an actor that is not alive: TR_ENOACTOR, saying which. */
+static int no_actor(const char *fn, tr_actor_t to)
+{
+    return tr__error(TR_ENOACTOR, "%s: actor #%u (generation %u) is not alive", fn, (unsigned)to.id,
+                     (unsigned)(to.id >> 32));
+}
+
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id)
 {
-    if (!rt || !timer_id || !tr__actor_lookup(rt, to))
-        return rt && timer_id ? TR_ENOACTOR : TR_EINVAL;
+    if (!rt || !timer_id)
+        return tr__error(TR_EINVAL, "tr_timer_start: %s is NULL", rt ? "timer_id" : "rt");
+    if (!tr__actor_lookup(rt, to)) return no_actor("tr_timer_start", to);
     /* the deadline counts from this call, not from when the loop thread gets to it */
     cmd_t c = {.kind = CMD_TIMER_START, .tag = tag, .deadline_ns = tr_now_ns() + timeout_ns,
                .repeat_ns = repeat_ns, .to = to};
-    return post(rt, c, true, timer_id);
+    return post("tr_timer_start", rt, c, true, timer_id);
 }
 
 int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id)
 {
-    return post(rt, (cmd_t){.kind = CMD_TIMER_STOP, .id = timer_id}, false, NULL);
+    return post("tr_timer_stop", rt, (cmd_t){.kind = CMD_TIMER_STOP, .id = timer_id}, false, NULL);
 }
 
 int tr_poll_start(tr_runtime_t *rt, int fd, unsigned events, tr_actor_t to, uint64_t tag,
                   uint64_t *poll_id)
 {
-    if (!rt || !poll_id || fd < 0 || !(events & (TR_POLL_READABLE | TR_POLL_WRITABLE)))
-        return TR_EINVAL;
-    if (!tr__actor_lookup(rt, to))
-        return TR_ENOACTOR;
+    if (!rt || !poll_id)
+        return tr__error(TR_EINVAL, "tr_poll_start: %s is NULL", rt ? "poll_id" : "rt");
+    if (fd < 0) return tr__error(TR_EINVAL, "tr_poll_start: fd %d is not a file descriptor", fd);
+    if (!(events & (TR_POLL_READABLE | TR_POLL_WRITABLE)))
+        return tr__error(TR_EINVAL,
+                         "tr_poll_start: events 0x%x asks for neither "
+                         "TR_POLL_READABLE nor TR_POLL_WRITABLE",
+                         events);
+    if (!tr__actor_lookup(rt, to)) return no_actor("tr_poll_start", to);
     cmd_t c = {.kind = CMD_POLL_START, .tag = tag, .to = to, .fd = fd, .events = events};
-    return post(rt, c, true, poll_id);
+    return post("tr_poll_start", rt, c, true, poll_id);
 }
 
 int tr_poll_resume(tr_runtime_t *rt, uint64_t poll_id)
 {
-    return post(rt, (cmd_t){.kind = CMD_POLL_RESUME, .id = poll_id}, false, NULL);
+    return post("tr_poll_resume", rt, (cmd_t){.kind = CMD_POLL_RESUME, .id = poll_id}, false, NULL);
 }
 
 int tr_poll_stop(tr_runtime_t *rt, uint64_t poll_id)
 {
-    return post(rt, (cmd_t){.kind = CMD_POLL_STOP, .id = poll_id}, false, NULL);
+    return post("tr_poll_stop", rt, (cmd_t){.kind = CMD_POLL_STOP, .id = poll_id}, false, NULL);
 }

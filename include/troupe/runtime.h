@@ -238,6 +238,10 @@ typedef struct tr_actor_stats {
 int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
 
 /* --- timers and file descriptors (served by the loop thread) --------------------------- */
+/* Each call below returns 0 or a negative TR_E* code and then leaves a line naming the call
+ * and the argument in tr_last_error(): TR_EINVAL for a NULL rt or id pointer, a negative fd or
+ * no events; TR_ENOACTOR for an actor that is not alive; TR_ENOENT for an id that names no
+ * live timer or watch; TR_ESHUTDOWN once tr_runtime_close has begun. */
 
 /* After timeout_ns, and then every repeat_ns if not 0, sends TR_MSG_TIMER carrying tag to
  * `to`. *timer_id names it for tr_timer_stop. Any thread. */

@@ -102,6 +102,47 @@ static void test_loop_timers_fire_within_2ms(void **state)
     assert_true(met);
 }
 
+static int ignore_actor(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    (void)ctx;
+    (void)msg;
+    return 0;
+}
+
+/* Each misuse returns its code and leaves a line naming the call and what was wrong. */
+static void expect_error(int rc, int want, const char *needle)
+{
+    assert_int_equal(rc, want);
+    if (!strstr(tr_last_error(), needle))
+        fail_msg("tr_last_error() is \"%s\", expected it to contain \"%s\"", tr_last_error(),
+                 needle);
+}
+
+static void test_loop_misuse_says_what_was_wrong(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, NULL), 0);
+    tr_actor_t a, gone = {.id = 7 | (9ull << 32)};
+    assert_int_equal(tr_actor_spawn(rt, ignore_actor, NULL, NULL, &a), 0);
+    uint64_t id;
+    expect_error(tr_timer_start(rt, a, 0, MS, 0, NULL), TR_EINVAL, "tr_timer_start: timer_id");
+    expect_error(tr_timer_start(NULL, a, 0, MS, 0, &id), TR_EINVAL, "tr_timer_start: rt");
+    expect_error(tr_timer_start(rt, gone, 0, MS, 0, &id), TR_ENOACTOR, "actor #7");
+    expect_error(tr_timer_stop(rt, 12345), TR_ENOENT, "tr_timer_stop: no live timer has id 12345");
+    expect_error(tr_timer_stop(NULL, 1), TR_EINVAL, "tr_timer_stop: rt is NULL");
+    expect_error(tr_poll_start(rt, -1, TR_POLL_READABLE, a, 0, &id), TR_EINVAL, "fd -1");
+    expect_error(tr_poll_start(rt, 0, 0, a, 0, &id), TR_EINVAL, "events 0x0");
+    expect_error(tr_poll_start(rt, 0, TR_POLL_READABLE, gone, 0, &id), TR_ENOACTOR,
+                 "tr_poll_start: actor #7");
+    expect_error(tr_poll_resume(rt, 99), TR_ENOENT, "tr_poll_resume: no live poll has id 99");
+    /* a one-shot that fired is gone; a good start still works after the misuses */
+    assert_int_equal(tr_timer_start(rt, a, 0, MS, 0, &id), 0);
+    assert_int_equal(tr_actor_stop(rt, a), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+}
+
 typedef struct poll_state {
     int fd;
     uint64_t poll_id;
@@ -185,6 +226,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loop_timers_fire_within_2ms),
         cmocka_unit_test(test_loop_fd_readiness_becomes_messages),
+        cmocka_unit_test(test_loop_misuse_says_what_was_wrong),
         cmocka_unit_test(test_loop_sigint_stops_gracefully),
     };
     return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
