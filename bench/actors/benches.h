@@ -118,8 +118,10 @@ int bench_skynet(const bench_args_t *a, double *ms);
 /* fanin.c: prints fanin_1, fanin_2, fanin_4, fanin_8 in Mmsg/s. */
 int bench_fanin(const bench_args_t *a);
 
-/* idle.c: prints latency_p50/p90/p99/max in us, and idle_cpu in percent of one core. */
+/* idle.c: prints latency_p50/p90/p99/max and wakeup_p50/p90/p99/max in us, and idle_cpu in
+ * percent of one core. */
 int bench_latency(const bench_args_t *a);
+int bench_wakeup(const bench_args_t *a);
 int bench_idle_cpu(const bench_args_t *a);
 
 #endif

@@ -62,7 +62,7 @@ static inline int bench_parse(int argc, char **argv, bench_args_t *a)
 }
 
 /* Whether `name` runs under --only: when one names a prefix of the other, so that
- * "--only fanin" runs fanin_1..fanin_8 and "--only latency_p99" runs the latency group. */
+ * "--only fanin" runs fanin_1..fanin_8 and "--only wakeup_p99" runs the wakeup group. */
 static inline int bench_selected(const bench_args_t *a, const char *name)
 {
     return !a->only || !strncmp(name, a->only, strlen(a->only)) ||

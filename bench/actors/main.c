@@ -2,7 +2,8 @@
  *
  *   troupe_actors [--only NAME] [--reps N] [--workers N]
  *
- * Runs the Savina benchmarks, skynet, fan-in, wake-up latency and idle CPU, and prints one
+ * Runs the Savina benchmarks, skynet, fan-in, latency after a wake-up (from a timer inside the
+ * runtime, and from a thread outside it) and idle CPU, and prints one
  * `name: value unit` line each (timed benchmarks: the median of --reps runs, default 5).
  * bench/peers/caf/savina_caf prints the same names for CAF; bench/actors/run.sh puts the two
  * side by side. Exits 1 if any benchmark computed a wrong result.
@@ -32,6 +33,7 @@ int main(int argc, char **argv)
         failed = 1;
     if (bench_selected(&a, "latency") && bench_latency(&a) < 0)
         failed = 1;
+    if (bench_selected(&a, "wakeup") && bench_wakeup(&a) < 0) failed = 1;
     if (bench_selected(&a, "idle_cpu") && bench_idle_cpu(&a) < 0)
         failed = 1;
     return failed;

@@ -398,11 +398,11 @@ fanin(A) ->
 
 %% --- latency and idle CPU -----------------------------------------------------------------
 
-%% latency: this process sends one message every ~1 ms to a process waiting in receive; it
-%% records (time it runs - send time), warm-up dropped. Not quite Troupe's measurement: there
-%% the sender is a thread outside the runtime that must wake a parked worker, while here the
-%% sender is itself a process on a scheduler (which, by default, spins a while before
-%% sleeping).
+%% latency: this process sleeps ~1 ms, then sends one message to a process waiting in
+%% receive, which records (time it runs - send time), warm-up dropped. Troupe's latency is the
+%% same program (an actor woken by a runtime timer sends to another). Troupe's wakeup, whose
+%% sender is a thread outside the runtime, has no Erlang program: every process runs on
+%% Erlang's schedulers.
 lat_actor(N, Samples, Main) when N =:= ?LATENCY_WARMUP + ?LATENCY_SAMPLES ->
     Main ! {samples, Samples};
 lat_actor(N, Samples, Main) ->

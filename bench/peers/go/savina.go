@@ -573,10 +573,10 @@ func benchFanin(a *args) error {
 
 // --- latency and idle CPU ------------------------------------------------------------------
 
-// latency: main sends one message every ~1 ms to an actor parked on its mailbox; the actor
-// records (time it runs - send time), warm-up dropped. Not quite Troupe's measurement: there
-// the sender is a thread outside the runtime that must wake a parked worker, while here the
-// sender is a goroutine, and Go hands the woken receiver to the sender's own P.
+// latency: main sleeps ~1 ms, then sends one message to an actor parked on its mailbox; the
+// actor records (time it runs - send time), warm-up dropped. Troupe's latency is the same
+// program (an actor woken by a runtime timer sends to another). Troupe's wakeup, whose sender
+// is a thread outside the runtime, has no Go program: every goroutine runs inside Go's runtime.
 func benchLatency() error {
 	var wg sync.WaitGroup
 	samples := make([]uint64, latencySamples)
