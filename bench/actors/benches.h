@@ -10,6 +10,7 @@
 #define TR_BENCH_ACTORS_BENCHES_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <troupe.h>
@@ -70,6 +71,20 @@ static inline uint64_t bench_body_u64(tr_msg_t *m)
     return v;
 }
 
+/* Sorts samples[0..n) (ns) and prints NAME_p50, NAME_p90, NAME_p99 and NAME_max in us. */
+static inline void bench_print_latency(const char *name, uint64_t *samples, size_t n)
+{
+    static const int pct[] = {50, 90, 99};
+    char line[64];
+    qsort(samples, n, sizeof(samples[0]), bench_cmp_u64);
+    for (size_t i = 0; i < sizeof(pct) / sizeof(pct[0]); i++) {
+        snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
+        bench_print(line, bench_percentile(samples, n, pct[i]) / 1e3, "us");
+    }
+    snprintf(line, sizeof(line), "%s_max", name);
+    bench_print(line, samples[n - 1] / 1e3, "us");
+}
+
 /* A runtime with the benchmark's worker count. Prints why on failure. */
 static inline int bench_rt_open(const bench_args_t *a, tr_runtime_t **rt)
 {
@@ -122,6 +137,10 @@ int bench_fanin(const bench_args_t *a);
  * percent of one core. */
 int bench_latency(const bench_args_t *a);
 int bench_wakeup(const bench_args_t *a);
+
+/* wake_floor.c: prints wakeup_floor_p50/p90/p99/max in us: wakeup's sending pattern with no
+ * runtime, a bare futex wake of a parked thread, the machine's floor under wakeup. */
+int bench_wakeup_floor(const bench_args_t *a);
 int bench_idle_cpu(const bench_args_t *a);
 
 #endif

@@ -55,15 +55,7 @@ static int lat_report(tr_runtime_t *rt, const char *name, lat_actor_t *st, const
                 LATENCY_WARMUP + LATENCY_SAMPLES, tr_strerror(*sender_rc));
         return -1;
     }
-    static const int pct[] = {50, 90, 99};
-    char line[64];
-    qsort(st->samples, LATENCY_SAMPLES, sizeof(st->samples[0]), bench_cmp_u64);
-    for (size_t i = 0; i < sizeof(pct) / sizeof(pct[0]); i++) {
-        snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
-        bench_print(line, bench_percentile(st->samples, LATENCY_SAMPLES, pct[i]) / 1e3, "us");
-    }
-    snprintf(line, sizeof(line), "%s_max", name);
-    bench_print(line, st->samples[LATENCY_SAMPLES - 1] / 1e3, "us");
+    bench_print_latency(name, st->samples, LATENCY_SAMPLES);
     return 0;
 }
 
