@@ -19,7 +19,7 @@
 #include "troupe/runtime.h"
 
 #define TR__CACHE_LINE 64
-#define TR__POLL_NS     1000000 /* a worker out of work polls this long before it parks */
+#define TR__POLL_NS     300000 /* a worker out of work polls this long before it parks */
 #define TR__CHUNK_SHIFT 12 /* 4096 actor slots per chunk */
 #define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
 #define TR__MAX_CHUNKS (1u << 16)

@@ -24,7 +24,13 @@
  *   futex wake per send while the workers take turns parking — measured on fjthrput (one
  *   thread sending to 60 actors, 2 workers on 2 cores): a quarter of the runs made 7,000-
  *   10,000 futex calls and took twice as long; with the poll none did. An idle runtime parks
- *   after TR__POLL_NS and costs nothing more.
+ *   after TR__POLL_NS and costs nothing more. The price: a message that arrives while a
+ *   polling worker sleeps waits for its next look, and a 10 us sleep lasts up to ~60-85 us
+ *   on a VM, more than a futex wake of a parked worker (~8 us). So the window is short
+ *   (300 us): a sender pausing longer finds the workers parked. With 1 ms, a thread outside
+ *   the runtime sending every ~1 ms (bench wakeup) met them in their last sleeps: p50 14 us,
+ *   p99 medians 48 against 38 us with 300 us; with no poll at all fjthrput was bimodal again
+ *   (median 56 against 37 ms).
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
