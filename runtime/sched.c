@@ -27,10 +27,10 @@
  *   after TR__POLL_NS and costs nothing more. The price: a message that arrives while a
  *   polling worker sleeps waits for its next look, and a 10 us sleep lasts up to ~60-85 us
  *   on a VM, more than a futex wake of a parked worker (~8 us). So the window is short
- *   (300 us): a sender pausing longer finds the workers parked. With 1 ms, a thread outside
- *   the runtime sending every ~1 ms (bench wakeup) met them in their last sleeps: p50 14 us,
- *   p99 medians 48 against 38 us with 300 us; with no poll at all fjthrput was bimodal again
- *   (median 56 against 37 ms).
+ *   (300 us): a sender pausing longer finds the workers parked. A thread outside the runtime
+ *   sending every ~1 ms (bench wakeup) met them in their last sleeps with a 1 ms window: p50
+ *   14 us, p99 median 48 us; with 300 us, p50 9 us, p99 median 38 us. With no poll at all
+ *   fjthrput was bimodal again (median 56 against 37 ms).
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
@@ -294,6 +294,7 @@ static tr__actor_t *find_work_or_park(tr_runtime_t *rt, tr__worker_t *w)
         tr__actor_t *a = find_work(rt, w);
         if (a)
             return a;
+        tr__loop_arm_after_activation(rt, true); /* out of work: a deferred arm is due now */
         for (int i = 0; i < SPIN_PAUSES; i++)
             tr__cpu_relax();
     }
@@ -328,6 +329,7 @@ static void *worker_main(void *arg)
         while (take-- > 0 && k < TR__GROUP_MAX && (group[k] = tr__runq_pop(&w->runq)))
             k++;
         tr__actor_run_group(rt, w, group, k);
+        tr__loop_arm_after_activation(rt, false);
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};

@@ -67,7 +67,8 @@ const char *tr_err_name(int err);
 
 /* What the last failing call on this thread said about its error, beyond the code: one line
  * naming the actor, name or thread concerned (e.g. "cannot spawn actor 'loader': the name is
- * taken by actor #3"); "" when that call left no text. Set by the runtime's tr_actor_* calls.
+ * taken by actor #3"); "" when that call left no text. Set by the runtime's tr_actor_*,
+ * tr_timer_* and tr_poll_* calls.
  * Thread-local: valid until the next failing call on the same thread. */
 const char *tr_last_error(void);
 

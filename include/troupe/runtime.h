@@ -238,13 +238,18 @@ typedef struct tr_actor_stats {
 int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
 
 /* --- timers and file descriptors (served by the loop thread) --------------------------- */
-/* Each call below returns 0 or a negative TR_E* code and then leaves a line naming the call
- * and the argument in tr_last_error(): TR_EINVAL for a NULL rt or id pointer, a negative fd or
- * no events; TR_ENOACTOR for an actor that is not alive; TR_ENOENT for an id that names no
- * live timer or watch; TR_ESHUTDOWN once tr_runtime_close has begun. */
+/* Each call below returns 0, or a negative TR_E* code and then leaves a line in
+ * tr_last_error() naming the call and what was wrong: TR_EINVAL for a NULL rt or id pointer,
+ * a negative fd or no events; TR_ENOACTOR for an actor that is not alive; TR_ENOENT for an id
+ * that names no live timer (tr_timer_stop) or watch (tr_poll_resume/stop); TR_ENOMEM;
+ * TR_ESHUTDOWN once tr_runtime_close has begun (a cleanup's call at close included). */
 
 /* After timeout_ns, and then every repeat_ns if not 0, sends TR_MSG_TIMER carrying tag to
- * `to`. *timer_id names it for tr_timer_stop. Any thread. */
+ * `to`; never before the deadline. *timer_id names it for tr_timer_stop. Any thread. Started
+ * from a behaviour on a worker with timeout_ns >= 100 us, the timer is armed after that
+ * worker's next activation (or once it runs out of work), so that the actor the behaviour just
+ * sent to runs first: a behaviour that computes for longer than timeout_ns after this call
+ * delays the timer by as much. */
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id);
 
