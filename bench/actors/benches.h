@@ -137,10 +137,10 @@ int bench_fanin(const bench_args_t *a);
  * percent of one core. */
 int bench_latency(const bench_args_t *a);
 int bench_wakeup(const bench_args_t *a);
+int bench_idle_cpu(const bench_args_t *a);
 
 /* wake_floor.c: prints wakeup_floor_p50/p90/p99/max in us: wakeup's sending pattern with no
  * runtime, a bare futex wake of a parked thread, the machine's floor under wakeup. */
 int bench_wakeup_floor(const bench_args_t *a);
-int bench_idle_cpu(const bench_args_t *a);
 
 #endif

@@ -66,17 +66,16 @@ typedef struct tick_actor {
     int sent, rc;
 } tick_actor_t;
 
-/* Each firing arms the next one (a one-shot timer, as the peers' sleep), then stamps. */
+/* Each firing stamps and sends, then arms the next one-shot, in the peers' order (Go's and
+ * Erlang's sender sends, then sleeps; the receiver runs after the next sleep is armed). */
 static int tick_actor(tr_ctx_t *ctx, tr_msg_t *m)
 {
     tick_actor_t *s = ctx->state;
     uint64_t timer; /* not kept: each one-shot ends by firing */
-    if (m->type != TR_MSG_TIMER) return TR_EINVAL;
-    if (++s->sent < LATENCY_WARMUP + LATENCY_SAMPLES &&
-        (s->rc = tr_timer_start(ctx->rt, ctx->self, 0, LATENCY_GAP_NS, 0, &timer)) < 0)
-        return s->rc;
+    if (m->type != TR_MSG_TIMER) return s->rc = TR_EINVAL;
     if ((s->rc = bench_send_u64(ctx->rt, s->to, MSG_STAMP, tr_now_ns())) < 0) return s->rc;
-    return s->sent < LATENCY_WARMUP + LATENCY_SAMPLES ? 0 : tr_actor_stop(ctx->rt, ctx->self);
+    if (++s->sent == LATENCY_WARMUP + LATENCY_SAMPLES) return tr_actor_stop(ctx->rt, ctx->self);
+    return s->rc = tr_timer_start(ctx->rt, ctx->self, 0, LATENCY_GAP_NS, 0, &timer);
 }
 
 int bench_latency(const bench_args_t *a)

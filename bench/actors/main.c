@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     if (bench_selected(&a, "latency") && bench_latency(&a) < 0)
         failed = 1;
     if (bench_selected(&a, "wakeup") && bench_wakeup(&a) < 0) failed = 1;
-    if (bench_selected(&a, "wakeup") && bench_wakeup_floor(&a) < 0) failed = 1;
+    if (bench_selected(&a, "wakeup_floor") && bench_wakeup_floor(&a) < 0) failed = 1;
     if (bench_selected(&a, "idle_cpu") && bench_idle_cpu(&a) < 0)
         failed = 1;
     return failed;

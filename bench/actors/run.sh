@@ -87,7 +87,7 @@ awk '
         val[p, name] = $2
     }
     END {
-        printf "%-14s %10s %10s %10s %10s %-7s %7s %7s %7s %12s %s\n", "name", "troupe",
+        printf "%-18s %10s %10s %10s %10s %-7s %7s %7s %7s %12s %s\n", "name", "troupe",
                "caf", "go", "erlang", "unit", "caf/tr", "go/tr", "erl/tr", "target", "met"
         for (i = 1; i <= n_names; i++) {
             nm = order[i]; t = troupe[nm]; u = unit[nm]
@@ -109,7 +109,7 @@ awk '
             }
             if (r["caf"] != "") { has = 1; if (r["caf"] <= 1) ok = 0 }
             met = has ? (ok ? "yes" : "NO") : ""
-            printf "%-14s %10.3f%s %-7s%s %12s %s\n", nm, t, vals, u, ratios, target, met
+            printf "%-18s %10.3f%s %-7s%s %12s %s\n", nm, t, vals, u, ratios, target, met
             lines = lines line rlines
         }
         printf "\n%s", lines

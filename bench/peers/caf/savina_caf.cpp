@@ -747,11 +747,12 @@ int bench_latency(const bench_args_t* a) {
         auto sent = std::make_shared<int>(0);
         self->delayed_send(self, gap, tick_atom::value);
         return {
-            [=](tick_atom) {
-                bool last = ++*sent == latency_warmup + latency_samples;
-                if (!last) self->delayed_send(self, gap, tick_atom::value);
+            [=](tick_atom) { // send, then arm the next tick: the peers' order
                 self->send(x, stamp_atom::value, bench_now_ns());
-                if (last) self->quit();
+                if (++*sent == latency_warmup + latency_samples)
+                    self->quit();
+                else
+                    self->delayed_send(self, gap, tick_atom::value);
             },
         };
     });
