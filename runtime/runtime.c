@@ -212,8 +212,8 @@ void tr_runtime_close(tr_runtime_t *rt)
 {
     if (!rt)
         return;
+    tr__sched_stop(rt); /* first: a behaviour still running may call tr_timer_* / tr_poll_* */
     tr__loop_stop(rt);
-    tr__sched_stop(rt);
     tr__actor_drain_all(rt);
     release(rt);
 }
