@@ -185,7 +185,6 @@ typedef struct tr__tls {
     tr_runtime_t *rt;
     tr__worker_t *worker;   /* NULL on non-worker threads (pinned, loop, main) */
     tr__actor_t *actor;     /* the actor whose behaviour is running */
-    uint8_t arm_after;      /* a worker's deferred timer arm: activations to go (loop.c) */
 } tr__tls_t;
 
 extern _Thread_local tr__tls_t tr__tls;
@@ -247,19 +246,6 @@ int tr__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* --- loop.c --- */
 int tr__loop_start(tr_runtime_t *rt);
 void tr__loop_stop(tr_runtime_t *rt);
-/* A worker's deferred timer arm (tr__tls.arm_after; loop.c's design block): arms the timerfd
- * now if it needs it. The worker that deferred it calls this. */
-void tr__loop_arm(tr_runtime_t *rt);
-
-/* Counts down a worker's deferred timer arm after an activation; arms at zero, or at once
- * with `now` (the worker is out of work). */
-static inline void tr__loop_arm_after_activation(tr_runtime_t *rt, bool now)
-{
-    if (tr__tls.arm_after && (now || --tr__tls.arm_after == 0)) {
-        tr__tls.arm_after = 0;
-        tr__loop_arm(rt);
-    }
-}
 
 /* --- runtime.c --- */
 /* The calling thread's message pool for rt, created on first use (aborts when out of memory).

@@ -1,5 +1,5 @@
-/* loop.c: the libuv loop thread. It owns timers, signals and file-descriptor watches and
- * turns each event into a message to an actor.
+/* loop.c: the libuv loop thread. It fires timers, owns signals and file-descriptor watches,
+ * and turns each event into a message to an actor.
  *
  * Design: other threads never touch libuv handles. tr_poll_* append a command to a
  * mutex-protected list and wake the loop with uv_async_send (the only cross-thread libuv
@@ -16,14 +16,11 @@
  * command and no wake of the loop thread. (Waking it from a worker made the loop thread
  * take the worker's core: an actor that re-armed its timer after each firing waited ~30 us
  * for that, p99 80 us, on a 2-vCPU VM.) The timerfd is armed for the earliest deadline or
- * earlier (a stopped timer's); a firing with nothing due just re-arms.
- *
- * Arming costs a system call, ~7 us on a VM right after an idle period. A behaviour on a
- * worker that starts a timer at least DEFER_ARM_NS away leaves the arm to its worker, after
- * the activation that follows the current one or as soon as the worker runs out of work
- * (tr__loop_arm_after_activation), so that the actor it has just sent to (run next, on the
- * same worker) does not wait for the call. A behaviour that then computes for longer than
- * the timeout delays that timer's firing by as much, as it delays that actor.
+ * earlier (a stopped timer's); a firing with nothing due just re-arms. Arming is a system
+ * call on the starting thread (~7 us on a VM right after an idle period, ~1.3 us back to
+ * back). Leaving it to the worker after its next activation was measured and not kept: an
+ * actor the next activation runs (a computation the timer guards) delayed the timer by its
+ * whole run.
  */
 #include <errno.h>
 #include <signal.h>
@@ -37,7 +34,6 @@
 #include "troupe/log.h"
 
 #define DEFAULT_SIGNAL_GRACE_MS 30000u
-#define DEFER_ARM_NS            100000u /* a timer this far off or farther may be armed a little later */
 
 typedef enum { CMD_POLL_START, CMD_POLL_RESUME, CMD_POLL_STOP } cmd_kind_t;
 
@@ -197,8 +193,10 @@ static void arm_tfd(tr__loop_t *l)
     uint64_t d = l->timers->deadline_ns ? l->timers->deadline_ns : 1; /* 0 would disarm */
     if (l->armed_ns && l->armed_ns <= d) return;
     struct itimerspec its = {{0, 0}, {(time_t)(d / 1000000000u), (long)(d % 1000000000u)}};
-    timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL);
-    l->armed_ns = d;
+    if (timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        l->armed_ns = d;
+    else /* not armed: the next start or firing tries again */
+        tr_log(TR_LOG_ERROR, "loop: arming the timerfd: %s", strerror(errno));
 }
 
 /* Sends one firing; false when the receiver is gone (the timer then ends). */
@@ -519,31 +517,18 @@ int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeo
     /* the deadline counts from this call */
     *t = (ltimer_t){
         .tag = tag, .deadline_ns = tr_now_ns() + timeout_ns, .repeat_ns = repeat_ns, .to = to};
-    bool defer =
-        tr__tls.worker && tr__tls.rt == rt && !rt->deterministic && timeout_ns >= DEFER_ARM_NS;
     pthread_mutex_lock(&l->mu);
     bool stopping = l->stopping;
     if (!stopping) {
         t->id = *timer_id = live_add(l, live, true);
         timers_insert(l, t);
-        if (!defer) arm_tfd(l);
+        arm_tfd(l);
     }
     pthread_mutex_unlock(&l->mu);
-    if (defer && !stopping)
-        tr__tls.arm_after = 2; /* after the current activation and the next one */
     if (!stopping) return 0;
     free(t);
     free(live);
     return closing("tr_timer_start");
-}
-
-void tr__loop_arm(tr_runtime_t *rt)
-{
-    tr__loop_t *l = rt->loop;
-    if (!l) return;
-    pthread_mutex_lock(&l->mu);
-    arm_tfd(l);
-    pthread_mutex_unlock(&l->mu);
 }
 
 int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id)

@@ -292,9 +292,7 @@ static tr__actor_t *find_work_or_park(tr_runtime_t *rt, tr__worker_t *w)
 {
     for (int round = 0; round < SPIN_ROUNDS; round++) {
         tr__actor_t *a = find_work(rt, w);
-        if (a)
-            return a;
-        tr__loop_arm_after_activation(rt, true); /* out of work: a deferred arm is due now */
+        if (a) return a;
         for (int i = 0; i < SPIN_PAUSES; i++)
             tr__cpu_relax();
     }
@@ -329,7 +327,6 @@ static void *worker_main(void *arg)
         while (take-- > 0 && k < TR__GROUP_MAX && (group[k] = tr__runq_pop(&w->runq)))
             k++;
         tr__actor_run_group(rt, w, group, k);
-        tr__loop_arm_after_activation(rt, false);
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};

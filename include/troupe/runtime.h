@@ -245,11 +245,7 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
  * TR_ESHUTDOWN once tr_runtime_close has begun (a cleanup's call at close included). */
 
 /* After timeout_ns, and then every repeat_ns if not 0, sends TR_MSG_TIMER carrying tag to
- * `to`; never before the deadline. *timer_id names it for tr_timer_stop. Any thread. Started
- * from a behaviour on a worker with timeout_ns >= 100 us, the timer is armed after that
- * worker's next activation (or once it runs out of work), so that the actor the behaviour just
- * sent to runs first: a behaviour that computes for longer than timeout_ns after this call
- * delays the timer by as much. */
+ * `to`; never before the deadline. *timer_id names it for tr_timer_stop. Any thread. */
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id);
 

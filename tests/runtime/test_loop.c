@@ -182,12 +182,12 @@ static void test_loop_calls_from_a_cleanup_at_close_are_refused(void **state)
         assert_int_equal(closing_rc[i], TR_ESHUTDOWN);
 }
 
-/* A timer an actor re-arms from its own behaviour, many times over: each firing arrives once,
- * in order, never early; one stopped before its deadline never fires. 20 us timers are armed
- * at once, 1 ms ones by the worker after its next activation or when it runs out of work. */
+/* A timer an actor re-arms from its own behaviour, many times over: each firing arrives once
+ * (count 1, the id its start returned), in order, never early; one stopped before its
+ * deadline never fires (it would, five timeouts later, were the stop lost). */
 typedef struct rearm_state {
-    uint64_t timeout_ns, last_deadline, late_ns[200];
-    int fired, early, out_of_order, stopped_fired;
+    uint64_t timeout_ns, last_deadline, late_ns[200], id;
+    int fired, early, out_of_order, stopped_fired, wrong;
 } rearm_state_t;
 
 static int rearm_actor(tr_ctx_t *ctx, tr_msg_t *msg)
@@ -204,11 +204,13 @@ static int rearm_actor(tr_ctx_t *ctx, tr_msg_t *msg)
     s->out_of_order += t->deadline_ns < s->last_deadline;
     s->last_deadline = t->deadline_ns;
     s->late_ns[s->fired] = now - t->deadline_ns;
+    s->wrong += t->count != 1 || (s->id && t->timer_id != s->id);
     if (++s->fired == 200) return tr_actor_stop(ctx->rt, ctx->self);
-    uint64_t id, doomed;
-    int rc = tr_timer_start(ctx->rt, ctx->self, 1, 1000 * MS, 0, &doomed);
-    if (rc == 0) rc = tr_timer_stop(ctx->rt, doomed);
-    if (rc == 0) rc = tr_timer_start(ctx->rt, ctx->self, 0, s->timeout_ns, 0, &id);
+    uint64_t doomed;
+    int rc = tr_timer_start(ctx->rt, ctx->self, 1, 5 * s->timeout_ns, 0, &doomed);
+    if (rc == 0 && (rc = tr_timer_stop(ctx->rt, doomed)) == TR_ENOENT)
+        rc = 0; /* it fired before the stop (this thread was preempted): counted below */
+    if (rc == 0) rc = tr_timer_start(ctx->rt, ctx->self, 0, s->timeout_ns, 0, &s->id);
     return rc;
 }
 
@@ -238,45 +240,46 @@ static void test_loop_timers_rearmed_by_an_actor(void **state)
         assert_int_equal(s.fired, 200);
         assert_int_equal(s.early, 0);
         assert_int_equal(s.out_of_order, 0);
-        assert_int_equal(s.stopped_fired, 0);
+        assert_true(s.stopped_fired <= 2); /* only a preempted stop comes after the firing */
+        assert_int_equal(s.wrong, 0);
         assert_true(s.late_ns[100] < MS * SLACK); /* the median; a VM's hiccups hit the tail */
     }
 }
 
-/* A behaviour starts a 1 ms timer for another actor and keeps its worker busy for 30 ms with
- * messages to itself: the deferred arm still happens after its next activation, so the timer
- * fires on time while the worker never runs out of work. */
-typedef struct busy_state {
-    tr_actor_t target;
-    uint64_t until_ns, deadline_ns, handled_ns;
-} busy_state_t;
+/* A watchdog: a behaviour starts a 1 ms timer for itself and hands 30 ms of work to another
+ * actor, which runs next on the only worker. The timer is sent (the loop thread's firing) on
+ * time; the worker handles it once the work is done. */
+typedef struct watch_state {
+    tr_actor_t worker;
+    uint64_t deadline_ns, fired_ns;
+} watch_state_t;
 
-static int busy_target(tr_ctx_t *ctx, tr_msg_t *msg)
+static int long_work(tr_ctx_t *ctx, tr_msg_t *msg)
 {
-    busy_state_t *s = ctx->state;
-    if (msg->type != TR_MSG_TIMER) return 0;
-    s->deadline_ns = TR_MSG_AS(msg, timer)->deadline_ns;
-    s->handled_ns = tr_now_ns();
+    (void)msg;
+    uint64_t until = tr_now_ns() + 30 * MS;
+    while (tr_now_ns() < until)
+        ;
     return tr_actor_stop(ctx->rt, ctx->self);
 }
 
-static int busy_actor(tr_ctx_t *ctx, tr_msg_t *msg)
+static int watchdog(tr_ctx_t *ctx, tr_msg_t *msg)
 {
-    busy_state_t *s = ctx->state;
-    if (s->until_ns == 0) {
-        uint64_t id;
-        s->until_ns = tr_now_ns() + 30 * MS;
-        int rc = tr_timer_start(ctx->rt, s->target, 0, MS, 0, &id);
-        if (rc < 0) return rc;
+    watch_state_t *s = ctx->state;
+    if (msg->type == TR_MSG_TIMER) {
+        s->deadline_ns = TR_MSG_AS(msg, timer)->deadline_ns;
+        s->fired_ns = TR_MSG_AS(msg, timer)->fired_ns;
+        return tr_actor_stop(ctx->rt, ctx->self);
     }
-    (void)msg;
-    if (tr_now_ns() > s->until_ns) return tr_actor_stop(ctx->rt, ctx->self);
-    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_USER, 0);
-    if (!m) return TR_ENOMEM;
-    return tr_actor_send(ctx->rt, ctx->self, m);
+    uint64_t id;
+    int rc = tr_timer_start(ctx->rt, ctx->self, 0, MS, 0, &id);
+    tr_msg_t *m = rc < 0 ? NULL : tr_msg_alloc(ctx->rt, TR_MSG_USER, 0);
+    if (rc == 0 && !m) rc = TR_ENOMEM;
+    if (rc == 0 && (rc = tr_actor_send(ctx->rt, s->worker, m)) < 0) tr_msg_free(ctx->rt, m);
+    return rc;
 }
 
-static void test_loop_timer_from_a_busy_worker_fires_on_time(void **state)
+static void test_loop_timer_fires_while_its_worker_computes(void **state)
 {
     (void)state;
     bool met = false;
@@ -284,19 +287,19 @@ static void test_loop_timer_from_a_busy_worker_fires_on_time(void **state)
         tr_runtime_t *rt;
         tr_runtime_opts_t o = {.n_workers = 1};
         assert_int_equal(tr_runtime_init(&rt, &o), 0);
-        busy_state_t s = {0};
-        tr_actor_t busy;
-        assert_int_equal(tr_actor_spawn(rt, busy_target, &s, NULL, &s.target), 0);
-        assert_int_equal(tr_actor_spawn(rt, busy_actor, &s, NULL, &busy), 0);
+        watch_state_t s = {0};
+        tr_actor_t dog;
+        assert_int_equal(tr_actor_spawn(rt, long_work, NULL, NULL, &s.worker), 0);
+        assert_int_equal(tr_actor_spawn(rt, watchdog, &s, NULL, &dog), 0);
         tr_msg_t *m = tr_msg_alloc(rt, TR_MSG_USER, 0);
         assert_non_null(m);
-        assert_int_equal(tr_actor_send(rt, busy, m), 0);
+        assert_int_equal(tr_actor_send(rt, dog, m), 0);
         assert_int_equal(tr_runtime_run(rt), 0);
         tr_runtime_close(rt);
-        assert_true(s.handled_ns >= s.deadline_ns && s.deadline_ns > 0);
-        printf("timer from a busy worker: handled %.3f ms after its deadline\n",
-               (s.handled_ns - s.deadline_ns) / 1e6);
-        met = s.handled_ns - s.deadline_ns < 5 * MS * SLACK; /* not after the 30 ms of work */
+        assert_true(s.deadline_ns > 0 && s.fired_ns >= s.deadline_ns);
+        printf("watchdog timer: fired %.3f ms after its deadline, during the 30 ms of work\n",
+               (s.fired_ns - s.deadline_ns) / 1e6);
+        met = s.fired_ns - s.deadline_ns < 5 * MS * SLACK; /* 29 ms if it waited for the work */
     }
     assert_true(met);
 }
@@ -387,7 +390,7 @@ int main(void)
         cmocka_unit_test(test_loop_misuse_says_what_was_wrong),
         cmocka_unit_test(test_loop_calls_from_a_cleanup_at_close_are_refused),
         cmocka_unit_test(test_loop_timers_rearmed_by_an_actor),
-        cmocka_unit_test(test_loop_timer_from_a_busy_worker_fires_on_time),
+        cmocka_unit_test(test_loop_timer_fires_while_its_worker_computes),
         cmocka_unit_test(test_loop_sigint_stops_gracefully),
     };
     return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
