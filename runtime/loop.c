@@ -20,7 +20,13 @@
  * call on the starting thread (~7 us on a VM right after an idle period, ~1.3 us back to
  * back). Leaving it to the worker after its next activation was measured and not kept: an
  * actor the next activation runs (a computation the timer guards) delayed the timer by its
- * whole run.
+ * whole run. Instead, when a one-shot of 100 us or more fires, the loop thread also arms the
+ * timerfd for its
+ * deadline plus its timeout: the earliest a receiver that starts the same timeout again on
+ * receipt (periodic work written as one-shots, retries, heartbeats) can ask for. Such a
+ * start then finds the timerfd armed early enough and makes no call; when it fires early,
+ * the loop thread re-arms for the real deadline. A receiver that does not start one again
+ * costs the loop thread one wake-up with nothing due.
  */
 #include <errno.h>
 #include <signal.h>
@@ -34,6 +40,9 @@
 #include "troupe/log.h"
 
 #define DEFAULT_SIGNAL_GRACE_MS 30000u
+/* a fired one-shot of at least this timeout gets the timerfd armed for its next start (see
+ * the design block); a shorter one's early wake-up would cost more than the call it saves */
+#define AGAIN_MIN_NS 100000u
 
 typedef enum { CMD_POLL_START, CMD_POLL_RESUME, CMD_POLL_STOP } cmd_kind_t;
 
@@ -60,7 +69,7 @@ typedef struct watch { /* a file-descriptor watch, owned by the loop thread */
 } watch_t;
 
 typedef struct ltimer { /* a timer: in the list under mu, or being fired by the loop thread */
-    uint64_t id, tag, count, deadline_ns, repeat_ns;
+    uint64_t id, tag, count, deadline_ns, repeat_ns, timeout_ns;
     tr_actor_t to;
     bool ended;          /* its receiver is gone (set while fired) */
     struct ltimer *next; /* sorted by deadline; while fired, the next one due */
@@ -187,16 +196,20 @@ static void timers_insert(tr__loop_t *l, ltimer_t *t)
 
 /* Under mu: arms the timerfd for the earliest deadline unless it is armed for that or
  * earlier. */
-static void arm_tfd(tr__loop_t *l)
+static void arm_at(tr__loop_t *l, uint64_t d)
 {
-    if (!l->timers) return; /* whatever is armed fires with nothing due, and nothing is re-armed */
-    uint64_t d = l->timers->deadline_ns ? l->timers->deadline_ns : 1; /* 0 would disarm */
     if (l->armed_ns && l->armed_ns <= d) return;
     struct itimerspec its = {{0, 0}, {(time_t)(d / 1000000000u), (long)(d % 1000000000u)}};
     if (timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
         l->armed_ns = d;
     else /* not armed: the next start or firing tries again */
         tr_log(TR_LOG_ERROR, "loop: arming the timerfd: %s", strerror(errno));
+}
+
+static void arm_tfd(tr__loop_t *l)
+{
+    if (!l->timers) return; /* whatever is armed fires with nothing due, and nothing is re-armed */
+    arm_at(l, l->timers->deadline_ns ? l->timers->deadline_ns : 1); /* 0 would disarm */
 }
 
 /* Sends one firing; false when the receiver is gone (the timer then ends). */
@@ -235,6 +248,7 @@ static void on_tfd(uv_poll_t *p, int status, int events)
     pthread_mutex_unlock(&l->mu);
     for (ltimer_t *t = due; t; t = t->next)
         t->ended = !fire(l, t);
+    uint64_t again = UINT64_MAX; /* the earliest a fired one-shot's receiver can start it again */
     pthread_mutex_lock(&l->mu);
     while (due) {
         ltimer_t *t = due;
@@ -243,11 +257,16 @@ static void on_tfd(uv_poll_t *p, int status, int events)
             t->deadline_ns += t->repeat_ns;
             timers_insert(l, t);
         } else {
+            if (!t->ended && !t->repeat_ns && t->timeout_ns >= AGAIN_MIN_NS &&
+                t->deadline_ns + t->timeout_ns < again)
+                again = t->deadline_ns + t->timeout_ns;
             live_remove(l, t->id); /* already gone when a stop came during the firing */
             free(t);
         }
     }
     arm_tfd(l);
+    if (again != UINT64_MAX && again > tr_now_ns())
+        arm_at(l, again); /* see the design block: a start that comes finds it armed */
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -515,8 +534,11 @@ int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeo
         return tr__error(TR_ENOMEM, "tr_timer_start: out of memory");
     }
     /* the deadline counts from this call */
-    *t = (ltimer_t){
-        .tag = tag, .deadline_ns = tr_now_ns() + timeout_ns, .repeat_ns = repeat_ns, .to = to};
+    *t = (ltimer_t){.tag = tag,
+                    .deadline_ns = tr_now_ns() + timeout_ns,
+                    .repeat_ns = repeat_ns,
+                    .timeout_ns = timeout_ns,
+                    .to = to};
     pthread_mutex_lock(&l->mu);
     bool stopping = l->stopping;
     if (!stopping) {
