@@ -21,12 +21,11 @@
  * back). Leaving it to the worker after its next activation was measured and not kept: an
  * actor the next activation runs (a computation the timer guards) delayed the timer by its
  * whole run. Instead, when a one-shot of 100 us or more fires, the loop thread also arms the
- * timerfd for its
- * deadline plus its timeout: the earliest a receiver that starts the same timeout again on
- * receipt (periodic work written as one-shots, retries, heartbeats) can ask for. Such a
- * start then finds the timerfd armed early enough and makes no call; when it fires early,
- * the loop thread re-arms for the real deadline. A receiver that does not start one again
- * costs the loop thread one wake-up with nothing due.
+ * timerfd for its deadline plus its timeout: the earliest a receiver that starts the same
+ * timeout again on receipt (periodic work written as one-shots, retries, heartbeats) can ask
+ * for. Such a start then finds the timerfd armed early enough and makes no call; when it
+ * fires early, the loop thread re-arms for the real deadline. A receiver that does not start
+ * one again costs the loop thread one wake-up with nothing due.
  */
 #include <errno.h>
 #include <signal.h>
@@ -139,12 +138,21 @@ static int closing(const char *fn)
     return tr__error(TR_ESHUTDOWN, "%s: the runtime is closing", fn);
 }
 
+/* *l = rt's loop for the call fn; TR_EINVAL for a NULL rt, TR_ESHUTDOWN once close has
+ * stopped the loop (a cleanup's call at close). */
+static int loop_of(const char *fn, tr_runtime_t *rt, tr__loop_t **l)
+{
+    if (!rt) return tr__error(TR_EINVAL, "%s: rt is NULL", fn);
+    if (!(*l = rt->loop)) return closing(fn);
+    return 0;
+}
+
 /* Queues a watch command for the loop thread. */
 static int post(const char *fn, tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t *id_out)
 {
-    if (!rt) return tr__error(TR_EINVAL, "%s: rt is NULL", fn);
-    tr__loop_t *l = rt->loop;
-    if (!l) return closing(fn); /* after close stopped the loop: a cleanup's call */
+    tr__loop_t *l;
+    int rc = loop_of(fn, rt, &l);
+    if (rc < 0) return rc;
     cmd_t *cmd = malloc(sizeof(*cmd));
     live_id_t *live = new_id ? malloc(sizeof(*live)) : NULL;
     if (!cmd || (new_id && !live)) {
@@ -154,7 +162,6 @@ static int post(const char *fn, tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t
     }
     *cmd = c;
     cmd->next = NULL;
-    int rc = 0;
     pthread_mutex_lock(&l->mu);
     if (l->stopping) {
         rc = TR_ESHUTDOWN;
@@ -521,10 +528,10 @@ static int no_actor(const char *fn, tr_actor_t to)
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id)
 {
-    if (!rt || !timer_id)
-        return tr__error(TR_EINVAL, "tr_timer_start: %s is NULL", rt ? "timer_id" : "rt");
-    tr__loop_t *l = rt->loop;
-    if (!l) return closing("tr_timer_start");
+    if (rt && !timer_id) return tr__error(TR_EINVAL, "tr_timer_start: timer_id is NULL");
+    tr__loop_t *l;
+    int rc = loop_of("tr_timer_start", rt, &l);
+    if (rc < 0) return rc;
     if (!tr__actor_lookup(rt, to)) return no_actor("tr_timer_start", to);
     ltimer_t *t = calloc(1, sizeof(*t));
     live_id_t *live = malloc(sizeof(*live));
@@ -555,9 +562,9 @@ int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeo
 
 int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id)
 {
-    if (!rt) return tr__error(TR_EINVAL, "tr_timer_stop: rt is NULL");
-    tr__loop_t *l = rt->loop;
-    if (!l) return closing("tr_timer_stop");
+    tr__loop_t *l;
+    int rc = loop_of("tr_timer_stop", rt, &l);
+    if (rc < 0) return rc;
     ltimer_t *gone = NULL;
     pthread_mutex_lock(&l->mu);
     bool live = live_has(l, timer_id, true);
