@@ -703,7 +703,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     if (a->cleanup)
         a->cleanup(&ctx, reason);
     tr_actor_t sup = {atomic_load_explicit(&a->supervisor, memory_order_relaxed)};
-    char name[TR__NAME_MAX], why[512]; /* as long as the runtime's failure text */
+    char name[TR__NAME_MAX], why[sizeof(rt->failure)];
     memcpy(name, a->name, sizeof(name));
     /* a supervisor given by tr_actor_link after the spawn keeps the slot for a restart too */
     bool recycle = a->recyclable && tr_actor_is_none(sup);
@@ -771,7 +771,7 @@ static void fail_on_notice(tr_runtime_t *rt, tr_msg_t *m)
     tr_msg_t *plain = m;
     if ((m->flags & TR_MSG_F_WIRE) && tr__wire_decode(rt, m, &plain) < 0) return;
     const tr_msg_exit_t *e = TR_MSG_AS(plain, exit);
-    char why[512];
+    char why[sizeof(rt->failure)];
     if (e->reason < 0)
         tr__runtime_fail(rt, "%s; its supervisor stopped before it was told",
                          failure_text(why, sizeof(why), e->name, (uint32_t)e->actor.id,
