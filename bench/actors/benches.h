@@ -10,7 +10,6 @@
 #define TR_BENCH_ACTORS_BENCHES_H
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <troupe.h>
@@ -69,20 +68,6 @@ static inline uint64_t bench_body_u64(tr_msg_t *m)
     uint64_t v;
     memcpy(&v, tr_msg_body(m), sizeof(v));
     return v;
-}
-
-/* Sorts samples[0..n) (ns) and prints NAME_p50, NAME_p90, NAME_p99 and NAME_max in us. */
-static inline void bench_print_latency(const char *name, uint64_t *samples, size_t n)
-{
-    static const int pct[] = {50, 90, 99};
-    char line[64];
-    qsort(samples, n, sizeof(samples[0]), bench_cmp_u64);
-    for (size_t i = 0; i < sizeof(pct) / sizeof(pct[0]); i++) {
-        snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
-        bench_print(line, bench_percentile(samples, n, pct[i]) / 1e3, "us");
-    }
-    snprintf(line, sizeof(line), "%s_max", name);
-    bench_print(line, samples[n - 1] / 1e3, "us");
 }
 
 /* A runtime with the benchmark's worker count. Prints why on failure. */

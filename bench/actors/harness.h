@@ -134,6 +134,20 @@ static inline void bench_print(const char *name, double value, const char *unit)
     fflush(stdout);
 }
 
+/* Sorts samples[0..n) (ns) and prints NAME_p50, NAME_p90, NAME_p99 and NAME_max in us. */
+static inline void bench_print_latency(const char *name, uint64_t *samples, size_t n)
+{
+    static const int pct[] = {50, 90, 99};
+    char line[64];
+    qsort(samples, n, sizeof(samples[0]), bench_cmp_u64);
+    for (size_t i = 0; i < sizeof(pct) / sizeof(pct[0]); i++) {
+        snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
+        bench_print(line, bench_percentile(samples, n, pct[i]) / 1e3, "us");
+    }
+    snprintf(line, sizeof(line), "%s_max", name);
+    bench_print(line, samples[n - 1] / 1e3, "us");
+}
+
 /* What one repetition of a timed benchmark returns: 0 and its time in ms, or -1 when its
  * result was wrong (it has said why on stderr). */
 typedef int (*bench_fn)(const bench_args_t *a, double *ms);

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -720,17 +719,12 @@ private:
 };
 
 // Prints NAME_p50/p90/p99/max in us from the samples lat_actor recorded; -1 if it is short.
-int report_latency(const char *name, std::vector<uint64_t> &samples, int n)
-{
+int report_latency(const char* name, std::vector<uint64_t>& samples, int n) {
     if (n != latency_warmup + latency_samples) {
         std::fprintf(stderr, "%s: %d messages handled\n", name, n);
         return -1;
     }
-    qsort(samples.data(), samples.size(), sizeof(uint64_t), bench_cmp_u64);
-    for (int p : {50, 90, 99})
-        bench_print((std::string(name) + "_p" + std::to_string(p)).c_str(),
-                    bench_percentile(samples.data(), samples.size(), p) / 1e3, "us");
-    bench_print((std::string(name) + "_max").c_str(), samples.back() / 1e3, "us");
+    bench_print_latency(name, samples.data(), samples.size());
     return 0;
 }
 
@@ -743,7 +737,7 @@ int bench_latency(const bench_args_t* a) {
     int n = 0;
     auto x = sys.spawn<lat_actor>(&samples, &n);
     auto gap = std::chrono::nanoseconds(latency_gap_ns);
-    sys.spawn([x, gap](event_based_actor *self) -> behavior {
+    sys.spawn([x, gap](event_based_actor* self) -> behavior {
         auto sent = std::make_shared<int>(0);
         self->delayed_send(self, gap, tick_atom::value);
         return {
@@ -761,8 +755,7 @@ int bench_latency(const bench_args_t* a) {
 }
 
 // wakeup: the main thread, outside the actor system, sends every ~1 ms (Troupe's wakeup).
-int bench_wakeup(const bench_args_t *a)
-{
+int bench_wakeup(const bench_args_t* a) {
     bench_config cfg{a};
     actor_system sys{cfg};
     std::vector<uint64_t> samples(latency_samples);
