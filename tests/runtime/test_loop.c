@@ -187,7 +187,7 @@ static void test_loop_calls_from_a_cleanup_at_close_are_refused(void **state)
  * deadline never fires (it would, five timeouts later, were the stop lost). */
 typedef struct rearm_state {
     uint64_t timeout_ns, last_deadline, late_ns[200], id;
-    int fired, early, out_of_order, stopped_fired, wrong;
+    int fired, early, out_of_order, stopped_fired, stopped_late, wrong;
 } rearm_state_t;
 
 static int rearm_actor(tr_ctx_t *ctx, tr_msg_t *msg)
@@ -208,8 +208,10 @@ static int rearm_actor(tr_ctx_t *ctx, tr_msg_t *msg)
     if (++s->fired == 200) return tr_actor_stop(ctx->rt, ctx->self);
     uint64_t doomed;
     int rc = tr_timer_start(ctx->rt, ctx->self, 1, 5 * s->timeout_ns, 0, &doomed);
-    if (rc == 0 && (rc = tr_timer_stop(ctx->rt, doomed)) == TR_ENOENT)
-        rc = 0; /* it fired before the stop (this thread was preempted): counted below */
+    if (rc == 0 && (rc = tr_timer_stop(ctx->rt, doomed)) == TR_ENOENT) {
+        s->stopped_late++; /* it fired before the stop: this thread was preempted */
+        rc = 0;
+    }
     if (rc == 0) rc = tr_timer_start(ctx->rt, ctx->self, 0, s->timeout_ns, 0, &s->id);
     return rc;
 }
@@ -240,7 +242,9 @@ static void test_loop_timers_rearmed_by_an_actor(void **state)
         assert_int_equal(s.fired, 200);
         assert_int_equal(s.early, 0);
         assert_int_equal(s.out_of_order, 0);
-        assert_true(s.stopped_fired <= 2); /* only a preempted stop comes after the firing */
+        /* a stop that succeeded never fires: only the late ones (this thread preempted past
+         * the doomed timer's deadline, under load) may have */
+        assert_true(s.stopped_fired <= s.stopped_late);
         assert_int_equal(s.wrong, 0);
         assert_true(s.late_ns[100] < MS * SLACK); /* the median; a VM's hiccups hit the tail */
     }
