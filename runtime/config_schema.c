@@ -552,6 +552,12 @@ static const tr__cfg_key_t troupe_runtime_keys[] = {
     ACT(BOOL("wire_check", troupe.runtime.wire_check, 0,
              "encode every message to msgpack at send and decode it at receive (a test "
              "mode: proves each message is self-contained; costs a copy per message)")),
+    ACT(INT("slice_us", troupe.runtime.slice_us, 100, 100, 100000,
+            "the time slice in microseconds the runtime's threads ask Linux 6.12 or later for: "
+            "short, so that a worker woken on a busy core runs at once")),
+    ACT(BOOL("kernel_slice", troupe.runtime.kernel_slice, 0,
+             "leave the runtime's threads at the kernel's default slice (slice_us is then "
+             "ignored)")),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 

@@ -20,6 +20,9 @@
 
 #define TR__CACHE_LINE 64
 #define TR__POLL_NS     300000 /* a worker out of work polls this long before it parks */
+#define TR__SLICE_US     100    /* opts.slice_us's default (threads.c) */
+#define TR__SLICE_US_MIN 100    /* Linux's range for a custom slice */
+#define TR__SLICE_US_MAX 100000
 #define TR__CHUNK_SHIFT 12 /* 4096 actor slots per chunk */
 #define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
 #define TR__MAX_CHUNKS (1u << 16)

@@ -1,6 +1,5 @@
 /* runtime.c: creating, running and closing a runtime; failure reporting (with the flight
  * recorder's dump when a monitor is attached); counters. */
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,27 +27,6 @@ tr__pool_t *tr__thread_pool_slow(tr_runtime_t *rt)
         abort();
     }
     return p;
-}
-
-/* The signals the runtime handles (handle_signals) are blocked in the threads it creates,
- * from their first instruction (a new thread inherits the creator's mask), so the kernel hands
- * them to the application's threads, where libuv's handler passes them to the loop thread.
- * Otherwise a worker asleep in its futex could be the thread picked, and under
- * ThreadSanitizer, which runs a handler at the thread's next intercepted call, the signal was
- * lost there. (TSan still loses one now and then by other routes: test_shutdown's signal cases
- * skip under it.) */
-int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg)
-{
-    sigset_t block, old;
-    sigemptyset(&block);
-    if (rt->opts.handle_signals) {
-        sigaddset(&block, SIGINT);
-        sigaddset(&block, SIGTERM);
-    }
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    int rc = pthread_create(thread, NULL, fn, arg);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
 }
 
 static uint64_t pick_seed(void)
@@ -130,16 +108,35 @@ static void release(tr_runtime_t *rt)
     free(rt);
 }
 
+/* What can be checked before anything is allocated. */
+static int check_opts(const tr_runtime_opts_t *o)
+{
+    if (!o || (!o->slice_us && !o->kernel_slice)) return 0;
+    if (o->kernel_slice && o->slice_us)
+        return tr__error(TR_EINVAL,
+                         "tr_runtime_init: slice_us is %u and kernel_slice is set: "
+                         "give one or the other",
+                         o->slice_us);
+    if (!o->kernel_slice && (o->slice_us < TR__SLICE_US_MIN || o->slice_us > TR__SLICE_US_MAX))
+        return tr__error(TR_EINVAL,
+                         "tr_runtime_init: slice_us is %u: expected %u to %u "
+                         "(microseconds), or 0 for %u",
+                         o->slice_us, TR__SLICE_US_MIN, TR__SLICE_US_MAX, TR__SLICE_US);
+    return 0;
+}
+
 int tr_runtime_init(tr_runtime_t **out, const tr_runtime_opts_t *opts)
 {
     if (!out)
         return TR_EINVAL;
     *out = NULL;
+    int rc = check_opts(opts);
+    if (rc < 0) return rc;
     tr_runtime_t *rt = aligned_alloc(TR__CACHE_LINE, (sizeof(*rt) + 63) & ~(size_t)63);
     if (!rt)
         return TR_ENOMEM;
     memset(rt, 0, sizeof(*rt));
-    int rc = setup(rt, opts);
+    rc = setup(rt, opts);
     if (rc == 0)
         rc = tr__sched_start(rt);
     if (rc == 0 && (rc = tr__loop_start(rt)) < 0)

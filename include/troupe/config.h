@@ -206,6 +206,8 @@ typedef struct tr_config_troupe {
         bool deterministic;
         int64_t seed;
         bool wire_check; /* every message crosses its msgpack form (tr_runtime_opts_t) */
+        int64_t slice_us;  /* the runtime's threads' time slice (tr_runtime_opts_t) */
+        bool kernel_slice; /* ... or the kernel's default */
     } runtime;
     struct {
         int64_t prefetch, seed;

@@ -76,6 +76,14 @@ typedef struct tr_runtime_opts {
                               * receiver (TR_EDECODE). Proves that every message would mean
                               * the same in another process. Off by default (it costs an
                               * encode, a decode and a copy per message). */
+    unsigned slice_us;       /* the time slice the runtime's threads ask Linux's scheduler for
+                              * (6.12 and later; older kernels ignore it), in microseconds:
+                              * 100 to 100000; 0 = 100. A short slice lets a worker the
+                              * runtime wakes run at once on the waker's core instead of
+                              * waiting for the waker to sleep; it is not a priority (the same
+                              * CPU share, in shorter turns). Outside the range: TR_EINVAL */
+    int kernel_slice;        /* 1: leave the runtime's threads at the kernel's default slice
+                              * (slice_us must then be 0) */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.
