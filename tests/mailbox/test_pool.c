@@ -9,11 +9,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "mailbox/pool.h"
+
+/* Pages of [from, from + len) in memory. */
+static size_t resident_pages(const char *from, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)from & ~(page - 1), hi = (uintptr_t)from + len;
+    size_t n = (hi - lo + page - 1) / page, in = 0;
+    unsigned char *v = malloc(n);
+    assert_non_null(v);
+    assert_int_equal(mincore((void *)lo, hi - lo, v), 0);
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    free(v);
+    return in;
+}
+
+/* A new slab's chunks are carved as they are handed out: the first message does not fault in
+ * the slab's 64 pages (~200 us on a VM, once per 2,048 messages on a sending path). Runs
+ * first, so that the slab is fresh from the system, not one a closed set left in the cache. */
+static void test_pool_new_slab_is_touched_as_used(void **state)
+{
+    (void)state;
+    tr__pool_set_t *set = tr__pool_set_create();
+    tr__pool_t *p = tr__pool_get(set);
+    tr_msg_t *first = tr__pool_alloc(p, 0); /* 128-byte class: 2,047 chunks a slab */
+    assert_non_null(first);
+    const char *slab = (const char *)first - 128; /* the first chunk follows the slab header */
+    size_t before = resident_pages(slab, 256 * 1024);
+    print_message("slab pages resident after one message: %zu of 64\n", before);
+    assert_true(before <= 3);
+    tr_msg_t *m[200];
+    for (int i = 0; i < 200; i++) {
+        m[i] = tr__pool_alloc(p, 0);
+        assert_true((const char *)m[i] > slab && (const char *)m[i] < slab + 256 * 1024);
+    }
+    size_t after = resident_pages(slab, 256 * 1024);
+    assert_true(after > before && after <= before + 8); /* 201 x 128 bytes: 7 pages */
+    for (int i = 0; i < 200; i++)
+        tr__pool_free(p, m[i]);
+    tr__pool_free(p, first);
+    tr__pool_set_destroy(set);
+}
 
 static void test_pool_alloc_gives_requested_capacity(void **state)
 {
@@ -192,6 +236,7 @@ static void test_pool_stress_cross_thread_reuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_new_slab_is_touched_as_used),
         cmocka_unit_test(test_pool_alloc_gives_requested_capacity),
         cmocka_unit_test(test_pool_free_then_alloc_reuses_memory),
         cmocka_unit_test(test_pool_remote_frees_come_back_to_owner),
