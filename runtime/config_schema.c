@@ -556,8 +556,8 @@ static const tr__cfg_key_t troupe_runtime_keys[] = {
             "the time slice in microseconds the runtime's threads ask Linux 6.12 or later for: "
             "short, so that a worker woken on a busy core runs at once")),
     ACT(BOOL("kernel_slice", troupe.runtime.kernel_slice, 0,
-             "leave the runtime's threads at the kernel's default slice (slice_us is then "
-             "ignored)")),
+             "the runtime's threads ask for no slice and keep the one they inherit (the "
+             "kernel's default, unless the program chose another; slice_us is then ignored)")),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 

@@ -262,7 +262,8 @@ static inline tr__pool_t *tr__thread_pool(tr_runtime_t *rt)
 void tr__runtime_actor_stopped(tr_runtime_t *rt);
 void tr__runtime_fail(tr_runtime_t *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* pthread_create for the runtime's threads: they start with the signals it handles blocked. */
-int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg);
+int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg,
+                      const char *name);
 
 static inline tr__actor_t *tr__slot(tr_runtime_t *rt, uint32_t slot)
 {

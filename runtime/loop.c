@@ -238,9 +238,10 @@ static bool fire(tr__loop_t *l, ltimer_t *t)
 }
 
 /* Under l->mu: unlinks the timers due at now and returns them in deadline order; arms the
- * timerfd, in one call, for the earliest of what is left and of the due one-shots' next
- * starts (see the design block). Before the firings go out: the worker a firing wakes may
- * preempt the loop thread on its core, and its receiver's start must find it armed. */
+ * timerfd, in one call, for the earliest of what is left, of the due repeats' next deadlines
+ * and of the due one-shots' next starts (see the design block). Before the firings go out:
+ * the worker a firing wakes may preempt the loop thread on its core, and its receiver's
+ * start must find it armed. */
 static ltimer_t *take_due(tr__loop_t *l, uint64_t now)
 {
     ltimer_t *due = NULL, **tail = &due;
@@ -250,9 +251,9 @@ static ltimer_t *take_due(tr__loop_t *l, uint64_t now)
         l->timers = t->next;
         *tail = t;
         tail = &t->next;
-        uint64_t next = t->deadline_ns + t->timeout_ns;
-        if (!t->repeat_ns && t->timeout_ns >= AGAIN_MIN_NS && next > now && next < again)
-            again = next;
+        uint64_t next = t->deadline_ns + (t->repeat_ns ? t->repeat_ns : t->timeout_ns);
+        if ((t->repeat_ns || t->timeout_ns >= AGAIN_MIN_NS) && next > now && next < again)
+            again = next; /* a repeat's next deadline, or a one-shot's earliest next start */
     }
     *tail = NULL;
     if (l->timers && l->timers->deadline_ns < again) again = l->timers->deadline_ns;
@@ -485,7 +486,7 @@ int tr__loop_start(tr_runtime_t *rt)
         uv_signal_start(&l->sigterm, on_signal, SIGTERM);
     }
     rt->loop = l;
-    rc = -tr__thread_create(rt, &l->thread, loop_main, l);
+    rc = -tr__thread_create(rt, &l->thread, loop_main, l, "tr-loop");
     if (rc == 0)
         return 0;
     rt->loop = NULL;

@@ -338,7 +338,9 @@ int tr__sched_start(tr_runtime_t *rt)
     if (rt->deterministic)
         return 0;
     for (unsigned i = 0; i < rt->n_workers; i++) {
-        int rc = tr__thread_create(rt, &rt->workers[i].thread, worker_main, &rt->workers[i]);
+        char name[32]; /* cut to 15 bytes, the kernel's limit, by tr__thread_create */
+        snprintf(name, sizeof(name), "tr-worker-%u", i);
+        int rc = tr__thread_create(rt, &rt->workers[i].thread, worker_main, &rt->workers[i], name);
         if (rc) {
             atomic_store(&rt->stopping, 1);
             for (unsigned j = 0; j < i; j++) {
@@ -401,7 +403,12 @@ int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a)
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a)
 {
     tr__pinned_t *p = a->pin;
-    int rc = tr__thread_create(rt, &p->thread, pinned_main, p);
+    char name[48]; /* cut to 15 bytes, the kernel's limit, by tr__thread_create */
+    if (a->name[0])
+        snprintf(name, sizeof(name), "tr-pin-%s", a->name);
+    else
+        snprintf(name, sizeof(name), "tr-pin-%u", a->slot);
+    int rc = tr__thread_create(rt, &p->thread, pinned_main, p, name);
     if (rc) {
         a->pin = NULL;
         free(p);

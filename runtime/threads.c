@@ -1,5 +1,5 @@
 /* threads.c: the threads the runtime creates (workers, the loop thread, pinned actors' threads)
- * and the two things each gets before its first instruction of work: a signal mask and a
+ * and what each gets before its first instruction of work: a signal mask, a name and a
  * scheduling slice.
  *
  * Signals: those the runtime handles (handle_signals) are blocked in its threads from their
@@ -9,6 +9,8 @@
  * a handler at the thread's next intercepted call, the signal was lost there. (TSan still
  * loses one now and then by other routes: test_shutdown's signal cases skip under it.)
  *
+ * Names: "tr-worker-N", "tr-loop", "tr-pin-NAME" (15 bytes at most), for top -H, perf, gdb.
+ *
  * Slice: each thread asks Linux's scheduler (EEVDF, 6.12 and later) for a short time slice,
  * opts.slice_us (100 us unless set). A thread is woken by another on the waker's own core
  * when the other core is idle (the kernel's choice: it avoids waking a sleeping core, which on
@@ -17,14 +19,17 @@
  * nanosleep on a 2-vCPU VM before the woken worker ran. A short slice gives the woken thread
  * the earlier deadline, so it runs at once: bench wakeup p50 12.9 -> 5.7 us, p99 46 -> 34 us,
  * every throughput row unchanged. The slice is a share of time, not a priority: a busy
- * thread gets the same CPU, in shorter turns when another wants the core. Threads a behaviour
- * starts (a BLAS pool) get the kernel's slice back (SCHED_FLAG_RESET_ON_FORK) unless the
- * thread's nice value is negative, which that flag would reset for them. Older kernels ignore
- * the request; a refused one (seccomp, a real-time policy) is logged at debug level and
- * changes nothing else. */
+ * thread gets the same CPU, in shorter turns when another wants the core. Threads started
+ * from these threads (a BLAS pool a behaviour starts) inherit the slice, as Linux has every
+ * thread inherit its creator's. (SCHED_FLAG_RESET_ON_FORK would give them the kernel's
+ * instead, but an unprivileged thread cannot clear that flag: a behaviour could no longer
+ * change its own thread's policy.) Threads with a real-time or idle policy, which the
+ * application chose, are left alone. Older kernels ignore the request; a refused one
+ * (seccomp) is logged at debug level and changes nothing else. */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -43,12 +48,10 @@ typedef struct sched_attr48 {
     uint64_t runtime, deadline, period;
 } sched_attr48_t;
 
-#define SCHED_FLAG_RESET_ON_FORK_ 0x01
-
 typedef struct start {
     void *(*fn)(void *);
     void *arg;
-    uint64_t slice_ns; /* 0: leave the kernel's */
+    uint64_t slice_ns; /* 0: leave the inherited one */
 } start_t;
 
 static void ask_slice(uint64_t slice_ns)
@@ -63,7 +66,7 @@ static void ask_slice(uint64_t slice_ns)
         return; /* real-time or idle: the application chose; not ours to change */
     a.size = sizeof(a);
     a.runtime = slice_ns;
-    a.flags = a.nice >= 0 ? SCHED_FLAG_RESET_ON_FORK_ : 0;
+    a.flags = 0;
     if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
         tr_log(TR_LOG_DEBUG,
                "runtime thread: sched_setattr (slice %llu ns): %s; kernel's "
@@ -84,8 +87,11 @@ static void *start(void *arg)
     return s.fn(s.arg);
 }
 
-int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg)
+int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(void *), void *arg,
+                      const char *name)
 {
+    char cut[16]; /* the kernel's limit, with the terminator */
+    snprintf(cut, sizeof(cut), "%s", name);
     start_t *s = malloc(sizeof(*s));
     if (!s) return ENOMEM;
     *s = (start_t){.fn = fn, .arg = arg, .slice_ns = slice_ns(&rt->opts)};
@@ -98,6 +104,7 @@ int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(voi
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = pthread_create(thread, NULL, start, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!rc) pthread_setname_np(*thread, cut); /* here: named before this returns */
     if (rc) free(s);
     return rc;
 }

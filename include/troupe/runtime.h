@@ -82,8 +82,10 @@ typedef struct tr_runtime_opts {
                               * runtime wakes run at once on the waker's core instead of
                               * waiting for the waker to sleep; it is not a priority (the same
                               * CPU share, in shorter turns). Outside the range: TR_EINVAL */
-    int kernel_slice;        /* 1: leave the runtime's threads at the kernel's default slice
-                              * (slice_us must then be 0) */
+    int kernel_slice;        /* 1: the runtime's threads ask for no slice and keep the one
+                              * they inherit from the thread that creates them (the kernel's
+                              * default unless that thread chose another); slice_us must
+                              * then be 0 */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.
