@@ -58,7 +58,7 @@ static _Thread_local send_ids_t tls_ids;
 /* The running behaviour's outbox: its consecutive data sends to one actor, linked into one
  * chain and pushed with a single exchange on the receiver's head (send design below). */
 #define TR__OUTBOX_MAX 64
-#define TR__EMPTY_RUNS_YIELD 16 /* activations in a row that find a push in flight: yield */
+#define TR__EMPTY_RUNS_YIELD 4 /* activations in a row that find a push in flight: yield */
 typedef struct outbox {
     tr_runtime_t *rt;
     tr__actor_t *to;
@@ -910,7 +910,11 @@ static void activation_init(tr_runtime_t *rt, tr__actor_t *a)
  * scheduled with nothing to run, and running it again and again takes the core the sender
  * needs to finish its push. Measured on fjthrput: a process that made 330,000 such empty
  * activations for its 600,000 messages took 80 ms against 42. So every TR__EMPTY_RUNS_YIELD
- * in a row, the thread yields its core. */
+ * in a row, the thread yields its core. Linux's scheduler moves a yielding thread's deadline
+ * by one slice, which is 100 us for the runtime's threads (threads.c): every 16 empty runs,
+ * test_inflight's sender got 60 ms of CPU in 77-91 ms of wall time under ThreadSanitizer (each
+ * activation slower there), against 62-63 with the kernel's 1.4 ms slice; every 4, 65-68. In a
+ * release build both take 61-64, and fjthrput and counting did not move. */
 static void after_empty_run(void)
 {
     if (++tls_empty_runs % TR__EMPTY_RUNS_YIELD == 0) sched_yield();
