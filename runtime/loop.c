@@ -195,6 +195,13 @@ static int post(const char *fn, tr_runtime_t *rt, cmd_t c, bool new_id, uint64_t
 
 /* --- timers (the list under mu; fired by the loop thread) ------------------------------ */
 
+/* a + b, or UINT64_MAX (584 years of nanoseconds: never) where it would wrap round to a
+ * deadline in the past, which would fire at once */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 static void timers_insert(tr__loop_t *l, ltimer_t *t)
 {
     ltimer_t **p = &l->timers;
@@ -251,7 +258,7 @@ static ltimer_t *take_due(tr__loop_t *l, uint64_t now)
         l->timers = t->next;
         *tail = t;
         tail = &t->next;
-        uint64_t next = t->deadline_ns + (t->repeat_ns ? t->repeat_ns : t->timeout_ns);
+        uint64_t next = sat_add(t->deadline_ns, t->repeat_ns ? t->repeat_ns : t->timeout_ns);
         if ((t->repeat_ns || t->timeout_ns >= AGAIN_MIN_NS) && next > now && next < again)
             again = next; /* a repeat's next deadline, or a one-shot's earliest next start */
     }
@@ -280,7 +287,7 @@ static void on_tfd(uv_poll_t *p, int status, int events)
         ltimer_t *t = due;
         due = t->next;
         if (!t->ended && t->repeat_ns && live_has(l, t->id, true)) {
-            t->deadline_ns += t->repeat_ns;
+            t->deadline_ns = sat_add(t->deadline_ns, t->repeat_ns);
             timers_insert(l, t);
         } else {
             live_remove(l, t->id); /* already gone when a stop came during the firing */
@@ -556,7 +563,7 @@ int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeo
     }
     /* the deadline counts from this call */
     *t = (ltimer_t){.tag = tag,
-                    .deadline_ns = tr_now_ns() + timeout_ns,
+                    .deadline_ns = sat_add(tr_now_ns(), timeout_ns),
                     .repeat_ns = repeat_ns,
                     .timeout_ns = timeout_ns,
                     .to = to};

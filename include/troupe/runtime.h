@@ -255,7 +255,9 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
  * TR_ESHUTDOWN once tr_runtime_close has begun (a cleanup's call at close included). */
 
 /* After timeout_ns, and then every repeat_ns if not 0, sends TR_MSG_TIMER carrying tag to
- * `to`; never before the deadline. *timer_id names it for tr_timer_stop. Any thread. */
+ * `to`; never before the deadline. A deadline past 2^64 - 1 ns of the monotonic clock (a
+ * timeout of UINT64_MAX, ~584 years) is never reached. *timer_id names it for tr_timer_stop.
+ * Any thread. */
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id);
 

@@ -20,7 +20,7 @@
 typedef struct timer_state {
     int64_t worst_fire_late_ns; /* the loop thread's send vs the deadline: the timer itself */
     int64_t worst_late_ns, worst_early_ns; /* the handler's start vs the deadline */
-    int fired[4];
+    int fired[6];
     uint64_t repeat_id;
     int done;
 } timer_state_t;
@@ -64,7 +64,10 @@ static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
 #define SLACK 1
 #endif
 
-/* One run of four timers (three one-shots, one repeating five times). */
+/* One run of four timers (three one-shots, one repeating five times), beside two whose
+ * times do not fit in 64 bits of nanoseconds from now: a timeout (tag 4) and a repeat after a
+ * first firing (tag 5). They fire never and once: the sums saturate instead of wrapping
+ * round to a deadline in the past. */
 static void run_timers(timer_state_t *s)
 {
     tr_runtime_t *rt;
@@ -76,12 +79,17 @@ static void run_timers(timer_state_t *s)
     assert_int_equal(tr_timer_start(rt, a, 1, 20 * MS, 0, &id[1]), 0);
     assert_int_equal(tr_timer_start(rt, a, 2, 37 * MS, 0, &id[2]), 0);
     assert_int_equal(tr_timer_start(rt, a, 3, 10 * MS, 10 * MS, &s->repeat_id), 0);
+    uint64_t far[2];
+    assert_int_equal(tr_timer_start(rt, a, 4, UINT64_MAX - 1000, 0, &far[0]), 0);
+    assert_int_equal(tr_timer_start(rt, a, 5, 1 * MS, UINT64_MAX - 1000, &far[1]), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     printf("timers: fired at most %.3f ms late; handlers started at most %.3f ms late, "
            "%.3f ms early\n", s->worst_fire_late_ns / 1e6, s->worst_late_ns / 1e6,
            s->worst_early_ns / 1e6);
     assert_true(s->worst_early_ns <= 0); /* never before the deadline */
     assert_int_equal(s->fired[3], 5);      /* stopped after the fifth */
+    assert_int_equal(s->fired[4], 0);
+    assert_int_equal(s->fired[5], 1);
     assert_int_equal(tr_timer_stop(rt, id[0]), TR_ENOENT); /* one-shot: already gone */
     tr_runtime_close(rt);
 }
