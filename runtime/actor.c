@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "runtime/clock.h"
+#include "runtime/futex.h"
 #include "runtime/internal.h"
 #include "troupe/log.h"
 #include "troupe/monitor.h"
@@ -263,7 +264,9 @@ static void fill_slot(tr_runtime_t *rt, tr__actor_t *a, tr_behaviour_cb behaviou
     a->state = state;
     a->init = o->init;
     a->cleanup = o->cleanup;
-    atomic_store_explicit(&a->supervisor, o->supervisor.id, memory_order_relaxed);
+    /* release: a stale link that takes this value (tr_actor_link) then sees the gen bump of
+     * the generation before, which came before the slot was freed */
+    atomic_store_explicit(&a->supervisor, o->supervisor.id, memory_order_release);
     a->batch = o->batch ? o->batch : rt->batch;
     a->defer_stop = (uint8_t)(o->defer_stop != 0);
     a->recyclable = !pinned && tr_actor_is_none(o->supervisor);
@@ -407,9 +410,14 @@ static int note_restart(tr__actor_t *a, uint64_t t)
 
 static int restart_pinned(tr_runtime_t *rt, tr__actor_t *a, tr_actor_t *out)
 {
-    tr_actor_opts_t o = {.name = a->name, .pinned = 1, .defer_stop = a->defer_stop,
-                         .supervisor = {atomic_load(&a->supervisor)}, .init = a->init,
-                         .cleanup = a->cleanup, .batch = a->batch, .lane_kind = a->lane_kind,
+    tr_actor_opts_t o = {.name = a->name,
+                         .pinned = 1,
+                         .defer_stop = a->defer_stop,
+                         .supervisor = {a->sup_taken},
+                         .init = a->init,
+                         .cleanup = a->cleanup,
+                         .batch = a->batch,
+                         .lane_kind = a->lane_kind,
                          .max_restarts = a->max_restarts,
                          .restart_window_ms = (unsigned)(a->restart_window_ns / 1000000u)};
     int rc = spawn_impl(rt, a->behaviour, a->state, &o, a, out);
@@ -437,6 +445,7 @@ static int restart_claimed(tr_runtime_t *rt, tr__actor_t *a, uint32_t gen, tr_ac
     int rc = claim_name(rt, a, "restart");
     if (rc < 0)
         return rc;
+    atomic_store_explicit(&a->supervisor, a->sup_taken, memory_order_release); /* see fill_slot */
     *out = publish(rt, a);
     return 0;
 }
@@ -649,15 +658,69 @@ int tr_actor_stop(tr_runtime_t *rt, tr_actor_t addr)
     return send_kill(rt, addr, 0);
 }
 
+/* The supervisor word's protocol. tr_actor_link and finish (the child's stop) race: a link
+ * must either reach finish's read of the supervisor or fail with TR_ESTOPPED, and must never
+ * land on a later generation of the slot. A plain check-then-store did neither: a link
+ * between finish's read and its generation bump returned 0 and nobody was told (test_link:
+ * 3,000-5,200 of 54,000-69,000 links that returned 0, the link spread over the child's stop),
+ * and one after the slot was reused went to the new actor. So the word has two more states.
+ * finish swaps the value for TR__SUP_CLOSED (a compare-and-swap: it waits out
+ * TR__SUP_LINKING). A link swaps the value it read for TR__SUP_LINKING, which holds finish
+ * off, then checks the generation: if it is still the child's, finish has not begun and will
+ * read what the link stores; otherwise the slot moved on and its word happened to hold the
+ * same value again, which the link puts back. Valid ids never have these low 32 bits (slots
+ * < 2^28). */
+#define TR__SUP_CLOSED  UINT64_MAX
+#define TR__SUP_LINKING (UINT64_MAX - 1)
+
+static void wait_a_little(unsigned *spins)
+{
+    if (++*spins % 64 == 0)
+        sched_yield(); /* the other side may have been preempted */
+    else
+        tr__cpu_relax();
+}
+
 int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child)
 {
     tr__actor_t *a = tr__actor_lookup(rt, child);
     if (!a || !tr__actor_lookup(rt, supervisor))
         return TR_ENOACTOR;
-    if (atomic_load_explicit(&a->gen, memory_order_acquire) != (uint32_t)(child.id >> 32))
-        return TR_ESTOPPED;
-    atomic_store_explicit(&a->supervisor, supervisor.id, memory_order_relaxed);
-    return 0;
+    uint32_t gen = (uint32_t)(child.id >> 32);
+    uint64_t v = atomic_load_explicit(&a->supervisor, memory_order_relaxed);
+    for (unsigned spins = 0;;) {
+        if (v == TR__SUP_CLOSED || atomic_load_explicit(&a->gen, memory_order_acquire) != gen)
+            return TR_ESTOPPED;
+        if (v == TR__SUP_LINKING) { /* another link is under way */
+            wait_a_little(&spins);
+            v = atomic_load_explicit(&a->supervisor, memory_order_relaxed);
+        } else if (atomic_compare_exchange_weak_explicit(&a->supervisor, &v, TR__SUP_LINKING,
+                                                         memory_order_acquire,
+                                                         memory_order_relaxed)) {
+            break;
+        }
+    }
+    bool ours = atomic_load_explicit(&a->gen, memory_order_acquire) == gen;
+    /* release: pairs with finish's acquire compare-and-swap */
+    atomic_store_explicit(&a->supervisor, ours ? supervisor.id : v, memory_order_release);
+    return ours ? 0 : TR_ESTOPPED;
+}
+
+/* finish's side: closes the word and returns the supervisor it held. */
+static tr_actor_t take_supervisor(tr__actor_t *a)
+{
+    uint64_t v = atomic_load_explicit(&a->supervisor, memory_order_relaxed);
+    for (unsigned spins = 0;;) {
+        if (v == TR__SUP_LINKING) {
+            wait_a_little(&spins);
+            v = atomic_load_explicit(&a->supervisor, memory_order_relaxed);
+        } else if (atomic_compare_exchange_weak_explicit(&a->supervisor, &v, TR__SUP_CLOSED,
+                                                         memory_order_acquire,
+                                                         memory_order_relaxed)) {
+            a->sup_taken = v; /* published to a restart by the gen bump (release) */
+            return (tr_actor_t){v};
+        }
+    }
 }
 
 static void kill_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
@@ -702,7 +765,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     tr_ctx_t ctx = {rt, current_id(a), a->state};
     if (a->cleanup)
         a->cleanup(&ctx, reason);
-    tr_actor_t sup = {atomic_load_explicit(&a->supervisor, memory_order_relaxed)};
+    tr_actor_t sup = take_supervisor(a);
     char name[TR__NAME_MAX], why[sizeof(rt->failure)];
     memcpy(name, a->name, sizeof(name));
     /* a supervisor given by tr_actor_link after the spawn keeps the slot for a restart too */

@@ -58,7 +58,9 @@ typedef struct tr__actor {
     void *state;
     tr_actor_init_cb init;
     tr_actor_cleanup_cb cleanup;
-    _Atomic uint64_t supervisor;    /* tr_actor_t.id; tr_actor_link may write it any time */
+    _Atomic uint64_t supervisor;    /* tr_actor_t.id, or TR__SUP_LINKING / TR__SUP_CLOSED
+                                     * (tr_actor_link's protocol, actor.c) */
+    uint64_t sup_taken;             /* what finish took from supervisor, for a restart */
     char name[TR__NAME_MAX];        /* "" or its registered name (runtime/names.c) */
     uint32_t next_free;             /* free-list link (slot index + 1, 0 = end) */
 

@@ -1,0 +1,109 @@
+/* tr_actor_link racing the child's stop. Children stop on their first message; the main thread
+ * sends it and links the child at once, so the link lands before, during or after the stop,
+ * and the stopped children's slots are reused by the next spawns. The contract: a link that
+ * returns 0 gets the supervisor exactly one TR_MSG_EXIT for that child (its own address);
+ * one that returns TR_ESTOPPED gets none; no other actor's exit reaches the supervisor. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "troupe.h"
+
+enum { MSG_GO = TR_MSG_USER, MSG_DONE };
+
+typedef struct notices {
+    uint64_t *ids; /* the children whose exits came, in arrival order */
+    size_t n, cap;
+} notices_t;
+
+static int supervisor(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    notices_t *s = ctx->state;
+    if (m->type == MSG_DONE) return tr_actor_stop(ctx->rt, ctx->self);
+    if (m->type != TR_MSG_EXIT) return 0;
+    const tr_msg_exit_t *e = TR_MSG_AS(m, exit);
+    assert_int_equal(e->reason, 0);
+    assert_true(s->n < s->cap);
+    s->ids[s->n++] = e->actor.id;
+    return 0;
+}
+
+static int stops_at_once(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void sleep_ms(unsigned ms)
+{
+    nanosleep(&(struct timespec){0, (long)ms * 1000000L}, NULL);
+}
+
+static void test_link_racing_stop_tells_exactly_the_linked(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}), 0);
+    notices_t got = {.ids = calloc(N, sizeof(uint64_t)), .cap = N};
+    uint64_t *linked = calloc(N, sizeof(uint64_t));
+    assert_non_null(got.ids);
+    assert_non_null(linked);
+    tr_actor_t sup;
+    assert_int_equal(tr_actor_spawn(rt, supervisor, &got, NULL, &sup), 0);
+    size_t n_linked = 0, n_stopped = 0;
+    unsigned seed = (unsigned)time(NULL);
+    printf("seed %u\n", seed);
+    for (int i = 0; i < N; i++) {
+        tr_actor_t c;
+        assert_int_equal(tr_actor_spawn(rt, stops_at_once, NULL, NULL, &c), 0);
+        assert_int_equal(tr_actor_send(rt, c, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+        for (volatile unsigned k = (unsigned)rand_r(&seed) % 2048; k; k--) /* spread the race */
+            ;
+        int rc = tr_actor_link(rt, sup, c);
+        if (rc == 0)
+            linked[n_linked++] = c.id;
+        else
+            assert_int_equal(rc, TR_ESTOPPED), n_stopped++;
+    }
+    /* every child's exit is pushed before it stops counting as alive */
+    tr_runtime_stats_t st;
+    for (tr_runtime_stats(rt, &st); st.actors_alive > 1; tr_runtime_stats(rt, &st))
+        sleep_ms(1);
+    assert_int_equal(tr_actor_send(rt, sup, tr_msg_alloc(rt, MSG_DONE, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+    printf("%d children: %zu linked before their stop, %zu already stopped; %zu exits came\n", N,
+           n_linked, n_stopped, got.n);
+    qsort(linked, n_linked, sizeof(uint64_t), cmp_u64);
+    qsort(got.ids, got.n, sizeof(uint64_t), cmp_u64);
+    assert_int_equal(got.n, n_linked);
+    for (size_t i = 0; i < n_linked; i++)
+        if (got.ids[i] != linked[i])
+            fail_msg("exit %zu: child %#llx, expected %#llx", i, (unsigned long long)got.ids[i],
+                     (unsigned long long)linked[i]);
+    free(got.ids);
+    free(linked);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_link_racing_stop_tells_exactly_the_linked),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
