@@ -204,7 +204,8 @@ int tr_actor_stop(tr_runtime_t *rt, tr_actor_t a);
 
 /* Links child to supervisor: when child stops or fails, supervisor receives TR_MSG_EXIT
  * (its sender and its `actor` are the child's address) and may tr_actor_restart it, as if
- * the supervisor had been given at spawn. TR_ESTOPPED when child has already stopped. Any
+ * the supervisor had been given at spawn. TR_ESTOPPED when child has already stopped; a link
+ * racing the stop either returns 0 and the notice comes, or returns TR_ESTOPPED. Any
  * thread. */
 int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child);
 
