@@ -287,8 +287,11 @@ static void fill_slot(tr_runtime_t *rt, tr__actor_t *a, tr_behaviour_cb behaviou
 }
 
 /* Gives an unpublished slot back (a spawn that failed after taking it). */
+static tr_actor_t take_supervisor(tr__actor_t *a);
+
 static void unclaim_slot(tr_runtime_t *rt, tr__actor_t *a)
 {
+    take_supervisor(a); /* a free slot's word is closed (see tr_actor_link) */
     atomic_store_explicit(&a->pinned, 0, memory_order_relaxed);
     a->recyclable = 1;
     free_slot(rt, a);
@@ -668,10 +671,10 @@ int tr_actor_stop(tr_runtime_t *rt, tr_actor_t addr)
  * TR__SUP_LINKING). A link swaps the value it read for TR__SUP_LINKING, which holds finish
  * off, then checks the generation: if it is still the child's, finish has not begun and will
  * read what the link stores; otherwise the slot moved on and its word happened to hold the
- * same value again, which the link puts back. Valid ids never have these low 32 bits (slots
- * < 2^28). */
-#define TR__SUP_CLOSED  UINT64_MAX
-#define TR__SUP_LINKING (UINT64_MAX - 1)
+ * same value again, which the link puts back. So the word of every free slot is closed, a
+ * failed spawn's too (unclaim_slot): a link never holds a closed word, and the next spawn's
+ * plain store cannot overwrite a link in progress. Valid ids never have these low 32 bits
+ * (slots < 2^28). */
 
 static void wait_a_little(unsigned *spins)
 {

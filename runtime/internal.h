@@ -29,6 +29,8 @@
 #define TR__SLOT_CACHE 128 /* free slots a worker keeps for itself */
 #define TR__NAME_MAX    32
 #define TR__GROUP_MAX   4 /* activations a worker interleaves (tr__actor_run_group) */
+#define TR__SUP_CLOSED   UINT64_MAX /* tr__actor_t.supervisor: see tr_actor_link */
+#define TR__SUP_LINKING  (UINT64_MAX - 1)
 
 typedef struct tr__pinned tr__pinned_t;
 typedef struct tr__worker tr__worker_t;

@@ -43,6 +43,11 @@ static void test_pool_new_slab_is_touched_as_used(void **state)
     tr_msg_t *first = tr__pool_alloc(p, 0); /* 128-byte class: 2,047 chunks a slab */
     assert_non_null(first);
     const char *slab = (const char *)first - 128; /* the first chunk follows the slab header */
+    if (getenv("MALLOC_PERTURB_")) { /* glibc then fills the slab when it allocates it */
+        tr__pool_free(p, first);
+        tr__pool_set_destroy(set);
+        skip();
+    }
     size_t before = resident_pages(slab, 256 * 1024);
     print_message("slab pages resident after one message: %zu of 64\n", before);
     assert_true(before <= 3);

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "runtime/internal.h"
 #include "troupe.h"
 
 enum { MSG_GO = TR_MSG_USER, MSG_DONE };
@@ -100,10 +101,42 @@ static void test_link_racing_stop_tells_exactly_the_linked(void **state)
     free(linked);
 }
 
+/* White-box: the word of every free slot is closed (runtime/actor.c, tr_actor_link), a
+ * failed spawn's slot's too. A failed spawn that left its supervisor in the word let a stale
+ * link take it, and the next spawn's supervisor was then overwritten by the link's put-back
+ * (a review found it with sleeps put into tr_actor_link). */
+static void test_link_failed_spawn_leaves_its_slot_closed(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt;
+    assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1}), 0);
+    tr_actor_t sup, named, c;
+    assert_int_equal(tr_actor_spawn(rt, supervisor, &(notices_t){0}, NULL, &sup), 0);
+    assert_int_equal(
+        tr_actor_spawn(rt, stops_at_once, NULL, &(tr_actor_opts_t){.name = "x"}, &named), 0);
+    tr_actor_opts_t o = {.name = "x", .supervisor = sup, .pinned = 0};
+    for (int i = 0; i < 3; i++) /* the name is taken: each spawn fails after filling a slot */
+        assert_int_equal(tr_actor_spawn(rt, stops_at_once, NULL, &o, &c), TR_EEXIST);
+    o.pinned = 1;
+    assert_int_equal(tr_actor_spawn(rt, stops_at_once, NULL, &o, &c), TR_EEXIST);
+    uint32_t n = atomic_load(&rt->next_slot), checked = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        tr__actor_t *a = tr__slot(rt, i);
+        if (atomic_load(&a->gen) & 1) continue; /* alive */
+        assert_int_equal(atomic_load(&a->supervisor), TR__SUP_CLOSED);
+        checked++;
+    }
+    assert_true(checked >= 1);
+    tr_runtime_shutdown(rt, "test");
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_link_racing_stop_tells_exactly_the_linked),
+        cmocka_unit_test(test_link_failed_spawn_leaves_its_slot_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
