@@ -20,6 +20,11 @@
 
 enum { MSG_GO = TR_MSG_USER, MSG_DONE };
 
+/* Registered, so that the test also runs with every message crossing its msgpack form
+ * (TROUPE_WIRE_CHECK=1, a CI step). */
+static const tr_msg_desc_t go_desc = {MSG_GO, "go", "makes a child stop", 0, 0, NULL};
+static const tr_msg_desc_t done_desc = {MSG_DONE, "done", "makes the supervisor stop", 0, 0, NULL};
+
 typedef struct notices {
     uint64_t *ids; /* the children whose exits came, in arrival order */
     size_t n, cap;
@@ -134,6 +139,8 @@ static void test_link_failed_spawn_leaves_its_slot_closed(void **state)
 
 int main(void)
 {
+    tr_msg_type_register(&go_desc);
+    tr_msg_type_register(&done_desc);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_link_racing_stop_tells_exactly_the_linked),
         cmocka_unit_test(test_link_failed_spawn_leaves_its_slot_closed),

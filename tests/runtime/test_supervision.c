@@ -17,7 +17,10 @@
 
 enum { MSG_WORK = TR_MSG_USER, MSG_BOOM };
 
+/* Registered, so that the tests also run with every message crossing its msgpack form
+ * (TROUPE_WIRE_CHECK=1, a CI step): the failure notices then cross it too. */
 static const tr_msg_desc_t boom_desc = {MSG_BOOM, "boom", "makes a worker fail", 0, 0, NULL};
+static const tr_msg_desc_t work_desc = {MSG_WORK, "work", "a worker's unit of work", 0, 0, NULL};
 
 typedef struct worker {
     int handled;
@@ -69,8 +72,8 @@ static int supervisor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         if (s->restart_rc < 0) /* nothing left to wait for */
             return tr_actor_stop(ctx->rt, ctx->self);
         s->child = fresh;
-        tr_actor_send(ctx->rt, fresh, tr_msg_alloc(ctx->rt, MSG_WORK, 0));
-        tr_actor_send(ctx->rt, fresh, tr_msg_alloc(ctx->rt, MSG_WORK, 0));
+        assert_int_equal(tr_actor_send(ctx->rt, fresh, tr_msg_alloc(ctx->rt, MSG_WORK, 0)), 0);
+        assert_int_equal(tr_actor_send(ctx->rt, fresh, tr_msg_alloc(ctx->rt, MSG_WORK, 0)), 0);
         return 0;
     }
     /* the restarted child stopped normally after its two messages */
@@ -425,6 +428,7 @@ static void test_supervision_bad_intensity_is_refused(void **state)
 int main(void)
 {
     tr_msg_type_register(&boom_desc);
+    tr_msg_type_register(&work_desc);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supervision_failure_is_reported_and_restarted),
         cmocka_unit_test(test_supervision_unhandled_failure_stops_runtime),
