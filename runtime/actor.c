@@ -231,6 +231,9 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
      * publish after its slot was read. Either the failure's read sees this generation or this
      * load sees `failed` (a second KILL is a dead letter). */
     if (atomic_load_explicit(&rt->failed, memory_order_seq_cst)) send_kill(rt, id, TR_ESHUTDOWN);
+    /* seq_cst: likewise with a shutdown's flag and its scan (tr_runtime_shutdown) */
+    else if (atomic_load_explicit(&rt->shut_down, memory_order_seq_cst))
+        tr__runtime_stop_late(rt, id);
     return id;
 }
 

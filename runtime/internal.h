@@ -157,6 +157,7 @@ struct tr_runtime {
     _Atomic uint32_t next_slot; /* fresh slots handed out; read by every lookup */
     _Atomic int stopping;       /* close has begun: threads exit; read by every worker loop */
     _Atomic int failed;         /* an unhandled failure: no more spawns */
+    _Atomic int shut_down;      /* tr_runtime_shutdown was called: new actors get a stop too */
     char pad1_[TR__CACHE_LINE];
     _Atomic uint64_t alive; /* written by every spawn and every stop */
     _Atomic uint64_t spawned;
@@ -177,6 +178,7 @@ struct tr_runtime {
     uint32_t n_free;
     tr__pinned_t *pinned;
     char failure[512];
+    char shutdown_reason[48]; /* the first tr_runtime_shutdown's (TR_MSG_STOP's reason) */
 
     /* --- under idle_mu --- */
     pthread_mutex_t idle_mu;
@@ -255,6 +257,8 @@ int tr__loop_start(tr_runtime_t *rt);
 void tr__loop_stop(tr_runtime_t *rt);
 
 /* --- runtime.c --- */
+/* Sends a the TR_MSG_STOP of a tr_runtime_shutdown that came before its publication. */
+void tr__runtime_stop_late(tr_runtime_t *rt, tr_actor_t a);
 /* The calling thread's message pool for rt, created on first use (aborts when out of memory).
  * Inline for the common case: every message's allocation and free asks for it. */
 tr__pool_t *tr__thread_pool_slow(tr_runtime_t *rt);

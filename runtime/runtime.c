@@ -199,10 +199,27 @@ static void stop_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
     tr__actor_send_internal(rt, a, m, true);
 }
 
+/* An actor published after a shutdown began also gets a stop: a spawn racing the shutdown (a
+ * behaviour handling its stop, another thread) would otherwise live on, and tr_runtime_run
+ * would wait for it forever. shut_down is set before the scan and read after each
+ * publication (both seq_cst): either the scan sees the new actor or its publication sees the
+ * flag (then it may get two stops, as from two shutdowns). */
 void tr_runtime_shutdown(tr_runtime_t *rt, const char *reason)
 {
-    if (rt)
-        tr__actor_for_each_alive(rt, stop_one, (void *)(reason ? reason : "shutdown"));
+    if (!rt) return;
+    reason = reason ? reason : "shutdown";
+    pthread_mutex_lock(&rt->mu);
+    if (!atomic_load_explicit(&rt->shut_down, memory_order_relaxed))
+        snprintf(rt->shutdown_reason, sizeof(rt->shutdown_reason), "%s", reason);
+    /* seq_cst: before the scan's reads of each slot's generation (see publish) */
+    atomic_store_explicit(&rt->shut_down, 1, memory_order_seq_cst);
+    pthread_mutex_unlock(&rt->mu);
+    tr__actor_for_each_alive(rt, stop_one, (void *)reason);
+}
+
+void tr__runtime_stop_late(tr_runtime_t *rt, tr_actor_t a)
+{
+    stop_one(rt, a, rt->shutdown_reason); /* written before shut_down, which was read */
 }
 
 void tr_runtime_close(tr_runtime_t *rt)

@@ -99,8 +99,10 @@ int tr_runtime_init(tr_runtime_t **rt, const tr_runtime_opts_t *opts);
  * worker. */
 int tr_runtime_run(tr_runtime_t *rt);
 
-/* Sends TR_MSG_STOP with reason to every live actor. Returns at once. Any thread (not a
- * signal handler: signals are the runtime's own job, see handle_signals). */
+/* Sends TR_MSG_STOP with reason to every live actor, and to every actor spawned or restarted
+ * after (with the first call's reason), so that tr_runtime_run returns once they have
+ * stopped. Returns at once. Any thread (not a signal handler: signals are the runtime's own
+ * job, see handle_signals). */
 void tr_runtime_shutdown(tr_runtime_t *rt, const char *reason);
 
 /* Joins the threads and frees everything; messages still queued are freed unread. Lifetime

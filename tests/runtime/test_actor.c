@@ -328,6 +328,32 @@ static void test_actor_shutdown_sends_stop_to_everyone(void **state)
     tr_runtime_close(rt);
 }
 
+/* Actors spawned after a shutdown (by a behaviour handling its stop, or by a thread that
+ * raced it) get a stop too, with the first shutdown's reason; otherwise tr_runtime_run would
+ * wait for them forever. Checked with a deadline before the run, so a miss fails fast. */
+static void test_actor_shutdown_stops_later_spawns_too(void **state)
+{
+    tr_runtime_t *rt = start(2);
+    stop_state_t plain = {{0}, 0}, deferred = {{0}, 1};
+    tr_actor_opts_t d = {.defer_stop = 1};
+    tr_actor_t a, b;
+    tr_runtime_shutdown(rt, "first");
+    tr_runtime_shutdown(rt, "second");
+    assert_int_equal(tr_actor_spawn(rt, stoppable, &plain, NULL, &a), 0);
+    assert_int_equal(tr_actor_spawn(rt, stoppable, &deferred, &d, &b), 0);
+    tr_runtime_stats_t st = {0};
+    for (int i = 0; i < 5000; i++) {
+        tr_runtime_stats(rt, &st);
+        if (st.actors_alive == 0) break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    assert_int_equal(st.actors_alive, 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    assert_string_equal(plain.reason, "first");
+    assert_string_equal(deferred.reason, "first");
+    tr_runtime_close(rt);
+}
+
 /* --- close with messages in flight frees everything (checked by ASan's leak checker) --- */
 
 static int never_stops(tr_ctx_t *ctx, tr_msg_t *msg)
@@ -390,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_actor_stop_from_outside_drops_the_rest),
         cmocka_unit_test(test_actor_pinned_runs_on_its_own_thread),
         cmocka_unit_test(test_actor_shutdown_sends_stop_to_everyone),
+        cmocka_unit_test(test_actor_shutdown_stops_later_spawns_too),
         cmocka_unit_test(test_actor_close_with_messages_in_flight_frees_them),
         cmocka_unit_test(test_actor_close_cleans_up_only_what_init_began),
     };
