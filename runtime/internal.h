@@ -257,7 +257,7 @@ int tr__loop_start(tr_runtime_t *rt);
 void tr__loop_stop(tr_runtime_t *rt);
 
 /* --- runtime.c --- */
-/* Sends a the TR_MSG_STOP of a tr_runtime_shutdown that came before its publication. */
+/* Sends actor a the TR_MSG_STOP of a tr_runtime_shutdown that came before its publication. */
 void tr__runtime_stop_late(tr_runtime_t *rt, tr_actor_t a);
 /* The calling thread's message pool for rt, created on first use (aborts when out of memory).
  * Inline for the common case: every message's allocation and free asks for it. */

@@ -192,8 +192,11 @@ int tr_runtime_run(tr_runtime_t *rt)
 static void stop_one(tr_runtime_t *rt, tr_actor_t a, void *arg)
 {
     tr_msg_t *m = tr_msg_new(rt, TR_MSG_STOP);
-    if (!m)
+    if (!m) {
+        tr_log(TR_LOG_ERROR, "shutdown: out of memory: actor #%u gets no stop request",
+               (uint32_t)a.id);
         return;
+    }
     snprintf(TR_MSG_AS(m, stop)->reason, sizeof(TR_MSG_AS(m, stop)->reason), "%s",
              (const char *)arg);
     tr__actor_send_internal(rt, a, m, true);

@@ -354,6 +354,47 @@ static void test_actor_shutdown_stops_later_spawns_too(void **state)
     tr_runtime_close(rt);
 }
 
+/* A supervisor (defer_stop) that restarts its child once when it exits during a shutdown: the
+ * restarted generation is published after the shutdown and gets its stop too. */
+typedef struct restarter {
+    int exits, restart_rc;
+} restarter_t;
+
+static int restarter(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    restarter_t *r = ctx->state;
+    if (msg->type != TR_MSG_EXIT) return 0; /* its own stop: waits for the child */
+    if (++r->exits == 1) {
+        tr_actor_t again;
+        r->restart_rc = tr_actor_restart(ctx->rt, TR_MSG_AS(msg, exit)->actor, &again);
+        return 0;
+    }
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static void test_actor_shutdown_stops_a_restart_after_it(void **state)
+{
+    tr_runtime_t *rt = start(2);
+    restarter_t r = {0};
+    stop_state_t child = {{0}, 0};
+    tr_actor_t s, c;
+    assert_int_equal(tr_actor_spawn(rt, restarter, &r, &(tr_actor_opts_t){.defer_stop = 1}, &s), 0);
+    assert_int_equal(tr_actor_spawn(rt, stoppable, &child, &(tr_actor_opts_t){.supervisor = s}, &c),
+                     0);
+    tr_runtime_shutdown(rt, "test");
+    tr_runtime_stats_t st = {0};
+    for (int i = 0; i < 5000; i++) {
+        tr_runtime_stats(rt, &st);
+        if (st.actors_alive == 0) break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    assert_int_equal(st.actors_alive, 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    assert_int_equal(r.restart_rc, 0);
+    assert_int_equal(r.exits, 2);
+    tr_runtime_close(rt);
+}
+
 /* --- close with messages in flight frees everything (checked by ASan's leak checker) --- */
 
 static int never_stops(tr_ctx_t *ctx, tr_msg_t *msg)
@@ -417,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_actor_pinned_runs_on_its_own_thread),
         cmocka_unit_test(test_actor_shutdown_sends_stop_to_everyone),
         cmocka_unit_test(test_actor_shutdown_stops_later_spawns_too),
+        cmocka_unit_test(test_actor_shutdown_stops_a_restart_after_it),
         cmocka_unit_test(test_actor_close_with_messages_in_flight_frees_them),
         cmocka_unit_test(test_actor_close_cleans_up_only_what_init_began),
     };
