@@ -328,6 +328,19 @@ static void test_actor_shutdown_sends_stop_to_everyone(void **state)
     tr_runtime_close(rt);
 }
 
+/* The live actors left once they are all gone or 5 s have passed: a deadline, so that a
+ * missing stop fails the test instead of hanging tr_runtime_run. */
+static uint64_t alive_after_5s(tr_runtime_t *rt)
+{
+    tr_runtime_stats_t st = {0};
+    for (int i = 0; i < 5000; i++) {
+        tr_runtime_stats(rt, &st);
+        if (st.actors_alive == 0) break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return st.actors_alive;
+}
+
 /* Actors spawned after a shutdown (by a behaviour handling its stop, or by a thread that
  * raced it) get a stop too, with the first shutdown's reason; otherwise tr_runtime_run would
  * wait for them forever. Checked with a deadline before the run, so a miss fails fast. */
@@ -341,13 +354,7 @@ static void test_actor_shutdown_stops_later_spawns_too(void **state)
     tr_runtime_shutdown(rt, "second");
     assert_int_equal(tr_actor_spawn(rt, stoppable, &plain, NULL, &a), 0);
     assert_int_equal(tr_actor_spawn(rt, stoppable, &deferred, &d, &b), 0);
-    tr_runtime_stats_t st = {0};
-    for (int i = 0; i < 5000; i++) {
-        tr_runtime_stats(rt, &st);
-        if (st.actors_alive == 0) break;
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    assert_int_equal(st.actors_alive, 0);
+    assert_int_equal(alive_after_5s(rt), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     assert_string_equal(plain.reason, "first");
     assert_string_equal(deferred.reason, "first");
@@ -382,13 +389,7 @@ static void test_actor_shutdown_stops_a_restart_after_it(void **state)
     assert_int_equal(tr_actor_spawn(rt, stoppable, &child, &(tr_actor_opts_t){.supervisor = s}, &c),
                      0);
     tr_runtime_shutdown(rt, "test");
-    tr_runtime_stats_t st = {0};
-    for (int i = 0; i < 5000; i++) {
-        tr_runtime_stats(rt, &st);
-        if (st.actors_alive == 0) break;
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    assert_int_equal(st.actors_alive, 0);
+    assert_int_equal(alive_after_5s(rt), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     assert_int_equal(r.restart_rc, 0);
     assert_int_equal(r.exits, 2);
