@@ -265,6 +265,8 @@ int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
     if ((rc = open_file(w, err, errlen)) < 0) return rc;
     tr_actor_opts_t o = {.name = "swapper",
                          .pinned = 1,
+                         .defer_stop = 1, /* a signal's stop: the engine stops it after the
+                                           * step and the save, which need the swapped state */
                          .supervisor = eng->supervisor,
                          /* its handlers are the reads and writes: the trace's "io" */
                          .lane_kind = TR_LANE_IO};
