@@ -111,13 +111,13 @@ static void release(tr_runtime_t *rt)
 /* What can be checked before anything is allocated. */
 static int check_opts(const tr_runtime_opts_t *o)
 {
-    if (!o || (!o->slice_us && !o->kernel_slice)) return 0;
-    if (o->kernel_slice && o->slice_us)
+    if (!o || !o->slice_us) return 0; /* the default slice, or kernel_slice alone */
+    if (o->kernel_slice)
         return tr__error(TR_EINVAL,
                          "tr_runtime_init: slice_us is %u and kernel_slice is set: "
                          "give one or the other",
                          o->slice_us);
-    if (!o->kernel_slice && (o->slice_us < TR__SLICE_US_MIN || o->slice_us > TR__SLICE_US_MAX))
+    if (o->slice_us < TR__SLICE_US_MIN || o->slice_us > TR__SLICE_US_MAX)
         return tr__error(TR_EINVAL,
                          "tr_runtime_init: slice_us is %u: expected %u to %u "
                          "(microseconds), or 0 for %u",

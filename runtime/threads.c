@@ -69,8 +69,7 @@ static void ask_slice(uint64_t slice_ns)
     a.flags = 0;
     if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
         tr_log(TR_LOG_DEBUG,
-               "runtime thread: sched_setattr (slice %llu ns): %s; kernel's "
-               "slice kept",
+               "runtime thread: sched_setattr (slice %llu ns): %s; kernel's slice kept",
                (unsigned long long)slice_ns, strerror(errno));
 }
 
@@ -104,7 +103,8 @@ int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(voi
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = pthread_create(thread, NULL, start, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!rc) pthread_setname_np(*thread, cut); /* here: named before this returns */
     if (rc) free(s);
+    else
+        pthread_setname_np(*thread, cut); /* here: named before this returns */
     return rc;
 }
