@@ -35,3 +35,27 @@ same_after_resume() {
     diff "$1.want" "$2.got" || fail "the resumed run differs from the straight one ($2)"
     diff <(grep '^val:' "$1") <(grep '^val:' "$2") || fail "val loss differs after resume ($2)"
 }
+
+# interrupt_at_step3 SAVE_DIR ARGS...: troupe train on the tiny model with ARGS and --save-dir
+# SAVE_DIR, sent SIGINT once it has printed its third step. It must exit 0, saved at the step
+# it stopped at, which goes to $step (int.txt, int_err.txt: its output).
+interrupt_at_step3() {
+    local dir=$1 pid rc=0
+    shift
+    "$troupe" train "${tiny[@]}" "$@" --steps 1000000 --save-dir "$dir" --print-every 1 \
+        > int.txt 2> int_err.txt &
+    pid=$!
+    for _ in $(seq 600); do # up to 60 s for the third step
+        grep -q '^step 3/' int.txt 2>/dev/null && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q '^step 3/' int.txt || { cat int.txt int_err.txt; fail "no third step"; }
+    kill -INT "$pid"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 0 ] || { cat int.txt int_err.txt; fail "after SIGINT: exit $rc, expected 0"; }
+    step=$(sed -n 's/^summary: stopped (signal) at step \([0-9]*\).*/\1/p' int.txt)
+    [ -n "$step" ] || { cat int.txt int_err.txt; fail "no 'stopped' summary"; }
+    grep -q "^saved: $dir/global_step$step (latest)" int.txt ||
+        { cat int.txt; fail "no 'saved:' line for step $step"; }
+}

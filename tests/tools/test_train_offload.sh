@@ -29,21 +29,7 @@ same_after_resume nvme resumed 4 6
 # SIGINT: the step ends and the save (both need the swapped state) completes before the
 # swapper stops; the run exits 0 and resumes (the swapper once stopped at the signal, and the
 # optimizer's next request failed the engine: exit 1, nothing saved)
-"$troupe" train "${tiny[@]}" --deepspeed_config "$offload" --steps 1000000 --save-dir sig \
-    --print-every 1 > int.txt 2> int_err.txt &
-pid=$!
-for _ in $(seq 600); do # up to 60 s for the third step
-    grep -q '^step 3/' int.txt 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-kill -INT "$pid"
-rc=0
-wait "$pid" || rc=$?
-[ "$rc" -eq 0 ] || { cat int.txt int_err.txt; fail "offloaded run after SIGINT: exit $rc, expected 0"; }
-step=$(sed -n 's/^summary: stopped (signal) at step \([0-9]*\).*/\1/p' int.txt)
-[ -n "$step" ] || { cat int.txt int_err.txt; fail "no 'stopped' summary after SIGINT"; }
-grep -q "^saved: sig/global_step$step (latest)" int.txt || { cat int.txt; fail "no save at the signal"; }
+interrupt_at_step3 sig --deepspeed_config "$offload"
 run_steps "$offload" sigres --steps $((step + 1)) --save-dir sig --resume
 grep -q "^resume: loaded sig at step $step" sigres.txt || { cat sigres.txt; fail "not resumed at $step"; }
 echo "ok: offloaded training in troupe train matches in-memory training, resumes, and stops on SIGINT"

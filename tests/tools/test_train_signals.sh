@@ -9,23 +9,8 @@ source "$(dirname "$0")/common.sh"
 latest() { tr -d '\n' < "$1/latest"; }
 
 # --- SIGINT ------------------------------------------------------------------------------
-"$troupe" train "${tiny[@]}" --steps 1000000 --save-dir "$tmp/ck" --print-every 1 \
-    > int.txt 2> int_err.txt &
-pid=$!
-for _ in $(seq 600); do # up to 60 s for the third step
-    grep -q '^step 3/' int.txt 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-grep -q '^step 3/' int.txt || { cat int.txt int_err.txt; fail "no third step"; }
-kill -INT "$pid"
-rc=0
-wait "$pid" || rc=$?
-[ "$rc" -eq 0 ] || { cat int.txt int_err.txt; fail "after SIGINT: exit $rc, expected 0"; }
+interrupt_at_step3 "$tmp/ck"
 grep -q 'SIGINT received' int_err.txt || fail "the signal was not reported"
-step=$(sed -n 's/^summary: stopped (signal) at step \([0-9]*\).*/\1/p' int.txt)
-[ -n "$step" ] || { cat int.txt; fail "no 'stopped' summary"; }
-grep -q "^saved: $tmp/ck/global_step$step (latest)" int.txt || fail "no 'saved:' line for step $step"
 [ "$(latest "$tmp/ck")" = "global_step$step" ] || fail "latest is not global_step$step"
 "$troupe" train "${tiny[@]}" --steps $((step + 2)) --save-dir "$tmp/ck" --resume > res.txt 2>err.txt ||
     { cat err.txt; fail "--resume after SIGINT failed"; }
