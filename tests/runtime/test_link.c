@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "runtime/internal.h"
+#include "stress_testing.h"
 #include "troupe.h"
 
 enum { MSG_GO = TR_MSG_USER, MSG_DONE };
@@ -72,13 +73,12 @@ static void test_link_racing_stop_tells_exactly_the_linked(void **state)
     tr_actor_t sup;
     assert_int_equal(tr_actor_spawn(rt, supervisor, &got, NULL, &sup), 0);
     size_t n_linked = 0, n_stopped = 0;
-    unsigned seed = (unsigned)time(NULL);
-    printf("seed %u\n", seed);
+    uint64_t rng = stress_seed("link race", "TEST_LINK_SEED");
     for (int i = 0; i < N; i++) {
         tr_actor_t c;
         assert_int_equal(tr_actor_spawn(rt, stops_at_once, NULL, NULL, &c), 0);
         assert_int_equal(tr_actor_send(rt, c, tr_msg_alloc(rt, MSG_GO, 0)), 0);
-        for (volatile unsigned k = (unsigned)rand_r(&seed) % 2048; k; k--) /* spread the race */
+        for (volatile unsigned k = (unsigned)(tr_rng_next(&rng) % 2048); k; k--) /* spread */
             ;
         int rc = tr_actor_link(rt, sup, c);
         if (rc == 0)
