@@ -436,21 +436,41 @@ idle_actor(Pokes) ->
     end.
 
 %% idle_cpu: IDLE_ACTORS processes each handle one message, then nothing happens for IDLE_MS;
-%% the OS process's CPU time (statistics(runtime): every thread, user + system) over that
-%% window in percent of one core. statistics(runtime) counts whole milliseconds, so over
-%% 2 s the figure moves in steps of 0.05 %.
+%% the OS process's CPU time (every thread, user + system) over that window in percent of one
+%% core. statistics(runtime) counts whole milliseconds (0.05 % steps over 2 s, often reading
+%% 0 for a runtime that does use CPU), and reading /proc from inside the VM wakes its dirty
+%% I/O schedulers (~1 ms of CPU a reading), so a shell outside the VM reads every VM thread's
+%% run time in ns (/proc/PID/task/*/schedstat: the sum getrusage gives Troupe, Go and CAF)
+%% at both ends of the window, while the VM waits for its answer without a timer of its own.
 idle_cpu() ->
     All = [spawn(fun() -> idle_actor(0) end) || _ <- lists:seq(1, ?IDLE_ACTORS)],
     [P ! poke || P <- All],
-    timer:sleep(100),
-    {C0, _} = statistics(runtime),
-    T0 = now_ns(),
-    timer:sleep(?IDLE_MS),
-    {C1, _} = statistics(runtime),
-    T1 = now_ns(),
+    %% both samples are printed at the end: a line read mid-window would wake the VM
+    Sample = "\"$(date +%s%N) $(cat /proc/" ++ os:getpid() ++ "/task/*/schedstat"
+             " | awk '{s += $1} END {print s}')\"",
+    Script = "sleep 0.1; a=" ++ Sample ++ "; sleep "
+             ++ float_to_list(?IDLE_MS / 1000, [{decimals, 3}]) ++ "; b=" ++ Sample
+             ++ "; echo \"$a\"; echo \"$b\"",
+    Port = open_port({spawn_executable, "/bin/sh"}, [{args, ["-c", Script]}, exit_status,
+                                                     {line, 256}]),
+    Lines = port_lines(Port, []),
     [P ! stop || P <- All],
-    print("idle_cpu", 100 * (C1 - C0) * 1.0e6 / (T1 - T0), "%"),
-    true.
+    case [[list_to_integer(F) || F <- string:lexemes(L, " ")] || L <- Lines] of
+        [[T0, C0], [T1, C1]] when T1 > T0 ->
+            print("idle_cpu", 100 * (C1 - C0) / (T1 - T0), "%"),
+            true;
+        _ ->
+            io:format(standard_error, "idle_cpu: could not read the VM's CPU time from "
+                      "/proc/~s/task/*/schedstat: got ~p~n", [os:getpid(), Lines]),
+            false
+    end.
+
+port_lines(Port, Acc) ->
+    receive
+        {Port, {data, {eol, L}}} -> port_lines(Port, [L | Acc]);
+        {Port, {exit_status, 0}} -> lists:reverse(Acc);
+        {Port, {exit_status, S}} -> lists:reverse([io_lib:format("exit ~p", [S]) | Acc])
+    end.
 
 %% --- harness: harness.h's, in Erlang ------------------------------------------------------
 
