@@ -50,25 +50,27 @@ from_float_avx2(uint16_t *dst, const float *src, size_t n, tr_half_kind_t kind)
 }
 #endif
 
-static void from_float_range(void *ctx, size_t begin, size_t end, int thread)
+void tr__half_from_float_serial(uint16_t *dst, const float *src, size_t n, tr_half_kind_t kind)
 {
-    job_t *j = ctx;
-    uint16_t *dst = j->h + begin;
-    const float *src = j->fin + begin;
-    size_t n = end - begin;
 #if defined(__x86_64__)
     switch (tr__isa_get()) {
     case TR_ISA_AVX512:
-        from_float_avx512(dst, src, n, j->kind);
+        from_float_avx512(dst, src, n, kind);
         return;
     case TR_ISA_AVX2:
-        from_float_avx2(dst, src, n, j->kind);
+        from_float_avx2(dst, src, n, kind);
         return;
     default:
         break;
     }
 #endif
-    from_float_scalar(dst, src, n, j->kind);
+    from_float_scalar(dst, src, n, kind);
+}
+
+static void from_float_range(void *ctx, size_t begin, size_t end, int thread)
+{
+    job_t *j = ctx;
+    tr__half_from_float_serial(j->h + begin, j->fin + begin, end - begin, j->kind);
 }
 
 static void to_float_range(void *ctx, size_t begin, size_t end, int thread)

@@ -94,6 +94,9 @@ static inline float tr_half_to_float(uint16_t h)
  * kernels' thread pool. Any thread. */
 void tr_half_from_float_array(uint16_t *dst, const float *src, size_t n, tr_half_kind_t kind);
 
+/* The same on the calling thread alone (inside a task of the thread pool). */
+void tr__half_from_float_serial(uint16_t *dst, const float *src, size_t n, tr_half_kind_t kind);
+
 /* Converts n halves of `kind` to floats. Any thread. */
 void tr_half_to_float_array(float *dst, const uint16_t *src, size_t n, tr_half_kind_t kind);
 

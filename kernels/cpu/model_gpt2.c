@@ -94,7 +94,7 @@ static int block_forward(tr_layer_t *l, tr_layer_ctx_t *c)
                           PARAM(c, l, LN1B), N, C);
     tr__linear_forward(a.qkv, a.ln1, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), PARAM(c, l, QKVB),
                        N, C, 3 * C);
-    tr__attention_forward(a.atty, a.att, a.qkv, B, T, C, s->NH);
+    tr__attention_forward(a.atty, a.att, a.qkv, B, T, C, s->NH, c->params_bf16 != NULL);
     tr__linear_forward_fused(a.res2, NULL, a.atty, PARAM(c, l, ATTPROJW),
                              PARAM_BF16(c, l, ATTPROJW), PARAM(c, l, ATTPROJB), c->in, N, C, C);
     tr__layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, PARAM(c, l, LN2W),
@@ -138,7 +138,8 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
                            a.ln2_rstd, N, C);
     tr__linear_backward_input(datty, d.dres2, PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW),
                               NULL, N, C, C);
-    tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH);
+    tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH,
+                           c->params_bf16 != NULL);
     tr__linear_backward_input(d.dln1, d.dqkv, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), NULL, N, C,
                               3 * C);
     if (!c->din) return; /* nothing before this layer: no input gradient */

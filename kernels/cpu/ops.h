@@ -68,10 +68,12 @@ void tr__embedding_backward(float *dwte, float *dwpe, const float *dout, const i
 /* attention.c: causal multi-head self-attention. inp (B, T, 3C) holds q, k, v; att
  * (B, NH, T, T) keeps the softmax for backward (upper triangle zero); out (B, T, C).
  * scratch holds B * NH * T * T floats. The backward writes dinp (B, T, 3C) (every element
- * once: no zeroed buffer needed). */
-void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
+ * once: no zeroed buffer needed). bf16: the products on bf16 operands with fp32 accumulation
+ * (bf16 mixed precision), else fp32. */
+void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH,
+                           int bf16);
 void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
-                            const float *att, int B, int T, int C, int NH);
+                            const float *att, int B, int T, int C, int NH, int bf16);
 
 /* crossentropy.c: fused softmax + cross-entropy. logits (N, Vp) are replaced by the
  * probabilities (padding columns set to 0); losses (N) get -log p[target], 0 where the target

@@ -415,14 +415,14 @@ static void test_layers_attention_matches_naive_and_finite_differences(void **st
         for (int i = 0; i < N * 3 * C; i++) /* the backward writes every element: no zeroing */
             dqkv[i] = NAN;
         double want[N * C];
-        tr__attention_forward(out, att, qkv, B, T, C, NH);
+        tr__attention_forward(out, att, qkv, B, T, C, NH, 0);
         ref_attention(want, c.qkv);
         expect_forward("attention", out, want, N * C);
         for (int bh = 0; bh < B * NH; bh++) // causal: no weight above the diagonal
             for (int t = 0; t < T; t++)
                 for (int u = t + 1; u < T; u++)
                     assert_true(att[(bh * T + t) * T + u] == 0.0f);
-        tr__attention_backward(dqkv, scratch, r, qkv, att, B, T, C, NH);
+        tr__attention_backward(dqkv, scratch, r, qkv, att, B, T, C, NH, 0);
         expect_grad("attention dinp", att_objective, &c, c.qkv, N * 3 * C, dqkv, TOL_ATTENTION);
         free(c.qkv), free(c.r), free(qkv), free(r);
     }
