@@ -32,11 +32,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 
-typedef struct {
-    float *out, *att, *dinp, *scratch;
-    const float *inp, *dout, *catt;
-    int B, T, C, NH, bf16;
-} att_job;
+typedef struct att_job att_job;
 
 #define MM(ta, tb, M, N, K, A, lda, B, ldb, beta, Cm, ldc)                                         \
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc)
@@ -68,6 +64,13 @@ static void rows_bf16(uint16_t *dst, const float *src, int rows, int cols, int l
 typedef struct {
     uint16_t *x[4], *sq[2];
 } bf16_bufs;
+
+struct att_job {
+    float *out, *att, *dinp, *scratch;
+    const float *inp, *dout, *catt;
+    int B, T, C, NH, bf16;
+    void (*pair)(const att_job *j, size_t bh, const bf16_bufs *h); /* forward or backward */
+};
 
 static uint16_t *bf16_bufs_alloc(bf16_bufs *b, int T, int hs)
 {
@@ -103,13 +106,14 @@ static void forward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
     tr__gemm_bf16(be, 0, 0, T, hs, T, ah, T, vh, hs, 0.0f, o, C);
 }
 
-static void forward_heads(void *ctx, size_t begin, size_t end, int thread)
+/* The pool's task: pairs begin..end, forward or backward, with this thread's bf16 buffers. */
+static void heads(void *ctx, size_t begin, size_t end, int thread)
 {
     const att_job *j = ctx;
     bf16_bufs h;
     uint16_t *mem = j->bf16 ? bf16_bufs_alloc(&h, j->T, j->C / j->NH) : NULL;
     for (size_t bh = begin; bh < end; bh++)
-        forward_pair(j, bh, mem ? &h : NULL);
+        j->pair(j, bh, mem ? &h : NULL);
     free(mem);
 }
 
@@ -117,9 +121,16 @@ void tr__attention_forward(float *out, float *att, const float *inp, int B, int 
                            int bf16)
 {
     tr__blas_one_thread();
-    att_job j = {
-        .out = out, .att = att, .inp = inp, .B = B, .T = T, .C = C, .NH = NH, .bf16 = bf16};
-    tr_parallel_for((size_t)B * NH, 1, forward_heads, &j);
+    att_job j = {.out = out,
+                 .att = att,
+                 .inp = inp,
+                 .B = B,
+                 .T = T,
+                 .C = C,
+                 .NH = NH,
+                 .bf16 = bf16,
+                 .pair = forward_pair};
+    tr_parallel_for((size_t)B * NH, 1, heads, &j);
 }
 
 /* da (T, T) = datt becomes dpre: through the softmax (att a) and the scale */
@@ -167,16 +178,6 @@ static void backward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
     tr__gemm_bf16(be, 1, 0, T, hs, T, dah, T, qh, hs, 0.0f, dk, 3 * C); // dk = dpre^T q
 }
 
-static void backward_heads(void *ctx, size_t begin, size_t end, int thread)
-{
-    const att_job *j = ctx;
-    bf16_bufs h;
-    uint16_t *mem = j->bf16 ? bf16_bufs_alloc(&h, j->T, j->C / j->NH) : NULL;
-    for (size_t bh = begin; bh < end; bh++)
-        backward_pair(j, bh, mem ? &h : NULL);
-    free(mem);
-}
-
 void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                             const float *att, int B, int T, int C, int NH, int bf16)
 {
@@ -190,6 +191,7 @@ void tr__attention_backward(float *dinp, float *scratch, const float *dout, cons
                  .T = T,
                  .C = C,
                  .NH = NH,
-                 .bf16 = bf16};
-    tr_parallel_for((size_t)B * NH, 1, backward_heads, &j);
+                 .bf16 = bf16,
+                 .pair = backward_pair};
+    tr_parallel_for((size_t)B * NH, 1, heads, &j);
 }
