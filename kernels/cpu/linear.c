@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,26 +210,20 @@ static const uint16_t *dout_bf16(const float *dout, const uint16_t *weight_bf16,
     return dy;
 }
 
-void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
-                               const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
-                               int OC)
-{
-    // dinp (N, C) = dout (N, OC) @ weight (OC, C) [* GELU'(gelu_pre (N, C))]
-    const uint16_t *dy = dout_bf16(dout, weight_bf16, (size_t)N * OC);
-    gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 0.0f, dinp, C,
-         (gemm_fuse){.gelu_pre = gelu_pre});
-}
-
-void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
-                         int C, int OC)
+/* The backward's products: dinp (N, C) = dout weight (written, or added to with accumulate;
+ * times GELU'(gelu_pre) when set), dweight (OC, C) += dout^T inp, dbias (OC) += column sums of
+ * dout; each of dinp, dweight, dbias may be NULL. In bf16 the gradient is rounded once for
+ * both products. */
+static void backward(float *dinp, bool accumulate, const float *gelu_pre, float *dweight,
+                     float *dbias, const float *dout, const float *inp, const float *weight,
+                     const uint16_t *weight_bf16, int N, int C, int OC)
 {
     const uint16_t *dy = dout_bf16(dout, weight_bf16, (size_t)N * OC), *x = NULL;
     if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C))) bf16_fallback_warning(), dy = NULL;
-    // dinp (N, C) += dout (N, OC) @ weight (OC, C)
+    // dinp (N, C) [+]= dout (N, OC) @ weight (OC, C) [* GELU'(gelu_pre (N, C))]
     if (dinp)
-        gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C, 1.0f, dinp, C,
-             (gemm_fuse){0});
+        gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C,
+             accumulate ? 1.0f : 0.0f, dinp, C, (gemm_fuse){.gelu_pre = gelu_pre});
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     if (dweight)
         gemm(1, 0, OC, C, N, dout, dy, OC, inp, dy ? x : NULL, C, 1.0f, dweight, C, (gemm_fuse){0});
@@ -236,4 +231,25 @@ void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float 
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);
     }
+}
+
+void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
+                               const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
+                               int OC)
+{
+    backward(dinp, false, gelu_pre, NULL, NULL, dout, NULL, weight, weight_bf16, N, C, OC);
+}
+
+void tr__linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, const uint16_t *weight_bf16, int N,
+                         int C, int OC)
+{
+    backward(dinp, true, NULL, dweight, dbias, dout, inp, weight, weight_bf16, N, C, OC);
+}
+
+void tr__linear_backward_both(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const uint16_t *weight_bf16,
+                              const float *gelu_pre, int N, int C, int OC)
+{
+    backward(dinp, false, gelu_pre, dweight, dbias, dout, inp, weight, weight_bf16, N, C, OC);
 }

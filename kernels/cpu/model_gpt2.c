@@ -169,14 +169,42 @@ static void block_backward_w(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d)
                            PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
-/* The whole backward: both parts, the stash in the scratch. */
+/* The whole backward: block_backward_in's list with each product's weight gradient taken
+ * in the same call as its input gradient (tr__linear_backward_both: in bf16 the gradient is
+ * rounded once, not again in block_backward_w), and the layernorms' parameter gradients
+ * after; every sum as in the split backward's two parts, so the same bits (test_pipe_model). */
 static int block_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     const gpt2_state *s = l->state;
-    size_t NC = (size_t)c->B * c->T * s->C;
+    int B = c->B, T = c->T, C = s->C, N = B * T;
+    size_t NC = (size_t)N * C;
+    block_acts a;
+    carve_block(&a, c->acts, B, T, C, s->NH);
     block_stash d = carve_stash(c->scratch, NC);
-    block_backward_in(l, c, d, c->scratch + STASH_NC * NC);
-    block_backward_w(l, c, d);
+    float *datty = c->scratch + STASH_NC * NC, *att_scratch = datty + NC;
+    memcpy(d.dres2, c->dout, NC * sizeof(float));
+    const float *dres3 = c->dout;
+    tr__linear_backward_both(d.dfch, GRAD(c, l, FCPROJW), GRAD(c, l, FCPROJB), dres3, a.fch_gelu,
+                             PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW), a.fch, N, 4 * C, C);
+    tr__linear_backward_both(d.dln2, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2,
+                             PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), NULL, N, C, 4 * C);
+    tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
+                           a.ln2_rstd, N, C);
+    tr__linear_backward_both(datty, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty,
+                             PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW), NULL, N, C, C);
+    tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH,
+                           c->params_bf16 != NULL);
+    tr__linear_backward_both(d.dln1, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1,
+                             PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), NULL, N, C, 3 * C);
+    if (c->din) {
+        tr__residual_backward(c->din, NULL, d.dres2, NC);
+        tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,
+                               a.ln1_rstd, N, C);
+    }
+    tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a.res2,
+                           PARAM(c, l, LN2W), a.ln2_mean, a.ln2_rstd, N, C);
+    tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
+                           PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
     return 0;
 }
 

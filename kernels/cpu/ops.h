@@ -39,6 +39,12 @@ void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, con
 void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
                                const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
                                int OC);
+/* Both parts in one call: dinp written as tr__linear_backward_input writes it, dweight and
+ * dbias added to as tr__linear_backward adds; the same numbers as the two calls, with dout
+ * rounded to bf16 once instead of twice in bf16 mixed precision. */
+void tr__linear_backward_both(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const uint16_t *weight_bf16,
+                              const float *gelu_pre, int N, int C, int OC);
 
 /* layernorm.c: out = (inp - mean) rstd weight + bias over C, eps 1e-5; mean, rstd (N) kept.
  * Backward: dinp NULL computes only dweight and dbias, dweight NULL only dinp. */
