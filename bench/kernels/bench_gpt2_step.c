@@ -8,13 +8,14 @@
  * projection (wpe is 0.4% of P and does none; attention's T^2 terms are not counted). This
  * is the 6 P tokens of a training step minus the optimizer, whose cost is O(P), not
  * O(P tokens). The bound: the best fp32 product rate measured in this run, same threads: a
- * 1024^3 square and the model's shapes on OpenBLAS's own threads, and the model's shapes the
- * way the linear layers run them (row blocks over the kernels' threads, on the library they
- * use: oneDNN or OpenBLAS, gemm.c), so the step is never measured against a slower library.
- * The same step in bf16 mixed precision (tr_model_set_bf16) on a second model, the two stepping
- * in turn, and its bound: 6 P tokens at the bf16 products' rate measured at the model's shapes.
- * Prints `name: value unit` lines. Re-executes itself once with OPENBLAS_CORETYPE set if
- * OpenBLAS picked slow kernels (tr_blas_reexec_if_needed).
+ * 1024^3 square and the MLP's (N, 4C, C) product on OpenBLAS's own threads, and the model's
+ * shapes (the MLP's two and the output projection) the way the linear layers run them (row blocks
+ * over the kernels' threads, on the library they use: oneDNN or OpenBLAS, gemm.c), so the step is
+ * never measured against a slower library. The same step in bf16 mixed precision
+ * (tr_model_set_bf16) on a second model, the two stepping in turn, and its bound: 6 P tokens at the
+ * bf16 products' rate measured at the model's shapes. Prints `name: value unit` lines. Re-executes
+ * itself once with OPENBLAS_CORETYPE set if OpenBLAS picked slow kernels
+ * (tr_blas_reexec_if_needed).
  */
 #include <cblas.h>
 #include <stdio.h>

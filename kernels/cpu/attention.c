@@ -14,7 +14,7 @@
  * In bf16 mixed precision (bf16 set) the products take bf16 operands with fp32 accumulation
  * (tr__gemm_bf16: oneDNN's AVX512-BF16 kernels, or emulated), as the linear layers' do and as
  * PyTorch's autocast and DeepSpeed's bf16 run attention's matmuls: each pair's q, k, v (and
- * in backward its dout, att and the softmax's gradient) are rounded into the thread's bf16
+ * in backward its dout, att and the softmax's gradient) are rounded into the task's bf16
  * buffers first; the softmax, its scale and its backward stay fp32. On a 2-vCPU AMD EPYC with
  * AVX512-BF16 (GPT-2 B 8 T 128 C 384 NH 6, 2 threads), a layer's forward + backward took 1.04 +
  * 2.09 ms in fp32 (OpenBLAS's Haswell kernels) and 0.55 + 0.91 ms this way; the benchmark's bf16
@@ -59,8 +59,8 @@ static void rows_bf16(uint16_t *dst, const float *src, int rows, int cols, int l
                                    TR_HALF_BF16);
 }
 
-/* A thread's bf16 operands for one pair: four (T, hs) and two (T, T); NULL without memory
- * (the pair then runs in fp32). */
+/* A task's bf16 operands for one pair at a time: four (T, hs) and two (T, T); NULL without
+ * memory (its pairs then run in fp32, said once: tr__bf16_fallback_warning). */
 typedef struct {
     uint16_t *x[4], *sq[2];
 } bf16_bufs;
@@ -106,12 +106,13 @@ static void forward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
     tr__gemm_bf16(be, 0, 0, T, hs, T, ah, T, vh, hs, 0.0f, o, C);
 }
 
-/* The pool's task: pairs begin..end, forward or backward, with this thread's bf16 buffers. */
+/* The pool's task: pairs begin..end, forward or backward, with the task's own bf16 buffers. */
 static void heads(void *ctx, size_t begin, size_t end, int thread)
 {
     const att_job *j = ctx;
     bf16_bufs h;
     uint16_t *mem = j->bf16 ? bf16_bufs_alloc(&h, j->T, j->C / j->NH) : NULL;
+    if (j->bf16 && !mem) tr__bf16_fallback_warning();
     for (size_t bh = begin; bh < end; bh++)
         j->pair(j, bh, mem ? &h : NULL);
     free(mem);

@@ -164,7 +164,7 @@ static const uint16_t *to_bf16(int which, const float *src, size_t n)
 }
 
 /* Without memory for the rounded operands, the product runs in fp32 (said once). */
-static void bf16_fallback_warning(void)
+void tr__bf16_fallback_warning(void)
 {
     static atomic_flag warned = ATOMIC_FLAG_INIT;
     if (!atomic_flag_test_and_set(&warned))
@@ -190,7 +190,7 @@ void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, con
     // out (N, OC) = inp (N, C) @ weight^T (C, OC) [+ bias (OC), copied into out's rows first]
     // [+ residual (N, OC)]; gelu_out (N, OC) = GELU(out)
     const uint16_t *x = weight_bf16 ? to_bf16(0, inp, (size_t)N * C) : NULL;
-    if (weight_bf16 && !x) bf16_fallback_warning();
+    if (weight_bf16 && !x) tr__bf16_fallback_warning();
     gemm(0, 1, N, OC, C, inp, x, C, weight, x ? weight_bf16 : NULL, C, 0.0f, out, OC,
          (gemm_fuse){.bias = bias, .residual = residual, .gelu_out = gelu_out});
 }
@@ -206,7 +206,7 @@ static const uint16_t *dout_bf16(const float *dout, const uint16_t *weight_bf16,
 {
     if (!weight_bf16) return NULL;
     const uint16_t *dy = to_bf16(0, dout, n);
-    if (!dy) bf16_fallback_warning();
+    if (!dy) tr__bf16_fallback_warning();
     return dy;
 }
 
@@ -219,14 +219,19 @@ static void backward(float *dinp, bool accumulate, const float *gelu_pre, float 
                      const uint16_t *weight_bf16, int N, int C, int OC)
 {
     const uint16_t *dy = dout_bf16(dout, weight_bf16, (size_t)N * OC), *x = NULL;
-    if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C))) bf16_fallback_warning(), dy = NULL;
+    /* without memory for inp's copy only the weight's product runs in fp32, as it would in a
+     * split backward's weight part */
+    const uint16_t *dyw = dy;
+    if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C)))
+        tr__bf16_fallback_warning(), dyw = NULL;
     // dinp (N, C) [+]= dout (N, OC) @ weight (OC, C) [* GELU'(gelu_pre (N, C))]
     if (dinp)
         gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C,
              accumulate ? 1.0f : 0.0f, dinp, C, (gemm_fuse){.gelu_pre = gelu_pre});
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     if (dweight)
-        gemm(1, 0, OC, C, N, dout, dy, OC, inp, dy ? x : NULL, C, 1.0f, dweight, C, (gemm_fuse){0});
+        gemm(1, 0, OC, C, N, dout, dyw, OC, inp, dyw ? x : NULL, C, 1.0f, dweight, C,
+             (gemm_fuse){0});
     if (dbias) {
         bias_job j = {dbias, dout, N, OC};
         tr_parallel_for(((size_t)OC + BIAS_BLOCK - 1) / BIAS_BLOCK, 1, bias_columns, &j);

@@ -71,7 +71,8 @@ static size_t block_stash_size(const tr_layer_t *l, int B, int T)
 }
 
 /* The input-gradient part's own temporaries: datty (N, C) | attention scratch (B, NH, T, T);
- * the whole backward also keeps the stash in its scratch. */
+ * the whole backward also carves the stash's slots from its scratch (it reads dres3 from dout
+ * itself, so that slot stays unused there). */
 static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 {
     const gpt2_state *s = l->state;

@@ -39,6 +39,9 @@ void tr__linear_forward_fused(float *out, float *gelu_out, const float *inp, con
 void tr__linear_backward_input(float *dinp, const float *dout, const float *weight,
                                const uint16_t *weight_bf16, const float *gelu_pre, int N, int C,
                                int OC);
+/* bf16 mixed precision without memory for a product's rounded operands: that product runs in
+ * fp32, and stderr says so once per process. */
+void tr__bf16_fallback_warning(void);
 /* Both parts in one call: dinp written as tr__linear_backward_input writes it, dweight and
  * dbias added to as tr__linear_backward adds; the same numbers as the two calls, with dout
  * rounded to bf16 once instead of twice in bf16 mixed precision. */

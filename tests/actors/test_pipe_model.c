@@ -36,6 +36,14 @@ static tr_model_t *gpt2(void)
     return m;
 }
 
+/* the same GPT-2 in bf16 mixed precision */
+static tr_model_t *gpt2_bf16(void)
+{
+    tr_model_t *m = gpt2();
+    if (tr_model_set_bf16(m, 1)) fail_msg("gpt2: no memory for the bf16 copies");
+    return m;
+}
+
 static tr_model_t *mlp(void)
 {
     int widths[] = {12, 20, 16, 5};
@@ -216,6 +224,7 @@ static void test_split_backward_equals_whole(void **state)
 {
     (void)state;
     split_equals_whole(gpt2, 0, 1, 3);
+    split_equals_whole(gpt2_bf16, 0, 1, 3); /* each gradient rounded once or twice: same bits */
     split_equals_whole(mlp, 1, 2, 4);
 }
 

@@ -447,7 +447,7 @@ idle_cpu() ->
     [P ! poke || P <- All],
     %% both samples are printed at the end: a line read mid-window would wake the VM
     Sample = "\"$(date +%s%N) $(cat /proc/" ++ os:getpid() ++ "/task/*/schedstat"
-             " | awk '{s += $1} END {print s}')\"",
+             " | awk '{s += $1} END {printf \"%.0f\", s}')\"",
     Script = "sleep 0.1; a=" ++ Sample ++ "; sleep "
              ++ float_to_list(?IDLE_MS / 1000, [{decimals, 3}]) ++ "; b=" ++ Sample
              ++ "; echo \"$a\"; echo \"$b\"",
@@ -455,8 +455,8 @@ idle_cpu() ->
                                                      {line, 256}]),
     Lines = port_lines(Port, []),
     [P ! stop || P <- All],
-    case [[list_to_integer(F) || F <- string:lexemes(L, " ")] || L <- Lines] of
-        [[T0, C0], [T1, C1]] when T1 > T0 ->
+    case [integers(L) || L <- Lines] of
+        [[T0, C0], [T1, C1]] when T1 > T0, C1 >= C0 ->
             print("idle_cpu", 100 * (C1 - C0) / (T1 - T0), "%"),
             true;
         _ ->
@@ -465,11 +465,17 @@ idle_cpu() ->
             false
     end.
 
+%% The integers of a line, or the line itself when it holds something else.
+integers(L) ->
+    try [list_to_integer(F) || F <- string:lexemes(L, " ")]
+    catch error:badarg -> L
+    end.
+
 port_lines(Port, Acc) ->
     receive
         {Port, {data, {eol, L}}} -> port_lines(Port, [L | Acc]);
         {Port, {exit_status, 0}} -> lists:reverse(Acc);
-        {Port, {exit_status, S}} -> lists:reverse([io_lib:format("exit ~p", [S]) | Acc])
+        {Port, {exit_status, S}} -> lists:reverse([lists:flatten(io_lib:format("exit ~p", [S])) | Acc])
     end.
 
 %% --- harness: harness.h's, in Erlang ------------------------------------------------------
