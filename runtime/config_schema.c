@@ -222,8 +222,9 @@ SECTION(fp16_sec, "fp16", fp16_keys);
 static const tr__cfg_key_t bf16_keys[] = {
     ACT(BOOL("enabled", bf16.enabled, 0,
              "bf16 mixed precision: fp32 parameters, gradients and optimizer states; the linear "
-             "layers' matrix products on bf16 copies of weights and inputs, accumulated in fp32 "
-             "(emulated, with a warning, on CPUs without AVX512-BF16)")),
+             "layers' matrix products on bf16 copies of weights and inputs, and attention's on "
+             "bf16 operands, accumulated in fp32 (emulated, with a warning, on CPUs without "
+             "AVX512-BF16)")),
     ACT(BOOL("immediate_grad_update", bf16.immediate_grad_update, 0,
              "accumulate gradients into fp32 at once; Troupe always does (each layer's backward "
              "adds into the fp32 gradients), so both values act the same")),
