@@ -7,7 +7,8 @@
 #   go      BUILD_DIR/bench/peers/go/savina_go          goroutines and channels
 #   erlang  BUILD_DIR/bench/peers/erlang/savina_erlang  Erlang/OTP processes
 # alternating benchmark by benchmark (Troupe, CAF, Go, Erlang), then prints (after a header
-# that includes BUILD_DIR/bench/actors/line_cost's cache-line costs):
+# that includes BUILD_DIR/bench/actors/line_cost's cache-line costs, and a line with the
+# line handoff measured again before each benchmark group):
 #   - one table: name, each side's value, unit, each peer's ratio, target, met;
 #   - machine-readable lines: `NAME: V UNIT` (Troupe), `PEER.NAME: V UNIT`, and the ratios
 #     `ratio.NAME: R x` (CAF, the name it has always had), `ratio_go.NAME: R x`,
@@ -54,9 +55,14 @@ done
 # passed through as it is.
 groups=(pingpong counting threadring chameneos big fjthrput fib skynet fanin latency wakeup idle_cpu)
 [[ " $* " == *" --only "* ]] && groups=("")
+# A VM's two cores can move apart and back (line_handoff ~45 ns, then ~210 ns for minutes,
+# bench/RESULTS.md): the handoff is measured again before each group and printed with the table.
+handoffs=()
 for g in "${groups[@]}"; do
     only=()
     [[ -n $g ]] && only=(--only "$g")
+    [[ -x $build/bench/actors/line_cost ]] &&
+        handoffs+=("${g:-all} $("$build/bench/actors/line_cost" | sed -n 's/^line_handoff: //p')")
     # grep finds no line where a peer has no such program (Go and Erlang have no wakeup): not
     # a failure; a program's own failure still fails the pipeline (pipefail)
     "$troupe" "$@" "${only[@]}" | { grep -v '^#' || true; } | tee -a "$tmp/troupe" || status=1
@@ -66,6 +72,8 @@ for g in "${groups[@]}"; do
     done
 done
 echo
+((${#handoffs[@]})) &&
+    echo "# line_handoff before each group: $(printf '%s, ' "${handoffs[@]}" | sed 's/, $//')"
 touch "$tmp/peers"
 
 awk '
