@@ -61,8 +61,10 @@ handoffs=()
 for g in "${groups[@]}"; do
     only=()
     [[ -n $g ]] && only=(--only "$g")
-    [[ -x $build/bench/actors/line_cost ]] &&
-        handoffs+=("${g:-all} $("$build/bench/actors/line_cost" | sed -n 's/^line_handoff: //p')")
+    if [[ -x $build/bench/actors/line_cost ]]; then
+        h=$("$build/bench/actors/line_cost" 2>/dev/null | sed -n 's/^line_handoff: //p')
+        handoffs+=("${g:-all} ${h:-n/a}")
+    fi
     # grep finds no line where a peer has no such program (Go and Erlang have no wakeup): not
     # a failure; a program's own failure still fails the pipeline (pipefail)
     "$troupe" "$@" "${only[@]}" | { grep -v '^#' || true; } | tee -a "$tmp/troupe" || status=1

@@ -447,7 +447,7 @@ idle_cpu() ->
     [P ! poke || P <- All],
     %% both samples are printed at the end: a line read mid-window would wake the VM
     Sample = "\"$(date +%s%N) $(cat /proc/" ++ os:getpid() ++ "/task/*/schedstat"
-             " | awk '{s += $1} END {printf \"%.0f\", s}')\"",
+             " | awk '{s += $1} END {if (NR) printf \"%.0f\", s}')\"",
     Script = "sleep 0.1; a=" ++ Sample ++ "; sleep "
              ++ float_to_list(?IDLE_MS / 1000, [{decimals, 3}]) ++ "; b=" ++ Sample
              ++ "; echo \"$a\"; echo \"$b\"",
@@ -465,10 +465,10 @@ idle_cpu() ->
             false
     end.
 
-%% The integers of a line, or the line itself when it holds something else.
+%% The integers of a line, or {bad, Line} when it holds something else.
 integers(L) ->
     try [list_to_integer(F) || F <- string:lexemes(L, " ")]
-    catch error:badarg -> L
+    catch error:badarg -> {bad, L}
     end.
 
 port_lines(Port, Acc) ->
