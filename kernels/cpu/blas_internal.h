@@ -2,6 +2,7 @@
 #ifndef TR_KERNELS_CPU_BLAS_INTERNAL_H
 #define TR_KERNELS_CPU_BLAS_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "troupe/blas.h"
@@ -49,6 +50,12 @@ int tr__bf16_backend(void);
 const char *tr__bf16_backend_name(int backend);
 void tr__gemm_bf16(int backend, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                    const uint16_t *B, int ldb, float beta, float *C, int ldc);
+/* The same product of fp32 matrices on a cached oneDNN matmul primitive (per thread and shape,
+ * as above): for many small products of a few shapes (attention's per head), where
+ * dnnl_sgemm's per-call set-up costs. False when oneDNN cannot run it (the caller uses
+ * tr__sgemm). */
+bool tr__gemm_f32_onednn(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc);
 
 /* Prints the warning to stderr, once per process, if OpenBLAS runs slow kernels: the library's
  * start-up warning when it is embedded in a program that cannot re-exec (tr_model_create

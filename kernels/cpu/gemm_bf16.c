@@ -27,11 +27,12 @@
 #include "kernels/cpu/half.h"
 #include "troupe/model.h"
 
-#define CACHE_MAX 32 /* shapes per thread: a model has a few dozen at most */
+#define CACHE_MAX 64 /* shapes per thread: a model has a few dozen at most */
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     float beta;
+    int f32; /* A and B fp32 (tr__gemm_f32_onednn), else bf16 */
 } shape_t;
 
 typedef struct {
@@ -126,8 +127,9 @@ static bool make_entry(entry_t *x, const shape_t *s)
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bool ok = md_of(&a, s->M, s->K, s->lda, s->ta, dnnl_bf16) == dnnl_success &&
-              md_of(&b, s->K, s->N, s->ldb, s->tb, dnnl_bf16) == dnnl_success &&
+    dnnl_data_type_t in = s->f32 ? dnnl_f32 : dnnl_bf16;
+    bool ok = md_of(&a, s->M, s->K, s->lda, s->ta, in) == dnnl_success &&
+              md_of(&b, s->K, s->N, s->ldb, s->tb, in) == dnnl_success &&
               md_of(&c, s->M, s->N, s->ldc, 0, dnnl_f32) == dnnl_success &&
               dnnl_matmul_desc_init(&mm, &a, &b, NULL, &c) == dnnl_success &&
               dnnl_primitive_attr_create(&attr) == dnnl_success;
@@ -168,7 +170,7 @@ static entry_t *lookup(tls_t *t, const shape_t *s)
     return x;
 }
 
-static bool run_onednn(tls_t *t, const shape_t *s, const uint16_t *A, const uint16_t *B, float *C)
+static bool run_onednn(tls_t *t, const shape_t *s, const void *A, const void *B, float *C)
 {
     tr__onednn_one_thread();
     if (!t->stream && dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags))
@@ -230,11 +232,19 @@ static void run_naive(const shape_t *s, const uint16_t *A, const uint16_t *B, fl
 void tr__gemm_bf16(int backend, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                    const uint16_t *B, int ldb, float beta, float *C, int ldc)
 {
-    shape_t s = {ta, tb, M, N, K, lda, ldb, ldc, beta};
+    shape_t s = {ta, tb, M, N, K, lda, ldb, ldc, beta, 0};
     tls_t *t = thread_state();
     /* oneDNN refuses nothing valid: should it fail (no memory), the emulation computes the
      * same numbers, and without memory for that either, the plain loops do */
     if (t && backend == TR__BF16_ONEDNN && run_onednn(t, &s, A, B, C)) return;
     if (t && run_emulated(t, &s, A, B, C)) return;
     run_naive(&s, A, B, C);
+}
+
+bool tr__gemm_f32_onednn(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc)
+{
+    shape_t s = {ta, tb, M, N, K, lda, ldb, ldc, beta, 1};
+    tls_t *t = thread_state();
+    return t && run_onednn(t, &s, A, B, C);
 }
