@@ -14,7 +14,9 @@
  * CI machine): single-threaded oneDNN 156-172 against OpenBLAS's 149-159 with its best core,
  * but the GPT-2 step no faster (bench_gpt2_step, 6 runs each alternating: median 1,771 tokens/s
  * on oneDNN, 1,833 on OpenBLAS), so OpenBLAS. TROUPE_GEMM=openblas or onednn overrides the
- * table, for comparisons; the attention's small per-head products stay on OpenBLAS.
+ * table, for comparisons. The attention's small per-head products follow the same choice, on
+ * oneDNN through cached matmul primitives (gemm_bf16.c) rather than dnnl_sgemm, whose per-call
+ * set-up made it no faster than OpenBLAS at those shapes (attention.c).
  */
 #include <cblas.h>
 #include <dlfcn.h>
