@@ -96,7 +96,7 @@ build-tsan/CMakeCache.txt: | deps
 
 test-tsan: deps build-tsan/CMakeCache.txt
 	$(CMAKE) --build build-tsan -j $(JOBS)
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	    ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 
 bench: bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme bench-pipeline

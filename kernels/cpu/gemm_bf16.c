@@ -72,18 +72,10 @@ static void tls_free(void *p)
     free(t);
 }
 
-static bool make_entry(entry_t *x, const shape_t *s);
-
 static void engine_init(void)
 {
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
     pthread_key_create(&tls_key, tls_free);
-    /* One primitive made here, under the once: oneDNN builds its process-wide primitive cache
-     * (and its lock) lazily with the first primitive, and pool threads making their first ones
-     * at the same time race there as ThreadSanitizer sees it (libdnnl is not instrumented); made
-     * here, every thread's later use comes after it through pthread_once. */
-    entry_t warm = {0};
-    if (engine && make_entry(&warm, &(shape_t){0, 0, 1, 1, 1, 1, 1, 1, 0.0f, 1})) drop_entry(&warm);
 }
 
 static tls_t *thread_state(void)
