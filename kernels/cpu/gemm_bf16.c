@@ -13,6 +13,8 @@
  *   BF16), one thread: oneDNN's own bf16 fallback 30 GFLOP/s, fp32 150-165, so widening wins
  *   by far; it costs the widening of B per call, and gains nothing over fp32.
  * TROUPE_BF16_GEMM=onednn or emulated overrides the choice (tests run both).
+ * The same cache also holds fp32 primitives (tr__gemm_f32_onednn): attention's many small
+ * per-head fp32 products where the linear layers use oneDNN (attention.c).
  */
 #include <dlfcn.h>
 #include <dnnl.h>
