@@ -90,8 +90,10 @@ static double pool_gflops(int bf16, int M, int N, int K, int reps)
         a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < nb; i++)
         b[i] = (float)(i % 5) * 0.1f;
-    if (bf16) tr_half_from_float_array(ah, a, na, TR_HALF_BF16);
-    if (bf16) tr_half_from_float_array(bh, b, nb, TR_HALF_BF16);
+    if (bf16) {
+        tr_half_from_float_array(ah, a, na, TR_HALF_BF16);
+        tr_half_from_float_array(bh, b, nb, TR_HALF_BF16);
+    }
     prod_job j = {M, N, K, a, b, ah, bh, c};
     int t = tr_parallel_threads();
     double best = 0;

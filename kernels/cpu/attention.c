@@ -25,7 +25,6 @@
  */
 #include "kernels/cpu/ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +44,7 @@ static void mm(int ta, int tb, int M, int N, int K, const float *A, int lda, con
     if (tr__gemm_backend() == TR__GEMM_ONEDNN &&
         tr__gemm_f32_onednn(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc))
         return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    tr__sgemm(TR__GEMM_OPENBLAS, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 }
 #define NT 0
 #define TT 1
@@ -55,7 +53,7 @@ static void mm(int ta, int tb, int M, int N, int K, const float *A, int lda, con
 static void causal_softmax(float *a, int T, float scale, const tr__vec_ops_t *v)
 {
     for (int t = 0; t < T; t++, a += T) {
-        if (scale != 1.0f) v->scale(a, scale, t + 1);
+        v->scale(a, scale, t + 1);
         float m = v->max(a, t + 1);
         float sum = v->exp_sum(a, a, m, t + 1);
         v->scale(a, 1.0f / sum, t + 1);
@@ -133,7 +131,6 @@ static void heads(void *ctx, size_t begin, size_t end, int thread)
 void tr__attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH,
                            int bf16)
 {
-    tr__blas_one_thread();
     att_job j = {.out = out,
                  .att = att,
                  .inp = inp,
@@ -194,7 +191,6 @@ static void backward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
 void tr__attention_backward(float *dinp, float *scratch, const float *dout, const float *inp,
                             const float *att, int B, int T, int C, int NH, int bf16)
 {
-    tr__blas_one_thread();
     att_job j = {.dinp = dinp,
                  .scratch = scratch,
                  .dout = dout,

@@ -17,6 +17,7 @@
 #include "troupe/model.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +72,7 @@ static size_t block_stash_size(const tr_layer_t *l, int B, int T)
 }
 
 /* The input-gradient part's own temporaries: datty (N, C) | attention scratch (B, NH, T, T);
- * the whole backward also carves the stash's slots from its scratch (it reads dres3 from dout
- * itself, so that slot stays unused there). */
+ * the whole backward also keeps the stash in its scratch. */
 static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 {
     const gpt2_state *s = l->state;
@@ -116,11 +116,16 @@ static block_stash carve_stash(float *p, size_t NC)
     return (block_stash){p, p + NC, p + 5 * NC, p + 6 * NC, p + 9 * NC, p + 10 * NC};
 }
 
-/* The forward list backwards, input gradients only: dout = d res3 = d fcproj; d res2 starts as
- * dout (the residual's pass-through) and the layernorm adds to it; every other gradient is
- * written whole by the product (or the attention) that makes it, so nothing is zeroed first.
- * What the weights' part needs goes to the stash; tmp: the scratch after it. */
-static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, float *tmp)
+/* The forward list backwards: dout = d res3 = d fcproj; d res2 starts as dout (the residual's
+ * pass-through) and the layernorm adds to it; every other gradient is written whole by the
+ * product (or the attention) that makes it, so nothing is zeroed first. Input gradients only
+ * (a split backward's first part: what the weights' part needs goes to the stash), or with
+ * weights the linear layers' weight gradients too, each in the same call as its input
+ * gradient (tr__linear_backward_both: in bf16 the gradient is rounded once, not again in
+ * block_backward_w; the same sums, so the same bits: test_pipe_model). tmp: the scratch after
+ * the stash. */
+static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, float *tmp,
+                              bool weights)
 {
     const gpt2_state *s = l->state;
     int B = c->B, T = c->T, C = s->C, N = B * T;
@@ -128,25 +133,38 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
     block_acts a;
     carve_block(&a, c->acts, B, T, C, s->NH);
     float *datty = tmp, *att_scratch = datty + NC;
+#define WGRAD(i) (weights ? GRAD(c, l, i) : NULL)
     memcpy(d.dres3, c->dout, NC * sizeof(float));
     memcpy(d.dres2, c->dout, NC * sizeof(float));
     /* d fch = (d res3 fcproj) GELU'(fch), the GELU's backward on each block of the product */
-    tr__linear_backward_input(d.dfch, d.dres3, PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW),
-                              a.fch, N, 4 * C, C);
-    tr__linear_backward_input(d.dln2, d.dfch, PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), NULL, N, C,
-                              4 * C);
+    tr__linear_backward_both(d.dfch, WGRAD(FCPROJW), WGRAD(FCPROJB), d.dres3, a.fch_gelu,
+                             PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW), a.fch, N, 4 * C, C);
+    tr__linear_backward_both(d.dln2, WGRAD(FCW), WGRAD(FCB), d.dfch, a.ln2, PARAM(c, l, FCW),
+                             PARAM_BF16(c, l, FCW), NULL, N, C, 4 * C);
     tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
                            a.ln2_rstd, N, C);
-    tr__linear_backward_input(datty, d.dres2, PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW),
-                              NULL, N, C, C);
+    tr__linear_backward_both(datty, WGRAD(ATTPROJW), WGRAD(ATTPROJB), d.dres2, a.atty,
+                             PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW), NULL, N, C, C);
     tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH,
                            c->params_bf16 != NULL);
-    tr__linear_backward_input(d.dln1, d.dqkv, PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), NULL, N, C,
-                              3 * C);
+    tr__linear_backward_both(d.dln1, WGRAD(QKVW), WGRAD(QKVB), d.dqkv, a.ln1, PARAM(c, l, QKVW),
+                             PARAM_BF16(c, l, QKVW), NULL, N, C, 3 * C);
+#undef WGRAD
     if (!c->din) return; /* nothing before this layer: no input gradient */
     tr__residual_backward(c->din, NULL, d.dres2, NC);
     tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,
                            a.ln1_rstd, N, C);
+}
+
+/* The layernorms' parameter gradients, from the stash and the activations. */
+static void block_backward_ln(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d,
+                              const block_acts *a)
+{
+    int N = c->B * c->T, C = ((const gpt2_state *)l->state)->C;
+    tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a->res2,
+                           PARAM(c, l, LN2W), a->ln2_mean, a->ln2_rstd, N, C);
+    tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
+                           PARAM(c, l, LN1W), a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 /* The weight gradients, from the stash and the activations. */
@@ -160,59 +178,31 @@ static void block_backward_w(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d)
                         PARAM_BF16(c, l, FCPROJW), N, 4 * C, C);
     tr__linear_backward(NULL, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2, NULL,
                         PARAM_BF16(c, l, FCW), N, C, 4 * C);
-    tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a.res2,
-                           PARAM(c, l, LN2W), a.ln2_mean, a.ln2_rstd, N, C);
     tr__linear_backward(NULL, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty, NULL,
                         PARAM_BF16(c, l, ATTPROJW), N, C, C);
     tr__linear_backward(NULL, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1, NULL,
                         PARAM_BF16(c, l, QKVW), N, C, 3 * C);
-    tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
-                           PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+    block_backward_ln(l, c, d, &a);
 }
 
-/* The whole backward: block_backward_in's list with each product's weight gradient taken
- * in the same call as its input gradient (tr__linear_backward_both: in bf16 the gradient is
- * rounded once, not again in block_backward_w), and the layernorms' parameter gradients
- * after; every sum as in the split backward's two parts, so the same bits (test_pipe_model). */
+/* The whole backward: the input part with the linear layers' weight gradients taken alongside,
+ * then the layernorms'; the stash in the scratch. */
 static int block_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     const gpt2_state *s = l->state;
-    int B = c->B, T = c->T, C = s->C, N = B * T;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)c->B * c->T * s->C;
     block_acts a;
-    carve_block(&a, c->acts, B, T, C, s->NH);
+    carve_block(&a, c->acts, c->B, c->T, s->C, s->NH);
     block_stash d = carve_stash(c->scratch, NC);
-    float *datty = c->scratch + STASH_NC * NC, *att_scratch = datty + NC;
-    memcpy(d.dres2, c->dout, NC * sizeof(float));
-    const float *dres3 = c->dout;
-    tr__linear_backward_both(d.dfch, GRAD(c, l, FCPROJW), GRAD(c, l, FCPROJB), dres3, a.fch_gelu,
-                             PARAM(c, l, FCPROJW), PARAM_BF16(c, l, FCPROJW), a.fch, N, 4 * C, C);
-    tr__linear_backward_both(d.dln2, GRAD(c, l, FCW), GRAD(c, l, FCB), d.dfch, a.ln2,
-                             PARAM(c, l, FCW), PARAM_BF16(c, l, FCW), NULL, N, C, 4 * C);
-    tr__layernorm_backward(d.dres2, NULL, NULL, d.dln2, a.res2, PARAM(c, l, LN2W), a.ln2_mean,
-                           a.ln2_rstd, N, C);
-    tr__linear_backward_both(datty, GRAD(c, l, ATTPROJW), GRAD(c, l, ATTPROJB), d.dres2, a.atty,
-                             PARAM(c, l, ATTPROJW), PARAM_BF16(c, l, ATTPROJW), NULL, N, C, C);
-    tr__attention_backward(d.dqkv, att_scratch, datty, a.qkv, a.att, B, T, C, s->NH,
-                           c->params_bf16 != NULL);
-    tr__linear_backward_both(d.dln1, GRAD(c, l, QKVW), GRAD(c, l, QKVB), d.dqkv, a.ln1,
-                             PARAM(c, l, QKVW), PARAM_BF16(c, l, QKVW), NULL, N, C, 3 * C);
-    if (c->din) {
-        tr__residual_backward(c->din, NULL, d.dres2, NC);
-        tr__layernorm_backward(c->din, NULL, NULL, d.dln1, c->in, PARAM(c, l, LN1W), a.ln1_mean,
-                               a.ln1_rstd, N, C);
-    }
-    tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a.res2,
-                           PARAM(c, l, LN2W), a.ln2_mean, a.ln2_rstd, N, C);
-    tr__layernorm_backward(NULL, GRAD(c, l, LN1W), GRAD(c, l, LN1B), d.dln1, c->in,
-                           PARAM(c, l, LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+    block_backward_in(l, c, d, c->scratch + STASH_NC * NC, true);
+    block_backward_ln(l, c, d, &a);
     return 0;
 }
 
 static int block_backward_input(tr_layer_t *l, tr_layer_ctx_t *c)
 {
     const gpt2_state *s = l->state;
-    block_backward_in(l, c, carve_stash(c->stash, (size_t)c->B * c->T * s->C), c->scratch);
+    block_backward_in(l, c, carve_stash(c->stash, (size_t)c->B * c->T * s->C), c->scratch, false);
     return 0;
 }
 
