@@ -24,6 +24,12 @@
  *   restarts; a failure when another restart would exceed the window is reported to the
  *   supervisor as TR_ERESTARTS and the slot refuses further restarts. The ring is written by
  *   restart (slot dead) and read by finish (slot alive); gen's release/acquire orders them.
+ * - Inline runs: a behaviour's stream (TR__OUTBOX_MAX or more sends in a row to one actor)
+ *   to a receiver that is idle or in this worker's run-next slot, and that has cost at most
+ *   opts.inline_ns a message so far, runs one activation of the receiver on this thread inside
+ *   the send (run_inline), as a full channel hands the core to its consumer in Go: the pair
+ *   stays on one core and the mailbox short. Never nested, never for pinned receivers or in
+ *   deterministic mode; the inline time is the receiver's, not the sender's.
  * - Tracing (rt->monitor set at init, never changed): each send records the start of its
  *   flow, each handled message (and each init) a span on the actor's lane, and an activation
  *   samples the mailbox depth at most every TR__DEPTH_SAMPLE_NS. Spans and flows need
@@ -62,9 +68,10 @@ static _Thread_local send_ids_t tls_ids;
 #define TR__EMPTY_RUNS_YIELD 4 /* activations in a row that find a push in flight: yield */
 typedef struct outbox {
     tr_runtime_t *rt;
-    tr__actor_t *to;
+    tr__actor_t *from, *to;
     tr_msg_t *first, *last;
-    uint64_t n;
+    uint64_t n;      /* messages in the chain */
+    uint64_t streak; /* messages from `from` to `to` in a row, pushed ones included */
 } outbox_t;
 static _Thread_local outbox_t tls_out;
 
@@ -513,16 +520,27 @@ __attribute__((always_inline)) static inline void fill_envelope(tr_runtime_t *rt
     if (__builtin_expect(rt->monitor != NULL, 0)) trace_send(rt, self, m);
 }
 
-/* Pushes the outbox's chain; schedules the receiver if it was idle: in parallel with the
- * sender when the behaviour is still sending (burst: the outbox filled up), else in the
- * worker's run-next slot, to run when the behaviour's activation ends. */
+static bool can_run_inline(tr_runtime_t *rt, tr__actor_t *a);
+static void run_inline(tr_runtime_t *rt, tr__actor_t *a);
+
+/* Pushes the outbox's chain. A stream (TR__OUTBOX_MAX or more messages to the receiver in a
+ * row from this behaviour) to a cheap receiver that is idle, or waiting in this worker's
+ * run-next slot, runs it here at once (run_inline). Otherwise a receiver that was idle is
+ * scheduled: in parallel with the sender when the behaviour is still sending (burst: the
+ * outbox filled up), else in the worker's run-next slot, to run when the activation ends. */
 static void outbox_flush(bool burst)
 {
     outbox_t *o = &tls_out;
     if (!o->n) return;
-    if (tr__mpscq_push(&o->to->data_in, o->first, o->last, o->n))
-        tr__sched_schedule_as(o->rt, o->to, burst);
+    tr__actor_t *to = o->to;
+    tr_runtime_t *rt = o->rt;
+    bool idle = tr__mpscq_push(&to->data_in, o->first, o->last, o->n);
     o->n = 0;
+    bool here = o->streak >= TR__OUTBOX_MAX && can_run_inline(rt, to);
+    if (here && (idle || tr__sched_take_next(tr__tls.worker, to)))
+        run_inline(rt, to);
+    else if (idle)
+        tr__sched_schedule_as(rt, to, burst);
 }
 
 /* Adds a linked chain to the outbox: after the chain to another actor is pushed, or pushed
@@ -530,13 +548,17 @@ static void outbox_flush(bool burst)
 static void outbox_add(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg_t *last, size_t n)
 {
     outbox_t *o = &tls_out;
-    if (o->n && o->to != a) outbox_flush(false);
+    if (o->to != a || o->from != tr__tls.actor) {
+        outbox_flush(false);
+        *o = (outbox_t){.rt = rt, .from = tr__tls.actor, .to = a};
+    }
     if (o->n)
         atomic_store_explicit(&o->last->tr_next_, first, memory_order_relaxed);
     else
-        *o = (outbox_t){.rt = rt, .to = a, .first = first};
+        o->first = first;
     o->last = last;
     o->n += n;
+    o->streak += n;
     if (o->n >= TR__OUTBOX_MAX) outbox_flush(true);
 }
 
@@ -995,7 +1017,7 @@ typedef struct activation {
     uint64_t t0;
     uint32_t gen; /* the slot's generation when it began */
     unsigned limit, n;
-    bool yielded;
+    bool inline_run; /* inside a sender's send (run_inline) */
 } activation_t;
 
 static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, uint64_t t0)
@@ -1026,11 +1048,17 @@ static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activatio
     else
         handle(rt, a, m);
     if (tls_out.n) outbox_flush(false);
-    if (++x->n >= x->limit || ((x->n & 7) == 0 && tr__ticks() - x->t0 > rt->batch_ticks)) {
-        x->yielded = true;
-        return false;
-    }
-    return true;
+    return !(++x->n >= x->limit || ((x->n & 7) == 0 && tr__ticks() - x->t0 > rt->batch_ticks));
+}
+
+/* Puts an activation's actor back to run again: in the run queue, or after an inline run in
+ * the sender's run-next slot (its next burst, or the end of its activation, runs it). */
+static void give_back(tr_runtime_t *rt, tr__worker_t *w, const activation_t *x)
+{
+    if (x->inline_run)
+        tr__sched_schedule(rt, x->a); /* tr__tls.actor is the sender again */
+    else
+        tr__sched_reschedule(rt, w, x->a);
 }
 
 /* Gives the actor up: marks it idle, or puts it back in a run queue. */
@@ -1052,9 +1080,9 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
     /* The urgent lane's tail, taken while this thread still owns the actor: once the data
      * lane is marked idle another thread may run it, so only the head may be read after. */
     const tr_msg_t *urgent_tail = a->urgent_out.tail;
-    if (x->yielded || !tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
+    if (!tr__mpscq_mark_empty(&a->data_in, &a->data_out)) {
         if (x->n == 0) after_empty_run();
-        tr__sched_reschedule(rt, w, a);
+        give_back(rt, w, x);
         return;
     }
     /* Idle now. An urgent send that missed the mark is seen here (see design block), and so
@@ -1067,7 +1095,44 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
     bool published = gen != x->gen && (gen & 1);
     if ((published || tr__mpscq_pushed_since(&a->urgent_in, urgent_tail)) &&
         tr__mpscq_unmark(&a->data_in))
-        tr__sched_reschedule(rt, w, a);
+        give_back(rt, w, x);
+}
+
+static _Thread_local bool tls_inline;           /* an inline activation is running */
+static _Thread_local uint64_t tls_inline_ticks; /* ticks spent in inline activations */
+
+/* Whether a stream's receiver may run inline: not from inside another inline activation, on
+ * a worker, not the sender itself, not pinned, and cheap: so far at most rt->inline_ticks a
+ * message handled (opts.inline_ns; an actor that has handled none yet counts as cheap). */
+static bool can_run_inline(tr_runtime_t *rt, tr__actor_t *a)
+{
+    if (tls_inline || !rt->inline_ticks || rt->deterministic || !tr__tls.worker ||
+        a == tr__tls.actor || atomic_load_explicit(&a->pinned, memory_order_relaxed))
+        return false;
+    uint64_t n = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
+    return !n || atomic_load_explicit(&a->run_ns, memory_order_relaxed) / n <= rt->inline_ticks;
+}
+
+/* One activation of a, the receiver of the running behaviour's stream (outbox_flush), on
+ * this thread inside the sender's send. Its time is its own: the sender's activation does not
+ * count it (tls_inline_ticks, tr__actor_run_group). */
+static void run_inline(tr_runtime_t *rt, tr__actor_t *a)
+{
+    tr__actor_t *self = tr__tls.actor;
+    outbox_t streaming = tls_out; /* empty: the sender's streak, kept for its next flush */
+    tls_inline = true;
+    uint64_t t0 = tr__ticks();
+    activation_t x;
+    activation_begin(rt, &x, a, t0);
+    x.inline_run = true;
+    while (activation_step(rt, tr__thread_pool(rt), &x))
+        ;
+    tr__tls.actor = self;
+    uint64_t ran = tr__ticks() - t0;
+    activation_end(rt, tr__tls.worker, &x, ran);
+    tls_inline_ticks += ran;
+    tls_out = streaming;
+    tls_inline = false;
 }
 
 /* k activations (1..TR__GROUP_MAX) interleaved, a message of each in turn; each ends after
@@ -1085,23 +1150,21 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
     uint64_t last = tr__ticks();
-    if (w) atomic_store_explicit(&w->activation_start, last, memory_order_relaxed);
     for (int i = 0; i < k; i++) {
         activation_begin(rt, &x[i], actors[i], last);
         live[i] = true;
     }
+    last -= tls_inline_ticks; /* the activations' own time: inline ones excluded (run_inline) */
     for (int n_live = k; n_live > 0;) {
         for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;
             tr__tls.actor = NULL;
-            uint64_t t = tr__ticks();
+            uint64_t t = tr__ticks() - tls_inline_ticks;
             for (int j = 0; j < k; j++)
                 if (live[j]) ran[j] += (t - last) / (uint64_t)n_live;
             last = t;
             live[i] = false;
             n_live--;
-            if (w && n_live == 0)
-                atomic_store_explicit(&w->activation_start, 0, memory_order_relaxed);
             activation_end(rt, w, &x[i], ran[i]);
         }
     }

@@ -20,6 +20,7 @@
 
 #define TR__CACHE_LINE 64
 #define TR__POLL_NS     300000 /* a worker out of work polls this long before it parks */
+#define TR__INLINE_NS    200    /* opts.inline_ns's default (actor.c, run_inline) */
 #define TR__SLICE_US     100    /* opts.slice_us's default (threads.c) */
 #define TR__SLICE_US_MIN 100    /* Linux's range for a custom slice */
 #define TR__SLICE_US_MAX 100000
@@ -86,12 +87,18 @@ typedef struct tr__actor {
     _Atomic uint8_t restart_busy;   /* one tr_actor_restart at a time (CAS) */
 } tr__actor_t;
 
+/* A thief's last look at a victim's run-next slot: the victim's next_placed then, and when
+ * (ticks) that value was first seen. */
+typedef struct tr__next_seen {
+    uint64_t placed, since;
+} tr__next_seen_t;
+
 /* One worker thread and its queues. */
 struct tr__worker {
     /* --- read and written by thieves --- */
     tr__runq_t runq;                       /* its own padding inside */
     _Atomic(tr__actor_t *) run_next;       /* woken by the running actor's send; runs next */
-    _Atomic uint64_t activation_start;     /* ticks when the current activation began (0 idle) */
+    _Atomic uint64_t next_placed;          /* actors put in run_next so far (an epoch) */
     char pad0_[TR__CACHE_LINE - sizeof(void *) - sizeof(uint64_t)];
 
     /* --- park word: written by the worker and by wakers --- */
@@ -107,6 +114,7 @@ struct tr__worker {
     tr__pool_t *pool;
     uint32_t free_slots[TR__SLOT_CACHE];
     unsigned n_free_slots;
+    tr__next_seen_t *next_seen;            /* per victim: its run_next as last seen (steal) */
     tr__worker_t *next_idle;               /* under rt->idle_mu */
     bool in_idle_list;                     /* under rt->idle_mu */
     bool deterministic;
@@ -137,6 +145,7 @@ struct tr_runtime {
     uint64_t batch_ns;
     uint64_t batch_ticks;        /* batch_ns in runtime/clock.h ticks */
     uint64_t steal_next_ticks;   /* how long a run-next actor waits before others may take it */
+    uint64_t inline_ticks;       /* a receiver at most this a message may run inline; 0: none */
     uint64_t poll_ticks;         /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
     uint64_t seed;
     bool deterministic;
@@ -235,6 +244,8 @@ void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a);
  * woken to take it: for the receiver of a sender that is still sending (a burst). */
 void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel);
 void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
+/* Takes a out of w's run-next slot if it is there: the caller then runs it (w is its own). */
+bool tr__sched_take_next(tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);
 int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a);
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a);

@@ -47,6 +47,8 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ns = rt->opts.batch_ns ? rt->opts.batch_ns : 1000000;
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
+    int64_t inline_ns = rt->opts.inline_ns ? rt->opts.inline_ns : TR__INLINE_NS;
+    rt->inline_ticks = inline_ns < 0 ? 0 : tr__ns_to_ticks((uint64_t)inline_ns);
     rt->poll_ticks = tr__ns_to_ticks(TR__POLL_NS);
     rt->timestamps = rt->opts.timestamps != 0;
     const char *wc = getenv("TROUPE_WIRE_CHECK"); /* a test run forces it on everywhere */
@@ -81,6 +83,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
         w->index = i;
         w->rng = (rt->deterministic ? rt->seed : pick_seed()) + i * 0x9e3779b97f4a7c15ull;
         w->deterministic = rt->deterministic;
+        if (!(w->next_seen = calloc(rt->n_workers, sizeof(*w->next_seen)))) return TR_ENOMEM;
     }
     return 0;
 }
@@ -94,8 +97,10 @@ static void release(tr_runtime_t *rt)
         free(chunk);
     }
     if (rt->workers)
-        for (unsigned i = 0; i < rt->n_workers; i++)
+        for (unsigned i = 0; i < rt->n_workers; i++) {
             free(rt->workers[i].ready);
+            free(rt->workers[i].next_seen);
+        }
     free(rt->workers);
     tr__pool_set_destroy(rt->pools);
     tr__buffers_close(rt);

@@ -9,7 +9,10 @@
  *   actors on the global inject queue. A full local queue spills half to the inject queue.
  * - A worker looks for work in this order: run-next, (every 61st time) inject, its local
  *   queue, inject, then steals half of another worker's queue, or that worker's run-next if
- *   it has waited more than 50 µs behind a long activation.
+ *   its actor has waited there more than 50 µs (next_waited: the thief sees the same
+ *   placement twice that far apart; the owner only counts placements, no clock on its path).
+ *   A running behaviour streaming to a cheap actor takes it back out of the slot to run it
+ *   inline (tr__sched_take_next, runtime/actor.c).
  * - Parking: a worker that finds nothing spins briefly, then adds itself to the idle list
  *   (under idle_mu), bumps n_idle (seq_cst) and looks once more (seq_cst loads); only then
  *   sleeps on its futex word. A thread that queues work publishes it with a seq_cst store
@@ -219,6 +222,9 @@ void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
     }
     if (w) {
         if (tr__tls.actor && !parallel) {
+            atomic_store_explicit(&w->next_placed,
+                                  atomic_load_explicit(&w->next_placed, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
             /* acq_rel: hands a (and its mailbox state) to whoever takes the slot */
             a = atomic_exchange_explicit(&w->run_next, a, memory_order_acq_rel);
             if (!a)
@@ -229,6 +235,14 @@ void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
         inject(rt, a);
     }
     notify(rt);
+}
+
+bool tr__sched_take_next(tr__worker_t *w, tr__actor_t *a)
+{
+    tr__actor_t *want = a;
+    /* acq_rel: takes a from the slot as find_work would (see tr__sched_schedule_as) */
+    return atomic_compare_exchange_strong_explicit(&w->run_next, &want, NULL, memory_order_acq_rel,
+                                                   memory_order_relaxed);
 }
 
 void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
@@ -247,6 +261,21 @@ void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
 
 /* --- finding work ---------------------------------------------------------------------- */
 
+/* Whether v's run-next actor has waited there longer than rt->steal_next_ticks: the same
+ * placement (v's next_placed) seen by this thief that long ago. The victim only counts its
+ * placements; the clock is read here, by the idle thief. */
+static bool next_waited(tr_runtime_t *rt, tr__worker_t *w, tr__worker_t *v, uint64_t *now)
+{
+    tr__next_seen_t *s = &w->next_seen[v->index];
+    uint64_t placed = atomic_load_explicit(&v->next_placed, memory_order_relaxed);
+    *now = *now ? *now : tr__ticks();
+    if (s->placed != placed || !s->since) {
+        *s = (tr__next_seen_t){placed, *now};
+        return false;
+    }
+    return *now - s->since > rt->steal_next_ticks;
+}
+
 static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
 {
     unsigned n = rt->n_workers;
@@ -259,12 +288,9 @@ static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
         if (v == w)
             continue;
         tr__actor_t *a = tr__runq_steal(&w->runq, &v->runq);
-        if (!a && atomic_load_explicit(&v->run_next, memory_order_relaxed)) {
-            uint64_t since = atomic_load_explicit(&v->activation_start, memory_order_relaxed);
-            now = now ? now : tr__ticks();
-            if (since && now - since > rt->steal_next_ticks)
-                a = atomic_exchange_explicit(&v->run_next, NULL, memory_order_acq_rel);
-        }
+        if (!a && atomic_load_explicit(&v->run_next, memory_order_relaxed) &&
+            next_waited(rt, w, v, &now))
+            a = atomic_exchange_explicit(&v->run_next, NULL, memory_order_acq_rel);
         if (a) {
             atomic_fetch_add_explicit(&rt->steals, 1, memory_order_relaxed);
             return a;

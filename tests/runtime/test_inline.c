@@ -1,0 +1,340 @@
+/* Inline runs (runtime/actor.c, outbox_flush): a behaviour streaming to a cheap actor that is
+ * idle (or waiting in its worker's run-next slot) runs that actor on its own thread, inside
+ * the send, every TR__OUTBOX_MAX messages.
+ * - A stream's receiver never has more than a burst or two queued, on one worker or two (a
+ *   behaviour's whole stream does not pile up in its mailbox); with opts.inline_ns negative,
+ *   on one worker, it does.
+ * - An expensive receiver (10 us a message) runs inline only while it has no history (its
+ *   first burst) and then in parallel; the time it ran inline is its own, not its sender's.
+ * - Stress: producers stream runs of random length to relays that forward every item to a
+ *   sink (a stream from inside an inline activation: never nested) and acknowledge it to the
+ *   producer (a send to an actor whose behaviour is running the relay); one relay is pinned,
+ *   one is slow. The sink gets every item of every (producer, relay) pair once, in order;
+ *   every producer gets all its acknowledgements. Then the same traffic in deterministic mode
+ *   (no inline runs there): one seed replays the same handling order, another differs. The
+ *   seed is printed; TEST_INLINE_SEED sets it. argv[1]: items per producer. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "stress_testing.h"
+#include "troupe.h"
+
+enum { MSG_ITEM = TR_MSG_USER, MSG_GO, MSG_ACK, MSG_DONE, MSG_GET };
+
+static uint64_t per_producer = 100000;
+
+/* --- a stream's receiver stays drained ------------------------------------------------- */
+
+typedef struct counter {
+    uint64_t count;
+    tr_actor_stats_t stats; /* its own, taken when the stream ends */
+} counter_t;
+
+static int counter_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    counter_t *c = ctx->state;
+    if (m->type == MSG_ITEM) {
+        c->count++;
+        return 0;
+    }
+    tr_actor_stats(ctx->rt, ctx->self, &c->stats);
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+typedef struct streamer {
+    tr_actor_t to;
+    uint64_t n;
+} streamer_t;
+
+static int streamer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    streamer_t *s = ctx->state;
+    for (uint64_t i = 0; i < s->n; i++) {
+        int rc = tr_actor_send(ctx->rt, s->to, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+        if (rc < 0) return rc;
+    }
+    int rc = tr_actor_send(ctx->rt, s->to, tr_msg_alloc(ctx->rt, MSG_DONE, 0));
+    return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static void stream_once(unsigned workers, int64_t inline_ns)
+{
+    tr_runtime_t *rt;
+    /* cheap on any build (a sanitizer's makes each message cost more than 200 ns), and a
+     * batch that ends by count, not by the clock of a loaded machine */
+    tr_runtime_opts_t o = {
+        .n_workers = workers, .inline_ns = inline_ns, .batch_ns = 10000000000ull};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    counter_t c = {0};
+    streamer_t s = {.n = per_producer};
+    tr_actor_t p;
+    assert_int_equal(tr_actor_spawn(rt, counter_behaviour, &c, NULL, &s.to), 0);
+    assert_int_equal(tr_actor_spawn(rt, streamer_behaviour, &s, NULL, &p), 0);
+    assert_int_equal(tr_actor_send(rt, p, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+    printf("stream on %u worker(s), inline_ns %lld: %llu messages, peak mailbox depth %llu\n",
+           workers, (long long)inline_ns, (unsigned long long)c.count,
+           (unsigned long long)c.stats.peak_depth);
+    assert_int_equal(c.count, s.n);
+    if (inline_ns < 0) /* never inline: on one worker the whole stream waits */
+        assert_true(workers > 1 || c.stats.peak_depth == s.n + 1);
+    else /* the bursts of 64 and the stream's tail */
+        assert_true(c.stats.peak_depth <= 256);
+}
+
+static void test_stream_receiver_stays_drained(void **state)
+{
+    (void)state;
+    stream_once(1, 1000000);
+    stream_once(2, 1000000);
+    stream_once(1, -1);
+}
+
+/* --- an expensive receiver --------------------------------------------------------------- */
+
+typedef struct slow {
+    _Atomic int sending; /* the sender is inside its send loop */
+    pthread_t sender_thread;
+    uint64_t handled, inline_handled;
+    tr_actor_stats_t sender_stats;
+} slow_t;
+
+static slow_t slow;
+
+static void spin_us(uint64_t us)
+{
+    uint64_t t0 = tr_now_ns();
+    while (tr_now_ns() - t0 < us * 1000)
+        ;
+}
+
+static int slow_receiver(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    if (m->type == MSG_DONE) return tr_actor_stop(ctx->rt, ctx->self);
+    slow.handled++;
+    if (atomic_load(&slow.sending) && pthread_equal(pthread_self(), slow.sender_thread))
+        slow.inline_handled++;
+    spin_us(10);
+    return 0;
+}
+
+static int slow_sender(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    const tr_actor_t *to = ctx->state;
+    if (m->type == MSG_GET) { /* the next activation: the first one's time is counted */
+        tr_actor_stats(ctx->rt, ctx->self, &slow.sender_stats);
+        int rc = tr_actor_send(ctx->rt, *to, tr_msg_alloc(ctx->rt, MSG_DONE, 0));
+        return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+    }
+    slow.sender_thread = pthread_self();
+    atomic_store(&slow.sending, 1);
+    int rc = 0;
+    for (int i = 0; i < 128 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, *to, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    atomic_store(&slow.sending, 0);
+    return rc < 0 ? rc : tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GET, 0));
+}
+
+static void test_expensive_receiver_goes_parallel(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt;
+    tr_runtime_opts_t o = {.n_workers = 2};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    tr_actor_t r, p;
+    assert_int_equal(tr_actor_spawn(rt, slow_receiver, NULL, NULL, &r), 0);
+    assert_int_equal(tr_actor_spawn(rt, slow_sender, &r, NULL, &p), 0);
+    assert_int_equal(tr_actor_send(rt, p, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+    printf("slow receiver: %llu handled, %llu inline; sender ran %llu us\n",
+           (unsigned long long)slow.handled, (unsigned long long)slow.inline_handled,
+           (unsigned long long)(slow.sender_stats.run_ns / 1000));
+    assert_int_equal(slow.handled, 128);
+    assert_int_equal(slow.inline_handled, 64); /* the first burst, before it was measured */
+    /* 64 x 10 us ran inside the sender's sends; its own time is its 128 sends */
+    assert_true(slow.sender_stats.run_ns < 64 * 10000);
+}
+
+/* --- stress: producers -> relays -> sink, acknowledged ----------------------------------- */
+
+#define PRODUCERS 3
+#define RELAYS    4 /* relay 0 is pinned, relay 1 slow */
+
+typedef struct item {
+    uint32_t producer, relay;
+    uint64_t seq; /* per (producer, relay) */
+} item_t;
+
+typedef struct sink {
+    uint64_t next[PRODUCERS][RELAYS];
+    uint64_t received, checksum, order;
+    int out_of_order, done;
+} sink_t;
+
+typedef struct relay {
+    uint32_t id;
+    tr_actor_t sink;
+    const tr_actor_t *producers;
+    int done;
+} relay_t;
+
+typedef struct producer {
+    uint32_t id;
+    uint64_t rng, sent, total, acks;
+    uint64_t seq[RELAYS];
+    const tr_actor_t *relays;
+    int finished;
+} producer_t;
+
+static int sink_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    sink_t *s = ctx->state;
+    if (m->type == MSG_DONE) return ++s->done == RELAYS ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+    const item_t *it = tr_msg_body(m);
+    if (it->producer >= PRODUCERS || it->relay >= RELAYS ||
+        it->seq != s->next[it->producer][it->relay])
+        s->out_of_order++;
+    else
+        s->next[it->producer][it->relay]++;
+    uint64_t h = stress_mix(((uint64_t)it->producer << 40) ^ ((uint64_t)it->relay << 32) ^ it->seq);
+    s->checksum += h;
+    s->order = stress_mix(s->order ^ h);
+    s->received++;
+    return 0;
+}
+
+static int relay_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    relay_t *r = ctx->state;
+    if (m->type == MSG_DONE) {
+        if (++r->done < PRODUCERS) return 0;
+        int rc = tr_actor_send(ctx->rt, r->sink, tr_msg_alloc(ctx->rt, MSG_DONE, 0));
+        return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+    }
+    if (m->type != MSG_ITEM) return 0;
+    const item_t *it = tr_msg_body(m);
+    if (r->id == 1 && it->seq % 64 == 0) spin_us(5);
+    tr_msg_t *f = tr_msg_alloc(ctx->rt, MSG_ITEM, sizeof(item_t));
+    tr_msg_t *ack = tr_msg_alloc(ctx->rt, MSG_ACK, 0);
+    if (!f || !ack) return TR_ENOMEM;
+    *(item_t *)tr_msg_body(f) = *it;
+    int rc = tr_actor_send(ctx->rt, r->sink, f);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, r->producers[it->producer], ack);
+    return rc;
+}
+
+static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    producer_t *p = ctx->state;
+    if (m->type == MSG_ACK) {
+        if (++p->acks == p->total && p->finished) return tr_actor_stop(ctx->rt, ctx->self);
+        return 0;
+    }
+    for (int run = 0; run < 4 && p->sent < p->total; run++) {
+        uint64_t r = tr_rng_next(&p->rng);
+        uint32_t to = (uint32_t)(r % RELAYS);
+        uint64_t len = 1 + (r >> 8) % 400;
+        for (uint64_t i = 0; i < len && p->sent < p->total; i++, p->sent++) {
+            tr_msg_t *x = tr_msg_alloc(ctx->rt, MSG_ITEM, sizeof(item_t));
+            if (!x) return TR_ENOMEM;
+            *(item_t *)tr_msg_body(x) = (item_t){p->id, to, p->seq[to]++};
+            int rc = tr_actor_send(ctx->rt, p->relays[to], x);
+            if (rc < 0) return rc;
+        }
+    }
+    if (p->sent < p->total)
+        return tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GO, 0));
+    for (int k = 0; k < RELAYS; k++) {
+        int rc = tr_actor_send(ctx->rt, p->relays[k], tr_msg_alloc(ctx->rt, MSG_DONE, 0));
+        if (rc < 0) return rc;
+    }
+    p->finished = 1;
+    return p->acks == p->total ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+}
+
+/* Runs the traffic; returns the sink's handling-order hash. */
+static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
+{
+    tr_runtime_t *rt;
+    tr_runtime_opts_t o = {.deterministic = deterministic, .seed = seed};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    sink_t s;
+    memset(&s, 0, sizeof(s));
+    tr_actor_t sink, relays[RELAYS], producers[PRODUCERS];
+    relay_t r[RELAYS];
+    producer_t p[PRODUCERS];
+    assert_int_equal(tr_actor_spawn(rt, sink_behaviour, &s, NULL, &sink), 0);
+    for (uint32_t k = 0; k < RELAYS; k++) {
+        r[k] = (relay_t){.id = k, .sink = sink, .producers = producers};
+        tr_actor_opts_t ro = {.name = "pinned relay", .pinned = 1};
+        assert_int_equal(tr_actor_spawn(rt, relay_behaviour, &r[k],
+                                        k == 0 && !deterministic ? &ro : NULL, &relays[k]),
+                         0);
+    }
+    for (uint32_t i = 0; i < PRODUCERS; i++) {
+        p[i] = (producer_t){.id = i, .rng = seed * 131 + i, .total = n, .relays = relays};
+        assert_int_equal(tr_actor_spawn(rt, producer_behaviour, &p[i], NULL, &producers[i]), 0);
+    }
+    for (uint32_t i = 0; i < PRODUCERS; i++)
+        assert_int_equal(tr_actor_send(rt, producers[i], tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0); /* until every actor has stopped */
+    tr_runtime_close(rt);
+    assert_int_equal(s.out_of_order, 0);
+    assert_int_equal(s.received, PRODUCERS * n);
+    uint64_t expect = 0;
+    for (uint32_t i = 0; i < PRODUCERS; i++) {
+        assert_int_equal(p[i].acks, n);
+        for (uint32_t k = 0; k < RELAYS; k++) {
+            assert_int_equal(s.next[i][k], p[i].seq[k]); /* all of (i, k)'s, once, in order */
+            for (uint64_t q = 0; q < p[i].seq[k]; q++)
+                expect += stress_mix(((uint64_t)i << 40) ^ ((uint64_t)k << 32) ^ q);
+        }
+    }
+    assert_int_equal(s.checksum, expect);
+    return s.order;
+}
+
+static void test_relay_stress(void **state)
+{
+    (void)state;
+    uint64_t seed = stress_seed("inline stress", "TEST_INLINE_SEED");
+    printf("inline stress: %d producers x %llu items through %d relays\n", PRODUCERS,
+           (unsigned long long)per_producer, RELAYS);
+    traffic(seed, 0, per_producer);
+}
+
+static void test_deterministic_replay(void **state)
+{
+    (void)state;
+    uint64_t seed = stress_seed("inline replay", "TEST_INLINE_SEED"), n = 3000;
+    uint64_t a = traffic(seed, 1, n), b = traffic(seed, 1, n), c = traffic(seed + 1, 1, n);
+    printf("inline replay: seed %llu: order %016llx twice; seed %llu: %016llx\n",
+           (unsigned long long)seed, (unsigned long long)a, (unsigned long long)(seed + 1),
+           (unsigned long long)c);
+    assert_true(a == b);
+    assert_true(a != c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) per_producer = strtoull(argv[1], NULL, 10);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_receiver_stays_drained),
+        cmocka_unit_test(test_expensive_receiver_goes_parallel),
+        cmocka_unit_test(test_relay_stress),
+        cmocka_unit_test(test_deterministic_replay),
+    };
+    return cmocka_run_group_tests_name("inline", tests, NULL, NULL);
+}
