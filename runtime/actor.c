@@ -29,7 +29,8 @@
  *   opts.inline_ns a message so far, runs one activation of the receiver on this thread inside
  *   the send (run_inline), as a full channel hands the core to its consumer in Go: the pair
  *   stays on one core and the mailbox short. Never nested, never for pinned receivers or in
- *   deterministic mode; the inline time is the receiver's, not the sender's.
+ *   deterministic mode; the inline time is the receiver's run_ns, not the sender's (its
+ *   trace spans lie inside the sender's).
  * - Tracing (rt->monitor set at init, never changed): each send records the start of its
  *   flow, each handled message (and each init) a span on the actor's lane, and an activation
  *   samples the mailbox depth at most every TR__DEPTH_SAMPLE_NS. Spans and flows need
@@ -548,7 +549,7 @@ static void outbox_flush(bool burst)
 static void outbox_add(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *first, tr_msg_t *last, size_t n)
 {
     outbox_t *o = &tls_out;
-    if (o->to != a || o->from != tr__tls.actor) {
+    if (o->to != a || o->from != tr__tls.actor || o->rt != rt) {
         outbox_flush(false);
         *o = (outbox_t){.rt = rt, .from = tr__tls.actor, .to = a};
     }
@@ -1043,6 +1044,7 @@ static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activatio
     tr_msg_t *ahead = atomic_load_explicit(&m->tr_next_, memory_order_relaxed);
     if (ahead) __builtin_prefetch(ahead, 0, 3);
     tr__tls.actor = a;
+    tls_out.streak = 0; /* a stream is one behaviour's (outbox_flush) */
     if (__builtin_expect(rt->monitor != NULL, 0))
         handle_traced(rt, a, m);
     else
@@ -1150,11 +1152,12 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
     uint64_t last = tr__ticks();
+    uint64_t own_last = last - tls_inline_ticks; /* own time: inline runs excluded (run_inline) */
     for (int i = 0; i < k; i++) {
         activation_begin(rt, &x[i], actors[i], last);
         live[i] = true;
     }
-    last -= tls_inline_ticks; /* the activations' own time: inline ones excluded (run_inline) */
+    last = own_last;
     for (int n_live = k; n_live > 0;) {
         for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;

@@ -73,9 +73,8 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
         return TR_ENOMEM;
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
     rt->workers = aligned_alloc(TR__CACHE_LINE, (wbytes + TR__CACHE_LINE - 1) & ~(size_t)63);
-    if (!rt->pools || !rt->workers || tr__buffers_init(rt) < 0)
-        return TR_ENOMEM;
-    memset(rt->workers, 0, wbytes);
+    if (rt->workers) memset(rt->workers, 0, wbytes); /* release() reads them on failure */
+    if (!rt->pools || !rt->workers || tr__buffers_init(rt) < 0) return TR_ENOMEM;
     for (unsigned i = 0; i < rt->n_workers; i++) {
         tr__worker_t *w = &rt->workers[i];
         tr__runq_init(&w->runq);

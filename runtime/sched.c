@@ -288,7 +288,8 @@ static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
         if (v == w)
             continue;
         tr__actor_t *a = tr__runq_steal(&w->runq, &v->runq);
-        if (!a && atomic_load_explicit(&v->run_next, memory_order_relaxed) &&
+        /* acquire: the placement count stored before the placing exchange (release) */
+        if (!a && atomic_load_explicit(&v->run_next, memory_order_acquire) &&
             next_waited(rt, w, v, &now))
             a = atomic_exchange_explicit(&v->run_next, NULL, memory_order_acq_rel);
         if (a) {

@@ -4,8 +4,12 @@
  * - A stream's receiver never has more than a burst or two queued, on one worker or two (a
  *   behaviour's whole stream does not pile up in its mailbox); with opts.inline_ns negative,
  *   on one worker, it does.
- * - An expensive receiver (10 us a message) runs inline only while it has no history (its
- *   first burst) and then in parallel; the time it ran inline is its own, not its sender's.
+ * - An expensive receiver (50 us a message) runs inline only while it has no history (its
+ *   first chain) and then is scheduled; the time it ran inline is its own, not its sender's.
+ * - Rules, on one worker: an inline run never runs another inline (B, run inline by A's
+ *   stream, streams to C: C is scheduled); a stream takes its receiver out of the run-next
+ *   slot; a receiver that stops inside an inline run stops there, and the sender's next
+ *   sends are refused (TR_ESTOPPED).
  * - Stress: producers stream runs of random length to relays that forward every item to a
  *   sink (a stream from inside an inline activation: never nested) and acknowledge it to the
  *   producer (a send to an actor whose behaviour is running the relay); one relay is pinned,
@@ -125,7 +129,7 @@ static int slow_receiver(tr_ctx_t *ctx, tr_msg_t *m)
     slow.handled++;
     if (atomic_load(&slow.sending) && pthread_equal(pthread_self(), slow.sender_thread))
         slow.inline_handled++;
-    spin_us(10);
+    spin_us(50);
     return 0;
 }
 
@@ -146,15 +150,19 @@ static int slow_sender(tr_ctx_t *ctx, tr_msg_t *m)
     return rc < 0 ? rc : tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GET, 0));
 }
 
-static void test_expensive_receiver_goes_parallel(void **state)
+static void test_expensive_receiver_runs_inline_once(void **state)
 {
     (void)state;
     tr_runtime_t *rt;
-    tr_runtime_opts_t o = {.n_workers = 2};
+    /* one worker (no second one to take the sender's core while it runs); batches end by
+     * count, not by a loaded machine's clock; the sender's GET comes in a second activation,
+     * after the first one's time is counted */
+    tr_runtime_opts_t o = {.n_workers = 1, .batch_ns = 10000000000ull};
     assert_int_equal(tr_runtime_init(&rt, &o), 0);
     tr_actor_t r, p;
+    tr_actor_opts_t one = {.batch = 1};
     assert_int_equal(tr_actor_spawn(rt, slow_receiver, NULL, NULL, &r), 0);
-    assert_int_equal(tr_actor_spawn(rt, slow_sender, &r, NULL, &p), 0);
+    assert_int_equal(tr_actor_spawn(rt, slow_sender, &r, &one, &p), 0);
     assert_int_equal(tr_actor_send(rt, p, tr_msg_alloc(rt, MSG_GO, 0)), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     tr_runtime_close(rt);
@@ -163,8 +171,149 @@ static void test_expensive_receiver_goes_parallel(void **state)
            (unsigned long long)(slow.sender_stats.run_ns / 1000));
     assert_int_equal(slow.handled, 128);
     assert_int_equal(slow.inline_handled, 64); /* the first burst, before it was measured */
-    /* 64 x 10 us ran inside the sender's sends; its own time is its 128 sends */
-    assert_true(slow.sender_stats.run_ns < 64 * 10000);
+    /* 64 x 50 us ran inside the sender's sends; its own time is its 128 sends */
+    assert_true(slow.sender_stats.run_ns > 0);
+    assert_true(slow.sender_stats.run_ns < 64 * 50000 / 2);
+}
+
+/* --- the rules: no nesting, the run-next slot, a stop inside an inline run --------------- */
+
+static _Thread_local int in_stream; /* this thread is inside a test behaviour's send loop */
+
+typedef struct rules {
+    tr_actor_t b, c;
+    uint64_t b_handled, b_inline, c_handled, c_nested, c_inline;
+    uint64_t sent_ok;
+    int first_error;
+} rules_t;
+
+static rules_t rules;
+
+/* A streams 200 messages to B; B streams 70 to C for each (from inside its inline runs). */
+static int nest_c(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    rules.c_nested += in_stream == 2; /* run inside B's send, itself inside A's */
+    return ++rules.c_handled == 200 * 70 ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+}
+
+static int nest_b(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    rules.b_inline += in_stream == 1;
+    int saved = in_stream, rc = 0;
+    in_stream = 2;
+    for (int i = 0; i < 70 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    in_stream = saved;
+    if (rc == 0 && ++rules.b_handled == 200) return tr_actor_stop(ctx->rt, ctx->self);
+    return rc;
+}
+
+static int nest_a(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    int rc = 0;
+    in_stream = 1;
+    for (int i = 0; i < 200 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.b, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    in_stream = 0;
+    return rc < 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+/* Runs a's behaviour once on one worker, with b and c; inline_ns high (any build is cheap). */
+static void run_rules(tr_behaviour_cb a, tr_behaviour_cb b, tr_behaviour_cb c)
+{
+    memset(&rules, 0, sizeof(rules));
+    tr_runtime_t *rt;
+    tr_runtime_opts_t o = {.n_workers = 1, .inline_ns = 1000000000, .batch_ns = 10000000000ull};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    tr_actor_t pa;
+    assert_int_equal(tr_actor_spawn(rt, c, NULL, NULL, &rules.c), 0);
+    if (b) assert_int_equal(tr_actor_spawn(rt, b, NULL, NULL, &rules.b), 0);
+    assert_int_equal(tr_actor_spawn(rt, a, NULL, NULL, &pa), 0);
+    assert_int_equal(tr_actor_send(rt, pa, tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+}
+
+static void test_inline_runs_do_not_nest(void **state)
+{
+    (void)state;
+    run_rules(nest_a, nest_b, nest_c);
+    printf("nesting: B handled %llu (%llu inline), C %llu (%llu inside B's inline run)\n",
+           (unsigned long long)rules.b_handled, (unsigned long long)rules.b_inline,
+           (unsigned long long)rules.c_handled, (unsigned long long)rules.c_nested);
+    assert_int_equal(rules.c_handled, 200 * 70);
+    assert_true(rules.b_inline >= 128); /* A's chains of 64 (the tail may run after A) */
+    assert_int_equal(rules.c_nested, 0);
+}
+
+/* A sends 10 to C (C waits in the run-next slot once A sends to itself), then streams 100:
+ * its first chain takes C out of the slot and runs it inline for a batch (64: the 10 and 54
+ * of the chain); left in the slot, C would run only after A's behaviour returned. */
+static int slot_c(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    rules.c_inline += in_stream == 1;
+    return ++rules.c_handled == 110 ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+}
+
+static int slot_a(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    if (m->type != MSG_GO) return tr_actor_stop(ctx->rt, ctx->self); /* its own note */
+    int rc = 0;
+    for (int i = 0; i < 10 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    if (rc == 0) rc = tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_DONE, 0));
+    in_stream = 1;
+    for (int i = 0; i < 100 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    in_stream = 0;
+    return rc;
+}
+
+static void test_stream_takes_receiver_from_run_next(void **state)
+{
+    (void)state;
+    run_rules(slot_a, NULL, slot_c);
+    printf("run-next: C handled %llu, %llu inside A's stream\n",
+           (unsigned long long)rules.c_handled, (unsigned long long)rules.c_inline);
+    assert_int_equal(rules.c_handled, 110);
+    assert_int_equal(rules.c_inline, 64);
+}
+
+/* C stops at its 100th message, inside an inline run; A's later sends are refused. */
+static int stop_c(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    return ++rules.c_handled == 100 ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+}
+
+static int stop_a(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    for (uint64_t i = 0; i < 1000; i++) {
+        int rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+        if (rc < 0) {
+            rules.first_error = rc;
+            break;
+        }
+        rules.sent_ok++;
+    }
+    return tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static void test_receiver_stops_inside_inline_run(void **state)
+{
+    (void)state;
+    run_rules(stop_a, NULL, stop_c);
+    printf("stop: C handled %llu; A's sends accepted %llu, then %s\n",
+           (unsigned long long)rules.c_handled, (unsigned long long)rules.sent_ok,
+           tr_strerror(rules.first_error));
+    assert_int_equal(rules.c_handled, 100);
+    assert_int_equal(rules.first_error, TR_ESTOPPED);
+    assert_int_equal(rules.sent_ok, 128); /* the chain that held the 100th was the second */
 }
 
 /* --- stress: producers -> relays -> sink, acknowledged ----------------------------------- */
@@ -332,7 +481,10 @@ int main(int argc, char **argv)
     if (argc > 1) per_producer = strtoull(argv[1], NULL, 10);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_receiver_stays_drained),
-        cmocka_unit_test(test_expensive_receiver_goes_parallel),
+        cmocka_unit_test(test_expensive_receiver_runs_inline_once),
+        cmocka_unit_test(test_inline_runs_do_not_nest),
+        cmocka_unit_test(test_stream_takes_receiver_from_run_next),
+        cmocka_unit_test(test_receiver_stops_inside_inline_run),
         cmocka_unit_test(test_relay_stress),
         cmocka_unit_test(test_deterministic_replay),
     };
