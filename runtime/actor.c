@@ -28,7 +28,8 @@
  *   to a receiver that is idle or in this worker's run-next slot, and that has cost at most
  *   opts.inline_ns a message so far, runs one activation of the receiver on this thread inside
  *   the send (run_inline), as a full channel hands the core to its consumer in Go: the pair
- *   stays on one core and the mailbox short. Never nested, never for pinned receivers or in
+ *   stays on one core and the mailbox short. Not for a receiver fed by several senders at a
+ *   time (note_inline). Never nested, never for pinned receivers or in
  *   deterministic mode; the inline time is the receiver's run_ns, not the sender's (its
  *   trace spans lie inside the sender's).
  * - Tracing (rt->monitor set at init, never changed): each send records the start of its
@@ -49,6 +50,8 @@
 #include "troupe/monitor.h"
 
 #define TR__DEPTH_SAMPLE_NS 100000u /* mailbox depth counters: at most one per 100 us per actor */
+#define TR__NO_SENDER         UINT64_MAX /* last_sender before the first message */
+#define TR__MANY_SENDERS_HOLD 8 /* activations without a change of sender before inline again */
 
 _Thread_local tr__tls_t tr__tls;
 
@@ -210,6 +213,9 @@ static void reset_counters(tr__actor_t *a)
     atomic_store_explicit(&a->run_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&a->activations, 0, memory_order_relaxed);
     atomic_store_explicit(&a->peak_depth, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->inline_ok, 1, memory_order_relaxed); /* no history: cheap */
+    a->many_senders = 0;
+    a->last_sender = TR__NO_SENDER;
     a->seq = 0;
     a->stop_requested = 0;
 }
@@ -537,11 +543,17 @@ static void outbox_flush(bool burst)
     tr_runtime_t *rt = o->rt;
     bool idle = tr__mpscq_push(&to->data_in, o->first, o->last, o->n);
     o->n = 0;
-    bool here = o->streak >= TR__OUTBOX_MAX && can_run_inline(rt, to);
-    if (here && (idle || tr__sched_take_next(tr__tls.worker, to)))
+    /* A receiver running elsewhere is not looked at: its counters' line is being written */
+    bool stream = o->streak >= TR__OUTBOX_MAX;
+    if (idle) {
+        if (stream && can_run_inline(rt, to))
+            run_inline(rt, to);
+        else
+            tr__sched_schedule_as(rt, to, burst);
+    } else if (stream && tr__sched_is_next(tr__tls.worker, to) && can_run_inline(rt, to) &&
+               tr__sched_take_next(tr__tls.worker, to)) {
         run_inline(rt, to);
-    else if (idle)
-        tr__sched_schedule_as(rt, to, burst);
+    }
 }
 
 /* Adds a linked chain to the outbox: after the chain to another actor is pushed, or pushed
@@ -1019,13 +1031,19 @@ typedef struct activation {
     uint32_t gen; /* the slot's generation when it began */
     unsigned limit, n;
     bool inline_run; /* inside a sender's send (run_inline) */
+    bool mixed;      /* messages from more than one sender so far */
+    uint64_t sender; /* the last message's sender */
 } activation_t;
 
 static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, uint64_t t0)
 {
     /* acquire: the generation's fields (batch among them) as its spawn wrote them */
     uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
-    *x = (activation_t){.a = a, .t0 = t0, .gen = gen, .limit = a->batch ? a->batch : rt->batch};
+    *x = (activation_t){.a = a,
+                        .t0 = t0,
+                        .gen = gen,
+                        .limit = a->batch ? a->batch : rt->batch,
+                        .sender = a->last_sender};
     tr__tls.actor = a;
     uint64_t depth = note_depth(a);
     if (rt->monitor) trace_depth(rt, a, depth);
@@ -1040,6 +1058,8 @@ static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activatio
     tr__actor_t *a = x->a;
     tr_msg_t *m = next_message(a, pool);
     if (!m) return false;
+    x->mixed |= m->sender.id != x->sender && x->sender != TR__NO_SENDER;
+    x->sender = m->sender.id;
     /* relaxed: only an address to prefetch; the pop that takes it reads the link (acquire) */
     tr_msg_t *ahead = atomic_load_explicit(&m->tr_next_, memory_order_relaxed);
     if (ahead) __builtin_prefetch(ahead, 0, 3);
@@ -1051,6 +1071,21 @@ static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activatio
         handle(rt, a, m);
     if (tls_out.n) outbox_flush(false);
     return !(++x->n >= x->limit || ((x->n & 7) == 0 && tr__ticks() - x->t0 > rt->batch_ticks));
+}
+
+/* After an activation that handled messages: whether a stream may run the actor inline
+ * (can_run_inline) from now on. It may while it has been fed by one sender at a time and
+ * has cost at most rt->inline_ticks a message so far. Kept in the line every send reads,
+ * written only when it changes. */
+static void note_inline(tr_runtime_t *rt, tr__actor_t *a, const activation_t *x)
+{
+    a->last_sender = x->sender;
+    a->many_senders = x->mixed ? TR__MANY_SENDERS_HOLD : a->many_senders ? a->many_senders - 1 : 0;
+    uint64_t ran = atomic_load_explicit(&a->run_ns, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
+    uint8_t ok = !a->many_senders && ran <= n * rt->inline_ticks;
+    if (ok != atomic_load_explicit(&a->inline_ok, memory_order_relaxed))
+        atomic_store_explicit(&a->inline_ok, ok, memory_order_relaxed);
 }
 
 /* Puts an activation's actor back to run again: in the run queue, or after an inline run in
@@ -1078,6 +1113,7 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
         atomic_store_explicit(&a->activations,
                               atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
                               memory_order_relaxed);
+        if (x->n) note_inline(rt, a, x);
     }
     /* The urgent lane's tail, taken while this thread still owns the actor: once the data
      * lane is marked idle another thread may run it, so only the head may be read after. */
@@ -1108,11 +1144,9 @@ static _Thread_local uint64_t tls_inline_ticks; /* ticks spent in inline activat
  * message handled (opts.inline_ns; an actor that has handled none yet counts as cheap). */
 static bool can_run_inline(tr_runtime_t *rt, tr__actor_t *a)
 {
-    if (tls_inline || !rt->inline_ticks || rt->deterministic || !tr__tls.worker ||
-        a == tr__tls.actor || atomic_load_explicit(&a->pinned, memory_order_relaxed))
-        return false;
-    uint64_t n = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
-    return !n || atomic_load_explicit(&a->run_ns, memory_order_relaxed) / n <= rt->inline_ticks;
+    return !tls_inline && rt->inline_ticks && !rt->deterministic && tr__tls.worker &&
+           a != tr__tls.actor && !atomic_load_explicit(&a->pinned, memory_order_relaxed) &&
+           atomic_load_explicit(&a->inline_ok, memory_order_relaxed);
 }
 
 /* One activation of a, the receiver of the running behaviour's stream (outbox_flush), on

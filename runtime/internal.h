@@ -51,6 +51,8 @@ typedef struct tr__actor {
      * thread's counters, so a send does not miss on a line the receiver keeps writing --- */
     _Alignas(TR__CACHE_LINE) _Atomic uint32_t gen;
     _Atomic uint8_t pinned;
+    _Atomic uint8_t inline_ok; /* a stream may run it inline (actor.c, note_inline): written
+                                * by the running thread, only when it changes */
     uint8_t defer_stop;
     uint8_t lane_kind;  /* tr_lane_kind_t, kept for a pinned restart */
     uint8_t recyclable; /* the slot returns to the free list at stop */
@@ -74,6 +76,11 @@ typedef struct tr__actor {
     _Atomic uint64_t msgs_in, msgs_out, run_ns, activations, peak_depth;
     uint8_t stop_requested;
     uint8_t init_pending;      /* written by spawn before gen is published */
+    uint8_t many_senders;      /* activations to go before it may run inline again: set
+                                * when one sees the sender change (from last_sender on),
+                                * counted down by those that do not (fed by several senders
+                                * at a time, it is not run inline) */
+    uint64_t last_sender;      /* the sender of the last message it handled */
     uint64_t depth_sampled_ns; /* tracing: when the mailbox depth was last recorded */
 
     /* --- restart intensity: written by spawn/restart while the slot is dead and by finish
@@ -244,6 +251,8 @@ void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a);
  * woken to take it: for the receiver of a sender that is still sending (a burst). */
 void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel);
 void tr__sched_reschedule(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a);
+/* Whether a is in w's run-next slot now (a hint: a thief may take it). */
+bool tr__sched_is_next(tr__worker_t *w, const tr__actor_t *a);
 /* Takes a out of w's run-next slot if it is there: the caller then runs it (w is its own). */
 bool tr__sched_take_next(tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);

@@ -237,6 +237,11 @@ void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
     notify(rt);
 }
 
+bool tr__sched_is_next(tr__worker_t *w, const tr__actor_t *a)
+{
+    return w && atomic_load_explicit(&w->run_next, memory_order_relaxed) == a;
+}
+
 bool tr__sched_take_next(tr__worker_t *w, tr__actor_t *a)
 {
     tr__actor_t *want = a;

@@ -9,7 +9,8 @@
  * - Rules, on one worker: an inline run never runs another inline (B, run inline by A's
  *   stream, streams to C: C is scheduled); a stream takes its receiver out of the run-next
  *   slot; a receiver that stops inside an inline run stops there, and the sender's next
- *   sends are refused (TR_ESTOPPED).
+ *   sends are refused (TR_ESTOPPED); a receiver two producers stream to in turns is
+ *   scheduled, not run inline, once it has seen both.
  * - Stress: producers stream runs of random length to relays that forward every item to a
  *   sink (a stream from inside an inline activation: never nested) and acknowledge it to the
  *   producer (a send to an actor whose behaviour is running the relay); one relay is pinned,
@@ -316,6 +317,58 @@ static void test_receiver_stops_inside_inline_run(void **state)
     assert_int_equal(rules.sent_ok, 128); /* the chain that held the 100th was the second */
 }
 
+/* Two producers take turns (a token passed between them), a chain of 64 to C each turn: once
+ * C has seen both, it is fed by several senders at a time and is scheduled, not run inline
+ * (the first two chains are). */
+typedef struct turn {
+    int left, id;
+    tr_actor_t other;
+} turn_t;
+
+static int turns_c(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    rules.c_inline += in_stream != 0;
+    return ++rules.c_handled == 2 * 20 * 64 ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+}
+
+static int turns_p(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    turn_t *t = ctx->state;
+    int rc = 0;
+    in_stream = t->id;
+    for (int i = 0; i < 64 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    in_stream = 0;
+    if (rc == 0 && (t->id == 1 || t->left > 1)) /* the token, while the other has turns left */
+        rc = tr_actor_send(ctx->rt, t->other, tr_msg_alloc(ctx->rt, MSG_GO, 0));
+    return rc < 0 || --t->left > 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static void test_receiver_of_several_streams_is_scheduled(void **state)
+{
+    (void)state;
+    memset(&rules, 0, sizeof(rules));
+    tr_runtime_t *rt;
+    tr_runtime_opts_t o = {.n_workers = 1, .inline_ns = 1000000000, .batch_ns = 10000000000ull};
+    assert_int_equal(tr_runtime_init(&rt, &o), 0);
+    turn_t t[2] = {{.left = 20, .id = 1}, {.left = 20, .id = 2}};
+    tr_actor_t p[2];
+    assert_int_equal(tr_actor_spawn(rt, turns_c, NULL, NULL, &rules.c), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tr_actor_spawn(rt, turns_p, &t[i], NULL, &p[i]), 0);
+    t[0].other = p[1];
+    t[1].other = p[0];
+    assert_int_equal(tr_actor_send(rt, p[0], tr_msg_alloc(rt, MSG_GO, 0)), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+    printf("two streams: C handled %llu, %llu inline\n", (unsigned long long)rules.c_handled,
+           (unsigned long long)rules.c_inline);
+    assert_int_equal(rules.c_handled, 2 * 20 * 64);
+    assert_int_equal(rules.c_inline, 2 * 64);
+}
+
 /* --- stress: producers -> relays -> sink, acknowledged ----------------------------------- */
 
 #define PRODUCERS 3
@@ -485,6 +538,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inline_runs_do_not_nest),
         cmocka_unit_test(test_stream_takes_receiver_from_run_next),
         cmocka_unit_test(test_receiver_stops_inside_inline_run),
+        cmocka_unit_test(test_receiver_of_several_streams_is_scheduled),
         cmocka_unit_test(test_relay_stress),
         cmocka_unit_test(test_deterministic_replay),
     };
