@@ -20,6 +20,18 @@ static inline uint64_t stress_seed(const char *test, const char *name)
     return seed;
 }
 
+/* A deterministic-mode replay's verdict, printed: the handling-order hashes of one seed's
+ * traffic run twice (a, b) and of the next seed's (c). True when the seed replays its order
+ * and the next seed gives another. */
+static inline int stress_replayed(const char *test, uint64_t seed, uint64_t a, uint64_t b,
+                                  uint64_t c)
+{
+    printf("%s: seed %llu: order %016llx, then %016llx; seed %llu: %016llx\n", test,
+           (unsigned long long)seed, (unsigned long long)a, (unsigned long long)b,
+           (unsigned long long)(seed + 1), (unsigned long long)c);
+    return a == b && a != c;
+}
+
 /* A 64-bit mix (MurmurHash3's finaliser, first half): order-sensitive checksums of items. */
 static inline uint64_t stress_mix(uint64_t x)
 {
