@@ -616,7 +616,8 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
                                 .handle_signals = o->handle_signals,
                                 .monitor = eng->mon,
                                 .wire_check = c->troupe.runtime.wire_check,
-                                .kernel_slice = c->troupe.runtime.kernel_slice};
+                                .kernel_slice = c->troupe.runtime.kernel_slice,
+                                .inline_ns = c->troupe.runtime.inline_ns};
         if (!ro.kernel_slice) ro.slice_us = (unsigned)c->troupe.runtime.slice_us;
         /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
         rc = tr_runtime_init(&eng->rt, &ro);

@@ -559,6 +559,10 @@ static const tr__cfg_key_t troupe_runtime_keys[] = {
     ACT(BOOL("kernel_slice", troupe.runtime.kernel_slice, 0,
              "the runtime's threads ask for no slice and keep the one they inherit (the "
              "kernel's default, unless the program chose another; slice_us is then ignored)")),
+    ACT(INT("inline_ns", troupe.runtime.inline_ns, 200, -1, 1000000000,
+            "a behaviour streaming 64 or more messages to an idle actor fed by it alone, and "
+            "at most this many nanoseconds a message so far, runs that actor itself inside "
+            "the send (the pair stays on one core); 0 = 200; -1 = never")),
 };
 SECTION(troupe_runtime_sec, "troupe.runtime", troupe_runtime_keys);
 

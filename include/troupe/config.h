@@ -208,6 +208,7 @@ typedef struct tr_config_troupe {
         bool wire_check; /* every message crosses its msgpack form (tr_runtime_opts_t) */
         int64_t slice_us;  /* the runtime's threads' time slice (tr_runtime_opts_t) */
         bool kernel_slice; /* ... or the kernel's default */
+        int64_t inline_ns; /* a stream's cheap receiver runs inline (tr_runtime_opts_t) */
     } runtime;
     struct {
         int64_t prefetch, seed;
