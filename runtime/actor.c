@@ -1053,7 +1053,8 @@ static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, 
 
 /* Handles the actor's next message (urgent first). False when the activation is over: nothing
  * is queued, or its batch (count or time) is used up. */
-static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool, activation_t *x)
+__attribute__((always_inline)) static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool,
+                                                                  activation_t *x)
 {
     tr__actor_t *a = x->a;
     tr_msg_t *m = next_message(a, pool);
