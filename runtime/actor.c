@@ -543,7 +543,7 @@ static void outbox_flush(bool burst)
     tr_runtime_t *rt = o->rt;
     bool idle = tr__mpscq_push(&to->data_in, o->first, o->last, o->n);
     o->n = 0;
-    /* A receiver running elsewhere is not looked at: its counters' line is being written */
+    /* A receiver that was not idle runs inline only from this worker's run-next slot */
     bool stream = o->streak >= TR__OUTBOX_MAX;
     if (idle) {
         if (stream && can_run_inline(rt, to))
@@ -1043,7 +1043,7 @@ static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, 
                         .t0 = t0,
                         .gen = gen,
                         .limit = a->batch ? a->batch : rt->batch,
-                        .sender = a->last_sender};
+                        .sender = (gen & 1) ? a->last_sender : TR__NO_SENDER};
     tr__tls.actor = a;
     uint64_t depth = note_depth(a);
     if (rt->monitor) trace_depth(rt, a, depth);
@@ -1084,7 +1084,8 @@ static void note_inline(tr_runtime_t *rt, tr__actor_t *a, const activation_t *x)
     a->many_senders = x->mixed ? TR__MANY_SENDERS_HOLD : a->many_senders ? a->many_senders - 1 : 0;
     uint64_t ran = atomic_load_explicit(&a->run_ns, memory_order_relaxed);
     uint64_t n = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
-    uint8_t ok = !a->many_senders && ran <= n * rt->inline_ticks;
+    /* n * inline_ticks only where it cannot wrap: past inline_n_max any run time fits */
+    uint8_t ok = !a->many_senders && (!n || n > rt->inline_n_max || ran <= n * rt->inline_ticks);
     if (ok != atomic_load_explicit(&a->inline_ok, memory_order_relaxed))
         atomic_store_explicit(&a->inline_ok, ok, memory_order_relaxed);
 }
@@ -1114,7 +1115,9 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
         atomic_store_explicit(&a->activations,
                               atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
                               memory_order_relaxed);
-        if (x->n) note_inline(rt, a, x);
+        /* a live generation's only (a dead slot's stray activation races with a publish
+         * that resets these fields); not at all where inline runs cannot happen */
+        if (x->n && (x->gen & 1) && rt->inline_ticks && !rt->deterministic) note_inline(rt, a, x);
     }
     /* The urgent lane's tail, taken while this thread still owns the actor: once the data
      * lane is marked idle another thread may run it, so only the head may be read after. */
@@ -1141,8 +1144,9 @@ static _Thread_local bool tls_inline;           /* an inline activation is runni
 static _Thread_local uint64_t tls_inline_ticks; /* ticks spent in inline activations */
 
 /* Whether a stream's receiver may run inline: not from inside another inline activation, on
- * a worker, not the sender itself, not pinned, and cheap: so far at most rt->inline_ticks a
- * message handled (opts.inline_ns; an actor that has handled none yet counts as cheap). */
+ * a worker, not the sender itself, not pinned, and its verdict (inline_ok, note_inline): fed
+ * by one sender at a time and cheap, at most rt->inline_ticks a message so far (opts.inline_ns;
+ * an actor that has handled none yet counts as cheap). */
 static bool can_run_inline(tr_runtime_t *rt, tr__actor_t *a)
 {
     return !tls_inline && rt->inline_ticks && !rt->deterministic && tr__tls.worker &&

@@ -46,9 +46,10 @@ typedef struct tr__actor {
     tr__mpscq_head_t urgent_in;
     tr__qnode_t qnode;              /* link in the inject queue while queued there */
 
-    /* --- read by every send (gen, pinned, pin); written only by spawn, restart and stop,
-     * while the slot changes hands, and read after gen (acquire). Apart from the running
-     * thread's counters, so a send does not miss on a line the receiver keeps writing --- */
+    /* --- read by every send (gen, pinned, pin, inline_ok); written only by spawn, restart
+     * and stop, while the slot changes hands, and read after gen (acquire), except inline_ok,
+     * a hint the running thread writes when it changes. Apart from the running thread's
+     * counters, so a send does not miss on a line the receiver keeps writing --- */
     _Alignas(TR__CACHE_LINE) _Atomic uint32_t gen;
     _Atomic uint8_t pinned;
     _Atomic uint8_t inline_ok; /* a stream may run it inline (actor.c, note_inline): written
@@ -153,6 +154,7 @@ struct tr_runtime {
     uint64_t batch_ticks;        /* batch_ns in runtime/clock.h ticks */
     uint64_t steal_next_ticks;   /* how long a run-next actor waits before others may take it */
     uint64_t inline_ticks;       /* a receiver at most this a message may run inline; 0: none */
+    uint64_t inline_n_max;       /* UINT64_MAX / inline_ticks: msgs_in * inline_ticks fits */
     uint64_t poll_ticks;         /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
     uint64_t seed;
     bool deterministic;

@@ -48,8 +48,9 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
     rt->steal_next_ticks = tr__ns_to_ticks(50000);
     int64_t inline_ns = rt->opts.inline_ns ? rt->opts.inline_ns : TR__INLINE_NS;
-    if (inline_ns > 1000000000) inline_ns = 1000000000; /* run_ns <= msgs_in * ticks: no overflow */
+    if (inline_ns > 1000000000) inline_ns = 1000000000; /* 1 s: anything longer is "always" */
     rt->inline_ticks = inline_ns < 0 ? 0 : tr__ns_to_ticks((uint64_t)inline_ns);
+    rt->inline_n_max = rt->inline_ticks ? UINT64_MAX / rt->inline_ticks : 0;
     rt->poll_ticks = tr__ns_to_ticks(TR__POLL_NS);
     rt->timestamps = rt->opts.timestamps != 0;
     const char *wc = getenv("TROUPE_WIRE_CHECK"); /* a test run forces it on everywhere */

@@ -87,12 +87,12 @@ typedef struct tr_runtime_opts {
                               * default unless that thread chose another); slice_us must
                               * then be 0 */
     int64_t inline_ns;       /* a behaviour that sends a stream (64 or more messages in a row
-                              * in one call) to an actor that is idle and has so far cost at
-                              * most this much per message runs that actor itself, inside the
-                              * send, on its own thread: the pair stays on one core and the
-                              * receiver's mailbox stays short (docs/runtime.md, Mailboxes);
-                              * 0 = 200; negative: never (the receiver goes to another
-                              * worker) */
+                              * in one call) to an actor that is idle, fed by one sender at a
+                              * time and so far at most this many ns a message runs that actor
+                              * itself, inside the send, on its own thread: the pair stays on
+                              * one core and the receiver's mailbox stays short
+                              * (docs/runtime.md, Mailboxes); 0 = 200; more than 1 s counts as
+                              * 1 s; negative: never (the receiver goes to another worker) */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.

@@ -323,6 +323,7 @@ static void test_config_io_monitor_pipeline_defaults(void **state)
     assert_int_equal(c->troupe.runtime.workers, 0);
     assert_int_equal(c->troupe.runtime.slice_us, 100);
     assert_false(c->troupe.runtime.kernel_slice);
+    assert_int_equal(c->troupe.runtime.inline_ns, 200);
     assert_int_equal(c->troupe.data.prefetch, 2);
     assert_true(c->troupe.data.shuffle);
     assert_int_equal(c->troupe.data.seed, 1234);
@@ -512,9 +513,10 @@ static void test_config_types_and_ranges_are_checked(void **state)
           "5.5},\"fp16\":{\"enabled\":1},\"aio\":{\"queue_depth\":\"8\"},\"optimizer\":{\"type\":"
           "\"Adam\",\"params\":{\"betas\":[0.9]}},\"steps_per_print\":0,\"gradient_clipping\":"
           "-1,\"zero_optimization2\":1,\"bf16\":true,\"comms_logger\":{\"prof_ops\":[1]},"
-          "\"troupe\":{\"runtime\":{\"slice_us\":50}}}");
+          "\"troupe\":{\"runtime\":{\"slice_us\":50,\"inline_ns\":-2}}}");
     has("ds.json: zero_optimization.stage: must be 0, 1, 2 or 3, got 4");
     has("ds.json: troupe.runtime.slice_us: must be an integer between 100 and 100000, got 50");
+    has("ds.json: troupe.runtime.inline_ns: must be an integer between -1 and 1000000000, got -2");
     has("ds.json: zero_optimization.reduce_bucket_size: must be an integer >= 0, got 5.5");
     has("ds.json: fp16.enabled: must be true or false, got 1");
     has("ds.json: aio.queue_depth: must be an integer between 1 and 65536, got \"8\"");
@@ -523,7 +525,7 @@ static void test_config_types_and_ranges_are_checked(void **state)
     has("ds.json: steps_per_print: must be an integer >= 1, got 0");
     has("ds.json: bf16: must be an object, got true");
     has("ds.json: comms_logger.prof_ops: must be a list of strings, got an array");
-    assert_int_equal(diag.n_errors, 10);
+    assert_int_equal(diag.n_errors, 11);
 }
 
 static void test_config_auto_inside_a_section_is_the_default(void **state)

@@ -10,7 +10,8 @@
  *   stream, streams to C: C is scheduled); a stream takes its receiver out of the run-next
  *   slot; a receiver that stops inside an inline run stops there, and the sender's next
  *   sends are refused (TR_ESTOPPED); a receiver two producers stream to in turns is
- *   scheduled, not run inline, once it has seen both.
+ *   scheduled, not run inline, once it has seen both, and runs inline again 8 activations
+ *   after a single sender took over.
  * - Stress: producers stream runs of random length to relays that forward every item to a
  *   sink (a stream from inside an inline activation: never nested) and acknowledge it to the
  *   producer (a send to an actor whose behaviour is running the relay); one relay is pinned,
@@ -319,60 +320,99 @@ static void test_receiver_stops_inside_inline_run(void **state)
 
 /* Two producers take turns (a token passed between them), a chain of 64 to C each turn: once
  * C has seen both, it is fed by several senders at a time and is scheduled, not run inline
- * (the first two chains are). */
+ * (the first two chains are). Then a third streams alone, a chain each time C acknowledges
+ * the last: after C's activations have seen one sender 8 times in a row, it runs inline again. */
+#define TURNS 20 /* each of the two */
+#define ALONE 16 /* chains of the third */
+
 typedef struct turn {
     int left, id;
     tr_actor_t other;
+    const struct turn *peer;
 } turn_t;
+
+static tr_actor_t third;
+static uint64_t inline_alone; /* C's messages handled inside the third's send */
 
 static int turns_c(tr_ctx_t *ctx, tr_msg_t *m)
 {
-    (void)m;
     rules.c_inline += in_stream != 0;
-    return ++rules.c_handled == 2 * 20 * 64 ? tr_actor_stop(ctx->rt, ctx->self) : 0;
+    inline_alone += in_stream == 3;
+    uint64_t n = ++rules.c_handled;
+    if (n == (2 * TURNS + ALONE) * 64) return tr_actor_stop(ctx->rt, ctx->self);
+    if (n == 2 * TURNS * 64) /* the turns are over: the third begins */
+        return tr_actor_send(ctx->rt, third, tr_msg_alloc(ctx->rt, MSG_GO, 0));
+    if (n > 2 * TURNS * 64 && n % 64 == 0) /* the third's chain is handled: the next */
+        return tr_actor_send(ctx->rt, m->sender, tr_msg_alloc(ctx->rt, MSG_ACK, 0));
+    return 0;
+}
+
+static int send_chain(tr_ctx_t *ctx, int id)
+{
+    int rc = 0;
+    in_stream = id;
+    for (int i = 0; i < 64 && rc == 0; i++)
+        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
+    in_stream = 0;
+    return rc;
 }
 
 static int turns_p(tr_ctx_t *ctx, tr_msg_t *m)
 {
     (void)m;
     turn_t *t = ctx->state;
-    int rc = 0;
-    in_stream = t->id;
-    for (int i = 0; i < 64 && rc == 0; i++)
-        rc = tr_actor_send(ctx->rt, rules.c, tr_msg_alloc(ctx->rt, MSG_ITEM, 0));
-    in_stream = 0;
-    if (rc == 0 && (t->id == 1 || t->left > 1)) /* the token, while the other has turns left */
+    int rc = send_chain(ctx, t->id);
+    --t->left;
+    if (rc == 0 && t->peer->left) /* the token, while the other has turns left */
         rc = tr_actor_send(ctx->rt, t->other, tr_msg_alloc(ctx->rt, MSG_GO, 0));
-    return rc < 0 || --t->left > 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+    return rc < 0 || t->left > 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
+}
+
+static int alone_p(tr_ctx_t *ctx, tr_msg_t *m)
+{
+    (void)m;
+    int *left = ctx->state, rc = send_chain(ctx, 3);
+    return rc < 0 || --*left > 0 ? rc : tr_actor_stop(ctx->rt, ctx->self);
 }
 
 static void test_receiver_of_several_streams_is_scheduled(void **state)
 {
     (void)state;
     memset(&rules, 0, sizeof(rules));
+    inline_alone = 0;
     tr_runtime_t *rt;
     tr_runtime_opts_t o = {.n_workers = 1, .inline_ns = 1000000000, .batch_ns = 10000000000ull};
     assert_int_equal(tr_runtime_init(&rt, &o), 0);
-    turn_t t[2] = {{.left = 20, .id = 1}, {.left = 20, .id = 2}};
+    turn_t t[2] = {{.left = TURNS, .id = 1, .peer = &t[1]},
+                   {.left = TURNS, .id = 2, .peer = &t[0]}};
+    int alone_left = ALONE;
     tr_actor_t p[2];
-    assert_int_equal(tr_actor_spawn(rt, turns_c, NULL, NULL, &rules.c), 0);
+    tr_actor_opts_t c64 = {.batch = 64}; /* an activation of C takes a chain */
+    assert_int_equal(tr_actor_spawn(rt, turns_c, NULL, &c64, &rules.c), 0);
     for (int i = 0; i < 2; i++)
         assert_int_equal(tr_actor_spawn(rt, turns_p, &t[i], NULL, &p[i]), 0);
+    assert_int_equal(tr_actor_spawn(rt, alone_p, &alone_left, NULL, &third), 0);
     t[0].other = p[1];
     t[1].other = p[0];
     assert_int_equal(tr_actor_send(rt, p[0], tr_msg_alloc(rt, MSG_GO, 0)), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     tr_runtime_close(rt);
-    printf("two streams: C handled %llu, %llu inline\n", (unsigned long long)rules.c_handled,
-           (unsigned long long)rules.c_inline);
-    assert_int_equal(rules.c_handled, 2 * 20 * 64);
-    assert_int_equal(rules.c_inline, 2 * 64);
+    printf("streams: C handled %llu, %llu inline while two took turns, %llu of the third's\n",
+           (unsigned long long)rules.c_handled, (unsigned long long)(rules.c_inline - inline_alone),
+           (unsigned long long)inline_alone);
+    assert_int_equal(rules.c_handled, (2 * TURNS + ALONE) * 64);
+    assert_int_equal(rules.c_inline - inline_alone, 2 * 64); /* the first two chains */
+    /* the third's first chain sets the hold again (a new sender); 8 single-sender
+     * activations later its chains run inline: chains 10 to 16 */
+    assert_int_equal(inline_alone, (ALONE - 9) * 64);
 }
 
 /* --- stress: producers -> relays -> sink, acknowledged ----------------------------------- */
 
 #define PRODUCERS 3
-#define RELAYS    4 /* relay 0 is pinned, relay 1 slow */
+#define RELAYS    4 /* relay 0 is pinned, relay 1 slow, relay 3 fed by producer 0 alone */
+
+static _Atomic uint64_t relay_inline; /* items a relay handled inside a producer's send */
 
 typedef struct item {
     uint32_t producer, relay;
@@ -427,6 +467,7 @@ static int relay_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
     }
     if (m->type != MSG_ITEM) return 0;
     const item_t *it = tr_msg_body(m);
+    if (in_stream) atomic_fetch_add(&relay_inline, 1);
     if (r->id == 1 && it->seq % 64 == 0) spin_us(5);
     tr_msg_t *f = tr_msg_alloc(ctx->rt, MSG_ITEM, sizeof(item_t));
     tr_msg_t *ack = tr_msg_alloc(ctx->rt, MSG_ACK, 0);
@@ -447,14 +488,17 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
     for (int run = 0; run < 4 && p->sent < p->total; run++) {
         uint64_t r = tr_rng_next(&p->rng);
         uint32_t to = (uint32_t)(r % RELAYS);
+        if (to == RELAYS - 1 && p->id != 0) to = 2; /* the last relay has one sender */
         uint64_t len = 1 + (r >> 8) % 400;
+        in_stream = 1;
         for (uint64_t i = 0; i < len && p->sent < p->total; i++, p->sent++) {
             tr_msg_t *x = tr_msg_alloc(ctx->rt, MSG_ITEM, sizeof(item_t));
             if (!x) return TR_ENOMEM;
             *(item_t *)tr_msg_body(x) = (item_t){p->id, to, p->seq[to]++};
             int rc = tr_actor_send(ctx->rt, p->relays[to], x);
-            if (rc < 0) return rc;
+            if (rc < 0) return in_stream = 0, rc;
         }
+        in_stream = 0;
     }
     if (p->sent < p->total)
         return tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GO, 0));
@@ -470,7 +514,8 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
 static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
 {
     tr_runtime_t *rt;
-    tr_runtime_opts_t o = {.deterministic = deterministic, .seed = seed};
+    /* inline runs for any relay fed by one producer, on any build */
+    tr_runtime_opts_t o = {.deterministic = deterministic, .seed = seed, .inline_ns = 1000000000};
     assert_int_equal(tr_runtime_init(&rt, &o), 0);
     sink_t s;
     memset(&s, 0, sizeof(s));
@@ -514,7 +559,11 @@ static void test_relay_stress(void **state)
     uint64_t seed = stress_seed("inline stress", "TEST_INLINE_SEED");
     printf("inline stress: %d producers x %llu items through %d relays\n", PRODUCERS,
            (unsigned long long)per_producer, RELAYS);
+    atomic_store(&relay_inline, 0);
     traffic(seed, 0, per_producer);
+    printf("inline stress: %llu items handled by a relay inside a producer's send\n",
+           (unsigned long long)atomic_load(&relay_inline));
+    assert_true(atomic_load(&relay_inline) > 0); /* the path under stress was taken */
 }
 
 static void test_deterministic_replay(void **state)
