@@ -1190,13 +1190,12 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
     activation_t x[TR__GROUP_MAX];
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
-    uint64_t last = tr__ticks();
-    uint64_t own_last = last - tls_inline_ticks; /* own time: inline runs excluded (run_inline) */
+    uint64_t t0 = tr__ticks();
+    uint64_t last = t0 - tls_inline_ticks; /* the activations' own clock: inline runs excluded */
     for (int i = 0; i < k; i++) {
-        activation_begin(rt, &x[i], actors[i], last);
+        activation_begin(rt, &x[i], actors[i], t0);
         live[i] = true;
     }
-    last = own_last;
     for (int n_live = k; n_live > 0;) {
         for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;
