@@ -64,6 +64,23 @@ static void test_pool_new_slab_is_touched_as_used(void **state)
     tr__pool_set_destroy(set);
 }
 
+/* tr__pool_prefault (runtime start-up): the slab a new pool takes next is in memory, the
+ * first 64 KiB of it, even one a closed set left in the cache (the test before's) with only
+ * the pages its messages used. */
+static void test_pool_prefaulted_slab_is_resident(void **state)
+{
+    (void)state;
+    tr__pool_prefault(2);
+    tr__pool_set_t *set = tr__pool_set_create();
+    tr__pool_t *p = tr__pool_get(set);
+    tr_msg_t *first = tr__pool_alloc(p, 0);
+    assert_non_null(first);
+    const char *slab = (const char *)first - 128;
+    assert_int_equal(resident_pages(slab, 64 * 1024), 16);
+    tr__pool_free(p, first);
+    tr__pool_set_destroy(set);
+}
+
 static void test_pool_alloc_gives_requested_capacity(void **state)
 {
     tr__pool_set_t *set = tr__pool_set_create();
@@ -242,6 +259,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_new_slab_is_touched_as_used),
+        cmocka_unit_test(test_pool_prefaulted_slab_is_resident),
         cmocka_unit_test(test_pool_alloc_gives_requested_capacity),
         cmocka_unit_test(test_pool_free_then_alloc_reuses_memory),
         cmocka_unit_test(test_pool_remote_frees_come_back_to_owner),
