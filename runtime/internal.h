@@ -277,6 +277,12 @@ int tr__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* --- loop.c --- */
 int tr__loop_start(tr_runtime_t *rt);
 void tr__loop_stop(tr_runtime_t *rt);
+/* What a timer that fires at now asks the timerfd to be armed for next (loop.c's design
+ * block): a repeat's next deadline; a one-shot's earliest next start, now plus its timeout,
+ * since a receiver that starts it again does so after the firing; 0 (nothing) for a
+ * one-shot under 100 us. */
+uint64_t tr__timer_next_arm(uint64_t deadline_ns, uint64_t repeat_ns, uint64_t timeout_ns,
+                           uint64_t now);
 
 /* --- runtime.c --- */
 /* Sends actor a the TR_MSG_STOP of a tr_runtime_shutdown that came before its publication. */

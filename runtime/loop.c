@@ -21,9 +21,12 @@
  * back). Leaving it to the worker after its next activation was measured and not kept: an
  * actor the next activation runs (a computation the timer guards) delayed the timer by its
  * whole run. Instead, when a one-shot of 100 us or more fires, the loop thread also arms the
- * timerfd for its deadline plus its timeout: the earliest a receiver that starts the same
- * timeout again on receipt (periodic work written as one-shots, retries, heartbeats) can ask
- * for. It does so before it sends the firing, since the woken worker may preempt it on its
+ * timerfd for the firing's time plus its timeout: the earliest a receiver that starts the
+ * same timeout again on receipt (periodic work written as one-shots, retries, heartbeats)
+ * can ask for, since that start comes after the firing. (Its deadline plus its timeout is in
+ * the past when the firing is later than the timeout: a VM's host delays some by 1-3 ms, and
+ * each such start then made the call inside its activation, 8-60 us in bench latency's
+ * tail.) It does so before it sends the firing, since the woken worker may preempt it on its
  * core (the runtime's threads ask for short slices: threads.c); arming after the firing,
  * bench latency's p50 went from 1.3 to 9-10 us then. Such a start then finds the timerfd
  * armed early enough and makes no call; when it fires early, the loop thread re-arms for the
@@ -244,11 +247,18 @@ static bool fire(tr__loop_t *l, ltimer_t *t)
     return tr__actor_send_internal(l->rt, t->to, m, false) == 0;
 }
 
+uint64_t tr__timer_next_arm(uint64_t deadline_ns, uint64_t repeat_ns, uint64_t timeout_ns,
+                           uint64_t now)
+{
+    if (repeat_ns) return sat_add(deadline_ns, repeat_ns);
+    return timeout_ns >= AGAIN_MIN_NS ? sat_add(now, timeout_ns) : 0;
+}
+
 /* Under l->mu: unlinks the timers due at now and returns them in deadline order; arms the
  * timerfd, in one call, for the earliest of what is left, of the due repeats' next deadlines
- * and of the due one-shots' next starts (see the design block). Before the firings go out:
- * the worker a firing wakes may preempt the loop thread on its core, and its receiver's
- * start must find it armed. */
+ * and of the due one-shots' earliest next starts, now plus their timeouts (see the design
+ * block). Before the firings go out: the worker a firing wakes may preempt the loop thread
+ * on its core, and its receiver's start must find it armed. */
 static ltimer_t *take_due(tr__loop_t *l, uint64_t now)
 {
     ltimer_t *due = NULL, **tail = &due;
@@ -258,9 +268,8 @@ static ltimer_t *take_due(tr__loop_t *l, uint64_t now)
         l->timers = t->next;
         *tail = t;
         tail = &t->next;
-        uint64_t next = sat_add(t->deadline_ns, t->repeat_ns ? t->repeat_ns : t->timeout_ns);
-        if ((t->repeat_ns || t->timeout_ns >= AGAIN_MIN_NS) && next > now && next < again)
-            again = next; /* a repeat's next deadline, or a one-shot's earliest next start */
+        uint64_t next = tr__timer_next_arm(t->deadline_ns, t->repeat_ns, t->timeout_ns, now);
+        if (next > now && next < again) again = next;
     }
     *tail = NULL;
     if (l->timers && l->timers->deadline_ns < again) again = l->timers->deadline_ns;

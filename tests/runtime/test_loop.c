@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "runtime/internal.h" /* tr__timer_next_arm */
 #include "troupe.h"
 
 #define MS 1000000ull
@@ -224,6 +225,25 @@ static int rearm_actor(tr_ctx_t *ctx, tr_msg_t *msg)
     return rc;
 }
 
+/* A firing arms the timerfd for its receiver's next start (loop.c's design block): after the
+ * firing, so that a receiver restarting the same timeout finds it armed and makes no system
+ * call, and no later than that restart's deadline, so that it never fires late. Also when
+ * the firing came later than its timeout (a VM's host delays some by milliseconds): the
+ * one-shot's deadline plus its timeout is then in the past, and the restart made the call. */
+static void test_loop_firing_arms_for_the_next_start(void **state)
+{
+    (void)state;
+    const uint64_t deadline = 1000 * MS;
+    for (uint64_t late = 0; late <= 3 * MS; late += MS / 2) {
+        uint64_t now = deadline + late, at = tr__timer_next_arm(deadline, 0, MS, now);
+        assert_true(at > now);      /* armed for the future: the restart makes no call */
+        assert_true(at <= now + MS); /* a restart after now has its deadline at now + 1 ms or later */
+    }
+    assert_int_equal(tr__timer_next_arm(deadline, 0, MS / 20, deadline), 0); /* 50 us: not worth it */
+    assert_int_equal(tr__timer_next_arm(deadline, MS, 0, deadline), deadline + MS); /* a repeat */
+    assert_int_equal(tr__timer_next_arm(deadline, 0, UINT64_MAX, deadline), UINT64_MAX); /* never */
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -402,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_loop_misuse_says_what_was_wrong),
         cmocka_unit_test(test_loop_calls_from_a_cleanup_at_close_are_refused),
         cmocka_unit_test(test_loop_timers_rearmed_by_an_actor),
+        cmocka_unit_test(test_loop_firing_arms_for_the_next_start),
         cmocka_unit_test(test_loop_timer_fires_while_its_worker_computes),
         cmocka_unit_test(test_loop_sigint_stops_gracefully),
     };
