@@ -38,7 +38,7 @@
 #define LATENCY_WARMUP 20
 #define LATENCY_GAP_NS 1000000 /* ~1 ms between wake-ups: the runtime parks in between */
 #define IDLE_ACTORS 4
-#define IDLE_NS 2000000000ull
+#define IDLE_MS 2000u
 
 /* --- helpers (static inline: each file keeps its own copy, nothing to link) ------------ */
 

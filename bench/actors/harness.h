@@ -1,6 +1,6 @@
 /* harness.h: what the actor benchmarks and their peers share, so both sides are measured and
  * reported the same way: argument parsing (--only, --reps, --workers), a monotonic clock,
- * process CPU time, the median of repetitions, percentiles, and the `name: value unit`
+ * an idle process's CPU time, the median of repetitions, percentiles, and the `name: value unit`
  * output lines that bench/actors/run.sh reads.
  *
  * Plain C, usable from C++ (bench/peers/caf includes it too). No Troupe header: the peers
@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,13 +76,34 @@ static inline uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* User plus system CPU time of the whole process (every thread), in nanoseconds. */
-static inline uint64_t bench_cpu_ns(void)
+/* idle_cpu's measurement, the same in every program (the Erlang peer's too): a shell outside
+ * this process sums the run time of its threads in ns (/proc/PID/task/N/schedstat, the sum
+ * getrusage gives) settle_ms after the call and again window_ms later, while the calling
+ * thread waits for the answer without a timer of its own; both samples are printed at the
+ * end, so nothing wakes the process in the window. (Read from inside with a sleep between,
+ * the reading thread's own wake-up was counted: 50-160 us of CPU on a 2-vCPU VM, 0.003-0.008 %
+ * of 2 s, as much as a runtime with nothing to do costs.) Returns the window's CPU time in
+ * percent of one core, or -1 after saying what went wrong. */
+static inline double bench_idle_pct(unsigned settle_ms, unsigned window_ms)
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
-           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "s() { echo \"$(date +%%s%%N) $(cat /proc/%d/task/*/schedstat |"
+             " awk '{s += $1} END {if (NR) printf \"%%.0f\", s}')\"; };"
+             " sleep %u.%03u; a=$(s); sleep %u.%03u; b=$(s); echo \"$a\"; echo \"$b\"",
+             (int)getpid(), settle_ms / 1000, settle_ms % 1000, window_ms / 1000,
+             window_ms % 1000);
+    FILE *sh = popen(cmd, "r");
+    unsigned long long t0 = 0, c0 = 0, t1 = 0, c1 = 0;
+    int got = sh ? fscanf(sh, "%llu %llu %llu %llu", &t0, &c0, &t1, &c1) : -1;
+    int status = sh ? pclose(sh) : -1;
+    if (got != 4 || status != 0 || t1 <= t0 || c1 < c0) {
+        fprintf(stderr, "idle_cpu: could not read this process's CPU time from "
+                        "/proc/%d/task/*/schedstat (%d of 4 numbers, shell status %d)\n",
+                (int)getpid(), got, status);
+        return -1;
+    }
+    return 100.0 * (double)(c1 - c0) / (double)(t1 - t0);
 }
 
 static inline void bench_sleep_ns(uint64_t ns)
@@ -127,11 +147,24 @@ static inline uint32_t bench_rand(uint64_t *state, uint32_t bound)
     return (uint32_t)((*state >> 33) % bound);
 }
 
-/* The machine-readable result line that run.sh parses. */
+/* The machine-readable result line that run.sh parses, with `digits` decimals. */
+static inline void bench_print_digits(const char *name, double value, int digits,
+                                      const char *unit)
+{
+    printf("%s: %.*f %s\n", name, digits, value, unit);
+    fflush(stdout);
+}
+
 static inline void bench_print(const char *name, double value, const char *unit)
 {
-    printf("%s: %.3f %s\n", name, value, unit);
-    fflush(stdout);
+    bench_print_digits(name, value, 3, unit);
+}
+
+/* idle_cpu's line: six decimals, since an idle runtime's share of a core over 2 s can be a
+ * few millionths of a percent (one wake-up) or none at all. */
+static inline void bench_print_idle(double pct)
+{
+    bench_print_digits("idle_cpu", pct, 6, "%");
 }
 
 /* Sorts samples[0..n) (ns) and prints NAME_p50, NAME_p90, NAME_p99 and NAME_max in us. */

@@ -11,8 +11,8 @@
  *   Both: LATENCY_WARMUP messages are dropped, then LATENCY_SAMPLES are kept: p50, p90, p99
  *   and max in microseconds.
  * idle_cpu: IDLE_ACTORS actors are spawned and each handles one message; then the runtime
- *   sits with nothing to do for IDLE_NS. Process CPU time (every thread) over that window,
- *   as a percentage of one core. Target: < 1%.
+ *   sits with nothing to do for IDLE_MS. Process CPU time (every thread) over that window,
+ *   as a percentage of one core, read from outside (bench_idle_pct). Target: < 1%.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -149,14 +149,12 @@ int bench_idle_cpu(const bench_args_t *a)
     while (n < IDLE_ACTORS && rc == 0 &&
            (rc = tr_actor_spawn(rt, idle_actor, &pokes[n], NULL, &addr[n])) == 0)
         rc = bench_send(rt, addr[n++], MSG_POKE, NULL, 0);
-    bench_sleep_ns(100000000); /* let the pokes be handled and the workers park */
-    uint64_t c0 = bench_cpu_ns(), t0 = bench_now_ns();
-    bench_sleep_ns(IDLE_NS);
-    uint64_t c1 = bench_cpu_ns(), t1 = bench_now_ns();
+    /* 100 ms to let the pokes be handled and the workers park, then the window */
+    double pct = rc == 0 ? bench_idle_pct(100, IDLE_MS) : -1;
     for (int i = 0; i < n; i++)
         tr_actor_stop(rt, addr[i]);
-    if (bench_rt_finish(rt, rc, "idle_cpu", 0, NULL) < 0)
+    if (bench_rt_finish(rt, rc, "idle_cpu", 0, NULL) < 0 || pct < 0)
         return -1;
-    bench_print("idle_cpu", 100.0 * (double)(c1 - c0) / (double)(t1 - t0), "%");
+    bench_print_idle(pct);
     return 0;
 }

@@ -14,8 +14,9 @@
 #     `ratio.NAME: R x` (CAF, the name it has always had), `ratio_go.NAME: R x`,
 #     `ratio_erlang.NAME: R x`.
 # A ratio is peer/troupe for times, so > 1 means Troupe is faster; for rates (Mmsg/s) it is
-# troupe/peer, the same meaning. "met" is issue #2's target: the stated bound, and beating
-# CAF. A peer that was not built is skipped with a line saying so. Exits 1 if any program
+# troupe/peer, the same meaning; equal values are a tie, 1 (idle_cpu at 0 on both sides: no
+# thread ran in the window), and a 0 below a peer's non-zero is inf. "met" is issue #2's
+# target: the stated bound, and beating CAF. A peer that was not built is skipped with a line saying so. Exits 1 if any program
 # reported a wrong result.
 set -uo pipefail
 
@@ -91,6 +92,7 @@ awk '
         np = split("caf go erlang", peer, " ")
         rname["caf"] = "ratio"; rname["go"] = "ratio_go"; rname["erlang"] = "ratio_erlang"
     }
+    function shown(x, fmt) { return x == "" ? "-" : (x == "inf" ? "inf" : sprintf(fmt, x)) }
     /^#/ || !/: / { next }
     FNR == NR { name = $1; sub(/:$/, "", name); order[++n_names] = name
                 troupe[name] = $2; unit[name] = $3; next }
@@ -106,12 +108,15 @@ awk '
             line = sprintf("%s: %s %s\n", nm, t, u); vals = ""; ratios = ""; rlines = ""
             for (k = 1; k <= np; k++) {
                 p = peer[k]; v = ((p, nm) in val) ? val[p, nm] : ""; r[p] = ""
-                if (v != "" && t > 0 && v > 0)
-                    r[p] = (u == "Mmsg/s") ? t / v : v / t
+                # better / worse; equal values (idle_cpu at 0 on both sides) are a tie, 1;
+                # a zero below a non-zero (Troupe idle at 0 against a peer above it) is inf
+                num = (u == "Mmsg/s") ? t : v; den = (u == "Mmsg/s") ? v : t
+                if (v != "" && t >= 0 && v >= 0)
+                    r[p] = (num == den) ? 1 : (den > 0 ? num / den : (num > 0 ? "inf" : ""))
                 vals = vals sprintf(" %10s", v == "" ? "-" : sprintf("%.3f", v))
-                ratios = ratios sprintf(" %7s", r[p] == "" ? "-" : sprintf("%.2f", r[p]))
+                ratios = ratios sprintf(" %7s", shown(r[p], "%.2f"))
                 if (v != "") line = line sprintf("%s.%s: %s %s\n", p, nm, v, u)
-                if (r[p] != "") rlines = rlines sprintf("%s.%s: %.3f x\n", rname[p], nm, r[p])
+                if (r[p] != "") rlines = rlines sprintf("%s.%s: %s x\n", rname[p], nm, shown(r[p], "%.3f"))
             }
             target = (nm in bound) ? bound[nm] : (r["caf"] != "" ? "beat CAF" : "")
             has = 0; ok = 1
@@ -119,7 +124,7 @@ awk '
                 has = 1
                 if (!(dir[nm] < 0 ? t < lim[nm] : t >= lim[nm])) ok = 0
             }
-            if (r["caf"] != "") { has = 1; if (r["caf"] <= 1) ok = 0 }
+            if (r["caf"] != "") { has = 1; if (r["caf"] != "inf" && r["caf"] <= 1) ok = 0 }
             met = has ? (ok ? "yes" : "NO") : ""
             printf "%-18s %10.3f%s %-7s%s %12s %s\n", nm, t, vals, u, ratios, target, met
             lines = lines line rlines

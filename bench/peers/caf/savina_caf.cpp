@@ -46,7 +46,7 @@ constexpr int latency_samples = 2000;
 constexpr int latency_warmup = 20;
 constexpr uint64_t latency_gap_ns = 1000000;
 constexpr int idle_actors = 4;
-constexpr uint64_t idle_ns = 2000000000ull;
+constexpr unsigned idle_ms = 2000;
 
 using start_atom = atom_constant<atom("start")>;
 using ping_atom = atom_constant<atom("ping")>;
@@ -779,15 +779,12 @@ int bench_idle_cpu(const bench_args_t* a) {
         all.push_back(sys.spawn([p]() -> behavior { return {[p](poke_atom) { ++*p; }}; }));
         anon_send(all.back(), poke_atom::value);
     }
-    bench_sleep_ns(100000000); // let the pokes be handled and the workers go idle
-    uint64_t c0 = bench_cpu_ns(), t0 = bench_now_ns();
-    bench_sleep_ns(idle_ns);
-    uint64_t c1 = bench_cpu_ns(), t1 = bench_now_ns();
+    double pct = bench_idle_pct(100, idle_ms); // 100 ms for the pokes, then the window
     for (auto& x : all)
         anon_send_exit(x, exit_reason::user_shutdown);
     sys.await_all_actors_done();
-    bench_print("idle_cpu", 100.0 * static_cast<double>(c1 - c0) / static_cast<double>(t1 - t0),
-                "%");
+    if (pct < 0) return -1;
+    bench_print_idle(pct);
     return 0;
 }
 

@@ -457,7 +457,7 @@ idle_cpu() ->
     [P ! stop || P <- All],
     case [integers(L) || L <- Lines] of
         [[T0, C0], [T1, C1]] when T1 > T0, C1 >= C0 ->
-            print("idle_cpu", 100 * (C1 - C0) / (T1 - T0), "%"),
+            io:format("idle_cpu: ~.6f %~n", [100 * (C1 - C0) / (T1 - T0)]), % bench_print_idle
             true;
         _ ->
             io:format(standard_error, "idle_cpu: could not read the VM's CPU time from "
