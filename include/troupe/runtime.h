@@ -271,7 +271,8 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t a, tr_actor_stats_t *out);
 int tr_timer_start(tr_runtime_t *rt, tr_actor_t to, uint64_t tag, uint64_t timeout_ns,
                    uint64_t repeat_ns, uint64_t *timer_id);
 
-/* Stops a timer; a firing already sent is still delivered. TR_ENOENT for an unknown id. */
+/* Stops a timer; a firing already sent is still delivered. TR_ENOENT for an unknown id, and
+ * for a one-shot that has fired or is firing (its firing will arrive). */
 int tr_timer_stop(tr_runtime_t *rt, uint64_t timer_id);
 
 #define TR_POLL_READABLE 1u
