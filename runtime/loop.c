@@ -343,11 +343,7 @@ static void on_tfd(uv_poll_t *p, int status, int events)
         repeats |= t->repeat_ns != 0;
     }
     if (!repeats) { /* spare at the next firing, which takes the lock anyway */
-        ltimer_t **tail = &due;
-        while (*tail)
-            tail = &(*tail)->next;
-        *tail = l->retired;
-        l->retired = due;
+        l->retired = due; /* emptied above; only this thread writes it */
         return;
     }
     pthread_mutex_lock(&l->mu);
