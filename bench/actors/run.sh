@@ -16,8 +16,8 @@
 # A ratio is peer/troupe for times, so > 1 means Troupe is faster; for rates (Mmsg/s) it is
 # troupe/peer, the same meaning; equal values are a tie, 1 (idle_cpu at 0 on both sides: no
 # thread ran in the window), and a 0 below a peer's non-zero is inf. "met" is issue #2's
-# target: the stated bound, and beating CAF. A peer that was not built is skipped with a line saying so. Exits 1 if any program
-# reported a wrong result.
+# target: the stated bound, and beating CAF. A peer that was not built is skipped with a line
+# saying so. Exits 1 if any program reported a wrong result.
 set -uo pipefail
 
 build=${1:?usage: run.sh BUILD_DIR [--reps N] [--only NAME] [--workers N]}
@@ -116,7 +116,8 @@ awk '
                 vals = vals sprintf(" %10s", v == "" ? "-" : sprintf("%.3f", v))
                 ratios = ratios sprintf(" %7s", shown(r[p], "%.2f"))
                 if (v != "") line = line sprintf("%s.%s: %s %s\n", p, nm, v, u)
-                if (r[p] != "") rlines = rlines sprintf("%s.%s: %s x\n", rname[p], nm, shown(r[p], "%.3f"))
+                if (r[p] != "")
+                    rlines = rlines sprintf("%s.%s: %s x\n", rname[p], nm, shown(r[p], "%.3f"))
             }
             target = (nm in bound) ? bound[nm] : (r["caf"] != "" ? "beat CAF" : "")
             has = 0; ok = 1

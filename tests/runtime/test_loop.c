@@ -237,9 +237,9 @@ static void test_loop_firing_arms_for_the_next_start(void **state)
     for (uint64_t late = 0; late <= 3 * MS; late += MS / 2) {
         uint64_t now = deadline + late, at = tr__timer_next_arm(deadline, 0, MS, now);
         assert_true(at > now);      /* armed for the future: the restart makes no call */
-        assert_true(at <= now + MS); /* a restart after now has its deadline at now + 1 ms or later */
+        assert_true(at <= now + MS); /* a restart after now: its deadline is now + 1 ms or later */
     }
-    assert_int_equal(tr__timer_next_arm(deadline, 0, MS / 20, deadline), 0); /* 50 us: not worth it */
+    assert_int_equal(tr__timer_next_arm(deadline, 0, MS / 20, deadline), 0); /* 50 us: too short */
     assert_int_equal(tr__timer_next_arm(deadline, MS, 0, deadline), deadline + MS); /* a repeat */
     assert_int_equal(tr__timer_next_arm(deadline, 0, UINT64_MAX, deadline), UINT64_MAX); /* never */
 }
