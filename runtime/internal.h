@@ -111,7 +111,9 @@ struct tr__worker {
 
     /* --- park word: written by the worker and by wakers --- */
     _Atomic uint32_t parked;
-    char pad1_[TR__CACHE_LINE - sizeof(uint32_t)];
+    _Atomic int32_t busy_cpu; /* the CPU it runs actors on, -1 when out of work (spread.c);
+                               * written by the worker about once a millisecond */
+    char pad1_[TR__CACHE_LINE - 2 * sizeof(uint32_t)];
 
     /* --- the worker's own --- */
     tr_runtime_t *rt;
@@ -122,6 +124,8 @@ struct tr__worker {
     tr__pool_t *pool;
     uint32_t free_slots[TR__SLOT_CACHE];
     unsigned n_free_slots;
+    uint64_t spread_at;                    /* ticks: when it next looks at its CPU (spread.c) */
+    unsigned stacked;                      /* looks in a row that found a worker on its CPU */
     tr__next_seen_t *next_seen;            /* per victim: its run_next as last seen (steal) */
     tr__worker_t *next_idle;               /* under rt->idle_mu */
     bool in_idle_list;                     /* under rt->idle_mu */
@@ -156,6 +160,7 @@ struct tr_runtime {
     uint64_t inline_ticks;       /* a receiver at most this a message may run inline; 0: none */
     uint64_t inline_n_max;       /* UINT64_MAX / inline_ticks: msgs_in * inline_ticks fits */
     uint64_t poll_ticks;         /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
+    uint64_t spread_ticks;       /* how often a busy worker looks at its CPU (spread.c) */
     uint64_t seed;
     bool deterministic;
     bool timestamps;
@@ -185,6 +190,7 @@ struct tr_runtime {
     char pad3_[TR__CACHE_LINE];
     _Atomic uint64_t dead_letters; /* statistics */
     _Atomic uint64_t steals;
+    _Atomic uint64_t worker_moves; /* spread.c */
     char pad4_[TR__CACHE_LINE];
 
     tr__inject_t inject;
@@ -260,6 +266,13 @@ bool tr__sched_take_next(tr__worker_t *w, tr__actor_t *a);
 void tr__sched_run_deterministic(tr_runtime_t *rt);
 int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a);
 int tr__pinned_launch(tr_runtime_t *rt, tr__actor_t *a);
+
+/* --- spread.c: busy workers sharing a CPU move apart --- */
+void tr__spread_init(tr_runtime_t *rt);
+/* A busy worker, after its activations (now: tr__ticks()): looks at its CPU when due. */
+void tr__spread_look(tr_runtime_t *rt, tr__worker_t *w, uint64_t now);
+/* A worker out of work: not busy on any CPU. */
+void tr__spread_idle(tr__worker_t *w);
 
 /* --- names.c: the name registry. A name maps to a slot; lookup answers the slot's live
  * generation, so a restarted actor (same slot) is found under its name at once. --- */

@@ -87,6 +87,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
         w->deterministic = rt->deterministic;
         if (!(w->next_seen = calloc(rt->n_workers, sizeof(*w->next_seen)))) return TR_ENOMEM;
     }
+    tr__spread_init(rt);
     return 0;
 }
 
@@ -264,6 +265,7 @@ void tr_runtime_stats(tr_runtime_t *rt, tr_runtime_stats_t *out)
     out->dead_letters = atomic_load_explicit(&rt->dead_letters, memory_order_relaxed);
     out->parks = atomic_load_explicit(&rt->parks, memory_order_relaxed);
     out->steals = atomic_load_explicit(&rt->steals, memory_order_relaxed);
+    out->worker_moves = atomic_load_explicit(&rt->worker_moves, memory_order_relaxed);
 }
 
 void tr__runtime_actor_stopped(tr_runtime_t *rt)

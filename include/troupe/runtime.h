@@ -135,6 +135,8 @@ typedef struct tr_runtime_stats {
     uint64_t dead_letters;  /* messages dropped because their receiver had stopped */
     uint64_t parks;         /* times a worker went to sleep */
     uint64_t steals;        /* actors taken from another worker's queue */
+    uint64_t worker_moves;  /* times a busy worker left a CPU it shared with another busy
+                             * worker for one with none (docs/runtime.md, Scheduling) */
 } tr_runtime_stats_t;
 
 /* A snapshot of runtime-wide counters. Any thread. */
