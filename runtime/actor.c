@@ -954,16 +954,16 @@ static inline tr_msg_t *next_message(tr__actor_t *a, tr__pool_t *pool)
     return m;
 }
 
-static uint64_t note_depth(tr__actor_t *a)
+/* Messages queued now. It reads the senders' line (the push counters beside the heads), so
+ * the running thread calls it only when tracing, or when an activation ends with messages
+ * left (note_backlog): never once per message. */
+static uint64_t queued(tr__actor_t *a)
 {
     uint64_t in = atomic_load_explicit(&a->data_in.pushed, memory_order_relaxed) +
                   atomic_load_explicit(&a->urgent_in.pushed, memory_order_relaxed);
     uint64_t out = atomic_load_explicit(&a->data_out.popped, memory_order_relaxed) +
                    atomic_load_explicit(&a->urgent_out.popped, memory_order_relaxed);
-    uint64_t depth = in - out;
-    if (depth > atomic_load_explicit(&a->peak_depth, memory_order_relaxed))
-        atomic_store_explicit(&a->peak_depth, depth, memory_order_relaxed);
-    return depth;
+    return in - out;
 }
 
 /* A mailbox-depth counter sample, at most one per TR__DEPTH_SAMPLE_NS per actor, and only
@@ -1030,6 +1030,7 @@ typedef struct activation {
     uint64_t t0;
     uint32_t gen; /* the slot's generation when it began */
     unsigned limit, n;
+    bool drained;    /* it ended because nothing was left to pop */
     bool inline_run; /* inside a sender's send (run_inline) */
     bool mixed;      /* messages from more than one sender so far */
     uint64_t sender; /* the last message's sender */
@@ -1045,8 +1046,7 @@ static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, 
                         .limit = a->batch ? a->batch : rt->batch,
                         .sender = (gen & 1) ? a->last_sender : TR__NO_SENDER};
     tr__tls.actor = a;
-    uint64_t depth = note_depth(a);
-    if (rt->monitor) trace_depth(rt, a, depth);
+    if (rt->monitor) trace_depth(rt, a, queued(a));
     if ((x->gen & 1) && a->init_pending) activation_init(rt, a);
     outbox_flush(false);
 }
@@ -1058,7 +1058,7 @@ __attribute__((always_inline)) static inline bool activation_step(tr_runtime_t *
 {
     tr__actor_t *a = x->a;
     tr_msg_t *m = next_message(a, pool);
-    if (!m) return false;
+    if (!m) return x->drained = true, false;
     x->mixed |= m->sender.id != x->sender && x->sender != TR__NO_SENDER;
     x->sender = m->sender.id;
     /* relaxed: only an address to prefetch; the pop that takes it reads the link (acquire) */
@@ -1100,6 +1100,19 @@ static void give_back(tr_runtime_t *rt, tr__worker_t *w, const activation_t *x)
         tr__sched_reschedule(rt, w, x->a);
 }
 
+/* The peak depth statistic: the largest backlog an activation met, the messages it handled
+ * plus those still queued when it ended (at least the depth it started with). One that
+ * emptied the mailbox left none, so only one that stopped at its batch reads the senders'
+ * counters. A read at every activation's start, as before, pulled the senders' line over once
+ * an activation: fjthrput with the vCPUs near, 21.9-22.7 ms against 22.7-24.7 (Go 18.5-21.6;
+ * four alternating processes). */
+static void note_backlog(tr__actor_t *a, const activation_t *x)
+{
+    uint64_t backlog = x->n + (x->drained ? 0 : queued(a));
+    if (backlog > atomic_load_explicit(&a->peak_depth, memory_order_relaxed))
+        atomic_store_explicit(&a->peak_depth, backlog, memory_order_relaxed);
+}
+
 /* Gives the actor up: marks it idle, or puts it back in a run queue. */
 static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, uint64_t ran)
 {
@@ -1115,6 +1128,7 @@ static void activation_end(tr_runtime_t *rt, tr__worker_t *w, activation_t *x, u
         atomic_store_explicit(&a->activations,
                               atomic_load_explicit(&a->activations, memory_order_relaxed) + 1,
                               memory_order_relaxed);
+        if (x->n) note_backlog(a, x);
         /* a live generation's only (a dead slot's stray activation races with a publish
          * that resets these fields); not at all where inline runs cannot happen */
         if (x->n && (x->gen & 1) && rt->inline_ticks && !rt->deterministic) note_inline(rt, a, x);

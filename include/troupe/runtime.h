@@ -252,7 +252,8 @@ typedef struct tr_actor_stats {
     uint64_t run_ns;      /* time spent running it (in an interleaved group: its even share) */
     uint64_t activations; /* times it was scheduled */
     uint64_t depth;       /* messages queued now */
-    uint64_t peak_depth;
+    uint64_t peak_depth;  /* the largest backlog an activation met: the messages it
+                           * handled plus those still queued when it ended */
 } tr_actor_stats_t;
 
 /* A snapshot of an actor's counters; values are read without stopping it, so they are each

@@ -199,6 +199,50 @@ static void test_actor_chain_send_and_stats(void **state)
     tr_runtime_close(rt);
 }
 
+static atomic_int gate_open;
+
+/* Its first message waits for the gate: what is sent meanwhile queues behind it. */
+static int gated(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    (void)msg;
+    while (!atomic_load(&gate_open))
+        ;
+    atomic_fetch_add((atomic_int *)ctx->state, 1);
+    return 0;
+}
+
+/* peak_depth is the largest backlog an activation met: 100 messages queued behind a gate, the
+ * first activation handles its batch of 64 and leaves 36, so 100 (the depth when that
+ * activation started was 1). */
+static void test_actor_peak_depth_is_the_backlog_met(void **state)
+{
+    (void)state;
+    tr_runtime_t *rt = start(1);
+    atomic_int handled = 0;
+    atomic_store(&gate_open, 0);
+    tr_actor_t a;
+    assert_int_equal(tr_actor_spawn(rt, gated, &handled, NULL, &a), 0);
+    assert_int_equal(tr_actor_send(rt, a, num_msg(rt, MSG_NUM, 0, 0)), 0);
+    tr_actor_stats_t st;
+    do { /* until the first message is taken: its behaviour waits at the gate */
+        assert_int_equal(tr_actor_stats(rt, a, &st), 0);
+    } while (st.depth != 0);
+    for (int i = 1; i < 100; i++)
+        assert_int_equal(tr_actor_send(rt, a, num_msg(rt, MSG_NUM, 0, (uint64_t)i)), 0);
+    atomic_store(&gate_open, 1);
+    while (atomic_load(&handled) < 100)
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+    do { /* the counters are written when the activations end */
+        assert_int_equal(tr_actor_stats(rt, a, &st), 0);
+    } while (st.activations < 2);
+    assert_int_equal(st.msgs_in, 100);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(st.peak_depth, 100);
+    assert_int_equal(tr_actor_stop(rt, a), 0);
+    assert_int_equal(tr_runtime_run(rt), 0);
+    tr_runtime_close(rt);
+}
+
 static void test_actor_stats_count_in_out_and_depth(void **state)
 {
     tr_runtime_opts_t o = {.deterministic = 1, .seed = 1};
@@ -455,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_actor_urgent_lane_is_drained_first),
         cmocka_unit_test(test_actor_chain_send_and_stats),
         cmocka_unit_test(test_actor_stats_count_in_out_and_depth),
+        cmocka_unit_test(test_actor_peak_depth_is_the_backlog_met),
         cmocka_unit_test(test_actor_stop_from_outside_drops_the_rest),
         cmocka_unit_test(test_actor_pinned_runs_on_its_own_thread),
         cmocka_unit_test(test_actor_shutdown_sends_stop_to_everyone),
