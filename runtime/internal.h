@@ -245,6 +245,9 @@ static inline void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t 
     tr__actor_run_group(rt, w, &a, 1);
 }
 void tr__actor_drain_all(tr_runtime_t *rt);
+/* Makes the first chunk of actor slots (tr_runtime_init: start-up work, not the first
+ * spawn's). TR_ENOMEM. */
+int tr__actor_slots_init(tr_runtime_t *rt);
 void tr__runtime_kill_all(tr_runtime_t *rt, int reason);
 int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent);
 void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_actor_t, void *),

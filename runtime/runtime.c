@@ -72,6 +72,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->pools = tr__pool_set_create();
     rt->pools_id = rt->pools ? tr__pool_set_id(rt->pools) : 0;
     tr__pool_prefault(rt->n_workers + 2); /* the workers, the loop thread and the caller */
+    if (tr__actor_slots_init(rt) < 0) return TR_ENOMEM;
     if (tr__names_create(rt) < 0)
         return TR_ENOMEM;
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
