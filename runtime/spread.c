@@ -12,18 +12,20 @@
  * vCPUs far apart (bench/RESULTS.md; six alternating processes, median of 3 runs each): 80-101
  * ms with the workers left where the kernel put them, 56-66 ms with this, Go 64-89.
  *
- * How: a worker that runs actors publishes the CPU it is on (busy_cpu) at most every
- * SPREAD_NS, and -1 when it runs out of work (tr__spread_idle: a polling or parked worker
- * takes no CPU time worth avoiding). When it sees a busy worker with a lower index on its CPU
- * on two looks in a row, it moves to a CPU of its affinity mask where no worker is busy: it
- * sets its mask to that CPU alone, which migrates it before the call returns, and at once
- * back to the mask it had. Nothing stays pinned, so a wake-up, the balancer or the
- * application's own sched_setaffinity may place it anywhere afterwards, and a worker woken
- * from a park still wakes on the waker's CPU (pinning each worker to a CPU of its own made
- * bench wakeup's p90 83 us against 5: a parked worker then always wakes on its own, idle,
- * vCPU). Only the higher-indexed of two stacked workers moves, so they do not swap places. A
- * mask of one CPU (an application that pinned the thread creating the runtime) never moves.
- * Each move counts in tr_runtime_stats().worker_moves.
+ * How: a worker that has run actors for SPREAD_NS without running out of work publishes the
+ * CPU it is on (busy_cpu), and again every SPREAD_NS while it stays busy; -1 when it runs out
+ * (tr__spread_idle: a polling or parked worker takes no CPU time worth avoiding, and one woken
+ * for a message or two does not look at all: bench latency's path has no look in it). When
+ * it sees a busy worker with a lower index on its CPU on two looks in a row, it moves to a
+ * CPU of its affinity mask where no worker is busy: it sets its mask to that CPU alone, which
+ * migrates it before the call returns, and at once back to the mask it had. Nothing stays
+ * pinned, so a wake-up, the balancer or the application's own sched_setaffinity may place it
+ * anywhere afterwards, and a worker woken from a park still wakes on the waker's CPU (pinning
+ * each worker to a CPU of its own made bench wakeup's p90 83 us against 5: a parked worker
+ * then always wakes on its own, idle, vCPU). Only the higher-indexed of two stacked workers
+ * moves, so they do not swap places. A mask of one CPU (an application that pinned the
+ * thread creating the runtime) never moves. Each move counts in
+ * tr_runtime_stats().worker_moves.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -71,6 +73,10 @@ static int move_off(tr_runtime_t *rt, int from)
 
 void tr__spread_look(tr_runtime_t *rt, tr__worker_t *w, uint64_t now)
 {
+    if (!w->spread_at) { /* busy since now: the first look comes after SPREAD_NS of it */
+        w->spread_at = now + rt->spread_ticks;
+        return;
+    }
     if (now < w->spread_at) return;
     w->spread_at = now + rt->spread_ticks;
     int cpu = sched_getcpu();
@@ -84,6 +90,6 @@ void tr__spread_look(tr_runtime_t *rt, tr__worker_t *w, uint64_t now)
 void tr__spread_idle(tr__worker_t *w)
 {
     atomic_store_explicit(&w->busy_cpu, -1, memory_order_relaxed);
-    w->spread_at = 0; /* published again at its next activations */
+    w->spread_at = 0; /* a worker woken for a message or two never looks */
     w->stacked = 0;
 }
