@@ -1207,13 +1207,14 @@ static void run_inline(tr_runtime_t *rt, tr__actor_t *a)
  * miss) at a time; with several, the next message of one is on its way while the others'
  * run. The time is split evenly among the activations running at each moment (they alternate
  * message by message). w is NULL on a pinned actor's thread. */
-void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k)
+uint64_t tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k)
 {
     tr__pool_t *pool = tr__thread_pool(rt);
     activation_t x[TR__GROUP_MAX];
     uint64_t ran[TR__GROUP_MAX] = {0};
     bool live[TR__GROUP_MAX];
     uint64_t t0 = tr__ticks();
+    uint64_t now = t0;
     uint64_t last = t0 - tls_inline_ticks; /* the activations' own clock: inline runs excluded */
     for (int i = 0; i < k; i++) {
         activation_begin(rt, &x[i], actors[i], t0);
@@ -1223,7 +1224,8 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
         for (int i = 0; i < k; i++) {
             if (!live[i] || activation_step(rt, pool, &x[i])) continue;
             tr__tls.actor = NULL;
-            uint64_t t = tr__ticks() - tls_inline_ticks;
+            now = tr__ticks();
+            uint64_t t = now - tls_inline_ticks;
             for (int j = 0; j < k; j++)
                 if (live[j]) ran[j] += (t - last) / (uint64_t)n_live;
             last = t;
@@ -1232,6 +1234,7 @@ void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors
             activation_end(rt, w, &x[i], ran[i]);
         }
     }
+    return now;
 }
 
 /* --- queries --------------------------------------------------------------------------- */

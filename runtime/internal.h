@@ -237,12 +237,13 @@ void tr__buffers_close(tr_runtime_t *rt);
 
 /* --- actor.c --- */
 /* k (1..TR__GROUP_MAX) actors' activations on w (NULL: a pinned actor's thread), interleaved
- * a message at a time. */
-void tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k);
+ * a message at a time. Returns the clock (tr__ticks) as it last read it, when the last
+ * activation ended: a caller that needs the time then reads it no second time. */
+uint64_t tr__actor_run_group(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t **actors, int k);
 /* One actor's activation. */
 static inline void tr__actor_run(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
 {
-    tr__actor_run_group(rt, w, &a, 1);
+    (void)tr__actor_run_group(rt, w, &a, 1);
 }
 void tr__actor_drain_all(tr_runtime_t *rt);
 /* Makes the first chunk of actor slots (tr_runtime_init: start-up work, not the first

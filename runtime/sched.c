@@ -34,8 +34,9 @@
  *   sending every ~1 ms (bench wakeup) met them in their last sleeps with a 1 ms window: p50
  *   14 us, p99 median 48 us; with 300 us, p50 9 us, p99 median 38 us. With no poll at all
  *   fjthrput was bimodal again (median 56 against 37 ms).
- * - Busy workers that find themselves sharing a CPU move apart (spread.c), looked at after
- *   their activations about once a millisecond; a worker out of work counts as on no CPU.
+ * - Busy workers that find themselves sharing a CPU move apart (spread.c): a worker busy for
+ *   a millisecond looks at its CPU after its activations, with the clock they last read, and
+ *   again each millisecond; a worker out of work counts as on no CPU.
  * - Pinned actors have a thread each, sleeping on a futex word with three states: IDLE,
  *   SIGNALED, EXITED. Scheduling is a CAS IDLE -> SIGNALED plus a wake; the thread leaves
  *   only by CAS IDLE -> EXITED once its actor is dead, after which its (dead) actor's stray
@@ -375,8 +376,7 @@ static void *worker_main(void *arg)
         int k = 1;
         while (take-- > 0 && k < TR__GROUP_MAX && (group[k] = tr__runq_pop(&w->runq)))
             k++;
-        tr__actor_run_group(rt, w, group, k);
-        tr__spread_look(rt, w, tr__ticks());
+        tr__spread_look(rt, w, tr__actor_run_group(rt, w, group, k));
     }
     tr__pool_flush(w->pool);
     tr__tls = (tr__tls_t){0};
