@@ -7,7 +7,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -22,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "thread_testing.h"
 #include "troupe.h"
 
 typedef struct attr48 {
@@ -64,26 +64,10 @@ static int slices_work(void)
     return ok;
 }
 
-/* The slice of the process's thread named name, which must exist. */
+/* The slice of the process's thread named name, which must exist, once. */
 static uint64_t named_slice(const char *name)
 {
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    struct dirent *e;
-    uint64_t slice = 0;
-    int found = 0;
-    while ((e = readdir(d))) {
-        char path[300], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fgets(comm, sizeof(comm), f)) comm[strcspn(comm, "\n")] = '\0';
-        fclose(f);
-        if (!strcmp(comm, name)) slice = slice_of((pid_t)atoi(e->d_name)), found++;
-    }
-    closedir(d);
-    assert_int_equal(found, 1);
-    return slice;
+    return slice_of(tid_named(name));
 }
 
 typedef struct probe {

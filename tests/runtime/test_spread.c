@@ -6,7 +6,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -21,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "thread_testing.h"
 #include "troupe.h"
 
 static atomic_int stop_all;
@@ -35,27 +35,6 @@ static bool two_cpus(int *a, int *b)
         if (CPU_ISSET(c, &mask)) *(n++ ? b : a) = c;
     if (n < 2) print_message("fewer than two CPUs to run on\n");
     return n == 2;
-}
-
-/* The tid of the process's thread named name (it must exist). */
-static pid_t tid_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    pid_t tid = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char path[300], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fgets(comm, sizeof(comm), f)) comm[strcspn(comm, "\n")] = '\0';
-        fclose(f);
-        if (!strcmp(comm, name)) tid = (pid_t)atoi(e->d_name);
-    }
-    closedir(d);
-    assert_true(tid > 0);
-    return tid;
 }
 
 /* The CPU thread tid last ran on: field 39 of its stat. */
@@ -106,9 +85,10 @@ static void *hog(void *arg)
 }
 
 /* Two busy actors on a two-worker runtime, both running (each worker has one: a worker
- * that finds the other's second actor queued steals it). */
-static tr_runtime_t *start_busy(void)
+ * that finds the other's second actor queued steals it); workers gets its workers' tids. */
+static tr_runtime_t *start_busy(pid_t workers[2])
 {
+    atomic_store(&stop_all, 0);
     tr_runtime_t *rt;
     assert_int_equal(tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}), 0);
     for (int i = 0; i < 2; i++) {
@@ -119,6 +99,8 @@ static tr_runtime_t *start_busy(void)
     }
     while (atomic_load(&handled[0]) < 20 || atomic_load(&handled[1]) < 20)
         usleep(1000);
+    workers[0] = tid_named("tr-worker-0");
+    workers[1] = tid_named("tr-worker-1");
     return rt;
 }
 
@@ -136,11 +118,11 @@ static void stacked_workers_move_apart(void **state)
     if (!two_cpus(&a, &b)) skip();
     cpu_set_t mask;
     assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
-    atomic_store(&stop_all, 0);
+    atomic_store(&stop_all, 0); /* before the hog starts: it spins until stop_all */
     pthread_t h;
     assert_int_equal(pthread_create(&h, NULL, hog, &b), 0);
-    tr_runtime_t *rt = start_busy();
-    pid_t w[2] = {tid_named("tr-worker-0"), tid_named("tr-worker-1")};
+    pid_t w[2];
+    tr_runtime_t *rt = start_busy(w);
     /* both onto CPU a, then free to run anywhere again. Linux's balancer separated them
      * only after 71-188 ms here (each is busy, and the hog keeps the other CPU busy too) */
     for (int i = 0; i < 2; i++)
@@ -170,9 +152,8 @@ static void one_cpu_mask_never_moves(void **state)
     cpu_set_t mask;
     assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
     set_cpu(0, a); /* the workers inherit the creating thread's mask */
-    atomic_store(&stop_all, 0);
-    tr_runtime_t *rt = start_busy();
-    pid_t w[2] = {tid_named("tr-worker-0"), tid_named("tr-worker-1")};
+    pid_t w[2];
+    tr_runtime_t *rt = start_busy(w);
     usleep(50000);
     tr_runtime_stats_t st;
     tr_runtime_stats(rt, &st);
