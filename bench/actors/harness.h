@@ -24,7 +24,7 @@ extern "C" {
 
 typedef struct bench_args {
     const char *only; /* run only the benchmarks this names (see bench_selected); NULL: all */
-    int reps;         /* repetitions of each timed benchmark; the median is reported */
+    int reps;         /* repetitions of each timed and latency benchmark; medians reported */
     unsigned workers; /* scheduler threads; 0 = online cores (the same on both sides) */
 } bench_args_t;
 
@@ -167,18 +167,47 @@ static inline void bench_print_idle(double pct)
     bench_print_digits("idle_cpu", pct, 6, "%");
 }
 
-/* Sorts samples[0..n) (ns) and prints NAME_p50, NAME_p90, NAME_p99 and NAME_max in us. */
-static inline void bench_print_latency(const char *name, uint64_t *samples, size_t n)
+/* One run of a latency program: fills samples[0..n) (ns, warm-up dropped; n as passed to
+ * bench_latency_reps), or returns
+ * -1 after saying what went wrong. */
+typedef int (*bench_lat_fn)(const bench_args_t *a, uint64_t *samples);
+
+/* Runs fn a->reps times, each a whole program of n samples, and prints NAME_p50, NAME_p90,
+ * NAME_p99 and NAME_max in us, each the median over the runs of that run's value: the
+ * timed benchmarks' median of repetitions, applied to each row. One run's max is one sample
+ * of 2000, which a VM's host decides (each vCPU stops ~40 us every millisecond and, a few
+ * times a second, 100 us to 3 ms; bench/RESULTS.md): one such stop in one program's window
+ * was the whole comparison. -1 if a run failed. */
+static inline int bench_latency_reps(const bench_args_t *a, const char *name, size_t n,
+                                     bench_lat_fn fn)
 {
-    static const int pct[] = {50, 90, 99};
-    char line[64];
-    qsort(samples, n, sizeof(samples[0]), bench_cmp_u64);
-    for (size_t i = 0; i < sizeof(pct) / sizeof(pct[0]); i++) {
-        snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
-        bench_print(line, bench_percentile(samples, n, pct[i]) / 1e3, "us");
+    static const int pct[] = {50, 90, 99, 100};
+    double rows[4][BENCH_MAX_REPS];
+    uint64_t *samples = (uint64_t *)malloc(n * sizeof(*samples));
+    if (!samples) {
+        fprintf(stderr, "%s: out of memory for %zu samples\n", name, n);
+        return -1;
     }
-    snprintf(line, sizeof(line), "%s_max", name);
-    bench_print(line, samples[n - 1] / 1e3, "us");
+    for (int r = 0; r < a->reps; r++) {
+        if (fn(a, samples) < 0) {
+            fprintf(stderr, "%s: FAILED\n", name);
+            free(samples);
+            return -1;
+        }
+        qsort(samples, n, sizeof(samples[0]), bench_cmp_u64);
+        for (int i = 0; i < 4; i++)
+            rows[i][r] = (double)bench_percentile(samples, n, pct[i]) / 1e3;
+    }
+    free(samples);
+    for (int i = 0; i < 4; i++) {
+        char line[64];
+        if (pct[i] < 100)
+            snprintf(line, sizeof(line), "%s_p%d", name, pct[i]);
+        else
+            snprintf(line, sizeof(line), "%s_max", name);
+        bench_print(line, bench_median(rows[i], a->reps), "us");
+    }
+    return 0;
 }
 
 /* What one repetition of a timed benchmark returns: 0 and its time in ms, or -1 when its

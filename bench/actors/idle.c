@@ -9,7 +9,8 @@
  *   wake one. Same recording. Target: p99 < 50 us. CAF's peer sends from its main thread the
  *   same way; Go and Erlang have no thread outside their runtimes to send from.
  *   Both: LATENCY_WARMUP messages are dropped, then LATENCY_SAMPLES are kept: p50, p90, p99
- *   and max in microseconds.
+ *   and max in microseconds, each the median over --reps runs (harness.h), a fresh runtime
+ *   each.
  * idle_cpu: IDLE_ACTORS actors are spawned and each handles one message; then the runtime
  *   sits with nothing to do for IDLE_MS. Process CPU time (every thread) over that window,
  *   as a percentage of one core, read from outside (bench_idle_pct). Target: < 1%.
@@ -40,9 +41,8 @@ static int lat_actor(tr_ctx_t *ctx, tr_msg_t *m)
 }
 
 /* Runs the runtime until the receiver has its samples (sender_rc: the sending side's
- * outcome, read after run returns), then prints NAME_p50/p90/p99/max. 0, or -1 after
- * saying what went wrong. */
-static int lat_report(tr_runtime_t *rt, const char *name, lat_actor_t *st, const int *sender_rc,
+ * outcome, read after run returns). 0, or -1 after saying what went wrong. */
+static int lat_finish(tr_runtime_t *rt, const char *name, lat_actor_t *st, const int *sender_rc,
                       pthread_t *joined)
 {
     int run_rc = tr_runtime_run(rt);
@@ -55,7 +55,6 @@ static int lat_report(tr_runtime_t *rt, const char *name, lat_actor_t *st, const
                 LATENCY_WARMUP + LATENCY_SAMPLES, tr_strerror(*sender_rc));
         return -1;
     }
-    bench_print_latency(name, st->samples, LATENCY_SAMPLES);
     return 0;
 }
 
@@ -78,11 +77,10 @@ static int tick_actor(tr_ctx_t *ctx, tr_msg_t *m)
     return s->rc = tr_timer_start(ctx->rt, ctx->self, 0, LATENCY_GAP_NS, 0, &timer);
 }
 
-int bench_latency(const bench_args_t *a)
+static int latency_once(const bench_args_t *a, uint64_t *samples)
 {
     tr_runtime_t *rt;
     if (bench_rt_open(a, &rt) < 0) return -1;
-    static uint64_t samples[LATENCY_SAMPLES];
     lat_actor_t st = {.samples = samples};
     tick_actor_t tick = {.rc = 0};
     tr_actor_t ticker;
@@ -91,7 +89,12 @@ int bench_latency(const bench_args_t *a)
     if (rc == 0) rc = tr_actor_spawn(rt, tick_actor, &tick, NULL, &ticker);
     if (rc == 0) rc = tr_timer_start(rt, ticker, 0, LATENCY_GAP_NS, 0, &timer);
     if (rc < 0) return bench_rt_finish(rt, rc, "latency", 0, NULL);
-    return lat_report(rt, "latency", &st, &tick.rc, NULL);
+    return lat_finish(rt, "latency", &st, &tick.rc, NULL);
+}
+
+int bench_latency(const bench_args_t *a)
+{
+    return bench_latency_reps(a, "latency", LATENCY_SAMPLES, latency_once);
 }
 
 /* --- wakeup: a thread outside the runtime sends --------------------------------------- */
@@ -114,12 +117,11 @@ static void *lat_send_loop(void *arg)
     return NULL;
 }
 
-int bench_wakeup(const bench_args_t *a)
+static int wakeup_once(const bench_args_t *a, uint64_t *samples)
 {
     tr_runtime_t *rt;
     if (bench_rt_open(a, &rt) < 0)
         return -1;
-    static uint64_t samples[LATENCY_SAMPLES];
     lat_actor_t st = {.samples = samples};
     lat_sender_t snd = {.rt = rt};
     pthread_t th;
@@ -127,7 +129,12 @@ int bench_wakeup(const bench_args_t *a)
     if (rc == 0 && pthread_create(&th, NULL, lat_send_loop, &snd) != 0)
         rc = TR_EAGAIN;
     if (rc < 0) return bench_rt_finish(rt, rc, "wakeup", 0, NULL);
-    return lat_report(rt, "wakeup", &st, &snd.rc, &th);
+    return lat_finish(rt, "wakeup", &st, &snd.rc, &th);
+}
+
+int bench_wakeup(const bench_args_t *a)
+{
+    return bench_latency_reps(a, "wakeup", LATENCY_SAMPLES, wakeup_once);
 }
 
 /* --- idle CPU -------------------------------------------------------------------------- */

@@ -4,7 +4,8 @@
  *
  * Runs the Savina benchmarks, skynet, fan-in, latency after a wake-up (from a timer inside the
  * runtime, and from a thread outside it) and idle CPU, and prints one
- * `name: value unit` line each (timed benchmarks: the median of --reps runs, default 5).
+ * `name: value unit` line each (timed benchmarks, and each latency row: the median of --reps
+ * runs, default 5).
  * bench/peers/caf/savina_caf prints the same names for CAF; bench/actors/run.sh puts the two
  * side by side. Exits 1 if any benchmark computed a wrong result.
  */

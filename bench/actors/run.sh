@@ -17,7 +17,9 @@
 # troupe/peer, the same meaning; equal values are a tie, 1 (idle_cpu at 0 on both sides: no
 # thread ran in the window), and a 0 below a peer's non-zero is inf. "met" is issue #2's
 # target: the stated bound, and beating CAF. A peer that was not built is skipped with a line
-# saying so. Exits 1 if any program reported a wrong result.
+# saying so. Every program reports the median of --reps runs (default 5): a timed benchmark's
+# time, a fan-in's rate, and each latency percentile and max (idle_cpu is one window). Exits 1
+# if any program reported a wrong result.
 set -uo pipefail
 
 build=${1:?usage: run.sh BUILD_DIR [--reps N] [--only NAME] [--workers N]}

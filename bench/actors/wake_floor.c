@@ -3,9 +3,10 @@
  *
  * wakeup_floor: the wakeup benchmark's sending pattern, bare. A thread sleeps ~1 ms, stamps,
  *   sets a word and wakes (FUTEX_WAKE) a thread waiting on it in FUTEX_WAIT, which records
- *   (time it runs - stamp) and waits again. The same samples and warm-up as wakeup; p50, p90,
- *   p99 and max in microseconds. Troupe's wakeup adds to this its send, the schedule and the
- *   worker's return to work; a VM's host decides the rest (when it runs an idle vCPU again).
+ *   (time it runs - stamp) and waits again. The same samples, warm-up and repetitions as
+ *   wakeup; p50, p90, p99 and max in microseconds. Troupe's wakeup adds to this its send, the
+ *   schedule and the worker's return to work; a VM's host decides the rest (when it runs an
+ *   idle vCPU again).
  */
 #include <linux/futex.h>
 #include <pthread.h>
@@ -18,7 +19,7 @@
 typedef struct floor_state {
     _Atomic uint32_t word;  /* odd: a stamp is waiting */
     _Atomic uint64_t stamp; /* the sender's clock when it woke the waiter */
-    uint64_t samples[LATENCY_SAMPLES];
+    uint64_t *samples;      /* LATENCY_SAMPLES */
 } floor_state_t;
 
 static void *floor_waiter(void *arg)
@@ -38,10 +39,10 @@ static void *floor_waiter(void *arg)
     return NULL;
 }
 
-int bench_wakeup_floor(const bench_args_t *a)
+static int floor_once(const bench_args_t *a, uint64_t *samples)
 {
     (void)a;
-    static floor_state_t s;
+    floor_state_t s = {.word = 0, .samples = samples};
     pthread_t th;
     if (pthread_create(&th, NULL, floor_waiter, &s) != 0) {
         fprintf(stderr, "wakeup_floor: cannot start the waiting thread\n");
@@ -56,6 +57,10 @@ int bench_wakeup_floor(const bench_args_t *a)
         syscall(SYS_futex, &s.word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
     pthread_join(th, NULL);
-    bench_print_latency("wakeup_floor", s.samples, LATENCY_SAMPLES);
     return 0;
+}
+
+int bench_wakeup_floor(const bench_args_t *a)
+{
+    return bench_latency_reps(a, "wakeup_floor", LATENCY_SAMPLES, floor_once);
 }

@@ -699,14 +699,14 @@ int bench_fanin(const bench_args_t* a) {
 
 class lat_actor : public event_based_actor {
 public:
-    lat_actor(actor_config& cfg, std::vector<uint64_t>* samples, int* n)
+    lat_actor(actor_config& cfg, uint64_t* samples, int* n)
         : event_based_actor(cfg), samples_(samples), n_(n) {}
     behavior make_behavior() override {
         return {
             [=](stamp_atom, uint64_t sent) {
                 uint64_t now = bench_now_ns();
                 if (*n_ >= latency_warmup)
-                    (*samples_)[*n_ - latency_warmup] = now - sent;
+                    samples_[*n_ - latency_warmup] = now - sent;
                 if (++*n_ == latency_warmup + latency_samples)
                     quit();
             },
@@ -714,28 +714,27 @@ public:
     }
 
 private:
-    std::vector<uint64_t>* samples_;
+    uint64_t* samples_;
     int* n_;
 };
 
-// Prints NAME_p50/p90/p99/max in us from the samples lat_actor recorded; -1 if it is short.
-int report_latency(const char* name, std::vector<uint64_t>& samples, int n) {
+// 0 when lat_actor recorded every sample; -1, saying so, when it is short.
+int check_latency(const char* name, int n) {
     if (n != latency_warmup + latency_samples) {
         std::fprintf(stderr, "%s: %d messages handled\n", name, n);
         return -1;
     }
-    bench_print_latency(name, samples.data(), samples.size());
     return 0;
 }
 
 // latency: an actor woken every ~1 ms by delayed_send (CAF's clock) stamps a message for
 // lat_actor; the same program as Troupe's timer-driven one and the Go and Erlang peers'.
-int bench_latency(const bench_args_t* a) {
+// p50, p90, p99 and max: each the median over --reps runs (harness.h), a fresh system each.
+int latency_once(const bench_args_t* a, uint64_t* samples) {
     bench_config cfg{a};
     actor_system sys{cfg};
-    std::vector<uint64_t> samples(latency_samples);
     int n = 0;
-    auto x = sys.spawn<lat_actor>(&samples, &n);
+    auto x = sys.spawn<lat_actor>(samples, &n);
     auto gap = std::chrono::nanoseconds(latency_gap_ns);
     sys.spawn([x, gap](event_based_actor* self) -> behavior {
         auto sent = std::make_shared<int>(0);
@@ -751,22 +750,29 @@ int bench_latency(const bench_args_t* a) {
         };
     });
     sys.await_all_actors_done();
-    return report_latency("latency", samples, n);
+    return check_latency("latency", n);
 }
 
 // wakeup: the main thread, outside the actor system, sends every ~1 ms (Troupe's wakeup).
-int bench_wakeup(const bench_args_t* a) {
+int wakeup_once(const bench_args_t* a, uint64_t* samples) {
     bench_config cfg{a};
     actor_system sys{cfg};
-    std::vector<uint64_t> samples(latency_samples);
     int n = 0;
-    auto x = sys.spawn<lat_actor>(&samples, &n);
+    auto x = sys.spawn<lat_actor>(samples, &n);
     for (int i = 0; i < latency_warmup + latency_samples; i++) {
         bench_sleep_ns(latency_gap_ns);
         anon_send(x, stamp_atom::value, bench_now_ns());
     }
     sys.await_all_actors_done();
-    return report_latency("wakeup", samples, n);
+    return check_latency("wakeup", n);
+}
+
+int bench_latency(const bench_args_t* a) {
+    return bench_latency_reps(a, "latency", latency_samples, latency_once);
+}
+
+int bench_wakeup(const bench_args_t* a) {
+    return bench_latency_reps(a, "wakeup", latency_samples, wakeup_once);
 }
 
 int bench_idle_cpu(const bench_args_t* a) {
