@@ -110,10 +110,11 @@ static int ensure_chunk(tr_runtime_t *rt, uint32_t slot)
     return rc;
 }
 
-/* The first chunk of slots, made by tr_runtime_init: writing its 1 MiB (zeroing and
- * initialising 4096 slots) faulted in 256 fresh pages, ~4 ms on a 2-vCPU VM, which the first
- * tr_actor_spawn paid, inside whatever it started (bench pingpong's and threadring's first
- * runtimes in a process: 9.5-12 ms against 5.1-7.4 with the chunk made at start-up). */
+/* The first chunk of slots, made by tr_runtime_init: writing its 1.5 MiB (zeroing and
+ * initialising 4096 slots of 384 bytes) faulted in 384 fresh pages, ~4 ms on a 2-vCPU VM,
+ * which the first tr_actor_spawn paid, inside whatever it started (bench pingpong's and
+ * threadring's first runtimes in a process: 9.5-12 ms against 5.1-7.4 with the chunk made
+ * at start-up). */
 int tr__actor_slots_init(tr_runtime_t *rt)
 {
     return ensure_chunk(rt, 0);
