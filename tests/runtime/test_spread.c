@@ -25,14 +25,14 @@
 
 static atomic_int stop_all;
 
-/* The two first CPUs of the process's mask; false when it has fewer than two. */
-static bool two_cpus(int *a, int *b)
+/* The calling thread's mask in *mask and its two first CPUs; false when it has fewer than
+ * two. */
+static bool two_cpus(cpu_set_t *mask, int *a, int *b)
 {
-    cpu_set_t mask;
-    assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    assert_int_equal(sched_getaffinity(0, sizeof(*mask), mask), 0);
     int n = 0;
     for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
-        if (CPU_ISSET(c, &mask)) *(n++ ? b : a) = c;
+        if (CPU_ISSET(c, mask)) *(n++ ? b : a) = c;
     if (n < 2) print_message("fewer than two CPUs to run on\n");
     return n == 2;
 }
@@ -114,10 +114,9 @@ static void stop_busy(tr_runtime_t *rt)
 static void stacked_workers_move_apart(void **state)
 {
     (void)state;
-    int a, b;
-    if (!two_cpus(&a, &b)) skip();
     cpu_set_t mask;
-    assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    int a, b;
+    if (!two_cpus(&mask, &a, &b)) skip();
     atomic_store(&stop_all, 0); /* before the hog starts: it spins until stop_all */
     pthread_t h;
     assert_int_equal(pthread_create(&h, NULL, hog, &b), 0);
@@ -147,10 +146,9 @@ static void stacked_workers_move_apart(void **state)
 static void one_cpu_mask_never_moves(void **state)
 {
     (void)state;
-    int a, b;
-    if (!two_cpus(&a, &b)) skip();
     cpu_set_t mask;
-    assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    int a, b;
+    if (!two_cpus(&mask, &a, &b)) skip();
     set_cpu(0, a); /* the workers inherit the creating thread's mask */
     pid_t w[2];
     tr_runtime_t *rt = start_busy(w);
