@@ -168,8 +168,7 @@ static inline void bench_print_idle(double pct)
 }
 
 /* One run of a latency program: fills samples[0..n) (ns, warm-up dropped; n as passed to
- * bench_latency_reps), or returns
- * -1 after saying what went wrong. */
+ * bench_latency_reps), or returns -1 after saying what went wrong. */
 typedef int (*bench_lat_fn)(const bench_args_t *a, uint64_t *samples);
 
 /* Runs fn a->reps times, each a whole program of n samples, and prints NAME_p50, NAME_p90,
