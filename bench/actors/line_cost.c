@@ -9,6 +9,11 @@
  *   write_after_read      writing a line the other core has read (random order, a locked add
  *                         after each write, as a send's push does); _x4: four writes a fence
  *   write_after_write     the same for lines the other core has written
+ *   load_miss_cpu0/1      a load that misses the core's own caches, on each CPU: a chain of
+ *                         dependent loads through 8 MiB in random order (fjthrput's messages in
+ *                         flight are 6-12 MiB). On a VM the two figures can differ by 4x for
+ *                         minutes, as other tenants load the host's caches under one vCPU and
+ *                         not the other (bench/RESULTS.md); a thread placed there runs slower.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -24,6 +29,7 @@
 #include <time.h>
 
 enum { HANDOFFS = 2000000, LINES = 4096, ROUNDS = 200 };
+enum { MISS_BYTES = 8 << 20, MISS_LINES = MISS_BYTES / 64, MISS_LOADS = 1000000 };
 
 typedef struct line {
     _Atomic uint64_t v;
@@ -121,13 +127,53 @@ static double write_ns(int writes, int group)
     return (double)total / ROUNDS / LINES;
 }
 
+/* One random cycle through MISS_LINES lines: next[i * 8] is the index (in words) of the next
+ * line's word. NULL when out of memory. */
+static uint64_t *miss_cycle(void)
+{
+    uint64_t *next = aligned_alloc(64, MISS_BYTES);
+    uint32_t *perm = malloc(sizeof(uint32_t) * MISS_LINES);
+    if (!next || !perm) {
+        free(next);
+        free(perm);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < MISS_LINES; i++)
+        perm[i] = i;
+    for (uint32_t i = MISS_LINES - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rand() % (i + 1), k = perm[i];
+        perm[i] = perm[j];
+        perm[j] = k;
+    }
+    for (uint32_t i = 0; i < MISS_LINES; i++)
+        next[(size_t)perm[i] * 8] = (uint64_t)perm[(i + 1) % MISS_LINES] * 8;
+    free(perm);
+    return next;
+}
+
+/* The mean latency of a dependent load through the cycle, on the given CPU, after one pass
+ * that brings the lines as close to it as they fit. */
+static double miss_ns(const uint64_t *next, int cpu)
+{
+    if (pin(cpu) != 0) return -1;
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < MISS_LINES; i++)
+        at = next[at];
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < MISS_LOADS; i++)
+        at = next[at];
+    uint64_t t = now_ns() - t0;
+    return (double)t / MISS_LOADS + (at == UINT64_MAX); /* at is used: the chain is kept */
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) { /* no options: say what it does rather than ignore them */
         bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
         if (!help) fprintf(stderr, "line_cost: unknown option '%s' (it takes none)\n", argv[1]);
         fprintf(help ? stdout : stderr, "usage: line_cost\n  prints what moving a cache line "
-                                        "between CPUs 0 and 1 costs, as `name: value ns` lines\n");
+                                        "between CPUs 0 and 1 costs, and a load that misses "
+                                        "each one's own caches, as `name: value ns` lines\n");
         return help ? 0 : 2;
     }
     if (pin(0) != 0) {
@@ -155,6 +201,12 @@ int main(int argc, char **argv)
     printf("write_after_read_x4: %.1f ns\n", write_ns(0, 4));
     printf("write_after_write: %.1f ns\n", write_ns(1, 1));
     printf("write_after_write_x4: %.1f ns\n", write_ns(1, 4));
+    uint64_t *next = miss_cycle();
+    if (next) {
+        printf("load_miss_cpu0: %.1f ns\n", miss_ns(next, 0));
+        printf("load_miss_cpu1: %.1f ns\n", miss_ns(next, 1));
+        free(next);
+    }
     free(lines);
     return 0;
 }

@@ -8,7 +8,7 @@
 #   erlang  BUILD_DIR/bench/peers/erlang/savina_erlang  Erlang/OTP processes
 # alternating benchmark by benchmark (Troupe, CAF, Go, Erlang), then prints (after a header
 # that includes BUILD_DIR/bench/actors/line_cost's cache-line costs, and a line with the
-# line handoff measured again before each benchmark group):
+# line handoff and each CPU's load miss measured again before each benchmark group):
 #   - one table: name, each side's value, unit, each peer's ratio, target, met;
 #   - machine-readable lines: `NAME: V UNIT` (Troupe), `PEER.NAME: V UNIT`, and the ratios
 #     `ratio.NAME: R x` (CAF, the name it has always had), `ratio_go.NAME: R x`,
@@ -58,15 +58,18 @@ done
 # passed through as it is.
 groups=(pingpong counting threadring chameneos big fjthrput fib skynet fanin latency wakeup idle_cpu)
 [[ " $* " == *" --only "* ]] && groups=("")
-# A VM's two cores can move apart and back (line_handoff ~45 ns, then ~210 ns for minutes,
-# bench/RESULTS.md): the handoff is measured again before each group and printed with the table.
+# A VM's two cores can move apart and back (line_handoff ~45 ns, then ~210 ns for minutes), and
+# a miss in one vCPU's caches can cost 4x the other's while the host's other tenants load them
+# (bench/RESULTS.md): both are measured again before each group and printed with the table.
 handoffs=()
 for g in "${groups[@]}"; do
     only=()
     [[ -n $g ]] && only=(--only "$g")
     if [[ -x $build/bench/actors/line_cost ]]; then
-        h=$("$build/bench/actors/line_cost" 2>/dev/null | sed -n 's/^line_handoff: //p')
-        handoffs+=("${g:-all} ${h:-n/a}")
+        h=$("$build/bench/actors/line_cost" 2>/dev/null |
+            awk '/^line_handoff:/ {h = $2} /^load_miss_cpu0:/ {m0 = $2} /^load_miss_cpu1:/ {m1 = $2}
+                 END {printf "%s ns (load_miss %s / %s ns)", h ? h : "n/a", m0 ? m0 : "n/a", m1 ? m1 : "n/a"}')
+        handoffs+=("${g:-all} $h")
     fi
     # grep finds no line where a peer has no such program (Go and Erlang have no wakeup): not
     # a failure; a program's own failure still fails the pipeline (pipefail)
@@ -78,7 +81,8 @@ for g in "${groups[@]}"; do
 done
 echo
 ((${#handoffs[@]})) &&
-    echo "# line_handoff before each group: $(printf '%s, ' "${handoffs[@]}" | sed 's/, $//')"
+    echo "# line_handoff (and each CPU's load_miss) before each group:" \
+         "$(printf '%s, ' "${handoffs[@]}" | sed 's/, $//')"
 touch "$tmp/peers"
 
 awk '
