@@ -278,14 +278,25 @@ static inline magazine_t *mag_link(magazine_t *g)
     return (magazine_t *)(void *)link_of((tr_msg_t *)(void *)g);
 }
 
-/* Fetches a magazine's messages and the next magazine's address array. A read prefetch:
- * PREFETCHW was slower here for lines another core holds modified (a two-thread test writing
- * such lines in random order: 23 ns a line with it, 15 without or with a read prefetch). */
+/* Fetches a magazine's messages to be written, and the next magazine's address array to be
+ * read. Each message's envelope lines (fresh_envelope writes both) are fetched with a write
+ * prefetch (PREFETCHW on x86): a returned message's first line is still shared with the core
+ * that read it, and its second was last written by this thread megabytes of messages ago. A
+ * store to either waits for the line to be owned, and the push's locked exchange waits for
+ * that store; asked for a magazine ahead, the ownership arrives while the messages before
+ * are sent. fjthrput with the sending thread pinned to a vCPU whose caches the host was
+ * loading (bench/RESULTS.md): 58-63 ms against 84-92 with a read prefetch of the first line.
+ * An earlier two-thread test found PREFETCHW slower for lines another core holds modified;
+ * these lines are held shared or not at all. */
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("prfchw"))) /* so that a write prefetch is PREFETCHW */
+#endif
 static void prefetch_magazine(magazine_t *g, unsigned c)
 {
     if (!g) return;
     for (uint32_t i = 0; i < g->n; i++)
-        __builtin_prefetch(g->m[i], 0, 3);
+        for (size_t off = 0; off < HEADER_BYTES; off += 64)
+            __builtin_prefetch((char *)g->m[i] + off, 1, 3);
     magazine_t *next = mag_link(g);
     size_t bytes = sizeof(magazine_t) + mag_cap(c) * sizeof(tr_msg_t *);
     for (size_t off = 0; next && off < bytes; off += 64)
