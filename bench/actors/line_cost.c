@@ -127,6 +127,18 @@ static double write_ns(int writes, int group)
     return (double)total / ROUNDS / LINES;
 }
 
+/* v[0..n) made 0..n-1 in a random order (Fisher-Yates, rand()). */
+static void shuffled(uint32_t *v, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = i;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rand() % (i + 1), k = v[i];
+        v[i] = v[j];
+        v[j] = k;
+    }
+}
+
 /* One random cycle through MISS_LINES lines: next[i * 8] is the index (in words) of the next
  * line's word. NULL when out of memory. */
 static uint64_t *miss_cycle(void)
@@ -138,13 +150,7 @@ static uint64_t *miss_cycle(void)
         free(perm);
         return NULL;
     }
-    for (uint32_t i = 0; i < MISS_LINES; i++)
-        perm[i] = i;
-    for (uint32_t i = MISS_LINES - 1; i > 0; i--) {
-        uint32_t j = (uint32_t)rand() % (i + 1), k = perm[i];
-        perm[i] = perm[j];
-        perm[j] = k;
-    }
+    shuffled(perm, MISS_LINES);
     for (uint32_t i = 0; i < MISS_LINES; i++)
         next[(size_t)perm[i] * 8] = (uint64_t)perm[(i + 1) % MISS_LINES] * 8;
     free(perm);
@@ -184,13 +190,7 @@ int main(int argc, char **argv)
     if (!lines) return 1;
     memset(lines, 0, sizeof(line_t) * LINES);
     srand(1);
-    for (uint32_t i = 0; i < LINES; i++)
-        order[i] = i;
-    for (uint32_t i = LINES - 1; i > 0; i--) { /* a random order defeats the prefetchers */
-        uint32_t j = (uint32_t)rand() % (i + 1), k = order[i];
-        order[i] = order[j];
-        order[j] = k;
-    }
+    shuffled(order, LINES); /* a random order defeats the prefetchers */
     printf("line_handoff: %.1f ns\n", handoff_ns());
     _Atomic uint64_t x = 0;
     uint64_t t0 = now_ns();
