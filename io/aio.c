@@ -24,7 +24,7 @@
 
 #include "troupe/error.h"
 #include "troupe/log.h"
-#include "runtime/errf.h"
+#include "base/errf.h"
 
 #define WHY_MAX 384
 

@@ -2,7 +2,7 @@
  * the background checkpointer and the tools (troupe nvme-bench, nvme-tune) share, so a key
  * added to the section reaches every user of the engine through this file.
  *
- * The schema (runtime/config_schema.c) has already checked each key's range, and its defaults
+ * The schema (runtime/config/schema.c) has already checked each key's range, and its defaults
  * are tr_aio_options_default's, so the mapping is a copy with the types narrowed. `use_gds`
  * has no engine option: GPUDirect Storage is not an engine this build has.
  */

@@ -15,7 +15,7 @@
 
 #include "troupe/error.h"
 #include "troupe/log.h"
-#include "runtime/errf.h"
+#include "base/errf.h"
 
 #define DEFAULT_ALIGN 4096
 

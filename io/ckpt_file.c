@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/crc32c.h"
+#include "base/crc32c.h"
 #include "troupe/aio.h"
 #include "troupe/error.h"
-#include "runtime/errf.h"
+#include "base/errf.h"
 
 #define MAGIC     "TRCKPT\0\1"
 #define END_MAGIC "TEND"

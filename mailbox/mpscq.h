@@ -21,14 +21,14 @@
  * - A push that has exchanged `head` but not yet linked `prev->next` makes the queue look
  *   empty to the consumer while head != tail; mark_empty then fails and the caller must keep
  *   the actor scheduled (it will see the link shortly, unless the pusher was preempted in
- *   between: the runtime then yields its core every few empty tries, runtime/actor.c).
+ *   between: the runtime then yields its core every few empty tries, runtime/core/actor.c).
  *
  * Memory ordering, beside each atomic below:
  * - push exchange (seq_cst): release publishes the pushed messages' contents to the thread
  *   that will later read them via prev->next; acquire orders our store to prev->next after
  *   the previous producer's initialisation of prev (including its next = NULL); seq_cst puts
  *   an urgent push in the single order with the consumer's mark and its check of the urgent
- *   lane after it (runtime/actor.c), which acq_rel would not. x86's exchange is a full
+ *   lane after it (runtime/core/actor.c), which acq_rel would not. x86's exchange is a full
  *   barrier either way.
  * - push link store (release): pairs with the consumer's acquire load of tail->next.
  * - mark_empty CAS (acq_rel, seq_cst for the urgent-lane check in the runtime): release
@@ -144,7 +144,7 @@ static inline bool tr__mpscq_mark_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t
 {
     uintptr_t tail = (uintptr_t)t->tail;
     /* seq_cst: the runtime checks the urgent lane after this (store-load ordering, see
-     * runtime/actor.c); its release publishes the activation's writes to the next scheduler */
+     * runtime/core/actor.c); its release publishes the activation's writes to the next scheduler */
     return atomic_compare_exchange_strong_explicit(&h->head, &tail, tail | TR__MARK_EMPTY,
                                                    memory_order_seq_cst, memory_order_relaxed);
 }

@@ -36,7 +36,7 @@ tr__pool_t *tr__pool_get(tr__pool_set_t *set);
 uint64_t tr__pool_set_id(const tr__pool_set_t *set);
 
 /* The pool tr__pool_get last returned on this thread, and its set's id: a caller that knows
- * the id can skip the call (tr__thread_pool, runtime/internal.h). */
+ * the id can skip the call (tr__thread_pool, runtime/core/internal.h). */
 extern _Thread_local uint64_t tr__pool_tls_set_id;
 extern _Thread_local tr__pool_t *tr__pool_tls_pool;
 

@@ -30,7 +30,7 @@ bool tr__runq_push(tr__runq_t *q, void *item)
         return false;
     atomic_store_explicit(&q->slots[t & MASK], item, memory_order_relaxed);
     /* seq_cst: publishes the slot to consumers' acquire load of tail, and orders it before
-     * the scheduler's seq_cst read of the idle count (runtime/sched.c) */
+     * the scheduler's seq_cst read of the idle count (runtime/core/sched.c) */
     atomic_store_explicit(&q->tail, t + 1, memory_order_seq_cst);
     return true;
 }
@@ -123,7 +123,7 @@ void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n)
     for (size_t i = 0; i + 1 < n; i++)
         atomic_store_explicit(&nodes[i]->next, nodes[i + 1], memory_order_relaxed);
     atomic_store_explicit(&nodes[n - 1]->next, NULL, memory_order_relaxed);
-    /* seq_cst: the publication the parking protocol needs (runtime/sched.c); its release also
+    /* seq_cst: the publication the parking protocol needs (runtime/core/sched.c); its release also
      * orders the links above before the link store below makes them reachable */
     tr__qnode_t *prev = atomic_exchange_explicit(&q->tail, nodes[n - 1], memory_order_seq_cst);
     /* release: pairs with the consumer's acquire load of prev->next */

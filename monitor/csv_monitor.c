@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/mkdir_p.h"
+#include "base/file.h"
 #include "troupe/log.h"
 
 struct tr_csv_monitor {

@@ -9,8 +9,8 @@
  * TensorBoard monitor writes through torch's SummaryWriter, into <output_path>/<job_name>/.
  * One thread per writer.
  */
-#include "io/crc32c.h"
-#include "io/mkdir_p.h"
+#include "base/crc32c.h"
+#include "base/file.h"
 #include "troupe/monitor.h"
 
 #include <errno.h>
@@ -26,7 +26,7 @@ struct tr_tb_writer {
     char *path;
 };
 
-/* --- CRC-32C (Castagnoli): io/crc32c.c has the one implementation ------------------- */
+/* --- CRC-32C (Castagnoli): base/crc32c.c has the one implementation ------------------- */
 
 uint32_t tr_crc32c(uint32_t crc, const void *data, size_t len)
 {

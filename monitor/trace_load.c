@@ -9,7 +9,7 @@
  * that names the file, the event and the field, never an assert.
  */
 #include "monitor/trace_model.h"
-#include "runtime/errf.h"
+#include "base/errf.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -19,7 +19,7 @@
  * so a burst is drained before it overflows without waking an idle run often.
  */
 #include "monitor/recorder.h"
-#include "io/mkdir_p.h"
+#include "base/file.h"
 #include "troupe/log.h"
 
 #include <errno.h>

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "troupe.h"
 
 #include "engine_testing.h"

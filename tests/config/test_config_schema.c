@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/config_schema.h"
+#include "runtime/config/schema.h"
 
 static tr_config_diag_t diag;
 

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "io/ckpt_file.h"
-#include "io/crc32c.h"
+#include "base/crc32c.h"
 #include "troupe/aio.h"
 #include "troupe/error.h"
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "troupe.h"
 
 typedef struct done_log {

@@ -17,8 +17,8 @@
 #include <cmocka.h>
 
 #include "kernels/cpu/half.h"
-#include "runtime/comm.h"
-#include "runtime/ranks.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/ranks.h"
 #include "troupe.h"
 
 #define N 1000 /* elements per rank */

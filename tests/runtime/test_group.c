@@ -1,4 +1,4 @@
-/* Grouped activations (runtime/actor.c, tr__actor_run_group): a worker that has more actors
+/* Grouped activations (runtime/core/actor.c, tr__actor_run_group): a worker that has more actors
  * queued runs up to TR__GROUP_MAX activations interleaved, a message of each in turn.
  *
  * 1. One worker, eight sinks whose mailboxes a producer actor has filled: the handling order
@@ -35,7 +35,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/internal.h" /* TR__GROUP_MAX */
+#include "runtime/core/internal.h" /* TR__GROUP_MAX */
 #include "stress_testing.h"
 #include "troupe.h"
 

@@ -1,7 +1,7 @@
 /* A push held in flight: a sender that has exchanged a mailbox's head but not yet linked its
  * message (what a sender preempted between the two steps leaves; mailbox/mpscq.h). The
  * receiver stays scheduled with nothing to pop, so the worker keeps running it empty and
- * yields its core every few tries (runtime/actor.c, after_empty_run). These tests hold such
+ * yields its core every few tries (runtime/core/actor.c, after_empty_run). These tests hold such
  * a push open on purpose, through the mailbox's own steps, and check that the runtime goes
  * on serving other actors meanwhile and delivers the held message, once and in order, when
  * the link lands. */
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/internal.h"
+#include "runtime/core/internal.h"
 #include "troupe.h"
 
 enum { MSG_N = TR_MSG_USER + 1, HOLD_MS = 30, OTHERS = 200 };

@@ -1,4 +1,4 @@
-/* Inline runs (runtime/actor.c, outbox_flush): a behaviour streaming to a cheap actor that is
+/* Inline runs (runtime/core/actor.c, outbox_flush): a behaviour streaming to a cheap actor that is
  * idle (or waiting in its worker's run-next slot) runs that actor on its own thread, inside
  * the send, every TR__OUTBOX_MAX messages.
  * - A stream's receiver never has more than a burst or two queued, on one worker or two (a

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/internal.h"
+#include "runtime/core/internal.h"
 #include "stress_testing.h"
 #include "troupe.h"
 
@@ -106,7 +106,7 @@ static void test_link_racing_stop_tells_exactly_the_linked(void **state)
     free(linked);
 }
 
-/* White-box: the word of every free slot is closed (runtime/actor.c, tr_actor_link), a
+/* White-box: the word of every free slot is closed (runtime/core/actor.c, tr_actor_link), a
  * failed spawn's slot's too. A failed spawn that left its supervisor in the word let a stale
  * link take it, and the next spawn's supervisor was then overwritten by the link's put-back
  * (a review found it with sleeps put into tr_actor_link). */

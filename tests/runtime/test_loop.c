@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/internal.h" /* tr__timer_next_arm */
+#include "runtime/core/internal.h" /* tr__timer_next_arm */
 #include "troupe.h"
 
 #define MS 1000000ull

@@ -1,4 +1,4 @@
-/* A behaviour's sends gathered into one chain per receiver (the outbox, runtime/actor.c):
+/* A behaviour's sends gathered into one chain per receiver (the outbox, runtime/core/actor.c):
  * producer actors send runs of random length (1 to 300: below, at and past the outbox's 64)
  * to randomly chosen sinks, interleaving receivers mid-run; every sink gets every message of
  * every producer once, in each producer's order (per-sender FIFO), with a checksum over all.

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/ranks.h"
+#include "runtime/comm/ranks.h"
 #include "troupe.h"
 
 static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",

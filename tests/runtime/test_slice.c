@@ -1,5 +1,5 @@
 /* The time slice the runtime's threads ask Linux for (opts.slice_us, opts.kernel_slice;
- * runtime/threads.c), and their names. A behaviour reads its own thread's slice with
+ * runtime/core/threads.c), and their names. A behaviour reads its own thread's slice with
  * sched_getattr, on a worker and on a pinned actor's thread, the loop thread's (found by its
  * name), and that of a thread it starts. Where threads cannot choose a slice (a kernel before
  * 6.12, a seccomp filter, a real-time or idle policy) those tests skip. Options out of range

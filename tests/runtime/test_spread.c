@@ -1,4 +1,4 @@
-/* Busy workers that share a CPU move apart (runtime/spread.c). The test stacks both workers
+/* Busy workers that share a CPU move apart (runtime/core/spread.c). The test stacks both workers
  * on one CPU while a thread outside the runtime keeps another busy (the layout Linux's
  * balancer leaves alone) and checks that they end up on different CPUs, counted in
  * tr_runtime_stats().worker_moves; and that a runtime created by a thread pinned to one CPU

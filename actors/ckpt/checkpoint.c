@@ -1,0 +1,572 @@
+/* checkpoint.c: the checkpointer actor (pinned: it blocks on file I/O and fsync).
+ *
+ * Layout, after DeepSpeed's (checkpoint.h): <dir>/<tag>/model_states.trck and
+ * <dir>/<tag>/optim_states_rank<R>.trck, then <dir>/latest holding the tag. Each file is an
+ * io/ckpt_file: a msgpack header, then arrays of fp32 (parameters; optimizer moments), with a
+ * CRC and written to a temporary name, fsynced and renamed; latest is written last, so a crash
+ * at any instant leaves the previous checkpoint whole and latest pointing at it.
+ *
+ * The model header carries: format and version, the layer and parameter table (names and
+ * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
+ * position, the seed, world size and ZeRO stage, how many optimizer files the tag has, the
+ * resolved config (JSON) and its hash, and the optimizer's own state (step, beta powers,
+ * scheduler position, loss scaler). An optimizer file's header repeats what ties it to its
+ * model file (version, global step, world size, config hash) and says which slice [lo, hi)
+ * of the N flat parameters its arrays hold.
+ *
+ * A save on W ranks, as messages (the save chain executor -> optimizer ends here):
+ *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
+ *     optimizer partition, otherwise rank 0 alone the whole optimizer state (every rank's is
+ *     the same then, so the others write none);
+ *   COMM_SCALAR TR__SCALAR_CKPT_SAVE: an all-reduce that tells every rank whether every rank's
+ *     files are durable, and names the first and last that failed;
+ *   rank 0 removes the temporary files killed saves left (no rank is writing now) and
+ *     writes latest; COMM_SCALAR TR__SCALAR_CKPT_LATEST tells every rank how that went;
+ *   every rank replies. A save called on some ranks only meets another collective on the
+ *   others: the comm actor's header check names both ranks and what each is doing at once
+ *   (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
+ * A load reads and checks everything this rank needs (ckpt_read.c, which re-partitions the
+ * optimizer state for this world size), then COMM_SCALAR TR__SCALAR_CKPT_LOAD: only when
+ * every rank's checks passed does the restore chain (optimizer -> executor -> back here)
+ * change anything, so a refused checkpoint changes no rank.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <msgpack.h>
+
+#include "actors/ckpt/checkpoint.h"
+#include "base/file.h"
+#include "runtime/comm/comm.h"
+#include "runtime/msg/mpack.h"
+#include "troupe/aio.h"
+
+#define KEY(pk, s) tr__mp_pack_str(pk, s)
+
+struct tr__ckpt_actor {
+    const tr_engine_t *eng;
+    char err[8192];       /* this rank's reason while its ranks agree; then the reply's */
+    /* a save or load waiting for the ranks' agreement */
+    int local_rc;         /* this rank's part: 0 or TR_E* (with err) */
+    char dir[4096], tag[256];
+    uint64_t step;
+    tr_msg_t *restore;    /* a load: the RESTORE to send once every rank's checks passed */
+    tr__ckpt_tag_t *restoring; /* a restore's files, until the executor has taken them */
+    uint64_t stage_params, stage_moments; /* their registry ids while restoring */
+    /* a save: its snapshot, the files assembled in memory, written after the reply */
+    tr_ckpt_image_t model, optim;
+    bool has_model, has_optim;
+    char tagdir[4400];
+    tr_aio_t *aio; /* the writer (the config's aio section), made at the first save */
+};
+
+/* --- writing ------------------------------------------------------------------------------ */
+
+static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
+{
+    int n = tr_model_num_layers(model);
+    msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        tr_layer_t *l = tr_model_layer(model, i);
+        msgpack_pack_array(pk, 2);
+        tr__mp_pack_str(pk, l->name);
+        msgpack_pack_array(pk, (size_t)l->n_params);
+        for (int k = 0; k < l->n_params; k++) {
+            msgpack_pack_array(pk, 2);
+            tr__mp_pack_str(pk, l->params[k].name);
+            msgpack_pack_array(pk, (size_t)l->params[k].ndim);
+            for (int d = 0; d < l->params[k].ndim; d++)
+                msgpack_pack_int64(pk, l->params[k].shape[d]);
+        }
+    }
+}
+
+/* How many optimizer files a save writes: one per rank when the state is partitioned, else
+ * rank 0's alone. */
+static int optim_files(const tr_engine_t *e)
+{
+    return e->optim_slice.partitioned ? e->world : 1;
+}
+
+static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
+                              const tr_msg_engine_state_t *st, const char *config_json)
+{
+    msgpack_pack_map(pk, 16);
+    KEY(pk, "format");
+    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
+    KEY(pk, "version");
+    msgpack_pack_int(pk, TR__CKPT_VERSION);
+    KEY(pk, "kind");
+    tr__mp_pack_str(pk, "model_states");
+    KEY(pk, "n_params");
+    msgpack_pack_uint64(pk, e->n_params);
+    KEY(pk, "layers");
+    pack_layers(pk, e->model);
+    KEY(pk, "counters");
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint64(pk, st->global_step);
+    msgpack_pack_uint64(pk, st->global_samples);
+    msgpack_pack_uint64(pk, st->skipped_steps);
+    msgpack_pack_uint64(pk, st->micro_steps);
+    KEY(pk, "data");
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint64(pk, st->epoch);
+    msgpack_pack_uint64(pk, st->cursor);
+    msgpack_pack_uint64(pk, st->batch_index);
+    KEY(pk, "seed");
+    msgpack_pack_uint64(pk, e->seed);
+    KEY(pk, "world");
+    msgpack_pack_int(pk, e->world);
+    KEY(pk, "replicas"); /* the data position is per replica */
+    msgpack_pack_int(pk, e->replicas);
+    KEY(pk, "zero_stage");
+    msgpack_pack_int64(pk, e->cfg->zero.stage);
+    KEY(pk, "optim_files");
+    msgpack_pack_int(pk, optim_files(e));
+    KEY(pk, "micro_batch");
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_int(pk, e->B);
+    msgpack_pack_int(pk, e->T);
+    msgpack_pack_int(pk, e->GAS);
+    KEY(pk, "config");
+    tr__mp_pack_str(pk, config_json ? config_json : "");
+    KEY(pk, "config_hash");
+    msgpack_pack_uint64(pk, tr__ckpt_config_hash(config_json));
+    KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
+    msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
+}
+
+/* This rank's optimizer file header: its slice [lo, hi) of the n_params flat parameters
+ * (hi clipped to n_params: a padded tail is not saved). */
+static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t step,
+                              uint64_t hash, const char *const *names, int n)
+{
+    size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
+    msgpack_pack_map(pk, 12);
+    KEY(pk, "format");
+    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
+    KEY(pk, "version");
+    msgpack_pack_int(pk, TR__CKPT_VERSION);
+    KEY(pk, "kind");
+    tr__mp_pack_str(pk, "optim_states");
+    KEY(pk, "step");
+    msgpack_pack_uint64(pk, step);
+    KEY(pk, "world");
+    msgpack_pack_int(pk, e->world);
+    KEY(pk, "config_hash");
+    msgpack_pack_uint64(pk, hash);
+    KEY(pk, "rank");
+    msgpack_pack_int(pk, e->rank);
+    KEY(pk, "zero_stage");
+    msgpack_pack_int64(pk, e->cfg->zero.stage);
+    KEY(pk, "n_params");
+    msgpack_pack_uint64(pk, e->n_params);
+    KEY(pk, "lo");
+    msgpack_pack_uint64(pk, e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
+    KEY(pk, "hi");
+    msgpack_pack_uint64(pk, hi);
+    KEY(pk, "arrays");
+    msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++)
+        tr__mp_pack_str(pk, names[i]);
+}
+
+/* The `floats` floats a save reads through ref (the parameters, or the optimizer's moments as
+ * the optimizer named them); NULL with c->err when the reference does not hold them. */
+static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref,
+                                size_t floats)
+{
+    char why[256] = "the state arrays do not match the model";
+    const float *p = ref->length == floats * sizeof(float)
+                         ? tr__resolve(c->eng, ref, why, sizeof(why))
+                         : NULL;
+    if (!p) snprintf(c->err, sizeof(c->err), "%s", why);
+    return p;
+}
+
+/* Lays out im with the header in sb and n arrays of `each` bytes from `from` (spaced `stride`
+ * floats apart) as its payload: the snapshot's copy. */
+static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *sb,
+                const float *from, int n, size_t each, size_t stride)
+{
+    size_t cap = im->cap;
+    int rc = tr__ckpt_image_begin(im, sb->data, sb->size, (size_t)n * each, c->err, sizeof(c->err));
+    msgpack_sbuffer_destroy(sb);
+    if (rc == 0 && im->cap > cap) /* kept for the next saves: their copy faults no page in */
+        tr_log(TR_LOG_INFO,
+               "checkpointer: rank %d holds %.1f MiB for a file's copy in background "
+               "saves (checkpoint.writer.decoupled), from now on",
+               c->eng->rank, (double)im->cap / 1048576.0);
+    for (int i = 0; rc == 0 && i < n; i++)
+        memcpy(tr__ckpt_image_payload(im) + (size_t)i * each, from + (size_t)i * stride, each);
+    return rc;
+}
+
+/* Rank 0's model file: the parameters, copied. */
+static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
+                      const char *config_json)
+{
+    const tr_engine_t *e = c->eng;
+    tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
+    tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
+    const float *params = saved_array(c, &all, e->n_params);
+    if (!params) return TR_EINVAL;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_model_header(&pk, &sb, e, st, config_json);
+    c->has_model = true;
+    return snap(c, &c->model, &sb, params, 1, e->n_params * sizeof(float), 0);
+}
+
+/* This rank's optimizer file: each moment array's part inside [0, n_params), copied. */
+static int snap_optim(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st, uint64_t hash)
+{
+    const tr_engine_t *e = c->eng;
+    const char *names[3];
+    int n = tr__optimizer_array_names(e, names, 3);
+    size_t S = e->optim_slice.hi - e->optim_slice.lo;
+    size_t keep = e->optim_slice.hi < e->n_params ? S
+                  : e->optim_slice.lo < e->n_params ? e->n_params - e->optim_slice.lo : 0;
+    const float *moments = n ? saved_array(c, &st->moments, (size_t)n * S) : NULL;
+    if (n && !moments) return TR_EINVAL;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_optim_header(&pk, e, st->global_step, hash, names, n);
+    c->has_optim = true;
+    return snap(c, &c->optim, &sb, moments, n, keep * sizeof(float), S);
+}
+
+/* This rank's part of a save (the tag in c->tag), copied into c->model and c->optim; 0 or
+ * TR_E* with c->err. */
+static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+{
+    const tr_engine_t *e = c->eng;
+    c->has_model = c->has_optim = false;
+    if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
+        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", c->tag),
+               TR_EINVAL;
+    snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
+    char *config_json = tr_config_dump(e->cfg, 0);
+    uint64_t hash = tr__ckpt_config_hash(config_json);
+    int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
+    free(config_json);
+    if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
+    return rc;
+}
+
+/* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */
+static int write_files(struct tr__ckpt_actor *c)
+{
+    const tr_engine_t *e = c->eng;
+    int rc = tr__mkdir_p(c->tagdir);
+    if (rc < 0)
+        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", c->tagdir, tr_strerror(rc)),
+               rc;
+    if (!c->aio) {
+        tr_aio_options_t o;
+        tr_aio_options_from_config(&e->cfg->aio, &o);
+        rc = tr_aio_create(&o, &c->aio, c->err, sizeof(c->err));
+        if (rc < 0) return rc;
+    }
+    char path[4500];
+    if (c->has_model) {
+        tr__ckpt_image_end(&c->model);
+        snprintf(path, sizeof(path), "%s/model_states.trck", c->tagdir);
+        rc = tr__ckpt_image_write(&c->model, c->aio, path, c->err, sizeof(c->err));
+    }
+    if (rc == 0 && c->has_optim) {
+        tr__ckpt_image_end(&c->optim);
+        snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", c->tagdir, e->rank);
+        rc = tr__ckpt_image_write(&c->optim, c->aio, path, c->err, sizeof(c->err));
+    }
+    return rc;
+}
+
+/* --- the ranks' agreement ------------------------------------------------------------------ */
+
+/* Asks every rank (through the comm actor) whether its part of `what` succeeded: rc is this
+ * rank's. The answer, a COMM_SCALAR with the same `what`, names the first and last rank that
+ * failed (0: none). Fails the engine if the question cannot be sent. */
+static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
+{
+    const tr_engine_t *e = c->eng;
+    c->local_rc = rc;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory"), 0;
+    bool failed = rc < 0;
+    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
+        .op = TR_REDUCE_MAX, .n = 2, .what = what,
+        .values = {failed ? e->world - e->rank : 0, failed ? e->rank + 1 : 0}};
+    m->step = c->step;
+    int sent = tr_actor_send(ctx->rt, e->comm, m);
+    if (sent < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(e, sent, "checkpoint: cannot reach the comm actor: %s",
+                        tr_strerror(sent));
+    }
+    return 0;
+}
+
+/* The answer to agree(): 0 when every rank succeeded; else this rank's own code (its reason
+ * stays in c->err) or, when only others failed, TR_EFAILED with c->err naming them. */
+static int agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, const char *doing)
+{
+    int first = c->eng->world - (int)s->values[0], last = (int)s->values[1] - 1;
+    if (s->values[0] <= 0) return 0;
+    if (c->local_rc < 0) return c->local_rc;
+    if (first == last)
+        snprintf(c->err, sizeof(c->err), "rank %d could not %s (its own error says why)", first,
+                 doing);
+    else
+        snprintf(c->err, sizeof(c->err),
+                 "ranks %d to %d (some or all) could not %s (their own errors say why)", first,
+                 last, doing);
+    return TR_EFAILED;
+}
+
+/* --- saving -------------------------------------------------------------------------------- */
+
+/* Tells the executor how this rank's part of the save's phase went (it keeps the ranks in
+ * step: actors/ckpt/save_track.c). */
+static void report(tr_ctx_t *ctx, struct tr__ckpt_actor *c, int rc)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) {
+        tr__engine_fail(c->eng, TR_ENOMEM, "checkpoint: out of message memory");
+        return;
+    }
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    s->kind = TR__STATE_WRITTEN;
+    s->rc = rc;
+    s->global_step = c->step;
+    if (rc < 0) snprintf(s->error, sizeof(s->error), "%.511s", c->err);
+    m->step = c->step;
+    if (tr_actor_send(ctx->rt, c->eng->executor, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(c->eng, TR_ESTOPPED, "checkpoint: cannot reach the executor");
+    }
+}
+
+/* SAVE, from the optimizer: the snapshot, then the caller's reply (training goes on), then
+ * the write (WRITE, to itself: its own span in the trace). */
+static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
+{
+    snprintf(c->dir, sizeof(c->dir), "%s", st->dir);
+    if (st->tag[0])
+        snprintf(c->tag, sizeof(c->tag), "%s", st->tag);
+    else
+        snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
+    c->step = st->global_step;
+    int rc = st->rc < 0 ? (snprintf(c->err, sizeof(c->err), "%s", st->error), st->rc)
+                        : snapshot(c, st); /* the optimizer's refusal, or the copy */
+    tr_msg_t *w = rc == 0 ? tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE) : NULL;
+    if (rc == 0 && !w) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
+    if (rc == 0) {
+        TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
+        w->step = c->step;
+        if ((rc = tr_actor_send(ctx->rt, ctx->self, w)) < 0) {
+            tr_msg_free(ctx->rt, w);
+            snprintf(c->err, sizeof(c->err), "cannot queue the write: %s", tr_strerror(rc));
+        }
+    }
+    /* The call returns either way: a failure here is this rank's part of the save failing,
+     * which the ranks learn together (save_track.h) and tr_engine_wait_checkpoint returns. */
+    tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
+    if (rc < 0) report(ctx, c, rc);
+}
+
+/* Tests: TROUPE_TEST_CKPT_WRITE_GATE=FILE holds a background write until FILE exists (60 s
+ * at most), so a test can train while a save is known to be unwritten. */
+static void write_gate(void)
+{
+    const char *gate = getenv("TROUPE_TEST_CKPT_WRITE_GATE");
+    for (int i = 0; gate && i < 6000 && access(gate, F_OK) != 0; i++)
+        usleep(10000);
+}
+
+/* Every rank's files are durable (the executor heard it from every rank): rank 0 clears what
+ * killed saves left and writes latest. */
+static int write_latest(struct tr__ckpt_actor *c)
+{
+    uint64_t stale_bytes;
+    int stale = tr__ckpt_clean_tmp(c->dir, &stale_bytes);
+    if (stale > 0)
+        tr_log(TR_LOG_INFO,
+               "checkpoint: removed %d temporary file(s) (%llu bytes) that processes killed "
+               "during a save left in %s",
+               stale, (unsigned long long)stale_bytes, c->dir);
+    return tr__ckpt_latest_write(c->dir, c->tag, c->err, sizeof(c->err));
+}
+
+/* --- loading ------------------------------------------------------------------------------- */
+
+/* Registers one of a restore's staging arrays (the loaded file's payload). */
+static int stage(struct tr__ckpt_actor *c, const char *name, const void *p, size_t bytes,
+                 uint64_t *id, tr_tensor_ref_t *ref)
+{
+    tr_buffer_info_t info = {.base = (void *)p,
+                             .bytes = bytes,
+                             .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = c->eng->checkpointer,
+                             .lifetime = TR_BUFFER_REQUEST};
+    snprintf(info.name, sizeof(info.name), "checkpointer/%s", name);
+    int rc = tr_buffer_register(c->eng->rt, &info, id);
+    if (rc == 0) rc = tr_buffer_ref(c->eng->rt, *id, 0, bytes, TR_DTYPE_F32, ref);
+    return rc;
+}
+
+static void end_restore(tr_ctx_t *ctx, struct tr__ckpt_actor *c)
+{
+    if (c->stage_params) tr_buffer_unregister(c->eng->rt, c->stage_params);
+    if (c->stage_moments) tr_buffer_unregister(c->eng->rt, c->stage_moments);
+    c->stage_params = c->stage_moments = 0;
+    tr__ckpt_tag_free(c->restoring);
+    free(c->restoring);
+    c->restoring = NULL;
+    if (c->restore) tr_msg_free(ctx->rt, c->restore);
+    c->restore = NULL;
+}
+
+/* The RESTORE message for a tag read and checked (t), its arrays staged. */
+static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_tag_t *t,
+                       const char *tagdir)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) return snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM;
+    c->restore = m;
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    *s = (tr_msg_engine_state_t){.kind = TR__STATE_RESTORE,
+                                 .global_step = t->counters[0],
+                                 .global_samples = t->counters[1],
+                                 .skipped_steps = t->counters[2],
+                                 .micro_steps = t->counters[3],
+                                 .epoch = t->data[0],
+                                 .cursor = t->data[1],
+                                 .batch_index = t->data[2]};
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_object(&pk, *t->optim_state);
+    int rc = 0;
+    if (sb.size > sizeof(s->optim.data))
+        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state of %zu bytes, more than %zu",
+                       tagdir, sb.size, sizeof(s->optim.data)), TR_EFORMAT);
+    else
+        memcpy(s->optim.data, sb.data, s->optim.len = (uint32_t)sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    if (!rc) rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
+                        &s->params);
+    if (!rc && t->moments)
+        rc = stage(c, "moments", t->moments, t->moments_bytes, &c->stage_moments, &s->moments);
+    if (rc < 0 && !c->err[0]) snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
+    return rc;
+}
+
+/* LOAD: reads and checks this rank's part of a tag and stages it; then the agreement. */
+static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req_t *r,
+                uint64_t step)
+{
+    char tagdir[4400];
+    int rc = 0;
+    c->step = step; /* the request's: the chain is classed with the step it was asked in */
+    snprintf(c->dir, sizeof(c->dir), "%s", r->dir);
+    if (r->tag[0])
+        snprintf(c->tag, sizeof(c->tag), "%s", r->tag);
+    else
+        rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
+    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
+    if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
+        rc = (snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM);
+    if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));
+    if (!rc) rc = restore_msg(ctx, c, c->restoring, tagdir);
+    return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);
+}
+
+static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c,
+                           const tr_msg_comm_scalar_t *s)
+{
+    int rc = agreed(c, s, "read its part of the checkpoint");
+    if (rc == 0) {
+        rc = tr_actor_send(ctx->rt, c->eng->optimizer, c->restore);
+        if (rc == 0) c->restore = NULL; /* the runtime's now */
+        else snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
+    }
+    if (rc < 0) {
+        end_restore(ctx, c);
+        tr__reply(c->eng, rc, NULL, "load: %s", c->err);
+    }
+}
+
+/* The end of a restore: the executor has taken the state (or the optimizer refused it). */
+static void restored(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_state_t *s)
+{
+    end_restore(ctx, c);
+    if (s->rc < 0)
+        tr__reply(c->eng, s->rc, NULL, "load: %s", s->error);
+    else
+        tr__reply(c->eng, 0, &(tr__reply_t){.global_step = s->global_step}, NULL);
+}
+
+static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__ckpt_actor *c = ctx->state;
+    if (msg->type == TR_MSG_COMM_SCALAR) { /* an agreement's answer: c->err is still ours */
+        const tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
+        if (s->what == TR__SCALAR_CKPT_LOAD) on_load_agreed(ctx, c, s);
+        return 0;
+    }
+    c->err[0] = '\0';
+    if (msg->type == TR_MSG_ENGINE_STATE) {
+        tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
+        if (s->kind == TR__STATE_RESTORED) restored(ctx, c, s);
+        if (s->kind == TR__STATE_SAVE) save(ctx, c, s);
+        if (s->kind == TR__STATE_WRITE) {
+            write_gate();
+            report(ctx, c, write_files(c));
+        }
+        if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));
+        return 0;
+    }
+    if (msg->type != TR_MSG_ENGINE_REQ) return 0;
+    if (c->restoring) {
+        tr__reply(c->eng, TR_EBUSY, NULL, "load: a restore is still in progress");
+        return 0;
+    }
+    return load(ctx, c, TR_MSG_AS(msg, engine_req), msg->step);
+}
+
+int tr__checkpointer_spawn(tr_engine_t *eng)
+{
+    struct tr__ckpt_actor *c = calloc(1, sizeof(*c));
+    if (!c) return TR_ENOMEM;
+    c->eng = eng;
+    eng->ck = c;
+    tr_actor_opts_t o = {.name = "checkpointer",
+                         .pinned = 1,
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_IO};
+    return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
+}
+
+void tr__checkpointer_free(tr_engine_t *eng)
+{
+    struct tr__ckpt_actor *c = eng->ck;
+    if (!c) return;
+    tr__ckpt_tag_free(c->restoring);
+    free(c->restoring); /* c->restore, if any, went with the runtime's message pools */
+    tr__ckpt_image_free(&c->model);
+    tr__ckpt_image_free(&c->optim);
+    tr_aio_destroy(c->aio);
+    free(c);
+    eng->ck = NULL;
+}

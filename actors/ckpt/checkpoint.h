@@ -1,0 +1,52 @@
+/* checkpoint.h: the checkpoint format that the checkpointer actor writes (checkpoint.c) and
+ * reads back (ckpt_read.c), and what a read leaves for a restore.
+ *
+ * A tag folder holds model_states.trck (written by rank 0: parameters, counters, data
+ * position, optimizer scalars, and the layout of the optimizer files) and
+ * optim_states_rank<k>.trck for k < optim_files: with ZeRO stage >= 1 on W ranks one per
+ * rank, each holding its slice [lo, hi) of the flat optimizer state; otherwise one, rank 0's,
+ * holding all of it (every rank's state is identical then). Each optimizer file's header says
+ * its own lo, hi, n_params and world, so a load can re-partition from any saved layout.
+ */
+#ifndef TR_ACTORS_CKPT_CHECKPOINT_H
+#define TR_ACTORS_CKPT_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "actors/engine/engine_internal.h"
+#include "io/ckpt_file.h"
+
+#define TR__CKPT_FORMAT "troupe-checkpoint"
+/* 2: config_hash in both files; version, step, world in the optimizer's.
+ * 3: the model file's zero_stage and optim_files; each optimizer file's lo, hi (its slice). */
+#define TR__CKPT_VERSION 3
+
+/* A tag read and checked for this rank; nothing in the engine has changed. */
+typedef struct tr__ckpt_tag {
+    tr_ckpt_file_t model;               /* its payload: the parameters */
+    msgpack_unpacked mh;                /* its header */
+    const msgpack_object *optim_state;  /* the optimizer's scalars, inside mh */
+    uint64_t counters[4];               /* global steps, samples, skipped, micro-steps */
+    uint64_t data[3];                   /* epoch, cursor, batch index */
+    int saved_world;
+    int saved_replicas;   /* data-parallel replicas of the saving run (its world, if unsaid) */
+    float *moments;       /* this rank's slice, n_arrays x (hi - lo) floats (NULL: none) */
+    size_t moments_bytes;
+} tr__ckpt_tag_t;
+
+/* FNV-1a, 64 bits, of the resolved config's JSON: ties a tag's files to one config. */
+uint64_t tr__ckpt_config_hash(const char *json);
+
+/* Reads <tagdir>'s files for this rank and checks everything: checksums of what it uses, the
+ * files against each other (one save), the parameter table against the model, the optimizer
+ * files' arrays against this optimizer, their slices tiling [0, n_params); assembles this
+ * rank's slice of the moments (eng->optim_slice) and rescales per-rank counters and the data
+ * position to this world size. TR_E* with err naming the file and the field. Free t with
+ * tr__ckpt_tag_free, also after a failure. The checkpointer's thread. */
+int tr__ckpt_tag_read(const tr_engine_t *eng, const char *tagdir, tr__ckpt_tag_t *t, char *err,
+                      size_t errlen);
+void tr__ckpt_tag_free(tr__ckpt_tag_t *t);
+
+#endif

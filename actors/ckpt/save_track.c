@@ -1,0 +1,85 @@
+/* save_track.c: a background save's phases, agreed over the ranks (see the header).
+ *
+ * Values each rank adds: v[0] = 1 while it is in a save; v[1] = 1 when its part of the phase
+ * is done, 2^20 when it failed. Summed over W ranks: v[0] = W means every rank is in the save
+ * (0 < v[0] < W: some are not, an API misuse); the phase ends when every rank's part has
+ * (done + failed = W); any failure ends the save as failed on every rank. */
+#include "actors/ckpt/save_track.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "troupe/error.h"
+#include "troupe/log.h"
+
+#define FAILED_UNIT 1048576.0
+
+void tr__save_begin(tr__save_track_t *t, const char *dir, const char *tag, uint64_t step)
+{
+    t->phase = TR__SAVE_WRITING;
+    t->local = 0;
+    t->why[0] = '\0';
+    t->step = step;
+    snprintf(t->dir, sizeof(t->dir), "%s", dir);
+    if (tag && tag[0])
+        snprintf(t->where, sizeof(t->where), "%s/%s", dir, tag);
+    else
+        snprintf(t->where, sizeof(t->where), "%s/global_step%llu", dir, (unsigned long long)step);
+}
+
+void tr__save_reported(tr__save_track_t *t, int rc, const char *why)
+{
+    t->local = rc < 0 ? rc : 1;
+    snprintf(t->why, sizeof(t->why), "%s", rc < 0 && why ? why : "");
+}
+
+void tr__save_values(const tr__save_track_t *t, double v[2])
+{
+    v[0] = t->phase != TR__SAVE_NONE;
+    v[1] = t->phase == TR__SAVE_NONE ? 0 : t->local > 0 ? 1 : t->local < 0 ? FAILED_UNIT : 0;
+}
+
+static int finish(tr__save_track_t *t, int rc)
+{
+    t->phase = TR__SAVE_NONE;
+    t->outcome = rc;
+    if (rc < 0)
+        tr_log(TR_LOG_ERROR, "checkpoint: %s", t->outcome_why);
+    else
+        t->outcome_why[0] = '\0';
+    return 1;
+}
+
+int tr__save_advance(tr__save_track_t *t, int rank, int world, const double v[2])
+{
+    int in = (int)lround(v[0]), failed = (int)(v[1] / FAILED_UNIT);
+    int done = (int)lround(v[1] - failed * FAILED_UNIT);
+    if (in > 0 && in < world) {
+        snprintf(t->outcome_why, sizeof(t->outcome_why),
+                 "a checkpoint save was called on %d of %d ranks: every rank must call "
+                 "tr_engine_save_checkpoint at the same step; no latest was written",
+                 in, world);
+        t->phase = TR__SAVE_NONE;
+        t->outcome = TR_EFAILED;
+        return TR_EFAILED;
+    }
+    if (t->phase == TR__SAVE_NONE || done + failed < world) return 0;
+    const char *what = t->phase == TR__SAVE_WRITING ? "write its checkpoint files" : "write latest";
+    if (failed && t->local < 0)
+        snprintf(t->outcome_why, sizeof(t->outcome_why),
+                 "save of %.300s failed: %.511s; latest still "
+                 "names the previous checkpoint",
+                 t->where, t->why);
+    else if (failed)
+        snprintf(t->outcome_why, sizeof(t->outcome_why),
+                 "save of %.300s failed: %d rank(s) could "
+                 "not %s (their own errors say why); latest still names the previous "
+                 "checkpoint",
+                 t->where, failed, what);
+    if (failed) return finish(t, TR_EFAILED);
+    if (t->phase == TR__SAVE_LATEST) return finish(t, 0);
+    t->phase = TR__SAVE_LATEST;
+    t->local = rank == 0 ? 0 : 1; /* rank 0 writes latest; the others have nothing to do */
+    return rank == 0 ? TR__SAVE_LATEST : 0;
+}

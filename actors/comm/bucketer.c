@@ -1,0 +1,97 @@
+/* bucketer.c: the bucketer actor. It receives each layer's final gradient range (in
+ * backward order: last layer first) and packs consecutive ranges into buckets of at most
+ * reduce_bucket_size elements, sending each full bucket to the communicator at once and the
+ * remainder when the backward is complete (layer 0).
+ *
+ * The model keeps all gradients in one flat buffer, layer after layer, so consecutive ranges
+ * are adjacent and a bucket is a range of that buffer: contiguous_gradients holds by
+ * construction and buckets cost no memory and no copy. A range that does not continue the
+ * current bucket (a model whose layers finish out of order) closes it first.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "actors/engine/engine_internal.h"
+
+struct tr__bucketer {
+    const tr_engine_t *eng;
+    size_t bucket_size; /* elements */
+    size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
+    uint32_t next_id;   /* bucket number within the step */
+};
+
+static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uint64_t step)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BUCKET);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, bucket)->bucket = b->next_id++;
+    m->step = step;
+    int rc = tr_buffer_ref(ctx->rt, b->eng->buf_grads, lo * sizeof(float),
+                           (hi - lo) * sizeof(float), TR_DTYPE_F32, &TR_MSG_AS(m, bucket)->grads);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, b->eng->comm, m);
+    if (rc < 0)
+        tr_msg_free(ctx->rt, m);
+    else
+        tr__engine_bucket_bytes(b->eng, (int64_t)((hi - lo) * sizeof(float)));
+    return rc;
+}
+
+/* Sends whole buckets from the top of the open range; with flush, the rest too. */
+static int drain(tr_ctx_t *ctx, struct tr__bucketer *b, bool flush, uint64_t step)
+{
+    while (b->hi - b->lo >= b->bucket_size || (flush && b->hi > b->lo)) {
+        size_t n = b->hi - b->lo < b->bucket_size ? b->hi - b->lo : b->bucket_size;
+        int rc = emit(ctx, b, b->hi - n, b->hi, step);
+        if (rc < 0) return rc;
+        b->hi -= n;
+    }
+    return 0;
+}
+
+static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__bucketer *b = ctx->state;
+    if (msg->type != TR_MSG_GRAD_READY) return 0;
+    tr_msg_grad_ready_t *g = TR_MSG_AS(msg, grad_ready);
+    int rc = 0;
+    if (g->count) {
+        if (b->hi > b->lo && g->offset + g->count != b->lo)
+            rc = drain(ctx, b, true, msg->step); /* not adjacent: close the open bucket */
+        if (rc == 0) {
+            if (b->hi == b->lo) b->hi = g->offset + g->count;
+            b->lo = g->offset;
+            rc = drain(ctx, b, false, msg->step);
+        }
+    }
+    if (rc == 0 && g->last) {
+        rc = drain(ctx, b, true, msg->step);
+        b->next_id = 0;
+    }
+    return rc;
+}
+
+int tr__bucketer_spawn(tr_engine_t *eng)
+{
+    struct tr__bucketer *b = calloc(1, sizeof(*b));
+    if (!b) return TR_ENOMEM;
+    eng->bk = b;
+    b->eng = eng;
+    int64_t size = eng->cfg->zero.reduce_bucket_size;
+    b->bucket_size = size > 0 ? (size_t)size : eng->n_params;
+    size_t n_buckets = (eng->n_params + b->bucket_size - 1) / b->bucket_size;
+    tr_log(TR_LOG_INFO,
+           "bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "
+            "(reduce_bucket_size); buckets are views of the gradient buffer: 0 extra bytes\n",
+            eng->n_params, n_buckets, b->bucket_size);
+    tr_actor_opts_t o = {.name = "bucketer",
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_DATA};
+    return tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, &eng->bucketer);
+}
+
+void tr__bucketer_free(tr_engine_t *eng)
+{
+    free(eng->bk);
+    eng->bk = NULL;
+}

@@ -1,0 +1,580 @@
+/* comm.c: the comm actor. Each BUCKET is all-reduced (ZeRO 2: reduce-scattered) over the
+ * data-parallel ranks by the backend and passed on to the optimizer as REDUCED once the
+ * backend reports its completion, which arrives as a COMM_DONE message; several buckets may be
+ * in flight at once. It also serves the scalar and vector all-reduces (losses, norms, Lamb's
+ * sums) and ZeRO's parameter all-gather.
+ *
+ * Every collective is submitted with a header that every rank must agree on before it starts
+ * (comm_start.c), so a rank that diverged is named on every rank and no mismatched collective
+ * is ever posted.
+ *
+ * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
+ * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
+ * messages, each running the backend's progress once. A poll after one that completed nothing
+ * sleeps first, an eighth of the youngest pending operation's age (1 to 256 us: backoff_ns), so
+ * a short operation is noticed at once and a long one costs little CPU; with nothing pending
+ * no poll is sent and the actor parks. The local
+ * backend completes at once and needs none of this.
+ *
+ * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
+ * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
+ * mean over ranks, computed so that fp16 sums do not overflow); with prescale_gradients it
+ * is divided by world before the sum. At world size 1 with the default factor both are
+ * no-ops and are skipped.
+ *
+ * The watchdog: a collective pending past troupe.comm.timeout_s starts the diagnosis across
+ * ranks of comm_watch.c (rank 0 gathers every rank's table of pending operations over a control
+ * channel and names the rank that diverged); the channel is moved on by a slow timer (TIMER,
+ * every TR__WATCH_TICK_NS) so that a rank with nothing pending still answers. A group of one, or
+ * a backend without point-to-point, has no channel: its watchdog fails the engine at once.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/comm/comm_internal.h"
+#include "kernels/cpu/vec.h"
+
+/* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
+ * on the collectives lane. */
+static void log_op(struct tr__comm *c, const char *op, double bytes, pending_t *p)
+{
+    uint64_t t_start = p->t_start;
+    const tr_config_comms_logger_t *cl = &c->eng->cfg->comms_logger;
+    if (p->lane >= 0) {
+        tr_monitor_span(c->eng->mon, &(tr_span_t){op, t_start, tr_now_ns(), p->step, 0,
+                                                  TR__LANE_COLLECTIVES - (uint32_t)p->lane,
+                                                  (uint64_t)bytes, 0});
+        c->lanes_busy &= ~(1u << p->lane);
+    }
+    if (!c->log) return;
+    bool profiled = cl->prof_all;
+    for (int i = 0; !profiled && i < cl->prof_ops.count; i++)
+        profiled = !strcmp(cl->prof_ops.items[i], op);
+    if (!profiled) return;
+    double ms = (double)(tr_now_ns() - t_start) / 1e6;
+    tr_comms_log_add(c->log, op, bytes, ms);
+    if (c->log_verbose && c->eng->rank == 0) {
+        char line[256];
+        tr_comms_line(op, ms, bytes, c->eng->world, line, sizeof(line));
+        printf("%s\n", line);
+        fflush(stdout);
+    }
+}
+
+
+/* The backend's completion: a message to the comm actor (any thread), in the step the
+ * operation was started for (its tag). */
+static void op_done(void *arg, uint64_t req, uint64_t step, int rc)
+{
+    struct tr__comm *c = arg;
+    tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
+    if (m) {
+        TR_MSG_AS(m, comm_done)->req = req;
+        TR_MSG_AS(m, comm_done)->rc = rc;
+        m->step = step;
+    }
+    if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
+        tr_msg_free(c->rt, m);
+        tr__engine_fail(c->eng, TR_ENOMEM,
+                        "comm: the completion of request %llu could not be delivered",
+                        (unsigned long long)req);
+    }
+}
+
+/* A completion on another communicator: the same message, marked with its channel. */
+static void channel_done(struct tr__comm *c, uint32_t channel, uint64_t req, uint64_t tag,
+                         int rc)
+{
+    tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
+    if (m) {
+        TR_MSG_AS(m, comm_done)->req = req;
+        TR_MSG_AS(m, comm_done)->rc = rc;
+        TR_MSG_AS(m, comm_done)->channel = channel;
+        m->step = tag;
+    }
+    if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
+        tr_msg_free(c->rt, m);
+        tr__engine_fail(c->eng, TR_ENOMEM, "comm: a completion on channel %u could not be "
+                        "delivered", channel);
+    }
+}
+
+static void control_done(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    channel_done(arg, 1, req, tag, rc);
+}
+
+static void header_done(void *arg, uint64_t req, uint64_t tag, int rc)
+{
+    channel_done(arg, 2, req, tag, rc);
+}
+
+static void scale(float *x, size_t n, float mul)
+{
+    if (mul != 1.0f) tr__vec()->scale(x, mul, n);
+}
+
+static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0; /* the engine has failed already: no more collectives */
+    if (c->eng->rank == c->fault_silent && msg->step > 0) return 0; /* the test's silent rank */
+    const tr_engine_t *e = c->eng;
+    tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
+    char why[256];
+    float *data = tr__resolve(e, &b->grads, why, sizeof(why));
+    if (!data) {
+        tr__engine_fail(e, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
+        return TR_EINVAL;
+    }
+    size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
+    bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
+    pending_t op = {.kind = OP_BUCKET, .bucket = b->bucket, .step = msg->step,
+                    .grads = b->grads, .data = data, .mine = count, .mine_at = a,
+                    .scatter = scatter, .asker = TR_ACTOR_NONE};
+    if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
+        size_t *counts = tr__comm_bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
+        if (!counts) return TR_ENOMEM;
+        free(counts);
+    }
+    scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
+    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+    return tr__comm_submit(c, op, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
+                                    .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
+                                    .micro_step = msg->micro_step, .bucket = b->bucket});
+}
+
+/* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
+static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0;
+    tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
+    if (s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
+        tr__engine_fail(c->eng, TR_EINVAL, "comm: scalar all-reduce of %u values (op %u) from "
+                        "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
+        return TR_EINVAL;
+    }
+    double *vals = malloc(sizeof(s->values));
+    if (!vals) return TR_ENOMEM;
+    memcpy(vals, s->values, sizeof(s->values));
+    pending_t op = {.kind = OP_SCALAR, .step = msg->step, .asker = msg->sender, .scalar = *s,
+                    .vals = vals};
+    return tr__comm_submit(c, op, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+                                    .bytes = s->n * sizeof(double), .step = msg->step,
+                                    .micro_step = msg->micro_step, .bucket = s->what});
+}
+
+/* COMM_GATHER (ZeRO 1, 2): every rank's slice of the parameters (tr__zero_owned) all-gathered
+ * in place, in the parameter buffer. */
+static int on_gather(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0;
+    const tr_engine_t *e = c->eng;
+    tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
+    char why[256];
+    float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
+    size_t n = g->buf.length / sizeof(float);
+    if (!buf || g->count != tr__zero_slice(n, e->world)) {
+        tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
+                        buf ? "the slices do not cover the buffer" : why);
+        return TR_EINVAL;
+    }
+    pending_t op = {.kind = OP_GATHER, .step = msg->step, .asker = msg->sender, .gather = true,
+                    .buf = g->buf, .ptr = buf};
+    return tr__comm_submit(c, op, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+                                    .bytes = n * sizeof(float), .step = msg->step});
+}
+
+/* COMM_REDUCE: a registered fp64 buffer all-reduced in place for the asker. */
+static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
+{
+    if (c->broken) return 0;
+    const tr_engine_t *e = c->eng;
+    tr_msg_comm_reduce_t *v = TR_MSG_AS(msg, comm_reduce);
+    char why[256];
+    double *buf = v->op < TR_REDUCE_COUNT_ ? tr__resolve(e, &v->buf, why, sizeof(why)) : NULL;
+    if (!buf) {
+        tr__engine_fail(e, TR_EINVAL, "comm: vector all-reduce (op %u): %s", v->op,
+                        v->op < TR_REDUCE_COUNT_ ? why : "no such reduction");
+        return TR_EINVAL;
+    }
+    pending_t op = {.kind = OP_VECTOR, .step = msg->step, .asker = msg->sender, .vector = true,
+                    .buf = v->buf, .ptr = buf, .reduce_op = v->op, .what = v->what};
+    return tr__comm_submit(c, op, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
+                                    .step = msg->step});
+}
+
+/* The result m goes back to whoever asked for p's operation, and p's entry is free again. */
+static int answer(tr_ctx_t *ctx, pending_t *p, tr_msg_t *m)
+{
+    tr_actor_t to = p->asker;
+    m->step = p->step;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, to, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    log_op(c, "all_reduce", (double)p->buf.length, p);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->reduce_op,
+                                                        .what = p->what};
+    return answer(ctx, p, m);
+}
+
+static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    log_op(c, "all_gather", (double)(p->buf.length / (uint64_t)c->eng->world), p);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, comm_gather)->buf = p->buf;
+    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(p->buf.length / sizeof(float),
+                                                      c->eng->world);
+    return answer(ctx, p, m);
+}
+
+/* A scalar all-reduce finished: the result back to whoever asked. */
+static int scalar_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    log_op(c, "all_reduce", (double)p->scalar.n * sizeof(double), p);
+    memcpy(p->scalar.values, p->vals, sizeof(p->scalar.values));
+    free(p->vals);
+    p->vals = NULL;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_scalar) = p->scalar;
+    return answer(ctx, p, m);
+}
+
+static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
+
+static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
+{
+    pending_t *p = NULL; /* channel 2: a header exchange; 0: a data collective */
+    for (size_t i = 0; i < c->cap && !p; i++)
+        if (c->pending[i].req == d->req && (c->pending[i].hdr != NULL) == (d->channel == 2))
+            p = &c->pending[i];
+    if (!p || d->rc < 0) {
+        int rc = d->rc < 0 ? d->rc : TR_EINVAL;
+        tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
+                        p ? tr_strerror(d->rc) : "completed but was never started");
+        return rc;
+    }
+    if (p->hdr) { /* a mismatch fails the engine with the explanation; the actor stays */
+        tr__comm_headers_arrived(c, p);
+        return 0;
+    }
+
+    if (p->gather) return gather_done(ctx, c, p);
+    if (p->vector) return reduce_done(ctx, c, p);
+    if (!tr_actor_is_none(p->asker)) return scalar_done(ctx, c, p);
+    return bucket_done(ctx, c, p);
+}
+
+/* A bucket's reduction finished: the reduced values (all of the bucket, or this rank's part of
+ * it) to the optimizer. */
+static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
+    double bytes = (double)count * (double)tr_dtype_size(c->wire);
+    if (p->scatter)
+        log_op(c, "reduce_scatter", bytes / e->world, p);
+    else
+        log_op(c, "all_reduce", bytes, p);
+    if (c->wire16) /* the reduced values (a reduce-scatter's: this rank's part, at the start) */
+        tr__comm_from_wire(c, p->data, a, p->scatter ? p->mine : count);
+    if (!p->scatter) scale(p->data, count, c->post);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
+    if (!m) return TR_ENOMEM;
+    tr_msg_reduced_t *r = TR_MSG_AS(m, reduced);
+    r->bucket = p->bucket;
+    r->grads = p->grads;
+    r->grads.offset = (p->scatter ? a : p->mine_at) * sizeof(float); /* where the values are */
+    r->grads.length = p->mine * sizeof(float);
+    r->at = p->mine_at;
+    r->covers = count;
+    r->first = a;
+    m->step = p->step;
+    p->req = 0;
+    int rc = tr_actor_send(ctx->rt, e->optimizer, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* Sends the next COMM_POLL (idle_polls: how many before it completed nothing). */
+static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_POLL);
+    if (!m) return TR_ENOMEM;
+    TR_MSG_AS(m, comm_poll)->idle_polls = idle_polls;
+    int rc = tr_actor_send(ctx->rt, ctx->self, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    c->polling = rc == 0;
+    return rc;
+}
+
+/* This rank's table for the watchdog: the last collective started and the pending ones,
+ * oldest first (at most TR__WATCH_MAX_OPS). */
+static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *t)
+{
+    *t = (tr__watch_table_t){.rank = c->eng->rank, .started = c->seq, .last = c->last};
+    for (size_t i = 0; i < c->cap; i++) { /* insertion, oldest first, the youngest dropped */
+        const pending_t *p = &c->pending[i];
+        double age = (double)(now - p->t_start) / 1e9;
+        if (!p->req || p->hdr || /* a collective's header exchange: listed as the collective */
+            (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s))
+            continue;
+        int at = t->n < TR__WATCH_MAX_OPS ? t->n++ : TR__WATCH_MAX_OPS - 1;
+        t->ops[at] = p->op;
+        t->ops[at].exchange = !p->agreed; /* still waiting for every rank's header */
+        t->ops[at].pending_s = age;
+        for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
+            tr__watch_op_t older = t->ops[at];
+            t->ops[at] = t->ops[at - 1], t->ops[at - 1] = older;
+        }
+    }
+}
+
+/* The engine fails for the watchdog's reason (the diagnosis on rank 0): collectives still
+ * pending then end the job at shutdown (the backend aborts it). */
+static void watch_fail(struct tr__comm *c, const char *why)
+{
+    tr__engine_fail(c->eng, TR_ETIMEDOUT, "%s", why);
+    c->broken = true;
+}
+
+/* The watchdog: when the oldest pending collective has waited past troupe.comm.timeout_s,
+ * the diagnosis across ranks starts (comm_watch.c), or with no control channel the engine
+ * fails at once naming the collective; the backend then ends the job at shutdown (its
+ * collectives cannot complete). */
+static int watchdog(struct tr__comm *c)
+{
+    const pending_t *old = NULL;
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->pending[i].req && (!old || c->pending[i].t_start < old->t_start))
+            old = &c->pending[i];
+    uint64_t now = tr_now_ns();
+    if (!old || now - old->t_start < c->timeout_ns) return 0;
+    if (c->watch) {
+        tr__watch_table_t t;
+        my_table(c, now, &t);
+        tr__watch_alarm(c->watch, &t, now);
+        return 0;
+    }
+    const char *what = old->hdr         ? "a header exchange"
+                       : old->gather     ? "the parameter all-gather"
+                       : old->vector     ? "a vector all-reduce"
+                       : old->scatter    ? "a bucket's reduce-scatter"
+                       : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
+                                                      : "a scalar all-reduce";
+    char before[200] = ""; /* a header exchange: the collective it comes before */
+    if (old->hdr) {
+        char d[160];
+        tr__comm_describe(&old->hdr[c->eng->world], d, sizeof(d));
+        snprintf(before, sizeof(before), " before %s", d);
+    }
+    tr__engine_fail(c->eng, TR_ETIMEDOUT,
+                    "comm: rank %d: %s (step %llu)%s has been pending for %.1f s, past "
+                    "troupe.comm.timeout_s %lld: another rank diverged, stopped or died; the job "
+                    "ends on every rank",
+                    c->eng->rank, what, (unsigned long long)old->step, before,
+                    (double)(now - old->t_start) / 1e9,
+                    (long long)c->eng->cfg->troupe.comm.timeout_s);
+    c->broken = true;
+    return TR_ETIMEDOUT;
+}
+
+/* The control channel's slow tick (TIMER): the watchdog, the channel's progress, and the next
+ * tick. It runs whether or not anything is pending, so this rank always answers. */
+static int on_tick(tr_ctx_t *ctx, struct tr__comm *c)
+{
+    if (!c->broken) watchdog(c);
+    tr__watch_table_t t;
+    uint64_t now = tr_now_ns();
+    my_table(c, now, &t);
+    char why[1024];
+    if (tr__watch_tick(c->watch, &t, now, why, sizeof(why))) watch_fail(c, why);
+    uint64_t id;
+    return tr_timer_start(ctx->rt, ctx->self, 0, TR__WATCH_TICK_NS, 0, &id);
+}
+
+/* A control-channel operation completed. */
+static int on_control_done(struct tr__comm *c, const tr_msg_comm_done_t *d)
+{
+    tr__watch_table_t t;
+    uint64_t now = tr_now_ns();
+    my_table(c, now, &t);
+    char why[1024];
+    if (tr__watch_done(c->watch, d->req, d->rc, &t, now, why, sizeof(why))) watch_fail(c, why);
+    return 0;
+}
+
+/* TROUPE_FAULT_KILL_RANK / _STEP (tests): this rank dies mid-step, as a crashed process would,
+ * when the step's first bucket reaches the comm actor. */
+static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
+{
+    if (c->eng->rank != c->fault_kill || msg->step != c->fault_kill_step) return;
+    tr_log(TR_LOG_ERROR, "comm: rank %d: TROUPE_FAULT_KILL_RANK: killing this process "
+           "(SIGKILL) in step %llu", c->eng->rank, (unsigned long long)msg->step);
+    raise(SIGKILL);
+}
+
+/* The sleep before a poll after one that completed nothing: an eighth of the age of the
+ * youngest operation in flight, from 1 to 256 us. A header exchange or a short collective is
+ * noticed within microseconds of its end, a long one within 1/8 of its time, and a long wait
+ * costs at most ~4000 polls a second. */
+static long backoff_ns(const struct tr__comm *c)
+{
+    uint64_t now = tr_now_ns(), youngest = UINT64_MAX;
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->pending[i].req && now - c->pending[i].t_start < youngest)
+            youngest = now - c->pending[i].t_start;
+    uint64_t ns = youngest == UINT64_MAX ? 256000 : youngest / 8;
+    return ns < 1000 ? 1000 : ns > 256000 ? 256000 : (long)ns;
+}
+
+/* One progress pass; polls again while anything is pending, after a backoff sleep when the
+ * previous pass completed nothing. */
+static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
+{
+    c->polling = false;
+    if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
+    if (idle_polls) nanosleep(&(struct timespec){0, backoff_ns(c)}, NULL);
+    int left = c->backend->ops->progress(c->backend);
+    int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
+    if (left < 0 || hl < 0) {
+        tr__engine_fail(c->eng, left < 0 ? left : hl, "comm: %s",
+                        left < 0 ? c->backend->error : c->headers->error);
+        return left < 0 ? left : hl;
+    }
+    left += hl;
+    bool progressed = left < c->inflight; /* the completions sent their COMM_DONE */
+    c->inflight = left;
+    return left > 0 ? schedule_poll(ctx, c, progressed ? 0 : idle_polls + 1) : 0;
+}
+
+static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__comm *c = ctx->state;
+    int rc = 0;
+    if (msg->type == TR_MSG_TIMER && c->watch) return on_tick(ctx, c);
+    if (msg->type == TR_MSG_COMM_DONE && TR_MSG_AS(msg, comm_done)->channel == 1)
+        return on_control_done(c, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_BUCKET && c->fault_kill >= 0) inject_kill(c, msg);
+    if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
+    if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
+    if (msg->type == TR_MSG_COMM_REDUCE) rc = on_reduce(c, msg);
+    if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
+    if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
+    /* anything started (a header's agreement starts its collective): poll until it ends */
+    if (rc == 0 && c->inflight > 0 && c->backend->ops->progress && !c->polling)
+        rc = schedule_poll(ctx, c, 0);
+    return rc;
+}
+
+/* The tests' injected faults (docs/engine.md). */
+static void faults_from_env(struct tr__comm *c)
+{
+    const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
+    c->fault_rank = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_SILENT_RANK");
+    c->fault_silent = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_RANK");
+    c->fault_kill = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_KILL_STEP");
+    c->fault_kill_step = fault ? strtoull(fault, NULL, 10) : 1;
+}
+
+/* The backend, and on more than one rank the headers' communicator and the watchdog's control
+ * channel (groups split off it: every rank does this at create, in the same order). */
+static int open_comms(struct tr__comm *c, char *err, size_t errlen)
+{
+    const tr_engine_t *eng = c->eng;
+    const tr_config_t *cfg = eng->cfg;
+    char why[256];
+    const char *name = cfg->troupe.comm.backend;
+    if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
+    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
+                            sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    if (eng->world > 1) {
+        rc = c->backend->ops->split
+                 ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
+                 : (snprintf(why, sizeof(why), "backend '%s' has no groups", name), TR_ENOTSUP);
+        if (rc < 0)
+            return snprintf(err, errlen, "comm: the collective headers' communicator: %s", why),
+                   rc;
+        c->headers->done = header_done;
+        c->headers->done_arg = c;
+    }
+    rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
+    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
+    return 0;
+}
+
+int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
+{
+    struct tr__comm *c = calloc(1, sizeof(*c));
+    if (!c) return TR_ENOMEM;
+    eng->cm = c;
+    c->eng = eng;
+    c->rt = eng->rt;
+    const tr_config_t *cfg = eng->cfg;
+    double world = eng->world, pre = cfg->gradient_predivide_factor;
+    if (cfg->prescale_gradients) {
+        c->pre = (float)(1.0 / world);
+        c->post = 1.0f;
+    } else {
+        c->pre = (float)(1.0 / pre);
+        c->post = pre != world ? (float)(pre / world) : 1.0f;
+    }
+    if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0)
+        return TR_ENOMEM;
+    c->wire = eng->world > 1 ? (tr_dtype_t)cfg->communication_data_type : TR_DTYPE_F32;
+    if (c->wire != TR_DTYPE_F32 && !(c->wire16 = malloc(eng->n_params * sizeof(uint16_t))))
+        return TR_ENOMEM;
+    eng->memory.comm = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
+    c->log_verbose = cfg->comms_logger.verbose;
+    faults_from_env(c);
+    c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
+    int rc = open_comms(c, err, errlen);
+    if (rc < 0) return rc;
+    tr_actor_opts_t o = {.name = "comm",
+                         .pinned = c->backend->ops->progress != NULL, /* it polls and sleeps */
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         /* its handlers post and poll (and sleep between polls): the
+                          * communication itself is on the collectives lanes */
+                         .lane_kind = TR_LANE_CONTROL};
+    rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
+    c->self = eng->comm; /* before any message: completions are addressed to it */
+    uint64_t tick;
+    if (rc == 0 && c->watch) rc = tr_timer_start(eng->rt, c->self, 0, TR__WATCH_TICK_NS, 0, &tick);
+    return rc;
+}
+
+void tr__comm_free(tr_engine_t *eng)
+{
+    if (!eng->cm) return;
+    if (eng->cm->log && eng->rank == 0 && tr_comms_log_count(eng->cm->log)) {
+        tr_comms_log_summary(eng->cm->log, stdout); /* DeepSpeed's log_summary, at the end */
+        fflush(stdout);
+    }
+    tr_comms_log_destroy(eng->cm->log);
+    tr__watch_destroy(eng->cm->watch);
+    tr_comm_destroy(eng->cm->headers);
+    tr_comm_destroy(eng->cm->backend);
+    for (size_t i = 0; i < eng->cm->cap; i++)
+        free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
+    free(eng->cm->pending);
+    free(eng->cm->wire16);
+    free(eng->cm);
+    eng->cm = NULL;
+}

@@ -1,0 +1,109 @@
+/* comm_internal.h: the comm actor's state, shared by comm.c (its messages, completions,
+ * polling and watchdog) and comm_start.c (how its collectives are submitted, agreed on and
+ * started). Nothing outside the comm actor includes this. */
+#ifndef TR_ACTORS_COMM_COMM_INTERNAL_H
+#define TR_ACTORS_COMM_COMM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/comm/watchdog.h"
+#include "actors/engine/engine_internal.h"
+#include "monitor/comms_log.h"
+#include "runtime/comm/comm.h"
+
+/* What a data entry of the pending table does once its header has been agreed. */
+typedef enum { OP_BUCKET = 1, OP_SCALAR, OP_GATHER, OP_VECTOR } op_kind_t;
+
+/* What every collective carries, exchanged (all-gathered, on a communicator of their own)
+ * before it is started and compared on arrival: a rank that diverged is named at once, and
+ * no mismatched collective is ever posted. */
+typedef struct header {
+    uint32_t op; /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
+                  * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
+    uint32_t dtype;
+    uint64_t seq; /* collectives this comm actor submitted, from 1 */
+    uint64_t bytes;
+    uint64_t step;
+    uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
+} header_t;
+
+typedef struct pending {
+    uint64_t req;   /* 0: free; UINT64_MAX: not started yet */
+    op_kind_t kind; /* 0: a header exchange (hdr) */
+    header_t head;  /* its header */
+    bool agreed;    /* every rank's header matched: it may start */
+    void *ptr;      /* a gather's or vector's buffer */
+    uint32_t bucket;
+    uint64_t step;
+    tr_tensor_ref_t grads; /* a bucket: its range of the gradient buffer */
+    float *data;
+    size_t mine, mine_at;        /* ZeRO 2: this rank's part of it (elements, flat index) */
+    bool scatter;                /* ZeRO 2: reduce-scattered (the part is at the start) */
+    tr_actor_t asker;            /* a COMM_SCALAR's requester (none for a bucket) */
+    tr_msg_comm_scalar_t scalar; /* its request */
+    double *vals;                /* its values, reduced in place (not in this table, which
+                                  * may move while the operation is in flight) */
+    uint64_t t_start;            /* for the comms logger and the watchdog */
+    struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
+    bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
+    bool vector;                 /* a COMM_REDUCE's in-place all-reduce for asker */
+    uint32_t reduce_op, what;    /* its reduction and the asker's tag */
+    int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
+    tr_tensor_ref_t buf;         /* its buffer: the parameters */
+    tr__watch_op_t op;           /* its header, for the watchdog's table */
+} pending_t;
+
+struct tr__comm {
+    const tr_engine_t *eng;
+    tr_runtime_t *rt;
+    tr_actor_t self;
+    tr_comm_t *backend;
+    tr_comm_t *headers; /* the header exchanges' own communicator (NULL: a group of one) */
+    uint64_t started;   /* collectives started on the backend (in seq order) */
+    float pre, post;    /* multipliers before and after the sum (1: none) */
+    tr_dtype_t wire;    /* communication_data_type on more than one rank: F32, F16 or BF16 */
+    uint16_t *wire16;   /* a 16-bit wire's copy of the gradients, indexed as the gradient buffer
+                         * (buckets are disjoint ranges: no two in flight share any of it) */
+    bool polling;       /* a COMM_POLL is on its way */
+    int inflight;       /* operations the backend holds, as of the last start or progress */
+    pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
+    size_t cap;
+    tr_comms_log_t *log; /* comms_logger (NULL: off) */
+    bool log_verbose;
+    uint64_t seq;             /* collectives submitted */
+    unsigned lanes_busy;      /* trace lanes held by collectives in flight (bit k: lane k) */
+    uint64_t timeout_ns;      /* troupe.comm.timeout_s */
+    bool broken;              /* the ranks diverged or a collective failed: start nothing more */
+    int fault_rank;           /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
+    int fault_silent;         /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
+    int fault_kill;           /* TROUPE_FAULT_KILL_RANK: this rank kills itself (SIGKILL) ... */
+    uint64_t fault_kill_step; /* ... on the first bucket of TROUPE_FAULT_KILL_STEP */
+    tr__watch_op_t last;      /* the last collective's header (seq == seq) */
+    tr__watch_t *watch;       /* the diagnosis across ranks (NULL: a group of one) */
+};
+
+/* Records operation op under header h and starts it: at once in a group of one, else once
+ * every rank's header has arrived and matches this one (the collectives start in the order
+ * submitted). A rank that diverged is then named before any mismatched collective is posted
+ * (MPI could only fail it, or hang). */
+int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h);
+
+/* A header exchange (p) completed: every rank's header must be ours; then its collective, and
+ * any agreed ones after it, start. A mismatch fails the engine naming both headers. */
+int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p);
+
+/* h in words, for errors. */
+void tr__comm_describe(const header_t *h, char *out, size_t len);
+
+/* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
+ * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
+size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
+                              size_t *mine_at);
+
+/* A 16-bit wire: the bucket's floats [a, a + n) of the gradient buffer to fp16 or bf16
+ * (rounded to nearest even) into c->wire16, and back. */
+void tr__comm_to_wire(struct tr__comm *c, const float *x, size_t a, size_t n);
+void tr__comm_from_wire(const struct tr__comm *c, float *x, size_t a, size_t n);
+
+#endif

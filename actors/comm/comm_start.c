@@ -1,0 +1,247 @@
+/* comm_start.c: how the comm actor's collectives start. Each is submitted with a header that
+ * is all-gathered on the headers' own communicator; when every rank's header has arrived and
+ * matches, the collective is started on the backend, in the order submitted, so every rank
+ * posts the same sequence and no mismatched collective is ever posted. Also the pending table
+ * the operations live in, and the bucket-specific parts of a start (ZeRO 2's uneven
+ * reduce-scatter, the 16-bit wire).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/comm/comm_internal.h"
+#include "kernels/cpu/half.h"
+
+/* After the backend was asked to start p's operation (rc, req): records it as in flight, or
+ * frees p and fails the engine naming `what` and the backend's reason. */
+static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
+{
+    if (rc < 0) {
+        free(p->hdr), free(p->vals);
+        *p = (pending_t){0};
+        tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what, c->backend->name,
+                        c->backend->error[0] ? c->backend->error : tr_strerror(rc));
+        return rc;
+    }
+    p->req = req;
+    c->inflight++;
+    p->lane = -1;
+    for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
+        if (!(c->lanes_busy & 1u << k)) c->lanes_busy |= 1u << (p->lane = k);
+    return 0;
+}
+
+static tr__watch_op_t watch_op(const header_t *h, bool exchange)
+{
+    return (tr__watch_op_t){.op = h->op,
+                            .dtype = h->dtype,
+                            .seq = h->seq,
+                            .bytes = h->bytes,
+                            .step = h->step,
+                            .micro_step = h->micro_step,
+                            .bucket = h->bucket,
+                            .exchange = exchange};
+}
+
+void tr__comm_describe(const header_t *h, char *out, size_t len)
+{
+    tr__watch_op_t o = watch_op(h, false);
+    tr__watch_describe(&o, out, len);
+}
+
+/* Room for n more entries in the pending table (pointers into it stay valid until the next
+ * call). */
+static int pending_reserve(struct tr__comm *c, size_t n)
+{
+    size_t free_slots = 0;
+    for (size_t i = 0; i < c->cap; i++)
+        free_slots += !c->pending[i].req;
+    if (free_slots >= n) return 0;
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    while (cap - c->cap + free_slots < n)
+        cap *= 2;
+    pending_t *p = realloc(c->pending, cap * sizeof(*p));
+    if (!p) return TR_ENOMEM;
+    memset(p + c->cap, 0, (cap - c->cap) * sizeof(*p));
+    c->pending = p;
+    c->cap = cap;
+    return 0;
+}
+
+/* A free entry; pending_reserve first. */
+static pending_t *pending_slot(struct tr__comm *c)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (!c->pending[i].req) return &c->pending[i];
+    return NULL;
+}
+
+/* The data operation submitted as collective `seq` (not started yet), or NULL. */
+static pending_t *submitted(struct tr__comm *c, uint64_t seq)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->pending[i].req && c->pending[i].kind && c->pending[i].head.seq == seq)
+            return &c->pending[i];
+    return NULL;
+}
+
+static int start(struct tr__comm *c, pending_t *p);
+
+/* Starts, in the order submitted, every operation whose header every rank agreed on: all ranks
+ * start the same sequence of collectives on the data communicator. */
+static int start_agreed(struct tr__comm *c)
+{
+    pending_t *p;
+    while (!c->broken && (p = submitted(c, c->started + 1)) && p->agreed && p->req == UINT64_MAX) {
+        c->started++;
+        int rc = start(c, p);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Exchanges h on the headers' communicator (an all-gather of every rank's). */
+static int post_header(struct tr__comm *c, header_t h)
+{
+    const tr_engine_t *e = c->eng;
+    if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
+    pending_t *p = pending_slot(c);
+    header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
+    if (!p || !all) return free(all), TR_ENOMEM;
+    all[e->world] = h;
+    *p = (pending_t){.req = UINT64_MAX,
+                     .head = h,
+                     .step = h.step,
+                     .asker = TR_ACTOR_NONE,
+                     .hdr = all,
+                     .t_start = tr_now_ns(),
+                     .op = watch_op(&h, true)};
+    c->headers->op_tag = h.step;
+    uint64_t req = 0;
+    int rc = c->headers->ops->all_gather(c->headers, &all[e->world], all, sizeof(header_t),
+                                         TR_DTYPE_U8, &req);
+    return track(c, p, rc, req, "exchanging a collective's header");
+}
+
+/* Records operation op under header h and starts it: at once in a group of one, else once
+ * every rank's header has arrived and matches this one. A rank that diverged is then named
+ * before any mismatched collective is posted (MPI could only fail it, or hang). */
+int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
+{
+    h.seq = ++c->seq;
+    c->last = watch_op(&h, false);
+    if (pending_reserve(c, 2) < 0) return free(op.vals), TR_ENOMEM;
+    pending_t *p = pending_slot(c);
+    op.req = UINT64_MAX;
+    op.head = h;
+    op.op = c->last;
+    op.agreed = !c->headers;
+    op.t_start = tr_now_ns();
+    *p = op;
+    int rc = c->headers ? post_header(c, h) : 0;
+    return rc < 0 ? rc : start_agreed(c);
+}
+
+/* The headers arrived: every rank's must be ours; then the collective may start. */
+int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    header_t *all = p->hdr, *mine = &all[e->world];
+    int rc = 0;
+    for (int r = 0; r < e->world && rc == 0; r++)
+        if (memcmp(&all[r], mine, sizeof(header_t))) {
+            char a[200], b[200];
+            tr__comm_describe(&all[r], a, sizeof(a));
+            tr__comm_describe(mine, b, sizeof(b));
+            tr__engine_fail(e, TR_ECOMM,
+                            "comm: the ranks diverged: rank %d is at %s; rank %d is at %s", r, a,
+                            e->rank, b);
+            rc = TR_ECOMM;
+            c->broken = true;
+        }
+    uint64_t seq = mine->seq;
+    free(all);
+    *p = (pending_t){0};
+    pending_t *op = rc < 0 ? NULL : submitted(c, seq);
+    if (op) op->agreed = true;
+    return rc < 0 ? rc : start_agreed(c);
+}
+
+/* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
+ * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
+size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
+                              size_t *mine_at)
+{
+    size_t *counts = malloc((size_t)e->world * sizeof(size_t));
+    for (int r = 0; counts && r < e->world; r++) {
+        size_t lo, hi;
+        tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
+        lo = lo > a ? lo : a, hi = hi < b ? hi : b;
+        counts[r] = hi > lo ? hi - lo : 0;
+        if (r == e->rank) *mine = counts[r], *mine_at = counts[r] ? lo : a;
+    }
+    return counts;
+}
+
+/* Starts a bucket's reduction: a reduce-scatter (ZeRO 2; the rank's part lands at the bucket's
+ * start), else an all-reduce (ZeRO 2 without reduce_scatter keeps its part of the sum). */
+static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_t *req)
+{
+    const tr_engine_t *e = c->eng;
+    size_t a = p->grads.offset / sizeof(float);
+    void *buf = c->wire16 ? (void *)(c->wire16 + a) : (void *)p->data;
+    if (!p->scatter)
+        return c->backend->ops->all_reduce(c->backend, buf, count, c->wire, TR_REDUCE_SUM, req);
+    size_t *counts = tr__comm_bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
+    if (!counts) return TR_ENOMEM;
+    int rc = c->backend->ops->reduce_scatter_v(c->backend, buf, counts, c->wire, req);
+    free(counts); /* the backend keeps its own copy */
+    return rc;
+}
+
+/* A 16-bit wire: the bucket's floats, scaled, to fp16 or bf16 (rounded to nearest even), and
+ * back. Scalar loops: the kernels' pool belongs to the executor. */
+void tr__comm_to_wire(struct tr__comm *c, const float *x, size_t a, size_t n)
+{
+    uint16_t *w = c->wire16 + a;
+    for (size_t i = 0; i < n; i++)
+        w[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_from_float(x[i]) : tr_half_from_float(x[i]);
+}
+
+void tr__comm_from_wire(const struct tr__comm *c, float *x, size_t a, size_t n)
+{
+    const uint16_t *w = c->wire16 + a;
+    for (size_t i = 0; i < n; i++)
+        x[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_to_float(w[i]) : tr_half_to_float(w[i]);
+}
+
+/* Starts p's collective on the backend, now that every rank's header agreed. */
+static int start(struct tr__comm *c, pending_t *p)
+{
+    const tr_engine_t *e = c->eng;
+    const tr_comm_ops_t *ops = c->backend->ops;
+    c->backend->op_tag = p->step;
+    uint64_t req = 0;
+    int rc = 0;
+    const char *what = "a scalar all-reduce";
+    if (p->kind == OP_BUCKET) {
+        what = p->scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce";
+        rc = reduce_bucket(c, p, p->grads.length / sizeof(float), &req);
+    } else if (p->kind == OP_SCALAR) {
+        rc = ops->all_reduce(c->backend, p->vals, p->scalar.n, TR_DTYPE_F64,
+                             (tr_reduce_op_t)p->scalar.op, &req);
+    } else if (p->kind == OP_VECTOR) {
+        what = "a vector all-reduce";
+        rc = ops->all_reduce(c->backend, p->ptr, p->buf.length / sizeof(double), TR_DTYPE_F64,
+                             (tr_reduce_op_t)p->reduce_op, &req);
+    } else {
+        what = "the parameter all-gather";
+        size_t n = p->buf.length / sizeof(float), S = tr__zero_slice(n, e->world);
+        size_t *counts = malloc((size_t)e->world * sizeof(size_t));
+        for (size_t r = 0; counts && r < (size_t)e->world; r++)
+            counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
+        rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req) : TR_ENOMEM;
+        free(counts); /* the backend keeps its own copy */
+    }
+    return track(c, p, rc, req, what);
+}

@@ -1,0 +1,943 @@
+/* executor.c: the executor actor (pinned: it runs the model's forward and backward, blocking
+ * its thread for the length of a micro-batch). It owns the model's buffers while it runs a
+ * micro-batch, the validation set, the micro-step and sample counters and the data position
+ * a checkpoint records.
+ *
+ * It keeps the loader's BATCH messages in a small queue (never more than `prefetch`, the
+ * loader's credits see to that) and serves one client request at a time:
+ *  - TRAIN: gradient_accumulation_steps micro-batches from the queue; in the last one, the
+ *    boundary, each layer's backward is followed at once by a GRAD_READY for that layer's
+ *    gradient range, so the bucketer and the communicator start while the layers below are
+ *    still in backward. Then it waits for the optimizer's STEP_DONE, zeroes the gradients and
+ *    answers with the step's statistics.
+ *  - FORWARD / BACKWARD / STEP: the same, one call at a time, with the client's batches (staged
+ *    in registered buffers and named by the request's tensor references).
+ *  - EVAL: forward only over the validation set, from its start.
+ *  - SAVE: starts the save chain (ENGINE_STATE to the optimizer) with its counters, and
+ *    follows the save's writing on every rank (save_track.h) until latest names it;
+ *  - WAIT: answered when the last save has finished on every rank, with its outcome.
+ * The loss of each micro-batch is scaled by loss_scale / GAS before backward, so gradients
+ * accumulate to the mean over the window (DeepSpeed's division by GAS). Every reply carries
+ * the executor's view (global step, accumulation window) for the client.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/engine/engine_internal.h"
+#include "actors/ckpt/save_track.h"
+#include "troupe/pipeline.h"
+
+typedef struct queued {
+    uint32_t slot;
+    tr__data_pos_t after; /* the stream position once this batch is consumed */
+    void *in;             /* int tokens or float x */
+    int *targets;
+    float *y;
+} queued_t;
+
+/* What a COMM_SCALAR answers (its `what`). */
+enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
+
+struct tr__exec {
+    const tr_engine_t *eng;
+    tr_model_t *model;
+    tr__dataset_t *val;
+    struct tr__dsmon *ds;
+    queued_t q[TR__MAX_PREFETCH];
+    int q_head, q_n;
+    int req;         /* the client's request being served (0: none) */
+    int want;        /* TRAIN: micro-batches still to run */
+    int micro;       /* micro-batches done in the accumulation window */
+    double loss_sum; /* over the window */
+    uint64_t t_window, tokens_window;
+    bool started;      /* the loader has been told to start */
+    bool step_pending; /* boundary backward done, STEP_DONE not arrived */
+    bool step_ready;   /* STEP_DONE arrived, not reported yet (DeepSpeed-style) */
+    bool unstepped;    /* a backward's micro-batch awaits its tr_engine_step */
+    bool deferred;     /* a FORWARD (its message kept) arrived while the step was pending */
+    tr_msg_t *deferred_msg;
+    tr_step_stats_t stats;
+    tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
+    bool have_forward; /* DeepSpeed-style: forward done, backward not yet */
+    uint64_t grads_out;    /* ZeRO 2: gradient elements out for reduction, not yet freed */
+    bool backward_waits;   /* a BACKWARD request waits for grads_out to reach 0 */
+    /* counters: global_steps and skipped_steps as the last STEP_DONE said */
+    uint64_t global_steps, skipped_steps, global_samples, micro_steps;
+    double loss_scale;       /* the next step's */
+    uint32_t gen;            /* data generation: batches of older ones are dropped */
+    tr__data_pos_t consumed; /* after the last batch trained on: what a save records */
+    int *tokens, *targets;   /* the executor's copy of a client batch or an eval batch */
+    float *x, *y;
+    tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
+    bool save_waits;       /* a WAIT request waits for it to finish */
+    uint64_t wait_t0;      /* since then */
+    tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
+};
+
+/* --- replies ----------------------------------------------------------------------------- */
+
+static tr__reply_t view(const struct tr__exec *x)
+{
+    const tr_engine_t *e = x->eng;
+    int pos = x->have_forward                   ? x->micro
+              : x->step_pending || x->step_ready ? e->GAS - 1
+              : x->unstepped                     ? x->micro - 1
+                                                 : x->micro;
+    return (tr__reply_t){.global_step = x->global_steps,
+                         .window = x->micro + x->have_forward + x->step_pending,
+                         .micro_pos = pos};
+}
+
+/* Answers the client (rc >= 0) with r and the executor's view. */
+static void reply_ok(struct tr__exec *x, int rc, tr__reply_t r)
+{
+    tr__reply_t v = view(x);
+    r.global_step = v.global_step;
+    r.window = v.window;
+    r.micro_pos = v.micro_pos;
+    tr__reply(x->eng, rc, &r, NULL);
+}
+
+/* --- messages out ------------------------------------------------------------------------- */
+
+/* Gives a batch slot back to the loader. A credit that cannot be sent would leave the loader
+ * one slot short for good, so it fails the engine; an earlier failure (rc_before) keeps its
+ * own explanation. Returns rc_before, or the credit's failure. */
+static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t step, int micro,
+                  int rc_before)
+{
+    const tr_engine_t *e = x->eng;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
+    int rc = m ? 0 : TR_ENOMEM;
+    if (m) {
+        TR_MSG_AS(m, credit)->slot = slot;
+        m->step = step; /* the batch's step: a trace puts the loader's refill in it */
+        m->micro_step = (uint32_t)micro;
+        rc = tr_actor_send(ctx->rt, e->loader, m);
+        if (rc < 0) tr_msg_free(ctx->rt, m);
+    }
+    if (rc_before < 0) return rc_before;
+    if (rc < 0)
+        tr__engine_fail(e, rc, "executor: cannot return batch slot %u to the loader: %s", slot,
+                        tr_strerror(rc));
+    return rc;
+}
+
+static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offset, size_t count)
+{
+    if (count == 0 && layer != 0) return 0;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRAD_READY);
+    if (!m) return TR_ENOMEM;
+    tr_msg_grad_ready_t *g = TR_MSG_AS(m, grad_ready);
+    g->layer = (uint32_t)layer;
+    g->offset = offset;
+    g->count = count;
+    g->last = layer == 0;
+    m->step = x->global_steps;
+    m->micro_step = (uint32_t)x->micro;
+    int rc = tr_actor_send(ctx->rt, x->eng->bucketer, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* --- passes --------------------------------------------------------------------------------- */
+
+/* Ends the request with an error naming the layer, the pass and the step. */
+static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
+{
+    tr__reply(x->eng, rc, NULL, "executor: step %llu, micro-step %d: layer %d '%s' %s failed: "
+              "%s (%s)", (unsigned long long)x->global_steps, x->micro, layer,
+              tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+    return rc;
+}
+
+/* Forward over every layer; errors name the layer and the step. */
+static int forward(struct tr__exec *x, const tr_batch_t *b, float *loss)
+{
+    for (int i = 0; i < tr_model_num_layers(x->model); i++) {
+        int rc = tr_model_layer_forward(x->model, i, b);
+        if (rc < 0) return layer_failed(x, i, "forward", rc);
+    }
+    *loss = tr_model_loss(x->model);
+    return 0;
+}
+
+/* Hands layer i's final gradient range to the bucketer. */
+static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
+{
+    tr_layer_t *l = tr_model_layer(x->model, i);
+    int rc = grad_ready(ctx, x, i, l->param_offset, l->param_count);
+    if (rc < 0)
+        tr__engine_fail(x->eng, rc, "executor: step %llu: cannot send layer %d's gradients to "
+                        "the bucketer: %s", (unsigned long long)x->global_steps, i,
+                        tr_strerror(rc));
+    return rc;
+}
+
+/* The backward pass. The gradients go out at the boundary, or at every micro-step with ZeRO 2
+ * (whose reductions then own the buffer until the optimizer frees it): with overlap_comm each
+ * layer's as soon as its backward is done, so the reduction of the last layers runs while
+ * the first are still in backward; without it all of them once the backward is over. */
+static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
+{
+    const tr_engine_t *e = x->eng;
+    bool send = boundary || e->zero == 2;
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / e->GAS));
+    for (int i = tr_model_num_layers(x->model) - 1; i >= 0; i--) {
+        int rc = tr_model_layer_backward(x->model, i);
+        if (rc < 0) return layer_failed(x, i, "backward", rc);
+        if (send && e->overlap_comm && (rc = hand_out(ctx, x, i)) < 0) return rc;
+    }
+    for (int i = tr_model_num_layers(x->model) - 1; send && !e->overlap_comm && i >= 0; i--) {
+        int rc = hand_out(ctx, x, i);
+        if (rc < 0) return rc;
+    }
+    if (send && e->zero == 2) x->grads_out += e->n_params;
+    return 0;
+}
+
+/* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
+ * message span holds both, and the timeline shows where the gradients leave. */
+static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0,
+                      uint64_t t1)
+{
+    if (x->eng->mon)
+        tr_monitor_span(x->eng->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
+                                                  TR__LANE_PASSES, 0, 0});
+}
+
+/* A forward pass over [t0, t1) of step `step`: DeepSpeed's timers and the trace's span. */
+static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1)
+{
+    tr__dsmon_forward(x->ds, t0, t1);
+    pass_span(x, "forward", step, t0, t1);
+}
+
+/* A backward pass over [t0, t1): timers, span, and the micro-batch counted as done. */
+/* A micro-batch is done: the window's and the run's counters (the boundary's marks the step
+ * pending). */
+static void micro_counted(struct tr__exec *x, bool boundary)
+{
+    const tr_engine_t *e = x->eng;
+    x->micro++;
+    x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
+    x->micro_steps++;
+    x->global_samples += (uint64_t)e->B * (uint64_t)e->replicas;
+    x->step_pending = boundary;
+}
+
+static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
+                          bool boundary)
+{
+    tr__dsmon_backward(x->ds, t0, t1, boundary);
+    pass_span(x, "backward", step, t0, t1);
+    micro_counted(x, boundary);
+}
+
+/* One micro-batch of step `step`: forward, backward; at the boundary the gradients go out
+ * layer by layer. */
+static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, uint64_t step)
+{
+    float loss;
+    uint64_t t0 = tr_now_ns();
+    int rc = forward(x, b, &loss);
+    uint64_t t1 = tr_now_ns();
+    if (rc == 0) {
+        forward_done(x, step, t0, t1);
+        bool boundary = x->micro == x->eng->GAS - 1;
+        rc = backward(ctx, x, boundary);
+        if (rc == 0) {
+            x->loss_sum += loss;
+            backward_done(x, step, t1, tr_now_ns(), boundary);
+        }
+    }
+    return rc;
+}
+
+static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *targets, const float *y)
+{
+    const tr_engine_t *e = x->eng;
+    return (tr_batch_t){.B = e->B,
+                        .T = e->T,
+                        .tokens = e->x_dim ? NULL : in,
+                        .x = e->x_dim ? in : NULL,
+                        .targets = targets,
+                        .y = y,
+                        .y_dim = e->y_dim};
+}
+
+/* --- TRAIN ---------------------------------------------------------------------------------- */
+
+/* Counts a pipelined step's micro-batches, as backward_done does one at a time. */
+static void pipe_counted(struct tr__exec *x, const float *losses)
+{
+    for (int k = 0; k < x->eng->GAS; k++) {
+        x->loss_sum += losses[k];
+        micro_counted(x, k == x->eng->GAS - 1);
+    }
+}
+
+/* pipeline.stages > 1: once a step's micro-batches are queued they run through the stage
+ * actors together (tr_pipe_model_run; this thread waits), then every layer's gradients go
+ * out, as at a boundary without overlap. */
+static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    const tr_engine_t *e = x->eng;
+    int M = e->GAS, rc = 0;
+    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->step_pending) return;
+    queued_t q[TR__MAX_PREFETCH];
+    tr_batch_t b[TR__MAX_PREFETCH];
+    float losses[TR__MAX_PREFETCH] = {0};
+    for (int k = 0; k < M; k++) {
+        q[k] = x->q[x->q_head];
+        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH, x->q_n--;
+        b[k] = batch_of(x, q[k].in, q[k].targets, q[k].y);
+    }
+    uint64_t step = x->global_steps, t0 = tr_now_ns();
+    char why[1024];
+    /* across ranks a layer's gradient is on its stage's ranks only and the reduction divides
+     * the sum over all stages x replicas ranks by the world: stages times too much */
+    int across = tr_pipe_model_stage(x->pipe) >= 0 ? e->stages : 1;
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale * across / M));
+    tr_pipe_run_result_t r;
+    rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, &r, why, sizeof(why));
+    if (rc == 0) { /* DeepSpeed's timers: the batch's wall time, split as the stages' compute */
+        uint64_t t1 = tr_now_ns(), all = r.forward_ms + r.backward_ms > 0 ? t1 - t0 : 0;
+        uint64_t mid =
+            t0 +
+            (all ? (uint64_t)((double)all * r.forward_ms / (r.forward_ms + r.backward_ms)) : 0);
+        tr__dsmon_forward(x->ds, t0, mid);
+        tr__dsmon_backward(x->ds, mid, t1, true);
+        tr__dsmon_pipe(x->ds, &r, t1);
+    }
+    if (rc < 0) { /* the batch's partial gradients go: the next step starts from zero */
+        tr_model_zero_grad(x->model);
+        tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);
+    }
+    if (rc == 0) {
+        pass_span(x, "pipeline", step, t0, tr_now_ns());
+        pipe_counted(x, losses);
+        x->consumed = q[M - 1].after;
+        for (int i = tr_model_num_layers(x->model) - 1; rc == 0 && i >= 0; i--)
+            rc = hand_out(ctx, x, i);
+    }
+    for (int k = 0; k < M; k++)
+        rc = credit(ctx, x, q[k].slot, step, k, rc);
+    if (rc < 0) {
+        x->req = 0, x->want = 0;
+        return;
+    }
+    x->want -= M;
+}
+
+/* Runs queued batches while a TRAIN wants them. */
+static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (x->pipe) {
+        run_pipelined(ctx, x);
+        return;
+    }
+    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending &&
+           x->grads_out == 0) {
+        queued_t b = x->q[x->q_head];
+        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
+        x->q_n--;
+        tr_batch_t batch = batch_of(x, b.in, b.targets, b.y);
+        uint64_t step = x->global_steps;
+        int micro = x->micro;
+        int rc = micro_batch(ctx, x, &batch, step);
+        if (rc == 0) x->consumed = b.after;
+        rc = credit(ctx, x, b.slot, step, micro, rc);
+        if (rc < 0) {
+            x->req = 0;
+            x->want = 0;
+            return;
+        }
+        x->want--;
+    }
+}
+
+/* Resolves a batch's references; an unresolvable one is an engine bug. */
+static bool resolve_batch(const struct tr__exec *x, const tr_msg_batch_t *b, queued_t *q)
+{
+    char why[256];
+    q->in = tr__resolve(x->eng, &b->tokens, why, sizeof(why));
+    q->targets = b->targets.buffer_id ? tr__resolve(x->eng, &b->targets, why, sizeof(why)) : NULL;
+    q->y = b->y.buffer_id ? tr__resolve(x->eng, &b->y, why, sizeof(why)) : NULL;
+    if (q->in && (q->targets || q->y)) return true;
+    tr__engine_fail(x->eng, TR_EINVAL, "executor: batch %llu from the loader: %s",
+                    (unsigned long long)b->index, why);
+    return false;
+}
+
+static void on_batch(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
+    tr_msg_batch_t *b = TR_MSG_AS(msg, batch);
+    if (b->gen != x->gen) { /* from before a restore: drop it */
+        if (credit(ctx, x, b->slot, x->global_steps, x->micro, 0) < 0) x->req = 0;
+        return;
+    }
+    queued_t q = {.slot = b->slot, .after = {b->epoch, b->cursor, b->index + 1}};
+    if (!resolve_batch(x, b, &q)) return;
+    x->q[(x->q_head + x->q_n) % TR__MAX_PREFETCH] = q;
+    x->q_n++;
+    run_train(ctx, x);
+}
+
+/* --- the step ------------------------------------------------------------------------------ */
+
+static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double loss)
+{
+    x->stats = (tr_step_stats_t){.global_step = d->global_step,
+                                 .global_samples = x->global_samples,
+                                 .skipped_steps = d->skipped_steps,
+                                 .loss = (float)loss,
+                                 .lr = d->lr,
+                                 .grad_norm = d->grad_norm,
+                                 .loss_scale = d->loss_scale,
+                                 .skipped = d->skipped,
+                                 .tokens = x->tokens_window * (uint64_t)x->eng->replicas,
+                                 .step_ms = (tr_now_ns() - x->t_window) / 1e6};
+    x->micro = 0;
+    x->loss_sum = 0;
+    x->tokens_window = 0;
+    x->t_window = tr_now_ns();
+}
+
+static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r);
+
+/* The step is over: statistics (loss: the mean over the global batch), DeepSpeed's outputs,
+ * the waiting call's reply, a FORWARD that waited for the parameters. */
+static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_done_t *d,
+                        double loss)
+{
+    x->step_pending = false;
+    x->global_steps = d->global_step;
+    x->skipped_steps = d->skipped_steps;
+    x->loss_scale = d->next_loss_scale;
+    tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
+    if (x->eng->zero != 2) /* ZeRO 2: the optimizer zeroed each bucket as it took its part */
+        tr_model_zero_grad(x->model);
+    report_stats(x, d, loss);
+    if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
+        x->req = 0;
+        x->unstepped = false;
+        if (x->deferred) {
+            x->deferred = false;
+            tr_msg_free(ctx->rt, x->deferred_msg);
+            x->deferred_msg = NULL;
+        }
+        tr__reply(x->eng, d->rc, NULL, "%s", d->error); /* the optimizer's explanation */
+        return;
+    }
+    tr__dsmon_step(x->ds, &x->stats, d);
+    if (x->req == TR__REQ_TRAIN || x->req == TR__REQ_STEP) {
+        x->req = 0;
+        x->unstepped = false;
+        reply_ok(x, 0, (tr__reply_t){.stats = x->stats});
+    } else {
+        x->step_ready = true;
+    }
+    if (x->deferred) {
+        x->deferred = false;
+        serve_forward(x, TR_MSG_AS(x->deferred_msg, engine_req));
+        tr_msg_free(ctx->rt, x->deferred_msg);
+        x->deferred_msg = NULL;
+    }
+}
+
+/* Asks the comm actor to sum n (at most 4) values over the ranks; the answer comes as
+ * COMM_SCALAR with `what`. A request that cannot go out fails the engine ("cannot ask
+ * <about>"): the call waiting for the answer gets that. */
+static void reduce_scalars(tr_ctx_t *ctx, struct tr__exec *x, uint32_t what, const double *v,
+                           uint32_t n, const char *about)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
+    if (m) {
+        tr_msg_comm_scalar_t *s = TR_MSG_AS(m, comm_scalar);
+        *s = (tr_msg_comm_scalar_t){.op = 0, .n = n, .what = what};
+        memcpy(s->values, v, n * sizeof(double));
+        m->step = x->global_steps;
+    }
+    int rc = m ? tr_actor_send(ctx->rt, x->eng->comm, m) : TR_ENOMEM;
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(x->eng, rc, "executor: cannot ask %s: %s", about, tr_strerror(rc));
+    }
+}
+
+static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
+    tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
+    double micro = x->micro ? x->micro : 1;
+    if (x->eng->world == 1 || d->rc < 0) {
+        finish_step(ctx, x, d, x->loss_sum / micro);
+        return;
+    }
+    x->done = *d; /* finished when the loss over every rank's micro-batches comes back */
+    double v[4] = {x->loss_sum, micro}; /* and how far a background save is on every rank */
+    if (x->pipe && tr_pipe_model_stage(x->pipe) >= 0 &&
+        tr_pipe_model_stage(x->pipe) < x->eng->stages - 1)
+        v[0] = v[1] = 0; /* across ranks the loss is the last stage's: the others add nothing */
+    tr__save_values(&x->save, v + 2);
+    reduce_scalars(ctx, x, SCALAR_STEP_LOSS, v, 4, "for the loss over the ranks");
+}
+
+/* --- DeepSpeed-style calls ----------------------------------------------------------------- */
+
+/* Copies the client's staged batch (registered buffers named by the request) into the
+ * executor's own arrays: the model reads them again in backward, after the reply. */
+static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    const tr_engine_t *e = x->eng;
+    size_t bt = (size_t)e->B * (size_t)e->T;
+    char why[256] = "";
+    const void *in = tr__resolve(e, &r->inputs, why, sizeof(why));
+    const void *t = r->targets.buffer_id ? tr__resolve(e, &r->targets, why, sizeof(why)) : NULL;
+    const void *y = r->y.buffer_id ? tr__resolve(e, &r->y, why, sizeof(why)) : NULL;
+    if (!in || (!t && !y))
+        return tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why), TR_EINVAL;
+    if (e->x_dim)
+        memcpy(x->x, in, bt * (size_t)e->x_dim * sizeof(float));
+    else
+        memcpy(x->tokens, in, bt * sizeof(int));
+    if (t) memcpy(x->targets, t, bt * sizeof(int));
+    if (y) memcpy(x->y, y, bt * (size_t)e->y_dim * sizeof(float));
+    return 0;
+}
+
+static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    const tr_engine_t *e = x->eng;
+    if (copy_client_batch(x, r) < 0) return;
+    tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
+                                e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
+    float loss;
+    uint64_t t0 = tr_now_ns();
+    if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, t0); /* the window opens */
+    x->unstepped = false;
+    if (forward(x, &batch, &loss) < 0) return;
+    forward_done(x, x->global_steps, t0, tr_now_ns());
+    if (x->micro == 0) x->t_window = t0;
+    x->have_forward = true;
+    x->loss_sum += loss;
+    reply_ok(x, 0, (tr__reply_t){.loss = loss});
+}
+
+static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (!x->have_forward) {
+        tr__reply(x->eng, TR_EINVAL, NULL, "tr_engine_backward: no forward to go back through");
+        return;
+    }
+    if (x->grads_out) { /* ZeRO 2: the last micro-step's reductions still own the buffer */
+        x->backward_waits = true;
+        return;
+    }
+    x->have_forward = false;
+    bool boundary = x->micro == x->eng->GAS - 1;
+    uint64_t step = x->global_steps, t0 = tr_now_ns();
+    if (backward(ctx, x, boundary) < 0) return;
+    backward_done(x, step, t0, tr_now_ns(), boundary);
+    x->unstepped = true;
+    reply_ok(x, 0, (tr__reply_t){0});
+}
+
+static void serve_step(struct tr__exec *x)
+{
+    if (x->step_pending) {
+        x->req = TR__REQ_STEP; /* answered at STEP_DONE */
+        return;
+    }
+    bool ready = x->step_ready;
+    x->step_ready = false;
+    x->unstepped = false;
+    /* 1: not a boundary, a no-op as in DeepSpeed */
+    reply_ok(x, ready ? 0 : 1, (tr__reply_t){.stats = ready ? x->stats : (tr_step_stats_t){0}});
+}
+
+/* ZeRO 2: the optimizer has taken its part of a bucket and zeroed the bucket's range; once all
+ * are back, a waiting backward (or the next micro-batch) may run. */
+static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_free_t *f)
+{
+    if (f->count > x->grads_out) {
+        tr__engine_fail(x->eng, TR_EINVAL, "executor: %llu gradient elements freed, %llu out",
+                        (unsigned long long)f->count, (unsigned long long)x->grads_out);
+        return;
+    }
+    x->grads_out -= f->count;
+    if (x->grads_out) return;
+    if (x->backward_waits) {
+        x->backward_waits = false;
+        serve_backward(ctx, x);
+    }
+    run_train(ctx, x);
+}
+
+/* --- EVAL ---------------------------------------------------------------------------------- */
+
+static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
+{
+    const tr_engine_t *e = x->eng;
+    tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
+    double sum = 0;
+    char err[512];
+    tr_model_set_training(x->model, 0);
+    for (uint32_t i = 0; i < n; i++) {
+        bool wrapped;
+        int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
+                                  e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL,
+                                  &wrapped, err, sizeof(err));
+        if (rc < 0) {
+            tr_model_set_training(x->model, 1);
+            tr__reply(e, rc, NULL, "eval: %s", err);
+            return;
+        }
+        tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
+                                    e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
+        float loss;
+        int frc = forward(x, &batch, &loss);
+        if (frc < 0) {
+            tr_model_set_training(x->model, 1);
+            return;
+        }
+        sum += loss;
+    }
+    tr_model_set_training(x->model, 1);
+    if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, n}, 2,
+                       "for the loss over the ranks");
+        return;
+    }
+    reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+}
+
+static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);
+
+/* A sum over the ranks came back: the loss of a step (with a save's progress) or of an
+ * evaluation, or a wait's round. */
+static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scalar_t *s)
+{
+    double mean = s->values[1] > 0 ? s->values[0] / s->values[1] : 0.0;
+    if (s->what == TR__SCALAR_CKPT_SAVE) {
+        save_moved(ctx, x, s->values);
+    } else if (s->what == SCALAR_STEP_LOSS) {
+        if (save_moved(ctx, x, s->values + 2) == 0) finish_step(ctx, x, &x->done, mean);
+    } else {
+        reply_ok(x, 0, (tr__reply_t){.loss = (float)mean});
+    }
+}
+
+/* --- checkpoints ----------------------------------------------------------------------------- */
+
+/* SAVE: the executor's part of the state, on to the optimizer. */
+static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (!m) {
+        tr__reply(x->eng, TR_ENOMEM, NULL, "save: out of message memory");
+        return;
+    }
+    tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
+    s->kind = TR__STATE_SAVE;
+    memcpy(s->dir, r->dir, sizeof(s->dir));
+    memcpy(s->tag, r->tag, sizeof(s->tag));
+    s->global_samples = x->global_samples;
+    s->micro_steps = x->micro_steps;
+    s->epoch = x->consumed.epoch; /* not the loader's: it has prefetched past it */
+    s->cursor = x->consumed.cursor;
+    s->batch_index = x->consumed.batch_index;
+    m->step = x->global_steps;
+    int rc = tr_actor_send(ctx->rt, x->eng->optimizer, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__reply(x->eng, rc, NULL, "save: %s", tr_strerror(rc));
+        return;
+    }
+    tr__save_begin(&x->save, r->dir, r->tag, x->global_steps);
+}
+
+/* A WAIT's round: every rank's part of the phase is over, so one round moves it on. */
+static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    double v[2];
+    tr__save_values(&x->save, v);
+    reduce_scalars(ctx, x, TR__SCALAR_CKPT_SAVE, v, 2, "the ranks how far the checkpoint save is");
+}
+
+/* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
+static void save_answer(struct tr__exec *x)
+{
+    if (x->save_waits && x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
+        tr_monitor_span(x->eng->mon, &(tr_span_t){"checkpoint wait", x->wait_t0, tr_now_ns(),
+                                                  x->global_steps, 0, TR__LANE_CKPT_WAIT, 0, 0});
+    x->wait_t0 = 0;
+    x->save_waits = false;
+    int rc = x->save.outcome;
+    x->save.outcome = 0;
+    if (rc < 0)
+        tr__reply(x->eng, rc, NULL, "%s", x->save.outcome_why);
+    else
+        reply_ok(x, 0, (tr__reply_t){0});
+}
+
+/* Every rank's progress (v: the sums; on one rank this rank's own): the next phase, the end,
+ * or another round for a waiting WAIT. TR_EFAILED when the ranks are not all in the save:
+ * the engine has failed (the waiting call gets it). */
+static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
+{
+    const tr_engine_t *e = x->eng;
+    int r = tr__save_advance(&x->save, e->rank, e->world, v);
+    if (r == TR_EFAILED) {
+        tr__engine_fail(e, TR_EFAILED, "%s", x->save.outcome_why);
+        return r;
+    }
+    if (r == TR__SAVE_LATEST) {
+        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+        if (m) TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST, m->step = x->save.step;
+        if (!m || tr_actor_send(ctx->rt, e->checkpointer, m) < 0) {
+            tr_msg_free(ctx->rt, m);
+            tr__engine_fail(e, TR_ENOMEM, "executor: cannot ask for latest to be written");
+        }
+        return 0;
+    }
+    if (!x->save_waits) return 0;
+    if (x->save.phase == TR__SAVE_NONE)
+        save_answer(x);
+    else if (e->world > 1 && tr__save_local_done(&x->save))
+        save_round(ctx, x);
+    return 0;
+}
+
+/* WRITTEN: this rank's checkpointer ended its part of the phase. */
+static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_state_t *s)
+{
+    tr__save_reported(&x->save, s->rc, s->error);
+    if (x->eng->world == 1) {
+        double v[2];
+        tr__save_values(&x->save, v);
+        save_moved(ctx, x, v);
+    } else if (x->save_waits) {
+        save_round(ctx, x);
+    }
+}
+
+/* WAIT: answered when the last save has finished on every rank. */
+static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (x->save.phase == TR__SAVE_NONE) {
+        x->save_waits = true;
+        save_answer(x);
+        return;
+    }
+    x->save_waits = true;
+    x->wait_t0 = tr_now_ns();
+    if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
+}
+
+/* A restore's executor part: parameters, counters, data position; then the loader moves and
+ * the checkpointer hears that the restore is complete. */
+static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
+    const tr_engine_t *e = x->eng;
+    tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
+    char why[256];
+    const float *params = tr__resolve(e, &s->params, why, sizeof(why));
+    if (!params) {
+        tr__engine_fail(e, TR_EINVAL, "load: executor: %s", why);
+        return 0;
+    }
+    memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
+    tr_model_params_changed(x->model);
+    x->global_steps = s->global_step;
+    x->skipped_steps = s->skipped_steps;
+    x->global_samples = s->global_samples;
+    x->micro_steps = s->micro_steps;
+    x->consumed = (tr__data_pos_t){s->epoch, s->cursor, s->batch_index};
+    x->gen++;
+    for (; x->q_n > 0; x->q_n--, x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH)
+        if (credit(ctx, x, x->q[x->q_head].slot, x->global_steps, 0, 0) < 0) return 0;
+    tr_msg_t *seek = tr_actor_is_none(e->loader) ? NULL : tr_msg_new(ctx->rt, TR_MSG_LOADER_SEEK);
+    if (seek) {
+        *TR_MSG_AS(seek, loader_seek) = (tr_msg_loader_seek_t){x->gen, s->epoch, s->cursor,
+                                                               s->batch_index};
+        seek->step = x->global_steps;
+        if (tr_actor_send(ctx->rt, e->loader, seek) < 0) tr_msg_free(ctx->rt, seek);
+    }
+    s->kind = TR__STATE_RESTORED; /* back to the checkpointer, which frees its staging */
+    tr_msg_t *m = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_STATE, sizeof(*s));
+    if (!m) return TR_ENOMEM;
+    memcpy(tr_msg_body(m), s, sizeof(*s));
+    m->step = x->global_steps;
+    int rc = tr_actor_send(ctx->rt, e->checkpointer, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* --- requests -------------------------------------------------------------------------------- */
+
+static const char *busy_reason(struct tr__exec *x, int kind)
+{
+    if (x->pipe && (kind == TR__REQ_FORWARD || kind == TR__REQ_BACKWARD || kind == TR__REQ_STEP))
+        return "the engine is pipelined (pipeline.stages > 1): only tr_engine_train_batch runs "
+               "a step (as DeepSpeed's PipelineEngine allows only train_batch)";
+    if (kind == TR__REQ_WAIT) /* its rounds must not meet a step's collectives */
+        return x->micro || x->have_forward || x->step_pending
+                   ? "checkpoint wait: in the middle of an accumulation window; wait between "
+                     "steps"
+                   : NULL;
+    if (x->have_forward && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
+    if (kind == TR__REQ_TRAIN && x->micro > 0)
+        return "the accumulation window was started with tr_engine_forward/backward; finish it "
+               "with tr_engine_step";
+    if (kind == TR__REQ_EVAL && x->step_pending)
+        return "the optimizer step is pending; call tr_engine_step first";
+    if (kind == TR__REQ_SAVE && (x->micro || x->step_pending))
+        return "save: in the middle of an accumulation window; save after a step";
+    if (kind == TR__REQ_SAVE && x->save.phase != TR__SAVE_NONE)
+        return "save: the last save is still being written (tr_engine_wait_checkpoint)";
+    return NULL;
+}
+
+static void serve_train(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    x->req = TR__REQ_TRAIN;
+    x->step_ready = false; /* a DeepSpeed-style step's statistics are not this one's */
+    x->unstepped = false;
+    x->want = x->eng->GAS;
+    x->t_window = tr_now_ns();
+    if (!x->started) {
+        x->started = true;
+        tr_msg_t *m = tr__request_new(ctx->rt, TR__REQ_START);
+        if (m) m->step = x->global_steps; /* the first batches belong to this step */
+        if (!m || tr_actor_send(ctx->rt, x->eng->loader, m) < 0) {
+            tr_msg_free(ctx->rt, m);
+            tr__engine_fail(x->eng, TR_ENOMEM, "executor: cannot start the loader");
+            return;
+        }
+    }
+    run_train(ctx, x);
+}
+
+static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
+{
+    tr_msg_engine_req_t *r = TR_MSG_AS(msg, engine_req);
+    const char *busy = busy_reason(x, (int)r->kind);
+    if (busy) {
+        tr__reply(x->eng, TR_EBUSY, NULL, "%s", busy);
+        return 0;
+    }
+    switch (r->kind) {
+    case TR__REQ_TRAIN: serve_train(ctx, x); break;
+    case TR__REQ_EVAL: serve_eval(ctx, x, r->n); break;
+    case TR__REQ_FORWARD:
+        if (!x->step_pending) {
+            serve_forward(x, r);
+            break;
+        }
+        /* parameters are being updated: keep the request until STEP_DONE */
+        if (!(x->deferred_msg = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_REQ, sizeof(*r))))
+            return TR_ENOMEM;
+        memcpy(tr_msg_body(x->deferred_msg), r, sizeof(*r));
+        x->deferred = true;
+        break;
+    case TR__REQ_BACKWARD: serve_backward(ctx, x); break;
+    case TR__REQ_STEP: serve_step(x); break;
+    case TR__REQ_SAVE: serve_save(ctx, x, r); break;
+    case TR__REQ_WAIT:
+        serve_wait(ctx, x);
+        break;
+    default: tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
+    }
+    return 0;
+}
+
+static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__exec *x = ctx->state;
+    switch (msg->type) {
+    case TR_MSG_BATCH: on_batch(ctx, x, msg); return 0;
+    case TR_MSG_STEP_DONE: on_step_done(ctx, x, msg); return 0;
+    case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
+    case TR_MSG_ENGINE_STATE:
+        if (TR_MSG_AS(msg, engine_state)->kind != TR__STATE_WRITTEN) return restore(ctx, x, msg);
+        save_reported(ctx, x, TR_MSG_AS(msg, engine_state));
+        return 0;
+    case TR_MSG_COMM_SCALAR: on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar)); return 0;
+    case TR_MSG_GRADS_FREE: on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free)); return 0;
+    default: return 0;
+    }
+}
+
+/* pipeline.stages > 1: the model cut by pipeline.partition into stages that run
+ * pipeline.schedule; rank 0 says what each stage holds. */
+static int make_pipeline(struct tr__exec *x, const tr_engine_t *e, char *err, size_t errlen)
+{
+    const tr_config_t *c = e->cfg;
+    int S = e->stages;
+    int *bounds = malloc(sizeof(int) * (size_t)(S + 1));
+    const char *method = c->pipeline.partition && strcmp(c->pipeline.partition, "best")
+                             ? c->pipeline.partition
+                             : "parameters";
+    int kind = c->pipeline.schedule && !strcmp(c->pipeline.schedule, "zb") ? TR_PIPE_TRAIN_ZB
+                                                                           : TR_PIPE_TRAIN_1F1B;
+    int rc = bounds ? tr_pipe_partition(x->model, method, S, bounds, err, errlen) : TR_ENOMEM;
+    if (rc == 0)
+        rc = tr_pipe_model_create(&x->pipe, x->model, bounds, S, kind, e->GAS, e->B, e->T,
+                                  e->world > 1 ? e->replicas : 0, err, errlen);
+    for (int s = 0; rc == 0 && s < S && e->rank == 0; s++) {
+        size_t params = 0;
+        for (int i = bounds[s]; i < bounds[s + 1]; i++)
+            params += tr_model_layer(x->model, i)->param_count;
+        tr_log(TR_LOG_INFO,
+               "pipeline: stage %d of %d (%s, partition %s): layers %d to %d (%s .. "
+               "%s), %zu parameters",
+               s, S, kind == TR_PIPE_TRAIN_ZB ? "zb" : "1f1b", method, bounds[s], bounds[s + 1] - 1,
+               tr_model_layer(x->model, bounds[s])->name,
+               tr_model_layer(x->model, bounds[s + 1] - 1)->name, params);
+    }
+    free(bounds);
+    return rc;
+}
+
+int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen)
+{
+    struct tr__exec *x = calloc(1, sizeof(*x));
+    if (!x) return TR_ENOMEM;
+    eng->ex = x;
+    x->eng = eng;
+    x->model = eng->model;
+    x->val = eng->val;
+    x->ds = eng->ds;
+    x->loss_scale = eng->loss_scale0;
+    size_t bt = (size_t)eng->B * (size_t)eng->T;
+    x->tokens = malloc(bt * sizeof(int));
+    x->targets = malloc(bt * sizeof(int));
+    x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
+    x->y = malloc(bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * sizeof(float));
+    if (!x->tokens || !x->targets || !x->x || !x->y) return TR_ENOMEM;
+    if (eng->stages > 1) {
+        int rc = make_pipeline(x, eng, err, errlen);
+        if (rc < 0) return rc;
+    }
+    tr_actor_opts_t o = {.name = "executor",
+                         .pinned = 1,
+                         .defer_stop = 1,
+                         .supervisor = eng->supervisor,
+                         .lane_kind = TR_LANE_COMPUTE};
+    return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
+}
+
+void tr__executor_free(tr_engine_t *eng)
+{
+    struct tr__exec *x = eng->ex;
+    if (!x) return;
+    tr_pipe_model_destroy(x->pipe);
+    free(x->tokens);
+    free(x->targets);
+    free(x->x);
+    free(x->y);
+    free(x);
+    eng->ex = NULL;
+}

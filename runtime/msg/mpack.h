@@ -1,0 +1,31 @@
+/* mpack: two small helpers over msgpack-c for files and messages built by hand (checkpoint
+ * headers): pack a C string, and find a key in a map object. */
+#ifndef TR_RUNTIME_MSG_MPACK_H
+#define TR_RUNTIME_MSG_MPACK_H
+
+#include <string.h>
+
+#include <msgpack.h>
+
+static inline void tr__mp_pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+/* The value stored under key in a map object; NULL when absent or map is not a map. */
+static inline const msgpack_object *tr__mp_field(const msgpack_object *map, const char *key)
+{
+    if (map->type != MSGPACK_OBJECT_MAP) return NULL;
+    size_t n = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == n &&
+            !memcmp(kv->key.via.str.ptr, key, n))
+            return &kv->val;
+    }
+    return NULL;
+}
+
+#endif
