@@ -15,6 +15,8 @@
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
+#   make check       the style (.clang-format) and folder-dependency (docs/architecture.md) checks
+#   make format      rewrite every C file as .clang-format says
 
 MAKEFLAGS += --no-print-directory
 JOBS    ?= $(shell nproc)
@@ -24,7 +26,7 @@ CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
 .PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme \
-        bench-pipeline install clean fuzz-config
+        bench-pipeline install clean fuzz-config check format
 
 all: build
 
@@ -39,6 +41,13 @@ build: deps build/CMakeCache.txt
 
 test: build
 	cd build && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+check: deps
+	scripts/check-format.sh
+	scripts/check-layers.sh
+
+format: deps
+	scripts/check-format.sh --fix
 
 # The demo: a byte-level GPT (vocab 256) trained on this repository's own docs and sources
 # (packed into build/demo-data/ at build time by tools/pack_text.c) for about two minutes on

@@ -651,11 +651,6 @@ float tr_model_loss(const tr_model_t *model)
     return model->loss;
 }
 
-void tr_kernels_set_threads(int n)
-{
-    tr_parallel_set_threads(n);
-}
-
 void tr_model_zero_grad(tr_model_t *model)
 {
     tr__zero(model->grads, model->n_params);

@@ -5,11 +5,12 @@
 # python3-torch).
 set -euo pipefail
 
+# clang-format and git: the style and dependency checks (scripts/check-*.sh).
 # ocl-icd-opencl-dev: Debian's oneDNN CMake package is built for OpenCL and fails to load
 # without it, but libdnnl-dev only recommends it (and we install without recommends).
 pkgs=(cmake pkg-config make gcc libuv1-dev libmsgpack-dev libjansson-dev libaio-dev
       libcmocka-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
-      python3 "$@")
+      python3 clang-format git "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "troupe/blas.h"
-#include "tr_build_config.h"
+#include "troupe/runtime.h"
 
 static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
@@ -28,8 +28,10 @@ static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
 
 static int cmd_version(int argc, char **argv)
 {
-    printf("troupe %s (mpi %s, cuda %s, nccl %s)\n", TR_VERSION_STRING, TR_HAVE_MPI ? "yes" : "no",
-           TR_HAVE_CUDA ? "yes" : "no", TR_HAVE_NCCL ? "yes" : "no");
+    tr_build_info_t b;
+    tr_build_info(&b);
+    printf("troupe %s (mpi %s, cuda %s, nccl %s)\n", b.version, b.mpi ? "yes" : "no",
+           b.cuda ? "yes" : "no", b.nccl ? "yes" : "no");
     return 0;
 }
 

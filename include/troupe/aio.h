@@ -54,11 +54,8 @@ enum { TR_AIO_READ = 1, TR_AIO_WRITE = 2, TR_AIO_CREATE = 4 };
 /* Fills o with the config's defaults (1 MiB blocks, depth 8, 1 thread, batches, window). */
 void tr_aio_options_default(tr_aio_options_t *o);
 
-/* Fills o from a resolved config's `aio` section (cfg->aio; see troupe/config.h), whose
- * ranges the config loader has checked; a config without the section gives the defaults
- * above. io/aio_config.c. Any thread. */
-struct tr_config_aio;
-void tr_aio_options_from_config(const struct tr_config_aio *c, tr_aio_options_t *o);
+/* tr_aio_options_from_config (troupe/config.h) fills the options from a config's `aio`
+ * section. */
 
 /* Starts an engine and its I/O threads. TR_EINVAL for options out of range, an error from
  * io_setup (TR_EAGAIN when /proc/sys/fs/aio-max-nr is reached) or thread creation; why names

@@ -42,6 +42,17 @@ void tr_blas_check(tr_blas_info_t *info);
  * so). Main thread, before threads. */
 int tr_blas_reexec_if_needed(int argc, char **argv);
 
+/* The CPU kernels' process-wide knobs (used by the models of troupe/model.h). */
+
+/* 1 when this CPU multiplies bf16 itself (AVX512-BF16), so that bf16 is faster than fp32; 0
+ * when its bf16 products are emulated. Any thread. */
+int tr_bf16_native(void);
+
+/* Sets the process's budget of compute threads for the CPU kernels, callers included (0 = the
+ * CPUs this process may run on); concurrent callers share it (docs/threads.md). Safe while
+ * kernels run: a lower budget applies from each job's next chunk. Process-wide, any thread. */
+void tr_kernels_set_threads(int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "troupe/aio.h"
 #include "troupe/error.h"
 #include "troupe/types.h"
 
@@ -163,6 +164,11 @@ typedef struct tr_config_aio {
     int64_t block_size, queue_depth, intra_op_parallelism;
     bool single_submit, overlap_events, use_gds;
 } tr_config_aio_t;
+
+/* Fills o from a resolved config's `aio` section (cfg->aio), whose ranges the config loader
+ * has checked; a config without the section gives tr_aio_options_default's values.
+ * runtime/config/aio_options.c. Any thread. */
+void tr_aio_options_from_config(const tr_config_aio_t *c, tr_aio_options_t *o);
 
 typedef struct tr_config_monitor {
     bool enabled;

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "troupe/blas.h"
 #include "troupe/rng.h"
 #include "troupe/types.h"
 
@@ -286,9 +287,6 @@ void tr_model_set_training(tr_model_t *model, int training);
  * tr_model_params_changed (and tr_model_init_params): whoever writes the parameters (an
  * optimizer step, a load) calls it afterwards, before the next pass. */
 int tr_model_set_bf16(tr_model_t *model, int on);
-/* 1 when this CPU multiplies bf16 itself (AVX512-BF16), so that bf16 is faster than fp32; 0
- * when its bf16 products are emulated. Any thread. */
-int tr_bf16_native(void);
 int tr_model_bf16(const tr_model_t *model);
 void tr_model_params_changed(tr_model_t *model);
 int tr_model_training(const tr_model_t *model);
@@ -398,11 +396,6 @@ size_t tr_model_acts_floats(const tr_model_t *model, int B, int T);
 int tr_model_checkpoint_interval(const tr_model_t *model);
 /* The layers whose forward a checkpointed backward runs again (0 when off). */
 size_t tr_model_checkpoint_recomputed(const tr_model_t *model);
-
-/* Sets the process's budget of compute threads for the CPU kernels, callers included (0 = the
- * CPUs this process may run on); concurrent callers share it (docs/threads.md). Safe while
- * kernels run: a lower budget applies from each job's next chunk. Process-wide, any thread. */
-void tr_kernels_set_threads(int n);
 
 /* Zeroes the gradient buffer. */
 void tr_model_zero_grad(tr_model_t *model);

@@ -129,6 +129,16 @@ unsigned tr_runtime_workers(const tr_runtime_t *rt);
 /* Monotonic clock in nanoseconds. Any thread. */
 uint64_t tr_now_ns(void);
 
+/* What this library was built as: its version ("0.1.0") and which optional parts it has
+ * (1 or 0), as the configure summary said. */
+typedef struct tr_build_info {
+    const char *version;
+    int mpi, cuda, nccl;
+} tr_build_info_t;
+
+/* Fills info. Never fails. Any thread. */
+void tr_build_info(tr_build_info_t *info);
+
 typedef struct tr_runtime_stats {
     uint64_t actors_spawned;
     uint64_t actors_alive;

@@ -27,7 +27,7 @@
 
 #include "kernels/cpu/blas_internal.h"
 #include "kernels/cpu/half.h"
-#include "troupe/model.h"
+#include "troupe/blas.h"
 
 #define CACHE_MAX 64 /* shapes per thread: a model has a few dozen at most */
 

@@ -33,6 +33,7 @@
  * A nested call (from a thread holding a slot) runs fn serially on that slot.
  */
 #include "kernels/cpu/parallel.h"
+#include "troupe/blas.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -421,6 +422,11 @@ void tr_parallel_release(int n)
 }
 
 /* ---- settings and diagnostics -------------------------------------------------------- */
+
+void tr_kernels_set_threads(int n)
+{
+    tr_parallel_set_threads(n);
+}
 
 void tr_parallel_set_threads(int n)
 {

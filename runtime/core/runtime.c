@@ -9,8 +9,17 @@
 
 #include "base/clock.h"
 #include "runtime/core/internal.h"
+#include "tr_build_config.h"
 #include "troupe/log.h"
 #include "troupe/monitor.h"
+
+void tr_build_info(tr_build_info_t *info)
+{
+    info->version = TR_VERSION_STRING;
+    info->mpi = TR_HAVE_MPI;
+    info->cuda = TR_HAVE_CUDA;
+    info->nccl = TR_HAVE_NCCL;
+}
 
 tr__pool_t *tr__thread_pool_slow(tr_runtime_t *rt)
 {

@@ -1,4 +1,4 @@
-/* The config's `aio` section as engine options (io/aio_config.c): a config without the
+/* The config's `aio` section as engine options (runtime/config/aio_options.c): a config without the
  * section gives tr_aio_options_default's values, every key of a given section comes through,
  * and the deprecated thread_count reaches intra_op_parallelism. */
 #include <setjmp.h>

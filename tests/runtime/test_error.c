@@ -6,7 +6,9 @@
 
 #include <cmocka.h>
 
+#include "tr_build_config.h"
 #include "troupe/error.h"
+#include "troupe/runtime.h"
 
 static void test_error_errno_values_pass_through(void **state)
 {
@@ -33,12 +35,25 @@ static void test_error_unknown_codes_are_described(void **state)
     assert_string_not_equal(tr_strerror(-ENOLINK), "unknown error");
 }
 
+/* tr_build_info answers what the configure step found, so an embedding program can tell. */
+static void test_build_info_says_what_was_built(void **state)
+{
+    (void)state;
+    tr_build_info_t b;
+    tr_build_info(&b);
+    assert_string_equal(b.version, TR_VERSION_STRING);
+    assert_int_equal(b.mpi, TR_HAVE_MPI);
+    assert_int_equal(b.cuda, TR_HAVE_CUDA);
+    assert_int_equal(b.nccl, TR_HAVE_NCCL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_errno_values_pass_through),
         cmocka_unit_test(test_error_own_codes_have_names_and_messages),
         cmocka_unit_test(test_error_unknown_codes_are_described),
+        cmocka_unit_test(test_build_info_says_what_was_built),
     };
     return cmocka_run_group_tests_name("error", tests, NULL, NULL);
 }

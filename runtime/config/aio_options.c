@@ -9,7 +9,7 @@
 #include "troupe/aio.h"
 #include "troupe/config.h"
 
-void tr_aio_options_from_config(const struct tr_config_aio *c, tr_aio_options_t *o)
+void tr_aio_options_from_config(const tr_config_aio_t *c, tr_aio_options_t *o)
 {
     o->block_size = (size_t)c->block_size;
     o->queue_depth = (int)c->queue_depth;
