@@ -1,4 +1,4 @@
-/* comm_watch.c: the hang diagnosis across ranks (see comm_watch.h for the protocol).
+/* watchdog.c: the hang diagnosis across ranks (see watchdog.h for the protocol).
  *
  * A control message is one msgpack map: "k" (its kind: "alarm", "ask", "table", "verdict"),
  * "rank" (the sender), and for a table "started", "last" (an operation) and "ops" (an array of
@@ -45,12 +45,12 @@ struct tr__watch {
 void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
 {
     char what[64];
-    if (o->op == 1 || o->op == 4)
+    if (o->op == TR__COLL_ALL_REDUCE || o->op == TR__COLL_REDUCE_SCATTER)
         snprintf(what, sizeof(what), "the %s of bucket %u",
-                 o->op == 1 ? "all-reduce" : "reduce-scatter", o->bucket);
-    else if (o->op == 3)
+                 o->op == TR__COLL_ALL_REDUCE ? "all-reduce" : "reduce-scatter", o->bucket);
+    else if (o->op == TR__COLL_ALL_GATHER)
         snprintf(what, sizeof(what), "the parameter all-gather");
-    else if (o->op == 5)
+    else if (o->op == TR__COLL_VECTOR)
         snprintf(what, sizeof(what), "a vector all-reduce");
     else if (o->bucket == TR__SCALAR_CKPT_SAVE)
         snprintf(what, sizeof(what), "a wait for a checkpoint save (every rank must call it)");
@@ -119,7 +119,7 @@ static bool unpack_op(const msgpack_object *m, tr__watch_op_t *o)
 {
     bool ok = m && m->type == MSGPACK_OBJECT_MAP;
     if (!ok) return false;
-    o->op = (uint32_t)get_u64(m, "op", &ok);
+    o->op = (tr__coll_op_t)get_u64(m, "op", &ok); /* another rank's: described as it is */
     o->seq = get_u64(m, "seq", &ok);
     o->bytes = get_u64(m, "bytes", &ok);
     o->dtype = (uint32_t)get_u64(m, "dtype", &ok);
