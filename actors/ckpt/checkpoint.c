@@ -39,6 +39,7 @@
 #include <msgpack.h>
 
 #include "actors/ckpt/checkpoint.h"
+#include "base/errf.h"
 #include "base/file.h"
 #include "runtime/comm/comm.h"
 #include "runtime/msg/mpack.h"
@@ -250,8 +251,8 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     const tr_engine_t *e = c->eng;
     c->has_model = c->has_optim = false;
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
-        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", c->tag),
-               TR_EINVAL;
+        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
+                        c->tag);
     snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
@@ -267,8 +268,8 @@ static int write_files(struct tr__ckpt_actor *c)
     const tr_engine_t *e = c->eng;
     int rc = tr__mkdir_p(c->tagdir);
     if (rc < 0)
-        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", c->tagdir, tr_strerror(rc)),
-               rc;
+        return tr__errf(c->err, sizeof(c->err), rc, "cannot create %s: %s", c->tagdir,
+                        tr_strerror(rc));
     if (!c->aio) {
         tr_aio_options_t o;
         tr_aio_options_from_config(&e->cfg->aio, &o);
@@ -299,7 +300,10 @@ static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
     const tr_engine_t *e = c->eng;
     c->local_rc = rc;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
-    if (!m) return tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory"), 0;
+    if (!m) {
+        tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory");
+        return 0;
+    }
     bool failed = rc < 0;
     *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
         .op = TR_REDUCE_MAX, .n = 2, .what = what,
@@ -440,7 +444,7 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
                        const char *tagdir)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-    if (!m) return snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM;
+    if (!m) return tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of message memory");
     c->restore = m;
     tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
     *s = (tr_msg_engine_state_t){.kind = TR__STATE_RESTORE,

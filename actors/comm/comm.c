@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "actors/comm/comm_internal.h"
+#include "base/errf.h"
 #include "kernels/cpu/vec.h"
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
@@ -339,7 +340,8 @@ static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *
         t->ops[at].pending_s = age;
         for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
             tr__watch_op_t older = t->ops[at];
-            t->ops[at] = t->ops[at - 1], t->ops[at - 1] = older;
+            t->ops[at] = t->ops[at - 1];
+            t->ops[at - 1] = older;
         }
     }
 }
@@ -501,19 +503,19 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
     int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
                             sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "%s: troupe.comm.backend: %s", cfg->source, why);
     if (eng->world > 1) {
         rc = c->backend->ops->split
                  ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
                  : (snprintf(why, sizeof(why), "backend '%s' has no groups", name), TR_ENOTSUP);
         if (rc < 0)
-            return snprintf(err, errlen, "comm: the collective headers' communicator: %s", why),
-                   rc;
+            return tr__errf(err, errlen, rc, "comm: the collective headers' communicator: %s",
+                            why);
         c->headers->done = header_done;
         c->headers->done_arg = c;
     }
     rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "comm: the watchdog's control channel: %s", why);
     return 0;
 }
 
@@ -569,8 +571,10 @@ void tr__comm_free(tr_engine_t *eng)
     tr__watch_destroy(eng->cm->watch);
     tr_comm_destroy(eng->cm->headers);
     tr_comm_destroy(eng->cm->backend);
-    for (size_t i = 0; i < eng->cm->cap; i++)
-        free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
+    for (size_t i = 0; i < eng->cm->cap; i++) {
+        free(eng->cm->pending[i].vals);
+        free(eng->cm->pending[i].hdr);
+    }
     free(eng->cm->pending);
     free(eng->cm->wire16);
     free(eng->cm);

@@ -17,7 +17,8 @@
 static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
 {
     if (rc < 0) {
-        free(p->hdr), free(p->vals);
+        free(p->hdr);
+        free(p->vals);
         *p = (pending_t){0};
         tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what, c->backend->name,
                         c->backend->error[0] ? c->backend->error : tr_strerror(rc));
@@ -119,7 +120,10 @@ static int post_header(struct tr__comm *c, header_t h)
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
     pending_t *p = pending_slot(c);
     header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
-    if (!p || !all) return free(all), TR_ENOMEM;
+    if (!p || !all) {
+        free(all);
+        return TR_ENOMEM;
+    }
     all[e->world] = h;
     *p = (pending_t){.req = UINT64_MAX,
                      .head = h,
@@ -142,7 +146,10 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
 {
     h.seq = ++c->seq;
     c->last = watch_op(&h, false);
-    if (pending_reserve(c, 2) < 0) return free(op.vals), TR_ENOMEM;
+    if (pending_reserve(c, 2) < 0) {
+        free(op.vals);
+        return TR_ENOMEM;
+    }
     pending_t *p = pending_slot(c);
     op.req = UINT64_MAX;
     op.head = h;
@@ -188,9 +195,13 @@ size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *
     for (int r = 0; counts && r < e->world; r++) {
         size_t lo, hi;
         tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
-        lo = lo > a ? lo : a, hi = hi < b ? hi : b;
+        lo = lo > a ? lo : a;
+        hi = hi < b ? hi : b;
         counts[r] = hi > lo ? hi - lo : 0;
-        if (r == e->rank) *mine = counts[r], *mine_at = counts[r] ? lo : a;
+        if (r == e->rank) {
+            *mine = counts[r];
+            *mine_at = counts[r] ? lo : a;
+        }
     }
     return counts;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "actors/engine/engine_internal.h"
+#include "base/errf.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/error.h"
 #include "troupe/log.h"
@@ -184,9 +185,12 @@ int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch
     *out = NULL;
     if (data->world == 1 || !data->ops->send || !data->ops->recv || !data->ops->split) return 0;
     tr__watch_t *w = calloc(1, sizeof(*w));
-    if (!w) return snprintf(why, whylen, "comm watchdog: out of memory"), TR_ENOMEM;
+    if (!w) return tr__errf(why, whylen, TR_ENOMEM, "comm watchdog: out of memory");
     int rc = tr_comm_split(data, 0, data->rank, &w->ctl, why, whylen);
-    if (rc < 0) return free(w), rc;
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
     w->ctl->done = done;
     w->ctl->done_arg = arg;
     w->rank = w->ctl->rank;
@@ -208,7 +212,8 @@ void tr__watch_destroy(tr__watch_t *w)
     tr_comm_destroy(w->ctl); /* cancels the posted receive */
     for (size_t i = 0; i < sizeof(w->out) / sizeof(w->out[0]); i++)
         free(w->out[i].data);
-    free(w->tables), free(w->answered);
+    free(w->tables);
+    free(w->answered);
     free(w);
 }
 

@@ -340,7 +340,8 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     float losses[TR__MAX_PREFETCH] = {0};
     for (int k = 0; k < M; k++) {
         q[k] = x->q[x->q_head];
-        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH, x->q_n--;
+        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
+        x->q_n--;
         b[k] = batch_of(x, q[k].in, q[k].targets, q[k].y);
     }
     uint64_t step = x->global_steps, t0 = tr_now_ns();
@@ -374,7 +375,8 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     for (int k = 0; k < M; k++)
         rc = credit(ctx, x, q[k].slot, step, k, rc);
     if (rc < 0) {
-        x->req = 0, x->want = 0;
+        x->req = 0;
+        x->want = 0;
         return;
     }
     x->want -= M;
@@ -541,8 +543,10 @@ static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
     const void *in = tr__resolve(e, &r->inputs, why, sizeof(why));
     const void *t = r->targets.buffer_id ? tr__resolve(e, &r->targets, why, sizeof(why)) : NULL;
     const void *y = r->y.buffer_id ? tr__resolve(e, &r->y, why, sizeof(why)) : NULL;
-    if (!in || (!t && !y))
-        return tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why), TR_EINVAL;
+    if (!in || (!t && !y)) {
+        tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why);
+        return TR_EINVAL;
+    }
     if (e->x_dim)
         memcpy(x->x, in, bt * (size_t)e->x_dim * sizeof(float));
     else
@@ -737,7 +741,10 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
     }
     if (r == TR__SAVE_LATEST) {
         tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-        if (m) TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST, m->step = x->save.step;
+        if (m) {
+            TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST;
+            m->step = x->save.step;
+        }
         if (!m || tr_actor_send(ctx->rt, e->checkpointer, m) < 0) {
             tr_msg_free(ctx->rt, m);
             tr__engine_fail(e, TR_ENOMEM, "executor: cannot ask for latest to be written");

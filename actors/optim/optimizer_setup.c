@@ -88,7 +88,8 @@ static int decay_ranges(tr__optim_t *o)
                                !l->params[k].no_decay};
             size_t lo = r.at > o->lo ? r.at : o->lo, hi = r.at + r.n < o->hi ? r.at + r.n : o->hi;
             if (lo >= hi) continue; /* outside this rank's slice */
-            r.at = lo, r.n = hi - lo;
+            r.at = lo;
+            r.n = hi - lo;
             decay_range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
             if (last && last->decay == r.decay && last->at + last->n == r.at)
                 last->n += r.n;
@@ -122,7 +123,9 @@ static int partition(tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
     size_t n = e->n_params;
-    o->lo = 0, o->hi = n, o->slice = n;
+    o->lo = 0;
+    o->hi = n;
+    o->slice = n;
     if (e->zero < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
     o->slice = tr__zero_slice(n, e->world);
     tr__zero_owned(n, e->world, e->rank, &o->lo, &o->hi);
