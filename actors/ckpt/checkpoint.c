@@ -45,8 +45,6 @@
 #include "runtime/msg/mpack.h"
 #include "troupe/aio.h"
 
-#define KEY(pk, s) tr__mp_pack_str(pk, s)
-
 struct tr__ckpt_actor {
     const tr_engine_t *eng;
     char err[8192];       /* this rank's reason while its ranks agree; then the reply's */
@@ -96,47 +94,36 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
     msgpack_pack_map(pk, 16);
-    KEY(pk, "format");
-    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
-    KEY(pk, "version");
-    msgpack_pack_int(pk, TR__CKPT_VERSION);
-    KEY(pk, "kind");
-    tr__mp_pack_str(pk, "model_states");
-    KEY(pk, "n_params");
-    msgpack_pack_uint64(pk, e->n_params);
-    KEY(pk, "layers");
+    tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
+    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_str(pk, "kind", "model_states");
+    tr__mp_pack_kv_uint(pk, "n_params", e->n_params);
+    tr__mp_pack_str(pk, "layers");
     pack_layers(pk, e->model);
-    KEY(pk, "counters");
+    tr__mp_pack_str(pk, "counters");
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint64(pk, st->global_step);
     msgpack_pack_uint64(pk, st->global_samples);
     msgpack_pack_uint64(pk, st->skipped_steps);
     msgpack_pack_uint64(pk, st->micro_steps);
-    KEY(pk, "data");
+    tr__mp_pack_str(pk, "data");
     msgpack_pack_array(pk, 3);
     msgpack_pack_uint64(pk, st->epoch);
     msgpack_pack_uint64(pk, st->cursor);
     msgpack_pack_uint64(pk, st->batch_index);
-    KEY(pk, "seed");
-    msgpack_pack_uint64(pk, e->seed);
-    KEY(pk, "world");
-    msgpack_pack_int(pk, e->world);
-    KEY(pk, "replicas"); /* the data position is per replica */
-    msgpack_pack_int(pk, e->replicas);
-    KEY(pk, "zero_stage");
-    msgpack_pack_int64(pk, e->cfg->zero.stage);
-    KEY(pk, "optim_files");
-    msgpack_pack_int(pk, optim_files(e));
-    KEY(pk, "micro_batch");
+    tr__mp_pack_kv_uint(pk, "seed", e->seed);
+    tr__mp_pack_kv_int(pk, "world", e->world);
+    tr__mp_pack_kv_int(pk, "replicas", e->replicas); /* the data position is per replica */
+    tr__mp_pack_kv_int(pk, "zero_stage", e->cfg->zero.stage);
+    tr__mp_pack_kv_int(pk, "optim_files", optim_files(e));
+    tr__mp_pack_str(pk, "micro_batch");
     msgpack_pack_array(pk, 3);
     msgpack_pack_int(pk, e->B);
     msgpack_pack_int(pk, e->T);
     msgpack_pack_int(pk, e->GAS);
-    KEY(pk, "config");
-    tr__mp_pack_str(pk, config_json ? config_json : "");
-    KEY(pk, "config_hash");
-    msgpack_pack_uint64(pk, tr__ckpt_config_hash(config_json));
-    KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
+    tr__mp_pack_kv_str(pk, "config", config_json ? config_json : "");
+    tr__mp_pack_kv_uint(pk, "config_hash", tr__ckpt_config_hash(config_json));
+    tr__mp_pack_str(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
 
@@ -147,29 +134,18 @@ static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t
 {
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
     msgpack_pack_map(pk, 12);
-    KEY(pk, "format");
-    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
-    KEY(pk, "version");
-    msgpack_pack_int(pk, TR__CKPT_VERSION);
-    KEY(pk, "kind");
-    tr__mp_pack_str(pk, "optim_states");
-    KEY(pk, "step");
-    msgpack_pack_uint64(pk, step);
-    KEY(pk, "world");
-    msgpack_pack_int(pk, e->world);
-    KEY(pk, "config_hash");
-    msgpack_pack_uint64(pk, hash);
-    KEY(pk, "rank");
-    msgpack_pack_int(pk, e->rank);
-    KEY(pk, "zero_stage");
-    msgpack_pack_int64(pk, e->cfg->zero.stage);
-    KEY(pk, "n_params");
-    msgpack_pack_uint64(pk, e->n_params);
-    KEY(pk, "lo");
-    msgpack_pack_uint64(pk, e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
-    KEY(pk, "hi");
-    msgpack_pack_uint64(pk, hi);
-    KEY(pk, "arrays");
+    tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
+    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_str(pk, "kind", "optim_states");
+    tr__mp_pack_kv_uint(pk, "step", step);
+    tr__mp_pack_kv_int(pk, "world", e->world);
+    tr__mp_pack_kv_uint(pk, "config_hash", hash);
+    tr__mp_pack_kv_int(pk, "rank", e->rank);
+    tr__mp_pack_kv_int(pk, "zero_stage", e->cfg->zero.stage);
+    tr__mp_pack_kv_uint(pk, "n_params", e->n_params);
+    tr__mp_pack_kv_uint(pk, "lo", e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
+    tr__mp_pack_kv_uint(pk, "hi", hi);
+    tr__mp_pack_str(pk, "arrays");
     msgpack_pack_array(pk, (size_t)n);
     for (int i = 0; i < n; i++)
         tr__mp_pack_str(pk, names[i]);

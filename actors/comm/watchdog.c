@@ -66,25 +66,18 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
 
 /* --- encoding ----------------------------------------------------------------------------- */
 
-static void pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t v)
-{
-    tr__mp_pack_str(pk, key);
-    msgpack_pack_uint64(pk, v);
-}
-
 static void pack_op(msgpack_packer *pk, const tr__watch_op_t *o)
 {
     msgpack_pack_map(pk, 9);
-    pack_kv_u64(pk, "op", o->op);
-    pack_kv_u64(pk, "seq", o->seq);
-    pack_kv_u64(pk, "bytes", o->bytes);
-    pack_kv_u64(pk, "dtype", o->dtype);
-    pack_kv_u64(pk, "step", o->step);
-    pack_kv_u64(pk, "micro_step", o->micro_step);
-    pack_kv_u64(pk, "bucket", o->bucket);
-    pack_kv_u64(pk, "exchange", o->exchange);
-    tr__mp_pack_str(pk, "pending_s");
-    msgpack_pack_double(pk, o->pending_s);
+    tr__mp_pack_kv_uint(pk, "op", o->op);
+    tr__mp_pack_kv_uint(pk, "seq", o->seq);
+    tr__mp_pack_kv_uint(pk, "bytes", o->bytes);
+    tr__mp_pack_kv_uint(pk, "dtype", o->dtype);
+    tr__mp_pack_kv_uint(pk, "step", o->step);
+    tr__mp_pack_kv_uint(pk, "micro_step", o->micro_step);
+    tr__mp_pack_kv_uint(pk, "bucket", o->bucket);
+    tr__mp_pack_kv_uint(pk, "exchange", o->exchange);
+    tr__mp_pack_kv_double(pk, "pending_s", o->pending_s);
 }
 
 /* The message of kind k from this rank (with a table: mine) into sb. */
@@ -93,11 +86,10 @@ static void pack_msg(msgpack_sbuffer *sb, const char *k, int rank, const tr__wat
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, t ? 5 : 2);
-    tr__mp_pack_str(&pk, "k");
-    tr__mp_pack_str(&pk, k);
-    pack_kv_u64(&pk, "rank", (uint64_t)rank);
+    tr__mp_pack_kv_str(&pk, "k", k);
+    tr__mp_pack_kv_uint(&pk, "rank", (uint64_t)rank);
     if (!t) return;
-    pack_kv_u64(&pk, "started", t->started);
+    tr__mp_pack_kv_uint(&pk, "started", t->started);
     tr__mp_pack_str(&pk, "last");
     pack_op(&pk, &t->last);
     tr__mp_pack_str(&pk, "ops");
