@@ -18,13 +18,15 @@
  *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
  *     optimizer partition, otherwise rank 0 alone the whole optimizer state (every rank's is
  *     the same then, so the others write none);
- *   COMM_SCALAR TR__SCALAR_CKPT_SAVE: an all-reduce that tells every rank whether every rank's
- *     files are durable, and names the first and last that failed;
- *   rank 0 removes the temporary files killed saves left (no rank is writing now) and
- *     writes latest; COMM_SCALAR TR__SCALAR_CKPT_LATEST tells every rank how that went;
- *   every rank replies. A save called on some ranks only meets another collective on the
- *   others: the comm actor's header check names both ranks and what each is doing at once
- *   (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
+ *   each rank reports how its part went (WRITTEN) to its executor, which learns every rank's
+ *     from values it adds to all-reduces every rank makes anyway (a step's loss, a wait's
+ *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; save_track.h);
+ *   once every rank's files are durable, rank 0's executor asks for latest (LATEST): rank 0
+ *     removes the temporary files killed saves left (no rank is writing now) and writes it,
+ *     and the ranks learn how that went the same way; tr_engine_wait_checkpoint returns the
+ *     outcome. A save called on some ranks only is found there, or meets another collective
+ *     on the others: the comm actor's header check names both ranks and what each is doing
+ *     (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
  * A load reads and checks everything this rank needs (ckpt_read.c, which re-partitions the
  * optimizer state for this world size), then COMM_SCALAR TR__SCALAR_CKPT_LOAD: only when
  * every rank's checks passed does the restore chain (optimizer -> executor -> back here)
@@ -344,10 +346,10 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
     else
         snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
     c->step = st->global_step;
-    int rc = st->rc < 0 ? (snprintf(c->err, sizeof(c->err), "%s", st->error), st->rc)
+    int rc = st->rc < 0 ? tr__errf(c->err, sizeof(c->err), st->rc, "%s", st->error)
                         : snapshot(c, st); /* the optimizer's refusal, or the copy */
     tr_msg_t *w = rc == 0 ? tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE) : NULL;
-    if (rc == 0 && !w) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
+    if (rc == 0 && !w) rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of message memory");
     if (rc == 0) {
         TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
         w->step = c->step;
@@ -437,11 +439,14 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_object(&pk, *t->optim_state);
     int rc = 0;
-    if (sb.size > sizeof(s->optim.data))
-        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state of %zu bytes, more than %zu",
-                       tagdir, sb.size, sizeof(s->optim.data)), TR_EFORMAT);
-    else
-        memcpy(s->optim.data, sb.data, s->optim.len = (uint32_t)sb.size);
+    if (sb.size > sizeof(s->optim.data)) {
+        rc = tr__errf(c->err, sizeof(c->err), TR_EFORMAT,
+                      "%s: optimizer state of %zu bytes, more than %zu", tagdir, sb.size,
+                      sizeof(s->optim.data));
+    } else {
+        s->optim.len = (uint32_t)sb.size;
+        memcpy(s->optim.data, sb.data, s->optim.len);
+    }
     msgpack_sbuffer_destroy(&sb);
     if (!rc) rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
                         &s->params);
@@ -465,7 +470,7 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
         rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
     snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
     if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
-        rc = (snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM);
+        rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of memory");
     if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));
     if (!rc) rc = restore_msg(ctx, c, c->restoring, tagdir);
     return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);

@@ -507,7 +507,7 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     if (eng->world > 1) {
         rc = c->backend->ops->split
                  ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
-                 : (snprintf(why, sizeof(why), "backend '%s' has no groups", name), TR_ENOTSUP);
+                 : tr__errf(why, sizeof(why), TR_ENOTSUP, "backend '%s' has no groups", name);
         if (rc < 0)
             return tr__errf(err, errlen, rc, "comm: the collective headers' communicator: %s",
                             why);

@@ -22,6 +22,7 @@
 #include <msgpack.h>
 
 #include "actors/optim/optimizer_internal.h"
+#include "base/errf.h"
 #include "kernels/cpu/gradnorm.h"
 #include "runtime/msg/mpack.h"
 
@@ -870,16 +871,16 @@ static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s
     int rc = msgpack_unpack_next(&u, (const char *)s->optim.data, s->optim.len, NULL) ==
                      MSGPACK_UNPACK_SUCCESS
                  ? tr__optimizer_state_unpack(o, &u.data, why, sizeof(why))
-                 : (snprintf(why, sizeof(why), "optimizer state: not msgpack"), TR_EFORMAT);
+                 : tr__errf(why, sizeof(why), TR_EFORMAT, "optimizer state: not msgpack");
     msgpack_unpacked_destroy(&u);
     const float *moments = NULL;
     size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float); /* this rank's slice */
     if (rc == 0 && o->n_arrays && !(moments = tr__resolve(e, &s->moments, why, sizeof(why))))
         rc = TR_EINVAL;
     if (moments && s->moments.length != bytes)
-        rc = (snprintf(why, sizeof(why), "optimizer: the restored moments hold %llu bytes, this "
-                       "rank's slice %zu", (unsigned long long)s->moments.length, bytes),
-              TR_EINVAL);
+        rc = tr__errf(why, sizeof(why), TR_EINVAL,
+                      "optimizer: the restored moments hold %llu bytes, this rank's slice %zu",
+                      (unsigned long long)s->moments.length, bytes);
     if (rc < 0) {
         s->kind = TR__STATE_RESTORED;
         s->rc = rc;
