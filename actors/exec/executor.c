@@ -59,7 +59,7 @@ typedef enum {
     EV_MICRO_DONE,      /* a micro-batch before the boundary is counted */
     EV_BOUNDARY_DONE,   /* the boundary's micro-batch is counted: the optimizer steps */
     EV_BACKWARD_REPLY,  /* a BACKWARD is answered */
-    EV_STEP_DONE,       /* the optimizer's STEP_DONE is handled */
+    EV_STEP_DONE,       /* the optimizer's STEP_DONE is handled: no micro-batch awaits a step */
     EV_STEPPED,         /* a STEP is answered at once, or a TRAIN starts */
 } win_event_t;
 
@@ -389,8 +389,7 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         run_pipelined(ctx, x);
         return;
     }
-    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 &&
-           x->win != WIN_STEP_PENDING &&
+    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && x->win != WIN_STEP_PENDING &&
            x->grads_out == 0) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
