@@ -111,8 +111,7 @@ struct tr__exec {
     int *tokens, *targets;   /* the executor's copy of a client batch or an eval batch */
     float *x, *y;
     tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
-    bool save_waits;       /* a WAIT request waits for it to finish */
-    uint64_t wait_t0;      /* since then */
+    uint64_t wait_t0;      /* since when a WAIT request waits for it to finish (0: none) */
     tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
 };
 
@@ -714,11 +713,10 @@ static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
 /* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
 static void save_answer(struct tr__exec *x)
 {
-    if (x->save_waits && x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
+    if (x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
         tr_monitor_span(x->eng->mon, &(tr_span_t){"checkpoint wait", x->wait_t0, tr_now_ns(),
                                                   x->global_steps, 0, TR__LANE_CKPT_WAIT, 0, 0});
     x->wait_t0 = 0;
-    x->save_waits = false;
     int rc = x->save.outcome;
     x->save.outcome = 0;
     if (rc < 0)
@@ -750,7 +748,7 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
         }
         return 0;
     }
-    if (!x->save_waits) return 0;
+    if (!x->wait_t0) return 0; /* no WAIT to answer */
     if (x->save.phase == TR__SAVE_NONE)
         save_answer(x);
     else if (e->world > 1 && tr__save_local_done(&x->save))
@@ -766,7 +764,7 @@ static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
         double v[2];
         tr__save_values(&x->save, v);
         save_moved(ctx, x, v);
-    } else if (x->save_waits) {
+    } else if (x->wait_t0) {
         save_round(ctx, x);
     }
 }
@@ -775,12 +773,10 @@ static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
 static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
 {
     if (x->save.phase == TR__SAVE_NONE) {
-        x->save_waits = true;
         save_answer(x);
         return;
     }
-    x->save_waits = true;
-    x->wait_t0 = tr_now_ns();
+    x->wait_t0 = tr_now_ns(); /* CLOCK_MONOTONIC: never 0 */
     if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 
