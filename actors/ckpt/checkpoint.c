@@ -18,13 +18,15 @@
  *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
  *     optimizer partition, otherwise rank 0 alone the whole optimizer state (every rank's is
  *     the same then, so the others write none);
- *   COMM_SCALAR TR__SCALAR_CKPT_SAVE: an all-reduce that tells every rank whether every rank's
- *     files are durable, and names the first and last that failed;
- *   rank 0 removes the temporary files killed saves left (no rank is writing now) and
- *     writes latest; COMM_SCALAR TR__SCALAR_CKPT_LATEST tells every rank how that went;
- *   every rank replies. A save called on some ranks only meets another collective on the
- *   others: the comm actor's header check names both ranks and what each is doing at once
- *   (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
+ *   each rank reports how its part went (WRITTEN) to its executor, which learns every rank's
+ *     from values it adds to all-reduces every rank makes anyway (a step's loss, a wait's
+ *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; save_track.h);
+ *   once every rank's files are durable, rank 0's executor asks for latest (LATEST): rank 0
+ *     removes the temporary files killed saves left (no rank is writing now) and writes it,
+ *     and the ranks learn how that went the same way; tr_engine_wait_checkpoint returns the
+ *     outcome. A save called on some ranks only is found there, or meets another collective
+ *     on the others: the comm actor's header check names both ranks and what each is doing
+ *     (or, if the others call nothing, its watchdog after troupe.comm.timeout_s).
  * A load reads and checks everything this rank needs (ckpt_read.c, which re-partitions the
  * optimizer state for this world size), then COMM_SCALAR TR__SCALAR_CKPT_LOAD: only when
  * every rank's checks passed does the restore chain (optimizer -> executor -> back here)
@@ -39,12 +41,11 @@
 #include <msgpack.h>
 
 #include "actors/ckpt/checkpoint.h"
+#include "base/errf.h"
 #include "base/file.h"
 #include "runtime/comm/comm.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/aio.h"
-
-#define KEY(pk, s) tr__mp_pack_str(pk, s)
 
 struct tr__ckpt_actor {
     const tr_engine_t *eng;
@@ -95,47 +96,36 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
     msgpack_pack_map(pk, 16);
-    KEY(pk, "format");
-    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
-    KEY(pk, "version");
-    msgpack_pack_int(pk, TR__CKPT_VERSION);
-    KEY(pk, "kind");
-    tr__mp_pack_str(pk, "model_states");
-    KEY(pk, "n_params");
-    msgpack_pack_uint64(pk, e->n_params);
-    KEY(pk, "layers");
+    tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
+    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_str(pk, "kind", "model_states");
+    tr__mp_pack_kv_uint(pk, "n_params", e->n_params);
+    tr__mp_pack_str(pk, "layers");
     pack_layers(pk, e->model);
-    KEY(pk, "counters");
+    tr__mp_pack_str(pk, "counters");
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint64(pk, st->global_step);
     msgpack_pack_uint64(pk, st->global_samples);
     msgpack_pack_uint64(pk, st->skipped_steps);
     msgpack_pack_uint64(pk, st->micro_steps);
-    KEY(pk, "data");
+    tr__mp_pack_str(pk, "data");
     msgpack_pack_array(pk, 3);
     msgpack_pack_uint64(pk, st->epoch);
     msgpack_pack_uint64(pk, st->cursor);
     msgpack_pack_uint64(pk, st->batch_index);
-    KEY(pk, "seed");
-    msgpack_pack_uint64(pk, e->seed);
-    KEY(pk, "world");
-    msgpack_pack_int(pk, e->world);
-    KEY(pk, "replicas"); /* the data position is per replica */
-    msgpack_pack_int(pk, e->replicas);
-    KEY(pk, "zero_stage");
-    msgpack_pack_int64(pk, e->cfg->zero.stage);
-    KEY(pk, "optim_files");
-    msgpack_pack_int(pk, optim_files(e));
-    KEY(pk, "micro_batch");
+    tr__mp_pack_kv_uint(pk, "seed", e->seed);
+    tr__mp_pack_kv_int(pk, "world", e->world);
+    tr__mp_pack_kv_int(pk, "replicas", e->replicas); /* the data position is per replica */
+    tr__mp_pack_kv_int(pk, "zero_stage", e->cfg->zero.stage);
+    tr__mp_pack_kv_int(pk, "optim_files", optim_files(e));
+    tr__mp_pack_str(pk, "micro_batch");
     msgpack_pack_array(pk, 3);
     msgpack_pack_int(pk, e->B);
     msgpack_pack_int(pk, e->T);
     msgpack_pack_int(pk, e->GAS);
-    KEY(pk, "config");
-    tr__mp_pack_str(pk, config_json ? config_json : "");
-    KEY(pk, "config_hash");
-    msgpack_pack_uint64(pk, tr__ckpt_config_hash(config_json));
-    KEY(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
+    tr__mp_pack_kv_str(pk, "config", config_json ? config_json : "");
+    tr__mp_pack_kv_uint(pk, "config_hash", tr__ckpt_config_hash(config_json));
+    tr__mp_pack_str(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
 
@@ -146,29 +136,18 @@ static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t
 {
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
     msgpack_pack_map(pk, 12);
-    KEY(pk, "format");
-    tr__mp_pack_str(pk, TR__CKPT_FORMAT);
-    KEY(pk, "version");
-    msgpack_pack_int(pk, TR__CKPT_VERSION);
-    KEY(pk, "kind");
-    tr__mp_pack_str(pk, "optim_states");
-    KEY(pk, "step");
-    msgpack_pack_uint64(pk, step);
-    KEY(pk, "world");
-    msgpack_pack_int(pk, e->world);
-    KEY(pk, "config_hash");
-    msgpack_pack_uint64(pk, hash);
-    KEY(pk, "rank");
-    msgpack_pack_int(pk, e->rank);
-    KEY(pk, "zero_stage");
-    msgpack_pack_int64(pk, e->cfg->zero.stage);
-    KEY(pk, "n_params");
-    msgpack_pack_uint64(pk, e->n_params);
-    KEY(pk, "lo");
-    msgpack_pack_uint64(pk, e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
-    KEY(pk, "hi");
-    msgpack_pack_uint64(pk, hi);
-    KEY(pk, "arrays");
+    tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
+    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_str(pk, "kind", "optim_states");
+    tr__mp_pack_kv_uint(pk, "step", step);
+    tr__mp_pack_kv_int(pk, "world", e->world);
+    tr__mp_pack_kv_uint(pk, "config_hash", hash);
+    tr__mp_pack_kv_int(pk, "rank", e->rank);
+    tr__mp_pack_kv_int(pk, "zero_stage", e->cfg->zero.stage);
+    tr__mp_pack_kv_uint(pk, "n_params", e->n_params);
+    tr__mp_pack_kv_uint(pk, "lo", e->optim_slice.lo < hi ? e->optim_slice.lo : hi);
+    tr__mp_pack_kv_uint(pk, "hi", hi);
+    tr__mp_pack_str(pk, "arrays");
     msgpack_pack_array(pk, (size_t)n);
     for (int i = 0; i < n; i++)
         tr__mp_pack_str(pk, names[i]);
@@ -250,8 +229,8 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     const tr_engine_t *e = c->eng;
     c->has_model = c->has_optim = false;
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
-        return snprintf(c->err, sizeof(c->err), "tag '%s' is not a directory name", c->tag),
-               TR_EINVAL;
+        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
+                        c->tag);
     snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
@@ -267,8 +246,8 @@ static int write_files(struct tr__ckpt_actor *c)
     const tr_engine_t *e = c->eng;
     int rc = tr__mkdir_p(c->tagdir);
     if (rc < 0)
-        return snprintf(c->err, sizeof(c->err), "cannot create %s: %s", c->tagdir, tr_strerror(rc)),
-               rc;
+        return tr__errf(c->err, sizeof(c->err), rc, "cannot create %s: %s", c->tagdir,
+                        tr_strerror(rc));
     if (!c->aio) {
         tr_aio_options_t o;
         tr_aio_options_from_config(&e->cfg->aio, &o);
@@ -299,7 +278,10 @@ static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
     const tr_engine_t *e = c->eng;
     c->local_rc = rc;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
-    if (!m) return tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory"), 0;
+    if (!m) {
+        tr__engine_fail(e, TR_ENOMEM, "checkpoint: out of message memory");
+        return 0;
+    }
     bool failed = rc < 0;
     *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
         .op = TR_REDUCE_MAX, .n = 2, .what = what,
@@ -364,10 +346,10 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
     else
         snprintf(c->tag, sizeof(c->tag), "global_step%llu", (unsigned long long)st->global_step);
     c->step = st->global_step;
-    int rc = st->rc < 0 ? (snprintf(c->err, sizeof(c->err), "%s", st->error), st->rc)
+    int rc = st->rc < 0 ? tr__errf(c->err, sizeof(c->err), st->rc, "%s", st->error)
                         : snapshot(c, st); /* the optimizer's refusal, or the copy */
     tr_msg_t *w = rc == 0 ? tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE) : NULL;
-    if (rc == 0 && !w) rc = (snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM);
+    if (rc == 0 && !w) rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of message memory");
     if (rc == 0) {
         TR_MSG_AS(w, engine_state)->kind = TR__STATE_WRITE;
         w->step = c->step;
@@ -440,7 +422,7 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
                        const char *tagdir)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-    if (!m) return snprintf(c->err, sizeof(c->err), "out of message memory"), TR_ENOMEM;
+    if (!m) return tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of message memory");
     c->restore = m;
     tr_msg_engine_state_t *s = TR_MSG_AS(m, engine_state);
     *s = (tr_msg_engine_state_t){.kind = TR__STATE_RESTORE,
@@ -457,11 +439,14 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_object(&pk, *t->optim_state);
     int rc = 0;
-    if (sb.size > sizeof(s->optim.data))
-        rc = (snprintf(c->err, sizeof(c->err), "%s: optimizer state of %zu bytes, more than %zu",
-                       tagdir, sb.size, sizeof(s->optim.data)), TR_EFORMAT);
-    else
-        memcpy(s->optim.data, sb.data, s->optim.len = (uint32_t)sb.size);
+    if (sb.size > sizeof(s->optim.data)) {
+        rc = tr__errf(c->err, sizeof(c->err), TR_EFORMAT,
+                      "%s: optimizer state of %zu bytes, more than %zu", tagdir, sb.size,
+                      sizeof(s->optim.data));
+    } else {
+        s->optim.len = (uint32_t)sb.size;
+        memcpy(s->optim.data, sb.data, s->optim.len);
+    }
     msgpack_sbuffer_destroy(&sb);
     if (!rc) rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
                         &s->params);
@@ -485,7 +470,7 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
         rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
     snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
     if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
-        rc = (snprintf(c->err, sizeof(c->err), "out of memory"), TR_ENOMEM);
+        rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of memory");
     if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));
     if (!rc) rc = restore_msg(ctx, c, c->restoring, tagdir);
     return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "actors/ckpt/checkpoint.h"
+#include "base/errf.h"
 #include "runtime/msg/mpack.h"
 
 #define MAX_NAMES 3
@@ -223,7 +224,7 @@ static int damaged_or(int rc, const char *path, char *err, size_t errlen)
     char why[512];
     int crc = tr__ckpt_file_read(path, &whole, why, sizeof(why));
     tr__ckpt_file_free(&whole);
-    if (crc == TR_ECHECKSUM || crc == TR_EFORMAT) return snprintf(err, errlen, "%s", why), crc;
+    if (crc == TR_ECHECKSUM || crc == TR_EFORMAT) return tr__errf(err, errlen, crc, "%s", why);
     return rc;
 }
 
@@ -262,7 +263,8 @@ static int read_part(const tr_engine_t *e, const char *tagdir, const tr__ckpt_ta
     if (rc == TR_EFORMAT) rc = damaged_or(rc, p->path, err, errlen);
     if (!rc) rc = check_same_save(tagdir, p->name, t, &u.data, err, errlen);
     const msgpack_object *h = &u.data;
-    p->lo = 0, p->hi = e->n_params; /* before version 3: the whole state */
+    p->lo = 0; /* before version 3: the whole state */
+    p->hi = e->n_params;
     if (!rc && tr__mp_field(h, "lo") &&
         (!u64_field(h, "lo", &p->lo) || !u64_field(h, "hi", &p->hi) || p->lo > p->hi))
         rc = tr__errf(err, errlen, TR_EFORMAT, "%s: lo/hi: expected a slice lo <= hi", p->path);

@@ -23,7 +23,7 @@
  * no-ops and are skipped.
  *
  * The watchdog: a collective pending past troupe.comm.timeout_s starts the diagnosis across
- * ranks of comm_watch.c (rank 0 gathers every rank's table of pending operations over a control
+ * ranks of watchdog.c (rank 0 gathers every rank's table of pending operations over a control
  * channel and names the rank that diverged); the channel is moved on by a slow timer (TIMER,
  * every TR__WATCH_TICK_NS) so that a rank with nothing pending still answers. A group of one, or
  * a backend without point-to-point, has no channel: its watchdog fails the engine at once.
@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "actors/comm/comm_internal.h"
+#include "base/errf.h"
 #include "kernels/cpu/vec.h"
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
@@ -131,9 +132,8 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
     bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
-    pending_t op = {.kind = OP_BUCKET, .bucket = b->bucket, .step = msg->step,
-                    .grads = b->grads, .data = data, .mine = count, .mine_at = a,
-                    .scatter = scatter, .asker = TR_ACTOR_NONE};
+    pending_t op = {.bucket = b->bucket, .step = msg->step, .grads = b->grads, .data = data,
+                    .mine = count, .mine_at = a, .asker = TR_ACTOR_NONE};
     if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
         size_t *counts = tr__comm_bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
         if (!counts) return TR_ENOMEM;
@@ -141,7 +141,8 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
     if (c->wire16) tr__comm_to_wire(c, data, a, count);
-    return tr__comm_submit(c, op, (header_t){.op = scatter ? 4 : 1, .dtype = c->wire,
+    tr__coll_op_t kind = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE;
+    return tr__comm_submit(c, op, (header_t){.op = kind, .dtype = c->wire,
                                     .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
                                     .micro_step = msg->micro_step, .bucket = b->bucket});
 }
@@ -159,9 +160,8 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     double *vals = malloc(sizeof(s->values));
     if (!vals) return TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
-    pending_t op = {.kind = OP_SCALAR, .step = msg->step, .asker = msg->sender, .scalar = *s,
-                    .vals = vals};
-    return tr__comm_submit(c, op, (header_t){.op = 2, .dtype = TR_DTYPE_F64,
+    pending_t op = {.step = msg->step, .asker = msg->sender, .scalar = *s, .vals = vals};
+    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_SCALAR, .dtype = TR_DTYPE_F64,
                                     .bytes = s->n * sizeof(double), .step = msg->step,
                                     .micro_step = msg->micro_step, .bucket = s->what});
 }
@@ -181,9 +181,8 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
                         buf ? "the slices do not cover the buffer" : why);
         return TR_EINVAL;
     }
-    pending_t op = {.kind = OP_GATHER, .step = msg->step, .asker = msg->sender, .gather = true,
-                    .buf = g->buf, .ptr = buf};
-    return tr__comm_submit(c, op, (header_t){.op = 3, .dtype = TR_DTYPE_F32,
+    pending_t op = {.step = msg->step, .asker = msg->sender, .buf = g->buf, .ptr = buf};
+    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_ALL_GATHER, .dtype = TR_DTYPE_F32,
                                     .bytes = n * sizeof(float), .step = msg->step});
 }
 
@@ -200,10 +199,10 @@ static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
                         v->op < TR_REDUCE_COUNT_ ? why : "no such reduction");
         return TR_EINVAL;
     }
-    pending_t op = {.kind = OP_VECTOR, .step = msg->step, .asker = msg->sender, .vector = true,
-                    .buf = v->buf, .ptr = buf, .reduce_op = v->op, .what = v->what};
-    return tr__comm_submit(c, op, (header_t){.op = 5, .dtype = TR_DTYPE_F64, .bytes = v->buf.length,
-                                    .step = msg->step});
+    pending_t op = {.step = msg->step, .asker = msg->sender, .buf = v->buf, .ptr = buf,
+                    .reduce_op = v->op, .what = v->what};
+    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_VECTOR, .dtype = TR_DTYPE_F64,
+                                    .bytes = v->buf.length, .step = msg->step});
 }
 
 /* The result m goes back to whoever asked for p's operation, and p's entry is free again. */
@@ -270,9 +269,13 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         return 0;
     }
 
-    if (p->gather) return gather_done(ctx, c, p);
-    if (p->vector) return reduce_done(ctx, c, p);
-    if (!tr_actor_is_none(p->asker)) return scalar_done(ctx, c, p);
+    switch (p->head.op) {
+    case TR__COLL_ALL_GATHER: return gather_done(ctx, c, p);
+    case TR__COLL_VECTOR: return reduce_done(ctx, c, p);
+    case TR__COLL_SCALAR: return scalar_done(ctx, c, p);
+    case TR__COLL_ALL_REDUCE:
+    case TR__COLL_REDUCE_SCATTER: break;
+    }
     return bucket_done(ctx, c, p);
 }
 
@@ -283,19 +286,20 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     const tr_engine_t *e = c->eng;
     size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
     double bytes = (double)count * (double)tr_dtype_size(c->wire);
-    if (p->scatter)
+    bool scatter = p->head.op == TR__COLL_REDUCE_SCATTER;
+    if (scatter)
         log_op(c, "reduce_scatter", bytes / e->world, p);
     else
         log_op(c, "all_reduce", bytes, p);
     if (c->wire16) /* the reduced values (a reduce-scatter's: this rank's part, at the start) */
-        tr__comm_from_wire(c, p->data, a, p->scatter ? p->mine : count);
-    if (!p->scatter) scale(p->data, count, c->post);
+        tr__comm_from_wire(c, p->data, a, scatter ? p->mine : count);
+    if (!scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
     tr_msg_reduced_t *r = TR_MSG_AS(m, reduced);
     r->bucket = p->bucket;
     r->grads = p->grads;
-    r->grads.offset = (p->scatter ? a : p->mine_at) * sizeof(float); /* where the values are */
+    r->grads.offset = (scatter ? a : p->mine_at) * sizeof(float); /* where the values are */
     r->grads.length = p->mine * sizeof(float);
     r->at = p->mine_at;
     r->covers = count;
@@ -336,7 +340,8 @@ static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *
         t->ops[at].pending_s = age;
         for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
             tr__watch_op_t older = t->ops[at];
-            t->ops[at] = t->ops[at - 1], t->ops[at - 1] = older;
+            t->ops[at] = t->ops[at - 1];
+            t->ops[at - 1] = older;
         }
     }
 }
@@ -350,7 +355,7 @@ static void watch_fail(struct tr__comm *c, const char *why)
 }
 
 /* The watchdog: when the oldest pending collective has waited past troupe.comm.timeout_s,
- * the diagnosis across ranks starts (comm_watch.c), or with no control channel the engine
+ * the diagnosis across ranks starts (watchdog.c), or with no control channel the engine
  * fails at once naming the collective; the backend then ends the job at shutdown (its
  * collectives cannot complete). */
 static int watchdog(struct tr__comm *c)
@@ -367,12 +372,7 @@ static int watchdog(struct tr__comm *c)
         tr__watch_alarm(c->watch, &t, now);
         return 0;
     }
-    const char *what = old->hdr         ? "a header exchange"
-                       : old->gather     ? "the parameter all-gather"
-                       : old->vector     ? "a vector all-reduce"
-                       : old->scatter    ? "a bucket's reduce-scatter"
-                       : tr_actor_is_none(old->asker) ? "a bucket's all-reduce"
-                                                      : "a scalar all-reduce";
+    const char *what = old->hdr ? "a header exchange" : tr__comm_op_name(old->head.op);
     char before[200] = ""; /* a header exchange: the collective it comes before */
     if (old->hdr) {
         char d[160];
@@ -503,19 +503,19 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
     int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
                             sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "%s: troupe.comm.backend: %s", cfg->source, why), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "%s: troupe.comm.backend: %s", cfg->source, why);
     if (eng->world > 1) {
         rc = c->backend->ops->split
                  ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
-                 : (snprintf(why, sizeof(why), "backend '%s' has no groups", name), TR_ENOTSUP);
+                 : tr__errf(why, sizeof(why), TR_ENOTSUP, "backend '%s' has no groups", name);
         if (rc < 0)
-            return snprintf(err, errlen, "comm: the collective headers' communicator: %s", why),
-                   rc;
+            return tr__errf(err, errlen, rc, "comm: the collective headers' communicator: %s",
+                            why);
         c->headers->done = header_done;
         c->headers->done_arg = c;
     }
     rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "comm: the watchdog's control channel: %s", why), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "comm: the watchdog's control channel: %s", why);
     return 0;
 }
 
@@ -571,8 +571,10 @@ void tr__comm_free(tr_engine_t *eng)
     tr__watch_destroy(eng->cm->watch);
     tr_comm_destroy(eng->cm->headers);
     tr_comm_destroy(eng->cm->backend);
-    for (size_t i = 0; i < eng->cm->cap; i++)
-        free(eng->cm->pending[i].vals), free(eng->cm->pending[i].hdr);
+    for (size_t i = 0; i < eng->cm->cap; i++) {
+        free(eng->cm->pending[i].vals);
+        free(eng->cm->pending[i].hdr);
+    }
     free(eng->cm->pending);
     free(eng->cm->wire16);
     free(eng->cm);

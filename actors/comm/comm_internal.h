@@ -12,15 +12,11 @@
 #include "monitor/comms_log.h"
 #include "runtime/comm/comm.h"
 
-/* What a data entry of the pending table does once its header has been agreed. */
-typedef enum { OP_BUCKET = 1, OP_SCALAR, OP_GATHER, OP_VECTOR } op_kind_t;
-
 /* What every collective carries, exchanged (all-gathered, on a communicator of their own)
  * before it is started and compared on arrival: a rank that diverged is named at once, and
  * no mismatched collective is ever posted. */
 typedef struct header {
-    uint32_t op; /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather,
-                  * 4: a bucket's reduce-scatter, 5: a vector all-reduce */
+    tr__coll_op_t op; /* what the collective is (and, in the pending table, what it does) */
     uint32_t dtype;
     uint64_t seq; /* collectives this comm actor submitted, from 1 */
     uint64_t bytes;
@@ -28,10 +24,12 @@ typedef struct header {
     uint32_t micro_step, bucket; /* a scalar all-reduce: its requester's `what` */
 } header_t;
 
+/* Ranks compare headers byte for byte: the op stays 4 bytes wide. */
+_Static_assert(sizeof(tr__coll_op_t) == sizeof(uint32_t), "a header's op is 4 bytes");
+
 typedef struct pending {
     uint64_t req;   /* 0: free; UINT64_MAX: not started yet */
-    op_kind_t kind; /* 0: a header exchange (hdr) */
-    header_t head;  /* its header */
+    header_t head;  /* its header: head.op says what a data entry does (hdr: an exchange) */
     bool agreed;    /* every rank's header matched: it may start */
     void *ptr;      /* a gather's or vector's buffer */
     uint32_t bucket;
@@ -39,16 +37,13 @@ typedef struct pending {
     tr_tensor_ref_t grads; /* a bucket: its range of the gradient buffer */
     float *data;
     size_t mine, mine_at;        /* ZeRO 2: this rank's part of it (elements, flat index) */
-    bool scatter;                /* ZeRO 2: reduce-scattered (the part is at the start) */
-    tr_actor_t asker;            /* a COMM_SCALAR's requester (none for a bucket) */
+    tr_actor_t asker;            /* who asked (none for a bucket) */
     tr_msg_comm_scalar_t scalar; /* its request */
     double *vals;                /* its values, reduced in place (not in this table, which
                                   * may move while the operation is in flight) */
     uint64_t t_start;            /* for the comms logger and the watchdog */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
-    bool gather;                 /* a parameter all-gather for asker (ZeRO 1) */
-    bool vector;                 /* a COMM_REDUCE's in-place all-reduce for asker */
-    uint32_t reduce_op, what;    /* its reduction and the asker's tag */
+    uint32_t reduce_op, what;    /* a vector's reduction and the asker's tag */
     int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
     tr_tensor_ref_t buf;         /* its buffer: the parameters */
     tr__watch_op_t op;           /* its header, for the watchdog's table */
@@ -92,6 +87,9 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h);
 /* A header exchange (p) completed: every rank's header must be ours; then its collective, and
  * any agreed ones after it, start. A mismatch fails the engine naming both headers. */
 int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p);
+
+/* What a data operation is, in words ("a bucket's all-reduce"), for errors. */
+const char *tr__comm_op_name(tr__coll_op_t op);
 
 /* h in words, for errors. */
 void tr__comm_describe(const header_t *h, char *out, size_t len);

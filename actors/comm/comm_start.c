@@ -17,7 +17,8 @@
 static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
 {
     if (rc < 0) {
-        free(p->hdr), free(p->vals);
+        free(p->hdr);
+        free(p->vals);
         *p = (pending_t){0};
         tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what, c->backend->name,
                         c->backend->error[0] ? c->backend->error : tr_strerror(rc));
@@ -41,6 +42,18 @@ static tr__watch_op_t watch_op(const header_t *h, bool exchange)
                             .micro_step = h->micro_step,
                             .bucket = h->bucket,
                             .exchange = exchange};
+}
+
+const char *tr__comm_op_name(tr__coll_op_t op)
+{
+    switch (op) {
+    case TR__COLL_ALL_REDUCE: return "a bucket's all-reduce";
+    case TR__COLL_SCALAR: return "a scalar all-reduce";
+    case TR__COLL_ALL_GATHER: return "the parameter all-gather";
+    case TR__COLL_REDUCE_SCATTER: return "a bucket's reduce-scatter";
+    case TR__COLL_VECTOR: return "a vector all-reduce";
+    }
+    return "an unknown collective";
 }
 
 void tr__comm_describe(const header_t *h, char *out, size_t len)
@@ -80,7 +93,7 @@ static pending_t *pending_slot(struct tr__comm *c)
 static pending_t *submitted(struct tr__comm *c, uint64_t seq)
 {
     for (size_t i = 0; i < c->cap; i++)
-        if (c->pending[i].req && c->pending[i].kind && c->pending[i].head.seq == seq)
+        if (c->pending[i].req && !c->pending[i].hdr && c->pending[i].head.seq == seq)
             return &c->pending[i];
     return NULL;
 }
@@ -107,7 +120,10 @@ static int post_header(struct tr__comm *c, header_t h)
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
     pending_t *p = pending_slot(c);
     header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
-    if (!p || !all) return free(all), TR_ENOMEM;
+    if (!p || !all) {
+        free(all);
+        return TR_ENOMEM;
+    }
     all[e->world] = h;
     *p = (pending_t){.req = UINT64_MAX,
                      .head = h,
@@ -130,7 +146,10 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
 {
     h.seq = ++c->seq;
     c->last = watch_op(&h, false);
-    if (pending_reserve(c, 2) < 0) return free(op.vals), TR_ENOMEM;
+    if (pending_reserve(c, 2) < 0) {
+        free(op.vals);
+        return TR_ENOMEM;
+    }
     pending_t *p = pending_slot(c);
     op.req = UINT64_MAX;
     op.head = h;
@@ -176,9 +195,13 @@ size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *
     for (int r = 0; counts && r < e->world; r++) {
         size_t lo, hi;
         tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
-        lo = lo > a ? lo : a, hi = hi < b ? hi : b;
+        lo = lo > a ? lo : a;
+        hi = hi < b ? hi : b;
         counts[r] = hi > lo ? hi - lo : 0;
-        if (r == e->rank) *mine = counts[r], *mine_at = counts[r] ? lo : a;
+        if (r == e->rank) {
+            *mine = counts[r];
+            *mine_at = counts[r] ? lo : a;
+        }
     }
     return counts;
 }
@@ -190,7 +213,7 @@ static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_
     const tr_engine_t *e = c->eng;
     size_t a = p->grads.offset / sizeof(float);
     void *buf = c->wire16 ? (void *)(c->wire16 + a) : (void *)p->data;
-    if (!p->scatter)
+    if (p->head.op != TR__COLL_REDUCE_SCATTER)
         return c->backend->ops->all_reduce(c->backend, buf, count, c->wire, TR_REDUCE_SUM, req);
     size_t *counts = tr__comm_bucket_parts(e, a, a + count, &p->mine, &p->mine_at);
     if (!counts) return TR_ENOMEM;
@@ -223,25 +246,28 @@ static int start(struct tr__comm *c, pending_t *p)
     c->backend->op_tag = p->step;
     uint64_t req = 0;
     int rc = 0;
-    const char *what = "a scalar all-reduce";
-    if (p->kind == OP_BUCKET) {
-        what = p->scatter ? "a bucket's reduce-scatter" : "a bucket's all-reduce";
+    switch (p->head.op) {
+    case TR__COLL_ALL_REDUCE:
+    case TR__COLL_REDUCE_SCATTER:
         rc = reduce_bucket(c, p, p->grads.length / sizeof(float), &req);
-    } else if (p->kind == OP_SCALAR) {
+        break;
+    case TR__COLL_SCALAR:
         rc = ops->all_reduce(c->backend, p->vals, p->scalar.n, TR_DTYPE_F64,
                              (tr_reduce_op_t)p->scalar.op, &req);
-    } else if (p->kind == OP_VECTOR) {
-        what = "a vector all-reduce";
+        break;
+    case TR__COLL_VECTOR:
         rc = ops->all_reduce(c->backend, p->ptr, p->buf.length / sizeof(double), TR_DTYPE_F64,
                              (tr_reduce_op_t)p->reduce_op, &req);
-    } else {
-        what = "the parameter all-gather";
+        break;
+    case TR__COLL_ALL_GATHER: {
         size_t n = p->buf.length / sizeof(float), S = tr__zero_slice(n, e->world);
         size_t *counts = malloc((size_t)e->world * sizeof(size_t));
         for (size_t r = 0; counts && r < (size_t)e->world; r++)
             counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
         rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req) : TR_ENOMEM;
         free(counts); /* the backend keeps its own copy */
+        break;
     }
-    return track(c, p, rc, req, what);
+    }
+    return track(c, p, rc, req, tr__comm_op_name(p->head.op));
 }

@@ -1,4 +1,4 @@
-/* comm_watch.c: the hang diagnosis across ranks (see comm_watch.h for the protocol).
+/* watchdog.c: the hang diagnosis across ranks (see watchdog.h for the protocol).
  *
  * A control message is one msgpack map: "k" (its kind: "alarm", "ask", "table", "verdict"),
  * "rank" (the sender), and for a table "started", "last" (an operation) and "ops" (an array of
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "actors/engine/engine_internal.h"
+#include "base/errf.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/error.h"
 #include "troupe/log.h"
@@ -45,12 +46,12 @@ struct tr__watch {
 void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
 {
     char what[64];
-    if (o->op == 1 || o->op == 4)
+    if (o->op == TR__COLL_ALL_REDUCE || o->op == TR__COLL_REDUCE_SCATTER)
         snprintf(what, sizeof(what), "the %s of bucket %u",
-                 o->op == 1 ? "all-reduce" : "reduce-scatter", o->bucket);
-    else if (o->op == 3)
+                 o->op == TR__COLL_ALL_REDUCE ? "all-reduce" : "reduce-scatter", o->bucket);
+    else if (o->op == TR__COLL_ALL_GATHER)
         snprintf(what, sizeof(what), "the parameter all-gather");
-    else if (o->op == 5)
+    else if (o->op == TR__COLL_VECTOR)
         snprintf(what, sizeof(what), "a vector all-reduce");
     else if (o->bucket == TR__SCALAR_CKPT_SAVE)
         snprintf(what, sizeof(what), "a wait for a checkpoint save (every rank must call it)");
@@ -65,25 +66,18 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
 
 /* --- encoding ----------------------------------------------------------------------------- */
 
-static void pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t v)
-{
-    tr__mp_pack_str(pk, key);
-    msgpack_pack_uint64(pk, v);
-}
-
 static void pack_op(msgpack_packer *pk, const tr__watch_op_t *o)
 {
     msgpack_pack_map(pk, 9);
-    pack_kv_u64(pk, "op", o->op);
-    pack_kv_u64(pk, "seq", o->seq);
-    pack_kv_u64(pk, "bytes", o->bytes);
-    pack_kv_u64(pk, "dtype", o->dtype);
-    pack_kv_u64(pk, "step", o->step);
-    pack_kv_u64(pk, "micro_step", o->micro_step);
-    pack_kv_u64(pk, "bucket", o->bucket);
-    pack_kv_u64(pk, "exchange", o->exchange);
-    tr__mp_pack_str(pk, "pending_s");
-    msgpack_pack_double(pk, o->pending_s);
+    tr__mp_pack_kv_uint(pk, "op", o->op);
+    tr__mp_pack_kv_uint(pk, "seq", o->seq);
+    tr__mp_pack_kv_uint(pk, "bytes", o->bytes);
+    tr__mp_pack_kv_uint(pk, "dtype", o->dtype);
+    tr__mp_pack_kv_uint(pk, "step", o->step);
+    tr__mp_pack_kv_uint(pk, "micro_step", o->micro_step);
+    tr__mp_pack_kv_uint(pk, "bucket", o->bucket);
+    tr__mp_pack_kv_uint(pk, "exchange", o->exchange);
+    tr__mp_pack_kv_double(pk, "pending_s", o->pending_s);
 }
 
 /* The message of kind k from this rank (with a table: mine) into sb. */
@@ -92,11 +86,10 @@ static void pack_msg(msgpack_sbuffer *sb, const char *k, int rank, const tr__wat
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, t ? 5 : 2);
-    tr__mp_pack_str(&pk, "k");
-    tr__mp_pack_str(&pk, k);
-    pack_kv_u64(&pk, "rank", (uint64_t)rank);
+    tr__mp_pack_kv_str(&pk, "k", k);
+    tr__mp_pack_kv_uint(&pk, "rank", (uint64_t)rank);
     if (!t) return;
-    pack_kv_u64(&pk, "started", t->started);
+    tr__mp_pack_kv_uint(&pk, "started", t->started);
     tr__mp_pack_str(&pk, "last");
     pack_op(&pk, &t->last);
     tr__mp_pack_str(&pk, "ops");
@@ -119,7 +112,7 @@ static bool unpack_op(const msgpack_object *m, tr__watch_op_t *o)
 {
     bool ok = m && m->type == MSGPACK_OBJECT_MAP;
     if (!ok) return false;
-    o->op = (uint32_t)get_u64(m, "op", &ok);
+    o->op = (tr__coll_op_t)get_u64(m, "op", &ok); /* another rank's: described as it is */
     o->seq = get_u64(m, "seq", &ok);
     o->bytes = get_u64(m, "bytes", &ok);
     o->dtype = (uint32_t)get_u64(m, "dtype", &ok);
@@ -184,9 +177,12 @@ int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch
     *out = NULL;
     if (data->world == 1 || !data->ops->send || !data->ops->recv || !data->ops->split) return 0;
     tr__watch_t *w = calloc(1, sizeof(*w));
-    if (!w) return snprintf(why, whylen, "comm watchdog: out of memory"), TR_ENOMEM;
+    if (!w) return tr__errf(why, whylen, TR_ENOMEM, "comm watchdog: out of memory");
     int rc = tr_comm_split(data, 0, data->rank, &w->ctl, why, whylen);
-    if (rc < 0) return free(w), rc;
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
     w->ctl->done = done;
     w->ctl->done_arg = arg;
     w->rank = w->ctl->rank;
@@ -208,7 +204,8 @@ void tr__watch_destroy(tr__watch_t *w)
     tr_comm_destroy(w->ctl); /* cancels the posted receive */
     for (size_t i = 0; i < sizeof(w->out) / sizeof(w->out[0]); i++)
         free(w->out[i].data);
-    free(w->tables), free(w->answered);
+    free(w->tables);
+    free(w->answered);
     free(w);
 }
 

@@ -1,4 +1,4 @@
-/* comm_watch: the comm actor's hang diagnosis across ranks.
+/* watchdog.h: the comm actor's hang diagnosis across ranks.
  *
  * When a collective has been pending past troupe.comm.timeout_s on some rank, every rank's
  * table of pending operations is gathered on rank 0, which names the rank that diverged and
@@ -31,9 +31,20 @@
 #define TR__WATCH_GRACE_NS 3000000000ull /* rank 0 waits this long for the tables */
 #define TR__WATCH_MAX_OPS 32             /* pending operations a table carries (the oldest) */
 
+/* What a collective is: the op of the header every rank exchanges before it, and of the
+ * watchdog's tables. The values travel to other ranks (headers are compared byte for byte,
+ * tables go to rank 0), so each keeps its number. */
+typedef enum {
+    TR__COLL_ALL_REDUCE = 1,     /* a bucket's all-reduce */
+    TR__COLL_SCALAR = 2,         /* a scalar all-reduce (COMM_SCALAR) */
+    TR__COLL_ALL_GATHER = 3,     /* the parameter all-gather (ZeRO 1, 2) */
+    TR__COLL_REDUCE_SCATTER = 4, /* a bucket's reduce-scatter (ZeRO 2) */
+    TR__COLL_VECTOR = 5,         /* a vector all-reduce (COMM_REDUCE) */
+} tr__coll_op_t;
+
 /* One operation as the header exchange and the watchdog name it. */
 typedef struct tr__watch_op {
-    uint32_t op;         /* 1: a bucket's all-reduce, 2: a scalar all-reduce, 3: an all-gather */
+    tr__coll_op_t op;
     uint32_t dtype;
     uint64_t seq;        /* the comm actor's collective number, from 1 */
     uint64_t bytes, step;

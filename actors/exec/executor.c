@@ -39,6 +39,51 @@ typedef struct queued {
 /* What a COMM_SCALAR answers (its `what`). */
 enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
 
+/* Where the executor is in an accumulation window; win_next() holds every transition. A TRAIN
+ * goes IDLE -> STEP_PENDING -> IDLE (its micro-batches before the boundary leave it IDLE);
+ * the DeepSpeed-style calls go IDLE -> FORWARD (-> BACKWARD_WAITS) -> UNSTEPPED -> ... ->
+ * FORWARD -> STEP_PENDING -> IDLE. */
+typedef enum {
+    WIN_IDLE,           /* nothing half done: the next call may start a micro-batch */
+    WIN_FORWARD,        /* a forward is done, its backward not yet */
+    WIN_BACKWARD_WAITS, /* ZeRO 2: that backward waits for grads_out to reach 0 */
+    WIN_UNSTEPPED,      /* a backward's micro-batch (not the boundary) awaits tr_engine_step */
+    WIN_STEP_PENDING,   /* the boundary's backward is done, STEP_DONE has not arrived */
+} win_t;
+
+typedef enum {
+    EV_FORWARD_BEGIN,   /* a FORWARD starts: no micro-batch awaits its step any more */
+    EV_FORWARD_DONE,    /* its forward succeeded */
+    EV_BACKWARD_HELD,   /* a BACKWARD arrived while gradients are out for reduction */
+    EV_BACKWARD_BEGIN,  /* the forward's backward runs */
+    EV_MICRO_DONE,      /* a micro-batch before the boundary is counted */
+    EV_BOUNDARY_DONE,   /* the boundary's micro-batch is counted: the optimizer steps */
+    EV_BACKWARD_REPLY,  /* a BACKWARD is answered */
+    EV_STEP_DONE,       /* the optimizer's STEP_DONE is handled: no micro-batch awaits a step */
+    EV_STEPPED,         /* a STEP is answered at once, or a TRAIN starts */
+} win_event_t;
+
+/* The window's one transition function. An event that does not apply to the state leaves it
+ * as it is (busy_reason keeps the client from sending those). The statistics of a step that
+ * no STEP has reported yet (step_ready) are not part of the window: a client may start the
+ * next window before it asks for them. */
+static win_t win_next(win_t w, win_event_t ev)
+{
+    switch (ev) {
+    case EV_FORWARD_BEGIN:
+    case EV_STEPPED: return w == WIN_UNSTEPPED ? WIN_IDLE : w;
+    case EV_FORWARD_DONE: return WIN_FORWARD;
+    case EV_BACKWARD_HELD: return WIN_BACKWARD_WAITS;
+    case EV_BACKWARD_BEGIN:
+        return w == WIN_FORWARD || w == WIN_BACKWARD_WAITS ? WIN_IDLE : w;
+    case EV_MICRO_DONE: return w == WIN_STEP_PENDING ? WIN_IDLE : w;
+    case EV_BOUNDARY_DONE: return WIN_STEP_PENDING;
+    case EV_BACKWARD_REPLY: return w == WIN_IDLE ? WIN_UNSTEPPED : w;
+    case EV_STEP_DONE: return w == WIN_STEP_PENDING || w == WIN_UNSTEPPED ? WIN_IDLE : w;
+    }
+    return w;
+}
+
 struct tr__exec {
     const tr_engine_t *eng;
     tr_model_t *model;
@@ -51,17 +96,13 @@ struct tr__exec {
     int micro;       /* micro-batches done in the accumulation window */
     double loss_sum; /* over the window */
     uint64_t t_window, tokens_window;
+    win_t win;         /* the accumulation window's state (win_next) */
     bool started;      /* the loader has been told to start */
-    bool step_pending; /* boundary backward done, STEP_DONE not arrived */
-    bool step_ready;   /* STEP_DONE arrived, not reported yet (DeepSpeed-style) */
-    bool unstepped;    /* a backward's micro-batch awaits its tr_engine_step */
-    bool deferred;     /* a FORWARD (its message kept) arrived while the step was pending */
-    tr_msg_t *deferred_msg;
+    bool step_ready;   /* STEP_DONE arrived, `stats` not reported yet (DeepSpeed-style) */
+    tr_msg_t *deferred_msg; /* a FORWARD that arrived while the step was pending (or NULL) */
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
-    bool have_forward; /* DeepSpeed-style: forward done, backward not yet */
     uint64_t grads_out;    /* ZeRO 2: gradient elements out for reduction, not yet freed */
-    bool backward_waits;   /* a BACKWARD request waits for grads_out to reach 0 */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -70,22 +111,28 @@ struct tr__exec {
     int *tokens, *targets;   /* the executor's copy of a client batch or an eval batch */
     float *x, *y;
     tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
-    bool save_waits;       /* a WAIT request waits for it to finish */
-    uint64_t wait_t0;      /* since then */
+    uint64_t wait_t0;      /* since when a WAIT request waits for it to finish (0: none) */
     tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
 };
 
 /* --- replies ----------------------------------------------------------------------------- */
 
+/* A forward is done and its backward has not run. */
+static bool have_forward(const struct tr__exec *x)
+{
+    return x->win == WIN_FORWARD || x->win == WIN_BACKWARD_WAITS;
+}
+
 static tr__reply_t view(const struct tr__exec *x)
 {
     const tr_engine_t *e = x->eng;
-    int pos = x->have_forward                   ? x->micro
-              : x->step_pending || x->step_ready ? e->GAS - 1
-              : x->unstepped                     ? x->micro - 1
-                                                 : x->micro;
+    bool pending = x->win == WIN_STEP_PENDING;
+    int pos = have_forward(x)            ? x->micro
+              : pending || x->step_ready ? e->GAS - 1
+              : x->win == WIN_UNSTEPPED  ? x->micro - 1
+                                         : x->micro;
     return (tr__reply_t){.global_step = x->global_steps,
-                         .window = x->micro + x->have_forward + x->step_pending,
+                         .window = x->micro + have_forward(x) + pending,
                          .micro_pos = pos};
 }
 
@@ -224,7 +271,7 @@ static void micro_counted(struct tr__exec *x, bool boundary)
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     x->micro_steps++;
     x->global_samples += (uint64_t)e->B * (uint64_t)e->replicas;
-    x->step_pending = boundary;
+    x->win = win_next(x->win, boundary ? EV_BOUNDARY_DONE : EV_MICRO_DONE);
 }
 
 static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1,
@@ -285,13 +332,15 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr_engine_t *e = x->eng;
     int M = e->GAS, rc = 0;
-    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->step_pending) return;
+    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->win == WIN_STEP_PENDING)
+        return;
     queued_t q[TR__MAX_PREFETCH];
     tr_batch_t b[TR__MAX_PREFETCH];
     float losses[TR__MAX_PREFETCH] = {0};
     for (int k = 0; k < M; k++) {
         q[k] = x->q[x->q_head];
-        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH, x->q_n--;
+        x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
+        x->q_n--;
         b[k] = batch_of(x, q[k].in, q[k].targets, q[k].y);
     }
     uint64_t step = x->global_steps, t0 = tr_now_ns();
@@ -325,7 +374,8 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     for (int k = 0; k < M; k++)
         rc = credit(ctx, x, q[k].slot, step, k, rc);
     if (rc < 0) {
-        x->req = 0, x->want = 0;
+        x->req = 0;
+        x->want = 0;
         return;
     }
     x->want -= M;
@@ -338,7 +388,7 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         run_pipelined(ctx, x);
         return;
     }
-    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && !x->step_pending &&
+    while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && x->win != WIN_STEP_PENDING &&
            x->grads_out == 0) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
@@ -412,7 +462,7 @@ static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r);
 static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_done_t *d,
                         double loss)
 {
-    x->step_pending = false;
+    x->win = win_next(x->win, EV_STEP_DONE);
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
@@ -422,28 +472,23 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     report_stats(x, d, loss);
     if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
         x->req = 0;
-        x->unstepped = false;
-        if (x->deferred) {
-            x->deferred = false;
-            tr_msg_free(ctx->rt, x->deferred_msg);
-            x->deferred_msg = NULL;
-        }
+        tr_msg_free(ctx->rt, x->deferred_msg); /* NULL: none */
+        x->deferred_msg = NULL;
         tr__reply(x->eng, d->rc, NULL, "%s", d->error); /* the optimizer's explanation */
         return;
     }
     tr__dsmon_step(x->ds, &x->stats, d);
     if (x->req == TR__REQ_TRAIN || x->req == TR__REQ_STEP) {
         x->req = 0;
-        x->unstepped = false;
         reply_ok(x, 0, (tr__reply_t){.stats = x->stats});
     } else {
         x->step_ready = true;
     }
-    if (x->deferred) {
-        x->deferred = false;
-        serve_forward(x, TR_MSG_AS(x->deferred_msg, engine_req));
-        tr_msg_free(ctx->rt, x->deferred_msg);
+    if (x->deferred_msg) {
+        tr_msg_t *m = x->deferred_msg;
         x->deferred_msg = NULL;
+        serve_forward(x, TR_MSG_AS(m, engine_req));
+        tr_msg_free(ctx->rt, m);
     }
 }
 
@@ -496,8 +541,10 @@ static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
     const void *in = tr__resolve(e, &r->inputs, why, sizeof(why));
     const void *t = r->targets.buffer_id ? tr__resolve(e, &r->targets, why, sizeof(why)) : NULL;
     const void *y = r->y.buffer_id ? tr__resolve(e, &r->y, why, sizeof(why)) : NULL;
-    if (!in || (!t && !y))
-        return tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why), TR_EINVAL;
+    if (!in || (!t && !y)) {
+        tr__reply(e, TR_EINVAL, NULL, "executor: forward: %s", why);
+        return TR_EINVAL;
+    }
     if (e->x_dim)
         memcpy(x->x, in, bt * (size_t)e->x_dim * sizeof(float));
     else
@@ -516,43 +563,43 @@ static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r)
     float loss;
     uint64_t t0 = tr_now_ns();
     if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, t0); /* the window opens */
-    x->unstepped = false;
+    x->win = win_next(x->win, EV_FORWARD_BEGIN);
     if (forward(x, &batch, &loss) < 0) return;
     forward_done(x, x->global_steps, t0, tr_now_ns());
     if (x->micro == 0) x->t_window = t0;
-    x->have_forward = true;
+    x->win = win_next(x->win, EV_FORWARD_DONE);
     x->loss_sum += loss;
     reply_ok(x, 0, (tr__reply_t){.loss = loss});
 }
 
 static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    if (!x->have_forward) {
+    if (!have_forward(x)) {
         tr__reply(x->eng, TR_EINVAL, NULL, "tr_engine_backward: no forward to go back through");
         return;
     }
     if (x->grads_out) { /* ZeRO 2: the last micro-step's reductions still own the buffer */
-        x->backward_waits = true;
+        x->win = win_next(x->win, EV_BACKWARD_HELD);
         return;
     }
-    x->have_forward = false;
+    x->win = win_next(x->win, EV_BACKWARD_BEGIN);
     bool boundary = x->micro == x->eng->GAS - 1;
     uint64_t step = x->global_steps, t0 = tr_now_ns();
     if (backward(ctx, x, boundary) < 0) return;
     backward_done(x, step, t0, tr_now_ns(), boundary);
-    x->unstepped = true;
+    x->win = win_next(x->win, EV_BACKWARD_REPLY);
     reply_ok(x, 0, (tr__reply_t){0});
 }
 
 static void serve_step(struct tr__exec *x)
 {
-    if (x->step_pending) {
+    if (x->win == WIN_STEP_PENDING) {
         x->req = TR__REQ_STEP; /* answered at STEP_DONE */
         return;
     }
     bool ready = x->step_ready;
     x->step_ready = false;
-    x->unstepped = false;
+    x->win = win_next(x->win, EV_STEPPED);
     /* 1: not a boundary, a no-op as in DeepSpeed */
     reply_ok(x, ready ? 0 : 1, (tr__reply_t){.stats = ready ? x->stats : (tr_step_stats_t){0}});
 }
@@ -568,10 +615,7 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
     }
     x->grads_out -= f->count;
     if (x->grads_out) return;
-    if (x->backward_waits) {
-        x->backward_waits = false;
-        serve_backward(ctx, x);
-    }
+    if (x->win == WIN_BACKWARD_WAITS) serve_backward(ctx, x);
     run_train(ctx, x);
 }
 
@@ -669,11 +713,10 @@ static void save_round(tr_ctx_t *ctx, struct tr__exec *x)
 /* The save's outcome to a waiting WAIT (and forgotten: it is reported once). */
 static void save_answer(struct tr__exec *x)
 {
-    if (x->save_waits && x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
+    if (x->wait_t0 && x->eng->mon) /* the caller was held up: the trace says */
         tr_monitor_span(x->eng->mon, &(tr_span_t){"checkpoint wait", x->wait_t0, tr_now_ns(),
                                                   x->global_steps, 0, TR__LANE_CKPT_WAIT, 0, 0});
     x->wait_t0 = 0;
-    x->save_waits = false;
     int rc = x->save.outcome;
     x->save.outcome = 0;
     if (rc < 0)
@@ -695,14 +738,17 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
     }
     if (r == TR__SAVE_LATEST) {
         tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-        if (m) TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST, m->step = x->save.step;
+        if (m) {
+            TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST;
+            m->step = x->save.step;
+        }
         if (!m || tr_actor_send(ctx->rt, e->checkpointer, m) < 0) {
             tr_msg_free(ctx->rt, m);
             tr__engine_fail(e, TR_ENOMEM, "executor: cannot ask for latest to be written");
         }
         return 0;
     }
-    if (!x->save_waits) return 0;
+    if (!x->wait_t0) return 0; /* no WAIT to answer */
     if (x->save.phase == TR__SAVE_NONE)
         save_answer(x);
     else if (e->world > 1 && tr__save_local_done(&x->save))
@@ -718,7 +764,7 @@ static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
         double v[2];
         tr__save_values(&x->save, v);
         save_moved(ctx, x, v);
-    } else if (x->save_waits) {
+    } else if (x->wait_t0) {
         save_round(ctx, x);
     }
 }
@@ -727,12 +773,10 @@ static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
 static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
 {
     if (x->save.phase == TR__SAVE_NONE) {
-        x->save_waits = true;
         save_answer(x);
         return;
     }
-    x->save_waits = true;
-    x->wait_t0 = tr_now_ns();
+    x->wait_t0 = tr_now_ns(); /* CLOCK_MONOTONIC: never 0 */
     if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 
@@ -783,17 +827,18 @@ static const char *busy_reason(struct tr__exec *x, int kind)
         return "the engine is pipelined (pipeline.stages > 1): only tr_engine_train_batch runs "
                "a step (as DeepSpeed's PipelineEngine allows only train_batch)";
     if (kind == TR__REQ_WAIT) /* its rounds must not meet a step's collectives */
-        return x->micro || x->have_forward || x->step_pending
+        return x->micro || have_forward(x) || x->win == WIN_STEP_PENDING
                    ? "checkpoint wait: in the middle of an accumulation window; wait between "
                      "steps"
                    : NULL;
-    if (x->have_forward && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
+    if (have_forward(x) && kind != TR__REQ_BACKWARD)
+        return "a forward is waiting for its backward";
     if (kind == TR__REQ_TRAIN && x->micro > 0)
         return "the accumulation window was started with tr_engine_forward/backward; finish it "
                "with tr_engine_step";
-    if (kind == TR__REQ_EVAL && x->step_pending)
+    if (kind == TR__REQ_EVAL && x->win == WIN_STEP_PENDING)
         return "the optimizer step is pending; call tr_engine_step first";
-    if (kind == TR__REQ_SAVE && (x->micro || x->step_pending))
+    if (kind == TR__REQ_SAVE && (x->micro || x->win == WIN_STEP_PENDING))
         return "save: in the middle of an accumulation window; save after a step";
     if (kind == TR__REQ_SAVE && x->save.phase != TR__SAVE_NONE)
         return "save: the last save is still being written (tr_engine_wait_checkpoint)";
@@ -804,7 +849,7 @@ static void serve_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
     x->req = TR__REQ_TRAIN;
     x->step_ready = false; /* a DeepSpeed-style step's statistics are not this one's */
-    x->unstepped = false;
+    x->win = win_next(x->win, EV_STEPPED);
     x->want = x->eng->GAS;
     x->t_window = tr_now_ns();
     if (!x->started) {
@@ -832,7 +877,7 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     case TR__REQ_TRAIN: serve_train(ctx, x); break;
     case TR__REQ_EVAL: serve_eval(ctx, x, r->n); break;
     case TR__REQ_FORWARD:
-        if (!x->step_pending) {
+        if (x->win != WIN_STEP_PENDING) {
             serve_forward(x, r);
             break;
         }
@@ -840,7 +885,6 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         if (!(x->deferred_msg = tr_msg_alloc(ctx->rt, TR_MSG_ENGINE_REQ, sizeof(*r))))
             return TR_ENOMEM;
         memcpy(tr_msg_body(x->deferred_msg), r, sizeof(*r));
-        x->deferred = true;
         break;
     case TR__REQ_BACKWARD: serve_backward(ctx, x); break;
     case TR__REQ_STEP: serve_step(x); break;

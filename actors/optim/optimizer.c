@@ -22,6 +22,7 @@
 #include <msgpack.h>
 
 #include "actors/optim/optimizer_internal.h"
+#include "base/errf.h"
 #include "kernels/cpu/gradnorm.h"
 #include "runtime/msg/mpack.h"
 
@@ -188,10 +189,13 @@ static int nonfinite_param(const tr__optim_t *o, int *layer)
     const tr_model_t *model = o->eng->model;
     for (int i = 0; i < tr_model_num_layers(model); i++) {
         const tr_layer_t *l = tr_model_layer(model, i);
-        for (int k = 0; k < l->n_params; k++)
+        for (int k = 0; k < l->n_params; k++) {
             if (!isfinite(tr_grad_sumsq(o->params + l->param_offset + l->params[k].offset,
-                                        l->params[k].numel)))
-                return *layer = i, k;
+                                        l->params[k].numel))) {
+                *layer = i;
+                return k;
+            }
+        }
     }
     return -1;
 }
@@ -207,8 +211,10 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
     for (int i = n - 1; i >= 0; i--) {
         const tr_layer_t *l = tr_model_layer(model, i);
         size_t a = l->param_offset, b = a + l->param_count;
-        if (o->gpart) /* ZeRO 2: the layer's part in this rank's partition */
-            a = a > o->lo ? a : o->lo, b = b < o->hi ? b : o->hi;
+        if (o->gpart) { /* ZeRO 2: the layer's part in this rank's partition */
+            a = a > o->lo ? a : o->lo;
+            b = b < o->hi ? b : o->hi;
+        }
         if (b > a && !isfinite(tr_grad_sumsq(grad_at(o, a), b - a))) {
             count++;
             if (first < 0) first = i;
@@ -369,7 +375,10 @@ static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     const tr_engine_t *e = o->eng;
     tr_msg_t *r = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
-    if (!r) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
+    if (!r) {
+        tr_msg_free(ctx->rt, m);
+        return TR_ENOMEM;
+    }
     tr_buffer_info_t info;
     int rc = tr_buffer_info(e->rt, o->lamb_sums_id, &info);
     if (rc == 0)
@@ -478,7 +487,10 @@ static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     const tr_engine_t *e = o->eng;
     tr_msg_t *g = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
-    if (!g) return tr_msg_free(ctx->rt, m), TR_ENOMEM;
+    if (!g) {
+        tr_msg_free(ctx->rt, m);
+        return TR_ENOMEM;
+    }
     tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
     b->count = o->slice;
     int rc = tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32,
@@ -625,9 +637,11 @@ static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
     if (mode == RUN_RESTORE) rc = send_or_free(ctx, o->eng->executor, m);
     if (rc < 0) return rc;
     if (!o->queued.mode) return mode == RUN_PREFETCH ? 0 : swap_prefetch(ctx, o);
-    mode = o->queued.mode, m = o->queued.held;
+    mode = o->queued.mode;
+    m = o->queued.held;
     float *stage = o->queued.stage;
-    o->queued.mode = 0, o->queued.held = NULL;
+    o->queued.mode = 0;
+    o->queued.held = NULL;
     return swap_begin(ctx, o, mode, m, stage);
 }
 
@@ -636,7 +650,8 @@ static void swap_drop(tr_ctx_t *ctx, tr__optim_t *o)
     if (o->run.held) tr_msg_free(ctx->rt, o->run.held);
     if (o->queued.held) tr_msg_free(ctx->rt, o->queued.held);
     o->run = (struct swap_run){0};
-    o->queued.mode = 0, o->queued.held = NULL;
+    o->queued.mode = 0;
+    o->queued.held = NULL;
 }
 
 /* Every read the prefetch started is back (a buffer's bit per read). */
@@ -663,7 +678,9 @@ static int swap_prefetch(tr_ctx_t *ctx, tr__optim_t *o)
 /* A step or a save takes the prefetch over: the reads already back are handled now. */
 static int swap_adopt(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, float *stage)
 {
-    o->run.mode = mode, o->run.held = held, o->run.stage = stage;
+    o->run.mode = mode;
+    o->run.held = held;
+    o->run.stage = stage;
     uint64_t ready = o->run.ready;
     o->run.ready = 0;
     int rc = 0;
@@ -694,7 +711,8 @@ static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
                             "pending");
             return TR_EINVAL;
         }
-        o->queued.mode = mode, o->queued.held = held;
+        o->queued.mode = mode;
+        o->queued.held = held;
         o->queued.stage = stage;
         return 0;
     }
@@ -773,7 +791,10 @@ static int save_stage(tr__optim_t *o)
     if (!(o->save_stage = malloc(bytes ? bytes : 1))) return TR_ENOMEM;
     int rc = tr__optimizer_register(o, "optimizer/save_moments", o->save_stage, bytes,
                                     TR_DTYPE_F32, TR_BUFFER_REQUEST, &o->save_stage_id);
-    if (rc < 0) free(o->save_stage), o->save_stage = NULL;
+    if (rc < 0) {
+        free(o->save_stage);
+        o->save_stage = NULL;
+    }
     return rc;
 }
 
@@ -850,16 +871,16 @@ static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s
     int rc = msgpack_unpack_next(&u, (const char *)s->optim.data, s->optim.len, NULL) ==
                      MSGPACK_UNPACK_SUCCESS
                  ? tr__optimizer_state_unpack(o, &u.data, why, sizeof(why))
-                 : (snprintf(why, sizeof(why), "optimizer state: not msgpack"), TR_EFORMAT);
+                 : tr__errf(why, sizeof(why), TR_EFORMAT, "optimizer state: not msgpack");
     msgpack_unpacked_destroy(&u);
     const float *moments = NULL;
     size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float); /* this rank's slice */
     if (rc == 0 && o->n_arrays && !(moments = tr__resolve(e, &s->moments, why, sizeof(why))))
         rc = TR_EINVAL;
     if (moments && s->moments.length != bytes)
-        rc = (snprintf(why, sizeof(why), "optimizer: the restored moments hold %llu bytes, this "
-                       "rank's slice %zu", (unsigned long long)s->moments.length, bytes),
-              TR_EINVAL);
+        rc = tr__errf(why, sizeof(why), TR_EINVAL,
+                      "optimizer: the restored moments hold %llu bytes, this rank's slice %zu",
+                      (unsigned long long)s->moments.length, bytes);
     if (rc < 0) {
         s->kind = TR__STATE_RESTORED;
         s->rc = rc;

@@ -88,7 +88,8 @@ static int decay_ranges(tr__optim_t *o)
                                !l->params[k].no_decay};
             size_t lo = r.at > o->lo ? r.at : o->lo, hi = r.at + r.n < o->hi ? r.at + r.n : o->hi;
             if (lo >= hi) continue; /* outside this rank's slice */
-            r.at = lo, r.n = hi - lo;
+            r.at = lo;
+            r.n = hi - lo;
             decay_range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
             if (last && last->decay == r.decay && last->at + last->n == r.at)
                 last->n += r.n;
@@ -122,7 +123,9 @@ static int partition(tr__optim_t *o)
 {
     const tr_engine_t *e = o->eng;
     size_t n = e->n_params;
-    o->lo = 0, o->hi = n, o->slice = n;
+    o->lo = 0;
+    o->hi = n;
+    o->slice = n;
     if (e->zero < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
     o->slice = tr__zero_slice(n, e->world);
     tr__zero_owned(n, e->world, e->rank, &o->lo, &o->hi);
@@ -289,29 +292,20 @@ int tr__optimizer_array_names(const tr_engine_t *eng, const char **names, int ma
     return n;
 }
 
-#define PACK_KEY(pk, s) tr__mp_pack_str(pk, s)
-
 int tr__optimizer_state_pack(const tr__optim_t *o, void *pkv)
 {
     msgpack_packer *pk = pkv;
     msgpack_pack_map(pk, 9);
-    PACK_KEY(pk, "type");
-    msgpack_pack_int(pk, o->type);
-    PACK_KEY(pk, "step");
-    msgpack_pack_int64(pk, o->st.step);
-    PACK_KEY(pk, "beta1_pow");
-    msgpack_pack_double(pk, o->st.beta1_pow);
-    PACK_KEY(pk, "beta2_pow");
-    msgpack_pack_double(pk, o->st.beta2_pow);
-    PACK_KEY(pk, "beta1");
-    msgpack_pack_float(pk, o->adam.beta1);
-    PACK_KEY(pk, "sched_steps");
-    msgpack_pack_int64(pk, o->sched_steps);
-    PACK_KEY(pk, "loss_scale");
-    msgpack_pack_double(pk, o->scaler.cur_scale);
-    PACK_KEY(pk, "hysteresis");
-    msgpack_pack_int(pk, o->scaler.cur_hysteresis);
-    PACK_KEY(pk, "scaler_iters");
+    tr__mp_pack_kv_int(pk, "type", o->type);
+    tr__mp_pack_kv_int(pk, "step", o->st.step);
+    tr__mp_pack_kv_double(pk, "beta1_pow", o->st.beta1_pow);
+    tr__mp_pack_kv_double(pk, "beta2_pow", o->st.beta2_pow);
+    tr__mp_pack_str(pk, "beta1");
+    msgpack_pack_float(pk, o->adam.beta1); /* single precision, as the config holds it */
+    tr__mp_pack_kv_int(pk, "sched_steps", o->sched_steps);
+    tr__mp_pack_kv_double(pk, "loss_scale", o->scaler.cur_scale);
+    tr__mp_pack_kv_int(pk, "hysteresis", o->scaler.cur_hysteresis);
+    tr__mp_pack_str(pk, "scaler_iters");
     msgpack_pack_array(pk, 2);
     msgpack_pack_int64(pk, o->scaler.cur_iter);
     msgpack_pack_int64(pk, o->scaler.last_overflow_iter);

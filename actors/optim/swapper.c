@@ -216,7 +216,10 @@ static int alloc_buffers(struct tr__swapper *w, tr_actor_t owner)
         int rc = w->locked ? tr_aio_buffer_alloc(w->aio, w->lay.slot_bytes, &w->bufs[b])
                            : (posix_memalign(&w->bufs[b], 4096, w->lay.slot_bytes) ? TR_ENOMEM
                                                                                   : 0);
-        if (rc < 0) return w->bufs[b] = NULL, rc;
+        if (rc < 0) {
+            w->bufs[b] = NULL;
+            return rc;
+        }
         memset(w->bufs[b], 0, w->lay.slot_bytes);
         char name[TR_BUFFER_NAME_MAX];
         snprintf(name, sizeof(name), "swapper/buf%d", b);

@@ -16,6 +16,8 @@
 
 #include "troupe.h"
 
+#include "runtime/msg/mpack.h"
+
 static tr_runtime_t *rt; /* the group's runtime: its pool backs decoded messages */
 
 /* --- an application type with every field kind --------------------------------------- */
@@ -862,6 +864,40 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Checkpoint headers pack int fields with tr__mp_pack_kv_int (int64) and unsigned ones with
+ * tr__mp_pack_kv_uint; the files must stay the bytes msgpack_pack_int wrote before. */
+static void test_codec_mpack_kv_helpers_pack_the_shortest_form(void **state)
+{
+    (void)state;
+    static const int64_t values[] = {0,   1,     127,   128,   255,    256,       65535,    65536,
+                                     -1,  -32,   -33,   -128,  -129,   -32768,    -32769,
+                                     INT32_MAX, INT32_MIN};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        int v = (int)values[i];
+        msgpack_sbuffer a, b, c;
+        msgpack_packer pa, pb, pc;
+        msgpack_sbuffer_init(&a);
+        msgpack_sbuffer_init(&b);
+        msgpack_sbuffer_init(&c);
+        msgpack_packer_init(&pa, &a, msgpack_sbuffer_write);
+        msgpack_packer_init(&pb, &b, msgpack_sbuffer_write);
+        msgpack_packer_init(&pc, &c, msgpack_sbuffer_write);
+        tr__mp_pack_str(&pa, "world");
+        msgpack_pack_int(&pa, v);
+        tr__mp_pack_kv_int(&pb, "world", v);
+        if (v >= 0) tr__mp_pack_kv_uint(&pc, "world", (uint64_t)v);
+        assert_int_equal(a.size, b.size);
+        assert_memory_equal(a.data, b.data, a.size);
+        if (v >= 0) {
+            assert_int_equal(a.size, c.size);
+            assert_memory_equal(a.data, c.data, a.size);
+        }
+        msgpack_sbuffer_destroy(&a);
+        msgpack_sbuffer_destroy(&b);
+        msgpack_sbuffer_destroy(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -880,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_codec_encode_reports_errors),
         cmocka_unit_test(test_codec_register_checks_descriptors),
         cmocka_unit_test(test_codec_receiver_survives_a_malformed_payload),
+        cmocka_unit_test(test_codec_mpack_kv_helpers_pack_the_shortest_form),
     };
     return cmocka_run_group_tests_name("codec", tests, setup, teardown);
 }
