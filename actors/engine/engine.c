@@ -1,10 +1,11 @@
 /* engine.c: the embedding API (troupe/engine.h). It builds the runtime and the engine's
  * actors, and turns each call into a request message plus a wait.
  *
- * The caller's thread is a client outside the runtime: it fills the request's inputs in the
- * engine, sends an ENGINE_REQ and sleeps on `cv` until an actor calls tr__engine_reply. A
- * supervisor actor is linked to every engine actor: if one fails, the waiting call gets the
- * failure (never a hang) and the engine refuses further work with the same explanation.
+ * The caller's thread is a client outside the runtime (client.c): it fills the request's
+ * inputs in the engine, sends an ENGINE_REQ and waits in its reply slot until an actor calls
+ * tr__reply. A supervisor actor is linked to every engine actor: if one fails, the waiting
+ * call gets the failure (never a hang) and the engine refuses further work with the same
+ * explanation. The set-up checks are in setup_check.c.
  *
  * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
  * attached to the runtime, which records every actor's messages; the engine adds the step
@@ -19,72 +20,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "actors/engine/client.h"
 #include "actors/engine/engine_internal.h"
+#include "actors/engine/setup_check.h"
 #include "base/file.h"
-#include "runtime/comm/ranks.h"
-
-void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
-{
-    void *p;
-    return tr_buffer_resolve(eng->rt, ref, &p, why, whylen) == 0 ? p : NULL;
-}
-
-/* --- the client's reply slot ----------------------------------------------------------------- */
-
-/* The explanation of rc, from fmt: never empty, and never ending in a bare ": ". Under mu. */
-static void set_error(tr__client_t *c, int rc, const char *fmt, va_list ap)
-{
-    c->error[0] = '\0';
-    if (fmt) vsnprintf(c->error, sizeof(c->error), fmt, ap);
-    size_t n = strlen(c->error);
-    if (n == 0 || c->error[n - 1] == ' ' || c->error[n - 1] == ':')
-        snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)", n ? " " : "engine: ",
-                 tr_err_name(rc), tr_strerror(rc));
-}
-
-static void reply_v(const tr_engine_t *eng, int rc, bool fail_engine, const tr__reply_t *r,
-                    const char *fmt, va_list ap)
-{
-    tr__client_t *c = eng->client;
-    pthread_mutex_lock(&c->mu);
-    if (c->failed) {
-        /* the first failure stands: what follows it (a peer that can no longer send to a
-         * failed actor, a request it cut short) changes neither the code nor the text */
-        c->rc = c->failed;
-    } else {
-        c->rc = rc;
-        if (r) c->reply = *r;
-        /* an actor failed between calls (the loader, ahead), or for good: keep why */
-        if (rc < 0 && (fail_engine || !c->waiting)) c->failed = rc;
-        if (rc < 0) set_error(c, rc, fmt, ap);
-    }
-    c->waiting = false;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *r, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    reply_v(eng, rc, false, r, fmt, ap);
-    va_end(ap);
-}
-
-void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    reply_v(eng, rc, true, NULL, fmt, ap);
-    va_end(ap);
-}
-
-tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind)
-{
-    tr_msg_t *m = tr_msg_new(rt, TR_MSG_ENGINE_REQ);
-    if (m) TR_MSG_AS(m, engine_req)->kind = kind;
-    return m;
-}
 
 /* Copies s into a message's string field of capacity cap; a string that does not fit is an
  * error naming what it is, never a truncation. */
@@ -92,108 +31,27 @@ static int set_str(tr_engine_t *eng, char *field, size_t cap, const char *s, con
 {
     size_t n = s ? strlen(s) : 0;
     if (n >= cap)
-        return snprintf(eng->error, sizeof(eng->error),
-                        "%s: %zu bytes, longer than the %zu the engine accepts", what, n, cap - 1),
-               TR_ENAMETOOLONG;
+        return tr__errf(eng->error, sizeof(eng->error), TR_ENAMETOOLONG,
+                        "%s: %zu bytes, longer than the %zu the engine accepts", what, n, cap - 1);
     memcpy(field, s ? s : "", n + 1);
     return 0;
 }
 
-/* Sends a request and waits for its reply. On success the reply's view becomes the client's;
- * on failure eng->error gets the explanation. */
+/* Sends a request and waits for its reply (client.c). On success the reply's view becomes
+ * the client's; on failure eng->error gets the explanation. */
 static int call(tr_engine_t *eng, tr_actor_t to, tr_msg_t *m)
 {
-    tr__client_t *c = eng->client;
-    pthread_mutex_lock(&c->mu);
-    int failed = c->failed; /* under mu: actors write it */
-    if (!failed) {
-        c->waiting = true;
-        c->error[0] = '\0';
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (failed) {
-        tr_msg_free(eng->rt, m);
-        pthread_mutex_lock(&c->mu);
-        snprintf(eng->error, sizeof(eng->error), "%s", c->error);
-        pthread_mutex_unlock(&c->mu);
-        return failed;
-    }
-    m->step = eng->last.global_step;
-    int rc = tr_actor_send(eng->rt, to, m);
-    if (rc < 0) {
-        tr_msg_free(eng->rt, m);
-        pthread_mutex_lock(&c->mu);
-        c->waiting = false;
-        pthread_mutex_unlock(&c->mu);
-        return snprintf(eng->error, sizeof(eng->error), "engine: cannot send the request: %s",
-                        tr_strerror(rc)),
-               rc;
-    }
-    pthread_mutex_lock(&c->mu);
-    while (c->waiting)
-        pthread_cond_wait(&c->cv, &c->mu);
-    rc = c->rc;
-    if (rc >= 0) eng->last = c->reply;
-    snprintf(eng->error, sizeof(eng->error), "%s", rc < 0 ? c->error : "");
-    if (!c->failed) c->error[0] = '\0'; /* a later failure between calls brings its own */
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return tr__client_call(eng->client, eng->rt, to, m, &eng->last, eng->error,
+                           sizeof(eng->error));
 }
 
 /* A request with nothing but its kind and count. */
 static int call_simple(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n)
 {
     tr_msg_t *m = tr__request_new(eng->rt, kind);
-    if (!m) return snprintf(eng->error, sizeof(eng->error), "engine: out of memory"), TR_ENOMEM;
+    if (!m) return tr__errf(eng->error, sizeof(eng->error), TR_ENOMEM, "engine: out of memory");
     TR_MSG_AS(m, engine_req)->n = n;
     return call(eng, to, m);
-}
-
-/* A child's exit notice: a failure fails the engine (unless a peer merely stopped first
- * while destroy stops them all). Under mu. */
-static void child_exited(tr__client_t *c, const tr_msg_exit_t *x)
-{
-    c->exits++;
-    if (x->reason >= 0 ||
-        (c->destroying && (x->reason == TR_ESTOPPED || x->reason == TR_ESHUTDOWN)))
-        return;
-    if (!c->failed) {
-        c->failed = x->reason;
-        if (!c->error[0])
-            snprintf(c->error, sizeof(c->error), "actor '%s' failed handling '%s': %s (%s)",
-                     x->name, tr_msg_type_name(x->msg_type), tr_err_name(x->reason),
-                     tr_strerror(x->reason));
-    }
-    c->rc = c->failed;
-    c->waiting = false;
-    pthread_cond_broadcast(&c->cv);
-}
-
-/* The engine's supervisor: a failed actor fails the engine, and the waiting call learns why.
- * At destroy it stops itself once every child's exit notice has arrived, so none is lost. */
-static int supervise(tr_ctx_t *ctx, tr_msg_t *msg)
-{
-    tr_engine_t *eng = ctx->state;
-    tr__client_t *c = eng->client;
-    pthread_mutex_lock(&c->mu);
-    if (msg->type == TR_MSG_STOP && !c->destroying)
-        atomic_store(&c->stop_requested, 1); /* a signal: finish the step, then stop */
-    if (msg->type == TR_MSG_EXIT) child_exited(c, TR_MSG_AS(msg, exit));
-    bool done = c->destroying && c->exits >= c->n_children;
-    pthread_mutex_unlock(&c->mu);
-    if (done) tr_actor_stop(ctx->rt, ctx->self);
-    return 0;
-}
-
-void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta)
-{
-    /* relaxed: a gauge for the trace, ordered with nothing */
-    uint64_t v =
-        atomic_fetch_add_explicit(&eng->client->bucket_bytes, (uint64_t)delta,
-                                  memory_order_relaxed) +
-        (uint64_t)delta;
-    if (tr_monitor_recording(eng->mon))
-        tr_monitor_counter(eng->mon, -1, TR_COUNTER_BUCKET_BYTES, (double)v, tr_now_ns());
 }
 
 /* --- creating ---------------------------------------------------------------------------- */
@@ -213,11 +71,10 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
                                    (uint32_t)c->troupe.trace.repeat}};
     if (!t.enabled && !t.flight_recorder) return 0;
     if (t.enabled && (!dir || !*dir))
-        return snprintf(err, errlen,
+        return tr__errf(err, errlen, TR_ECONFIG,
                         "%s: troupe.trace.output_path: a folder is needed when "
                         "troupe.trace.enabled is true",
-                        c->source),
-               TR_ECONFIG;
+                        c->source);
     snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
              dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
     int rc = tr_monitor_create(&t, &eng->mon);
@@ -240,237 +97,6 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     return rc;
 }
 
-/* This process's rank and the world size: the caller's, or the launcher's environment. */
-static int find_ranks(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
-{
-    tr_ranks_t given = {.rank = o->rank, .world = o->world}, r;
-    char why[384];
-    int rc = tr_ranks_discover(o->world > 0 ? &given : NULL, &r, why, sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "engine: %s", why), rc;
-    eng->rank = r.rank;
-    eng->world = r.world;
-    if (r.world > 1)
-        tr_log(TR_LOG_INFO, "engine: rank %d of %d (local rank %d, from %s)", r.rank, r.world,
-               r.local_rank, r.source);
-    return 0;
-}
-
-static int load_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
-{
-    if (o->config) {
-        eng->cfg = (tr_config_t *)o->config;
-        if (eng->cfg->ranks != eng->world)
-            return snprintf(err, errlen,
-                            "%s: the config was resolved for world size %lld, but this process "
-                            "is rank %d of %d (load it with that world size)",
-                            eng->cfg->source, (long long)eng->cfg->ranks, eng->rank, eng->world),
-                   TR_EINVAL;
-        return 0;
-    }
-    if (!o->config_path)
-        return snprintf(err, errlen, "engine: no config (config_path or config)"), TR_EINVAL;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_load(o->config_path, eng->world, &eng->cfg, &d);
-    size_t used = 0;
-    for (size_t i = 0; i < d.count; i++) {
-        if (d.items[i].severity == TR_CONFIG_WARNING)
-            tr_log(TR_LOG_WARN, "%s", d.items[i].text);
-        else if (d.items[i].severity == TR_CONFIG_ERROR && used < errlen)
-            used += (size_t)snprintf(err + used, errlen - used, "%s%s", used ? "\n" : "",
-                                     d.items[i].text);
-    }
-    tr_config_diag_close(&d);
-    eng->own_cfg = rc == 0;
-    return rc;
-}
-
-/* What the model's first layer reads and its loss layer wants, in words, for errors. */
-static void describe_width(int width, const char *floats, const char *ints, char *out,
-                           size_t len)
-{
-    if (width)
-        snprintf(out, len, "%s of width %d", floats, width);
-    else
-        snprintf(out, len, "%s", ints);
-}
-
-/* The model's input and target widths against each dataset's: named, both sides. */
-static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
-{
-    const tr_dataset_t *sets[2] = {&o->train, &o->val};
-    const char *names[2] = {"train", "val"};
-    const tr_layer_t *first = tr_model_layer(eng->model, 0);
-    const tr_layer_t *loss = tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1);
-    char in[96], tg[96];
-    describe_width(eng->x_dim, "floats", "token ids (x_dim must be 0)", in, sizeof(in));
-    describe_width(eng->y_dim, "float targets", "integer targets (y_dim must be 0)", tg,
-                   sizeof(tg));
-    for (int i = 0; i < 2; i++) {
-        const tr_dataset_t *d = sets[i];
-        if (!d->shards && !d->batch) continue;
-        if (d->x_dim != eng->x_dim)
-            return snprintf(err, errlen,
-                            "engine: %s dataset: x_dim %d, but the model's first layer '%s' "
-                            "reads %s",
-                            names[i], d->x_dim, first->name, in),
-                   TR_EINVAL;
-        if (d->y_dim != eng->y_dim)
-            return snprintf(err, errlen,
-                            "engine: %s dataset: y_dim %d, but the model's loss layer '%s' reads "
-                            "%s",
-                            names[i], d->y_dim, loss->name, tg),
-                   TR_EINVAL;
-    }
-    return 0;
-}
-
-/* The ZeRO stage in effect and overlap_comm; the combinations DeepSpeed refuses, refused in
- * its words (at any world size: a config that runs on one rank runs on N). */
-/* pipeline.stages > 1: the executor runs each step's micro-batches through stage actors, in
- * this process on one rank, else one stage per rank: world = stages x replicas, stage-major;
- * a step's micro-batches enter the pipeline together, so the loader keeps at least
- * gradient_accumulation_steps of them. */
-static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
-{
-    const tr_config_t *c = eng->cfg;
-    int n = tr_model_num_layers(eng->model);
-    eng->stages = c->pipeline.stages > 1 ? (int)c->pipeline.stages : 1;
-    eng->replicas = eng->world, eng->replica = eng->rank;
-    if (eng->stages == 1) return 0;
-    if (eng->world > 1) /* a multiple of the stages: the config's resolution checked it */
-        eng->replicas = eng->world / eng->stages, eng->replica = eng->rank % eng->replicas;
-    if (eng->stages > n)
-        return snprintf(err, errlen,
-                        "%s: pipeline.stages %d: the model has %d layers, and each "
-                        "stage needs one",
-                        c->source, eng->stages, n),
-               TR_ECONFIG;
-    if (eng->GAS > TR__MAX_PREFETCH)
-        return snprintf(err, errlen,
-                        "%s: gradient_accumulation_steps %d: a pipelined step takes "
-                        "at most %d micro-batches",
-                        c->source, eng->GAS, TR__MAX_PREFETCH),
-               TR_ECONFIG;
-    if (eng->prefetch < eng->GAS) {
-        tr_log(TR_LOG_INFO,
-               "pipeline: troupe.data.prefetch raised from %d to %d "
-               "(gradient_accumulation_steps: a step's micro-batches enter the pipeline "
-               "together)",
-               eng->prefetch, eng->GAS);
-        eng->prefetch = eng->GAS;
-    }
-    return 0;
-}
-
-/* pipeline.activation_checkpoint_interval: the model keeps each group's output and recomputes
- * the group's forward in the backward. */
-static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
-{
-    const tr_config_t *c = eng->cfg;
-    int64_t k = c->pipeline.activation_checkpoint_interval;
-    if (k <= 0) return 0;
-    (void)err, (void)errlen;
-    if (eng->stages > 1) { /* each stage counts its groups from its first layer */
-        tr_model_set_checkpoint_interval(eng->model, (int)(k < 1 << 30 ? k : 1 << 30));
-        if (eng->rank == 0)
-            tr_log(TR_LOG_INFO,
-                   "activation checkpointing every %lld layers of each pipeline "
-                   "stage: a slot keeps each group's output, the backward recomputes the group",
-                   (long long)k);
-        return 0;
-    }
-    int n = tr_model_num_layers(eng->model);
-    size_t full = tr_model_acts_floats(eng->model, eng->B, eng->T);
-    tr_model_set_checkpoint_interval(eng->model, k < n ? (int)k : n);
-    size_t kept = tr_model_acts_floats(eng->model, eng->B, eng->T);
-    if (eng->rank == 0)
-        tr_log(TR_LOG_INFO,
-               "activation checkpointing every %lld layers: activations %.1f MiB "
-               "instead of %.1f MiB (B %d, T %d); the backward runs the forward of %zu of %d "
-               "layers again",
-               (long long)k, (double)kept * 4 / 1048576.0, (double)full * 4 / 1048576.0, eng->B,
-               eng->T, tr_model_checkpoint_recomputed(eng->model), n);
-    return 0;
-}
-
-static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
-{
-    const tr_config_t *c = eng->cfg;
-    eng->zero = eng->world > 1 ? (int)(c->zero.stage < 2 ? c->zero.stage : 2) : 0;
-    eng->overlap_comm = c->zero.overlap_comm;
-    if (c->zero.stage >= 2 && c->zero.reduce_scatter && c->gradient_predivide_factor != 1.0)
-        return snprintf(err, errlen, "%s: gradient_predivide_factor %g: != 1.0 is not yet "
-                        "supported with ZeRO-%lld with reduce scatter enabled (DeepSpeed's rule; "
-                        "set zero_optimization.reduce_scatter false, or the factor to 1)",
-                        c->source, c->gradient_predivide_factor, (long long)c->zero.stage),
-               TR_ECONFIG;
-    if (c->zero.stage >= 2 && c->zero.reduce_scatter && c->prescale_gradients)
-        return snprintf(err, errlen, "%s: prescale_gradients: pre-scale gradients is not yet "
-                        "supported with ZeRO-%lld with reduce scatter enabled (DeepSpeed's rule; "
-                        "set zero_optimization.reduce_scatter false, or prescale_gradients "
-                        "false)", c->source, (long long)c->zero.stage),
-               TR_ECONFIG;
-    if (eng->world > 1 && c->zero.stage > 2)
-        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage 3: this build partitions optimizer "
-               "states and gradients (stage 2); parameters stay whole on every rank for now",
-               c->source);
-    return 0;
-}
-
-/* bf16 mixed precision: the model's products on bf16 copies of its weights (made again after
- * every step, executor.c); said once per process where the CPU only emulates them. */
-static int set_precision(tr_engine_t *eng, char *err, size_t errlen)
-{
-    static atomic_flag warned = ATOMIC_FLAG_INIT;
-    int on = eng->cfg->bf16.enabled;
-    if (tr_model_set_bf16(eng->model, on) < 0)
-        return snprintf(err, errlen, "%s: bf16.enabled: no memory for the weights' bf16 copies",
-                        eng->cfg->source),
-               TR_ENOMEM;
-    if (on && !tr_bf16_native() && !atomic_flag_test_and_set(&warned))
-        tr_log(TR_LOG_WARN,
-               "bf16.enabled: this CPU has no AVX512-BF16, so the bf16 matrix "
-               "products are emulated (bf16 values multiplied in fp32): bf16's numerics, a little "
-               "slower than fp32");
-    return 0;
-}
-
-static int check_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
-{
-    const tr_config_t *c = eng->cfg;
-    eng->B = (int)c->train_micro_batch_size_per_gpu;
-    eng->GAS = (int)c->gradient_accumulation_steps;
-    eng->T = o->seq_len > 0 ? o->seq_len : 1;
-    eng->x_dim = tr_model_layer(eng->model, 0)->in_dim;
-    int targets = tr_model_targets(eng->model, &eng->y_dim);
-    eng->prefetch = (int)c->troupe.data.prefetch;
-    if (targets == TR_TARGETS_NONE)
-        return snprintf(err, errlen, "engine: the model's last layer '%s' is not a loss layer "
-                        "(tr_layer_set_loss)",
-                        tr_model_layer(eng->model, tr_model_num_layers(eng->model) - 1)->name),
-               TR_EINVAL;
-    int rc = check_zero(eng, err, errlen);
-    if (rc == 0) rc = check_pipeline(eng, err, errlen);
-    if (rc == 0) rc = set_checkpointing(eng, err, errlen);
-    if (rc < 0) return rc;
-    if (eng->prefetch < 1 || eng->prefetch > TR__MAX_PREFETCH)
-        return snprintf(err, errlen, "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
-                        TR__MAX_PREFETCH, eng->prefetch),
-               TR_ECONFIG;
-    if ((rc = set_precision(eng, err, errlen)) < 0) return rc;
-    const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
-    if (g && eng->T > g->max_seq_len)
-        return snprintf(err, errlen, "seq_len %d: the model's context is %d positions", eng->T,
-                        g->max_seq_len),
-               TR_EINVAL;
-    if (c->fp16.enabled)
-        eng->loss_scale0 = c->fp16.loss_scale > 0 ? c->fp16.loss_scale
-                                                  : (double)(1ull << c->fp16.initial_scale_power);
-    else
-        eng->loss_scale0 = 1.0;
-    return check_widths(eng, o, err, errlen);
-}
 
 static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
@@ -533,7 +159,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
     tr_actor_opts_t so = {
         .name = "engine-supervisor", .defer_stop = 1, .lane_kind = TR_LANE_CONTROL};
-    int rc = tr_actor_spawn(eng->rt, supervise, eng, &so, &eng->supervisor);
+    int rc = tr_actor_spawn(eng->rt, tr__client_supervise, eng->client, &so, &eng->supervisor);
     if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
     if (!rc && tr__optimizer_swaps(eng)) rc = tr__swapper_spawn(eng, err, errlen);
     if (!rc) rc = tr__executor_spawn(eng, err, errlen);
@@ -561,9 +187,8 @@ static int start_driver(tr_engine_t *eng, char *err, size_t errlen)
 {
     int rc = -pthread_create(&eng->driver, NULL, drive, eng);
     if (rc < 0)
-        return snprintf(err, errlen, "%s: troupe.runtime.deterministic: cannot start the "
-                        "scheduler's thread: %s", eng->cfg->source, tr_strerror(rc)),
-               rc;
+        return tr__errf(err, errlen, rc, "%s: troupe.runtime.deterministic: cannot start the "
+                        "scheduler's thread: %s", eng->cfg->source, tr_strerror(rc));
     eng->driving = true;
     return 0;
 }
@@ -587,23 +212,15 @@ static void log_memory(const tr_engine_t *eng)
                mib);
 }
 
-static tr__client_t *client_new(void)
-{
-    tr__client_t *c = calloc(1, sizeof(*c));
-    if (!c) return NULL;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    return c;
-}
 
 static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
-    int rc = find_ranks(eng, o, err, errlen);
-    if (!rc) rc = load_config(eng, o, err, errlen);
+    int rc = tr__setup_ranks(eng, o, err, errlen);
+    if (!rc) rc = tr__setup_config(eng, o, err, errlen);
     if (!rc) tr_log_set_default_level(eng->cfg->troupe.log_level);
     if (!rc) {
         eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
-        rc = check_shapes(eng, o, err, errlen);
+        rc = tr__setup_shapes(eng, o, err, errlen);
     }
     if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
     if (!rc) rc = open_data(eng, o, err, errlen);
@@ -649,11 +266,11 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         return TR_EINVAL;
     }
     tr_engine_t *eng = calloc(1, sizeof(*eng));
-    if (eng) eng->client = client_new();
+    if (eng) eng->client = tr__client_create();
     if (!eng || !eng->client) {
         free(eng);
         tr_model_destroy(o->model);
-        return snprintf(err, errlen, "engine: out of memory"), TR_ENOMEM;
+        return tr__errf(err, errlen, TR_ENOMEM, "engine: out of memory");
     }
     eng->model = o->model;
     eng->n_params = tr_model_num_params(o->model);
@@ -672,20 +289,17 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
     if (!tr_actor_is_none(a)) tr_actor_stop(eng->rt, a);
 }
 
-/* Stops the actors; the supervisor stops itself after their exit notices (see supervise),
- * so a failure reported as the others stop still reaches it. */
+/* Stops the actors; the supervisor stops itself after their exit notices (see
+ * tr__client_supervise), so a failure reported as the others stop still reaches it. */
 static void stop_actors(tr_engine_t *eng)
 {
     tr_actor_t all[] = {eng->loader, eng->executor,  eng->bucketer,
                         eng->comm,   eng->optimizer, eng->checkpointer, eng->swapper};
     size_t n = sizeof(all) / sizeof(all[0]);
-    tr__client_t *c = eng->client;
-    pthread_mutex_lock(&c->mu);
-    c->destroying = true;
-    c->n_children = 0;
+    int n_children = 0;
     for (size_t i = 0; i < n; i++)
-        c->n_children += !tr_actor_is_none(all[i]);
-    pthread_mutex_unlock(&c->mu);
+        n_children += !tr_actor_is_none(all[i]);
+    tr__client_destroying(eng->client, n_children);
     for (size_t i = 0; i < n; i++)
         stop_one(eng, all[i]);
     tr_msg_t *m = tr_actor_is_none(eng->supervisor) ? NULL : tr_msg_new(eng->rt, TR_MSG_STOP);
@@ -712,7 +326,8 @@ static void dump_flight(tr_engine_t *eng)
                tr_strerror(rc));
     else
         tr_log(TR_LOG_ERROR, "engine failed (%s); flight recorder written to %s",
-               eng->client->error[0] ? eng->client->error : tr_runtime_failure(eng->rt),
+               tr__client_error(eng->client)[0] ? tr__client_error(eng->client)
+                                                : tr_runtime_failure(eng->rt),
                eng->flight_path);
 }
 
@@ -726,11 +341,13 @@ void tr_engine_destroy(tr_engine_t *eng)
     if (eng->rt) {
         stop_actors(eng);
         int rc = 0;
-        if (eng->driving) /* the driver's tr_runtime_run returns once every actor stopped */
-            pthread_join(eng->driver, NULL), rc = eng->driver_rc;
-        else
+        if (eng->driving) { /* the driver's tr_runtime_run returns once every actor stopped */
+            pthread_join(eng->driver, NULL);
+            rc = eng->driver_rc;
+        } else {
             rc = tr_runtime_run(eng->rt);
-        if (rc == TR_EFAILED || eng->client->failed) dump_flight(eng);
+        }
+        if (rc == TR_EFAILED || tr__client_failed(eng->client)) dump_flight(eng);
         tr_runtime_close(eng->rt);
     }
     tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */
@@ -749,9 +366,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     free(eng->stage_in);
     free(eng->stage_targets);
     free(eng->stage_y);
-    pthread_cond_destroy(&eng->client->cv);
-    pthread_mutex_destroy(&eng->client->mu);
-    free(eng->client);
+    tr__client_destroy(eng->client);
     free(eng);
 }
 
@@ -794,12 +409,11 @@ static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engi
     const void *in = eng->x_dim ? (const void *)b->x : (const void *)b->tokens;
     const void *tg = eng->y_dim ? (const void *)b->y : (const void *)b->targets;
     if (!in || !tg)
-        return snprintf(eng->error, sizeof(eng->error),
+        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "tr_engine_forward: the batch needs %s and %s (this model's first layer "
                         "reads %s, its loss layer %s targets)",
                         eng->x_dim ? "x" : "tokens", eng->y_dim ? "y" : "targets",
-                        eng->x_dim ? "floats" : "token ids", eng->y_dim ? "float" : "integer"),
-               TR_EINVAL;
+                        eng->x_dim ? "floats" : "token ids", eng->y_dim ? "float" : "integer");
     size_t in_bytes = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4;
     size_t tg_bytes = bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * 4;
     memcpy(eng->stage_in, in, in_bytes);
@@ -851,16 +465,15 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
 {
     const char *what = kind == TR__REQ_SAVE ? "save" : "load";
     if (!dir || !*dir)
-        return snprintf(eng->error, sizeof(eng->error), "%s: no directory", what), TR_EINVAL;
+        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL, "%s: no directory", what);
     if (eng->last.window != 0)
-        return snprintf(eng->error, sizeof(eng->error),
+        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "%s: in the middle of an accumulation window; %s between steps", what,
-                        what),
-               TR_EINVAL;
+                        what);
     if (tag && (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, "..")))
-        return snprintf(eng->error, sizeof(eng->error), "%s: checkpoint tag '%.200s' is not a "
-                        "directory name", what, tag),
-               TR_EINVAL;
+        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
+                        "%s: checkpoint tag '%.200s' is not a "
+                        "directory name", what, tag);
     tr_msg_t *m = tr__request_new(eng->rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
@@ -923,7 +536,7 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
-    return atomic_load(&eng->client->stop_requested);
+    return tr__client_stop_requested(eng->client);
 }
 
 uint64_t tr_engine_global_step(const tr_engine_t *eng)

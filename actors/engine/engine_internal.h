@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "actors/engine/client.h"
 #include "base/errf.h"
 #include "troupe/buffer.h"
 #include "troupe/engine.h"
@@ -51,18 +52,6 @@
 /* A checkpoint wait (a save, load or tr_engine_wait_checkpoint waiting for the last save to be
  * durable) as a span of its own lane: the trace shows the caller held up. */
 #define TR__LANE_CKPT_WAIT (TR__LANE_COLLECTIVES - TR__COLLECTIVE_LANES)
-
-typedef enum {
-    TR__REQ_TRAIN = 1, /* executor: GAS micro-batches from the loader, then the step */
-    TR__REQ_EVAL,      /* executor: n batches of the val set, loss only */
-    TR__REQ_FORWARD,   /* executor: forward on the client's staged batch */
-    TR__REQ_BACKWARD,  /* executor: backward of the last forward */
-    TR__REQ_STEP,      /* executor: wait for the optimizer step at the boundary */
-    TR__REQ_SAVE,      /* executor, which starts the save chain (see ENGINE_STATE) */
-    TR__REQ_LOAD,      /* checkpointer, which starts the restore chain */
-    TR__REQ_START,     /* loader: start prefetching */
-    TR__REQ_WAIT,      /* executor: the last checkpoint save finished on every rank */
-} tr__req_kind_t;
 
 /* ENGINE_STATE's kinds: a save collects state on its way executor -> optimizer ->
  * checkpointer, which copies it (the caller's reply), writes it (WRITE, to itself) and reports
@@ -119,32 +108,6 @@ typedef struct tr__data_pos {
     uint64_t batch_index; /* batches produced so far */
 } tr__data_pos_t;
 
-/* What the client learns from a reply. */
-typedef struct tr__reply {
-    float loss;               /* FORWARD, EVAL */
-    tr_step_stats_t stats;    /* TRAIN, STEP at a boundary */
-    uint64_t global_step;     /* after the request */
-    int window;               /* micro-batches of the open accumulation window the executor
-                               * holds (done, waiting for backward or for the step) */
-    int micro_pos;            /* the micro-batch DeepSpeed's is_gradient_accumulation_boundary
-                               * speaks of: the one in progress, else the next */
-} tr__reply_t;
-
-/* The client's reply slot: the one place actors write for the caller's thread. */
-typedef struct tr__client {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool waiting;
-    int rc;
-    tr__reply_t reply;
-    char error[1024];
-    int failed;            /* an actor failed: every call returns this */
-    bool destroying;       /* tr_engine_destroy is stopping the actors */
-    int n_children, exits; /* actors to hear from at destroy; exit notices heard */
-    _Atomic uint64_t bucket_bytes; /* a gauge for the trace (relaxed; any actor) */
-    _Atomic int stop_requested;    /* the supervisor saw a signal's STOP */
-} tr__client_t;
-
 struct tr_engine {
     /* --- fixed at create, before any message; read-only after (any thread) --- */
     tr_runtime_t *rt;
@@ -198,23 +161,6 @@ struct tr_engine {
     char error[1024]; /* the last call's explanation */
 };
 
-/* The memory a reference names, checked by the registry; NULL (with the reason in why) for a
- * reference that does not resolve, which is an engine bug. Any actor. */
-void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen);
-
-/* Ends the client's current request: rc, what it learns (NULL: nothing new) and, for rc < 0,
- * the explanation (fmt may name nothing: the code's own text is used, never ""). Any actor. */
-void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *reply, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* As tr__reply, and fails the engine for good (every later call returns rc): for a state no
- * later call can recover from. Any actor. */
-void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* A request message of `kind` (dir and tag empty, n 0), to fill and send. NULL: no memory. */
-tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind);
-
 /* --- dataset.c --- */
 int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_engine_t *eng,
                      bool shuffle, uint64_t seed, char *err, size_t errlen);
@@ -263,10 +209,6 @@ void tr__dsmon_backward(struct tr__dsmon *d, uint64_t t0, uint64_t t1, bool boun
 /* The boundary's STEP_DONE arrived: the step's outputs. */
 void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
                     const tr_msg_step_done_t *done);
-
-/* A gradient bucket of `delta` bytes entered (>0) or left (<0) the reduction pipeline: the
- * bucket_bytes counter, sampled into the trace while it records. Any actor. */
-void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta);
 
 /* ZeRO's partitions, DeepSpeed's way: the flat buffer's n elements padded to a multiple of
  * 2 world and cut into world equal slices; rank r owns [r S, (r + 1) S) of it, clipped to n
