@@ -11,10 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/comm/comm_spawn.h"
+#include "actors/engine/plan.h"
 
 struct tr__bucketer {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     size_t bucket_size; /* elements */
     size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
     uint32_t next_id;   /* bucket number within the step */
@@ -70,11 +71,11 @@ static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return rc;
 }
 
-int tr__bucketer_spawn(tr_engine_t *eng)
+int tr__bucketer_spawn(const tr__plan_t *eng, struct tr__bucketer **state, tr_actor_t *self)
 {
     struct tr__bucketer *b = calloc(1, sizeof(*b));
     if (!b) return TR_ENOMEM;
-    eng->bk = b;
+    *state = b;
     b->eng = eng;
     int64_t size = eng->cfg->zero.reduce_bucket_size;
     b->bucket_size = size > 0 ? (size_t)size : eng->n_params;
@@ -87,11 +88,10 @@ int tr__bucketer_spawn(tr_engine_t *eng)
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
                          .lane_kind = TR_LANE_DATA};
-    return tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, &eng->bucketer);
+    return tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, self);
 }
 
-void tr__bucketer_free(tr_engine_t *eng)
+void tr__bucketer_free(struct tr__bucketer *b)
 {
-    free(eng->bk);
-    eng->bk = NULL;
+    free(b);
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "actors/engine/client.h"
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
 
 struct tr__client {
     pthread_mutex_t mu;
@@ -32,7 +32,7 @@ struct tr__client {
     _Atomic int stop_requested;    /* the supervisor saw a signal's STOP */
 };
 
-void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
+void *tr__resolve(const tr__plan_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
 {
     void *p;
     if (tr_buffer_resolve(eng->rt, ref, &p, why, whylen) != 0) return NULL;
@@ -72,7 +72,7 @@ static void reply_v(tr__client_t *c, int rc, bool fail_engine, const tr__reply_t
     pthread_mutex_unlock(&c->mu);
 }
 
-void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *r, const char *fmt, ...)
+void tr__reply(const tr__plan_t *eng, int rc, const tr__reply_t *r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -80,7 +80,7 @@ void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *r, const char 
     va_end(ap);
 }
 
-void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
+void tr__engine_fail(const tr__plan_t *eng, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -95,7 +95,7 @@ tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind)
     return m;
 }
 
-void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta)
+void tr__engine_bucket_bytes(const tr__plan_t *eng, int64_t delta)
 {
     /* relaxed: a gauge for the trace, ordered with nothing */
     uint64_t v = atomic_fetch_add_explicit(&eng->client->bucket_bytes, (uint64_t)delta,

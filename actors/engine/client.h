@@ -45,20 +45,26 @@ typedef struct tr__reply {
 /* The client's reply slot: the one place actors write for the caller's thread. */
 typedef struct tr__client tr__client_t;
 
+/* The actors' view of the engine (plan.h): where the reply slot, the runtime and the monitor
+ * are. */
+struct tr__plan;
+
 /* --- for actors (any actor's thread) --------------------------------------------------- */
 
 /* The memory a reference names, checked by the registry; NULL (with the reason in why) for a
  * reference that does not resolve, which is an engine bug. */
-void *tr__resolve(const tr_engine_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen);
+void *tr__resolve(const struct tr__plan *eng, const tr_tensor_ref_t *ref, char *why,
+                  size_t whylen);
 
 /* Ends the client's current request: rc, what it learns (NULL: nothing new) and, for rc < 0,
  * the explanation (fmt may name nothing: the code's own text is used, never ""). */
-void tr__reply(const tr_engine_t *eng, int rc, const tr__reply_t *reply, const char *fmt, ...)
+void tr__reply(const struct tr__plan *eng, int rc, const tr__reply_t *reply, const char *fmt,
+               ...)
     __attribute__((format(printf, 4, 5)));
 
 /* As tr__reply, and fails the engine for good (every later call returns rc): for a state no
  * later call can recover from. */
-void tr__engine_fail(const tr_engine_t *eng, int rc, const char *fmt, ...)
+void tr__engine_fail(const struct tr__plan *eng, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* A request message of `kind` (dir and tag empty, n 0), to fill and send. NULL: no memory. */
@@ -66,7 +72,7 @@ tr_msg_t *tr__request_new(tr_runtime_t *rt, tr__req_kind_t kind);
 
 /* A gradient bucket of `delta` bytes entered (>0) or left (<0) the reduction pipeline: the
  * bucket_bytes counter, sampled into the trace while it records. */
-void tr__engine_bucket_bytes(const tr_engine_t *eng, int64_t delta);
+void tr__engine_bucket_bytes(const struct tr__plan *eng, int64_t delta);
 
 /* --- for the engine (the caller's thread unless said) ----------------------------------- */
 

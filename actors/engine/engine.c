@@ -41,14 +41,14 @@ static int set_str(tr_engine_t *eng, char *field, size_t cap, const char *s, con
  * the client's; on failure eng->error gets the explanation. */
 static int call(tr_engine_t *eng, tr_actor_t to, tr_msg_t *m)
 {
-    return tr__client_call(eng->client, eng->rt, to, m, &eng->last, eng->error,
+    return tr__client_call(eng->plan.client, eng->plan.rt, to, m, &eng->last, eng->error,
                            sizeof(eng->error));
 }
 
 /* A request with nothing but its kind and count. */
 static int call_simple(tr_engine_t *eng, tr_actor_t to, tr__req_kind_t kind, uint32_t n)
 {
-    tr_msg_t *m = tr__request_new(eng->rt, kind);
+    tr_msg_t *m = tr__request_new(eng->plan.rt, kind);
     if (!m) return tr__errf(eng->error, sizeof(eng->error), TR_ENOMEM, "engine: out of memory");
     TR_MSG_AS(m, engine_req)->n = n;
     return call(eng, to, m);
@@ -65,7 +65,7 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
     tr_trace_opts_t t = {.enabled = o->trace_dir || c->troupe.trace.enabled,
                          .output_path = dir,
                          .flight_recorder = c->troupe.trace.flight_recorder,
-                         .rank = (unsigned)eng->rank,
+                         .rank = (unsigned)eng->plan.rank,
                          .steps = {(uint32_t)c->troupe.trace.wait, (uint32_t)c->troupe.trace.warmup,
                                    (uint32_t)c->troupe.trace.active,
                                    (uint32_t)c->troupe.trace.repeat}};
@@ -76,21 +76,21 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
                         "troupe.trace.enabled is true",
                         c->source);
     snprintf(eng->flight_path, sizeof(eng->flight_path), "%s%sflight_rank%d.json",
-             dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->rank);
-    int rc = tr_monitor_create(&t, &eng->mon);
+             dir && *dir ? dir : "", dir && *dir ? "/" : "", eng->plan.rank);
+    int rc = tr_monitor_create(&t, &eng->plan.mon);
     if (rc == 0) {
-        tr_monitor_lane_set(eng->mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
-        tr_monitor_lane_set(eng->mon, TR__LANE_CKPT_WAIT, "checkpoint wait", TR_LANE_CONTROL);
+        tr_monitor_lane_set(eng->plan.mon, TR__LANE_PASSES, "executor passes", TR_LANE_COMPUTE);
+        tr_monitor_lane_set(eng->plan.mon, TR__LANE_CKPT_WAIT, "checkpoint wait", TR_LANE_CONTROL);
         for (uint32_t k = 0; k < TR__COLLECTIVE_LANES; k++) {
             char name[40];
             snprintf(name, sizeof(name), "collectives in flight %u", k + 1);
-            tr_monitor_lane_set(eng->mon, TR__LANE_COLLECTIVES - k, name, TR_LANE_COMM);
+            tr_monitor_lane_set(eng->plan.mon, TR__LANE_COLLECTIVES - k, name, TR_LANE_COMM);
         }
     }
     if (rc == TR_EBUSY)
         snprintf(err, errlen, "%s: troupe.trace: another engine in this process is tracing into "
                  "'%s' (rank %d); give this engine its own troupe.trace.output_path or trace_dir",
-                 c->source, dir ? dir : "", eng->rank);
+                 c->source, dir ? dir : "", eng->plan.rank);
     else if (rc < 0)
         snprintf(err, errlen, "%s: troupe.trace: cannot write traces into '%s': %s", c->source,
                  dir ? dir : "", tr_strerror(rc));
@@ -103,11 +103,11 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
     const tr_config_t *c = eng->cfg;
     int rc = 0;
     if (o->train.shards || o->train.batch)
-        rc = tr__dataset_open(&eng->train, &o->train, eng, c->troupe.data.shuffle, eng->seed, err,
-                              errlen);
+        rc = tr__dataset_open(&eng->train, &o->train, &eng->plan, c->troupe.data.shuffle,
+                              eng->plan.seed, err, errlen);
     const tr_dataset_t *v = o->val.shards || o->val.batch ? &o->val : &o->train;
     if (rc == 0 && (v->shards || v->batch)) /* eval reads in order, from the start */
-        rc = tr__dataset_open(&eng->val, v, eng, false, eng->seed, err, errlen);
+        rc = tr__dataset_open(&eng->val, v, &eng->plan, false, eng->plan.seed, err, errlen);
     return rc;
 }
 
@@ -121,52 +121,66 @@ static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_
                              .device_type = TR_DEVICE_CPU,
                              .lifetime = (uint8_t)lifetime};
     snprintf(info.name, sizeof(info.name), "%s", name);
-    return tr_buffer_register(eng->rt, &info, id);
+    return tr_buffer_register(eng->plan.rt, &info, id);
 }
 
 /* Parameters and gradients (the executor's), and the client's staging batch. */
 static int register_buffers(tr_engine_t *eng)
 {
-    size_t bt = (size_t)eng->B * (size_t)eng->T, np = eng->n_params * sizeof(float);
-    size_t in = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4, ty = bt * (size_t)eng->y_dim * 4;
-    size_t batch = in + (eng->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
+    tr__plan_t *p = &eng->plan;
+    size_t bt = (size_t)p->B * (size_t)p->T, np = p->n_params * sizeof(float);
+    size_t in = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4, ty = bt * (size_t)p->y_dim * 4;
+    size_t batch = in + (p->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
     eng->memory.params = eng->memory.grads = np;
-    eng->memory.bf16_copies = tr_model_bf16(eng->model) ? eng->n_params * sizeof(uint16_t) : 0;
-    eng->memory.batches = batch * (size_t)(1 + (eng->train ? eng->prefetch : 0));
+    eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
+    eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
     eng->stage_in = malloc(in);
     eng->stage_targets = malloc(bt * sizeof(int));
     eng->stage_y = malloc(ty ? ty : 4);
     if (!eng->stage_in || !eng->stage_targets || !eng->stage_y) return TR_ENOMEM;
     int rc = register_buffer(eng, "params", tr_model_params(eng->model), np, TR_DTYPE_F32,
-                             TR_BUFFER_RUNTIME, &eng->buf_params);
+                             TR_BUFFER_RUNTIME, &p->buf_params);
     if (!rc)
         rc = register_buffer(eng, "grads", tr_model_grads(eng->model), np, TR_DTYPE_F32,
-                             TR_BUFFER_RUNTIME, &eng->buf_grads);
+                             TR_BUFFER_RUNTIME, &p->buf_grads);
     if (!rc)
         rc = register_buffer(eng, "client/inputs", eng->stage_in, in,
-                             eng->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, TR_BUFFER_REQUEST,
-                             &eng->buf_stage_in);
+                             p->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, TR_BUFFER_REQUEST,
+                             &p->buf_stage_in);
     if (!rc)
         rc = register_buffer(eng, "client/targets", eng->stage_targets, bt * sizeof(int),
-                             TR_DTYPE_I32, TR_BUFFER_REQUEST, &eng->buf_stage_targets);
+                             TR_DTYPE_I32, TR_BUFFER_REQUEST, &p->buf_stage_targets);
     if (!rc && ty)
         rc = register_buffer(eng, "client/y", eng->stage_y, ty, TR_DTYPE_F32, TR_BUFFER_REQUEST,
-                             &eng->buf_stage_y);
+                             &p->buf_stage_y);
     return rc;
 }
 
+/* The actors. Each spawn reads the plan and returns what it made: its state (freed at
+ * destroy), its address and what it fixed for the others (the swapper's layout) into the
+ * plan, and its memory. None reads another's output at spawn, so their order is free: this
+ * one gives the actors their trace lanes and registry ids in the order they always had. */
 static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
+    tr__plan_t *p = &eng->plan;
+    tr_engine_memory_t *mem = &eng->memory;
     tr_actor_opts_t so = {
         .name = "engine-supervisor", .defer_stop = 1, .lane_kind = TR_LANE_CONTROL};
-    int rc = tr_actor_spawn(eng->rt, tr__client_supervise, eng->client, &so, &eng->supervisor);
-    if (!rc) rc = tr__optimizer_spawn(eng, err, errlen);
-    if (!rc && tr__optimizer_swaps(eng)) rc = tr__swapper_spawn(eng, err, errlen);
-    if (!rc) rc = tr__executor_spawn(eng, err, errlen);
-    if (!rc) rc = tr__bucketer_spawn(eng);
-    if (!rc) rc = tr__comm_spawn(eng, err, errlen);
-    if (!rc) rc = tr__checkpointer_spawn(eng);
-    if (!rc && eng->train) rc = tr__loader_spawn(eng);
+    uint64_t swap_bytes = 0, optim_bytes = 0;
+    int rc = tr_actor_spawn(p->rt, tr__client_supervise, p->client, &so, &p->supervisor);
+    if (!rc)
+        rc = tr__optimizer_spawn(p, &eng->op, &p->optimizer, &optim_bytes, &mem->grad_partition,
+                                 err, errlen);
+    if (!rc && p->swaps)
+        rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &p->swap, &swap_bytes, err, errlen);
+    mem->optimizer = p->swaps ? swap_bytes : optim_bytes; /* swapped: the rest is on disk */
+    if (!rc)
+        rc = tr__executor_spawn(p, eng->model, eng->val, eng->ds, &eng->ex, &p->executor, err,
+                                errlen);
+    if (!rc) rc = tr__bucketer_spawn(p, &eng->bk, &p->bucketer);
+    if (!rc) rc = tr__comm_spawn(p, &eng->cm, &p->comm, &mem->comm, err, errlen);
+    if (!rc) rc = tr__checkpointer_spawn(p, &eng->ck, &p->checkpointer);
+    if (!rc && eng->train) rc = tr__loader_spawn(p, eng->train, &eng->ld, &p->loader);
     if (rc < 0 && !err[0]) /* the runtime's own explanation names the actor */
         snprintf(err, errlen, "engine: starting the actors: %s",
                  tr_last_error()[0] ? tr_last_error() : tr_strerror(rc));
@@ -179,7 +193,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 static void *drive(void *arg)
 {
     tr_engine_t *eng = arg;
-    eng->driver_rc = tr_runtime_run(eng->rt);
+    eng->driver_rc = tr_runtime_run(eng->plan.rt);
     return NULL;
 }
 
@@ -205,7 +219,7 @@ static void log_memory(const tr_engine_t *eng)
            "gradients %.1f MiB (the backward's) + %.1f MiB (this rank's reduced partition), "
            "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB%s; "
            "total %.1f MiB",
-           eng->rank, eng->world, eng->zero, m->params / mib, m->grads / mib,
+           eng->plan.rank, eng->plan.world, eng->plan.zero, m->params / mib, m->grads / mib,
            m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib, bf16,
            (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm + m->batches +
                     m->bf16_copies) /
@@ -219,10 +233,10 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
     if (!rc) rc = tr__setup_config(eng, o, err, errlen);
     if (!rc) tr_log_set_default_level(eng->cfg->troupe.log_level);
     if (!rc) {
-        eng->seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
+        eng->plan.seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = tr__setup_shapes(eng, o, err, errlen);
     }
-    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->seed);
+    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->plan.seed);
     if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
@@ -231,20 +245,20 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
                                 .deterministic = c->troupe.runtime.deterministic,
                                 .seed = (uint64_t)c->troupe.runtime.seed,
                                 .handle_signals = o->handle_signals,
-                                .monitor = eng->mon,
+                                .monitor = eng->plan.mon,
                                 .wire_check = c->troupe.runtime.wire_check,
                                 .kernel_slice = c->troupe.runtime.kernel_slice,
                                 .inline_ns = c->troupe.runtime.inline_ns};
         if (!ro.kernel_slice) ro.slice_us = (unsigned)c->troupe.runtime.slice_us;
         /* no flight_path: the engine dumps the ring itself at destroy (dump_flight) */
-        rc = tr_runtime_init(&eng->rt, &ro);
+        rc = tr_runtime_init(&eng->plan.rt, &ro);
         if (rc < 0)
             snprintf(err, errlen, "engine: cannot start the runtime (%u worker threads, %s): %s",
                      ro.n_workers, ro.n_workers ? "troupe.runtime.workers" : "one per core",
                      tr_last_error()[0] ? tr_last_error() : tr_strerror(rc));
     }
     if (!rc) rc = register_buffers(eng);
-    if (!rc) rc = tr__dsmon_create(eng, err, errlen);
+    if (!rc) rc = tr__dsmon_create(&eng->plan, &eng->ds, err, errlen);
     if (!rc) rc = spawn_actors(eng, err, errlen);
     if (!rc && eng->cfg->troupe.runtime.deterministic) rc = start_driver(eng, err, errlen);
     if (!rc) log_memory(eng);
@@ -266,14 +280,15 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
         return TR_EINVAL;
     }
     tr_engine_t *eng = calloc(1, sizeof(*eng));
-    if (eng) eng->client = tr__client_create();
-    if (!eng || !eng->client) {
+    if (eng) eng->plan.client = tr__client_create();
+    if (!eng || !eng->plan.client) {
         free(eng);
         tr_model_destroy(o->model);
         return tr__errf(err, errlen, TR_ENOMEM, "engine: out of memory");
     }
     eng->model = o->model;
-    eng->n_params = tr_model_num_params(o->model);
+    eng->plan.model = o->model;
+    eng->plan.n_params = tr_model_num_params(o->model);
     int rc = create(eng, o, err, errlen);
     if (rc < 0) {
         tr_engine_destroy(eng);
@@ -286,31 +301,32 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
 
 static void stop_one(tr_engine_t *eng, tr_actor_t a)
 {
-    if (!tr_actor_is_none(a)) tr_actor_stop(eng->rt, a);
+    if (!tr_actor_is_none(a)) tr_actor_stop(eng->plan.rt, a);
 }
 
 /* Stops the actors; the supervisor stops itself after their exit notices (see
  * tr__client_supervise), so a failure reported as the others stop still reaches it. */
 static void stop_actors(tr_engine_t *eng)
 {
-    tr_actor_t all[] = {eng->loader, eng->executor,  eng->bucketer,
-                        eng->comm,   eng->optimizer, eng->checkpointer, eng->swapper};
+    const tr__plan_t *p = &eng->plan;
+    tr_actor_t all[] = {p->loader, p->executor,  p->bucketer,
+                        p->comm,   p->optimizer, p->checkpointer, p->swapper};
     size_t n = sizeof(all) / sizeof(all[0]);
     int n_children = 0;
     for (size_t i = 0; i < n; i++)
         n_children += !tr_actor_is_none(all[i]);
-    tr__client_destroying(eng->client, n_children);
+    tr__client_destroying(p->client, n_children);
     for (size_t i = 0; i < n; i++)
         stop_one(eng, all[i]);
-    tr_msg_t *m = tr_actor_is_none(eng->supervisor) ? NULL : tr_msg_new(eng->rt, TR_MSG_STOP);
-    if (m && tr_actor_send(eng->rt, eng->supervisor, m) < 0) /* wake it to count */
-        tr_msg_free(eng->rt, m);
+    tr_msg_t *m = tr_actor_is_none(p->supervisor) ? NULL : tr_msg_new(p->rt, TR_MSG_STOP);
+    if (m && tr_actor_send(p->rt, p->supervisor, m) < 0) /* wake it to count */
+        tr_msg_free(p->rt, m);
 }
 
 /* A failed engine's last spans per thread, written once every actor has stopped. */
 static void dump_flight(tr_engine_t *eng)
 {
-    if (!eng->mon) return;
+    if (!eng->plan.mon) return;
     char dir[sizeof(eng->flight_path)];
     snprintf(dir, sizeof(dir), "%s", eng->flight_path);
     char *slash = strrchr(dir, '/');
@@ -318,16 +334,16 @@ static void dump_flight(tr_engine_t *eng)
         *slash = '\0';
         tr__mkdir_p(dir);
     }
-    tr_monitor_flush(eng->mon);
-    int rc = tr_monitor_flight_dump(eng->mon, eng->flight_path);
+    tr_monitor_flush(eng->plan.mon);
+    int rc = tr_monitor_flight_dump(eng->plan.mon, eng->flight_path);
     if (rc == TR_EINVAL) return; /* troupe.trace.flight_recorder is off */
     if (rc < 0)
         tr_log(TR_LOG_ERROR, "flight recorder: cannot write %s: %s", eng->flight_path,
                tr_strerror(rc));
     else
         tr_log(TR_LOG_ERROR, "engine failed (%s); flight recorder written to %s",
-               tr__client_error(eng->client)[0] ? tr__client_error(eng->client)
-                                                : tr_runtime_failure(eng->rt),
+               tr__client_error(eng->plan.client)[0] ? tr__client_error(eng->plan.client)
+                                                : tr_runtime_failure(eng->plan.rt),
                eng->flight_path);
 }
 
@@ -338,27 +354,27 @@ void tr_engine_destroy(tr_engine_t *eng)
                                                  * was logged then); not mid-window, where a
                                                  * wait's round could meet a step's collectives */
         tr_engine_wait_checkpoint(eng);
-    if (eng->rt) {
+    if (eng->plan.rt) {
         stop_actors(eng);
         int rc = 0;
         if (eng->driving) { /* the driver's tr_runtime_run returns once every actor stopped */
             pthread_join(eng->driver, NULL);
             rc = eng->driver_rc;
         } else {
-            rc = tr_runtime_run(eng->rt);
+            rc = tr_runtime_run(eng->plan.rt);
         }
-        if (rc == TR_EFAILED || tr__client_failed(eng->client)) dump_flight(eng);
-        tr_runtime_close(eng->rt);
+        if (rc == TR_EFAILED || tr__client_failed(eng->plan.client)) dump_flight(eng);
+        tr_runtime_close(eng->plan.rt);
     }
-    tr_monitor_destroy(eng->mon); /* after close: cleanups may still send */
-    tr__dsmon_destroy(eng);
-    tr__loader_free(eng);
-    tr__executor_free(eng);
-    tr__bucketer_free(eng);
-    tr__comm_free(eng);
-    tr__optimizer_free(eng);
-    tr__swapper_free(eng);
-    tr__checkpointer_free(eng);
+    tr_monitor_destroy(eng->plan.mon); /* after close: cleanups may still send */
+    tr__dsmon_destroy(eng->ds);
+    tr__loader_free(eng->ld);
+    tr__executor_free(eng->ex);
+    tr__bucketer_free(eng->bk);
+    tr__comm_free(eng->cm);
+    tr__optimizer_free(eng->op);
+    tr__swapper_free(eng->sw);
+    tr__checkpointer_free(eng->ck);
     tr__dataset_close(eng->train);
     tr__dataset_close(eng->val);
     tr_model_destroy(eng->model);
@@ -366,7 +382,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     free(eng->stage_in);
     free(eng->stage_targets);
     free(eng->stage_y);
-    tr__client_destroy(eng->client);
+    tr__client_destroy(eng->plan.client);
     free(eng);
 }
 
@@ -386,8 +402,8 @@ int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
     /* The step opens when its request is sent: the trace's step window moves (and the step
      * marker is written) first, so the request and everything it causes are classed with it.
      * (DeepSpeed-style, the executor does it at the window's first forward.) */
-    tr_monitor_step(eng->mon, eng->last.global_step, tr_now_ns());
-    int rc = call_simple(eng, eng->executor, TR__REQ_TRAIN, 0);
+    tr_monitor_step(eng->plan.mon, eng->last.global_step, tr_now_ns());
+    int rc = call_simple(eng, eng->plan.executor, TR__REQ_TRAIN, 0);
     if (rc == 0 && stats) *stats = eng->last.stats;
     return rc;
 }
@@ -397,7 +413,7 @@ int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
     if (!eng->val || n_batches <= 0)
         return refuse(eng, TR_EINVAL, eng->val ? "tr_engine_eval: n_batches must be positive"
                                                : "tr_engine_eval: no dataset to evaluate on");
-    int rc = call_simple(eng, eng->executor, TR__REQ_EVAL, (uint32_t)n_batches);
+    int rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
     if (rc == 0 && loss) *loss = eng->last.loss;
     return rc;
 }
@@ -405,58 +421,59 @@ int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 /* Copies the caller's batch into the registered staging buffers the request names. */
 static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engine_req_t *r)
 {
-    size_t bt = (size_t)eng->B * (size_t)eng->T;
-    const void *in = eng->x_dim ? (const void *)b->x : (const void *)b->tokens;
-    const void *tg = eng->y_dim ? (const void *)b->y : (const void *)b->targets;
+    const tr__plan_t *p = &eng->plan;
+    size_t bt = (size_t)p->B * (size_t)p->T;
+    const void *in = p->x_dim ? (const void *)b->x : (const void *)b->tokens;
+    const void *tg = p->y_dim ? (const void *)b->y : (const void *)b->targets;
     if (!in || !tg)
         return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "tr_engine_forward: the batch needs %s and %s (this model's first layer "
                         "reads %s, its loss layer %s targets)",
-                        eng->x_dim ? "x" : "tokens", eng->y_dim ? "y" : "targets",
-                        eng->x_dim ? "floats" : "token ids", eng->y_dim ? "float" : "integer");
-    size_t in_bytes = bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * 4;
-    size_t tg_bytes = bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * 4;
+                        p->x_dim ? "x" : "tokens", p->y_dim ? "y" : "targets",
+                        p->x_dim ? "floats" : "token ids", p->y_dim ? "float" : "integer");
+    size_t in_bytes = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4;
+    size_t tg_bytes = bt * (size_t)(p->y_dim ? p->y_dim : 1) * 4;
     memcpy(eng->stage_in, in, in_bytes);
-    memcpy(eng->y_dim ? eng->stage_y : eng->stage_targets, tg, tg_bytes);
-    tr_buffer_ref(eng->rt, eng->buf_stage_in, 0, in_bytes,
-                  eng->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, &r->inputs);
-    if (eng->y_dim)
-        tr_buffer_ref(eng->rt, eng->buf_stage_y, 0, tg_bytes, TR_DTYPE_F32, &r->y);
+    memcpy(p->y_dim ? eng->stage_y : eng->stage_targets, tg, tg_bytes);
+    tr_buffer_ref(p->rt, p->buf_stage_in, 0, in_bytes,
+                  p->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, &r->inputs);
+    if (p->y_dim)
+        tr_buffer_ref(p->rt, p->buf_stage_y, 0, tg_bytes, TR_DTYPE_F32, &r->y);
     else
-        tr_buffer_ref(eng->rt, eng->buf_stage_targets, 0, tg_bytes, TR_DTYPE_I32, &r->targets);
+        tr_buffer_ref(p->rt, p->buf_stage_targets, 0, tg_bytes, TR_DTYPE_I32, &r->targets);
     return 0;
 }
 
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
     if (!batch) return refuse(eng, TR_EINVAL, "tr_engine_forward: no batch");
-    tr_msg_t *m = tr__request_new(eng->rt, TR__REQ_FORWARD);
+    tr_msg_t *m = tr__request_new(eng->plan.rt, TR__REQ_FORWARD);
     if (!m) return refuse(eng, TR_ENOMEM, "tr_engine_forward: out of memory");
     int rc = stage_batch(eng, batch, TR_MSG_AS(m, engine_req));
     if (rc < 0) {
-        tr_msg_free(eng->rt, m);
+        tr_msg_free(eng->plan.rt, m);
         return rc;
     }
-    rc = call(eng, eng->executor, m);
+    rc = call(eng, eng->plan.executor, m);
     if (rc == 0 && loss) *loss = eng->last.loss;
     return rc;
 }
 
 int tr_engine_backward(tr_engine_t *eng)
 {
-    return call_simple(eng, eng->executor, TR__REQ_BACKWARD, 0);
+    return call_simple(eng, eng->plan.executor, TR__REQ_BACKWARD, 0);
 }
 
 int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats)
 {
-    int rc = call_simple(eng, eng->executor, TR__REQ_STEP, 0);
+    int rc = call_simple(eng, eng->plan.executor, TR__REQ_STEP, 0);
     if (rc >= 0 && stats) *stats = eng->last.stats;
     return rc > 0 ? 0 : rc; /* 1: not a boundary, a no-op as in DeepSpeed */
 }
 
 int tr_engine_is_boundary(const tr_engine_t *eng)
 {
-    return eng->last.micro_pos == eng->GAS - 1;
+    return eng->last.micro_pos == eng->plan.GAS - 1;
 }
 
 /* A SAVE or LOAD request for dir/tag, refused in the middle of an accumulation window. */
@@ -474,22 +491,22 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
         return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "%s: checkpoint tag '%.200s' is not a "
                         "directory name", what, tag);
-    tr_msg_t *m = tr__request_new(eng->rt, kind);
+    tr_msg_t *m = tr__request_new(eng->plan.rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
     int rc = set_str(eng, r->dir, sizeof(r->dir), dir, kind == TR__REQ_SAVE ? "save: directory"
                                                                             : "load: directory");
     if (!rc) rc = set_str(eng, r->tag, sizeof(r->tag), tag, "checkpoint tag");
     if (rc < 0) {
-        tr_msg_free(eng->rt, m);
+        tr_msg_free(eng->plan.rt, m);
         return rc;
     }
-    return call(eng, kind == TR__REQ_SAVE ? eng->executor : eng->checkpointer, m);
+    return call(eng, kind == TR__REQ_SAVE ? eng->plan.executor : eng->plan.checkpointer, m);
 }
 
 int tr_engine_wait_checkpoint(tr_engine_t *eng)
 {
-    return call_simple(eng, eng->executor, TR__REQ_WAIT, 0);
+    return call_simple(eng, eng->plan.executor, TR__REQ_WAIT, 0);
 }
 
 /* A save or load begins once the last save has finished; its failure was logged when it
@@ -531,12 +548,12 @@ const tr_config_t *tr_engine_config(const tr_engine_t *eng)
 
 tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 {
-    return eng->rt;
+    return eng->plan.rt;
 }
 
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
-    return tr__client_stop_requested(eng->client);
+    return tr__client_stop_requested(eng->plan.client);
 }
 
 uint64_t tr_engine_global_step(const tr_engine_t *eng)
@@ -546,12 +563,12 @@ uint64_t tr_engine_global_step(const tr_engine_t *eng)
 
 int tr_engine_rank(const tr_engine_t *eng)
 {
-    return eng->rank;
+    return eng->plan.rank;
 }
 
 int tr_engine_world(const tr_engine_t *eng)
 {
-    return eng->world;
+    return eng->plan.world;
 }
 
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out)

@@ -25,7 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
+#include "actors/exec/ds_monitor.h"
 #include "troupe/monitor.h"
 #include "troupe/pipeline.h"
 
@@ -128,12 +129,12 @@ static int open_monitors(struct tr__dsmon *d, const tr_config_t *c, char *err, s
     return 0;
 }
 
-int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
+int tr__dsmon_create(const tr__plan_t *eng, struct tr__dsmon **out, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     struct tr__dsmon *d = calloc(1, sizeof(*d));
     if (!d) return TR_ENOMEM;
-    eng->ds = d;
+    *out = d;
     d->spp = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 10;
     d->train_batch = (uint64_t)c->train_batch_size;
     d->fp16 = c->fp16.enabled;
@@ -148,16 +149,14 @@ int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
     return d->quiet ? 0 : open_monitors(d, c, err, errlen);
 }
 
-void tr__dsmon_destroy(tr_engine_t *eng)
+void tr__dsmon_destroy(struct tr__dsmon *d)
 {
-    struct tr__dsmon *d = eng->ds;
     if (!d) return;
     tr_walltimers_destroy(d->timers);
     tr_csv_monitor_destroy(d->csv);
     if (d->tb) tr_tb_writer_flush(d->tb);
     tr_tb_writer_destroy(d->tb);
     free(d);
-    eng->ds = NULL;
 }
 
 void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1)
