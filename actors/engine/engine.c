@@ -536,7 +536,7 @@ const char *tr_engine_error(const tr_engine_t *eng)
     return eng->error;
 }
 
-tr_model_t *tr_engine_model(const tr_engine_t *eng)
+const tr_model_t *tr_engine_model(const tr_engine_t *eng)
 {
     return eng->model;
 }
