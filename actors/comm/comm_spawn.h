@@ -7,15 +7,17 @@
 
 #include "actors/engine/plan.h"
 
-struct tr__bucketer;
 struct tr__comm;
 
-/* Each creates its actor's state (*state) and actor (*self); no message is sent. On failure
- * *state may still be set: free it with the matching _free after the runtime has closed
- * (NULL does nothing). The caller's thread. */
-int tr__bucketer_spawn(const tr__plan_t *eng, struct tr__bucketer **state, tr_actor_t *self);
-void tr__bucketer_free(struct tr__bucketer *b);
-/* *comm_bytes: the communication buffers it holds (16-bit wire copies). */
+/* Each creates its actor and *self, its address; no message is sent. The caller's thread. */
+
+/* The bucketer's state is freed by the runtime (its cleanup hook), when it stops. */
+int tr__bucketer_spawn(const tr__plan_t *eng, tr_actor_t *self);
+
+/* The comm actor's state is *state, which outlives the actor: the other actors' buffers it
+ * reduces may be in flight until all have stopped, and its comms_logger summary prints at the
+ * end. Free it with tr__comm_free after the runtime has closed (NULL does nothing), also on
+ * failure. *comm_bytes: the communication buffers it holds (16-bit wire copies). */
 int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *self,
                    uint64_t *comm_bytes, char *err, size_t errlen);
 void tr__comm_free(struct tr__comm *c);

@@ -177,7 +177,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc)
         rc = tr__executor_spawn(p, eng->model, eng->val, eng->ds, &eng->ex, &p->executor, err,
                                 errlen);
-    if (!rc) rc = tr__bucketer_spawn(p, &eng->bk, &p->bucketer);
+    if (!rc) rc = tr__bucketer_spawn(p, &p->bucketer);
     if (!rc) rc = tr__comm_spawn(p, &eng->cm, &p->comm, &mem->comm, err, errlen);
     if (!rc) rc = tr__checkpointer_spawn(p, &eng->ck, &p->checkpointer);
     if (!rc && eng->train) rc = tr__loader_spawn(p, eng->train, &eng->ld, &p->loader);
@@ -370,7 +370,6 @@ void tr_engine_destroy(tr_engine_t *eng)
     tr__dsmon_destroy(eng->ds);
     tr__loader_free(eng->ld);
     tr__executor_free(eng->ex);
-    tr__bucketer_free(eng->bk);
     tr__comm_free(eng->cm);
     tr__optimizer_free(eng->op);
     tr__swapper_free(eng->sw);

@@ -28,11 +28,12 @@ struct tr_engine {
     tr_engine_memory_t memory; /* assembled from what each spawn made */
     char flight_path[1024];
 
-    /* --- each actor's own state; here only to be freed at destroy --- */
+    /* --- each actor's own state; here only to be freed at destroy, once every actor has
+     * stopped (their registered buffers may be read by the others until then; the bucketer,
+     * which has none, is freed by the runtime's cleanup hook) --- */
     struct tr__loader *ld;
     struct tr__ckpt_actor *ck;
     struct tr__exec *ex;
-    struct tr__bucketer *bk;
     struct tr__comm *cm;
     tr__optim_t *op;
     struct tr__swapper *sw;

@@ -112,20 +112,18 @@ static int open_monitors(struct tr__dsmon *d, const tr_config_t *c, char *err, s
     if (c->csv_monitor.enabled &&
         (rc = tr_csv_monitor_create(c->csv_monitor.output_path, c->csv_monitor.job_name, &d->csv)) <
             0)
-        return snprintf(err, errlen,
+        return tr__errf(err, errlen, rc,
                         "%s: csv_monitor: cannot use output_path '%s', job_name "
                         "'%s': %s",
                         c->source, c->csv_monitor.output_path, c->csv_monitor.job_name,
-                        tr_strerror(rc)),
-               rc;
+                        tr_strerror(rc));
     if (c->tensorboard.enabled &&
         (rc = tr_tb_writer_create(c->tensorboard.output_path, c->tensorboard.job_name, &d->tb)) < 0)
-        return snprintf(err, errlen,
+        return tr__errf(err, errlen, rc,
                         "%s: tensorboard: cannot use output_path '%s', job_name "
                         "'%s': %s",
                         c->source, c->tensorboard.output_path, c->tensorboard.job_name,
-                        tr_strerror(rc)),
-               rc;
+                        tr_strerror(rc));
     return 0;
 }
 
