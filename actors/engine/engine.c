@@ -9,12 +9,11 @@
  *
  * Tracing: the monitor comes from the config's troupe.trace (or opts.trace_dir) and is
  * attached to the runtime, which records every actor's messages; the engine adds the step
- * markers (where a step opens: see step_begins), the bucket-memory counter and, when an actor
- * failed, the flight recorder's dump at destroy, once the actors have stopped and no thread
- * still records.
+ * markers (where a step opens: see tr_engine_train_batch), its own lanes, the bucket-memory
+ * counter (client.c) and, when an actor failed, the flight recorder's dump at destroy, once
+ * the actors have stopped and no thread still records.
  */
-#include <stdarg.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

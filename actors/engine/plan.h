@@ -19,10 +19,17 @@
  * arrays. Each hand-over is a message, whose mailbox ordering (release on send, acquire on
  * receive) makes the previous owner's writes visible.
  *
- * The embedding API (engine.c) is a client outside the runtime: it sends an ENGINE_REQ and
- * waits in its reply slot (tr__client_t) until an actor answers with tr__reply. Everything
+ * The embedding API (engine.c) is a client outside the runtime (client.h): it sends an
+ * ENGINE_REQ and waits in its reply slot until an actor answers with tr__reply. Everything
  * the client learns (step statistics, the accumulation window, the global step) comes in a
  * reply.
+ *
+ * What an actor may include of the engine: this header (which brings the client endpoint's,
+ * client.h), its messages (troupe/msg.h) and the runtime. Each actor's spawn takes the plan as
+ * a const view, which it keeps (as its `eng`) for its lifetime, and returns what it made (its
+ * state, its address, its memory figures, the swapper's layout) to the code that assembles
+ * the engine (engine.c); no actor writes the engine, and no spawn reads what another spawn
+ * made, so their order is free.
  */
 #ifndef TR_ACTORS_ENGINE_PLAN_H
 #define TR_ACTORS_ENGINE_PLAN_H
