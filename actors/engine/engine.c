@@ -170,8 +170,11 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc)
         rc = tr__optimizer_spawn(p, &eng->op, &p->optimizer, &optim_bytes, &mem->grad_partition,
                                  err, errlen);
-    if (!rc && p->swaps)
-        rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &p->swap, &swap_bytes, err, errlen);
+    if (!rc && p->swaps) {
+        tr__swap_layout_t swap;
+        rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &swap, &swap_bytes, err, errlen);
+        if (!rc) p->swap = swap; /* the optimizer steps in it from its first message */
+    }
     mem->optimizer = p->swaps ? swap_bytes : optim_bytes; /* swapped: the rest is on disk */
     if (!rc)
         rc = tr__executor_spawn(p, eng->model, eng->val, eng->ds, &eng->ex, &p->executor, err,
