@@ -41,6 +41,7 @@
 #include <msgpack.h>
 
 #include "actors/ckpt/checkpoint.h"
+#include "actors/ckpt/ckpt.h"
 #include "base/errf.h"
 #include "base/file.h"
 #include "runtime/comm/comm.h"
@@ -48,7 +49,7 @@
 #include "troupe/aio.h"
 
 struct tr__ckpt_actor {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     char err[8192];       /* this rank's reason while its ranks agree; then the reply's */
     /* a save or load waiting for the ranks' agreement */
     int local_rc;         /* this rank's part: 0 or TR_E* (with err) */
@@ -87,12 +88,12 @@ static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
 
 /* How many optimizer files a save writes: one per rank when the state is partitioned, else
  * rank 0's alone. */
-static int optim_files(const tr_engine_t *e)
+static int optim_files(const tr__plan_t *e)
 {
     return e->optim_slice.partitioned ? e->world : 1;
 }
 
-static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_engine_t *e,
+static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
     msgpack_pack_map(pk, 16);
@@ -131,7 +132,7 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
 
 /* This rank's optimizer file header: its slice [lo, hi) of the n_params flat parameters
  * (hi clipped to n_params: a padded tail is not saved). */
-static void pack_optim_header(msgpack_packer *pk, const tr_engine_t *e, uint64_t step,
+static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t step,
                               uint64_t hash, const char *const *names, int n)
 {
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
@@ -188,7 +189,7 @@ static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *
 static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
                       const char *config_json)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
     tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
     const float *params = saved_array(c, &all, e->n_params);
@@ -205,9 +206,9 @@ static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
 /* This rank's optimizer file: each moment array's part inside [0, n_params), copied. */
 static int snap_optim(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st, uint64_t hash)
 {
-    const tr_engine_t *e = c->eng;
-    const char *names[3];
-    int n = tr__optimizer_array_names(e, names, 3);
+    const tr__plan_t *e = c->eng;
+    const char *const *names = e->array_names;
+    int n = e->n_arrays;
     size_t S = e->optim_slice.hi - e->optim_slice.lo;
     size_t keep = e->optim_slice.hi < e->n_params ? S
                   : e->optim_slice.lo < e->n_params ? e->n_params - e->optim_slice.lo : 0;
@@ -226,7 +227,7 @@ static int snap_optim(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
  * TR_E* with c->err. */
 static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     c->has_model = c->has_optim = false;
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
@@ -243,7 +244,7 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
 /* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */
 static int write_files(struct tr__ckpt_actor *c)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     int rc = tr__mkdir_p(c->tagdir);
     if (rc < 0)
         return tr__errf(c->err, sizeof(c->err), rc, "cannot create %s: %s", c->tagdir,
@@ -275,7 +276,7 @@ static int write_files(struct tr__ckpt_actor *c)
  * failed (0: none). Fails the engine if the question cannot be sent. */
 static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     c->local_rc = rc;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
     if (!m) {
@@ -316,7 +317,7 @@ static int agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, const
 /* --- saving -------------------------------------------------------------------------------- */
 
 /* Tells the executor how this rank's part of the save's phase went (it keeps the ranks in
- * step: actors/ckpt/save_track.c). */
+ * step: actors/exec/save_track.c). */
 static void report(tr_ctx_t *ctx, struct tr__ckpt_actor *c, int rc)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
@@ -529,23 +530,23 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return load(ctx, c, TR_MSG_AS(msg, engine_req), msg->step);
 }
 
-int tr__checkpointer_spawn(tr_engine_t *eng)
+int tr__checkpointer_spawn(const tr__plan_t *eng, struct tr__ckpt_actor **state,
+                           tr_actor_t *self)
 {
     struct tr__ckpt_actor *c = calloc(1, sizeof(*c));
     if (!c) return TR_ENOMEM;
     c->eng = eng;
-    eng->ck = c;
+    *state = c;
     tr_actor_opts_t o = {.name = "checkpointer",
                          .pinned = 1,
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
                          .lane_kind = TR_LANE_IO};
-    return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, &eng->checkpointer);
+    return tr_actor_spawn(eng->rt, checkpointer_behaviour, c, &o, self);
 }
 
-void tr__checkpointer_free(tr_engine_t *eng)
+void tr__checkpointer_free(struct tr__ckpt_actor *c)
 {
-    struct tr__ckpt_actor *c = eng->ck;
     if (!c) return;
     tr__ckpt_tag_free(c->restoring);
     free(c->restoring); /* c->restore, if any, went with the runtime's message pools */
@@ -553,5 +554,4 @@ void tr__checkpointer_free(tr_engine_t *eng)
     tr__ckpt_image_free(&c->optim);
     tr_aio_destroy(c->aio);
     free(c);
-    eng->ck = NULL;
 }

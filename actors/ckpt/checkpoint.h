@@ -15,7 +15,7 @@
 
 #include <msgpack.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
 #include "io/ckpt_file.h"
 
 #define TR__CKPT_FORMAT "troupe-checkpoint"
@@ -45,7 +45,7 @@ uint64_t tr__ckpt_config_hash(const char *json);
  * rank's slice of the moments (eng->optim_slice) and rescales per-rank counters and the data
  * position to this world size. TR_E* with err naming the file and the field. Free t with
  * tr__ckpt_tag_free, also after a failure. The checkpointer's thread. */
-int tr__ckpt_tag_read(const tr_engine_t *eng, const char *tagdir, tr__ckpt_tag_t *t, char *err,
+int tr__ckpt_tag_read(const tr__plan_t *eng, const char *tagdir, tr__ckpt_tag_t *t, char *err,
                       size_t errlen);
 void tr__ckpt_tag_free(tr__ckpt_tag_t *t);
 

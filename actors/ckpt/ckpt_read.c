@@ -26,8 +26,6 @@
 #include "base/errf.h"
 #include "runtime/msg/mpack.h"
 
-#define MAX_NAMES 3
-
 uint64_t tr__ckpt_config_hash(const char *json)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -61,7 +59,7 @@ static bool u64_field(const msgpack_object *h, const char *key, uint64_t *out)
 }
 
 /* The saved parameter table must be this model's, name for name and shape for shape. */
-static int check_layers(const tr_engine_t *e, const char *path, const msgpack_object *layers,
+static int check_layers(const tr__plan_t *e, const char *path, const msgpack_object *layers,
                         char *err, size_t errlen)
 {
     int n = tr_model_num_layers(e->model);
@@ -101,7 +99,7 @@ static int check_layers(const tr_engine_t *e, const char *path, const msgpack_ob
 }
 
 /* Unpacks a file's header, which must be a troupe `kind` file of this model's n_params. */
-static int unpack(const tr_engine_t *e, const char *path, const tr_ckpt_file_t *f,
+static int unpack(const tr__plan_t *e, const char *path, const tr_ckpt_file_t *f,
                   msgpack_unpacked *u, const char *kind, char *err, size_t errlen)
 {
     msgpack_unpacked_init(u);
@@ -169,7 +167,7 @@ static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt
 /* --- the model file ---------------------------------------------------------------------- */
 
 /* Reads model_states.trck whole and checks it; *n_files: the optimizer files it names. */
-static int read_model(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *t,
+static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t,
                       uint64_t *n_files, char *err, size_t errlen)
 {
     char path[4500];
@@ -229,11 +227,11 @@ static int damaged_or(int rc, const char *path, char *err, size_t errlen)
 }
 
 /* The arrays of an optimizer file: this optimizer's names, in order, over its slice. */
-static int check_arrays(const tr_engine_t *e, const part_t *p, const msgpack_object *arrays,
+static int check_arrays(const tr__plan_t *e, const part_t *p, const msgpack_object *arrays,
                         size_t payload_len, char *err, size_t errlen)
 {
-    const char *names[MAX_NAMES];
-    int n = tr__optimizer_array_names(e, names, MAX_NAMES);
+    const char *const *names = e->array_names;
+    int n = e->n_arrays;
     bool ok = arrays && arrays->type == MSGPACK_OBJECT_ARRAY &&
               arrays->via.array.size == (uint32_t)n &&
               payload_len == (size_t)n * (p->hi - p->lo) * sizeof(float);
@@ -249,7 +247,7 @@ static int check_arrays(const tr_engine_t *e, const part_t *p, const msgpack_obj
 }
 
 /* Reads and checks the header of optimizer file k. */
-static int read_part(const tr_engine_t *e, const char *tagdir, const tr__ckpt_tag_t *t, int k,
+static int read_part(const tr__plan_t *e, const char *tagdir, const tr__ckpt_tag_t *t, int k,
                      part_t *p, char *err, size_t errlen)
 {
     snprintf(p->name, sizeof(p->name), "optim_states_rank%d.trck", k);
@@ -308,7 +306,7 @@ static int check_tiling(const char *tagdir, part_t *parts, int n, size_t N, char
 
 /* Copies the overlap of part p's slice and this rank's [lo, hi) into t->moments (n arrays,
  * each hi - lo floats), reading p whole and verifying its checksum. */
-static int copy_overlap(const tr_engine_t *e, const part_t *p, int n, tr__ckpt_tag_t *t,
+static int copy_overlap(const tr__plan_t *e, const part_t *p, int n, tr__ckpt_tag_t *t,
                         char *err, size_t errlen)
 {
     size_t lo = e->optim_slice.lo, hi = e->optim_slice.hi, N = e->n_params;
@@ -328,11 +326,10 @@ static int copy_overlap(const tr_engine_t *e, const part_t *p, int n, tr__ckpt_t
 }
 
 /* Every optimizer file's header checked, the tiling checked, then this rank's slice built. */
-static int read_moments(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *t,
+static int read_moments(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t,
                         uint64_t n_files, char *err, size_t errlen)
 {
-    const char *names[MAX_NAMES];
-    int n = tr__optimizer_array_names(e, names, MAX_NAMES);
+    int n = e->n_arrays;
     part_t *parts = calloc(n_files, sizeof(*parts));
     if (!parts) return tr__errf(err, errlen, TR_ENOMEM, "no memory for %llu file names",
                             (unsigned long long)n_files);
@@ -367,7 +364,7 @@ static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, in
     return 0;
 }
 
-static int rescale_position(const tr_engine_t *e, const char *tagdir, tr__ckpt_tag_t *t,
+static int rescale_position(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t,
                             char *err, size_t errlen)
 {
     int W = t->saved_replicas, now = e->replicas;
@@ -385,7 +382,7 @@ static int rescale_position(const tr_engine_t *e, const char *tagdir, tr__ckpt_t
     return rc;
 }
 
-int tr__ckpt_tag_read(const tr_engine_t *eng, const char *tagdir, tr__ckpt_tag_t *t, char *err,
+int tr__ckpt_tag_read(const tr__plan_t *eng, const char *tagdir, tr__ckpt_tag_t *t, char *err,
                       size_t errlen)
 {
     uint64_t n_files = 0;

@@ -11,10 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/comm/comm_spawn.h"
+#include "actors/engine/plan.h"
 
 struct tr__bucketer {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     size_t bucket_size; /* elements */
     size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
     uint32_t next_id;   /* bucket number within the step */
@@ -70,11 +71,18 @@ static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return rc;
 }
 
-int tr__bucketer_spawn(tr_engine_t *eng)
+/* The runtime's cleanup hook: the state is the bucketer's alone (its buckets are views of the
+ * gradient buffer, which it does not own), so it goes when the actor stops. */
+static void free_state(tr_ctx_t *ctx, int reason)
+{
+    (void)reason;
+    free(ctx->state);
+}
+
+int tr__bucketer_spawn(const tr__plan_t *eng, tr_actor_t *self)
 {
     struct tr__bucketer *b = calloc(1, sizeof(*b));
     if (!b) return TR_ENOMEM;
-    eng->bk = b;
     b->eng = eng;
     int64_t size = eng->cfg->zero.reduce_bucket_size;
     b->bucket_size = size > 0 ? (size_t)size : eng->n_params;
@@ -86,12 +94,9 @@ int tr__bucketer_spawn(tr_engine_t *eng)
     tr_actor_opts_t o = {.name = "bucketer",
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
+                         .cleanup = free_state,
                          .lane_kind = TR_LANE_DATA};
-    return tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, &eng->bucketer);
-}
-
-void tr__bucketer_free(tr_engine_t *eng)
-{
-    free(eng->bk);
-    eng->bk = NULL;
+    int rc = tr_actor_spawn(eng->rt, bucketer_behaviour, b, &o, self);
+    if (rc < 0) free(b); /* not the runtime's */
+    return rc;
 }

@@ -122,7 +122,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
     if (c->eng->rank == c->fault_silent && msg->step > 0) return 0; /* the test's silent rank */
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     tr_msg_bucket_t *b = TR_MSG_AS(msg, bucket);
     char why[256];
     float *data = tr__resolve(e, &b->grads, why, sizeof(why));
@@ -171,7 +171,7 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
 static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
@@ -190,7 +190,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     tr_msg_comm_reduce_t *v = TR_MSG_AS(msg, comm_reduce);
     char why[256];
     double *buf = v->op < TR_REDUCE_COUNT_ ? tr__resolve(e, &v->buf, why, sizeof(why)) : NULL;
@@ -283,7 +283,7 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
  * it) to the optimizer. */
 static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     size_t count = p->grads.length / sizeof(float), a = p->grads.offset / sizeof(float);
     double bytes = (double)count * (double)tr_dtype_size(c->wire);
     bool scatter = p->head.op == TR__COLL_REDUCE_SCATTER;
@@ -496,7 +496,7 @@ static void faults_from_env(struct tr__comm *c)
  * channel (groups split off it: every rank does this at create, in the same order). */
 static int open_comms(struct tr__comm *c, char *err, size_t errlen)
 {
-    const tr_engine_t *eng = c->eng;
+    const tr__plan_t *eng = c->eng;
     const tr_config_t *cfg = eng->cfg;
     char why[256];
     const char *name = cfg->troupe.comm.backend;
@@ -519,11 +519,12 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     return 0;
 }
 
-int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
+int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *self,
+                   uint64_t *comm_bytes, char *err, size_t errlen)
 {
     struct tr__comm *c = calloc(1, sizeof(*c));
     if (!c) return TR_ENOMEM;
-    eng->cm = c;
+    *state = c;
     c->eng = eng;
     c->rt = eng->rt;
     const tr_config_t *cfg = eng->cfg;
@@ -540,7 +541,7 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
     c->wire = eng->world > 1 ? (tr_dtype_t)cfg->communication_data_type : TR_DTYPE_F32;
     if (c->wire != TR_DTYPE_F32 && !(c->wire16 = malloc(eng->n_params * sizeof(uint16_t))))
         return TR_ENOMEM;
-    eng->memory.comm = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
+    *comm_bytes = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
     c->log_verbose = cfg->comms_logger.verbose;
     faults_from_env(c);
     c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
@@ -553,30 +554,29 @@ int tr__comm_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          /* its handlers post and poll (and sleep between polls): the
                           * communication itself is on the collectives lanes */
                          .lane_kind = TR_LANE_CONTROL};
-    rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, &eng->comm);
-    c->self = eng->comm; /* before any message: completions are addressed to it */
+    rc = tr_actor_spawn(eng->rt, comm_behaviour, c, &o, self);
+    c->self = *self; /* before any message: completions are addressed to it */
     uint64_t tick;
     if (rc == 0 && c->watch) rc = tr_timer_start(eng->rt, c->self, 0, TR__WATCH_TICK_NS, 0, &tick);
     return rc;
 }
 
-void tr__comm_free(tr_engine_t *eng)
+void tr__comm_free(struct tr__comm *c)
 {
-    if (!eng->cm) return;
-    if (eng->cm->log && eng->rank == 0 && tr_comms_log_count(eng->cm->log)) {
-        tr_comms_log_summary(eng->cm->log, stdout); /* DeepSpeed's log_summary, at the end */
+    if (!c) return;
+    if (c->log && c->eng->rank == 0 && tr_comms_log_count(c->log)) {
+        tr_comms_log_summary(c->log, stdout); /* DeepSpeed's log_summary, at the end */
         fflush(stdout);
     }
-    tr_comms_log_destroy(eng->cm->log);
-    tr__watch_destroy(eng->cm->watch);
-    tr_comm_destroy(eng->cm->headers);
-    tr_comm_destroy(eng->cm->backend);
-    for (size_t i = 0; i < eng->cm->cap; i++) {
-        free(eng->cm->pending[i].vals);
-        free(eng->cm->pending[i].hdr);
+    tr_comms_log_destroy(c->log);
+    tr__watch_destroy(c->watch);
+    tr_comm_destroy(c->headers);
+    tr_comm_destroy(c->backend);
+    for (size_t i = 0; i < c->cap; i++) {
+        free(c->pending[i].vals);
+        free(c->pending[i].hdr);
     }
-    free(eng->cm->pending);
-    free(eng->cm->wire16);
-    free(eng->cm);
-    eng->cm = NULL;
+    free(c->pending);
+    free(c->wire16);
+    free(c);
 }

@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #include "actors/comm/watchdog.h"
-#include "actors/engine/engine_internal.h"
+#include "actors/comm/comm_spawn.h"
+#include "actors/engine/plan.h"
 #include "monitor/comms_log.h"
 #include "runtime/comm/comm.h"
 
@@ -50,7 +51,7 @@ typedef struct pending {
 } pending_t;
 
 struct tr__comm {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     tr_runtime_t *rt;
     tr_actor_t self;
     tr_comm_t *backend;
@@ -96,7 +97,7 @@ void tr__comm_describe(const header_t *h, char *out, size_t len);
 
 /* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
  * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
-size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
+size_t *tr__comm_bucket_parts(const tr__plan_t *e, size_t a, size_t b, size_t *mine,
                               size_t *mine_at);
 
 /* A 16-bit wire: the bucket's floats [a, a + n) of the gradient buffer to fp16 or bf16

@@ -116,7 +116,7 @@ static int start_agreed(struct tr__comm *c)
 /* Exchanges h on the headers' communicator (an all-gather of every rank's). */
 static int post_header(struct tr__comm *c, header_t h)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
     pending_t *p = pending_slot(c);
     header_t *all = calloc((size_t)e->world + 1, sizeof(header_t));
@@ -164,7 +164,7 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
 /* The headers arrived: every rank's must be ours; then the collective may start. */
 int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     header_t *all = p->hdr, *mine = &all[e->world];
     int rc = 0;
     for (int r = 0; r < e->world && rc == 0; r++)
@@ -188,7 +188,7 @@ int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
 
 /* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
  * (elements and flat index) in *mine, *mine_at. NULL: no memory. */
-size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *mine,
+size_t *tr__comm_bucket_parts(const tr__plan_t *e, size_t a, size_t b, size_t *mine,
                               size_t *mine_at)
 {
     size_t *counts = malloc((size_t)e->world * sizeof(size_t));
@@ -210,7 +210,7 @@ size_t *tr__comm_bucket_parts(const tr_engine_t *e, size_t a, size_t b, size_t *
  * start), else an all-reduce (ZeRO 2 without reduce_scatter keeps its part of the sum). */
 static int reduce_bucket(struct tr__comm *c, pending_t *p, size_t count, uint64_t *req)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     size_t a = p->grads.offset / sizeof(float);
     void *buf = c->wire16 ? (void *)(c->wire16 + a) : (void *)p->data;
     if (p->head.op != TR__COLL_REDUCE_SCATTER)
@@ -241,7 +241,7 @@ void tr__comm_from_wire(const struct tr__comm *c, float *x, size_t a, size_t n)
 /* Starts p's collective on the backend, now that every rank's header agreed. */
 static int start(struct tr__comm *c, pending_t *p)
 {
-    const tr_engine_t *e = c->eng;
+    const tr__plan_t *e = c->eng;
     const tr_comm_ops_t *ops = c->backend->ops;
     c->backend->op_tag = p->step;
     uint64_t req = 0;

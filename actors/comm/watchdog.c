@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
 #include "base/errf.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/error.h"

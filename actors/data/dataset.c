@@ -27,7 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/data/dataset.h"
+#include "actors/engine/plan.h"
 #include "troupe/io.h"
 
 typedef struct shard {
@@ -166,7 +167,7 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
     return rc;
 }
 
-int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr_engine_t *eng,
+int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr__plan_t *eng,
                      bool shuffle, uint64_t seed, char *err, size_t errlen)
 {
     tr__dataset_t *ds = calloc(1, sizeof(*ds));

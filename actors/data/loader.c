@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/data/loader.h"
+#include "actors/engine/plan.h"
 
 typedef struct slot {
     void *in;          /* (B, T) int tokens or (B, T, x_dim) floats */
@@ -24,7 +25,7 @@ typedef struct slot {
 } slot_t;
 
 struct tr__loader {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     tr__dataset_t *data;
     int n_slots;
     slot_t slots[TR__MAX_PREFETCH];
@@ -35,7 +36,7 @@ struct tr__loader {
 };
 
 /* A reference to a whole slot array of (B, T) or, with ndim 3, (B, T, width) elements. */
-static tr_tensor_ref_t ref(const tr_engine_t *e, uint64_t id, int dtype, int width, int ndim)
+static tr_tensor_ref_t ref(const tr__plan_t *e, uint64_t id, int dtype, int width, int ndim)
 {
     if (!id) return (tr_tensor_ref_t){0}; /* none */
     tr_tensor_ref_t r = {.buffer_id = id,
@@ -52,7 +53,7 @@ static tr_tensor_ref_t ref(const tr_engine_t *e, uint64_t id, int dtype, int wid
 /* Fills slot s from the dataset and sends it. */
 static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
 {
-    const tr_engine_t *e = l->eng;
+    const tr__plan_t *e = l->eng;
     slot_t *sl = &l->slots[s];
     tr__data_pos_t before = tr__dataset_pos(l->data);
     bool wrapped;
@@ -134,7 +135,7 @@ static int loader_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 }
 
 /* Allocates and registers one array of a slot; none when width is 0. */
-static int slot_array(tr_engine_t *eng, int s, const char *what, int dtype, int width,
+static int slot_array(const tr__plan_t *eng, int s, const char *what, int dtype, int width,
                       void **mem, uint64_t *id)
 {
     if (!width) return 0;
@@ -152,19 +153,20 @@ static int slot_array(tr_engine_t *eng, int s, const char *what, int dtype, int 
     return tr_buffer_register(eng->rt, &info, id);
 }
 
-int tr__loader_spawn(tr_engine_t *eng)
+int tr__loader_spawn(const tr__plan_t *eng, tr__dataset_t *train, struct tr__loader **state,
+                     tr_actor_t *self)
 {
     struct tr__loader *l = calloc(1, sizeof(*l));
     if (!l) return TR_ENOMEM;
-    eng->ld = l;
+    *state = l;
     l->eng = eng;
-    l->data = eng->train;
+    l->data = train;
     l->n_slots = eng->prefetch;
     tr_actor_opts_t o = {.name = "loader",
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
                          .lane_kind = TR_LANE_DATA};
-    int rc = tr_actor_spawn(eng->rt, loader_behaviour, l, &o, &eng->loader);
+    int rc = tr_actor_spawn(eng->rt, loader_behaviour, l, &o, self);
     for (int s = 0; s < l->n_slots && rc == 0; s++) {
         slot_t *sl = &l->slots[s];
         rc = slot_array(eng, s, "inputs", eng->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32,
@@ -178,9 +180,8 @@ int tr__loader_spawn(tr_engine_t *eng)
     return rc; /* the slots are freed by tr__loader_free */
 }
 
-void tr__loader_free(tr_engine_t *eng)
+void tr__loader_free(struct tr__loader *l)
 {
-    struct tr__loader *l = eng->ld;
     if (!l) return;
     for (int s = 0; s < TR__MAX_PREFETCH; s++) {
         free(l->slots[s].in);
@@ -188,5 +189,4 @@ void tr__loader_free(tr_engine_t *eng)
         free(l->slots[s].y);
     }
     free(l);
-    eng->ld = NULL;
 }

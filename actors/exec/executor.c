@@ -24,8 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/engine/engine_internal.h"
-#include "actors/ckpt/save_track.h"
+#include "actors/data/dataset.h"
+#include "actors/engine/plan.h"
+#include "actors/exec/ds_monitor.h"
+#include "actors/exec/executor.h"
+#include "actors/exec/save_track.h"
 #include "troupe/pipeline.h"
 
 typedef struct queued {
@@ -85,7 +88,7 @@ static win_t win_next(win_t w, win_event_t ev)
 }
 
 struct tr__exec {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     tr_model_t *model;
     tr__dataset_t *val;
     struct tr__dsmon *ds;
@@ -125,7 +128,7 @@ static bool have_forward(const struct tr__exec *x)
 
 static tr__reply_t view(const struct tr__exec *x)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     bool pending = x->win == WIN_STEP_PENDING;
     int pos = have_forward(x)            ? x->micro
               : pending || x->step_ready ? e->GAS - 1
@@ -154,7 +157,7 @@ static void reply_ok(struct tr__exec *x, int rc, tr__reply_t r)
 static int credit(tr_ctx_t *ctx, struct tr__exec *x, uint32_t slot, uint64_t step, int micro,
                   int rc_before)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
     int rc = m ? 0 : TR_ENOMEM;
     if (m) {
@@ -228,7 +231,7 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
  * the first are still in backward; without it all of them once the backward is over. */
 static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     bool send = boundary || e->zero == 2;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / e->GAS));
     for (int i = tr_model_num_layers(x->model) - 1; i >= 0; i--) {
@@ -266,7 +269,7 @@ static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_
  * pending). */
 static void micro_counted(struct tr__exec *x, bool boundary)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     x->micro++;
     x->tokens_window += (uint64_t)e->B * (uint64_t)e->T;
     x->micro_steps++;
@@ -304,7 +307,7 @@ static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, u
 
 static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *targets, const float *y)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     return (tr_batch_t){.B = e->B,
                         .T = e->T,
                         .tokens = e->x_dim ? NULL : in,
@@ -330,7 +333,7 @@ static void pipe_counted(struct tr__exec *x, const float *losses)
  * out, as at a boundary without overlap. */
 static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     int M = e->GAS, rc = 0;
     if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->win == WIN_STEP_PENDING)
         return;
@@ -535,7 +538,7 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
  * executor's own arrays: the model reads them again in backward, after the reply. */
 static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     size_t bt = (size_t)e->B * (size_t)e->T;
     char why[256] = "";
     const void *in = tr__resolve(e, &r->inputs, why, sizeof(why));
@@ -556,7 +559,7 @@ static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
 
 static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     if (copy_client_batch(x, r) < 0) return;
     tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
                                 e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
@@ -623,7 +626,7 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
 
 static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
     double sum = 0;
     char err[512];
@@ -730,7 +733,7 @@ static void save_answer(struct tr__exec *x)
  * the engine has failed (the waiting call gets it). */
 static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     int r = tr__save_advance(&x->save, e->rank, e->world, v);
     if (r == TR_EFAILED) {
         tr__engine_fail(e, TR_EFAILED, "%s", x->save.outcome_why);
@@ -784,7 +787,7 @@ static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
  * the checkpointer hears that the restore is complete. */
 static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 {
-    const tr_engine_t *e = x->eng;
+    const tr__plan_t *e = x->eng;
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     char why[256];
     const float *params = tr__resolve(e, &s->params, why, sizeof(why));
@@ -916,7 +919,7 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 
 /* pipeline.stages > 1: the model cut by pipeline.partition into stages that run
  * pipeline.schedule; rank 0 says what each stage holds. */
-static int make_pipeline(struct tr__exec *x, const tr_engine_t *e, char *err, size_t errlen)
+static int make_pipeline(struct tr__exec *x, const tr__plan_t *e, char *err, size_t errlen)
 {
     const tr_config_t *c = e->cfg;
     int S = e->stages;
@@ -945,15 +948,17 @@ static int make_pipeline(struct tr__exec *x, const tr_engine_t *e, char *err, si
     return rc;
 }
 
-int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen)
+int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *val,
+                       struct tr__dsmon *ds, struct tr__exec **state, tr_actor_t *self,
+                       char *err, size_t errlen)
 {
     struct tr__exec *x = calloc(1, sizeof(*x));
     if (!x) return TR_ENOMEM;
-    eng->ex = x;
+    *state = x;
     x->eng = eng;
-    x->model = eng->model;
-    x->val = eng->val;
-    x->ds = eng->ds;
+    x->model = model;
+    x->val = val;
+    x->ds = ds;
     x->loss_scale = eng->loss_scale0;
     size_t bt = (size_t)eng->B * (size_t)eng->T;
     x->tokens = malloc(bt * sizeof(int));
@@ -970,12 +975,11 @@ int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
                          .lane_kind = TR_LANE_COMPUTE};
-    return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
+    return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, self);
 }
 
-void tr__executor_free(tr_engine_t *eng)
+void tr__executor_free(struct tr__exec *x)
 {
-    struct tr__exec *x = eng->ex;
     if (!x) return;
     tr_pipe_model_destroy(x->pipe);
     free(x->tokens);
@@ -983,5 +987,4 @@ void tr__executor_free(tr_engine_t *eng)
     free(x->x);
     free(x->y);
     free(x);
-    eng->ex = NULL;
 }

@@ -111,7 +111,7 @@ static int each_lamb_piece(tr__optim_t *o, int (*fn)(tr__optim_t *, const tr_lay
                                                      int t, size_t a, size_t b, float mul),
                            float mul)
 {
-    tr_model_t *model = o->eng->model;
+    const tr_model_t *model = o->eng->model;
     int t = 0, rc = 0;
     for (int i = 0; rc == 0 && i < tr_model_num_layers(model); i++) {
         tr_layer_t *l = tr_model_layer(model, i);
@@ -373,7 +373,7 @@ static tr_msg_t *answered(tr_ctx_t *ctx, tr__optim_t *o, int rc, const char *wha
 /* Partitioned Lamb: the pieces' sums all-reduced over the ranks (COMM_REDUCE, in place). */
 static int lamb_reduce(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     tr_msg_t *r = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
     if (!r) {
         tr_msg_free(ctx->rt, m);
@@ -456,7 +456,7 @@ static int take_part(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, c
 
 static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     tr_msg_reduced_t *r = TR_MSG_AS(msg, reduced);
     size_t count = r->grads.length / sizeof(float);
     char why[256];
@@ -485,7 +485,7 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
  * buffer; STEP_DONE (m) waits until the parameters are whole again. */
 static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     tr_msg_t *g = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!g) {
         tr_msg_free(ctx->rt, m);
@@ -558,7 +558,7 @@ static size_t group_n(const tr__optim_t *o, size_t g)
 
 static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
     if (!m) return TR_ENOMEM;
     tr_msg_swap_t *q = TR_MSG_AS(m, swap);
@@ -767,7 +767,7 @@ static int swap_read_back(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b, float 
 /* The swapper's answer for one sub-group of the run. */
 static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     char why[256];
     if (!o->run.mode) return 0; /* the rest of a run dropped at a failure: the engine failed */
     float *buf = q->rc < 0 ? NULL : tr__resolve(e, &q->buf, why, sizeof(why));
@@ -864,7 +864,7 @@ static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
  * the checkpointer with nothing changed. */
 static int restore_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     char why[256] = "";

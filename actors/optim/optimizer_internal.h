@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
+#include "actors/optim/optim.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/lamb.h"
 #include "kernels/cpu/lion.h"
@@ -24,7 +25,7 @@ typedef struct decay_range {
 } decay_range_t;
 
 struct tr__optim {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     float *params, *grads; /* the registered buffers, resolved once */
     uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
     int type;    /* tr_config_optimizer_type_t, as configured (checkpoints record it) */
@@ -94,5 +95,10 @@ int tr__optimizer_register(tr__optim_t *o, const char *name, void *base, size_t 
 
 /* The actor's behaviour (optimizer.c), for the spawn (optimizer_setup.c). */
 int tr__optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg);
+
+/* The state checkpoints save and restore, as a msgpack map (on the optimizer's thread: it
+ * packs into an ENGINE_STATE's bytes, and unpacks from them). */
+int tr__optimizer_state_pack(const tr__optim_t *o, void *pk); /* a msgpack_packer * */
+int tr__optimizer_state_unpack(tr__optim_t *o, const void *obj, char *err, size_t errlen);
 
 #endif

@@ -75,7 +75,7 @@ static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
 /* The parameters in model order, cut into runs of equal no_decay. */
 static int decay_ranges(tr__optim_t *o)
 {
-    tr_model_t *model = o->eng->model;
+    const tr_model_t *model = o->eng->model;
     int cap = 0;
     for (int i = 0; i < tr_model_num_layers(model); i++)
         cap += tr_model_layer(model, i)->n_params;
@@ -121,15 +121,14 @@ static int scaler_from_config(tr__optim_t *o, const tr_config_t *c, char *err, s
  * gradients of its partition only. Otherwise a rank updates all. */
 static int partition(tr__optim_t *o)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     size_t n = e->n_params;
-    o->lo = 0;
-    o->hi = n;
+    o->lo = e->optim_slice.lo; /* the plan's (setup_check.c) */
+    o->hi = e->optim_slice.hi;
+    o->partitioned = e->optim_slice.partitioned;
     o->slice = n;
-    if (e->zero < 1 || o->type == TR_OPTIMIZER_NONE) return 0;
+    if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
-    tr__zero_owned(n, e->world, e->rank, &o->lo, &o->hi);
-    o->partitioned = true;
     if (e->zero == 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
     tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
@@ -190,7 +189,7 @@ int tr__optimizer_register(tr__optim_t *o, const char *name, void *base, size_t 
  * them in place). */
 static int register_lamb_sums(tr__optim_t *o)
 {
-    const tr_engine_t *e = o->eng;
+    const tr__plan_t *e = o->eng;
     size_t tensors = 0;
     for (int i = 0; i < tr_model_num_layers(e->model); i++)
         tensors += (size_t)tr_model_layer(e->model, i)->n_params;
@@ -200,12 +199,13 @@ static int register_lamb_sums(tr__optim_t *o)
                                   TR_BUFFER_RUNTIME, &o->lamb_sums_id);
 }
 
-int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
+int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *self,
+                        uint64_t *state_bytes, uint64_t *grad_bytes, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     tr__optim_t *o = calloc(1, sizeof(*o));
     if (!o) return TR_ENOMEM;
-    eng->op = o;
+    *state = o;
     o->eng = eng;
     o->type = c->optimizer.type;
     o->runs_as = tr_config_optimizer_runs_as(o->type);
@@ -224,9 +224,8 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     }
     o->fp16 = c->fp16.enabled;
     if (o->fp16 && scaler_from_config(o, c, err, errlen) < 0) return TR_ECONFIG;
-    const char *names[3];
-    o->n_arrays = tr__optimizer_array_names(eng, names, 3);
-    o->swaps = tr__optimizer_swaps(eng);
+    o->n_arrays = eng->n_arrays;
+    o->swaps = eng->swaps;
     if (o->swaps && o->runs_as == TR_OPTIMIZER_LAMB) {
         snprintf(err, errlen, "%s: zero_optimization.offload_optimizer.device \"nvme\" with a "
                  "Lamb optimizer: Lamb needs each whole tensor's norms before it updates any of "
@@ -236,7 +235,6 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
     }
     int rc0 = partition(o);
     if (rc0 < 0) return rc0;
-    eng->optim_slice = (tr__optim_slice_t){o->lo, o->hi, o->partitioned};
     /* without an "optimizer" section (evaluation only) there is no state: a step fails */
     if (o->type != TR_OPTIMIZER_NONE && decay_ranges(o) < 0) return TR_ENOMEM;
     tr_actor_opts_t ao = {.name = "optimizer",
@@ -244,20 +242,19 @@ int tr__optimizer_spawn(tr_engine_t *eng, char *err, size_t errlen)
                           .defer_stop = 1,
                           .supervisor = eng->supervisor,
                           .lane_kind = TR_LANE_COMPUTE};
-    int rc = tr_actor_spawn(eng->rt, tr__optimizer_behaviour, o, &ao, &eng->optimizer);
+    int rc = tr_actor_spawn(eng->rt, tr__optimizer_behaviour, o, &ao, self);
     tr_buffer_info_t info;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0) o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
     if (rc == 0) rc = register_moments(o);
     if (rc == 0 && o->runs_as == TR_OPTIMIZER_LAMB) rc = register_lamb_sums(o);
-    eng->memory.optimizer = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
-    eng->memory.grad_partition = o->gpart ? (uint64_t)(o->hi - o->lo) * sizeof(float) : 0;
+    *state_bytes = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
+    *grad_bytes = o->gpart ? (uint64_t)(o->hi - o->lo) * sizeof(float) : 0;
     return rc;
 }
 
-void tr__optimizer_free(tr_engine_t *eng)
+void tr__optimizer_free(tr__optim_t *o)
 {
-    tr__optim_t *o = eng->op;
     if (!o) return;
     if (o->locked_bytes) munlock(o->m, o->locked_bytes);
     free(o->m); /* v and vmax are inside m's block */
@@ -266,21 +263,12 @@ void tr__optimizer_free(tr_engine_t *eng)
     free(o->lamb_sums);
     free(o->ranges);
     free(o);
-    eng->op = NULL;
-}
-
-bool tr__optimizer_swaps(const tr_engine_t *eng)
-{
-    const char *names[3];
-    return eng->cfg->zero.offload_optimizer.device == TR_OFFLOAD_NVME &&
-           tr__optimizer_array_names(eng, names, 3) > 0;
 }
 
 /* --- checkpoint state ------------------------------------------------------------------ */
 
-int tr__optimizer_array_names(const tr_engine_t *eng, const char **names, int max)
+int tr__optimizer_array_names(const tr_config_t *c, const char **names, int max)
 {
-    const tr_config_t *c = eng->cfg;
     int runs_as = tr_config_optimizer_runs_as(c->optimizer.type), n = 0;
     bool amsgrad = c->optimizer.params.amsgrad &&
                    (runs_as == TR_OPTIMIZER_ADAM || runs_as == TR_OPTIMIZER_ADAMW);

@@ -21,7 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
+#include "actors/optim/optim.h"
 #include "base/crc32c.h"
 #include "base/file.h"
 #include "troupe/aio.h"
@@ -38,7 +39,7 @@ typedef struct trailer {
 } trailer_t;
 
 struct tr__swapper {
-    const tr_engine_t *eng;
+    const tr__plan_t *eng;
     tr_aio_t *aio;
     tr_aio_file_t *file;
     char path[512];
@@ -160,12 +161,11 @@ static int swapper_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
  * that every request divides into intra_op_parallelism 4096-byte-aligned slices. */
 static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, size_t errlen)
 {
-    const tr_engine_t *e = w->eng;
+    const tr__plan_t *e = w->eng;
     const tr_config_t *c = e->cfg;
     size_t S = e->optim_slice.hi - e->optim_slice.lo, sg = (size_t)c->zero.sub_group_size;
     tr__swap_layout_t *l = &w->lay;
-    const char *names[3];
-    l->n_arrays = tr__optimizer_array_names(e, names, 3);
+    l->n_arrays = e->n_arrays;
     if (sg == 0)
         return tr__errf(err, errlen, TR_ECONFIG, "%s: zero_optimization.sub_group_size is 0; "
                         "with offload_optimizer.device \"nvme\" it is the number of elements "
@@ -190,7 +190,7 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
 
 static int open_file(struct tr__swapper *w, char *err, size_t errlen)
 {
-    const tr_engine_t *e = w->eng;
+    const tr__plan_t *e = w->eng;
     char dir[480];
     if (snprintf(dir, sizeof(dir), "%s/troupe_swap/rank%d",
                  e->cfg->zero.offload_optimizer.nvme_path, e->rank) >= (int)sizeof(dir))
@@ -252,11 +252,12 @@ static int initialise_file(struct tr__swapper *w, char *err, size_t errlen)
     return 0;
 }
 
-int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
+int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_actor_t *self,
+                      tr__swap_layout_t *lay, uint64_t *bytes, char *err, size_t errlen)
 {
     struct tr__swapper *w = calloc(1, sizeof(*w));
     if (!w) return TR_ENOMEM;
-    eng->sw = w;
+    *state = w;
     w->eng = eng;
     tr_aio_options_t ao;
     tr_aio_options_from_config(&eng->cfg->aio, &ao);
@@ -273,12 +274,12 @@ int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          .supervisor = eng->supervisor,
                          /* its handlers are the reads and writes: the trace's "io" */
                          .lane_kind = TR_LANE_IO};
-    rc = tr_actor_spawn(eng->rt, swapper_behaviour, w, &o, &eng->swapper);
-    if (rc == 0) rc = alloc_buffers(w, eng->swapper);
+    rc = tr_actor_spawn(eng->rt, swapper_behaviour, w, &o, self);
+    if (rc == 0) rc = alloc_buffers(w, *self);
     if (rc == 0) rc = initialise_file(w, err, errlen);
     if (rc < 0) return rc;
-    eng->swap = w->lay;
-    eng->memory.optimizer = (uint64_t)w->lay.n_bufs * w->lay.slot_bytes; /* the rest is on disk */
+    *lay = w->lay;
+    *bytes = (uint64_t)w->lay.n_bufs * w->lay.slot_bytes; /* the rest is on disk */
     tr_log(TR_LOG_INFO,
            "swapper: rank %d: optimizer state in %s: %zu sub-groups of %zu "
            "elements, %d buffer(s) of %zu bytes (%s)",
@@ -287,9 +288,8 @@ int tr__swapper_spawn(tr_engine_t *eng, char *err, size_t errlen)
     return 0;
 }
 
-void tr__swapper_free(tr_engine_t *eng)
+void tr__swapper_free(struct tr__swapper *w)
 {
-    struct tr__swapper *w = eng->sw;
     if (!w) return;
     tr_aio_close(w->file);
     if (w->file) unlink(w->path); /* scratch: the state a run keeps is in its checkpoints */
@@ -302,5 +302,4 @@ void tr__swapper_free(tr_engine_t *eng)
     }
     tr_aio_destroy(w->aio);
     free(w);
-    eng->sw = NULL;
 }

@@ -176,8 +176,10 @@ int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag
 /* The last error's explanation ("" if none). Valid until the next call. */
 const char *tr_engine_error(const tr_engine_t *eng);
 
-/* The engine's model (parameters readable between calls). */
-tr_model_t *tr_engine_model(const tr_engine_t *eng);
+/* The engine's model, as a read-only view: the executor owns it. Its parameters may be read
+ * between calls (not while a call runs); to change them, load a checkpoint. The caller's
+ * thread. */
+const tr_model_t *tr_engine_model(const tr_engine_t *eng);
 const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 
 /* The runtime the actors run on (for tracing and counters). */

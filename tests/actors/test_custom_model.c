@@ -399,7 +399,7 @@ static void test_custom_model_loops_give_identical_parameters(void **state)
     for (int s = 0; s < 10; s++) /* the loader draws batches 0, 1, 2, ... in order */
         if (tr_engine_train_batch(a, NULL)) fail_msg("train: %s", tr_engine_error(a));
     own_loop(b, 8, 0, 20); /* the same 20 micro-batches */
-    tr_model_t *ma = tr_engine_model(a), *mb = tr_engine_model(b);
+    const tr_model_t *ma = tr_engine_model(a), *mb = tr_engine_model(b);
     assert_int_equal(tr_engine_global_step(b), 10);
     assert_memory_equal(tr_model_params(ma), tr_model_params(mb),
                         tr_model_num_params(ma) * sizeof(float));

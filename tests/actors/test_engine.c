@@ -208,7 +208,7 @@ static void run_steps(tr_engine_t *eng, int steps, float *losses)
 static void write_result(const char *path, tr_engine_t *eng, const float *losses, int n)
 {
     FILE *f = fopen(path, "wb");
-    tr_model_t *m = tr_engine_model(eng);
+    const tr_model_t *m = tr_engine_model(eng);
     fwrite(losses, sizeof(float), (size_t)n, f);
     fwrite(tr_model_params(m), sizeof(float), tr_model_num_params(m), f);
     fclose(f);

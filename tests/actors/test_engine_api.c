@@ -163,7 +163,7 @@ static void test_engine_nan_weight_names_a_layer(void **state)
     (void)state;
     tr_config_t *cfg = config(1, NULL);
     tr_engine_t *eng = engine(cfg);
-    tr_model_t *m = tr_engine_model(eng);
+    const tr_model_t *m = tr_engine_model(eng);
     tr_layer_t *last_linear = tr_model_layer(m, 2); /* linear, gelu, linear, loss */
     tr_model_params(m)[last_linear->param_offset] = NAN;
     assert_int_equal(tr_engine_train_batch(eng, NULL), TR_ENONFINITE);

@@ -88,7 +88,7 @@ static tr_engine_t *engine(tr_config_t *cfg, int no_decay_tensor)
 
 static float *params_copy(tr_engine_t *eng)
 {
-    tr_model_t *m = tr_engine_model(eng);
+    const tr_model_t *m = tr_engine_model(eng);
     size_t n = tr_model_num_params(m);
     float *p = malloc(n * sizeof(float));
     memcpy(p, tr_model_params(m), n * sizeof(float));

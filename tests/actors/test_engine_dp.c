@@ -58,7 +58,7 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
 
 static uint64_t params_hash(tr_engine_t *eng)
 {
-    tr_model_t *m = tr_engine_model(eng);
+    const tr_model_t *m = tr_engine_model(eng);
     const unsigned char *p = (const unsigned char *)tr_model_params(m);
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < tr_model_num_params(m) * sizeof(float); i++)

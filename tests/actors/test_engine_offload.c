@@ -56,7 +56,7 @@ static void train(const char *json, float *losses, float **params, size_t *n)
     tr_config_t *cfg;
     tr_engine_t *eng = test_mlp_engine(json, "offload.json", 1, &cfg);
     run(eng, STEPS, losses);
-    tr_model_t *m = tr_engine_model(eng);
+    const tr_model_t *m = tr_engine_model(eng);
     *n = tr_model_num_params(m);
     *params = malloc(*n * sizeof(float));
     memcpy(*params, tr_model_params(m), *n * sizeof(float));

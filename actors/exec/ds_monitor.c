@@ -25,7 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/engine/engine_internal.h"
+#include "actors/engine/plan.h"
+#include "actors/exec/ds_monitor.h"
 #include "troupe/monitor.h"
 #include "troupe/pipeline.h"
 
@@ -111,29 +112,27 @@ static int open_monitors(struct tr__dsmon *d, const tr_config_t *c, char *err, s
     if (c->csv_monitor.enabled &&
         (rc = tr_csv_monitor_create(c->csv_monitor.output_path, c->csv_monitor.job_name, &d->csv)) <
             0)
-        return snprintf(err, errlen,
+        return tr__errf(err, errlen, rc,
                         "%s: csv_monitor: cannot use output_path '%s', job_name "
                         "'%s': %s",
                         c->source, c->csv_monitor.output_path, c->csv_monitor.job_name,
-                        tr_strerror(rc)),
-               rc;
+                        tr_strerror(rc));
     if (c->tensorboard.enabled &&
         (rc = tr_tb_writer_create(c->tensorboard.output_path, c->tensorboard.job_name, &d->tb)) < 0)
-        return snprintf(err, errlen,
+        return tr__errf(err, errlen, rc,
                         "%s: tensorboard: cannot use output_path '%s', job_name "
                         "'%s': %s",
                         c->source, c->tensorboard.output_path, c->tensorboard.job_name,
-                        tr_strerror(rc)),
-               rc;
+                        tr_strerror(rc));
     return 0;
 }
 
-int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
+int tr__dsmon_create(const tr__plan_t *eng, struct tr__dsmon **out, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
     struct tr__dsmon *d = calloc(1, sizeof(*d));
     if (!d) return TR_ENOMEM;
-    eng->ds = d;
+    *out = d;
     d->spp = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 10;
     d->train_batch = (uint64_t)c->train_batch_size;
     d->fp16 = c->fp16.enabled;
@@ -148,16 +147,14 @@ int tr__dsmon_create(tr_engine_t *eng, char *err, size_t errlen)
     return d->quiet ? 0 : open_monitors(d, c, err, errlen);
 }
 
-void tr__dsmon_destroy(tr_engine_t *eng)
+void tr__dsmon_destroy(struct tr__dsmon *d)
 {
-    struct tr__dsmon *d = eng->ds;
     if (!d) return;
     tr_walltimers_destroy(d->timers);
     tr_csv_monitor_destroy(d->csv);
     if (d->tb) tr_tb_writer_flush(d->tb);
     tr_tb_writer_destroy(d->tb);
     free(d);
-    eng->ds = NULL;
 }
 
 void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1)

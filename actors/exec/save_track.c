@@ -4,7 +4,7 @@
  * is done, 2^20 when it failed. Summed over W ranks: v[0] = W means every rank is in the save
  * (0 < v[0] < W: some are not, an API misuse); the phase ends when every rank's part has
  * (done + failed = W); any failure ends the save as failed on every rank. */
-#include "actors/ckpt/save_track.h"
+#include "actors/exec/save_track.h"
 
 #include <math.h>
 #include <stdio.h>

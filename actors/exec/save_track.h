@@ -10,8 +10,8 @@
  * rank the reports are the agreement. At most one save is in flight: the embedding API waits
  * for the last before a save or a load.
  */
-#ifndef TR_ACTORS_CKPT_SAVE_TRACK_H
-#define TR_ACTORS_CKPT_SAVE_TRACK_H
+#ifndef TR_ACTORS_EXEC_SAVE_TRACK_H
+#define TR_ACTORS_EXEC_SAVE_TRACK_H
 
 #include <stdbool.h>
 #include <stdint.h>

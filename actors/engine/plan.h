@@ -1,0 +1,159 @@
+/* plan.h: what the engine's actors know of each other, fixed before the first message.
+ *
+ * One training step, as messages (world size 1 shown; the comm actor is where other ranks
+ * come in):
+ *
+ *   loader ──BATCH──▶ executor ──GRAD_READY(layer range)──▶ bucketer ──BUCKET──▶ comm
+ *     ▲ CREDIT          │ forward/backward per micro-batch                          │ reduce
+ *     └─────────────────┘                                                           ▼
+ *   executor ◀──STEP_DONE── optimizer ◀──────────REDUCED (one per bucket)──────────┘
+ *
+ * Ownership. Each actor's state is its own: no actor reads another's fields, and the caller's
+ * thread reads none. What they share is fixed before the first message and read-only after
+ * (tr__plan_t: shapes, config, the model's layer table, the optimizer's slice, the peers'
+ * addresses, registry ids), plus memory named by tensor references that resolve through the
+ * runtime's buffer registry (troupe/buffer.h): parameters and gradients (the executor's while
+ * it runs a micro-batch; a gradient range belongs to the bucketer/comm/optimizer chain once
+ * its GRAD_READY is sent; parameters belong to the optimizer from the last REDUCED until it
+ * sends STEP_DONE), loader slots, the client's staging batch and a checkpoint's staging
+ * arrays. Each hand-over is a message, whose mailbox ordering (release on send, acquire on
+ * receive) makes the previous owner's writes visible.
+ *
+ * The embedding API (engine.c) is a client outside the runtime (client.h): it sends an
+ * ENGINE_REQ and waits in its reply slot until an actor answers with tr__reply. Everything
+ * the client learns (step statistics, the accumulation window, the global step) comes in a
+ * reply.
+ *
+ * What an actor may include of the engine: this header (which brings the client endpoint's,
+ * client.h), its messages (troupe/msg.h) and the runtime. Each actor's spawn takes the plan as
+ * a const view, which it keeps (as its `eng`) for its lifetime, and returns what it made (its
+ * state, its address, its memory figures, the swapper's layout) to the code that assembles
+ * the engine (engine.c); no actor writes the engine, and no spawn reads what another spawn
+ * made, so their order is free.
+ */
+#ifndef TR_ACTORS_ENGINE_PLAN_H
+#define TR_ACTORS_ENGINE_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "actors/engine/client.h"
+#include "base/errf.h"
+#include "troupe/buffer.h"
+#include "troupe/config.h"
+#include "troupe/engine.h"
+#include "troupe/log.h"
+#include "troupe/model.h"
+#include "troupe/monitor.h"
+#include "troupe/runtime.h"
+
+#define TR__MAX_PREFETCH 64
+/* The trace lane of the executor's forward and backward passes, below the runtime's own
+ * lanes (the engine's few actors take the lowest slots). */
+#define TR__LANE_PASSES  (TR_RUNTIME_LANE_EXTERNAL - 1)
+/* The lanes of the collectives in flight, one span each from post to completion: with a
+ * backend that needs progress the communication happens there, not in the comm actor's short
+ * handlers, so this is what the trace summary's "comm hidden" fraction measures. Collectives
+ * in flight at once take one lane each (a lane's spans never overlap). */
+#define TR__LANE_COLLECTIVES   (TR_RUNTIME_LANE_EXTERNAL - 2)
+#define TR__COLLECTIVE_LANES 4 /* TR__LANE_COLLECTIVES - k, k < 4 */
+/* A checkpoint wait (a save, load or tr_engine_wait_checkpoint waiting for the last save to be
+ * durable) as a span of its own lane: the trace shows the caller held up. */
+#define TR__LANE_CKPT_WAIT (TR__LANE_COLLECTIVES - TR__COLLECTIVE_LANES)
+
+/* ENGINE_STATE's kinds: a save collects state on its way executor -> optimizer ->
+ * checkpointer, which copies it (the caller's reply), writes it (WRITE, to itself) and reports
+ * to the executor (WRITTEN); once every rank's files are durable the executor asks rank 0's
+ * checkpointer for latest (LATEST, reported as WRITTEN). A restore hands the state out
+ * checkpointer -> optimizer -> executor -> checkpointer (RESTORED). */
+typedef enum {
+    TR__STATE_SAVE = 1,
+    TR__STATE_RESTORE,
+    TR__STATE_RESTORED,
+    TR__STATE_WRITE,
+    TR__STATE_WRITTEN,
+    TR__STATE_LATEST,
+} tr__state_kind_t;
+
+/* COMM_SCALAR `what` tags for checkpoints: the comm actor names them when the ranks diverge (a
+ * save's wait or a load called on some ranks only meets another collective on the others).
+ * Other requesters' tags are their own, below these. */
+enum {
+    TR__SCALAR_CKPT_SAVE = 0x100, /* the executor: how far every rank's part of a save is */
+    TR__SCALAR_CKPT_LOAD = 0x102, /* the checkpointer: every rank read and checked its part */
+};
+
+/* The optimizer's slice of the flat parameters: it keeps moment arrays of hi - lo floats for
+ * [lo, hi) (hi may pass n_params if the buffer is ever padded; only [0, n_params) is
+ * saved). `partitioned`: the ranks' slices differ (ZeRO >= 1 on several ranks); otherwise
+ * every rank holds the whole, identical state. */
+typedef struct tr__optim_slice {
+    size_t lo, hi;
+    bool partitioned;
+} tr__optim_slice_t;
+
+/* The optimizer's state offloaded to NVMe (swapper.c): this rank's partition [lo, hi) is cut
+ * into n_groups sub-groups of `group` elements (the last may be shorter). Sub-group g's
+ * moment arrays lie in a swap buffer as n_arrays arrays of `group` floats each (m, then v,
+ * then vmax), followed by the swapper's trailer; `slot_bytes` is a buffer's size and a
+ * sub-group's slot in the swap file. The optimizer steps a sub-group in one of the n_bufs
+ * registered buffers buf_ids[] (owner: the swapper), which it names in SWAP messages. */
+#define TR__MAX_SWAP_BUFS 64
+enum { TR__SWAP_READ = 1, TR__SWAP_WRITE = 2 };
+typedef struct tr__swap_layout {
+    size_t group, n_groups, slot_bytes;
+    int n_arrays, n_bufs;
+    uint64_t buf_ids[TR__MAX_SWAP_BUFS];
+} tr__swap_layout_t;
+
+/* The engine's fixed part, as the actors see it: filled by engine.c and setup_check.c before
+ * the first message (the addresses as the actors are spawned), read-only after (any thread).
+ * tr_engine_t holds it, and each actor keeps a const pointer to it. */
+typedef struct tr__plan {
+    tr_runtime_t *rt;
+    const tr_config_t *cfg;
+    const tr_model_t *model; /* actors other than the executor read only its layer table */
+    int B, T, GAS, x_dim, y_dim, rank, world, prefetch;
+    int stages; /* pipeline.stages: stage actors the executor runs a step's micro-batches
+                 * through (1: none) */
+    int replicas; /* data-parallel replicas: each reads its own share of the data. world, or
+                   * with a pipeline across ranks world / stages (a replica's stages are
+                   * consecutive ranks: rank = stage * replicas + replica) */
+    int replica;  /* this rank's: rank % replicas */
+    size_t n_params;
+    int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
+    bool overlap_comm; /* buckets leave during the backward (else after it) */
+    uint64_t seed;
+    double loss_scale0; /* the loss scale of the first step */
+    tr__optim_slice_t optim_slice; /* the optimizer's; checkpoints read it */
+    int n_arrays;                  /* the optimizer's moment arrays (0: it keeps none) */
+    const char *array_names[3];    /* their names in checkpoints, n_arrays of them */
+    bool swaps; /* the optimizer keeps its state in the swapper's file (offload_optimizer.device
+                 * nvme and an optimizer with state) */
+    tr__swap_layout_t swap; /* that file's layout, as the swapper's spawn made it */
+    tr_monitor_t *mon;  /* NULL: off; thread-safe */
+    tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
+    tr_actor_t swapper; /* NONE unless the optimizer's state is offloaded to NVMe */
+    uint64_t buf_params, buf_grads;             /* registry ids */
+    uint64_t buf_stage_in, buf_stage_targets, buf_stage_y; /* the client's staging batch */
+    tr__client_t *client;
+} tr__plan_t;
+
+/* ZeRO's partitions, DeepSpeed's way: the flat buffer's n elements padded to a multiple of
+ * 2 world and cut into world equal slices; rank r owns [r S, (r + 1) S) of it, clipped to n
+ * (the padding is never stored). */
+static inline size_t tr__zero_slice(size_t n, int world)
+{
+    size_t q = 2 * (size_t)world;
+    return (n + q - 1) / q * q / (size_t)world;
+}
+
+static inline void tr__zero_owned(size_t n, int world, int rank, size_t *lo, size_t *hi)
+{
+    size_t S = tr__zero_slice(n, world), a = (size_t)rank * S, b = a + S;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+#endif
