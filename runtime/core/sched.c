@@ -56,6 +56,7 @@
 #include "runtime/core/futex.h"
 #include "runtime/core/internal.h"
 #include "troupe/log.h"
+#include "troupe/rng.h"
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
@@ -66,15 +67,6 @@
 static tr__actor_t *from_qnode(tr__qnode_t *n)
 {
     return n ? (tr__actor_t *)((char *)n - offsetof(tr__actor_t, qnode)) : NULL;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* --- waking and parking ---------------------------------------------------------------- */
@@ -289,7 +281,8 @@ static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
     unsigned n = rt->n_workers;
     if (n < 2)
         return NULL;
-    unsigned start = (unsigned)(rng_next(&w->rng) % n);
+    /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
+    unsigned start = (unsigned)(tr_rng_next(&w->rng) % n);
     uint64_t now = 0;
     for (unsigned i = 0; i < n; i++) {
         tr__worker_t *v = &rt->workers[(start + i) % n];
@@ -517,7 +510,7 @@ void tr__sched_run_deterministic(tr_runtime_t *rt)
             pthread_mutex_unlock(&rt->mu);
             continue;
         }
-        size_t i = (size_t)(rng_next(&w->rng) % w->n_ready);
+        size_t i = (size_t)(tr_rng_next(&w->rng) % w->n_ready);
         a = w->ready[i];
         w->ready[i] = w->ready[--w->n_ready];
         tr__actor_run(rt, w, a);
