@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/errf.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/mpi_half.h"
 #include "troupe/error.h"
@@ -102,17 +103,17 @@ static MPI_Datatype mpi_type(tr_dtype_t dt)
 static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int v, int is_root)
 {
     if (tr_comm_check(c, buf, count, dt, v, is_root) < 0)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': bad arguments (buffer, dtype "
-                        "%d, %s %d)", (int)dt, is_root ? "root" : "op", v),
-               TR_EINVAL;
+        return tr__errf(c->error, sizeof(c->error), TR_EINVAL,
+                        "comm 'mpi': bad arguments (buffer, dtype %d, %s %d)", (int)dt,
+                        is_root ? "root" : "op", v);
     if (mpi_type(dt) == MPI_DATATYPE_NULL)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': dtype %d: MPI could not create "
-                        "its datatype or reduction", (int)dt),
-               TR_ECOMM;
+        return tr__errf(c->error, sizeof(c->error), TR_ECOMM,
+                        "comm 'mpi': dtype %d: MPI could not create its datatype or reduction",
+                        (int)dt);
     if (count > INT_MAX)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': %zu elements in one operation, "
-                        "more than MPI's int count (%d)", count, INT_MAX),
-               TR_EOVERFLOW;
+        return tr__errf(c->error, sizeof(c->error), TR_EOVERFLOW,
+                        "comm 'mpi': %zu elements in one operation, more than MPI's int count (%d)",
+                        count, INT_MAX);
     return 0;
 }
 
@@ -324,7 +325,7 @@ static int adopt(tr_comm_t *c, MPI_Comm comm, char *why, size_t whylen)
     mpi_impl_t *m = calloc(1, sizeof(*m));
     if (!m) {
         MPI_Comm_free(&comm);
-        return snprintf(why, whylen, "comm backend 'mpi': out of memory"), TR_ENOMEM;
+        return tr__errf(why, whylen, TR_ENOMEM, "comm backend 'mpi': out of memory");
     }
     m->comm = comm;
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
@@ -342,7 +343,7 @@ static int mpi_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *w
     int rc = MPI_Comm_split(((mpi_impl_t *)c->impl)->comm, color, key, &sub);
     if (rc != MPI_SUCCESS) {
         mpi_error(c, rc, "MPI_Comm_split");
-        return snprintf(why, whylen, "%s", c->error), TR_ECOMM;
+        return tr__errf(why, whylen, TR_ECOMM, "%s", c->error);
     }
     return adopt(child, sub, why, whylen);
 }
@@ -437,18 +438,17 @@ static const tr_comm_ops_t mpi_ops = {.all_reduce = mpi_all_reduce,
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen)
 {
     pthread_once(&init_once, init_mpi);
-    if (init_rc < 0) return snprintf(why, whylen, "%s", init_why), init_rc;
+    if (init_rc < 0) return tr__errf(why, whylen, init_rc, "%s", init_why);
     int rank = -1, world = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (rank != c->rank || world != c->world)
-        return snprintf(why, whylen,
+        return tr__errf(why, whylen, TR_EINVAL,
                         "comm backend 'mpi': the launcher said rank %d of %d, MPI says rank %d "
                         "of %d (was the program started by mpirun, once per rank?)",
-                        c->rank, c->world, rank, world),
-               TR_EINVAL;
+                        c->rank, c->world, rank, world);
     MPI_Comm comm;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
-        return snprintf(why, whylen, "comm backend 'mpi': MPI_Comm_dup failed"), TR_ECOMM;
+        return tr__errf(why, whylen, TR_ECOMM, "comm backend 'mpi': MPI_Comm_dup failed");
     return adopt(c, comm, why, whylen);
 }
