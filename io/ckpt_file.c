@@ -107,9 +107,11 @@ int tr__ckpt_image_begin(tr_ckpt_image_t *im, const void *header, size_t header_
                             "(%zu bytes)",
                             len);
         free(im->mem);
-        im->mem = mem, im->cap = cap;
+        im->mem = mem;
+        im->cap = cap;
     }
-    im->len = len, im->payload_at = at;
+    im->len = len;
+    im->payload_at = at;
     memset(im->mem, 0, at);
     memcpy(im->mem, MAGIC, 8);
     put32(im->mem + 8, (uint32_t)header_len);
@@ -137,7 +139,9 @@ static int pwrite_all(int fd, const unsigned char *p, size_t len, off_t at)
         ssize_t n = pwrite(fd, p, len, at);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -errno;
-        p += n, len -= (size_t)n, at += n;
+        p += n;
+        len -= (size_t)n;
+        at += n;
     }
     return 0;
 }
@@ -176,7 +180,10 @@ int tr__ckpt_image_write(const tr_ckpt_image_t *im, tr_aio_t *aio, const char *p
     int rc = write_image(im, aio, fd, tmp, err, errlen);
     if (close(fd) < 0 && !rc)
         rc = tr__errf(err, errlen, -errno, "%s: close: %s", tmp, strerror(errno));
-    if (rc < 0) return unlink(tmp), rc;
+    if (rc < 0) {
+        unlink(tmp);
+        return rc;
+    }
     if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
     return rc;
 }

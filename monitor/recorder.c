@@ -273,8 +273,10 @@ void tr_monitor_destroy(tr_monitor_t *m)
         b = next;
     }
     for (int i = 0; i < TLS_SLOTS; i++)
-        if (tls_monitor_id[i] == m->id)
-            tls_buf[i] = NULL, tls_monitor_id[i] = 0;
+        if (tls_monitor_id[i] == m->id) {
+            tls_buf[i] = NULL;
+            tls_monitor_id[i] = 0;
+        }
     pthread_mutex_destroy(&m->write_mu);
     pthread_mutex_destroy(&m->wake_mu);
     pthread_cond_destroy(&m->wake);

@@ -191,10 +191,22 @@ static int number(json_t *ev, const char *key, double *out, const char *path, si
     return 0;
 }
 
-#define GROW(arr, n, cap)                                                                      \
-    ((n) < (cap) ? 0                                                                           \
-                 : ((cap) = (cap) ? (cap) * 2 : 256,                                           \
-                    ((arr) = realloc((arr), (cap) * sizeof(*(arr)))) ? 0 : TR_ENOMEM))
+/* Makes room in *arr (a pointer to the array pointer; n elements of elem bytes in use, *cap
+ * allocated) for one more, doubling from 256. 0, or TR_ENOMEM with the array as it was. */
+static int grow(void *arr, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 256;
+    void *p = realloc(*(void **)arr, want * elem);
+    if (!p)
+        return TR_ENOMEM;
+    *(void **)arr = p;
+    *cap = want;
+    return 0;
+}
+
+#define GROW(arr, n, cap) grow(&(arr), (n), &(cap), sizeof(*(arr)))
 
 typedef struct caps {
     size_t spans, flows, marks;

@@ -66,7 +66,10 @@ int tr_comm_create(const char *name, int rank, int world, tr_comm_done_cb done, 
                    tr_comm_t **out, char *why, size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     *out = NULL;
     if (!name || !done || world < 1 || rank < 0 || rank >= world)
         return tr__errf(why, whylen, TR_EINVAL, "comm: rank %d of world %d", rank, world);
@@ -123,7 +126,10 @@ int tr_comm_split(tr_comm_t *parent, int color, int key, tr_comm_t **child, char
                   size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     *child = NULL;
     if (color < 0)
         return tr__errf(why, whylen, TR_EINVAL, "comm '%s': split: color %d (>= 0 expected)",
@@ -132,7 +138,10 @@ int tr_comm_split(tr_comm_t *parent, int color, int key, tr_comm_t **child, char
     if (!c) return tr__errf(why, whylen, TR_ENOMEM, "comm: split: out of memory");
     *c = (tr_comm_t){.name = parent->name, .done = parent->done, .done_arg = parent->done_arg};
     int rc = parent->ops->split(parent, color, key, c, why, whylen);
-    if (rc < 0) return free(c), rc;
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
     *child = c;
     return 0;
 }
@@ -271,7 +280,10 @@ static int local_recv(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int 
 static int local_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why,
                        size_t whylen)
 {
-    (void)c, (void)color, (void)key; /* one rank: every split is that rank alone */
+    /* one rank: every split is that rank alone */
+    (void)c;
+    (void)color;
+    (void)key;
     child->rank = 0;
     child->world = 1;
     return local_create(child, why, whylen);
@@ -290,7 +302,11 @@ static void free_list(local_msg_t *m)
 static void local_destroy(tr_comm_t *c)
 {
     local_impl_t *l = c->impl;
-    if (l) free_list(l->sends), free_list(l->recvs), free(l);
+    if (l) {
+        free_list(l->sends);
+        free_list(l->recvs);
+        free(l);
+    }
     free(c);
 }
 

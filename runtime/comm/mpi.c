@@ -231,7 +231,10 @@ static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t cou
 static int *int_counts(tr_comm_t *c, const size_t *counts, bool displs)
 {
     int *v = malloc((displs ? 2 : 1) * (size_t)c->world * sizeof(int));
-    if (!v) return snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory"), NULL;
+    if (!v) {
+        snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory");
+        return NULL;
+    }
     for (int r = 0, d = 0; r < c->world; r++) {
         v[r] = (int)counts[r];
         if (displs) v[c->world + r] = d;
@@ -416,7 +419,11 @@ static void mpi_destroy(tr_comm_t *c)
         if (!finalized) MPI_Comm_free(&m->comm);
         for (int i = 0; i < m->n; i++)
             free(m->vargs[i]);
-        free(m->reqs), free(m->ids), free(m->tags), free(m->done_at), free(m->vargs);
+        free(m->reqs);
+        free(m->ids);
+        free(m->tags);
+        free(m->done_at);
+        free(m->vargs);
         free(m->recv);
         free(m);
     }

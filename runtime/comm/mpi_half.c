@@ -23,8 +23,10 @@ static inline void sum_half(const uint16_t *in, uint16_t *inout, int n, to_float
     float a[CHUNK], b[CHUNK];
     for (int at = 0; at < n; at += CHUNK) {
         int k = n - at < CHUNK ? n - at : CHUNK;
-        for (int i = 0; i < k; i++)
-            a[i] = to(in[at + i]), b[i] = to(inout[at + i]);
+        for (int i = 0; i < k; i++) {
+            a[i] = to(in[at + i]);
+            b[i] = to(inout[at + i]);
+        }
         for (int i = 0; i < k; i++)
             inout[at + i] = from(a[i] + b[i]);
     }

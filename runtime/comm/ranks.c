@@ -55,7 +55,10 @@ static int from_source(const source_t *src, tr_ranks_t *out, char *why, size_t w
 int tr_ranks_discover(const tr_ranks_t *given, tr_ranks_t *out, char *why, size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     why[0] = '\0';
     if (given && given->world > 0) {
         if (given->rank < 0 || given->rank >= given->world || given->local_rank < 0)

@@ -60,8 +60,12 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
     tr__cfg_walk_t w = {.cfg = cfg, .diag = diag, .file = name, .tree = json_object(),
                         .origins = json_object(), .scratch = json_array()};
     if (!cfg || !priv || !w.tree || !w.origins || !w.scratch || !(priv->source = strdup(name))) {
-        free(cfg), free(priv ? priv->source : NULL), free(priv);
-        json_decref(w.tree), json_decref(w.origins), json_decref(w.scratch);
+        free(cfg);
+        free(priv ? priv->source : NULL);
+        free(priv);
+        json_decref(w.tree);
+        json_decref(w.origins);
+        json_decref(w.scratch);
         return TR_ENOMEM;
     }
     cfg->priv_ = priv;

@@ -143,7 +143,10 @@ int tr_buffer_resolve(tr_runtime_t *rt, const tr_tensor_ref_t *ref, void **out, 
     *out = NULL;
     tr_buffer_info_t info;
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     if (tr_buffer_info(rt, ref->buffer_id, &info) < 0)
         return tr__errf(why, whylen, TR_ENOENT, "buffer id %#llx is not registered",
                         (unsigned long long)ref->buffer_id);
