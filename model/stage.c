@@ -1,4 +1,4 @@
-/* model_stage.c: a model cut into pipeline stages (troupe/model.h, "stages").
+/* stage.c: a model cut into pipeline stages (troupe/model.h, "stages").
  *
  * A stage owns what one stage's thread writes: per slot, its layers' activations, its input
  * (the previous stage's output, or the batch's tokens or floats) and the batch's targets; one

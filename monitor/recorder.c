@@ -20,7 +20,7 @@
  * Lanes: tr_monitor_lane_set fills a lane, then sets `set` with release; the writer reads
  * `set` with acquire before it reads the name.
  * The flight ring is a second, smaller ring written only by its owner; the dump reads it
- * when the owner is quiescent (see monitor.h).
+ * when the owner is quiescent (see troupe/monitor.h).
  */
 #include "monitor/recorder.h"
 

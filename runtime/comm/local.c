@@ -1,4 +1,4 @@
-/* comm_local.c: the registry of comm backends, what every backend shares (argument checks,
+/* local.c: the registry of comm backends, what every backend shares (argument checks,
  * splitting a group), and the local backend, a data-parallel group of one: every collective is
  * the identity (the sum or maximum over one rank is the value, a reduce-scatter or all-gather a
  * copy, a broadcast nothing) and completes at once. Its point-to-point messages go from rank 0

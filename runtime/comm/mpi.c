@@ -1,9 +1,9 @@
-/* comm_mpi.c: the "mpi" comm backend (built when CMake finds an MPI C library).
+/* mpi.c: the "mpi" comm backend (built when CMake finds an MPI C library).
  *
  * Each operation is MPI's non-blocking collective (or MPI_Isend / MPI_Irecv) on the group's own
  * communicator, a duplicate of MPI_COMM_WORLD or an MPI_Comm_split of a parent's, with
  * MPI_ERRORS_RETURN, so an MPI error comes back as TR_ECOMM with MPI's own text in c->error.
- * fp16 and bf16 travel as 2-byte datatypes reduced by our own operations (comm_mpi_half.h).
+ * fp16 and bf16 travel as 2-byte datatypes reduced by our own operations (mpi_half.h).
  * Open MPI 4.1 makes no progress between calls, so completions are found by `progress`
  * (MPI_Testsome over everything pending), which the comm actor calls while anything is pending;
  * each completed request is reported through done. MPI is initialised here on first use with

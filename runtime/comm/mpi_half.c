@@ -1,4 +1,4 @@
-/* comm_mpi_half.c: fp16 and bf16 datatypes and reductions for MPI (see comm_mpi_half.h).
+/* mpi_half.c: fp16 and bf16 datatypes and reductions for MPI (see mpi_half.h).
  *
  * The combine functions run inside MPI, on whatever thread made the MPI call, over blocks of
  * `len` elements MPI chooses. Each converts a chunk of both operands to fp32 on the stack,

@@ -24,16 +24,12 @@
  *   POLL_SLEEP_NS for TR__POLL_NS, asleep in between (no core taken). It is not parked, so a
  *   queuer does not wake it: a sender outside the runtime whose stream pauses briefly (its
  *   core shared with the workers on a small machine) finds them awake instead of paying a
- *   futex wake per send while the workers take turns parking — measured on fjthrput (one
- *   thread sending to 60 actors, 2 workers on 2 cores): a quarter of the runs made 7,000-
- *   10,000 futex calls and took twice as long; with the poll none did. An idle runtime parks
- *   after TR__POLL_NS and costs nothing more. The price: a message that arrives while a
- *   polling worker sleeps waits for its next look, and a 10 us sleep lasts up to ~60-85 us
- *   on a VM, more than a futex wake of a parked worker (~8 us). So the window is short
- *   (300 us): a sender pausing longer finds the workers parked. A thread outside the runtime
- *   sending every ~1 ms (bench wakeup) met them in their last sleeps with a 1 ms window: p50
- *   14 us, p99 median 48 us; with 300 us, p50 9 us, p99 median 38 us. With no poll at all
- *   fjthrput was bimodal again (median 56 against 37 ms).
+ *   futex wake per send while the workers take turns parking. An idle runtime parks after
+ *   TR__POLL_NS and costs nothing more. The price: a message that arrives while a polling
+ *   worker sleeps waits for its next look, and on a VM a short sleep lasts several times
+ *   longer than a futex wake of a parked worker. So the window is short (300 us): a sender
+ *   pausing longer finds the workers parked. The measurements behind the poll and its window
+ *   are in bench/RESULTS.md, "Scheduler design history (moved from sched.c)".
  * - Busy workers that find themselves sharing a CPU move apart (spread.c): a worker busy for
  *   a millisecond looks at its CPU after its activations, with the clock they last read, and
  *   again each millisecond; a worker out of work counts as on no CPU.
