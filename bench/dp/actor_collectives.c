@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "monitor/trace_model.h"
+#include "tests/support/monitor_internals.h"
 #include "troupe.h"
 
 #include "collectives.h"

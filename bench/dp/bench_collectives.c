@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "monitor/comms_log.h"
+#include "tests/support/monitor_internals.h"
 #include "troupe/blas.h"
 
 #include "collectives.h"

@@ -20,9 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/gradnorm.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe.h"
 
 #define BS 8

@@ -18,9 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

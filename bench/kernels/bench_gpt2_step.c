@@ -23,10 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/blas_internal.h"
-#include "kernels/cpu/half.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe/blas.h"
 #include "troupe/model.h"
 

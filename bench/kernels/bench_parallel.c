@@ -24,8 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/gradnorm.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe/blas.h"
 
 #define M 1024
