@@ -385,8 +385,10 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
 {
     if (st->global_step == r->first_step + 1)
         r->first_loss = st->loss;
-    else /* the first step pays for warming up; tokens/s leaves it out */
-        r->tokens += st->tokens, r->compute_ms += st->step_ms;
+    else { /* the first step pays for warming up; tokens/s leaves it out */
+        r->tokens += st->tokens;
+        r->compute_ms += st->step_ms;
+    }
     r->last_loss = st->loss;
     progress(r, st);
     if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r))
