@@ -101,7 +101,9 @@ static void test_ckpt_image_through_aio_is_the_same_file(void **state)
         assert_int_equal(tr__ckpt_file_read(viaaio, &f, err, sizeof(err)), 0);
         assert_int_equal(f.payload_len, n);
         tr__ckpt_file_free(&f);
-        free(fa), free(fb), free(a);
+        free(fa);
+        free(fb);
+        free(a);
     }
     tr__ckpt_image_free(&im);
     tr_aio_destroy(aio);
