@@ -20,6 +20,7 @@
 
 #include "io/ckpt_file.h"
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "troupe/aio.h"
 #include "troupe/error.h"
 
@@ -41,7 +42,7 @@ static int teardown(void **state)
 
 static void path_of(char *out, const char *name)
 {
-    snprintf(out, 512, "%s/%s", dir, name);
+    assert_int_equal(tr__path_join(out, 512, dir, name), 0);
 }
 
 static void write_sample(const char *path, unsigned char fill, size_t n)
