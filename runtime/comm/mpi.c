@@ -127,8 +127,8 @@ static int mpi_error(tr_comm_t *c, int mpi_rc, const char *what)
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(mpi_rc, text, &len);
-    snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
-    return TR_ECOMM;
+    return tr__errf(c->error, sizeof(c->error), TR_ECOMM, "comm 'mpi': rank %d: %s: %.160s",
+                    c->rank, what, text);
 }
 
 static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req)
@@ -172,8 +172,8 @@ static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, 
     if (!grow(m)) { /* the operation runs; wait for it here */
         MPI_Wait(&r, MPI_STATUS_IGNORE);
         free(vargs);
-        snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory tracking operations");
-        return TR_ENOMEM;
+        return tr__errf(c->error, sizeof(c->error), TR_ENOMEM,
+                        "comm 'mpi': out of memory tracking operations");
     }
     *req = tr_comm_next_req(c);
     m->reqs[m->n] = r;
