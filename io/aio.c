@@ -79,6 +79,15 @@ static char *bounce_alloc(size_t size)
     return posix_memalign(&p, 4096, size ? size : 1) == 0 ? p : NULL;
 }
 
+/* Records that no bounce buffer could be had for the slice at off; returns -ENOMEM. */
+static int bounce_failed(tr__aio_result_t *res, uint64_t off, size_t len)
+{
+    res->err = -ENOMEM;
+    res->err_off = off;
+    res->err_len = len;
+    return -ENOMEM;
+}
+
 /* Reads the aligned range around an unaligned slice into a bounce buffer, then copies. */
 static int read_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t *res)
 {
@@ -88,7 +97,7 @@ static int read_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t 
     uint64_t off = r.off;
     size_t len = r.len;
     if (!(r.buf = bounce_alloc((size_t)(hi - lo))))
-        return res->err = -ENOMEM, res->err_off = off, res->err_len = len, -ENOMEM;
+        return bounce_failed(res, off, len);
     r.off = lo;
     r.len = (size_t)(hi - lo);
     tr__aio_xfer_run(ctx, &r, res);
@@ -107,7 +116,7 @@ static int write_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t
 {
     char *b = bounce_alloc(r.len);
     if (!b)
-        return res->err = -ENOMEM, res->err_off = r.off, res->err_len = r.len, -ENOMEM;
+        return bounce_failed(res, r.off, r.len);
     memcpy(b, r.buf, r.len);
     r.buf = b;
     tr__aio_xfer_run(ctx, &r, res);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "troupe/aio.h"
 #include "troupe/error.h"
 #include "base/errf.h"
@@ -106,9 +107,11 @@ int tr__ckpt_image_begin(tr_ckpt_image_t *im, const void *header, size_t header_
                             "(%zu bytes)",
                             len);
         free(im->mem);
-        im->mem = mem, im->cap = cap;
+        im->mem = mem;
+        im->cap = cap;
     }
-    im->len = len, im->payload_at = at;
+    im->len = len;
+    im->payload_at = at;
     memset(im->mem, 0, at);
     memcpy(im->mem, MAGIC, 8);
     put32(im->mem + 8, (uint32_t)header_len);
@@ -136,7 +139,9 @@ static int pwrite_all(int fd, const unsigned char *p, size_t len, off_t at)
         ssize_t n = pwrite(fd, p, len, at);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -errno;
-        p += n, len -= (size_t)n, at += n;
+        p += n;
+        len -= (size_t)n;
+        at += n;
     }
     return 0;
 }
@@ -175,7 +180,10 @@ int tr__ckpt_image_write(const tr_ckpt_image_t *im, tr_aio_t *aio, const char *p
     int rc = write_image(im, aio, fd, tmp, err, errlen);
     if (close(fd) < 0 && !rc)
         rc = tr__errf(err, errlen, -errno, "%s: close: %s", tmp, strerror(errno));
-    if (rc < 0) return unlink(tmp), rc;
+    if (rc < 0) {
+        unlink(tmp);
+        return rc;
+    }
     if ((rc = commit(tmp, path, rc, err, errlen)) == 0) maybe_crash();
     return rc;
 }
@@ -198,38 +206,6 @@ int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
     rc = tr__ckpt_image_write(&im, NULL, path, err, errlen);
     tr__ckpt_image_free(&im);
     return rc;
-}
-
-static int read_whole(const char *path, unsigned char **mem, size_t *len, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tr__errf(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return tr__errf(err, errlen, TR_EFORMAT, "%s: not a regular file", path);
-    }
-    *len = (size_t)st.st_size;
-    *mem = aligned_alloc(ALIGN, (*len + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
-    if (!*mem) {
-        close(fd);
-        return tr__errf(err, errlen, TR_ENOMEM, "%s: no memory for %zu bytes", path, *len);
-    }
-    size_t got = 0;
-    while (got < *len) {
-        ssize_t n = read(fd, *mem + got, *len - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int e = n < 0 ? errno : EIO;
-            close(fd);
-            free(*mem);
-            return tr__errf(err, errlen, -e, "%s: read failed at byte %zu: %s", path, got,
-                            strerror(e));
-        }
-        got += (size_t)n;
-    }
-    close(fd);
-    return 0;
 }
 
 static int verify(const char *path, unsigned char *m, size_t len, tr_ckpt_file_t *out, char *err,
@@ -261,13 +237,15 @@ static int verify(const char *path, unsigned char *m, size_t len, tr_ckpt_file_t
 
 int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen)
 {
-    unsigned char *m = NULL;
+    char *text = NULL;
     size_t len = 0;
     memset(out, 0, sizeof(*out));
-    int rc = read_whole(path, &m, &len, err, errlen);
+    int rc = tr__file_read(path, 0, "a troupe checkpoint file", &text, &len, err, errlen);
+    if (rc == TR_EISDIR) rc = TR_EFORMAT; /* a directory is a malformed checkpoint, as before */
     if (rc) return rc;
-    rc = verify(path, m, len, out, err, errlen);
-    if (rc) free(m);
+    /* 64-byte aligned, so the payload at padded(header_len) is too */
+    rc = verify(path, (unsigned char *)text, len, out, err, errlen);
+    if (rc) free(text);
     return rc;
 }
 
@@ -360,7 +338,7 @@ static int clean_dir(const char *path, int depth, uint64_t *bytes)
     char p[4200];
     for (struct dirent *e; (e = readdir(d));) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (snprintf(p, sizeof(p), "%s/%s", path, e->d_name) >= (int)sizeof(p)) continue;
+        if (tr__path_join(p, sizeof(p), path, e->d_name)) continue;
         struct stat st;
         if (lstat(p, &st) < 0) continue;
         pid_t pid = S_ISREG(st.st_mode) ? tmp_pid(e->d_name) : 0;
@@ -387,7 +365,7 @@ int tr__ckpt_clean_tmp(const char *dir, uint64_t *bytes)
 int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t errlen)
 {
     char path[4096];
-    if (snprintf(path, sizeof(path), "%s/latest", dir) >= (int)sizeof(path))
+    if (tr__path_join(path, sizeof(path), dir, "latest"))
         return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", dir);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
@@ -402,7 +380,8 @@ int tr__ckpt_latest_write(const char *dir, const char *tag, char *err, size_t er
 int tr__ckpt_latest_read(const char *dir, char *tag, size_t cap, char *err, size_t errlen)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/latest", dir);
+    if (tr__path_join(path, sizeof(path), dir, "latest"))
+        return tr__errf(err, errlen, TR_EINVAL, "%s: path too long", dir);
     FILE *f = fopen(path, "r");
     if (!f) return tr__errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
     size_t n = fread(tag, 1, cap, f);

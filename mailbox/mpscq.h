@@ -124,7 +124,8 @@ static inline tr_msg_t *tr__mpscq_pop(tr__mpscq_tail_t *t, tr_msg_t **done)
 /* True when nothing is queued or being pushed. Consumer only. */
 static inline bool tr__mpscq_is_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t)
 {
-    /* seq_cst: orders this load after a preceding seq_cst mark (store-load, see actor.c) */
+    /* seq_cst: orders this load after a preceding seq_cst mark (store-load, see
+     * runtime/core/actor.c) */
     uintptr_t head = atomic_load_explicit(&h->head, memory_order_seq_cst);
     return (tr_msg_t *)(head & ~TR__MARK_EMPTY) == t->tail;
 }
@@ -133,7 +134,8 @@ static inline bool tr__mpscq_is_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t)
  * reads only the producers' head (the caller took `tail` while it was the consumer). */
 static inline bool tr__mpscq_pushed_since(tr__mpscq_head_t *h, const tr_msg_t *tail)
 {
-    /* seq_cst: orders this load after a preceding seq_cst mark (store-load, see actor.c) */
+    /* seq_cst: orders this load after a preceding seq_cst mark (store-load, see
+     * runtime/core/actor.c) */
     uintptr_t head = atomic_load_explicit(&h->head, memory_order_seq_cst);
     return (const tr_msg_t *)(head & ~TR__MARK_EMPTY) != tail;
 }

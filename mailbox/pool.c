@@ -101,6 +101,24 @@ static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static slab_t *cache;
 static size_t cache_bytes;
 
+/* The cache's push and pop (pop: NULL when empty); cache_mu held. */
+static void cache_push(slab_t *s)
+{
+    s->next = cache;
+    cache = s;
+    cache_bytes += SLAB_BYTES;
+}
+
+static slab_t *cache_pop(void)
+{
+    slab_t *s = cache;
+    if (s) {
+        cache = s->next;
+        cache_bytes -= SLAB_BYTES;
+    }
+    return s;
+}
+
 static _Atomic uint64_t next_set_id = 1;
 _Thread_local uint64_t tr__pool_tls_set_id;
 _Thread_local tr__pool_t *tr__pool_tls_pool;
@@ -151,7 +169,7 @@ void tr__pool_set_destroy(tr__pool_set_t *set)
             UNPOISON(s, SLAB_BYTES);
             pthread_mutex_lock(&cache_mu);
             bool keep = cache_bytes + SLAB_BYTES <= SLAB_CACHE_BYTES;
-            if (keep) s->next = cache, cache = s, cache_bytes += SLAB_BYTES;
+            if (keep) cache_push(s);
             pthread_mutex_unlock(&cache_mu);
             if (!keep) free(s);
             s = sn;
@@ -207,13 +225,15 @@ void tr__pool_prefault(unsigned n)
     unsigned k = 0;
     pthread_mutex_lock(&cache_mu);
     for (; k < n && cache; k++) {
-        slab_t *s = cache;
-        cache = s->next, cache_bytes -= SLAB_BYTES;
-        s->next = got, got = s;
+        slab_t *s = cache_pop();
+        s->next = got;
+        got = s;
     }
     pthread_mutex_unlock(&cache_mu);
-    for (slab_t *s; k < n && (s = aligned_alloc(64, SLAB_BYTES)); k++)
-        s->next = got, got = s; /* none: the first slab a thread takes is then a new one */
+    for (slab_t *s; k < n && (s = aligned_alloc(64, SLAB_BYTES)); k++) {
+        s->next = got; /* none: the first slab a thread takes is then a new one */
+        got = s;
+    }
     for (slab_t *s = got; s; s = s->next) /* the first page has s->next */
         for (size_t off = PAGE_BYTES; off < PREFAULT_BYTES; off += PAGE_BYTES)
             ((volatile char *)s)[off] = 0;
@@ -222,7 +242,7 @@ void tr__pool_prefault(unsigned n)
         slab_t *s = got;
         got = s->next;
         bool keep = cache_bytes + SLAB_BYTES <= SLAB_CACHE_BYTES;
-        if (keep) s->next = cache, cache = s, cache_bytes += SLAB_BYTES;
+        if (keep) cache_push(s);
         if (!keep) free(s);
     }
     pthread_mutex_unlock(&cache_mu);
@@ -238,8 +258,7 @@ static int add_slab(tr__pool_t *pool, unsigned c)
     size_t bytes = SLAB_BYTES; /* >= 4 chunks of the largest class */
     _Static_assert(SLAB_BYTES >= ((size_t)4 << (MIN_SHIFT + N_CLASSES - 1)), "slab size");
     pthread_mutex_lock(&cache_mu);
-    slab_t *s = cache;
-    if (s) cache = s->next, cache_bytes -= SLAB_BYTES;
+    slab_t *s = cache_pop();
     pthread_mutex_unlock(&cache_mu);
     if (!s) s = aligned_alloc(64, bytes);
     if (!s)

@@ -1,4 +1,4 @@
-/* model_gpt2.c: GPT-2 as a list of layers: embed, L transformer blocks, head.
+/* gpt2.c: GPT-2 as a list of layers: embed, L transformer blocks, head.
  *
  * The math is llm.c's (train_gpt2.c): pre-LayerNorm blocks, GELU (tanh) MLP of width 4C,
  * causal attention, a final LayerNorm and logits over the padded vocabulary Vp with the
@@ -81,7 +81,8 @@ static size_t block_scratch_size(const tr_layer_t *l, int B, int T)
 
 #define PARAM(c, l, i) ((c)->params + (l)->params[i].offset)
 #define GRAD(c, l, i)  ((c)->grads + (l)->params[i].offset)
-/* the weight's bf16 copy in bf16 mixed precision, else NULL (ops.h: tr__linear_forward) */
+/* the weight's bf16 copy in bf16 mixed precision, else NULL (kernels/cpu/ops.h:
+ * tr__linear_forward) */
 #define PARAM_BF16(c, l, i) ((c)->params_bf16 ? (c)->params_bf16 + (l)->params[i].offset : NULL)
 
 /* A list of kernel calls, as llm.c's gpt2_forward reads. */

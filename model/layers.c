@@ -1,6 +1,6 @@
 /* layers.c: the built-in layers as tr_layer_t: linear, GELU, LayerNorm, embedding,
  * cross-entropy and mean squared error, each a thin wrapper that maps a layer context onto
- * its kernel (ops.h; MSE is small enough to live here).
+ * its kernel (kernels/cpu/ops.h; MSE is small enough to live here).
  *
  * Activation regions (floats, output first), N = B T, D = MSE's dim:
  *   linear (N, OC) | gelu (N, C) | layernorm (N, C) + mean (N) + rstd (N) |

@@ -1,4 +1,4 @@
-/* model_mlp.c: a multi-layer perceptron classifier built from the generic layers.
+/* mlp.c: a multi-layer perceptron classifier built from the generic layers.
  *
  * widths[0] inputs per position, then for each next width a linear layer (with bias),
  * GELU after every linear but the last, and cross-entropy over widths[n-1] classes with

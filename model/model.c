@@ -240,7 +240,10 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
     m->params = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     if (!m->layers || !m->params || !m->grads) {
-        if (!m->layers) free_layers(layers, n), m->n = 0;
+        if (!m->layers) {
+            free_layers(layers, n);
+            m->n = 0;
+        }
         tr_model_destroy(m);
         return TR_ENOMEM;
     }
@@ -302,10 +305,12 @@ static size_t layout(const tr_model_t *m, int B, int T, size_t *act_off, size_t 
         if (k && i % k == 0) g = 0;
         if (act_off) act_off[i] = k ? g : total;
         size_t a = m->layers[i]->ops->act_size(m->layers[i], B, T);
-        if (k)
-            g += a, most = g > most ? g : most;
-        else
+        if (k) {
+            g += a;
+            most = g > most ? g : most;
+        } else {
             total += a;
+        }
     }
     if (act_off) act_off[m->n] = k ? most : total;
     return k ? total + most : total;
@@ -315,7 +320,8 @@ void tr__model_pass_floats(const tr_model_t *m, int first, int last, int B, int 
                            size_t *dbuf)
 {
     size_t N = (size_t)B * T;
-    *scratch = 1, *dbuf = 1;
+    *scratch = 1;
+    *dbuf = 1;
     for (int i = first; i <= last; i++) {
         tr_layer_t *l = m->layers[i];
         size_t s = l->ops->scratch_size ? l->ops->scratch_size(l, B, T) : 0;
@@ -333,7 +339,10 @@ static int reserve(tr_model_t *m, int B, int T)
     int groups = m->ckpt ? (m->n - 1) / m->ckpt : 0;
     m->act_off = malloc((size_t)(m->n + 1) * sizeof(size_t));
     m->bnd_off = malloc((size_t)(groups + 1) * sizeof(size_t));
-    if (!m->act_off || !m->bnd_off) return free_acts(m), TR_ENOMEM;
+    if (!m->act_off || !m->bnd_off) {
+        free_acts(m);
+        return TR_ENOMEM;
+    }
     size_t n_acts = layout(m, B, T, m->act_off, m->bnd_off, &m->work);
     tr__model_pass_floats(m, 0, m->n - 1, B, T, &n_scratch, &n_dbuf);
     m->acts = malloc((n_acts ? n_acts : 1) * sizeof(float));
@@ -496,7 +505,10 @@ static tr_layer_ctx_t context(tr_model_t *m, int i)
         .loss_scale = m->loss_scale,
     };
     const uint16_t *bf16 = tr__model_params_bf16(m);
-    if (bf16) c.params_bf16 = bf16 + l->param_offset, c.model_params_bf16 = bf16;
+    if (bf16) {
+        c.params_bf16 = bf16 + l->param_offset;
+        c.model_params_bf16 = bf16;
+    }
     return c;
 }
 

@@ -1,4 +1,4 @@
-/* model_stage.c: a model cut into pipeline stages (troupe/model.h, "stages").
+/* stage.c: a model cut into pipeline stages (troupe/model.h, "stages").
  *
  * A stage owns what one stage's thread writes: per slot, its layers' activations, its input
  * (the previous stage's output, or the batch's tokens or floats) and the batch's targets; one
@@ -64,7 +64,10 @@ static size_t checkpointed_layout(tr_model_stage_t *s)
         s->off[j] = g;
         g += l->ops->act_size(l, s->B, s->T);
         most = g > most ? g : most;
-        if (j % k == k - 1 || j == n - 1) s->keep[j / k] = kept, kept += N * (size_t)l->out_dim;
+        if (j % k == k - 1 || j == n - 1) {
+            s->keep[j / k] = kept;
+            kept += N * (size_t)l->out_dim;
+        }
     }
     s->work = malloc((most ? most : 1) * sizeof(float));
     s->work_floats = most;
@@ -104,7 +107,10 @@ static int alloc_buffers(tr_model_stage_t *s)
         s->stash_off[k] = stash;
         if (splits(l)) stash += l->ops->stash_size(l, s->B, s->T);
     }
-    if (!stash) free(s->stash_off), s->stash_off = NULL;
+    if (!stash) {
+        free(s->stash_off);
+        s->stash_off = NULL;
+    }
     tr__model_pass_floats(s->m, s->first, s->last, s->B, s->T, &scratch, &dbuf);
     if (s->k && (acts = checkpointed_layout(s)) == 0) return TR_ENOMEM;
     tr_layer_t *first = layer(s, s->first), *last = layer(s, s->last);
@@ -170,11 +176,22 @@ void tr_model_stage_destroy(tr_model_stage_t *s)
     if (!s) return;
     for (int k = 0; s->slots && k < s->n_slots; k++) {
         slot_t *t = &s->slots[k];
-        free(t->acts), free(t->in), free(t->tokens), free(t->targets), free(t->y), free(t->stash);
+        free(t->acts);
+        free(t->in);
+        free(t->tokens);
+        free(t->targets);
+        free(t->y);
+        free(t->stash);
     }
-    free(s->slots), free(s->off), free(s->scratch), free(s->dbuf[0]), free(s->dbuf[1]);
-    free(s->tied), free(s->stash_off);
-    free(s->keep), free(s->work);
+    free(s->slots);
+    free(s->off);
+    free(s->scratch);
+    free(s->dbuf[0]);
+    free(s->dbuf[1]);
+    free(s->tied);
+    free(s->stash_off);
+    free(s->keep);
+    free(s->work);
     free(s);
 }
 
@@ -281,10 +298,14 @@ static int take(tr_model_stage_t *s, slot_t *t, const tr_batch_t *b, const float
     }
     t->has_targets = 0;
     if (!last->is_loss || !b) return 0;
-    if (last->targets == TR_TARGETS_FLOAT && b->y)
-        memcpy(t->y, b->y, N * (size_t)last->y_dim * sizeof(float)), t->has_targets = 1;
-    if (last->targets == TR_TARGETS_INT && b->targets)
-        memcpy(t->targets, b->targets, N * sizeof(int)), t->has_targets = 1;
+    if (last->targets == TR_TARGETS_FLOAT && b->y) {
+        memcpy(t->y, b->y, N * (size_t)last->y_dim * sizeof(float));
+        t->has_targets = 1;
+    }
+    if (last->targets == TR_TARGETS_INT && b->targets) {
+        memcpy(t->targets, b->targets, N * sizeof(int));
+        t->has_targets = 1;
+    }
     return 0;
 }
 
@@ -406,7 +427,9 @@ void tr_model_stage_reduce_tied(tr_model_stage_t *s)
     for (int i = s->first; i <= s->last; i++) {
         const tr_layer_t *l = layer(s, i);
         if (!l->tie_count || (l->tie_layer >= s->first && l->tie_layer <= s->last)) continue;
-        for (size_t k = l->tie_offset; k < l->tie_offset + l->tie_count; k++)
-            grads[k] += s->tied[k], s->tied[k] = 0;
+        for (size_t k = l->tie_offset; k < l->tie_offset + l->tie_count; k++) {
+            grads[k] += s->tied[k];
+            s->tied[k] = 0;
+        }
     }
 }

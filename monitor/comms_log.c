@@ -89,8 +89,11 @@ int tr_comms_log_create(int world, tr_comms_log_t **out)
 void tr_comms_log_destroy(tr_comms_log_t *log)
 {
     if (!log) return;
-    for (size_t i = 0; i < log->n; i++)
-        free(log->s[i].lat), free(log->s[i].alg), free(log->s[i].bus);
+    for (size_t i = 0; i < log->n; i++) {
+        free(log->s[i].lat);
+        free(log->s[i].alg);
+        free(log->s[i].bus);
+    }
     free(log->s);
     free(log);
 }
@@ -129,7 +132,10 @@ int tr_comms_log_add(tr_comms_log_t *log, const char *op, double bytes, double m
         if (!l || !a || !b) return TR_ENOMEM;
         s->cap = cap;
     }
-    s->lat[s->n] = ms, s->alg[s->n] = alg, s->bus[s->n++] = bus;
+    s->lat[s->n] = ms;
+    s->alg[s->n] = alg;
+    s->bus[s->n] = bus;
+    s->n++;
     return 0;
 }
 

@@ -35,12 +35,7 @@ int tr_csv_monitor_create(const char *output_path, const char *job_name,
         free(c);
         return TR_ENOMEM;
     }
-    if (!output_path || !*output_path)
-        snprintf(c->dir, n, "%s", job_name);
-    else if (output_path[strlen(output_path) - 1] == '/')
-        snprintf(c->dir, n, "%s%s", output_path, job_name);
-    else
-        snprintf(c->dir, n, "%s/%s", output_path, job_name);
+    tr__path_join(c->dir, n, output_path, job_name); /* n has room for both and a '/' */
     int err = tr__mkdir_p(c->dir);
     if (err) {
         tr_log(TR_LOG_ERROR, "csv_monitor: cannot create %s: %s", c->dir, tr_strerror(err));

@@ -43,7 +43,8 @@ void tr_monitor_range_push(const tr_monitor_t *m, const char *name)
     pthread_once(&nvtx_once, nvtx_init);
     nvtxRangePushA(name);
 #else
-    (void)m, (void)name;
+    (void)m;
+    (void)name;
 #endif
 }
 

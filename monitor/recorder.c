@@ -20,7 +20,7 @@
  * Lanes: tr_monitor_lane_set fills a lane, then sets `set` with release; the writer reads
  * `set` with acquire before it reads the name.
  * The flight ring is a second, smaller ring written only by its owner; the dump reads it
- * when the owner is quiescent (see monitor.h).
+ * when the owner is quiescent (see troupe/monitor.h).
  */
 #include "monitor/recorder.h"
 
@@ -273,8 +273,10 @@ void tr_monitor_destroy(tr_monitor_t *m)
         b = next;
     }
     for (int i = 0; i < TLS_SLOTS; i++)
-        if (tls_monitor_id[i] == m->id)
-            tls_buf[i] = NULL, tls_monitor_id[i] = 0;
+        if (tls_monitor_id[i] == m->id) {
+            tls_buf[i] = NULL;
+            tls_monitor_id[i] = 0;
+        }
     pthread_mutex_destroy(&m->write_mu);
     pthread_mutex_destroy(&m->wake_mu);
     pthread_cond_destroy(&m->wake);

@@ -140,10 +140,7 @@ static int open_file(tr_tb_writer_t *w, const char *output_path, const char *job
 {
     char dir[4096], host[256] = "localhost";
     gethostname(host, sizeof(host) - 1);
-    int n = output_path && *output_path
-                ? snprintf(dir, sizeof(dir), "%s/%s", output_path, job_name)
-                : snprintf(dir, sizeof(dir), "%s", job_name);
-    if (n >= (int)sizeof(dir))
+    if (tr__path_join(dir, sizeof(dir), output_path, job_name))
         return TR_EINVAL;
     int err = tr__mkdir_p(dir);
     if (err)

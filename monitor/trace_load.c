@@ -10,6 +10,7 @@
  */
 #include "monitor/trace_model.h"
 #include "base/errf.h"
+#include "base/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,30 +21,8 @@
 
 /* --- reading and repairing one file ------------------------------------------------------- */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 2);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *p = realloc(buf, cap * 2 + 2);
-        if (!p)
-            free(buf);
-        buf = p;
-        cap *= 2;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* Cuts text after its last complete event line and closes the array. 0, or -1 when no
- * complete event is left. text has 2 spare bytes. */
+ * complete event is left. text has 2 spare bytes (tr__file_read leaves TR__FILE_SPARE). */
 static int repair(char *text, size_t *len)
 {
     size_t n = *len;
@@ -72,9 +51,10 @@ int tr__trace_read_file(const char *path, json_t **events, int *repaired, char *
 {
     size_t len;
     *repaired = 0;
-    char *text = slurp(path, &len);
-    if (!text)
-        return tr__errf(err, cap, errno ? -errno : TR_ENOMEM, "%s: %s", path, strerror(errno));
+    char *text;
+    int rc = tr__file_read(path, 0, "a trace-event file", &text, &len, err, cap);
+    if (rc)
+        return rc;
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (!root) {
@@ -211,10 +191,22 @@ static int number(json_t *ev, const char *key, double *out, const char *path, si
     return 0;
 }
 
-#define GROW(arr, n, cap)                                                                      \
-    ((n) < (cap) ? 0                                                                           \
-                 : ((cap) = (cap) ? (cap) * 2 : 256,                                           \
-                    ((arr) = realloc((arr), (cap) * sizeof(*(arr)))) ? 0 : TR_ENOMEM))
+/* Makes room in *arr (a pointer to the array pointer; n elements of elem bytes in use, *cap
+ * allocated) for one more, doubling from 256. 0, or TR_ENOMEM with the array as it was. */
+static int grow(void *arr, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 256;
+    void *p = realloc(*(void **)arr, want * elem);
+    if (!p)
+        return TR_ENOMEM;
+    *(void **)arr = p;
+    *cap = want;
+    return 0;
+}
+
+#define GROW(arr, n, cap) grow(&(arr), (n), &(cap), sizeof(*(arr)))
 
 typedef struct caps {
     size_t spans, flows, marks;
@@ -388,9 +380,10 @@ static int list_files(const char *path, char ***names, int *n, char *err, size_t
         if (strncmp(e->d_name, "trace_rank", 10) || len < 15 ||
             strcmp(e->d_name + len - 5, ".json"))
             continue;
-        char *p = malloc(strlen(path) + len + 2);
+        size_t size = strlen(path) + len + 2;
+        char *p = malloc(size);
         if (p)
-            sprintf(p, "%s/%s", path, e->d_name);
+            tr__path_join(p, size, path, e->d_name);
         (*names)[(*n)++] = p;
     }
     closedir(d);

@@ -171,10 +171,15 @@ static void step_compute(const tr_trace_t *t, const size_t *idx, size_t n, step_
                  : m & 1 << SET_WAIT  ? PH_WAIT
                                       : PH_IDLE;
         st->phase[ph] += v;
-        if (m & 1 << SET_COMM)
-            st->comm_busy += v, st->comm_hidden += m & 1 << SET_COMPUTE ? v : 0;
-        if (m & 1 << SET_IO)
-            st->io_busy += v, st->io_hidden += m & 1 << SET_COMPUTE ? v : 0;
+        double hidden = m & 1 << SET_COMPUTE ? v : 0;
+        if (m & 1 << SET_COMM) {
+            st->comm_busy += v;
+            st->comm_hidden += hidden;
+        }
+        if (m & 1 << SET_IO) {
+            st->io_busy += v;
+            st->io_hidden += hidden;
+        }
     }
     for (int i = 0; i < N_SETS; i++)
         free(sets[i].v);

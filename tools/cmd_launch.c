@@ -187,8 +187,10 @@ static int run(launch_t *l, int total, int argc, char **argv)
     if (!av) return 1;
     int n = 0;
     av[n++] = "mpirun";
-    av[n++] = "-np", av[n++] = np;
-    av[n++] = "--host", av[n++] = hosts;
+    av[n++] = "-np";
+    av[n++] = np;
+    av[n++] = "--host";
+    av[n++] = hosts;
     if (l->oversubscribe) av[n++] = "--oversubscribe";
     if (geteuid() == 0) av[n++] = "--allow-run-as-root";
     if (is_troupe_command(argv[0])) {
@@ -223,7 +225,10 @@ static int parse_flags(launch_t *l, int argc, char **argv, int *first)
             i++;
             break;
         }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(usage, stdout), 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 1;
+        }
         if (!strcmp(a, "--oversubscribe")) l->oversubscribe = 1;
         else if (!strcmp(a, "--dry-run")) l->dry_run = 1;
         else if (i + 1 >= argc) return bad("%s needs a value%s", a, "");

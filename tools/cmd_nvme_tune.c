@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "commands.h"
 #include "nvme_measure.h"
@@ -117,13 +116,6 @@ static int parse_args(int argc, char **argv, tune_t *t)
 
 /* ---- the sweep ---------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Grid point i (0 <= i < GRID_SIZE): the booleans vary fastest, block_size slowest. */
 static tr_aio_options_t grid_point(size_t i)
 {
@@ -165,11 +157,11 @@ static void print_result(const result_t *r)
 static int sweep(const tune_t *t, result_t *res)
 {
     size_t n = GRID_SIZE, stride = scatter_stride(n);
-    double t0 = now_s();
+    double t0 = tr__now_s();
     printf("%10s %11s %20s %13s %14s %10s %9s\n", "block_size", "queue_depth",
            "intra_op_parallelism", "single_submit", "overlap_events", "write_GB/s", "read_GB/s");
     for (size_t k = 0; k < n; k++) {
-        double spent = now_s() - t0;
+        double spent = tr__now_s() - t0;
         if (k > 0 && spent + spent / (double)k > t->budget_s)
             return (int)k;
         result_t *r = &res[k];
@@ -267,10 +259,10 @@ int tr_cmd_nvme_tune(int argc, char **argv)
     if ((rc = check_dir(t.dir)))
         return rc;
     result_t res[GRID_SIZE];
-    double t0 = now_s();
+    double t0 = tr__now_s();
     int n = sweep(&t, res);
     if (n < 0)
         return -n;
-    report(&t, res, n, now_s() - t0);
+    report(&t, res, n, tr__now_s() - t0);
     return 0;
 }

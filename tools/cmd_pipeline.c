@@ -2,6 +2,7 @@
  * engine would execute it, and the S stages' schedules run in virtual time with the bubble
  * they leave (troupe/pipeline.h). */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,18 @@ typedef struct opts {
     double forward, backward, weight_share;
 } opts_t;
 
+/* Prints "troupe pipeline: " and the message to stderr; returns rc. */
+static int complain(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int complain(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("troupe pipeline: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 static int int_flag(const char *flag, const char *v, int lo, int hi, int *out)
 {
     char *end;
@@ -66,11 +79,15 @@ static int real_flag(const char *flag, const char *v, double lo, double hi, doub
 
 static int schedule_flag(const char *v, int *kind)
 {
-    if (!strcmp(v, "1f1b")) return *kind = TR_PIPE_TRAIN_1F1B, 0;
-    if (!strcmp(v, "zb")) return *kind = TR_PIPE_TRAIN_ZB, 0;
-    if (!strcmp(v, "inference")) return *kind = TR_PIPE_INFERENCE, 0;
-    fprintf(stderr, "troupe pipeline: --schedule: expected 1f1b, zb or inference, got '%s'\n", v);
-    return -1;
+    if (!strcmp(v, "1f1b"))
+        *kind = TR_PIPE_TRAIN_1F1B;
+    else if (!strcmp(v, "zb"))
+        *kind = TR_PIPE_TRAIN_ZB;
+    else if (!strcmp(v, "inference"))
+        *kind = TR_PIPE_INFERENCE;
+    else
+        return complain(-1, "--schedule: expected 1f1b, zb or inference, got '%s'\n", v);
+    return 0;
 }
 
 static int parse(int argc, char **argv, opts_t *o)
@@ -79,7 +96,7 @@ static int parse(int argc, char **argv, opts_t *o)
         .stage = -1, .kind = TR_PIPE_TRAIN_1F1B, .forward = 1, .backward = 2, .weight_share = 0.5};
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return fprintf(stderr, "troupe pipeline: %s needs a value\n%s", a, USAGE), -1;
+        if (!v) return complain(-1, "%s needs a value\n%s", a, USAGE);
         int rc = !strcmp(a, "--stages")          ? int_flag(a, v, 1, 4096, &o->stages)
                  : !strcmp(a, "--micro-batches") ? int_flag(a, v, 1, 65535, &o->micro_batches)
                  : !strcmp(a, "--stage")         ? int_flag(a, v, 0, 4095, &o->stage)
@@ -88,17 +105,14 @@ static int parse(int argc, char **argv, opts_t *o)
                  : !strcmp(a, "--backward")      ? real_flag(a, v, 0, 1e9, &o->backward)
                  : !strcmp(a, "--weight-share")
                      ? real_flag(a, v, 0, 1, &o->weight_share)
-                     : (fprintf(stderr, "troupe pipeline: unknown flag %s\n%s", a, USAGE), -1);
+                     : complain(-1, "unknown flag %s\n%s", a, USAGE);
         if (rc < 0) return -1;
     }
     if (!o->stages || !o->micro_batches)
-        return fprintf(stderr, "troupe pipeline: --stages and --micro-batches are needed\n%s",
-                       USAGE),
-               -1;
+        return complain(-1, "--stages and --micro-batches are needed\n%s", USAGE);
     if (o->stage >= o->stages)
-        return fprintf(stderr, "troupe pipeline: --stage %d: expected 0 to %d (--stages %d)\n",
-                       o->stage, o->stages - 1, o->stages),
-               -1;
+        return complain(-1, "--stage %d: expected 0 to %d (--stages %d)\n", o->stage,
+                        o->stages - 1, o->stages);
     return 0;
 }
 
@@ -108,7 +122,7 @@ static int print_stage(const opts_t *o, int stage, int header)
     tr_pipe_schedule_t *s;
     if (tr_pipe_schedule_create(&s, o->kind, o->micro_batches, o->stages, stage, err, sizeof(err)) <
         0)
-        return fprintf(stderr, "troupe pipeline: %s\n", err), 2;
+        return complain(2, "%s\n", err);
     if (header) printf("stage %d (%d buffers):\n", stage, tr_pipe_schedule_buffers(s));
     for (int k = 0; k < tr_pipe_schedule_steps(s); k++) {
         tr_pipe_schedule_format_step(s, k, line, sizeof(line));
@@ -123,7 +137,7 @@ static int simulate_kind(const opts_t *o, int kind, const char *name)
     char err[256];
     int S = o->stages, rc = 0;
     tr_pipe_schedule_t **st = calloc((size_t)S, sizeof(*st));
-    if (!st) return fprintf(stderr, "troupe pipeline: out of memory\n"), 1;
+    if (!st) return complain(1, "out of memory\n");
     for (int s = 0; rc == 0 && s < S; s++)
         rc = tr_pipe_schedule_create(&st[s], kind, o->micro_batches, S, s, err, sizeof(err));
     tr_pipe_costs_t c = {o->forward, o->backward, o->backward * (1 - o->weight_share),
@@ -147,9 +161,12 @@ static int simulate_kind(const opts_t *o, int kind, const char *name)
 int tr_cmd_pipeline(int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : "";
-    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) return printf("%s%s", USAGE, HELP), 0;
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+        printf("%s%s", USAGE, HELP);
+        return 0;
+    }
     if (strcmp(sub, "schedule") && strcmp(sub, "simulate"))
-        return fprintf(stderr, "troupe pipeline: expected schedule or simulate\n%s", USAGE), 2;
+        return complain(2, "expected schedule or simulate\n%s", USAGE);
     opts_t o;
     if (parse(argc, argv, &o) < 0) return 2;
     if (!strcmp(sub, "simulate")) {

@@ -45,13 +45,6 @@ typedef struct run {
     int midline; /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Ends a terminal's progress line before another line is printed. */
 static void endline(run_t *r)
 {
@@ -310,8 +303,8 @@ static void format_eta(double s, char *buf, size_t cap)
 static void progress(run_t *r, const tr_step_stats_t *st)
 {
     uint64_t done = st->global_step - r->first_step, left = (uint64_t)r->o.steps - st->global_step;
-    double elapsed = now_s() - r->loop_t0, tps = r->compute_ms > 0 ? r->tokens / r->compute_ms * 1e3
-                                                                  : 0;
+    double elapsed = tr__now_s() - r->loop_t0;
+    double tps = r->compute_ms > 0 ? r->tokens / r->compute_ms * 1e3 : 0;
     char eta[32];
     format_eta(done ? elapsed / (double)done * (double)left : 0, eta, sizeof(eta));
     long every = r->o.print_every ? r->o.print_every : (long)r->cfg->steps_per_print;
@@ -372,7 +365,7 @@ static int save(run_t *r)
 {
     if (settle(r)) return 1; /* the last save failed: the run stops (exit 1) */
     int rc = 0;
-    double t0 = now_s();
+    double t0 = tr__now_s();
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
         endline(r);
         fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
@@ -381,7 +374,7 @@ static int save(run_t *r)
     }
     r->saved_step = tr_engine_global_step(r->eng);
     snprintf(r->writing, sizeof(r->writing), "global_step%llu", (unsigned long long)r->saved_step);
-    r->paused_ms = (now_s() - t0) * 1e3; /* decoupled false: the whole write */
+    r->paused_ms = (tr__now_s() - t0) * 1e3; /* decoupled false: the whole write */
     return rc | (r->cfg->checkpoint.writer_decoupled ? 0 : settle(r));
 }
 
@@ -392,8 +385,10 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
 {
     if (st->global_step == r->first_step + 1)
         r->first_loss = st->loss;
-    else /* the first step pays for warming up; tokens/s leaves it out */
-        r->tokens += st->tokens, r->compute_ms += st->step_ms;
+    else { /* the first step pays for warming up; tokens/s leaves it out */
+        r->tokens += st->tokens;
+        r->compute_ms += st->step_ms;
+    }
     r->last_loss = st->loss;
     progress(r, st);
     if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r))
@@ -406,7 +401,7 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
 static int train_loop(run_t *r)
 {
     r->first_step = tr_engine_global_step(r->eng);
-    r->loop_t0 = now_s();
+    r->loop_t0 = tr__now_s();
     uint64_t step = r->first_step;
     while (step < (uint64_t)r->o.steps && !tr_engine_stop_requested(r->eng)) {
         tr_step_stats_t st;
@@ -480,7 +475,7 @@ static void summary(const run_t *r, int stopped)
         printf(", val loss %.6f", r->val_loss);
     if (r->compute_ms > 0)
         printf(", %.0f tokens/s", r->tokens / r->compute_ms * 1e3);
-    printf(", %.1f s\n", now_s() - r->t0);
+    printf(", %.1f s\n", tr__now_s() - r->t0);
 }
 
 /* The end of a run, also after a failed validation: the checkpoint and the export are written
@@ -517,7 +512,7 @@ static void teardown(run_t *r)
 
 int tr_cmd_train(int argc, char **argv)
 {
-    run_t r = {.t0 = now_s(), .tty = isatty(STDOUT_FILENO), .saved_step = UINT64_MAX};
+    run_t r = {.t0 = tr__now_s(), .tty = isatty(STDOUT_FILENO), .saved_step = UINT64_MAX};
     if (train_args_parse(argc, argv, &r.o) < 0)
         return 2;
     if (r.o.help) {

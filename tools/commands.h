@@ -3,6 +3,14 @@
 #ifndef TR_TOOLS_COMMANDS_H
 #define TR_TOOLS_COMMANDS_H
 
+#include "troupe/runtime.h"
+
+/* Seconds on the monotonic clock (tr_now_ns), for the commands' timings. Any thread. */
+static inline double tr__now_s(void)
+{
+    return (double)tr_now_ns() * 1e-9;
+}
+
 typedef struct tr_command {
     const char *name;
     const char *summary;

@@ -4,31 +4,24 @@
  * system refuses O_DIRECT; the engine then warns).
  */
 #include "nvme_measure.h"
+#include "commands.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "troupe/error.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* One timed pass over the whole file: GB/s into *gbs. */
 static int pass(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, uint64_t n, double *gbs,
                 char *why, size_t why_len)
 {
-    double t0 = now_s();
+    double t0 = tr__now_s();
     int rc = write ? tr_aio_pwrite_sync(aio, f, buf, (size_t)n, 0, why, why_len)
                    : tr_aio_pread_sync(aio, f, buf, (size_t)n, 0, why, why_len);
-    double dt = now_s() - t0;
+    double dt = tr__now_s() - t0;
     if (rc == 0)
         *gbs = (double)n / (dt > 0 ? dt : 1e-9) / 1e9;
     return rc;

@@ -51,14 +51,6 @@ int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float
 
 /* --- sampling ---------------------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A token drawn from softmax(logits[0..V)) with coin in [0, 1). */
 static int draw(const float *logits, int V, double coin)
 {
@@ -117,7 +109,7 @@ int train_sample(const tr_model_t *model, const int *prompt, int n_prompt, int n
         if (rc < 0)
             break;
         const float *logits = tr_model_gpt2_logits(m) + (size_t)(len - 1) * (size_t)Vp;
-        out[i] = draw(logits, g->vocab_size, unit(splitmix(&rng)));
+        out[i] = draw(logits, g->vocab_size, unit(tr_rng_next(&rng)));
         if (len == T) {
             memmove(win, win + 1, (size_t)(T - 1) * sizeof(int));
             len--;

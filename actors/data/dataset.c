@@ -30,6 +30,7 @@
 #include "actors/data/dataset.h"
 #include "actors/engine/plan.h"
 #include "troupe/io.h"
+#include "troupe/rng.h"
 
 typedef struct shard {
     char *path;
@@ -224,14 +225,6 @@ uint64_t tr__dataset_samples_per_epoch(const tr__dataset_t *ds)
     return ds->cb ? 0 : ds->n_samples / (uint64_t)ds->world;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* The epoch's order: Fisher-Yates over all samples, seeded by (seed, epoch). */
 static int make_perm(tr__dataset_t *ds, uint64_t epoch)
 {
@@ -241,7 +234,7 @@ static int make_perm(tr__dataset_t *ds, uint64_t epoch)
         ds->perm[i] = (uint32_t)i;
     uint64_t rng = ds->seed * 0x2545f4914f6cdd1dull + epoch;
     for (uint64_t i = ds->n_samples - 1; i > 0; i--) {
-        uint64_t j = splitmix(&rng) % (i + 1);
+        uint64_t j = tr_rng_next(&rng) % (i + 1);
         uint32_t t = ds->perm[i];
         ds->perm[i] = ds->perm[j];
         ds->perm[j] = t;

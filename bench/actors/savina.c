@@ -378,8 +378,10 @@ int bench_big(const bench_args_t *a, double *ms)
     if (bench_rt_finish(rt, rc, "big", t0, ms) < 0)
         return -1;
     uint64_t pongs = 0, errors = 0;
-    for (int i = 0; i < BIG_ACTORS; i++)
-        pongs += st[i].pongs, errors += st[i].errors;
+    for (int i = 0; i < BIG_ACTORS; i++) {
+        pongs += st[i].pongs;
+        errors += st[i].errors;
+    }
     if (pongs != (uint64_t)BIG_ACTORS * BIG_PINGS || errors) {
         fprintf(stderr, "big: %llu pongs (expected %d), %llu from the wrong actor\n",
                 (unsigned long long)pongs, BIG_ACTORS * BIG_PINGS, (unsigned long long)errors);
@@ -487,7 +489,8 @@ static int fib_call(tr_ctx_t *ctx, tr_msg_t *m)
     if (m->type == MSG_REQUEST) {
         s->parent = m->sender;
         if (v <= 2) {
-            s->responses = 1, s->sum = 0; /* a root leaf: answer at once */
+            s->responses = 1; /* a root leaf: answer at once */
+            s->sum = 0;
             v = 1;
         } else {
             int rc = fib_spawn_call(ctx, v - 1);

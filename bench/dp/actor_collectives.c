@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "monitor/trace_model.h"
+#include "tests/support/monitor_internals.h"
 #include "troupe.h"
 
 #include "collectives.h"
@@ -36,7 +36,8 @@ static int sample(void *user, uint64_t index, int B, int T, int *tokens, float *
                   float *y)
 {
     const task_t *t = user;
-    (void)tokens, (void)y;
+    (void)tokens;
+    (void)y;
     for (int i = 0; i < B * T; i++) {
         for (int k = 0; k < t->x_dim; k++)
             x[(size_t)i * (size_t)t->x_dim + (size_t)k] =

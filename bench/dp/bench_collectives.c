@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "monitor/comms_log.h"
+#include "tests/support/monitor_internals.h"
 #include "troupe/blas.h"
 
 #include "collectives.h"
@@ -45,9 +45,17 @@ static int parse(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
-    for (int i = 0; i < o->n_sizes; i++)
-        if (o->sizes_mib[i] < 1) return fprintf(stderr, "--sizes: whole MiB, 1 or more\n"), -1;
-    return o->reps >= 1 && o->warmup >= 0 ? 0 : (fprintf(stderr, "--reps >= 1\n"), -1);
+    for (int i = 0; i < o->n_sizes; i++) {
+        if (o->sizes_mib[i] < 1) {
+            fprintf(stderr, "--sizes: whole MiB, 1 or more\n");
+            return -1;
+        }
+    }
+    if (o->reps < 1 || o->warmup < 0) {
+        fprintf(stderr, "--reps >= 1\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* Time and bandwidths of one measurement; its busbw (Gbps), 0 if it failed. */

@@ -73,6 +73,8 @@ double bench_mpi_seconds(bench_op_t op, size_t bytes, int warmup, int reps)
         if (ok && i >= warmup) times[i - warmup] = slowest;
     }
     double med = ok ? bench_median(times, reps) : -1;
-    free(send), free(counts), free(times);
+    free(send);
+    free(counts);
+    free(times);
     return med;
 }

@@ -20,9 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/gradnorm.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe.h"
 
 #define BS 8
@@ -37,7 +35,8 @@ static const tr_gpt2_config_t gpt2 = {.max_seq_len = TS, .vocab_size = V,
 /* Batch `index`: deterministic tokens; targets are the next token. */
 static int batch_cb(void *user, uint64_t index, int b, int t, int *tokens, float *x, int *targets, float *y)
 {
-    (void)user, (void)x;
+    (void)user;
+    (void)x;
     for (int i = 0; i < b * t; i++) {
         uint64_t s = index * (uint64_t)(b * t) + (uint64_t)i;
         tokens[i] = (int)((s * 7919u) % V);
@@ -229,7 +228,9 @@ int main(int argc, char **argv)
     tr_engine_destroy(traced);
     tr_engine_destroy(eng);
     tr_model_destroy(plain->model);
-    free(plain->m), free(plain->v), free(plain);
+    free(plain->m);
+    free(plain->v);
+    free(plain);
 
     /* paired: each round's engine, traced and wire-check steps against that round's plain
      * step, so a slow stretch of the machine falls on both sides of each ratio */

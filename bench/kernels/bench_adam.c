@@ -18,9 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -194,7 +192,10 @@ int main(int argc, char **argv)
             tr_parallel_for(n, 32768, fill, &a);
             double t_adam, t_bound;
             best_times(&a, reps, &t_adam, &t_bound);
-            free(a.p), free(a.g), free(a.m), free(a.v);
+            free(a.p);
+            free(a.g);
+            free(a.m);
+            free(a.v);
             double adam = (double)n / t_adam, bound = (double)n / t_bound;
             int mp = (int)(n / 1000000);
             printf("adam_%dM_%dt: %.4g params/s\n", mp, threads, adam);
@@ -203,8 +204,14 @@ int main(int argc, char **argv)
             printf("bound_bandwidth_%dM_%dt: %.2f GB/s\n", mp, threads, bound * 28e-9);
             printf("adam_of_bound_%dM_%dt: %.1f %%\n", mp, threads, 100.0 * adam / bound);
             double torch = torch_rate(script, n, threads);
-            if (adam > best_adam) best_adam = adam, at_adam = threads;
-            if (torch > best_torch) best_torch = torch, at_torch = threads;
+            if (adam > best_adam) {
+                best_adam = adam;
+                at_adam = threads;
+            }
+            if (torch > best_torch) {
+                best_torch = torch;
+                at_torch = threads;
+            }
             if (torch > 0.0) {
                 printf("torch_adam_%dM_%dt: %.4g params/s\n", mp, threads, torch);
                 printf("adam_over_torch_%dM_%dt: %.2f x\n", mp, threads, adam / torch);

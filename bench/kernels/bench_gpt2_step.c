@@ -23,10 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/blas_internal.h"
-#include "kernels/cpu/half.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe/blas.h"
 #include "troupe/model.h"
 
@@ -53,7 +50,9 @@ static double sgemm_gflops(int M, int N, int K, int reps)
         t = now() - t;
         if (r > 0 && 2.0 * M * N * K / t / 1e9 > best) best = 2.0 * M * N * K / t / 1e9;
     }
-    free(a), free(b), free(c);
+    free(a);
+    free(b);
+    free(c);
     return best;
 }
 
@@ -103,7 +102,11 @@ static double pool_gflops(int bf16, int M, int N, int K, int reps)
         t0 = now() - t0;
         if (r > 0 && 2.0 * M * N * K / t0 / 1e9 > best) best = 2.0 * M * N * K / t0 / 1e9;
     }
-    free(a), free(b), free(c), free(ah), free(bh);
+    free(a);
+    free(b);
+    free(c);
+    free(ah);
+    free(bh);
     return best;
 }
 
@@ -145,7 +148,10 @@ static int one_step(run_t *r, const tr_batch_t *batch, const tr_adam_opts_t *ada
     if (first) {
         r->loss_first = loss;
     } else if (t3 - t0 < r->step) { // the fastest step: least disturbed by other processes
-        r->step = t3 - t0, r->fwd = t1 - t0, r->bwd = t2 - t1, r->opt = t3 - t2;
+        r->step = t3 - t0;
+        r->fwd = t1 - t0;
+        r->bwd = t2 - t1;
+        r->opt = t3 - t2;
     }
     return 0;
 }
@@ -207,7 +213,8 @@ int main(int argc, char **argv)
     tr_adam_opts_t adam = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                            .weight_decay = 0.01f, .adamw_mode = 1, .bias_correction = 1};
     for (int k = 0; k < 2; k++) {
-        run[k].mom = calloc(n, sizeof(float)), run[k].var = calloc(n, sizeof(float));
+        run[k].mom = calloc(n, sizeof(float));
+        run[k].var = calloc(n, sizeof(float));
         tr_adam_state_init(&run[k].st);
     }
     for (int s = 0; s <= steps; s++) // step 0 warms up (allocations, page faults)
@@ -215,8 +222,10 @@ int main(int argc, char **argv)
             if (one_step(&run[k], &batch, &adam, s == 0)) return 1;
     double fwd = run[0].fwd, bwd = run[0].bwd, opt = run[0].opt, step = run[0].step;
     double loss_first = run[0].loss_first;
-    for (int k = 0; k < 2; k++)
-        free(run[k].mom), free(run[k].var);
+    for (int k = 0; k < 2; k++) {
+        free(run[k].mom);
+        free(run[k].var);
+    }
     openblas_set_num_threads(threads); // the kernels ran OpenBLAS single-threaded per block
     double gemm_square = sgemm_gflops(1024, 1024, 1024, 10);
     if (gemm_before > gemm_square) // the best of both runs: the least disturbed
@@ -253,7 +262,9 @@ int main(int argc, char **argv)
     printf("gpt2_step_bf16_bound_tokens_per_s: %.0f tokens/s\n", bf16 * 1e9 / (6.0 * P));
     printf("gpt2_step_bf16_of_bound: %.2f\n", 6.0 * P * tok / run[1].step / 1e9 / bf16);
     printf("gpt2_step_bf16_vs_fp32: %.2f x\n", step / run[1].step);
-    tr_model_destroy(run[0].m), tr_model_destroy(run[1].m);
-    free(tokens), free(targets);
+    tr_model_destroy(run[0].m);
+    tr_model_destroy(run[1].m);
+    free(tokens);
+    free(targets);
     return 0;
 }

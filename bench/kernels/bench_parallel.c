@@ -24,8 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu/gradnorm.h"
-#include "kernels/cpu/parallel.h"
+#include "tests/support/kernel_internals.h"
 #include "troupe/blas.h"
 
 #define M 1024
@@ -165,7 +164,10 @@ int main(int argc, char **argv)
     phase("loop", &g, &s, 0.0, reps, gemm_alone, t_norm * 1e3);
     phase("bursts", &g, &s, 4 * t_norm, reps, gemm_alone, t_norm * 1e3);
     if (s.sink < 0) printf("unreachable\n");
-    free((void *)g.a), free((void *)g.w), free(g.c), free(grads);
+    free((void *)g.a);
+    free((void *)g.w);
+    free(g.c);
+    free(grads);
     tr_parallel_shutdown();
     return 0;
 }

@@ -78,7 +78,10 @@ static int train_engine_driven(tr_engine_t *eng, int steps)
 static int train_deepspeed_style(tr_engine_t *eng, int micro_batches, int B)
 {
     float x[64 * MY_TASK_IN], y[64], loss = 0;
-    if (B > 64) return fprintf(stderr, "micro-batch %d > 64: enlarge x and y\n", B), -1;
+    if (B > 64) {
+        fprintf(stderr, "micro-batch %d > 64: enlarge x and y\n", B);
+        return -1;
+    }
     for (int i = 0; i < micro_batches; i++) {
         my_task_batch(&train_stream, 1000000 + (uint64_t)i, B, 1, NULL, x, NULL, y);
         tr_engine_batch_t batch = {.x = x, .y = y}; // (B, 1, 4) inputs, (B, 1, 1) targets

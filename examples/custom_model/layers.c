@@ -185,7 +185,8 @@ int my_mlp_create(tr_model_t **out, int C, int H, char *why, size_t why_len)
     if (!err) err = my_mse_create(&l[3], "loss", 1);
     if (err) { // the layers made so far are still ours (none has state to destroy)
         for (int i = 0; i < 4; i++) free(l[i]);
-        return snprintf(why, why_len, "my_mlp_create(%d, %d): %s", C, H, tr_strerror(err)), err;
+        snprintf(why, why_len, "my_mlp_create(%d, %d): %s", C, H, tr_strerror(err));
+        return err;
     }
     return tr_model_create(out, l, 4, why, why_len); // the model owns the layers from here
 }

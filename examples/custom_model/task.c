@@ -26,7 +26,8 @@ int my_task_batch(void *user, uint64_t index, int B, int T, int *tokens, float *
                   float *y)
 {
     uint64_t first = *(const uint64_t *)user + index * (uint64_t)B * (uint64_t)T;
-    (void)tokens, (void)targets; // a float-input, float-target model
+    (void)tokens; // a float-input, float-target model
+    (void)targets;
     for (size_t n = 0; n < (size_t)B * (size_t)T; n++)
         my_task_sample(first + n, x + n * MY_TASK_IN, y + n);
     return 0;

@@ -36,7 +36,9 @@ static int make_batch(void *user, uint64_t index, int B, int T, int *tokens, flo
                       int *targets, float *y)
 {
     uint64_t base = *(const uint64_t *)user + index * (uint64_t)(B * T);
-    (void)tokens, (void)y; /* an MLP classifier reads floats and gives class ids */
+    /* an MLP classifier reads floats and gives class ids */
+    (void)tokens;
+    (void)y;
     for (int b = 0; b < B * T; b++) {
         float *xb = x + b * IN, s0 = 0, s1 = 0;
         for (int i = 0; i < IN; i++) {

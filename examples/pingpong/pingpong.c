@@ -79,9 +79,14 @@ int main(int argc, char **argv)
     player_t ping_state = {.limit = rounds, .t0 = tr_now_ns()};
     tr_actor_t a, b;
     tr_actor_opts_t ping_opts = {.name = "ping"}, pong_opts = {.name = "pong"};
-    if ((rc = tr_actor_spawn(rt, pong, NULL, &pong_opts, &b)) < 0 ||
-        (ping_state.partner = b, rc = tr_actor_spawn(rt, ping, &ping_state, &ping_opts, &a)) < 0 ||
-        (rc = tr_timer_start(rt, a, 0, 250000000, 250000000, &ping_state.timer)) < 0) {
+    rc = tr_actor_spawn(rt, pong, NULL, &pong_opts, &b);
+    if (rc >= 0) {
+        ping_state.partner = b;
+        rc = tr_actor_spawn(rt, ping, &ping_state, &ping_opts, &a);
+    }
+    if (rc >= 0)
+        rc = tr_timer_start(rt, a, 0, 250000000, 250000000, &ping_state.timer);
+    if (rc < 0) {
         fprintf(stderr, "pingpong: %s\n", tr_strerror(rc));
         return 1;
     }

@@ -21,7 +21,8 @@ static int train_steps(const gpt_stages_opts_t *o, tr_engine_t *eng)
             return 1;
         }
         if (step == 0) first = st.loss;
-        last = st.loss, ms += st.step_ms;
+        last = st.loss;
+        ms += st.step_ms;
         if (!quiet && ((step + 1) % 10 == 0 || step == 0 || step + 1 == o->steps))
             printf("gpt: step %d/%d loss %.4f (%.0f ms through %d stages)\n", step + 1, o->steps,
                    st.loss, st.step_ms, o->stages);

@@ -90,7 +90,9 @@ static int run_kind(const demo_t *d, int kind, const char *name, tr_monitor_t *m
             fprintf(stderr, "pipeline_demo: %s\n", err);
             return 1;
         }
-        bubble[i] = r.bubble, make[i] = r.makespan_ms, theory = r.theory;
+        bubble[i] = r.bubble;
+        make[i] = r.makespan_ms;
+        theory = r.theory;
     }
     qsort(bubble, (size_t)d->batches, sizeof(double), cmp);
     qsort(make, (size_t)d->batches, sizeof(double), cmp);
@@ -111,10 +113,11 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 {
     char *end;
     long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || end == v || x < lo || x > hi)
-        return fprintf(stderr, "pipeline_demo: %s: expected an integer from %d to %d, got '%s'\n",
-                       flag, lo, hi, v ? v : ""),
-               -1;
+    if (!v || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "pipeline_demo: %s: expected an integer from %d to %d, got '%s'\n", flag,
+                lo, hi, v ? v : "");
+        return -1;
+    }
     *out = (int)x;
     return 0;
 }
@@ -167,10 +170,11 @@ static int parse(int argc, char **argv, demo_t *d)
         if (rc < 0) return -1;
     }
     if (!d->layers) d->layers = 4 * d->stages;
-    if (d->layers < d->stages)
-        return fprintf(stderr, "pipeline_demo: --layers %d: fewer layers than the %d stages\n",
-                       d->layers, d->stages),
-               -1;
+    if (d->layers < d->stages) {
+        fprintf(stderr, "pipeline_demo: --layers %d: fewer layers than the %d stages\n",
+                d->layers, d->stages);
+        return -1;
+    }
     return 0;
 }
 
@@ -180,7 +184,9 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &d) < 0) return 2;
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE"), *wr = getenv("OMPI_COMM_WORLD_RANK");
     if (ws && atoi(ws) > 1) { /* mpirun -np S: one stage per process, transfers over MPI */
-        d.across = 1, d.stages = atoi(ws), d.rank = wr ? atoi(wr) : 0;
+        d.across = 1;
+        d.stages = atoi(ws);
+        d.rank = wr ? atoi(wr) : 0;
         if (d.layers < d.stages) d.layers = 4 * d.stages;
         if (d.trace) {
             fprintf(stderr, "pipeline_demo: --trace needs one process (under mpirun each rank "
@@ -189,12 +195,13 @@ int main(int argc, char **argv)
         }
     }
     if (d.train_data) {
-        if (d.stages > 6)
-            return fprintf(stderr,
-                           "pipeline_demo: --stages %d: the GPT has 6 layers (embed, 4 "
-                           "blocks, head); train with at most 6 stages\n",
-                           d.stages),
-                   2;
+        if (d.stages > 6) {
+            fprintf(stderr,
+                    "pipeline_demo: --stages %d: the GPT has 6 layers (embed, 4 blocks, head); "
+                    "train with at most 6 stages\n",
+                    d.stages);
+            return 2;
+        }
         gpt_stages_opts_t g = {.data = d.train_data,
                                .stages = d.stages,
                                .micro_batches = d.micro_batches,

@@ -88,7 +88,10 @@ static uint16_t *bf16_bufs_alloc(bf16_bufs *b, int T, int hs)
     uint16_t *p = malloc((4 * th + 2 * tt) * sizeof(uint16_t));
     for (int i = 0; p && i < 4; i++)
         b->x[i] = p + i * th;
-    if (p) b->sq[0] = p + 4 * th, b->sq[1] = b->sq[0] + tt;
+    if (p) {
+        b->sq[0] = p + 4 * th;
+        b->sq[1] = b->sq[0] + tt;
+    }
     return p;
 }
 
@@ -108,8 +111,9 @@ static void forward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
     }
     int be = tr__bf16_backend();
     uint16_t *qh = h->x[0], *kh = h->x[1], *vh = h->x[2], *ah = h->sq[0];
-    rows_bf16(qh, q, T, hs, 3 * C), rows_bf16(kh, k, T, hs, 3 * C),
-        rows_bf16(vh, val, T, hs, 3 * C);
+    rows_bf16(qh, q, T, hs, 3 * C);
+    rows_bf16(kh, k, T, hs, 3 * C);
+    rows_bf16(vh, val, T, hs, 3 * C);
     tr__gemm_bf16(be, 0, 1, T, T, hs, qh, hs, kh, hs, 0.0f, a, T);
     causal_softmax(a, T, scale, tr__vec());
     tr__half_from_float_serial(ah, a, (size_t)T * T, TR_HALF_BF16);
@@ -177,13 +181,15 @@ static void backward_pair(const att_job *j, size_t bh, const bf16_bufs *h)
     int be = tr__bf16_backend();
     uint16_t *doh = h->x[0], *vh = h->x[1], *qh = h->x[2], *kh = h->x[3];
     uint16_t *ah = h->sq[0], *dah = h->sq[1];
-    rows_bf16(doh, dout, T, hs, C), rows_bf16(vh, val, T, hs, 3 * C);
+    rows_bf16(doh, dout, T, hs, C);
+    rows_bf16(vh, val, T, hs, 3 * C);
     tr__half_from_float_serial(ah, a, (size_t)T * T, TR_HALF_BF16);
     tr__gemm_bf16(be, 0, 1, T, T, hs, doh, hs, vh, hs, 0.0f, da, T);    // datt = dout v^T
     tr__gemm_bf16(be, 1, 0, T, hs, T, ah, T, doh, hs, 0.0f, dv, 3 * C); // dv = att^T dout
     softmax_backward(da, a, T, scale, tr__vec());
     tr__half_from_float_serial(dah, da, (size_t)T * T, TR_HALF_BF16);
-    rows_bf16(qh, q, T, hs, 3 * C), rows_bf16(kh, k, T, hs, 3 * C);
+    rows_bf16(qh, q, T, hs, 3 * C);
+    rows_bf16(kh, k, T, hs, 3 * C);
     tr__gemm_bf16(be, 0, 0, T, hs, T, dah, T, kh, hs, 0.0f, dq, 3 * C); // dq = dpre k
     tr__gemm_bf16(be, 1, 0, T, hs, T, dah, T, qh, hs, 0.0f, dk, 3 * C); // dk = dpre^T q
 }

@@ -205,7 +205,8 @@ static bool run_emulated(tls_t *t, const shape_t *s, const uint16_t *A, const ui
     if (need > t->wide_cap) {
         float *w = realloc(t->wide, need * sizeof(float));
         if (!w) return false;
-        t->wide = w, t->wide_cap = need;
+        t->wide = w;
+        t->wide_cap = need;
     }
     float *a = t->wide, *b = t->wide + (size_t)ar * ac;
     widen(a, A, ar, ac, s->lda);

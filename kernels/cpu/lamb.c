@@ -144,7 +144,8 @@ int tr_lamb_moments(const tr_lamb_opts_t *o, float grad_mul, float *p, const flo
     if (!sums) /* keeps the state as it is: an unusable step beats a wrong one */
         return -1;
     job_t j = job_of(o, grad_mul, p, g, m, v, n);
-    j.wsq = sums, j.usq = sums + blocks;
+    j.wsq = sums;
+    j.usq = sums + blocks;
     tr_parallel_for(blocks, 1, pass1, &j);
     double w = 0.0, u = 0.0;
     for (size_t k = 0; k < blocks; k++) {
@@ -152,7 +153,8 @@ int tr_lamb_moments(const tr_lamb_opts_t *o, float grad_mul, float *p, const flo
         u += j.usq[k];
     }
     free(sums);
-    *wsq = w, *usq = u;
+    *wsq = w;
+    *usq = u;
     return 0;
 }
 

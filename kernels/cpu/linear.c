@@ -157,7 +157,8 @@ static const uint16_t *to_bf16(int which, const float *src, size_t n)
     if (n > arena->cap[which]) {
         uint16_t *p = realloc(arena->p[which], n * sizeof(uint16_t));
         if (!p) return NULL;
-        arena->p[which] = p, arena->cap[which] = n;
+        arena->p[which] = p;
+        arena->cap[which] = n;
     }
     tr_half_from_float_array(arena->p[which], src, n, TR_HALF_BF16);
     return arena->p[which];
@@ -222,8 +223,10 @@ static void backward(float *dinp, bool accumulate, const float *gelu_pre, float 
     /* without memory for inp's copy only the weight's product runs in fp32, as it would in a
      * split backward's weight part */
     const uint16_t *dyw = dy;
-    if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C)))
-        tr__bf16_fallback_warning(), dyw = NULL;
+    if (dy && dweight && !(x = to_bf16(1, inp, (size_t)N * C))) {
+        tr__bf16_fallback_warning();
+        dyw = NULL;
+    }
     // dinp (N, C) [+]= dout (N, OC) @ weight (OC, C) [* GELU'(gelu_pre (N, C))]
     if (dinp)
         gemm(0, 0, N, C, OC, dout, dy, OC, weight, dy ? weight_bf16 : NULL, C,

@@ -3,8 +3,8 @@
 #include "kernels/cpu/lr_schedule.h"
 
 #include <math.h>
-#include <stdio.h>
 
+#include "base/errf.h"
 #include "troupe/error.h"
 
 void tr_lr_schedule_opts_default(tr_lr_schedule_opts_t *o, tr_lr_schedule_type_t type)
@@ -76,9 +76,7 @@ int tr_lr_schedule_check(const tr_lr_schedule_opts_t *o, char *msg, size_t msg_s
     const char *bad = invalid_param(o);
     if (!bad)
         return 0;
-    if (msg && msg_size)
-        snprintf(msg, msg_size, "scheduler.params: %s", bad);
-    return TR_EINVAL;
+    return tr__errf(msg, msg_size, TR_EINVAL, "scheduler.params: %s", bad);
 }
 
 /* ---------------------------------------------------------------- warmup family */

@@ -130,7 +130,7 @@ int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t 
 int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
                       int tag, int is_recv);
 
-/* comm_mpi.c, in builds with MPI: the "mpi" backend (registered by name). */
+/* mpi.c, in builds with MPI: the "mpi" backend (registered by name). */
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen);
 
 /* In place: a one-element all-reduce of a double (a loss, a norm, an overflow flag). */

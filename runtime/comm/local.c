@@ -1,4 +1,4 @@
-/* comm_local.c: the registry of comm backends, what every backend shares (argument checks,
+/* local.c: the registry of comm backends, what every backend shares (argument checks,
  * splitting a group), and the local backend, a data-parallel group of one: every collective is
  * the identity (the sum or maximum over one rank is the value, a reduce-scatter or all-gather a
  * copy, a broadcast nothing) and completes at once. Its point-to-point messages go from rank 0
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/errf.h"
 #include "runtime/comm/comm.h"
 #include "tr_build_config.h"
 #include "troupe/error.h"
@@ -65,10 +66,13 @@ int tr_comm_create(const char *name, int rank, int world, tr_comm_done_cb done, 
                    tr_comm_t **out, char *why, size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     *out = NULL;
     if (!name || !done || world < 1 || rank < 0 || rank >= world)
-        return snprintf(why, whylen, "comm: rank %d of world %d", rank, world), TR_EINVAL;
+        return tr__errf(why, whylen, TR_EINVAL, "comm: rank %d of world %d", rank, world);
     tr_comm_backend_fn create = find_backend(name, why, whylen);
     if (!create) return TR_ENOTSUP;
     tr_comm_t *c = calloc(1, sizeof(*c));
@@ -122,17 +126,22 @@ int tr_comm_split(tr_comm_t *parent, int color, int key, tr_comm_t **child, char
                   size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     *child = NULL;
     if (color < 0)
-        return snprintf(why, whylen, "comm '%s': split: color %d (>= 0 expected)", parent->name,
-                        color),
-               TR_EINVAL;
+        return tr__errf(why, whylen, TR_EINVAL, "comm '%s': split: color %d (>= 0 expected)",
+                        parent->name, color);
     tr_comm_t *c = calloc(1, sizeof(*c));
-    if (!c) return snprintf(why, whylen, "comm: split: out of memory"), TR_ENOMEM;
+    if (!c) return tr__errf(why, whylen, TR_ENOMEM, "comm: split: out of memory");
     *c = (tr_comm_t){.name = parent->name, .done = parent->done, .done_arg = parent->done_arg};
     int rc = parent->ops->split(parent, color, key, c, why, whylen);
-    if (rc < 0) return free(c), rc;
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
     *child = c;
     return 0;
 }
@@ -240,7 +249,7 @@ static int local_send(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt
         return complete(c, req);
     }
     local_msg_t *m = malloc(sizeof(*m) + bytes);
-    if (!m) return snprintf(c->error, sizeof(c->error), "comm 'local': out of memory"), TR_ENOMEM;
+    if (!m) return tr__errf(c->error, sizeof(c->error), TR_ENOMEM, "comm 'local': out of memory");
     *m = (local_msg_t){.tag = tag, .bytes = bytes};
     if (bytes) memcpy(m->data, buf, bytes);
     append(&l->sends, m);
@@ -262,7 +271,7 @@ static int local_recv(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int 
         return 0;
     }
     local_msg_t *m = malloc(sizeof(*m));
-    if (!m) return snprintf(c->error, sizeof(c->error), "comm 'local': out of memory"), TR_ENOMEM;
+    if (!m) return tr__errf(c->error, sizeof(c->error), TR_ENOMEM, "comm 'local': out of memory");
     *m = (local_msg_t){.tag = tag, .bytes = cap, .buf = buf, .req = *req, .op_tag = c->op_tag};
     append(&l->recvs, m);
     return 0;
@@ -271,7 +280,10 @@ static int local_recv(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int 
 static int local_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why,
                        size_t whylen)
 {
-    (void)c, (void)color, (void)key; /* one rank: every split is that rank alone */
+    /* one rank: every split is that rank alone */
+    (void)c;
+    (void)color;
+    (void)key;
     child->rank = 0;
     child->world = 1;
     return local_create(child, why, whylen);
@@ -290,7 +302,11 @@ static void free_list(local_msg_t *m)
 static void local_destroy(tr_comm_t *c)
 {
     local_impl_t *l = c->impl;
-    if (l) free_list(l->sends), free_list(l->recvs), free(l);
+    if (l) {
+        free_list(l->sends);
+        free_list(l->recvs);
+        free(l);
+    }
     free(c);
 }
 
@@ -315,13 +331,12 @@ static const tr_comm_ops_t local_ops = {.all_reduce = local_all_reduce,
 static int local_create(tr_comm_t *c, char *why, size_t whylen)
 {
     if (c->world != 1)
-        return snprintf(why, whylen,
+        return tr__errf(why, whylen, TR_EINVAL,
                         "comm backend 'local' is a group of one rank; world size %d needs the "
                         "mpi backend",
-                        c->world),
-               TR_EINVAL;
+                        c->world);
     c->impl = calloc(1, sizeof(local_impl_t));
-    if (!c->impl) return snprintf(why, whylen, "comm backend 'local': out of memory"), TR_ENOMEM;
+    if (!c->impl) return tr__errf(why, whylen, TR_ENOMEM, "comm backend 'local': out of memory");
     c->ops = &local_ops;
     return 0;
 }

@@ -1,9 +1,9 @@
-/* comm_mpi.c: the "mpi" comm backend (built when CMake finds an MPI C library).
+/* mpi.c: the "mpi" comm backend (built when CMake finds an MPI C library).
  *
  * Each operation is MPI's non-blocking collective (or MPI_Isend / MPI_Irecv) on the group's own
  * communicator, a duplicate of MPI_COMM_WORLD or an MPI_Comm_split of a parent's, with
  * MPI_ERRORS_RETURN, so an MPI error comes back as TR_ECOMM with MPI's own text in c->error.
- * fp16 and bf16 travel as 2-byte datatypes reduced by our own operations (comm_mpi_half.h).
+ * fp16 and bf16 travel as 2-byte datatypes reduced by our own operations (mpi_half.h).
  * Open MPI 4.1 makes no progress between calls, so completions are found by `progress`
  * (MPI_Testsome over everything pending), which the comm actor calls while anything is pending;
  * each completed request is reported through done. MPI is initialised here on first use with
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/errf.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/mpi_half.h"
 #include "troupe/error.h"
@@ -102,17 +103,17 @@ static MPI_Datatype mpi_type(tr_dtype_t dt)
 static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int v, int is_root)
 {
     if (tr_comm_check(c, buf, count, dt, v, is_root) < 0)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': bad arguments (buffer, dtype "
-                        "%d, %s %d)", (int)dt, is_root ? "root" : "op", v),
-               TR_EINVAL;
+        return tr__errf(c->error, sizeof(c->error), TR_EINVAL,
+                        "comm 'mpi': bad arguments (buffer, dtype %d, %s %d)", (int)dt,
+                        is_root ? "root" : "op", v);
     if (mpi_type(dt) == MPI_DATATYPE_NULL)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': dtype %d: MPI could not create "
-                        "its datatype or reduction", (int)dt),
-               TR_ECOMM;
+        return tr__errf(c->error, sizeof(c->error), TR_ECOMM,
+                        "comm 'mpi': dtype %d: MPI could not create its datatype or reduction",
+                        (int)dt);
     if (count > INT_MAX)
-        return snprintf(c->error, sizeof(c->error), "comm 'mpi': %zu elements in one operation, "
-                        "more than MPI's int count (%d)", count, INT_MAX),
-               TR_EOVERFLOW;
+        return tr__errf(c->error, sizeof(c->error), TR_EOVERFLOW,
+                        "comm 'mpi': %zu elements in one operation, more than MPI's int count (%d)",
+                        count, INT_MAX);
     return 0;
 }
 
@@ -126,8 +127,8 @@ static int mpi_error(tr_comm_t *c, int mpi_rc, const char *what)
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(mpi_rc, text, &len);
-    snprintf(c->error, sizeof(c->error), "comm 'mpi': rank %d: %s: %.160s", c->rank, what, text);
-    return TR_ECOMM;
+    return tr__errf(c->error, sizeof(c->error), TR_ECOMM, "comm 'mpi': rank %d: %s: %.160s",
+                    c->rank, what, text);
 }
 
 static int started(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, uint64_t *req)
@@ -171,8 +172,8 @@ static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, 
     if (!grow(m)) { /* the operation runs; wait for it here */
         MPI_Wait(&r, MPI_STATUS_IGNORE);
         free(vargs);
-        snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory tracking operations");
-        return TR_ENOMEM;
+        return tr__errf(c->error, sizeof(c->error), TR_ENOMEM,
+                        "comm 'mpi': out of memory tracking operations");
     }
     *req = tr_comm_next_req(c);
     m->reqs[m->n] = r;
@@ -230,7 +231,10 @@ static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t cou
 static int *int_counts(tr_comm_t *c, const size_t *counts, bool displs)
 {
     int *v = malloc((displs ? 2 : 1) * (size_t)c->world * sizeof(int));
-    if (!v) return snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory"), NULL;
+    if (!v) {
+        snprintf(c->error, sizeof(c->error), "comm 'mpi': out of memory");
+        return NULL;
+    }
     for (int r = 0, d = 0; r < c->world; r++) {
         v[r] = (int)counts[r];
         if (displs) v[c->world + r] = d;
@@ -324,7 +328,7 @@ static int adopt(tr_comm_t *c, MPI_Comm comm, char *why, size_t whylen)
     mpi_impl_t *m = calloc(1, sizeof(*m));
     if (!m) {
         MPI_Comm_free(&comm);
-        return snprintf(why, whylen, "comm backend 'mpi': out of memory"), TR_ENOMEM;
+        return tr__errf(why, whylen, TR_ENOMEM, "comm backend 'mpi': out of memory");
     }
     m->comm = comm;
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
@@ -342,7 +346,7 @@ static int mpi_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *w
     int rc = MPI_Comm_split(((mpi_impl_t *)c->impl)->comm, color, key, &sub);
     if (rc != MPI_SUCCESS) {
         mpi_error(c, rc, "MPI_Comm_split");
-        return snprintf(why, whylen, "%s", c->error), TR_ECOMM;
+        return tr__errf(why, whylen, TR_ECOMM, "%s", c->error);
     }
     return adopt(child, sub, why, whylen);
 }
@@ -415,7 +419,11 @@ static void mpi_destroy(tr_comm_t *c)
         if (!finalized) MPI_Comm_free(&m->comm);
         for (int i = 0; i < m->n; i++)
             free(m->vargs[i]);
-        free(m->reqs), free(m->ids), free(m->tags), free(m->done_at), free(m->vargs);
+        free(m->reqs);
+        free(m->ids);
+        free(m->tags);
+        free(m->done_at);
+        free(m->vargs);
         free(m->recv);
         free(m);
     }
@@ -437,18 +445,17 @@ static const tr_comm_ops_t mpi_ops = {.all_reduce = mpi_all_reduce,
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen)
 {
     pthread_once(&init_once, init_mpi);
-    if (init_rc < 0) return snprintf(why, whylen, "%s", init_why), init_rc;
+    if (init_rc < 0) return tr__errf(why, whylen, init_rc, "%s", init_why);
     int rank = -1, world = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (rank != c->rank || world != c->world)
-        return snprintf(why, whylen,
+        return tr__errf(why, whylen, TR_EINVAL,
                         "comm backend 'mpi': the launcher said rank %d of %d, MPI says rank %d "
                         "of %d (was the program started by mpirun, once per rank?)",
-                        c->rank, c->world, rank, world),
-               TR_EINVAL;
+                        c->rank, c->world, rank, world);
     MPI_Comm comm;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
-        return snprintf(why, whylen, "comm backend 'mpi': MPI_Comm_dup failed"), TR_ECOMM;
+        return tr__errf(why, whylen, TR_ECOMM, "comm backend 'mpi': MPI_Comm_dup failed");
     return adopt(c, comm, why, whylen);
 }

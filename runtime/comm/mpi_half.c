@@ -1,4 +1,4 @@
-/* comm_mpi_half.c: fp16 and bf16 datatypes and reductions for MPI (see comm_mpi_half.h).
+/* mpi_half.c: fp16 and bf16 datatypes and reductions for MPI (see mpi_half.h).
  *
  * The combine functions run inside MPI, on whatever thread made the MPI call, over blocks of
  * `len` elements MPI chooses. Each converts a chunk of both operands to fp32 on the stack,
@@ -23,8 +23,10 @@ static inline void sum_half(const uint16_t *in, uint16_t *inout, int n, to_float
     float a[CHUNK], b[CHUNK];
     for (int at = 0; at < n; at += CHUNK) {
         int k = n - at < CHUNK ? n - at : CHUNK;
-        for (int i = 0; i < k; i++)
-            a[i] = to(in[at + i]), b[i] = to(inout[at + i]);
+        for (int i = 0; i < k; i++) {
+            a[i] = to(in[at + i]);
+            b[i] = to(inout[at + i]);
+        }
         for (int i = 0; i < k; i++)
             inout[at + i] = from(a[i] + b[i]);
     }

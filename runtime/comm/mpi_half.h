@@ -1,4 +1,4 @@
-/* comm_mpi_half: fp16 and bf16 on MPI's wire. MPI 4.1 has neither type, so each is a 2-byte
+/* mpi_half: fp16 and bf16 on MPI's wire. MPI 4.1 has neither type, so each is a 2-byte
  * contiguous datatype of our own with commutative user-defined operations: SUM converts both
  * operands to fp32, adds and rounds back to nearest even (kernels/cpu/half.h's rules); MAX picks
  * the larger operand, which needs no rounding. The mpi backend uses these for its reductions,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/errf.h"
 #include "troupe/error.h"
 
 /* One launcher's variables: rank, size and (NULL when it has none) local rank. */
@@ -28,9 +29,8 @@ static int read_int(const char *var, int lo, int hi, int *out, char *why, size_t
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < lo || v > hi)
-        return snprintf(why, whylen, "%s=\"%s\": expected an integer from %d to %d", var, s, lo,
-                        hi),
-               TR_EINVAL;
+        return tr__errf(why, whylen, TR_EINVAL, "%s=\"%s\": expected an integer from %d to %d",
+                        var, s, lo, hi);
     *out = (int)v;
     return 0;
 }
@@ -43,13 +43,11 @@ static int from_source(const source_t *src, tr_ranks_t *out, char *why, size_t w
     if (!rc && src->local) rc = read_int(src->local, 0, INT_MAX, &local, why, whylen);
     if (rc) return rc;
     if (rank < 0 || world < 0)
-        return snprintf(why, whylen, "%s sets %s but not %s", src->name,
-                        rank < 0 ? src->size : src->rank, rank < 0 ? src->rank : src->size),
-               TR_EINVAL;
+        return tr__errf(why, whylen, TR_EINVAL, "%s sets %s but not %s", src->name,
+                        rank < 0 ? src->size : src->rank, rank < 0 ? src->rank : src->size);
     if (rank >= world)
-        return snprintf(why, whylen, "%s: %s=%d is not below %s=%d", src->name, src->rank, rank,
-                        src->size, world),
-               TR_EINVAL;
+        return tr__errf(why, whylen, TR_EINVAL, "%s: %s=%d is not below %s=%d", src->name,
+                        src->rank, rank, src->size, world);
     *out = (tr_ranks_t){rank, world, local, src->name};
     return 0;
 }
@@ -57,13 +55,16 @@ static int from_source(const source_t *src, tr_ranks_t *out, char *why, size_t w
 int tr_ranks_discover(const tr_ranks_t *given, tr_ranks_t *out, char *why, size_t whylen)
 {
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     why[0] = '\0';
     if (given && given->world > 0) {
         if (given->rank < 0 || given->rank >= given->world || given->local_rank < 0)
-            return snprintf(why, whylen, "rank %d of world %d: the rank must be from 0 to %d",
-                            given->rank, given->world, given->world - 1),
-                   TR_EINVAL;
+            return tr__errf(why, whylen, TR_EINVAL,
+                            "rank %d of world %d: the rank must be from 0 to %d", given->rank,
+                            given->world, given->world - 1);
         *out = *given;
         out->source = "api";
         return 0;
@@ -75,12 +76,11 @@ int tr_ranks_discover(const tr_ranks_t *given, tr_ranks_t *out, char *why, size_
         int world = 1;
         if (read_int("WORLD_SIZE", 1, INT_MAX, &world, why, whylen) < 0) return TR_EINVAL;
         if (world > 1)
-            return snprintf(why, whylen,
+            return tr__errf(why, whylen, TR_EINVAL,
                             "RANK/WORLD_SIZE (torchrun or the DeepSpeed launcher) say world "
                             "size %d; Troupe's ranks talk over MPI: launch with `mpirun -np %d "
                             "...` or `srun -n %d ...`",
-                            world, world, world),
-                   TR_EINVAL;
+                            world, world, world);
     }
     *out = (tr_ranks_t){0, 1, 0, "single process"};
     return 0;

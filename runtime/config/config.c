@@ -4,13 +4,10 @@
  * span keys. Also the getters by dotted path and tr_config_destroy. */
 #include "runtime/config/walk.h"
 #include "runtime/comm/ranks.h"
+#include "base/file.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define MAX_FILE_BYTES (16u << 20)
 
@@ -63,8 +60,12 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
     tr__cfg_walk_t w = {.cfg = cfg, .diag = diag, .file = name, .tree = json_object(),
                         .origins = json_object(), .scratch = json_array()};
     if (!cfg || !priv || !w.tree || !w.origins || !w.scratch || !(priv->source = strdup(name))) {
-        free(cfg), free(priv ? priv->source : NULL), free(priv);
-        json_decref(w.tree), json_decref(w.origins), json_decref(w.scratch);
+        free(cfg);
+        free(priv ? priv->source : NULL);
+        free(priv);
+        json_decref(w.tree);
+        json_decref(w.origins);
+        json_decref(w.scratch);
         return TR_ENOMEM;
     }
     cfg->priv_ = priv;
@@ -130,46 +131,14 @@ int tr_config_from_string(const char *json, size_t len, const char *name, int wo
     return err;
 }
 
-/* Reads a whole file into a malloc'd buffer. */
-static int slurp(const char *path, char **buf, size_t *len, tr_config_diag_t *diag)
+/* Reads the file into *buf; a failure is added to diag as "<path>: ...". */
+static int read_file(const char *path, char **buf, size_t *len, tr_config_diag_t *diag)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int e = errno;
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: cannot open: %s", path, strerror(e));
-        if (fd >= 0)
-            close(fd);
-        return -e;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: is a directory, expected a JSON file", path);
-        close(fd);
-        return TR_EISDIR;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    ssize_t r = 0;
-    while (b && n <= MAX_FILE_BYTES && (r = read(fd, b + n, cap - n)) > 0) {
-        n += (size_t)r;
-        char *nb = n == cap ? realloc(b, cap *= 2) : b;
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int e = r < 0 ? errno : 0;
-    close(fd);
-    if (!b)
-        return TR_ENOMEM;
-    if (e || n > MAX_FILE_BYTES) {
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: %s", path,
-                         e ? strerror(e) : "larger than 16 MiB; not a configuration file");
-        free(b);
-        return e ? -e : TR_EFORMAT;
-    }
-    *buf = b;
-    *len = n;
-    return 0;
+    char why[4400];
+    int err = tr__file_read(path, MAX_FILE_BYTES, "a JSON file", buf, len, why, sizeof(why));
+    if (err)
+        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s", why);
+    return err;
 }
 
 int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_diag_t *diag)
@@ -185,7 +154,7 @@ int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_dia
         tr_config_diag_close(&scratch);
         return TR_EINVAL;
     }
-    int err = slurp(path, &buf, &len, diag);
+    int err = read_file(path, &buf, &len, diag);
     if (err == 0)
         err = tr_config_from_string(buf, len, path, world, cfg, diag);
     free(buf);

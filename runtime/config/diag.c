@@ -1,4 +1,4 @@
-/* config_diag.c: the list of configuration diagnostics (errors, warnings, notes), each one
+/* diag.c: the list of configuration diagnostics (errors, warnings, notes), each one
  * formatted line. Loading appends to it; the caller reads and frees it. */
 #include "runtime/config/schema.h"
 

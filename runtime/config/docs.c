@@ -1,4 +1,4 @@
-/* config_docs.c: the key reference of docs/config.md, generated from the schema table so the
+/* docs.c: the key reference of docs/config.md, generated from the schema table so the
  * documentation cannot drift from what the reader accepts. One Markdown table per section:
  * key, what it accepts, its default, what it means; sections follow their parent. */
 #include "runtime/config/walk.h"

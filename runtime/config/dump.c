@@ -1,4 +1,4 @@
-/* config_dump.c: the resolved configuration as indented JSON, keys in schema order, every
+/* dump.c: the resolved configuration as indented JSON, keys in schema order, every
  * default filled in. With TR_CONFIG_DUMP_MARK, each value that was not written in the file
  * ends its line with a comment saying where it came from ("// default"). */
 #include "runtime/config/walk.h"

@@ -1,4 +1,4 @@
-/* config_resolve.c: the rules that span keys, applied after the walk. The batch triple is
+/* resolve.c: the rules that span keys, applied after the walk. The batch triple is
  * resolved exactly as DeepSpeed's DeepSpeedConfig._set_batch_related_parameters and checked
  * as _batch_assertion, with DeepSpeed's own wording; then precision (fp16 and bf16 exclude each
  * other; communication_data_type follows the precision), ZeRO's stage-dependent default of

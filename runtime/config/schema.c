@@ -1,4 +1,4 @@
-/* config_schema.c: the one table of DeepSpeed's configuration as Troupe reads it. Each
+/* schema.c: the one table of DeepSpeed's configuration as Troupe reads it. Each
  * section lists its keys with kind, field in tr_config_t, default and range; the walker in
  * config.c, the did-you-mean hints, the dump and docs/config.md all follow this table.
  * Defaults are DeepSpeed's documented ones (docs "config-json", runtime/config.py,

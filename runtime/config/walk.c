@@ -1,4 +1,4 @@
-/* config_walk.c: walks a parsed DeepSpeed config against the schema table. For every key it
+/* walk.c: walks a parsed DeepSpeed config against the schema table. For every key it
  * finds the schema entry (or reports the key as unknown, with a did-you-mean or a "belongs in"
  * hint), checks the type and range, stores the value in tr_config_t and in the resolved tree,
  * and records where it came from. Keys not given get their defaults; "auto" inside a section

@@ -1,5 +1,5 @@
-/* The state of one configuration load, shared by the walker (config_walk.c), the resolver
- * (config_resolve.c) and the loader (config.c). Private to runtime/config_*.c. */
+/* The state of one configuration load, shared by the walker (walk.c), the resolver
+ * (resolve.c) and the loader (config.c). Private to runtime/config/. */
 #ifndef TR_RUNTIME_CONFIG_WALK_H
 #define TR_RUNTIME_CONFIG_WALK_H
 

@@ -1068,7 +1068,10 @@ __attribute__((always_inline)) static inline bool activation_step(tr_runtime_t *
 {
     tr__actor_t *a = x->a;
     tr_msg_t *m = next_message(a, pool);
-    if (!m) return x->drained = true, false;
+    if (!m) {
+        x->drained = true;
+        return false;
+    }
     x->mixed |= m->sender.id != x->sender && x->sender != TR__NO_SENDER;
     x->sender = m->sender.id;
     /* relaxed: only an address to prefetch; the pop that takes it reads the link (acquire) */

@@ -165,7 +165,7 @@ struct tr_runtime {
     uint64_t seed;
     bool deterministic;
     bool timestamps;
-    bool wire_check;         /* opts.wire_check: wire.c */
+    bool wire_check;         /* opts.wire_check: runtime/msg/wire.c */
     tr_monitor_t *monitor;   /* NULL: tracing off (opts.monitor) */
     char *flight_path;       /* opts.flight_path, copied */
     bool flight_dumped;      /* under mu */
@@ -210,7 +210,7 @@ struct tr_runtime {
     tr__worker_t *idle;
 
     tr__loop_t *loop;
-    struct tr__buffers *buffers; /* buffer.c: the registry, its own lock */
+    struct tr__buffers *buffers; /* runtime/msg/buffer.c: the registry, its own lock */
     tr__names_t *names;              /* the name registry, its own lock inside */
 };
 
@@ -223,7 +223,7 @@ typedef struct tr__tls {
 
 extern _Thread_local tr__tls_t tr__tls;
 
-/* --- wire.c: wire-check mode --- */
+/* --- runtime/msg/wire.c: wire-check mode --- */
 /* Replaces each of msgs[0..n) by its msgpack form (a message of the same envelope whose body is
  * the encoding, flagged TR_MSG_F_WIRE). All or nothing: on failure msgs are unchanged and a
  * line names the type. On success the originals are freed. */
@@ -232,7 +232,7 @@ int tr__wire_encode(tr_runtime_t *rt, tr_msg_t **msgs, size_t n);
  * it); TR_EDECODE with a line naming the type and field. */
 int tr__wire_decode(tr_runtime_t *rt, const tr_msg_t *wire, tr_msg_t **out);
 
-/* --- buffer.c --- */
+/* --- runtime/msg/buffer.c --- */
 int tr__buffers_init(tr_runtime_t *rt);
 void tr__buffers_close(tr_runtime_t *rt);
 
@@ -287,8 +287,6 @@ void tr__names_destroy(tr_runtime_t *rt);
 int tr__names_claim(tr_runtime_t *rt, const char *name, uint32_t slot, uint32_t *holder);
 /* Frees name if slot holds it. */
 void tr__names_release(tr_runtime_t *rt, const char *name, uint32_t slot);
-
-/* --- error.c --- */
 
 /* --- loop.c --- */
 int tr__loop_start(tr_runtime_t *rt);

@@ -24,16 +24,12 @@
  *   POLL_SLEEP_NS for TR__POLL_NS, asleep in between (no core taken). It is not parked, so a
  *   queuer does not wake it: a sender outside the runtime whose stream pauses briefly (its
  *   core shared with the workers on a small machine) finds them awake instead of paying a
- *   futex wake per send while the workers take turns parking — measured on fjthrput (one
- *   thread sending to 60 actors, 2 workers on 2 cores): a quarter of the runs made 7,000-
- *   10,000 futex calls and took twice as long; with the poll none did. An idle runtime parks
- *   after TR__POLL_NS and costs nothing more. The price: a message that arrives while a
- *   polling worker sleeps waits for its next look, and a 10 us sleep lasts up to ~60-85 us
- *   on a VM, more than a futex wake of a parked worker (~8 us). So the window is short
- *   (300 us): a sender pausing longer finds the workers parked. A thread outside the runtime
- *   sending every ~1 ms (bench wakeup) met them in their last sleeps with a 1 ms window: p50
- *   14 us, p99 median 48 us; with 300 us, p50 9 us, p99 median 38 us. With no poll at all
- *   fjthrput was bimodal again (median 56 against 37 ms).
+ *   futex wake per send while the workers take turns parking. An idle runtime parks after
+ *   TR__POLL_NS and costs nothing more. The price: a message that arrives while a polling
+ *   worker sleeps waits for its next look, and on a VM a short sleep lasts several times
+ *   longer than a futex wake of a parked worker. So the window is short (300 us): a sender
+ *   pausing longer finds the workers parked. The measurements behind the poll and its window
+ *   are in bench/RESULTS.md, "Scheduler design history (moved from sched.c)".
  * - Busy workers that find themselves sharing a CPU move apart (spread.c): a worker busy for
  *   a millisecond looks at its CPU after its activations, with the clock they last read, and
  *   again each millisecond; a worker out of work counts as on no CPU.
@@ -56,6 +52,7 @@
 #include "runtime/core/futex.h"
 #include "runtime/core/internal.h"
 #include "troupe/log.h"
+#include "troupe/rng.h"
 
 #define SPIN_ROUNDS 24
 #define SPIN_PAUSES 16
@@ -66,15 +63,6 @@
 static tr__actor_t *from_qnode(tr__qnode_t *n)
 {
     return n ? (tr__actor_t *)((char *)n - offsetof(tr__actor_t, qnode)) : NULL;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* --- waking and parking ---------------------------------------------------------------- */
@@ -289,7 +277,8 @@ static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
     unsigned n = rt->n_workers;
     if (n < 2)
         return NULL;
-    unsigned start = (unsigned)(rng_next(&w->rng) % n);
+    /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
+    unsigned start = (unsigned)(tr_rng_next(&w->rng) % n);
     uint64_t now = 0;
     for (unsigned i = 0; i < n; i++) {
         tr__worker_t *v = &rt->workers[(start + i) % n];
@@ -517,7 +506,7 @@ void tr__sched_run_deterministic(tr_runtime_t *rt)
             pthread_mutex_unlock(&rt->mu);
             continue;
         }
-        size_t i = (size_t)(rng_next(&w->rng) % w->n_ready);
+        size_t i = (size_t)(tr_rng_next(&w->rng) % w->n_ready);
         a = w->ready[i];
         w->ready[i] = w->ready[--w->n_ready];
         tr__actor_run(rt, w, a);

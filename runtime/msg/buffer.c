@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/errf.h"
 #include "runtime/core/internal.h"
 #include "troupe/buffer.h"
 
@@ -142,26 +143,26 @@ int tr_buffer_resolve(tr_runtime_t *rt, const tr_tensor_ref_t *ref, void **out, 
     *out = NULL;
     tr_buffer_info_t info;
     char scratch[8];
-    if (!why) why = scratch, whylen = sizeof(scratch);
+    if (!why) {
+        why = scratch;
+        whylen = sizeof(scratch);
+    }
     if (tr_buffer_info(rt, ref->buffer_id, &info) < 0)
-        return snprintf(why, whylen, "buffer id %#llx is not registered",
-                        (unsigned long long)ref->buffer_id),
-               TR_ENOENT;
+        return tr__errf(why, whylen, TR_ENOENT, "buffer id %#llx is not registered",
+                        (unsigned long long)ref->buffer_id);
     if (ref->offset > info.bytes || ref->length > info.bytes - ref->offset)
-        return snprintf(why, whylen,
+        return tr__errf(why, whylen, TR_ERANGE,
                         "buffer '%s': bytes [%llu, %llu) are outside its %llu bytes", info.name,
                         (unsigned long long)ref->offset,
                         (unsigned long long)(ref->offset + ref->length),
-                        (unsigned long long)info.bytes),
-               TR_ERANGE;
+                        (unsigned long long)info.bytes);
     if (ref->dtype != info.dtype || ref->device_type != info.device_type ||
         ref->device_index != info.device_index)
-        return snprintf(why, whylen,
+        return tr__errf(why, whylen, TR_EMISMATCH,
                         "buffer '%s': the reference says dtype %u on device %u:%d, the buffer "
                         "is dtype %u on device %u:%d",
                         info.name, ref->dtype, ref->device_type, ref->device_index, info.dtype,
-                        info.device_type, info.device_index),
-               TR_EMISMATCH;
+                        info.device_type, info.device_index);
     *out = (char *)info.base + ref->offset;
     return 0;
 }

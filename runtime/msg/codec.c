@@ -359,7 +359,10 @@ static void header_shape(unsigned b, unsigned *nbytes, uint32_t *fixed, unsigned
                                             [0x08] = 2, [0x09] = 4, [0x19] = 1, [0x1a] = 2,
                                             [0x1b] = 4, [0x1c] = 2, [0x1d] = 4, [0x1e] = 2,
                                             [0x1f] = 4};
-    *nbytes = 0, *fixed = 0, *per = 0, *inline_n = 0;
+    *nbytes = 0;
+    *fixed = 0;
+    *per = 0;
+    *inline_n = 0;
     if (b >= 0x80 && b <= 0x9f) { /* fixmap, fixarray */
         *per = b <= 0x8f ? 2 : 1;
         *inline_n = b & 0x0f;

@@ -204,19 +204,23 @@ static void test_config_pipeline_world_is_the_replicas(void **state)
 static void test_config_world_size_from_the_launcher(void **state)
 {
     const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}";
-    setenv("OMPI_COMM_WORLD_SIZE", "4", 1), setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
     tr_config_t *c = NULL;
     assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag), 0);
     assert_int_equal(c->world_size, 4);
     assert_int_equal(c->train_batch_size, 24);
     tr_config_destroy(c);
-    unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_RANK");
-    setenv("WORLD_SIZE", "2", 1), setenv("RANK", "0", 1);
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "0", 1);
     assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag),
                      TR_EINVAL);
     has("ds.json: world size: RANK/WORLD_SIZE (torchrun or the DeepSpeed launcher) say world "
         "size 2; Troupe's ranks talk over MPI: launch with `mpirun -np 2 ...` or `srun -n 2 ...`");
-    unsetenv("WORLD_SIZE"), unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
 }
 
 /* --- defaults ---------------------------------------------------------------------------- */
@@ -651,7 +655,9 @@ static void test_config_dump_marks_defaults_and_loads_back(void **state)
     char *plain2 = tr_config_dump(again, 0);
     assert_string_equal(plain, plain2);
     assert_int_equal(again->zero.stage, 2);
-    free(marked), free(plain), free(plain2);
+    free(marked);
+    free(plain);
+    free(plain2);
     tr_config_destroy(c);
     tr_config_destroy(again);
 }

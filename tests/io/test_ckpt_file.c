@@ -20,6 +20,7 @@
 
 #include "io/ckpt_file.h"
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "troupe/aio.h"
 #include "troupe/error.h"
 
@@ -41,7 +42,7 @@ static int teardown(void **state)
 
 static void path_of(char *out, const char *name)
 {
-    snprintf(out, 512, "%s/%s", dir, name);
+    assert_int_equal(tr__path_join(out, 512, dir, name), 0);
 }
 
 static void write_sample(const char *path, unsigned char fill, size_t n)
@@ -101,7 +102,9 @@ static void test_ckpt_image_through_aio_is_the_same_file(void **state)
         assert_int_equal(tr__ckpt_file_read(viaaio, &f, err, sizeof(err)), 0);
         assert_int_equal(f.payload_len, n);
         tr__ckpt_file_free(&f);
-        free(fa), free(fb), free(a);
+        free(fa);
+        free(fb);
+        free(a);
     }
     tr__ckpt_image_free(&im);
     tr_aio_destroy(aio);

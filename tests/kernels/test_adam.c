@@ -274,7 +274,9 @@ static void reference_amsgrad(const tr_adam_opts_t *o, int steps, const float *g
             p[i] -= (float)(o->lr / bc1) * m[i] / den;
         }
     }
-    free(m), free(v), free(vmax);
+    free(m);
+    free(v);
+    free(vmax);
 }
 
 static void run_amsgrad(const tr_adam_opts_t *o, int steps, const float *g0, float *p, size_t n,
@@ -295,7 +297,10 @@ static void run_amsgrad(const tr_adam_opts_t *o, int steps, const float *g0, flo
     }
     for (size_t i = 0; amsgrad && i < n; i++) /* v̂ holds the first step's v, the largest */
         assert_true(vmax[i] >= v[i]);
-    free(m), free(v), free(vmax), free(g);
+    free(m);
+    free(v);
+    free(vmax);
+    free(g);
 }
 
 static void test_adam_amsgrad_matches_pytorch_reference(void **state)
@@ -325,7 +330,10 @@ static void test_adam_amsgrad_matches_pytorch_reference(void **state)
         free(lib);
     }
     tr__isa_set(tr__isa_best());
-    free(g0), free(p0), free(ref), free(adam);
+    free(g0);
+    free(p0);
+    free(ref);
+    free(adam);
 }
 
 int main(void)

@@ -36,7 +36,9 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static float frand(void)
 {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
@@ -78,7 +80,8 @@ static void check_gemm(int backend, int ta, int tb, float beta)
             double want = beta * (double)C0[i * ldc + j], mag = fabs(want);
             for (int k = 0; k < K; k++) {
                 double p = at(A, ta, i, k, lda) * at(B, tb, k, j, ldb);
-                want += p, mag += fabs(p);
+                want += p;
+                mag += fabs(p);
             }
             double err = fabs(Cm[i * ldc + j] - want);
             if (err > 1e-5 * mag + 1e-30)
@@ -89,7 +92,10 @@ static void check_gemm(int backend, int ta, int tb, float beta)
     for (int i = 0; i < M; i++) /* the padding is not written */
         for (int j = N; j < ldc; j++)
             assert_true(Cm[i * ldc + j] == C0[i * ldc + j]);
-    free(A), free(B), free(Cm), free(C0);
+    free(A);
+    free(B);
+    free(Cm);
+    free(C0);
 }
 
 static void test_gemm_bf16_matches_double_reference(void **state)
@@ -159,8 +165,17 @@ static void test_linear_bf16_within_rounding_of_fp32(void **state)
     expect_close("dweight", dw, dw32, mag + (size_t)NR * C, (size_t)OC * C, 0x1p-8 * 1.01);
     for (int o = 0; o < OC; o++) /* the bias gradient is a sum of fp32 gradients: the same */
         assert_true(db[o] == db32[o]);
-    free(x), free(w), free(dy), free(wh), free(out), free(out32), free(mag);
-    free(dx), free(dx32), free(dw), free(dw32);
+    free(x);
+    free(w);
+    free(dy);
+    free(wh);
+    free(out);
+    free(out32);
+    free(mag);
+    free(dx);
+    free(dx32);
+    free(dw);
+    free(dw32);
 }
 
 /* --- a GPT-2 model ------------------------------------------------------------------------ */
@@ -187,8 +202,10 @@ static tr_model_t *gpt2(int bf16)
 static float pass(tr_model_t *m)
 {
     int tokens[MB * MT], targets[MB * MT];
-    for (int i = 0; i < MB * MT; i++)
-        tokens[i] = (i * 7 + 3) % 50, targets[i] = (i * 11 + 5) % 50;
+    for (int i = 0; i < MB * MT; i++) {
+        tokens[i] = (i * 7 + 3) % 50;
+        targets[i] = (i * 11 + 5) % 50;
+    }
     tr_batch_t b = {.B = MB, .T = MT, .tokens = tokens, .targets = targets};
     float loss = 0;
     tr_model_zero_grad(m);
@@ -222,8 +239,10 @@ static void test_attention_bf16_within_rounding_of_fp32(void **state)
     float *qkv = frand_array(n3), *dout = frand_array(n);
     float *out[2], *att[2], *dinp[2], *scratch[2];
     for (int k = 0; k < 2; k++) { /* 0: bf16, 1: fp32 */
-        out[k] = malloc(n * sizeof(float)), att[k] = malloc(na * sizeof(float));
-        dinp[k] = malloc(n3 * sizeof(float)), scratch[k] = malloc(na * sizeof(float));
+        out[k] = malloc(n * sizeof(float));
+        att[k] = malloc(na * sizeof(float));
+        dinp[k] = malloc(n3 * sizeof(float));
+        scratch[k] = malloc(na * sizeof(float));
         tr__attention_forward(out[k], att[k], qkv, AB, AT, AC, NH, k == 0);
         tr__attention_backward(dinp[k], scratch[k], dout, qkv, att[k], AB, AT, AC, NH, k == 0);
     }
@@ -233,9 +252,14 @@ static void test_attention_bf16_within_rounding_of_fp32(void **state)
                 assert_true(att[0][((size_t)bh * AT + t) * AT + u] == 0.0f);
     assert_true(within_of_max("attention out", out[0], out[1], n, 1e-2));
     assert_true(within_of_max("attention dinp", dinp[0], dinp[1], n3, 1e-2));
-    for (int k = 0; k < 2; k++)
-        free(out[k]), free(att[k]), free(dinp[k]), free(scratch[k]);
-    free(qkv), free(dout);
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        free(att[k]);
+        free(dinp[k]);
+        free(scratch[k]);
+    }
+    free(qkv);
+    free(dout);
 }
 
 static void test_gpt2_bf16_tracks_fp32(void **state)
@@ -246,9 +270,10 @@ static void test_gpt2_bf16_tracks_fp32(void **state)
     size_t n = tr_model_num_params(m16);
     const float *g16 = tr_model_grads(m16), *g32 = tr_model_grads(m32);
     double diff = 0, norm = 0;
-    for (size_t i = 0; i < n; i++)
-        diff += ((double)g16[i] - g32[i]) * ((double)g16[i] - g32[i]),
-            norm += (double)g32[i] * g32[i];
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)g16[i] - g32[i]) * ((double)g16[i] - g32[i]);
+        norm += (double)g32[i] * g32[i];
+    }
     printf("loss bf16 %.6f fp32 %.6f; gradient: normwise relative difference %.3g\n", l16, l32,
            sqrt(diff / norm));
     /* bf16 keeps 8 bits: the loss within 0.5%, the gradient within 3% normwise */
@@ -259,7 +284,8 @@ static void test_gpt2_bf16_tracks_fp32(void **state)
     /* repeatable bitwise */
     float again = pass(m16);
     assert_true(again == l16);
-    tr_model_destroy(m16), tr_model_destroy(m32);
+    tr_model_destroy(m16);
+    tr_model_destroy(m32);
 }
 
 static void test_bf16_copies_follow_the_parameters(void **state)
@@ -278,7 +304,8 @@ static void test_bf16_copies_follow_the_parameters(void **state)
         pf[i] *= 1.5f;
     assert_int_equal(tr_model_set_bf16(fresh, 1), 0); /* copies made from the moved params */
     assert_true(pass(a) == pass(fresh));
-    tr_model_destroy(a), tr_model_destroy(fresh);
+    tr_model_destroy(a);
+    tr_model_destroy(fresh);
 }
 
 int main(void)

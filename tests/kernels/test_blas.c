@@ -203,7 +203,10 @@ static void test_gemm_libraries_agree(void **state)
                                          tr__gemm_backend_name(b), M, N, K, ta, tb, i, j, C[b][at],
                                          r);
                         }
-                free(A), free(B), free(C[0]), free(C[1]);
+                free(A);
+                free(B);
+                free(C[0]);
+                free(C[1]);
             }
     const char *e = getenv("TROUPE_GEMM");
     tr__blas_cpu_t cpu;

@@ -80,7 +80,13 @@ static void test_lamb_every_isa_matches_reference_bitwise(void **state)
                 assert_int_equal(kt_first_diff(p, rp, n), n);
                 assert_int_equal(kt_first_diff(m, rm, n), n);
                 assert_int_equal(kt_first_diff(v, rv, n), n);
-                free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv);
+                free(p);
+                free(g);
+                free(m);
+                free(v);
+                free(rp);
+                free(rm);
+                free(rv);
             }
         }
     }
@@ -121,13 +127,18 @@ static void test_lamb_threads_give_identical_bits(void **state)
         advance(&configs[0], &st);
         tr_lamb_update(&configs[0], &st, 1.0f, p, g, m, v, n);
         results[t - 1] = p;
-        free(m), free(v);
+        free(m);
+        free(v);
     }
     assert_int_equal(kt_first_diff(results[1], results[0], n), n);
     assert_int_equal(kt_first_diff(results[2], results[0], n), n);
     tr_parallel_set_threads(0);
     tr_parallel_shutdown();
-    free(p0), free(g), free(results[0]), free(results[1]), free(results[2]);
+    free(p0);
+    free(g);
+    free(results[0]);
+    free(results[1]);
+    free(results[2]);
 }
 
 int main(void)

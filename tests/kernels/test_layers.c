@@ -165,7 +165,14 @@ static void check_linear(int with_bias)
     expect_grad("linear dinp", lin_objective, &c, c.x, N * C, dx, TOL_LINEAR);
     expect_grad("linear dweight", lin_objective, &c, c.w, OC * C, dw, TOL_LINEAR);
     if (with_bias) expect_grad("linear dbias", lin_objective, &c, c.b, OC, db, TOL_LINEAR);
-    free(c.x), free(c.w), free(c.b), free(c.r), free(x), free(w), free(r), free(b);
+    free(c.x);
+    free(c.w);
+    free(c.b);
+    free(c.r);
+    free(x);
+    free(w);
+    free(r);
+    free(b);
 }
 
 static void test_layers_linear_backward_matches_finite_differences(void **state)
@@ -224,8 +231,20 @@ static void test_layers_fused_linear_equals_separate_passes(void **state)
         tr__linear_backward_input(dx_gelu, dy, w, NULL, pre, FN, FC, FOC);
         assert_memory_equal(dx, dprod, FN * FC * sizeof(float));
         assert_memory_equal(dx_gelu, dwant, FN * FC * sizeof(float));
-        free(x), free(w), free(b), free(res), free(want), free(want_gelu), free(out);
-        free(out_gelu), free(dy), free(pre), free(dprod), free(dwant), free(dx), free(dx_gelu);
+        free(x);
+        free(w);
+        free(b);
+        free(res);
+        free(want);
+        free(want_gelu);
+        free(out);
+        free(out_gelu);
+        free(dy);
+        free(pre);
+        free(dprod);
+        free(dwant);
+        free(dx);
+        free(dx_gelu);
     }
 }
 
@@ -274,7 +293,14 @@ static void test_layers_layernorm_backward_matches_finite_differences(void **sta
         expect_grad("layernorm dinp", ln_objective, &c, c.x, N * C, dx, TOL_LAYERNORM);
         expect_grad("layernorm dweight", ln_objective, &c, c.w, C, dw, TOL_LAYERNORM);
         expect_grad("layernorm dbias", ln_objective, &c, c.b, C, db, TOL_LAYERNORM);
-        free(c.x), free(c.w), free(c.b), free(c.r), free(x), free(w), free(b), free(r);
+        free(c.x);
+        free(c.w);
+        free(c.b);
+        free(c.r);
+        free(x);
+        free(w);
+        free(b);
+        free(r);
     }
 }
 
@@ -327,7 +353,12 @@ static void test_layers_gelu_and_residual_backward_match_finite_differences(void
         tr__residual_backward(dx, dy, r, NG);
         expect_grad("residual da", residual_objective, &c, c.x, NG, dx, TOL_RESIDUAL);
         expect_grad("residual db", residual_objective, &c, c.y, NG, dy, TOL_RESIDUAL);
-        free(c.x), free(c.y), free(c.r), free(x), free(y), free(r);
+        free(c.x);
+        free(c.y);
+        free(c.r);
+        free(x);
+        free(y);
+        free(r);
     }
 }
 
@@ -362,7 +393,12 @@ static void test_layers_embedding_backward_matches_finite_differences(void **sta
     expect_grad("embedding dwpe", emb_objective, &c, c.wpe, T * C, dwpe, TOL_EMBEDDING);
     c.tokens[3] = V; // out of range: an error, not a crash
     assert_int_equal(tr__embedding_forward(out, c.tokens, wte, wpe, B, T, C, V), TR_EINVAL);
-    free(c.wte), free(c.wpe), free(c.r), free(wte), free(wpe), free(r);
+    free(c.wte);
+    free(c.wpe);
+    free(c.r);
+    free(wte);
+    free(wpe);
+    free(r);
 }
 
 /* ---- attention: the naive scalar version, written from the definition ------------------------ */
@@ -424,7 +460,10 @@ static void test_layers_attention_matches_naive_and_finite_differences(void **st
                     assert_true(att[(bh * T + t) * T + u] == 0.0f);
         tr__attention_backward(dqkv, scratch, r, qkv, att, B, T, C, NH, 0);
         expect_grad("attention dinp", att_objective, &c, c.qkv, N * 3 * C, dqkv, TOL_ATTENTION);
-        free(c.qkv), free(c.r), free(qkv), free(r);
+        free(c.qkv);
+        free(c.r);
+        free(qkv);
+        free(r);
     }
 }
 
@@ -482,7 +521,8 @@ static void test_layers_crossentropy_matches_naive_and_finite_differences(void *
         assert_int_equal(
             tr__crossentropy_forward(losses, probs, c.targets, N, V, Vp, -100, &mean, &count),
             TR_EINVAL);
-        free(c.logits), free(probs);
+        free(c.logits);
+        free(probs);
     }
 }
 
@@ -556,7 +596,10 @@ static void test_layers_mse_matches_naive_and_finite_differences(void **state)
     assert_int_equal(tr_layer_mse_create(&bad, "bad", 0), TR_EINVAL);
     assert_null(bad);
     free(l); // no state, no destroy: a model would free it the same way
-    free(c.in), free(c.y), free(in), free(y);
+    free(c.in);
+    free(c.y);
+    free(in);
+    free(y);
 }
 
 /* ---- the vector primitives: every ISA equals scalar on odd lengths and unaligned tails ------- */
@@ -626,12 +669,15 @@ static void compare_isas(size_t n, size_t offset)
     }
     float *o = out + offset, *o2 = out2 + offset;
     for (int op = 0; op < N_VEC_OPS; op++) {
-        memcpy(o, in[2], n * 4), memcpy(o2, in[3], n * 4);
+        memcpy(o, in[2], n * 4);
+        memcpy(o2, in[3], n * 4);
         tr__vec_set_isa(TR__ISA_SCALAR);
         float want = run_op(tr__vec(), op, o, o2, in, n);
-        memcpy(ref, o, n * 4), memcpy(ref2, o2, n * 4);
+        memcpy(ref, o, n * 4);
+        memcpy(ref2, o2, n * 4);
         for (int isa = TR__ISA_AVX2; isa <= (int)tr__vec_best_isa(); isa++) {
-            memcpy(o, in[2], n * 4), memcpy(o2, in[3], n * 4);
+            memcpy(o, in[2], n * 4);
+            memcpy(o2, in[3], n * 4);
             o[n] = o2[n] = 12345.0f;
             tr__vec_set_isa(isa);
             float got = run_op(tr__vec(), op, o, o2, in, n);
@@ -648,7 +694,8 @@ static void compare_isas(size_t n, size_t offset)
     }
     for (int k = 0; k < 4; k++)
         free(in[k] - offset);
-    free(out), free(out2);
+    free(out);
+    free(out2);
 }
 
 static void test_layers_vector_paths_equal_scalar_on_odd_tails(void **state)

@@ -48,7 +48,11 @@ static void test_lion_matches_reference_bitwise(void **state)
             }
             assert_int_equal(kt_first_diff(p, rp, n), n);
             assert_int_equal(kt_first_diff(m, rm, n), n);
-            free(p), free(g), free(m), free(rp), free(rm);
+            free(p);
+            free(g);
+            free(m);
+            free(rp);
+            free(rm);
         }
     }
 }

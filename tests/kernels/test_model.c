@@ -107,8 +107,10 @@ static void test_model_checkpointing_is_bitwise_with_fewer_activations(void **st
                           .num_heads = 4,
                           .channels = 32};
     int tokens[16], targets[16];
-    for (int i = 0; i < 16; i++)
-        tokens[i] = (i * 7) % 60, targets[i] = (i * 11 + 3) % 60;
+    for (int i = 0; i < 16; i++) {
+        tokens[i] = (i * 7) % 60;
+        targets[i] = (i * 11 + 3) % 60;
+    }
     tr_batch_t b = {.B = 2, .T = 8, .tokens = tokens, .targets = targets};
     float *g0 = NULL, l0 = 0;
     size_t n = 0, acts0 = 0;
@@ -130,7 +132,8 @@ static void test_model_checkpointing_is_bitwise_with_fewer_activations(void **st
         if (k == 0) {
             g0 = malloc(n * sizeof(float));
             memcpy(g0, tr_model_grads(m), n * sizeof(float));
-            l0 = loss, acts0 = acts;
+            l0 = loss;
+            acts0 = acts;
         }
         printf("checkpoint every %d layers: %zu activation floats (%zu without), %zu layers "
                "recomputed\n",
@@ -156,8 +159,10 @@ static void test_model_gpt2_gradient_matches_finite_differences(void **state)
 {
     tr_model_t *m = tiny_gpt2();
     int tokens[2 * 6], targets[2 * 6];
-    for (int i = 0; i < 12; i++)
-        tokens[i] = irand(11), targets[i] = i == 4 ? TR_IGNORE_INDEX : irand(11);
+    for (int i = 0; i < 12; i++) {
+        tokens[i] = irand(11);
+        targets[i] = i == 4 ? TR_IGNORE_INDEX : irand(11);
+    }
     tr_batch_t b = {.B = 2, .T = 6, .tokens = tokens, .targets = targets};
     check_model_gradient(m, &b);
     // the padded rows of wte (tokens 11..15) never get a gradient
@@ -173,8 +178,10 @@ static void test_model_gpt2_learns_a_batch_with_sgd(void **state)
 {
     tr_model_t *m = tiny_gpt2();
     int tokens[16], targets[16];
-    for (int i = 0; i < 16; i++)
-        tokens[i] = irand(11), targets[i] = (tokens[i] * 3 + 1) % 11;
+    for (int i = 0; i < 16; i++) {
+        tokens[i] = irand(11);
+        targets[i] = (tokens[i] * 3 + 1) % 11;
+    }
     tr_batch_t b = {.B = 2, .T = 8, .tokens = tokens, .targets = targets};
     float first = 0, loss = 0;
     for (int step = 0; step < 60; step++) {
@@ -566,7 +573,8 @@ static void test_model_weight_decay_flags_follow_gpt2_recipe(void **state)
                 want_decay |= strcmp(l->params[k].name, decayed[d]) == 0;
             if (l->params[k].no_decay == want_decay)
                 fail_msg("%s.%s: no_decay %d", l->name, l->params[k].name, l->params[k].no_decay);
-            n_decayed += want_decay, n_flagged += !want_decay;
+            n_decayed += want_decay;
+            n_flagged += !want_decay;
         }
     }
     assert_int_equal(n_decayed, 2 + 2 * 4); // wte wpe, 4 matrices in each of 2 blocks

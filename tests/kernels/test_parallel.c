@@ -190,7 +190,9 @@ static void *run_hold(void *arg)
 static void test_parallel_caller_arriving_during_a_job_gets_free_threads(void **state)
 {
     tr_parallel_set_threads(4);
-    atomic_store(&a_inside, 0), atomic_store(&a_release, 0), atomic_store(&b_inside, 0);
+    atomic_store(&a_inside, 0);
+    atomic_store(&a_release, 0);
+    atomic_store(&b_inside, 0);
     tr_parallel_job_info_t a = {0}, b = {0};
     pthread_t th;
     pthread_create(&th, NULL, run_hold, &a);
@@ -231,7 +233,9 @@ static void *run_slow(void *arg)
 static void test_parallel_busy_budget_is_shared_not_served_in_turn(void **state)
 {
     tr_parallel_set_threads(2);
-    atomic_store(&a_inside, 0), atomic_store(&b_ran, 0), atomic_store(&a_long_chunks, 0);
+    atomic_store(&a_inside, 0);
+    atomic_store(&b_ran, 0);
+    atomic_store(&a_long_chunks, 0);
     pthread_t th;
     pthread_create(&th, NULL, run_slow, NULL);
     assert_true(wait_for(&a_inside, 2, 10.0));
@@ -302,7 +306,8 @@ static void test_parallel_acquired_threads_count_against_the_budget(void **state
 
     /* the whole budget taken elsewhere: acquire waits for it to come back */
     int other = 0;
-    atomic_store(&a_inside, 0), atomic_store(&released, 0);
+    atomic_store(&a_inside, 0);
+    atomic_store(&released, 0);
     pthread_create(&th, NULL, hold_all_then_release, &other);
     assert_true(wait_for(&a_inside, 1, 10.0));
     int got = tr_parallel_acquire(1);

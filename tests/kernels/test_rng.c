@@ -54,7 +54,9 @@ static void test_rng_normal_is_standard_normal(void **state)
     for (int i = 0; i < n; i++) {
         double x = tr_rng_normal(&s);
         assert_true(isfinite(x));
-        sum += x, sq += x * x, tail += fabs(x) > 2.0;
+        sum += x;
+        sq += x * x;
+        tail += fabs(x) > 2.0;
     }
     double mean = sum / n, var = sq / n - mean * mean;
     print_message("normal: mean %.4f var %.4f tail %.4f\n", mean, var, (double)tail / n);

@@ -55,7 +55,11 @@ static void test_sgd_every_isa_matches_reference_bitwise(void **state)
                 }
                 assert_int_equal(kt_first_diff(p, rp, n), n);
                 assert_int_equal(kt_first_diff(buf, rbuf, n), n);
-                free(p), free(g), free(buf), free(rp), free(rbuf);
+                free(p);
+                free(g);
+                free(buf);
+                free(rp);
+                free(rbuf);
             }
         }
     }

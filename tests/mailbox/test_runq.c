@@ -119,7 +119,9 @@ static void *s_consumer(void *check_order)
 static void inject_stress(int consumers)
 {
     tr__inject_init(&sq);
-    atomic_store(&popped, 0), atomic_store(&bad, 0), atomic_store(&producers_done, 0);
+    atomic_store(&popped, 0);
+    atomic_store(&bad, 0);
+    atomic_store(&producers_done, 0);
     for (int p = 0; p < P_THREADS; p++) {
         last_seen[p] = -1;
         for (int i = 0; i < P_NODES; i++)

@@ -73,8 +73,10 @@ static void test_comms_summary_uses_trimmed_means(void **state)
     fclose(f);
     /* all_reduce 1 KiB on 2 ranks: algbw_i = 2*1024/i ms *8/1e6; trimmed over i = 2..9 */
     double alg = 0, bus = 0;
-    for (int i = 2; i <= 9; i++)
-        alg += 2 * 1024.0 / i * 8 / 1e6, bus += 1024.0 / i * 2 * 0.5 * 8 / 1e6;
+    for (int i = 2; i <= 9; i++) {
+        alg += 2 * 1024.0 / i * 8 / 1e6;
+        bus += 1024.0 / i * 2 * 0.5 * 8 / 1e6;
+    }
     char row[256];
     snprintf(row, sizeof(row), "%-20s%-20s%-20s%-20.2f%-20.2f%-20.2f%-20.2f", " ", "1.0 KB", "10",
              55.0, 5.5, alg / 8, bus / 8);

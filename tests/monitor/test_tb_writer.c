@@ -120,12 +120,17 @@ static int read_records(const char *path, event_t *events, int max)
     uint8_t head[12];
     while (fread(head, 1, 12, f) == 12 && n < max) {
         uint64_t len = le(head, 8);
-        if ((uint32_t)le(head + 8, 4) != masked(head, 8))
-            return fclose(f), -1;
+        if ((uint32_t)le(head + 8, 4) != masked(head, 8)) {
+            fclose(f);
+            return -1;
+        }
         uint8_t *data = malloc(len + 4);
         assert_int_equal(fread(data, 1, len + 4, f), len + 4);
-        if ((uint32_t)le(data + len, 4) != masked(data, len))
-            return free(data), fclose(f), -1;
+        if ((uint32_t)le(data + len, 4) != masked(data, len)) {
+            free(data);
+            fclose(f);
+            return -1;
+        }
         parse_event(data, data + len, &events[n++]);
         free(data);
     }

@@ -171,7 +171,8 @@ static const tr_comm_ops_t fake_ops = {.all_reduce = fake_all_reduce, .destroy =
 
 static int fake_create(tr_comm_t *c, char *why, size_t whylen)
 {
-    (void)why, (void)whylen;
+    (void)why;
+    (void)whylen;
     c->ops = &fake_ops;
     return 0;
 }

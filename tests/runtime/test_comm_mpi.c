@@ -100,7 +100,12 @@ static void test_comm_mpi_collectives_match_the_hand_computed_ones(void **state)
         assert_true(bc[i] == (float)((w - 1) * 100 + i));
     }
     assert_true(scalar == 1.5 * (w - 1));
-    free(sum), free(max), free(send), free(part), free(all), free(bc);
+    free(sum);
+    free(max);
+    free(send);
+    free(part);
+    free(all);
+    free(bc);
 }
 
 /* Uneven parts gathered in place: 10 floats over the ranks in slices of ceil(10 / W). */
@@ -164,8 +169,10 @@ static void test_comm_mpi_send_recv_round_a_ring(void **state)
     (void)state;
     int r = comm->rank, w = comm->world;
     double out[N], in[N];
-    for (int i = 0; i < N; i++)
-        out[i] = r * 1000.0 + i, in[i] = -1;
+    for (int i = 0; i < N; i++) {
+        out[i] = r * 1000.0 + i;
+        in[i] = -1;
+    }
     uint64_t q[2];
     log_t before = done_log;
     assert_int_equal(comm->ops->recv(comm, in, N, TR_DTYPE_F64, (r + w - 1) % w, 3, &q[0]), 0);
@@ -236,8 +243,10 @@ static void check_rounding(tr_dtype_t dt, from_fn from, to_fn to, const float ha
         seed = seed * 1103515245u + 12345u;
         b[i] = from((float)(seed >> 8) / (float)(1u << 30)); /* small: rounding matters */
     }
-    for (int k = 0; k < 3; k++)
-        a[M - 3 + k] = from(hand[k][0]), b[M - 3 + k] = from(hand[k][1]);
+    for (int k = 0; k < 3; k++) {
+        a[M - 3 + k] = from(hand[k][0]);
+        b[M - 3 + k] = from(hand[k][1]);
+    }
     for (int i = 0; i < M; i++)
         x[i] = r == 0 ? a[i] : r == 1 ? b[i] : 0;
     uint64_t q;

@@ -274,12 +274,15 @@ static uint64_t fixed_traffic(world_t *w, const tr_runtime_opts_t *o)
 {
     world_open(w, o, 1);
     w->producer = (producer_t){.id = 0, .sinks = w->addr, .fixed = 1};
-    n_trace = 0, tracing = 1, work_ns = work_done_ns;
+    n_trace = 0;
+    tracing = 1;
+    work_ns = work_done_ns;
     uint64_t t0 = tr_now_ns();
     tr_actor_t p;
     send_go(w->rt, &p, &w->producer);
     world_finish(w, 1, t0);
-    tracing = 0, work_ns = 0;
+    tracing = 0;
+    work_ns = 0;
     uint64_t h = 0;
     for (size_t i = 0; i < n_trace; i++)
         h = stress_mix(h ^ ((uint64_t)trace[i] << 32) ^ i);

@@ -496,7 +496,10 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
             if (!x) return TR_ENOMEM;
             *(item_t *)tr_msg_body(x) = (item_t){p->id, to, p->seq[to]++};
             int rc = tr_actor_send(ctx->rt, p->relays[to], x);
-            if (rc < 0) return in_stream = 0, rc;
+            if (rc < 0) {
+                in_stream = 0;
+                return rc;
+            }
         }
         in_stream = 0;
     }

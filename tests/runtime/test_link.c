@@ -81,10 +81,12 @@ static void test_link_racing_stop_tells_exactly_the_linked(void **state)
         for (volatile unsigned k = (unsigned)(tr_rng_next(&rng) % 2048); k; k--) /* spread */
             ;
         int rc = tr_actor_link(rt, sup, c);
-        if (rc == 0)
+        if (rc == 0) {
             linked[n_linked++] = c.id;
-        else
-            assert_int_equal(rc, TR_ESTOPPED), n_stopped++;
+        } else {
+            assert_int_equal(rc, TR_ESTOPPED);
+            n_stopped++;
+        }
     }
     /* every child's exit is pushed before it stops counting as alive */
     tr_runtime_stats_t st;

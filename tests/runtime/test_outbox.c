@@ -113,7 +113,8 @@ static uint64_t traffic(uint64_t seed, int deterministic, uint64_t n)
     uint64_t got = 0, sum = 0, expect = 0, order = 0;
     for (int k = 0; k < SINKS; k++) {
         assert_int_equal(s[k].out_of_order, 0);
-        got += s[k].received, sum += s[k].checksum;
+        got += s[k].received;
+        sum += s[k].checksum;
         order = stress_mix(order ^ s[k].order);
     }
     for (uint32_t i = 0; i < PRODUCERS; i++)
@@ -152,7 +153,8 @@ static _Atomic int seen, seen_in_time;
 
 static int r_behaviour(tr_ctx_t *ctx, tr_msg_t *m)
 {
-    (void)ctx, (void)m;
+    (void)ctx;
+    (void)m;
     atomic_store(&seen, 1);
     return 0;
 }

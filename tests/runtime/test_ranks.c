@@ -53,11 +53,16 @@ static void test_ranks_single_process_without_a_launcher(void **state)
 static void test_ranks_each_launcher_in_order(void **state)
 {
     (void)state;
-    setenv("SLURM_PROCID", "5", 1), setenv("SLURM_NTASKS", "8", 1), setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    setenv("SLURM_LOCALID", "1", 1);
     expect(5, 8, 1, "Slurm");
-    setenv("PMI_RANK", "2", 1), setenv("PMI_SIZE", "4", 1); /* PMI before Slurm */
+    /* PMI before Slurm */
+    setenv("PMI_RANK", "2", 1);
+    setenv("PMI_SIZE", "4", 1);
     expect(2, 4, 0, "PMI");
-    setenv("OMPI_COMM_WORLD_RANK", "3", 1), setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1); /* Open MPI first */
     expect(3, 4, 1, "Open MPI");
     tr_ranks_t given = {.rank = 1, .world = 2}, r; /* the caller's values win */
@@ -73,21 +78,26 @@ static void test_ranks_each_launcher_in_order(void **state)
 static void test_ranks_bad_values_name_the_variable(void **state)
 {
     (void)state;
-    setenv("OMPI_COMM_WORLD_SIZE", "two", 1), setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "two", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     expect_error("OMPI_COMM_WORLD_SIZE=\"two\": expected an integer from 1 to");
-    setenv("OMPI_COMM_WORLD_SIZE", "2", 1), setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
     expect_error("Open MPI: OMPI_COMM_WORLD_RANK=2 is not below OMPI_COMM_WORLD_SIZE=2");
     unsetenv("OMPI_COMM_WORLD_RANK");
     expect_error("Open MPI sets OMPI_COMM_WORLD_SIZE but not OMPI_COMM_WORLD_RANK");
     clean(NULL);
-    setenv("PMI_RANK", "-1", 1), setenv("PMI_SIZE", "2", 1);
+    setenv("PMI_RANK", "-1", 1);
+    setenv("PMI_SIZE", "2", 1);
     expect_error("PMI_RANK=\"-1\"");
 }
 
 static void test_ranks_torchrun_is_answered_with_mpi(void **state)
 {
     (void)state;
-    setenv("RANK", "0", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "0", 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "0", 1);
     expect_error("launch with `mpirun -np 2 ...` or `srun -n 2 ...`");
     setenv("WORLD_SIZE", "1", 1); /* a torchrun of one process is one process */
     expect(0, 1, 0, "single process");

@@ -44,11 +44,14 @@ static uint64_t slice_of(pid_t tid)
 static void *try_slice(void *arg)
 {
     attr48_t a = {0};
-    *(int *)arg = syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) == 0 &&
-                  (a.policy == SCHED_OTHER || a.policy == SCHED_BATCH) &&
-                  (a.runtime = 100000, a.size = sizeof(a), a.flags = 0,
-                   syscall(SYS_sched_setattr, 0, &a, 0) == 0) &&
-                  slice_of(0) == 100000;
+    *(int *)arg = 0;
+    if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) != 0 ||
+        (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH))
+        return NULL;
+    a.runtime = 100000;
+    a.size = sizeof(a);
+    a.flags = 0;
+    *(int *)arg = syscall(SYS_sched_setattr, 0, &a, 0) == 0 && slice_of(0) == 100000;
     return NULL;
 }
 

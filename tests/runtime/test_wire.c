@@ -40,7 +40,9 @@ static void fill(vec_msg_t *b)
 {
     for (int i = 0; i < 16; i++)
         b->v[i] = (float)i * 0.5f - 3.25f;
-    b->ids[0] = 1, b->ids[1] = UINT64_MAX, b->ids[2] = 42;
+    b->ids[0] = 1;
+    b->ids[1] = UINT64_MAX;
+    b->ids[2] = 42;
     b->blob.len = 5;
     memcpy(b->blob.data, "a\0b\xff", 5);
     strcpy(b->label, "seven");
@@ -97,17 +99,24 @@ static void test_wire_decoder_checks_counts_and_capacity(void **state)
     unsigned char raw[256], out[1200];
     char why[256];
     tr_msg_t *d = NULL;
-    raw[0] = 0x92, raw[1] = 0x01, raw[2] = 0x02; /* an array of 2 where 16 are declared */
+    /* an array of 2 where 16 are declared */
+    raw[0] = 0x92;
+    raw[1] = 0x01;
+    raw[2] = 0x02;
     size_t n = encode_with(rt, "v", raw, 3, out);
     assert_int_equal(tr_msg_decode(rt, out, n, &d, why, sizeof(why)), TR_EDECODE);
     assert_non_null(strstr(why, "'v'"));
     assert_non_null(strstr(why, "expected array of 16 elements, got 2"));
-    raw[0] = 0xc4, raw[1] = 41; /* bin8 of 41 bytes: one more than the capacity */
+    /* bin8 of 41 bytes: one more than the capacity */
+    raw[0] = 0xc4;
+    raw[1] = 41;
     memset(raw + 2, 7, 41);
     n = encode_with(rt, "blob", raw, 43, out);
     assert_int_equal(tr_msg_decode(rt, out, n, &d, why, sizeof(why)), TR_EDECODE);
     assert_non_null(strstr(why, "byte string of 41 bytes, longer than its capacity (40)"));
-    raw[0] = 0xa3, memcpy(raw + 1, "abc", 3); /* a string where bytes are declared */
+    /* a string where bytes are declared */
+    raw[0] = 0xa3;
+    memcpy(raw + 1, "abc", 3);
     n = encode_with(rt, "blob", raw, 4, out);
     assert_int_equal(tr_msg_decode(rt, out, n, &d, why, sizeof(why)), TR_EDECODE);
     assert_non_null(strstr(why, "expected bin"));
