@@ -937,7 +937,9 @@ int tr__executor_spawn(tr_engine_t *eng, char *err, size_t errlen)
                          .supervisor = eng->supervisor,
                          .cleanup = executor_cleanup,
                          .lane_kind = TR_LANE_COMPUTE};
-    return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
+    int rc = tr_actor_spawn(eng->rt, executor_behaviour, x, &o, &eng->executor);
+    if (rc < 0) tr_pipe_model_stop(x->pipe); /* no cleanup will stop them */
+    return rc;
 }
 
 void tr__executor_free(tr_engine_t *eng)
