@@ -36,7 +36,7 @@
 
 typedef struct stage {
     /* fixed at spawn */
-    int s, S, M, kind, fault;
+    int s, S, M, fault;
     tr_pipe_exec_fn exec;
     tr_pipe_send_fn send_mem;
     void *user;
@@ -483,7 +483,6 @@ static int make_stage(tr_pipe_t *p, const tr_pipe_run_opts_t *o, int s, char *er
     *g = (stage_t){.s = s,
                    .S = p->S,
                    .M = p->M,
-                   .kind = o->kind,
                    .fault = fault && atoi(fault) == s && p->S > 1,
                    .exec = o->exec,
                    .send_mem = o->send_mem,
