@@ -9,8 +9,8 @@
  * One batch, as messages. tr_pipe_run sends each stage a PIPE_XFER of kind start (from the
  * last stage to the first: a stage's start is then queued before any transfer of the batch a
  * neighbour can send it; across ranks the stage passes its start on to its link) and waits
- * on the runner. A stage runs instructions until a receive
- * whose transfer has not arrived, and resumes when it does. A transfer that arrives early is
+ * on the runner. A stage runs instructions until a receive whose transfer has not arrived,
+ * and resumes when it does. A transfer that arrives early is
  * remembered (one bit per micro-batch and kind) until its instruction. Every transfer's
  * header is checked on arrival against the schedule: the kind the link carries, the sending
  * stage, this step, a micro-batch the stage still expects, the dtype and the element count.
