@@ -329,8 +329,9 @@ static void pipe_counted(struct tr__exec *x, const float *losses)
 }
 
 /* pipeline.stages > 1: once a step's micro-batches are queued they run through the stage
- * actors together (tr_pipe_model_run; this thread waits), then every layer's gradients go
- * out, as at a boundary without overlap. */
+ * actors together (tr_pipe_model_run: a start message to each stage; this thread waits for
+ * the stages' reports), then every layer's gradients go out, as at a boundary without
+ * overlap. */
 static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr__plan_t *e = x->eng;
@@ -353,7 +354,7 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     int across = tr_pipe_model_stage(x->pipe) >= 0 ? e->stages : 1;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale * across / M));
     tr_pipe_run_result_t r;
-    rc = tr_pipe_model_run(x->pipe, b, losses, step, e->mon, &r, why, sizeof(why));
+    rc = tr_pipe_model_run(x->pipe, b, losses, step, &r, why, sizeof(why));
     if (rc == 0) { /* DeepSpeed's timers: the batch's wall time, split as the stages' compute */
         uint64_t t1 = tr_now_ns(), all = r.forward_ms + r.backward_ms > 0 ? t1 - t0 : 0;
         uint64_t mid =
@@ -918,7 +919,8 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 }
 
 /* pipeline.stages > 1: the model cut by pipeline.partition into stages that run
- * pipeline.schedule; rank 0 says what each stage holds. */
+ * pipeline.schedule, spawned once as pinned actors of the engine's runtime; rank 0 says what
+ * each stage holds. */
 static int make_pipeline(struct tr__exec *x, const tr__plan_t *e, char *err, size_t errlen)
 {
     const tr_config_t *c = e->cfg;
@@ -931,8 +933,8 @@ static int make_pipeline(struct tr__exec *x, const tr__plan_t *e, char *err, siz
                                                                            : TR_PIPE_TRAIN_1F1B;
     int rc = bounds ? tr_pipe_partition(x->model, method, S, bounds, err, errlen) : TR_ENOMEM;
     if (rc == 0)
-        rc = tr_pipe_model_create(&x->pipe, x->model, bounds, S, kind, e->GAS, e->B, e->T,
-                                  e->world > 1 ? e->replicas : 0, err, errlen);
+        rc = tr_pipe_model_create(&x->pipe, e->rt, x->model, bounds, S, kind, e->GAS, e->B, e->T,
+                                  e->world > 1 ? e->replicas : 0, e->mon, err, errlen);
     for (int s = 0; rc == 0 && s < S && e->rank == 0; s++) {
         size_t params = 0;
         for (int i = bounds[s]; i < bounds[s + 1]; i++)
@@ -946,6 +948,14 @@ static int make_pipeline(struct tr__exec *x, const tr__plan_t *e, char *err, siz
     }
     free(bounds);
     return rc;
+}
+
+/* The executor has stopped: the stage actors it ran batches on stop too. */
+static void executor_cleanup(tr_ctx_t *ctx, int reason)
+{
+    (void)reason;
+    struct tr__exec *x = ctx->state;
+    tr_pipe_model_stop(x->pipe);
 }
 
 int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *val,
@@ -974,8 +984,11 @@ int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *
                          .pinned = 1,
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,
+                         .cleanup = executor_cleanup,
                          .lane_kind = TR_LANE_COMPUTE};
-    return tr_actor_spawn(eng->rt, executor_behaviour, x, &o, self);
+    int rc = tr_actor_spawn(eng->rt, executor_behaviour, x, &o, self);
+    if (rc < 0) tr_pipe_model_stop(x->pipe); /* no cleanup will stop them */
+    return rc;
 }
 
 void tr__executor_free(struct tr__exec *x)

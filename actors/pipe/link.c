@@ -1,5 +1,5 @@
-/* pipe_link.c: the actor that carries a pipeline stage's transfers to and from the stages on
- * other ranks (tr_pipe_run with across_ranks), through the comm layer's point-to-point
+/* link.c: the actor that carries a pipeline stage's transfers to and from the stages on
+ * other ranks (a pipeline with across_ranks, run.c), through the comm layer's point-to-point
  * operations (MPI_Isend / MPI_Irecv with the MPI backend).
  *
  * A transfer travels as its PIPE_XFER message in canonical msgpack (tr_msg_encode), so it means
@@ -16,8 +16,12 @@
  * each and hands it to the local stage, whose own header check runs as in one process. Sends
  * are started as the stage makes them and their frames freed when done. Completions come from the
  * backend's progress, which the link drives while anything is pending (COMM_POLL to itself,
- * sleeping a little longer after each poll that completed nothing, up to 256 us). The link stops
- * once the stage has ended, every send is done and every expected transfer has arrived.
+ * sleeping a little longer after each poll that completed nothing, up to 256 us). The link lives
+ * as long as the pipeline: each START begins a batch's transfers, and the link reports to the
+ * pipeline's runner (PIPE_DONE) once the stage has ended, every send is done and every
+ * expected transfer has arrived. A failure (its own, or an abort frame from another rank) is
+ * reported at once, and the local stage is told (an ABORT transfer) so that it stops waiting;
+ * the ranks' streams are then out of step, and the pipeline runs no more batches.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,15 +49,19 @@ typedef struct op {
 
 struct tr__pipe_link {
     tr_runtime_t *rt;
-    tr_actor_t self, stage;
+    tr_actor_t self, stage, runner;
     tr_comm_t *comm;
     int rank, world, me, stages, replicas; /* MPI's rank and world; this rank's stage */
     tr__pipe_link_area_t area[3];          /* by kind: where received tensors land */
     void *mem[3];
     uint64_t area_id[3];
-    int expect[3];  /* transfers of each kind still to arrive */
+    int expect0[3]; /* transfers of each kind a batch receives */
+    int expect[3];  /* transfers of each kind still to arrive in this batch */
     bool posted[3]; /* a receive of that kind is pending */
     bool ended;     /* the stage has run its last instruction */
+    bool reported;  /* the batch's PIPE_DONE is sent (or none is running) */
+    bool aborts_posted, stop_after;
+    unsigned long long batch;
     bool polling;
     int pending;
     op_t *ops;
@@ -74,6 +82,34 @@ static void done_cb(void *arg, uint64_t req, uint64_t tag, int rc)
     if (tr_actor_send(l->rt, l->self, m) < 0) tr_msg_free(l->rt, m);
 }
 
+/* The batch's report to the runner: done, or (l->rc) why not. Once per batch. */
+static void report(tr__pipe_link_t *l)
+{
+    if (l->reported) return;
+    l->reported = true;
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_PIPE_DONE);
+    if (m) {
+        *TR_MSG_AS(m, pipe_done) = (tr_msg_pipe_done_t){
+            .step = l->batch, .stage = (uint32_t)l->me, .link = 1, .rc = l->rc};
+        snprintf(TR_MSG_AS(m, pipe_done)->why, sizeof(TR_MSG_AS(m, pipe_done)->why), "%s",
+                 l->err);
+    }
+    if (!m || tr_actor_send(l->rt, l->runner, m) < 0) {
+        tr_msg_free(l->rt, m);
+        tr_runtime_shutdown(l->rt, "a pipeline link cannot report to its runner");
+    }
+    if (l->stop_after) tr_actor_stop(l->rt, l->self);
+}
+
+/* The local stage is told that the pipeline failed (it fails too, and stops waiting). */
+static void tell_stage(tr__pipe_link_t *l)
+{
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_PIPE_XFER);
+    if (!m) return;
+    *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = TR__PIPE_ABORT, .step = l->batch};
+    if (tr_actor_send(l->rt, l->stage, m) < 0) tr_msg_free(l->rt, m);
+}
+
 static int failed(tr__pipe_link_t *l, int rc, const char *what)
 {
     if (!l->rc) {
@@ -81,7 +117,8 @@ static int failed(tr__pipe_link_t *l, int rc, const char *what)
         snprintf(l->err, sizeof(l->err), "rank %d's pipeline link: %s: %s", l->rank, what,
                  l->comm && l->comm->error[0] ? l->comm->error : tr_strerror(rc));
     }
-    tr_runtime_shutdown(l->rt, "a pipeline link failed");
+    tell_stage(l);
+    report(l);
     return 0;
 }
 
@@ -238,16 +275,18 @@ static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
                                                    : deliver(ctx, l, o->kind, m);
 }
 
-static int maybe_stop(tr_ctx_t *ctx, tr__pipe_link_t *l)
+static int maybe_done(tr_ctx_t *ctx, tr__pipe_link_t *l)
 {
+    (void)ctx;
     if (l->ended && l->pending == 0 && l->expect[TR__PIPE_ACT] <= 0 &&
         l->expect[TR__PIPE_GRAD] <= 0)
-        return tr_actor_stop(ctx->rt, ctx->self);
+        report(l);
     return 0;
 }
 
 /* Sends the abort frame to the neighbours except `from` and waits (at most 2 s) until they
- * are out, then ends this rank's run. */
+ * are out, then ends this rank's batch: the stage is told when another rank failed (from >=
+ * 0; from -1: the stage itself failed and said so), and the runner gets the link's report. */
 static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
 {
     op_t out[2] = {{0}};
@@ -265,7 +304,12 @@ static int abort_all(tr_ctx_t *ctx, tr__pipe_link_t *l, int from)
         if (left <= 0) break;
         nanosleep(&(struct timespec){0, 100000}, NULL);
     }
-    tr_runtime_shutdown(ctx->rt, "the pipeline failed");
+    if (from >= 0) tell_stage(l);
+    if (!l->rc) { /* the local stage's failure explains the batch; the link is spent */
+        l->rc = TR_EFAILED;
+        snprintf(l->err, sizeof(l->err), "rank %d's stage failed", l->rank);
+    }
+    report(l);
     return 0;
 }
 
@@ -310,24 +354,51 @@ static int on_poll(tr_ctx_t *ctx, tr__pipe_link_t *l, uint32_t idle)
     return poll_soon(ctx, l, idle + 1 < 64 ? idle + 1 : 64);
 }
 
+/* A batch starts: its transfers are expected, the receives posted (the abort frames' once). A
+ * link that failed reports its failure again at once. */
+static void start(tr_ctx_t *ctx, tr__pipe_link_t *l, unsigned long long step)
+{
+    l->batch = step;
+    l->reported = false;
+    l->ended = false;
+    if (l->rc) {
+        tell_stage(l);
+        report(l);
+        return;
+    }
+    l->expect[TR__PIPE_ACT] = l->expect0[TR__PIPE_ACT];
+    l->expect[TR__PIPE_GRAD] = l->expect0[TR__PIPE_GRAD];
+    if (!l->aborts_posted) post_aborts(ctx, l);
+    l->aborts_posted = true;
+    post(ctx, l, TR__PIPE_ACT);
+    post(ctx, l, TR__PIPE_GRAD);
+}
+
 static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     tr__pipe_link_t *l = ctx->state;
     int rc = 0;
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, l, TR_MSG_AS(msg, comm_done));
     if (msg->type == TR_MSG_COMM_POLL) rc = on_poll(ctx, l, TR_MSG_AS(msg, comm_poll)->idle_polls);
+    if (msg->type == TR_MSG_STOP) { /* between batches at once, else after this one */
+        l->stop_after = true;
+        if (l->reported) return tr_actor_stop(ctx->rt, ctx->self);
+    }
     if (msg->type == TR_MSG_PIPE_XFER) {
         const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
+        if (t->kind == TR__PIPE_START) {
+            start(ctx, l, t->step);
+            return 0;
+        }
+        if (l->reported) return 0; /* a failed batch's late word from the stage */
         if (t->kind == TR__PIPE_END)
             l->ended = true;
         else if (t->kind == TR__PIPE_ABORT)
             rc = abort_all(ctx, l, -1);
-        else if (t->kind == TR__PIPE_START)
-            post_aborts(ctx, l), post(ctx, l, TR__PIPE_ACT), post(ctx, l, TR__PIPE_GRAD);
         else
             rc = send_out(ctx, l, msg);
     }
-    return rc < 0 ? rc : maybe_stop(ctx, l);
+    return rc < 0 ? rc : maybe_done(ctx, l);
 }
 
 int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_actor_t *out,
@@ -341,19 +412,22 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
     *l = (tr__pipe_link_t){
         .rt = rt,
         .stage = sp->stage_actor,
+        .runner = sp->runner,
+        .reported = true,
         .rank = sp->rank,
         .world = sp->world,
         .me = sp->stage,
         .stages = sp->stages,
         .replicas = sp->replicas > 0 ? sp->replicas : 1,
         .area = {[TR__PIPE_ACT] = sp->act, [TR__PIPE_GRAD] = sp->grad},
-        .expect = {[TR__PIPE_ACT] = sp->expect_act, [TR__PIPE_GRAD] = sp->expect_grad},
+        .expect0 = {[TR__PIPE_ACT] = sp->expect_act, [TR__PIPE_GRAD] = sp->expect_grad},
         .ops = l->ops};
     *state = l;
     char why[256] = "";
     int rc = tr_comm_create("mpi", sp->rank, sp->world, done_cb, l, &l->comm, why, sizeof(why));
     if (rc < 0) return snprintf(err, errlen, "pipeline across ranks: the MPI backend: %s", why), rc;
-    tr_actor_opts_t o = {.name = "pipe-link", .pinned = 1, .lane_kind = TR_LANE_COMM};
+    tr_actor_opts_t o = {
+        .name = "pipe-link", .pinned = 1, .defer_stop = 1, .lane_kind = TR_LANE_COMM};
     rc = tr_actor_spawn(rt, link_behaviour, l, &o, out);
     if (rc < 0) return snprintf(err, errlen, "pipeline link: spawn: %s", tr_strerror(rc)), rc;
     l->self = *out;
@@ -368,12 +442,6 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
             return snprintf(err, errlen, "pipeline link: registering: %s", tr_strerror(rc)), rc;
     }
     return 0;
-}
-
-const char *tr__pipe_link_error(const tr__pipe_link_t *l, int *rc)
-{
-    *rc = l ? l->rc : 0;
-    return l ? l->err : "";
 }
 
 void tr__pipe_link_free(tr__pipe_link_t *l)

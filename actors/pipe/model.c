@@ -1,5 +1,10 @@
-/* pipe_model.c: a model's batch run through a pipeline of stage actors, in one process or one
+/* model.c: a model's batch run through a pipeline of stage actors, in one process or one
  * stage per rank (troupe/pipeline.h, tr_pipe_model_*).
+ *
+ * Each stage owns its part: its layers and activation slots (a tr_model_stage_t), its two send
+ * areas, and what it reports (its losses and failures go to the pipeline's runner as messages,
+ * run.c); the stage actor's exec callback touches nothing else of the pipelined model, whose
+ * shared fields are fixed at creation (and the batch's inputs, set before a batch starts).
  *
  * What travels between stages, and where it waits. Stage s sends each forward's output from
  * its activation send area, slot micro-batch mod buffers(s): that slot is rewritten only by
@@ -8,11 +13,10 @@
  * input gradient is copied into s's gradient send area, slot mb mod buffers(s - 1): its next
  * writer, micro-batch mb + buffers(s - 1), is backwarded on s only after s - 1 has run the
  * forward of mb + buffers(s - 1), which waits for s - 1's backward of mb, which consumed the
- * gradient. The run registers the two areas and transfers carry references into them (across
- * ranks the link moves the bytes into slots it keeps the same way); no stage reads another's
- * memory except through a transfer.
+ * gradient. The stages register the two areas and transfers carry references into them
+ * (across ranks the link moves the bytes into slots it keeps the same way); no stage reads
+ * another's memory except through a transfer.
  */
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,21 +27,24 @@
 #include "base/errf.h"
 #include "troupe.h"
 
+/* One stage's own part (written by its actor only, during a batch). */
+typedef struct pstage {
+    tr_model_stage_t *st;
+    int buffers, prev_buffers; /* its schedule's slots, and the previous stage's */
+    float *acts;  /* buffers slots of its output, as sent (all but the last stage) */
+    float *grads; /* prev_buffers slots of its input gradient, as sent (all but the first) */
+} pstage_t;
+
 struct tr_pipe_model {
     tr_model_t *model;
     int S, M, kind, B, T;
     int replicas; /* 0: every stage here; >= 1: this rank's stage only, across ranks */
     int lo, hi;   /* the stages this process runs */
     int *bounds;
-    tr_model_stage_t **st;
-    int *buffers; /* each stage's schedule buffers (its slots) */
-    float **acts; /* acts[s]: buffers[s] slots of stage s's output, as sent (s < S - 1) */
-    float **grads; /* grads[s]: buffers[s - 1] slots of stage s's input gradient (s > 0) */
-    /* the batch being run */
-    const tr_batch_t *batches;
-    float *losses;
-    atomic_int failed; /* the stage whose failure why explains (-1: none) */
-    char why[512];     /* the first failing stage's reason */
+    pstage_t *stage;
+    unsigned long long *links; /* each link's elements */
+    tr_pipe_t *pipe;
+    const tr_batch_t *batches; /* the batch being run: the caller's, read by the stages */
 };
 
 static int check_bounds(const tr_model_t *model, const int *b, int S, char *err, size_t len)
@@ -62,21 +69,53 @@ static int check_bounds(const tr_model_t *model, const int *b, int S, char *err,
 /* Stage s's slots, send areas and layers. */
 static int make_stage(tr_pipe_model_t *pm, int s, char *err, size_t errlen)
 {
-    int rc = tr_model_stage_create(&pm->st[s], pm->model, pm->bounds[s], pm->bounds[s + 1] - 1,
-                                   pm->buffers[s], pm->B, pm->T, err, errlen);
+    pstage_t *g = &pm->stage[s];
+    int rc = tr_model_stage_create(&g->st, pm->model, pm->bounds[s], pm->bounds[s + 1] - 1,
+                                   g->buffers, pm->B, pm->T, err, errlen);
     if (rc < 0) return rc;
-    size_t out = tr_model_stage_output_floats(pm->st[s]);
-    size_t in = tr_model_stage_input_floats(pm->st[s]);
-    if (s + 1 < pm->S && !(pm->acts[s] = malloc((size_t)pm->buffers[s] * out * sizeof(float))))
+    size_t out = tr_model_stage_output_floats(g->st);
+    size_t in = tr_model_stage_input_floats(g->st);
+    if (s + 1 < pm->S && !(g->acts = malloc((size_t)g->buffers * out * sizeof(float))))
         return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
-    if (s > 0 && !(pm->grads[s] = malloc((size_t)pm->buffers[s - 1] * in * sizeof(float))))
+    if (s > 0 && !(g->grads = malloc((size_t)g->prev_buffers * in * sizeof(float))))
         return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     return 0;
 }
 
-int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bounds, int stages,
-                         int kind, int micro_batches, int B, int T, int replicas, char *err,
-                         size_t errlen)
+/* tr_pipe_run's callbacks, on stage s's thread; each touches stage s's part only. */
+static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in,
+                tr_pipe_report_t *rep);
+static void *send_mem(void *user, int s, const tr_pipe_instr_t *x, void **area, size_t *bytes);
+
+/* The stages' pipeline, spawned on rt. */
+static int make_pipe(tr_pipe_model_t *pm, tr_runtime_t *rt, tr_monitor_t *monitor, char *err,
+                     size_t errlen)
+{
+    pm->links = calloc((size_t)pm->S, sizeof(*pm->links));
+    if (!pm->links) return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    for (int s = 0; s + 1 < pm->S; s++) { /* the boundary's width */
+        const tr_layer_t *last = tr_model_layer(pm->model, pm->bounds[s + 1] - 1);
+        pm->links[s] = (unsigned long long)pm->B * (unsigned long long)pm->T *
+                       (unsigned long long)last->out_dim;
+    }
+    tr_pipe_run_opts_t o = {.kind = pm->kind,
+                            .stages = pm->S,
+                            .micro_batches = pm->M,
+                            .exec = exec,
+                            .send_mem = send_mem,
+                            .user = pm,
+                            .link_elements = 1,
+                            .links = pm->links,
+                            .link_dtype = TR_DTYPE_F32,
+                            .monitor = monitor,
+                            .across_ranks = pm->replicas > 0,
+                            .replicas = pm->replicas};
+    return tr_pipe_create(&pm->pipe, rt, &o, err, errlen);
+}
+
+int tr_pipe_model_create(tr_pipe_model_t **out, tr_runtime_t *rt, tr_model_t *model,
+                         const int *bounds, int stages, int kind, int micro_batches, int B, int T,
+                         int replicas, tr_monitor_t *monitor, char *err, size_t errlen)
 {
     *out = NULL;
     int rc = model && bounds ? check_bounds(model, bounds, stages, err, errlen)
@@ -103,131 +142,121 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bo
                             .lo = replicas > 0 ? me : 0,
                             .hi = replicas > 0 ? me + 1 : stages};
     pm->bounds = malloc((size_t)(stages + 1) * sizeof(int));
-    pm->st = calloc((size_t)stages, sizeof(*pm->st));
-    pm->buffers = calloc((size_t)stages, sizeof(int));
-    pm->acts = calloc((size_t)stages, sizeof(float *));
-    pm->grads = calloc((size_t)stages, sizeof(float *));
-    rc = pm->bounds && pm->st && pm->buffers && pm->acts && pm->grads
-             ? 0
-             : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    pm->stage = calloc((size_t)stages, sizeof(*pm->stage));
+    rc = pm->bounds && pm->stage ? 0 : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     if (!rc) memcpy(pm->bounds, bounds, (size_t)(stages + 1) * sizeof(int));
-    for (int s = 0; rc == 0 && s < stages; s++)
-        if ((rc = pm->buffers[s] =
-                 tr__pipe_stage_buffers(kind, micro_batches, stages, s, err, errlen)) > 0)
+    for (int s = 0; rc == 0 && s < stages; s++) {
+        rc = tr__pipe_stage_buffers(kind, micro_batches, stages, s, err, errlen);
+        if (rc > 0) {
+            pm->stage[s].buffers = rc;
+            if (s + 1 < stages) pm->stage[s + 1].prev_buffers = rc;
             rc = 0;
+        }
+    }
     for (int s = pm->lo; rc == 0 && s < pm->hi; s++)
         rc = make_stage(pm, s, err, errlen);
-    if (rc < 0) {
+    if (rc == 0) rc = make_pipe(pm, rt, monitor, err, errlen);
+    if (rc < 0 && !pm->pipe) { /* no actor holds it yet */
         tr_pipe_model_destroy(pm);
         return rc;
     }
-    *out = pm;
-    return 0;
+    *out = pm; /* a failed spawn: the actors made stop with the runtime; destroy after */
+    return rc;
+}
+
+void tr_pipe_model_stop(tr_pipe_model_t *pm)
+{
+    if (pm) tr_pipe_stop(pm->pipe);
 }
 
 void tr_pipe_model_destroy(tr_pipe_model_t *pm)
 {
     if (!pm) return;
-    for (int s = 0; s < pm->S; s++) {
-        if (pm->st) tr_model_stage_destroy(pm->st[s]);
-        if (pm->acts) free(pm->acts[s]);
-        if (pm->grads) free(pm->grads[s]);
+    tr_pipe_destroy(pm->pipe);
+    for (int s = 0; pm->stage && s < pm->S; s++) {
+        tr_model_stage_destroy(pm->stage[s].st);
+        free(pm->stage[s].acts);
+        free(pm->stage[s].grads);
     }
-    free(pm->st), free(pm->acts), free(pm->grads), free(pm->buffers), free(pm->bounds);
+    free(pm->stage);
+    free(pm->links);
+    free(pm->bounds);
     free(pm);
 }
 
-static int forward(tr_pipe_model_t *pm, int s, int mb, const float *in)
+static int forward(const tr_pipe_model_t *pm, pstage_t *g, int s, int mb, const float *in,
+                   tr_pipe_report_t *rep)
 {
-    float loss = 0;
-    int rc = tr_model_stage_forward(pm->st[s], mb % pm->buffers[s], &pm->batches[mb], in, &loss);
-    if (rc == 0 && s == pm->S - 1) pm->losses[mb] = loss;
+    int slot = mb % g->buffers;
+    int rc = tr_model_stage_forward(g->st, slot, &pm->batches[mb], in, &rep->loss);
+    rep->has_loss = rc == 0 && s == pm->S - 1;
     if (rc == 0 && s + 1 < pm->S) { /* the output, into its send slot */
-        size_t n = tr_model_stage_output_floats(pm->st[s]);
-        memcpy(pm->acts[s] + (size_t)(mb % pm->buffers[s]) * n,
-               tr_model_stage_output(pm->st[s], mb % pm->buffers[s]), n * sizeof(float));
+        size_t n = tr_model_stage_output_floats(g->st);
+        memcpy(g->acts + (size_t)slot * n, tr_model_stage_output(g->st, slot), n * sizeof(float));
     }
     return rc;
 }
 
-static int backward(tr_pipe_model_t *pm, int s, int mb, const float *dout, bool split)
+static int backward(pstage_t *g, int s, int mb, const float *dout, bool split)
 {
     const float *din;
-    int slot = mb % pm->buffers[s];
-    int rc = split ? tr_model_stage_backward_input(pm->st[s], slot, dout, &din)
-                   : tr_model_stage_backward(pm->st[s], slot, dout, &din);
+    int slot = mb % g->buffers;
+    int rc = split ? tr_model_stage_backward_input(g->st, slot, dout, &din)
+                   : tr_model_stage_backward(g->st, slot, dout, &din);
     if (rc == 0 && s > 0) { /* the input gradient, into its send slot */
-        size_t n = tr_model_stage_input_floats(pm->st[s]);
-        memcpy(pm->grads[s] + (size_t)(mb % pm->buffers[s - 1]) * n, din, n * sizeof(float));
+        size_t n = tr_model_stage_input_floats(g->st);
+        memcpy(g->grads + (size_t)(mb % g->prev_buffers) * n, din, n * sizeof(float));
     }
     return rc;
 }
 
-/* tr_pipe_run's callbacks, on stage s's thread: its compute, which writes only its own slots,
- * send areas and its layers' gradients (ReduceTiedGrads waits for the end of the batch)... */
-static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in)
+/* Stage s's compute, which writes only its own slots, send areas and its layers' gradients
+ * (ReduceTiedGrads waits for the end of the batch); its loss and failure go into rep, which
+ * the stage actor sends to the runner. */
+static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in,
+                tr_pipe_report_t *rep)
 {
-    tr_pipe_model_t *pm = user;
+    const tr_pipe_model_t *pm = user;
+    pstage_t *g = &pm->stage[s];
     int rc = 0;
-    if (x->op == TR_PIPE_FORWARD) rc = forward(pm, s, x->micro_batch, in);
+    if (x->op == TR_PIPE_FORWARD) rc = forward(pm, g, s, x->micro_batch, in, rep);
     if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT)
-        rc = backward(pm, s, x->micro_batch, in, x->op == TR_PIPE_BACKWARD_INPUT);
+        rc = backward(g, s, x->micro_batch, in, x->op == TR_PIPE_BACKWARD_INPUT);
     if (x->op == TR_PIPE_BACKWARD_WEIGHT)
-        rc = tr_model_stage_backward_weight(pm->st[s], x->micro_batch % pm->buffers[s]);
-    int none = -1; /* one failing stage stops the others: the first one's reason is kept */
-    if (rc < 0 && atomic_compare_exchange_strong(&pm->failed, &none, s))
-        snprintf(pm->why, sizeof(pm->why), "stage %d (layers %d to %d): %s", s, pm->bounds[s],
-                 pm->bounds[s + 1] - 1, tr_model_stage_error(pm->st[s]));
+        rc = tr_model_stage_backward_weight(g->st, x->micro_batch % g->buffers);
+    if (rc < 0)
+        snprintf(rep->why, sizeof(rep->why), "stage %d (layers %d to %d): %s", s, pm->bounds[s],
+                 pm->bounds[s + 1] - 1, tr_model_stage_error(g->st));
     return rc;
 }
 
-/* ... and the slot a send sends. */
+/* The slot a send sends, in stage s's send area for its kind. */
 static void *send_mem(void *user, int s, const tr_pipe_instr_t *x, void **area, size_t *bytes)
 {
-    tr_pipe_model_t *pm = user;
+    const tr_pipe_model_t *pm = user;
+    const pstage_t *g = &pm->stage[s];
     bool act = x->op == TR_PIPE_SEND_ACTIVATION;
-    int slots = act ? pm->buffers[s] : pm->buffers[s - 1];
-    size_t n =
-        act ? tr_model_stage_output_floats(pm->st[s]) : tr_model_stage_input_floats(pm->st[s]);
-    float *a = act ? pm->acts[s] : pm->grads[s];
-    *area = a, *bytes = (size_t)slots * n * sizeof(float);
+    int slots = act ? g->buffers : g->prev_buffers;
+    size_t n = act ? tr_model_stage_output_floats(g->st) : tr_model_stage_input_floats(g->st);
+    float *a = act ? g->acts : g->grads;
+    *area = a;
+    *bytes = (size_t)slots * n * sizeof(float);
     return a + (size_t)(x->micro_batch % slots) * n;
 }
 
 int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
-                      unsigned long long step, struct tr_monitor *monitor,
-                      tr_pipe_run_result_t *result, char *err, size_t errlen)
+                      unsigned long long step, tr_pipe_run_result_t *result, char *err,
+                      size_t errlen)
 {
-    pm->batches = batches;
-    pm->losses = losses;
-    pm->why[0] = '\0';
-    atomic_store(&pm->failed, -1);
-    unsigned long long links[4096];
-    for (int s = 0; s + 1 < pm->S && s < 4096; s++) /* the boundary's width */
-        links[s] = (unsigned long long)pm->B * (unsigned long long)pm->T *
-                   (unsigned long long)tr_model_layer(pm->model, pm->bounds[s + 1] - 1)->out_dim;
-    tr_pipe_run_opts_t o = {.kind = pm->kind,
-                            .stages = pm->S,
-                            .micro_batches = pm->M,
-                            .exec = exec,
-                            .send_mem = send_mem,
-                            .user = pm,
-                            .link_elements = 1,
-                            .links = links,
-                            .link_dtype = TR_DTYPE_F32,
-                            .step = step,
-                            .monitor = monitor,
-                            .across_ranks = pm->replicas > 0,
-                            .replicas = pm->replicas};
+    pm->batches = batches; /* published to the stages by their start messages */
     tr_pipe_run_result_t r;
-    int rc = tr_pipe_run(&o, &r, err, errlen);
-    if (rc < 0 && atomic_load(&pm->failed) >= 0) tr__errf(err, errlen, rc, "pipeline: %s", pm->why);
+    int rc = tr_pipe_run(pm->pipe, step, losses, &r, err, errlen);
     for (int s = pm->lo; s < pm->hi; s++) /* ReduceTiedGrads, now that no stage is in backward;
                                            * a failed batch's tied parts are dropped */
         if (rc == 0)
-            tr_model_stage_reduce_tied(pm->st[s]);
+            tr_model_stage_reduce_tied(pm->stage[s].st);
         else
-            tr_model_stage_zero_tied(pm->st[s]);
+            tr_model_stage_zero_tied(pm->stage[s].st);
     if (rc == 0 && result) *result = r;
     return rc;
 }

@@ -16,7 +16,8 @@
  * The model is L layers (default 4 per stage) cut evenly into S stages. Each layer costs X ms
  * forward and 2X backward, and zb's split halves cost X each (input gradient, weight
  * gradient): a sleep, not a spin, so S stages show the schedule's shape on a two-core laptop
- * without competing for the cores. Each stage is an actor on its own thread; activations and
+ * without competing for the cores. Each stage is an actor on its own thread, spawned once per
+ * schedule in the demo's runtime and sent one message per batch; activations and
  * gradients travel between neighbours as messages whose headers are checked on arrival. For
  * each schedule it runs N batches (default 3) and prints the median bubble, 1 - busy / (S x
  * makespan), beside theory's (S - 1) / (M + S - 1). With --trace DIR the timeline (one lane
@@ -51,10 +52,12 @@ static int sleep_ms(double ms)
 }
 
 /* A stage's layers [s L / S, (s + 1) L / S): their synthetic cost for instruction x. */
-static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in)
+static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in,
+                tr_pipe_report_t *rep)
 {
     const demo_t *d = user;
     (void)in; /* a synthetic run: headers only */
+    (void)rep;
     int layers = (stage + 1) * d->layers / d->stages - stage * d->layers / d->stages;
     double per = x->op == TR_PIPE_FORWARD           ? 1
                  : x->op == TR_PIPE_BACKWARD        ? 2
@@ -70,29 +73,43 @@ static int cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* N batches of one schedule on S stage actors, spawned once in a runtime of the demo's. */
 static int run_kind(const demo_t *d, int kind, const char *name, tr_monitor_t *mon)
 {
     double bubble[64], make[64], theory = 0;
     char err[1024];
-    for (int i = 0; i < d->batches; i++) {
-        tr_pipe_run_opts_t o = {.kind = kind,
-                                .stages = d->stages,
-                                .micro_batches = d->micro_batches,
-                                .exec = exec,
-                                .user = (void *)d,
-                                .link_elements = 1,
-                                .link_dtype = TR_DTYPE_F32,
-                                .step = (unsigned long long)i,
-                                .monitor = mon,
-                                .across_ranks = d->across};
+    tr_pipe_run_opts_t o = {.kind = kind,
+                            .stages = d->stages,
+                            .micro_batches = d->micro_batches,
+                            .exec = exec,
+                            .user = (void *)d,
+                            .link_elements = 1,
+                            .link_dtype = TR_DTYPE_F32,
+                            .monitor = mon,
+                            .across_ranks = d->across};
+    tr_runtime_t *rt;
+    tr_pipe_t *p = NULL;
+    int rc = tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1});
+    if (rc < 0) {
+        fprintf(stderr, "pipeline_demo: cannot start a runtime: %s\n", tr_strerror(rc));
+        return 1;
+    }
+    rc = tr_pipe_create(&p, rt, &o, err, sizeof(err));
+    for (int i = 0; rc == 0 && i < d->batches; i++) {
         tr_pipe_run_result_t r;
-        if (tr_pipe_run(&o, &r, err, sizeof(err)) < 0) {
-            fprintf(stderr, "pipeline_demo: %s\n", err);
-            return 1;
-        }
+        rc = tr_pipe_run(p, (unsigned long long)i, NULL, &r, err, sizeof(err));
+        if (rc < 0) break;
         bubble[i] = r.bubble;
         make[i] = r.makespan_ms;
         theory = r.theory;
+    }
+    tr_runtime_shutdown(rt, "pipeline demo: batches done");
+    tr_runtime_run(rt);
+    tr_runtime_close(rt);
+    tr_pipe_destroy(p);
+    if (rc < 0) {
+        fprintf(stderr, "pipeline_demo: %s\n", err);
+        return 1;
     }
     qsort(bubble, (size_t)d->batches, sizeof(double), cmp);
     qsort(make, (size_t)d->batches, sizeof(double), cmp);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "troupe/model.h"
+#include "troupe/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,31 +109,47 @@ int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
 
 /* --- running a schedule ------------------------------------------------------------------
  *
- * tr_pipe_run executes the S stages' schedules for one batch on S actors, each pinned to its
- * own thread (so a stage's compute never waits for another's), in a runtime of its own. A
- * send is a PIPE_XFER message to the neighbour stage; it carries its header (kind, step,
- * micro-batch, stages, dtype, elements), which the receiver checks against what its schedule
- * expects, so a mismatch is an error naming both stages instead of a hang. A receive waits for
- * its message; an early one waits in the stage until its instruction. Every other instruction
- * is the caller's exec callback, on the stage's thread. */
+ * tr_pipe_create spawns the S stages of a schedule as pinned actors of the caller's runtime
+ * (each on its own thread, so a stage's compute never waits for another's), once; the
+ * pipeline then runs batch after batch with tr_pipe_run. A batch is a PIPE_XFER of kind start
+ * to each stage. A send is a PIPE_XFER message to the neighbour stage; it carries its header
+ * (kind, step, micro-batch, stages, dtype, elements), which the receiver checks against what
+ * its schedule expects, so a mismatch is an error naming both stages instead of a hang. A
+ * receive waits for its message; an early one waits in the stage until its instruction.
+ * Every other instruction is the caller's exec callback, on the stage's thread. Each stage
+ * reports its losses (PIPE_LOSS) and its end, timings or failure (PIPE_DONE) to the
+ * pipeline's runner actor, which assembles the batch's result from those messages alone. */
 
 struct tr_monitor;
+
+/* What an instruction reports besides its code: a forward on the last stage sets loss and
+ * has_loss (the micro-batch's loss comes back in tr_pipe_run's losses); a failing one may
+ * explain itself in why (then the run's error is that text, else one naming the stage, the
+ * instruction and the code). */
+typedef struct tr_pipe_report {
+    float loss;
+    int has_loss;
+    char why[400];
+} tr_pipe_report_t;
 
 /* Runs instruction x on stage `stage` (its thread): compute, a load, the step's collectives.
  * `in` is the tensor the stage received for x's micro-batch when x is a ForwardPass (the
  * previous stage's activation) or a BackwardPass / BackwardInput (the next stage's gradient);
  * NULL otherwise, on the first stage's forward, the last stage's backward, and in a run
- * without send_mem. It stays valid until the instruction returns. 0, or a negative TR_E*
- * code, which stops the run (the error names the stage and x). */
-typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x, const void *in);
+ * without send_mem. It stays valid until the instruction returns. rep starts zeroed. 0, or a
+ * negative TR_E* code, which stops the batch (the error names the stage and x). A callback
+ * touches only what belongs to its stage. */
+typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x, const void *in,
+                               tr_pipe_report_t *rep);
 
 /* The tensor stage `stage` sends in instruction x (a SendActivation or a SendGrad): its
  * address, which lies in the stage's send area for that kind of send (*area, *area_bytes, the
- * same for every send of the kind). The run registers each area in its buffer registry once,
- * and the transfer carries a reference into it (across ranks, the link sends the bytes). The
- * bytes must stay unchanged until the receiver's compute of that micro-batch has run: the
- * schedule guarantees it for a slot of the sender's buffers (an activation: micro-batch mod
- * the sender's buffers) or of the receiver's (a gradient: mod the previous stage's). */
+ * same for every send of the kind). The stage registers each area in the runtime's buffer
+ * registry once, and the transfer carries a reference into it (across ranks, the link sends
+ * the bytes). The bytes must stay unchanged until the receiver's compute of that micro-batch
+ * has run: the schedule guarantees it for a slot of the sender's buffers (an activation:
+ * micro-batch mod the sender's buffers) or of the receiver's (a gradient: mod the previous
+ * stage's). */
 typedef void *(*tr_pipe_send_fn)(void *user, int stage, const tr_pipe_instr_t *x, void **area,
                                  size_t *area_bytes);
 
@@ -142,12 +159,12 @@ typedef struct tr_pipe_run_opts {
     void *user;
     unsigned long long link_elements; /* elements of each activation and gradient sent */
     const unsigned long long *links;  /* or, per link s (stages s and s + 1), its elements
-                                       * (S - 1 of them; NULL: link_elements for all) */
+                                       * (S - 1 of them; NULL: link_elements for all); copied */
     int link_dtype;                   /* their tr_dtype_t */
     tr_pipe_send_fn send_mem;         /* the tensors sent (NULL: headers only, a synthetic run
                                        * whose stages exchange no data) */
-    unsigned long long step;          /* the batch's number, carried by every transfer */
-    struct tr_monitor *monitor;       /* traces each stage as a lane (NULL: none); borrowed */
+    struct tr_monitor *monitor;       /* traces each stage's compute on the stage actor's own
+                                       * lane (NULL: none); borrowed */
     int across_ranks;                 /* 1: the job's ranks are the stages (from the MPI launcher's
                                        * environment): this process runs its own stage and its transfers go
                                        * over MPI point to point; the result is its stage's */
@@ -168,15 +185,38 @@ typedef struct tr_pipe_run_result {
     double forward_ms, backward_ms; /* compute in forwards and in backwards (both parts) */
 } tr_pipe_run_result_t;
 
-/* Runs one batch. TR_EINVAL with err for bad options; the first stage's failure (a callback's
- * code, a transfer whose header does not match, naming both stages) otherwise. For tests,
- * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. The caller's thread. */
-int tr_pipe_run(const tr_pipe_run_opts_t *o, tr_pipe_run_result_t *out, char *err, size_t errlen);
+/* A pipeline: its stage actors, spawned once, and its runner. */
+typedef struct tr_pipe tr_pipe_t;
+
+/* Spawns the stages (across ranks: this rank's stage and its link to the other ranks) and
+ * the runner on rt, as actors named "stage<s>", "pipe-link" and "pipe-runner" (so one pipeline
+ * per runtime). TR_EINVAL with err for bad options (*out NULL); a spawn's error (*out is set
+ * all the same, and rt is shut down: the actors made so far stop with it). Free with
+ * tr_pipe_destroy after the runtime has closed (the actors stop with it, or tr_pipe_stop). For tests,
+ * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. Any thread. */
+int tr_pipe_create(tr_pipe_t **out, tr_runtime_t *rt, const tr_pipe_run_opts_t *o, char *err,
+                   size_t errlen);
+void tr_pipe_destroy(tr_pipe_t *p);
+
+/* Asks the pipeline's actors to stop (each after the batch in progress, if any), as
+ * tr_runtime_shutdown would, for a runtime that goes on without them. NULL does nothing. Any
+ * thread. */
+void tr_pipe_stop(tr_pipe_t *p);
+
+/* Runs one batch, numbered step (carried by every transfer), and waits for it: losses (M of
+ * them; may be NULL) get the last stage's PIPE_LOSS values, out its timing. The first
+ * stage's failure (a callback's code, a transfer whose header does not match, naming both
+ * stages) otherwise; the stages are then ready for the next batch (across ranks a failed
+ * pipeline runs no more: TR_EFAILED). A thread that is not one of rt's workers (the caller's,
+ * or a pinned actor's), one batch at a time. */
+int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_run_result_t *out,
+                char *err, size_t errlen);
 
 /* --- a model trained through a pipeline, in one process or across ranks ---------------------
  *
  * tr_pipe_model cuts a model (troupe/model.h) into S stages at the given layer bounds, each with
- * its schedule's activation slots, and runs a batch of M micro-batches through tr_pipe_run: a
+ * its schedule's activation slots, spawns them once as a pipeline's stage actors on the
+ * caller's runtime (tr_pipe_create), and runs a batch of M micro-batches through tr_pipe_run: a
  * stage's output and a backward's input gradient are copied into the stage's send slots, which
  * the schedule keeps until the neighbour has used them, and travel as references into them
  * (across ranks, as bytes). The gradients accumulate into the model's buffer as M
@@ -191,22 +231,26 @@ typedef struct tr_pipe_model tr_pipe_model_t;
 /* bounds[0] = 0 < bounds[1] < ... < bounds[S] = the model's layers: stage s holds layers
  * [bounds[s], bounds[s + 1]). replicas 0: every stage runs in this process; >= 1: across
  * ranks (tr_pipe_run_opts_t.replicas): this process makes and runs its rank's stage only, and
- * the world must be stages x replicas. TR_EINVAL with err for bad bounds, shapes or world;
- * TR_ENOMEM. */
-int tr_pipe_model_create(tr_pipe_model_t **out, tr_model_t *model, const int *bounds, int stages,
-                         int kind, int micro_batches, int B, int T, int replicas, char *err,
-                         size_t errlen);
+ * the world must be stages x replicas. The stage actors are spawned on rt, their compute
+ * traced on monitor (may be NULL); destroy after rt has closed. TR_EINVAL with err for bad
+ * bounds, shapes or world; TR_ENOMEM; a spawn's error. */
+int tr_pipe_model_create(tr_pipe_model_t **out, tr_runtime_t *rt, tr_model_t *model,
+                         const int *bounds, int stages, int kind, int micro_batches, int B, int T,
+                         int replicas, struct tr_monitor *monitor, char *err, size_t errlen);
 void tr_pipe_model_destroy(tr_pipe_model_t *pm);
+/* tr_pipe_stop for its stage actors. NULL does nothing. Any thread. */
+void tr_pipe_model_stop(tr_pipe_model_t *pm);
 
 /* Across ranks: the stage this process runs; -1 in one process (every stage). */
 int tr_pipe_model_stage(const tr_pipe_model_t *pm);
 
 /* One batch: micro-batch i is batches[i] (tokens or x for the first stage, targets for the
- * last); losses[i] gets its loss. Gradients accumulate (zero them before, as for the model).
+ * last; read by the stages until it returns); losses[i] gets its loss (across ranks, on the
+ * last stage's ranks only). Gradients accumulate (zero them before, as for the model).
  * result (may be NULL) gets the run's timing and bubble. Errors name the stage and layer. */
 int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
-                      unsigned long long step, struct tr_monitor *monitor,
-                      tr_pipe_run_result_t *result, char *err, size_t errlen);
+                      unsigned long long step, tr_pipe_run_result_t *result, char *err,
+                      size_t errlen);
 
 /* DeepSpeed's partition methods over the model's layers into S stages, as bounds (S + 1
  * ints): "uniform" (layer counts), "parameters" (parameter counts, balanced: the largest

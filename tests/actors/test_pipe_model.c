@@ -89,6 +89,21 @@ static void reference(tr_model_t *m, const data_t *d, float *losses)
     }
 }
 
+/* The runtime the stage actors live in, and its end (before tr_pipe_model_destroy). */
+static tr_runtime_t *rt_new(void)
+{
+    tr_runtime_t *rt;
+    if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1})) fail_msg("runtime");
+    return rt;
+}
+
+static void rt_end(tr_runtime_t *rt)
+{
+    tr_runtime_shutdown(rt, "test over");
+    tr_runtime_run(rt);
+    tr_runtime_close(rt);
+}
+
 static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, int kind,
                     const char *method, int ckpt)
 {
@@ -102,11 +117,14 @@ static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, i
     if (tr_pipe_partition(pip, method, S, bounds, err, sizeof(err))) fail_msg("%s", err);
     tr_model_set_checkpoint_interval(pip, ckpt); /* the stages checkpoint every ckpt layers */
     tr_pipe_model_t *pm;
-    if (tr_pipe_model_create(&pm, pip, bounds, S, kind, NM, NB, NT, 0, err, sizeof(err)))
+    tr_runtime_t *rt = rt_new();
+    if (tr_pipe_model_create(&pm, rt, pip, bounds, S, kind, NM, NB, NT, 0, NULL, err,
+                             sizeof(err)))
         fail_msg("%s", err);
     tr_model_zero_grad(pip);
     tr_pipe_run_result_t r;
-    if (tr_pipe_model_run(pm, d->b, got, 0, NULL, &r, err, sizeof(err))) fail_msg("%s", err);
+    if (tr_pipe_model_run(pm, d->b, got, 0, &r, err, sizeof(err))) fail_msg("%s", err);
+    rt_end(rt);
     assert_memory_equal(got, want, sizeof(want));
     size_t n = tr_model_num_params(ref), same = 0;
     const float *a = tr_model_grads(ref), *g = tr_model_grads(pip);
@@ -242,24 +260,26 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     int bounds[] = {0, 3, 6};
     char err[1024];
     tr_pipe_model_t *pm;
-    assert_int_equal(tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT, 0,
-                                          err, sizeof(err)),
+    tr_runtime_t *rt = rt_new();
+    assert_int_equal(tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT,
+                                          0, NULL, err, sizeof(err)),
                      TR_EINVAL);
     assert_non_null(strstr(err, "training schedules"));
-    if (tr_pipe_model_create(&pm, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, 0, err,
-                             sizeof(err)))
+    if (tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, 0, NULL,
+                             err, sizeof(err)))
         fail_msg("%s", err);
     int saved = d->tokens[2][5];
     d->tokens[2][5] = 63; /* the embedding's table has 64 rows, the vocabulary 60 */
     tr_model_zero_grad(pip);
-    int rc = tr_pipe_model_run(pm, d->b, got, 0, NULL, NULL, err, sizeof(err));
+    int rc = tr_pipe_model_run(pm, d->b, got, 0, NULL, err, sizeof(err));
     printf("failed batch: %d: %s\n", rc, err);
     assert_true(rc < 0);
     assert_non_null(strstr(err, "stage 0 (layers 0 to 2)"));
     assert_non_null(strstr(err, "embed"));
     d->tokens[2][5] = saved;
     tr_model_zero_grad(pip);
-    if (tr_pipe_model_run(pm, d->b, got, 1, NULL, NULL, err, sizeof(err))) fail_msg("%s", err);
+    if (tr_pipe_model_run(pm, d->b, got, 1, NULL, err, sizeof(err))) fail_msg("%s", err);
+    rt_end(rt);
     assert_memory_equal(got, want, sizeof(want));
     size_t n = tr_model_num_params(ref);
     double diff = 0, norm = 0;
@@ -332,7 +352,8 @@ static void test_partition_methods(void **state)
     int bad[] = {0, 3, 3, 6};
     tr_pipe_model_t *pm;
     assert_int_equal(
-        tr_pipe_model_create(&pm, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, 0, err, sizeof(err)),
+        tr_pipe_model_create(&pm, NULL, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, 0, NULL, err,
+                             sizeof(err)),
         TR_EINVAL);
     assert_non_null(strstr(err, "stage 1 holds layers [3, 3): none"));
     tr_model_destroy(m);

@@ -1,7 +1,7 @@
-/* Pipeline stages across ranks (tr_pipe_run with across_ranks, under mpirun with one rank per
+/* Pipeline stages across ranks (tr_pipe_create with across_ranks, under mpirun with one rank per
  * stage; on 4 ranks, 2 stages x 2 replicas): each rank runs its own stage, transfers and their
  * tensors cross over MPI through the comm layer, and every stage runs every compute instruction
- * once, for 1F1B and zb, batch after batch, each receiving exactly the tensor its neighbour
+ * once, for 1F1B and zb, batch after batch on the same stage actor and link, each receiving exactly the tensor its neighbour
  * (in its own replica) computed for that micro-batch and step; with compute that takes time
  * each stage's idle share is reported. With TROUPE_FAULT_PIPE_STAGE=0
  * (argument "fault") rank 0 sends one element too many and rank 1 reports the mismatch naming
@@ -51,9 +51,11 @@ static void tensors(rec_t *r, int s, int mb, const float *in, int sign)
         out[i] = value(r, s, mb, i, sign);
 }
 
-static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in)
+static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in,
+                tr_pipe_report_t *rep)
 {
     rec_t *r = user;
+    (void)rep;
     if (x->op == TR_PIPE_FORWARD)
         r->fwd[x->micro_batch]++, tensors(r, stage, x->micro_batch, in, 1), usleep(2000);
     if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT)
@@ -72,12 +74,11 @@ static void *send_mem(void *user, int stage, const tr_pipe_instr_t *x, void **ar
     return act ? r->acts[x->micro_batch] : r->grads[x->micro_batch];
 }
 
-static int run(int kind, int S, int D, unsigned long long step, char *err, size_t len,
-               tr_pipe_run_result_t *res, rec_t *r)
+/* This rank's stage of an S x D pipeline of `kind`, spawned on rt. */
+static int make(tr_runtime_t *rt, int kind, int S, int D, rec_t *r, tr_pipe_t **p, char *err,
+                size_t len)
 {
-    memset(r->fwd, 0, sizeof(r->fwd)), memset(r->bwd, 0, sizeof(r->bwd));
-    memset(r->weight, 0, sizeof(r->weight));
-    r->S = S, r->step = step;
+    r->S = S;
     tr_pipe_run_opts_t o = {.kind = kind,
                             .stages = S,
                             .micro_batches = M,
@@ -86,10 +87,26 @@ static int run(int kind, int S, int D, unsigned long long step, char *err, size_
                             .user = r,
                             .link_elements = N,
                             .link_dtype = TR_DTYPE_F32,
-                            .step = step,
                             .across_ranks = 1,
                             .replicas = D};
-    return tr_pipe_run(&o, res, err, len);
+    return tr_pipe_create(p, rt, &o, err, len);
+}
+
+static int run(tr_pipe_t *p, unsigned long long step, char *err, size_t len,
+               tr_pipe_run_result_t *res, rec_t *r)
+{
+    memset(r->fwd, 0, sizeof(r->fwd)), memset(r->bwd, 0, sizeof(r->bwd));
+    memset(r->weight, 0, sizeof(r->weight));
+    r->step = step;
+    return tr_pipe_run(p, step, NULL, res, err, len);
+}
+
+static void end(tr_runtime_t *rt, tr_pipe_t *p)
+{
+    tr_runtime_shutdown(rt, "test over");
+    tr_runtime_run(rt);
+    tr_runtime_close(rt);
+    tr_pipe_destroy(p);
 }
 
 int main(int argc, char **argv)
@@ -101,20 +118,31 @@ int main(int argc, char **argv)
     tr_pipe_run_result_t res;
     static rec_t r;
     r.replica = rank % D;
+    tr_runtime_t *rt;
+    tr_pipe_t *p = NULL;
+    if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1})) return 1;
     if (argc > 1 && !strcmp(argv[1], "fault")) {
         setenv("TROUPE_FAULT_PIPE_STAGE", "0", 1);
-        int rc = run(TR_PIPE_TRAIN_1F1B, S, D, 0, err, sizeof(err), &res, &r);
+        int rc = make(rt, TR_PIPE_TRAIN_1F1B, S, D, &r, &p, err, sizeof(err));
+        if (rc == 0) rc = run(p, 0, err, sizeof(err), &res, &r);
         printf("fault: rank %d: %d: %s\n", rank, rc, rc ? err : "");
         fflush(stdout);
         int named = rc == TR_EMISMATCH && strstr(err, "stage 1 received from stage 0") &&
                     strstr(err, "another element count");
         printf("fault: rank %d: %s\n", rank, named ? "reported" : "NOT REPORTED");
         fflush(stdout);
+        end(rt, p);
         return 1; /* a failed rank exits non-zero, which ends the MPI job (rank 0 waits on) */
     }
-    for (int kind = TR_PIPE_TRAIN_1F1B; kind <= TR_PIPE_TRAIN_ZB; kind += 2)
+    tr_runtime_close(rt);
+    for (int kind = TR_PIPE_TRAIN_1F1B; kind <= TR_PIPE_TRAIN_ZB; kind += 2) {
+        if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1})) return 1;
+        if (make(rt, kind, S, D, &r, &p, err, sizeof(err))) {
+            printf("rank %d: %s\n", rank, err);
+            return 1;
+        }
         for (unsigned long long step = 0; step < 3; step++) {
-            if (run(kind, S, D, step, err, sizeof(err), &res, &r)) {
+            if (run(p, step, err, sizeof(err), &res, &r)) {
                 printf("rank %d: %s\n", rank, err);
                 return 1;
             }
@@ -132,6 +160,8 @@ int main(int argc, char **argv)
                        rank, rank / D, S, rank % D, D, kind == TR_PIPE_TRAIN_ZB ? "zb" : "1f1b",
                        res.bubble, res.makespan_ms);
         }
+        end(rt, p);
+    }
     printf("rank %d: ok\n", rank);
     return 0;
 }
