@@ -232,7 +232,9 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
                         c->tag);
-    snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
+    if (tr__path_join(c->tagdir, sizeof(c->tagdir), c->dir, c->tag))
+        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir,
+                        c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
     int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
@@ -469,7 +471,8 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
         snprintf(c->tag, sizeof(c->tag), "%s", r->tag);
     else
         rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
-    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
+    if (!rc && tr__path_join(tagdir, sizeof(tagdir), c->dir, c->tag))
+        rc = tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir, c->tag);
     if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
         rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of memory");
     if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));
