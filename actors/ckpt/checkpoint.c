@@ -20,7 +20,7 @@
  *     the same then, so the others write none);
  *   each rank reports how its part went (WRITTEN) to its executor, which learns every rank's
  *     from values it adds to all-reduces every rank makes anyway (a step's loss, a wait's
- *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; save_track.h);
+ *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; actors/exec/save_track.h);
  *   once every rank's files are durable, rank 0's executor asks for latest (LATEST): rank 0
  *     removes the temporary files killed saves left (no rank is writing now) and writes it,
  *     and the ranks learn how that went the same way; tr_engine_wait_checkpoint returns the
@@ -362,7 +362,8 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
         }
     }
     /* The call returns either way: a failure here is this rank's part of the save failing,
-     * which the ranks learn together (save_track.h) and tr_engine_wait_checkpoint returns. */
+     * which the ranks learn together (actors/exec/save_track.h) and tr_engine_wait_checkpoint
+     * returns. */
     tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
     if (rc < 0) report(ctx, c, rc);
 }

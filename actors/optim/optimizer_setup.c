@@ -123,7 +123,7 @@ static int partition(tr__optim_t *o)
 {
     const tr__plan_t *e = o->eng;
     size_t n = e->n_params;
-    o->lo = e->optim_slice.lo; /* the plan's (setup_check.c) */
+    o->lo = e->optim_slice.lo; /* the plan's (actors/engine/setup_check.c) */
     o->hi = e->optim_slice.hi;
     o->partitioned = e->optim_slice.partitioned;
     o->slice = n;
