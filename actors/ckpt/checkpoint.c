@@ -20,7 +20,7 @@
  *     the same then, so the others write none);
  *   each rank reports how its part went (WRITTEN) to its executor, which learns every rank's
  *     from values it adds to all-reduces every rank makes anyway (a step's loss, a wait's
- *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; save_track.h);
+ *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; actors/exec/save_track.h);
  *   once every rank's files are durable, rank 0's executor asks for latest (LATEST): rank 0
  *     removes the temporary files killed saves left (no rank is writing now) and writes it,
  *     and the ranks learn how that went the same way; tr_engine_wait_checkpoint returns the
@@ -232,7 +232,9 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
                         c->tag);
-    snprintf(c->tagdir, sizeof(c->tagdir), "%s/%s", c->dir, c->tag);
+    if (tr__path_join(c->tagdir, sizeof(c->tagdir), c->dir, c->tag))
+        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir,
+                        c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
     int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
@@ -360,7 +362,8 @@ static void save(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_st
         }
     }
     /* The call returns either way: a failure here is this rank's part of the save failing,
-     * which the ranks learn together (save_track.h) and tr_engine_wait_checkpoint returns. */
+     * which the ranks learn together (actors/exec/save_track.h) and tr_engine_wait_checkpoint
+     * returns. */
     tr__reply(c->eng, 0, &(tr__reply_t){.global_step = c->step}, NULL);
     if (rc < 0) report(ctx, c, rc);
 }
@@ -469,7 +472,8 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
         snprintf(c->tag, sizeof(c->tag), "%s", r->tag);
     else
         rc = tr__ckpt_latest_read(c->dir, c->tag, sizeof(c->tag), c->err, sizeof(c->err));
-    snprintf(tagdir, sizeof(tagdir), "%s/%s", c->dir, c->tag);
+    if (!rc && tr__path_join(tagdir, sizeof(tagdir), c->dir, c->tag))
+        rc = tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir, c->tag);
     if (!rc && !(c->restoring = calloc(1, sizeof(*c->restoring))))
         rc = tr__errf(c->err, sizeof(c->err), TR_ENOMEM, "out of memory");
     if (!rc) rc = tr__ckpt_tag_read(c->eng, tagdir, c->restoring, c->err, sizeof(c->err));

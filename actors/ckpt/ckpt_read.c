@@ -24,6 +24,7 @@
 
 #include "actors/ckpt/checkpoint.h"
 #include "base/errf.h"
+#include "base/file.h"
 #include "runtime/msg/mpack.h"
 
 uint64_t tr__ckpt_config_hash(const char *json)
@@ -251,7 +252,8 @@ static int read_part(const tr__plan_t *e, const char *tagdir, const tr__ckpt_tag
                      part_t *p, char *err, size_t errlen)
 {
     snprintf(p->name, sizeof(p->name), "optim_states_rank%d.trck", k);
-    snprintf(p->path, sizeof(p->path), "%s/%s", tagdir, p->name);
+    if (tr__path_join(p->path, sizeof(p->path), tagdir, p->name))
+        return tr__errf(err, errlen, TR_EINVAL, "%s/%s: path too long", tagdir, p->name);
     tr_ckpt_file_t f;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);

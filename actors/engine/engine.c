@@ -278,8 +278,7 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
     err[0] = '\0';
     *out = NULL;
     if (!o || !o->model) {
-        snprintf(err, errlen, "engine: no model");
-        return TR_EINVAL;
+        return tr__errf(err, errlen, TR_EINVAL, "engine: no model");
     }
     tr_engine_t *eng = calloc(1, sizeof(*eng));
     if (eng) eng->plan.client = tr__client_create();

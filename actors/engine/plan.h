@@ -93,10 +93,10 @@ typedef struct tr__optim_slice {
     bool partitioned;
 } tr__optim_slice_t;
 
-/* The optimizer's state offloaded to NVMe (swapper.c): this rank's partition [lo, hi) is cut
- * into n_groups sub-groups of `group` elements (the last may be shorter). Sub-group g's
- * moment arrays lie in a swap buffer as n_arrays arrays of `group` floats each (m, then v,
- * then vmax), followed by the swapper's trailer; `slot_bytes` is a buffer's size and a
+/* The optimizer's state offloaded to NVMe (actors/optim/swapper.c): this rank's partition
+ * [lo, hi) is cut into n_groups sub-groups of `group` elements (the last may be shorter).
+ * Sub-group g's moment arrays lie in a swap buffer as n_arrays arrays of `group` floats each
+ * (m, then v, then vmax), followed by the swapper's trailer; `slot_bytes` is a buffer's size and a
  * sub-group's slot in the swap file. The optimizer steps a sub-group in one of the n_bufs
  * registered buffers buf_ids[] (owner: the swapper), which it names in SWAP messages. */
 #define TR__MAX_SWAP_BUFS 64

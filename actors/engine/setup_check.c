@@ -193,7 +193,8 @@ static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
 }
 
 /* bf16 mixed precision: the model's products on bf16 copies of its weights (made again after
- * every step, executor.c); said once per process where the CPU only emulates them. */
+ * every step, actors/exec/executor.c); said once per process where the CPU only emulates
+ * them. */
 static int set_precision(tr_engine_t *eng, char *err, size_t errlen)
 {
     static atomic_flag warned = ATOMIC_FLAG_INIT;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "troupe/error.h"
 #include "troupe/log.h"
 
@@ -22,10 +23,13 @@ void tr__save_begin(tr__save_track_t *t, const char *dir, const char *tag, uint6
     t->why[0] = '\0';
     t->step = step;
     snprintf(t->dir, sizeof(t->dir), "%s", dir);
-    if (tag && tag[0])
-        snprintf(t->where, sizeof(t->where), "%s/%s", dir, tag);
-    else
-        snprintf(t->where, sizeof(t->where), "%s/global_step%llu", dir, (unsigned long long)step);
+    char step_tag[40];
+    snprintf(step_tag, sizeof(step_tag), "global_step%llu", (unsigned long long)step);
+    const char *name = tag && tag[0] ? tag : step_tag;
+    /* A request's dir (4095 bytes at most) and tag (255) always fit; a longer pair is marked,
+     * not cut silently (the messages show 300 bytes of it). */
+    if (tr__path_join(t->where, sizeof(t->where), dir, name))
+        snprintf(t->where, sizeof(t->where), "%.300s/%.60s (path too long)", dir, name);
 }
 
 void tr__save_reported(tr__save_track_t *t, int rc, const char *why)

@@ -238,9 +238,9 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
 static int step(tr__optim_t *o, tr_msg_step_done_t *d)
 {
     if (o->type == TR_OPTIMIZER_NONE) {
-        snprintf(d->error, sizeof(d->error), "optimizer: step requested but the config has no "
-                 "\"optimizer\" section (%s)", o->eng->cfg->source);
-        return TR_ECONFIG;
+        return tr__errf(d->error, sizeof(d->error), TR_ECONFIG,
+                        "optimizer: step requested but the config has no "
+                        "\"optimizer\" section (%s)", o->eng->cfg->source);
     }
     double scale = loss_scale(o);
     bool overflow = !isfinite(o->sumsq);
@@ -249,19 +249,17 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     if (o->fp16) {
         int rc = tr_loss_scaler_update(&o->scaler, overflow, &skip);
         if (rc < 0) {
-            snprintf(d->error, sizeof(d->error), "optimizer: step %llu: %s",
-                     (unsigned long long)o->global_steps, o->scaler.message);
-            return rc;
+            return tr__errf(d->error, sizeof(d->error), rc, "optimizer: step %llu: %s",
+                            (unsigned long long)o->global_steps, o->scaler.message);
         }
     } else if (overflow) {
         char where[256];
         name_nonfinite(o, where, sizeof(where));
-        snprintf(d->error, sizeof(d->error),
-                 "optimizer: step %llu: %s; without fp16 loss scaling to skip the step, training "
-                 "stops before the parameters are corrupted (a learning rate too high, or "
-                 "non-finite weights or inputs)",
-                 (unsigned long long)o->global_steps, where);
-        return TR_ENONFINITE;
+        return tr__errf(d->error, sizeof(d->error), TR_ENONFINITE,
+                        "optimizer: step %llu: %s; without fp16 loss scaling to skip the step, "
+                        "training stops before the parameters are corrupted (a learning rate too "
+                        "high, or non-finite weights or inputs)",
+                        (unsigned long long)o->global_steps, where);
     }
     o->global_steps++;
     if (skip) {
@@ -279,9 +277,9 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     d->lr = current_lr(o);
     apply_momentum(o);
     if (update(o, (float)d->lr, mul) < 0) {
-        snprintf(d->error, sizeof(d->error), "optimizer: step %llu: out of memory for Lamb's "
-                 "norms", (unsigned long long)o->global_steps);
-        return TR_ENOMEM;
+        return tr__errf(d->error, sizeof(d->error), TR_ENOMEM,
+                        "optimizer: step %llu: out of memory for Lamb's norms",
+                        (unsigned long long)o->global_steps);
     }
     if (o->has_schedule) o->sched_steps++;
     return 0;

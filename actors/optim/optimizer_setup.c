@@ -12,6 +12,7 @@
 #include <msgpack.h>
 
 #include "actors/optim/optimizer_internal.h"
+#include "base/errf.h"
 #include "runtime/msg/mpack.h"
 
 /* --- set-up from the config ------------------------------------------------------------ */
@@ -123,7 +124,7 @@ static int partition(tr__optim_t *o)
 {
     const tr__plan_t *e = o->eng;
     size_t n = e->n_params;
-    o->lo = e->optim_slice.lo; /* the plan's (setup_check.c) */
+    o->lo = e->optim_slice.lo; /* the plan's (actors/engine/setup_check.c) */
     o->hi = e->optim_slice.hi;
     o->partitioned = e->optim_slice.partitioned;
     o->slice = n;
@@ -218,8 +219,7 @@ int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *
         schedule_from_config(o, c);
         char why[256];
         if (tr_lr_schedule_check(&o->sched, why, sizeof(why)) < 0) {
-            snprintf(err, errlen, "%s: scheduler: %s", c->source, why);
-            return TR_ECONFIG;
+            return tr__errf(err, errlen, TR_ECONFIG, "%s: scheduler: %s", c->source, why);
         }
     }
     o->fp16 = c->fp16.enabled;
@@ -227,11 +227,12 @@ int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *
     o->n_arrays = eng->n_arrays;
     o->swaps = eng->swaps;
     if (o->swaps && o->runs_as == TR_OPTIMIZER_LAMB) {
-        snprintf(err, errlen, "%s: zero_optimization.offload_optimizer.device \"nvme\" with a "
-                 "Lamb optimizer: Lamb needs each whole tensor's norms before it updates any of "
-                 "it, which the sub-group pipeline does not do yet; use Adam, AdamW, SGD or "
-                 "Lion, or keep the state in memory (device \"cpu\" or \"none\")", c->source);
-        return TR_ECONFIG;
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: zero_optimization.offload_optimizer.device \"nvme\" with a Lamb "
+                        "optimizer: Lamb needs each whole tensor's norms before it updates any of "
+                        "it, which the sub-group pipeline does not do yet; use Adam, AdamW, SGD or "
+                        "Lion, or keep the state in memory (device \"cpu\" or \"none\")",
+                        c->source);
     }
     int rc0 = partition(o);
     if (rc0 < 0) return rc0;
@@ -311,8 +312,8 @@ static int get_num(const msgpack_object *map, const char *key, double *out, char
     else if (v && (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32))
         *out = v->via.f64;
     else {
-        snprintf(err, errlen, "optimizer state: field '%s': missing or not a number", key);
-        return TR_EFORMAT;
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "optimizer state: field '%s': missing or not a number", key);
     }
     return 0;
 }
@@ -331,15 +332,13 @@ int tr__optimizer_state_unpack(tr__optim_t *o, const void *objv, char *err, size
         return TR_EFORMAT;
     const msgpack_object *it = tr__mp_field(obj, "scaler_iters");
     if (!it || it->type != MSGPACK_OBJECT_ARRAY || it->via.array.size != 2) {
-        snprintf(err, errlen, "optimizer state: field 'scaler_iters': expected 2 integers");
-        return TR_EFORMAT;
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "optimizer state: field 'scaler_iters': expected 2 integers");
     }
     if ((int)type != o->type) {
-        snprintf(err, errlen,
-                 "optimizer state: saved with optimizer type %d, the config now "
-                 "asks for type %d",
-                 (int)type, o->type);
-        return TR_EMISMATCH;
+        return tr__errf(err, errlen, TR_EMISMATCH,
+                        "optimizer state: saved with optimizer type %d, the config now "
+                        "asks for type %d", (int)type, o->type);
     }
     o->st.step = (int64_t)step;
     o->st.beta1_pow = b1p;

@@ -85,19 +85,20 @@ static int read_group(struct tr__swapper *w, uint64_t g, void *buf, char *why, s
     w->bytes_read += w->lay.slot_bytes;
     const trailer_t *t = trailer_of(w, buf);
     if (memcmp(t->magic, MAGIC, sizeof(MAGIC)) || t->group != g || t->payload != w->payload) {
-        snprintf(why, len, "%s: sub-group %llu at offset %llu: the slot's trailer (at offset "
-                 "%llu) does not describe this sub-group: the swap file was changed or damaged "
-                 "outside troupe", w->path, (unsigned long long)g, (unsigned long long)at,
-                 (unsigned long long)(at + w->lay.slot_bytes - TRAILER_BYTES));
-        return TR_EFORMAT;
+        return tr__errf(why, len, TR_EFORMAT,
+                        "%s: sub-group %llu at offset %llu: the slot's trailer (at offset %llu) "
+                        "does not describe this sub-group: the swap file was changed or damaged "
+                        "outside troupe",
+                        w->path, (unsigned long long)g, (unsigned long long)at,
+                        (unsigned long long)(at + w->lay.slot_bytes - TRAILER_BYTES));
     }
     uint32_t crc = tr__crc32c(0, buf, w->payload);
     if (crc != t->crc) {
-        snprintf(why, len, "%s: sub-group %llu at offset %llu (%zu bytes): CRC32C mismatch "
-                 "(stored %08x, read %08x): the swap file was changed or damaged outside "
-                 "troupe", w->path, (unsigned long long)g, (unsigned long long)at, w->payload,
-                 t->crc, crc);
-        return TR_EFORMAT;
+        return tr__errf(why, len, TR_EFORMAT,
+                        "%s: sub-group %llu at offset %llu (%zu bytes): CRC32C mismatch "
+                        "(stored %08x, read %08x): the swap file was changed or damaged outside "
+                        "troupe", w->path, (unsigned long long)g, (unsigned long long)at,
+                        w->payload, t->crc, crc);
     }
     return 0;
 }

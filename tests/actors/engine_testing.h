@@ -29,7 +29,9 @@ static inline tr_config_t *test_config(const char *json, const char *source)
 static inline int test_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
                                  int *targets, float *y)
 {
-    (void)user, (void)tokens, (void)y;
+    (void)user;
+    (void)tokens;
+    (void)y;
     for (int i = 0; i < B * T; i++) {
         uint64_t s = index * (uint64_t)(B * T) + (uint64_t)i;
         for (int k = 0; k < TEST_XD; k++)

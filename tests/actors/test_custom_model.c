@@ -74,7 +74,8 @@ static double linear_ref(const tr_layer_t *l, const double *p, const double *in,
 static double tanh_ref(const tr_layer_t *l, const double *p, const double *in, const double *y,
                        size_t N, double *out)
 {
-    (void)p, (void)y;
+    (void)p;
+    (void)y;
     for (size_t i = 0; i < N * (size_t)l->in_dim; i++)
         out[i] = tanh(in[i]);
     return 0;
@@ -85,7 +86,8 @@ static double mse_ref(const tr_layer_t *l, const double *p, const double *in, co
 {
     size_t n = N * (size_t)l->in_dim;
     double s = 0;
-    (void)p, (void)out;
+    (void)p;
+    (void)out;
     for (size_t i = 0; i < n; i++)
         s += (in[i] - y[i]) * (in[i] - y[i]);
     return s / (double)n;
@@ -131,20 +133,31 @@ static double central_difference(layer_check_t *k, double *x, size_t i)
 static double check_layer(tr_layer_t *l, ref_forward ref, int B, int T, float loss_scale)
 {
     layer_check_t k = {.l = l, .ref = ref, .N = (size_t)B * T, .loss_scale = loss_scale};
-    k.n_in = k.N * (size_t)l->in_dim, k.n_out = k.N * (size_t)l->out_dim, k.n_p = l->param_count;
+    k.n_in = k.N * (size_t)l->in_dim;
+    k.n_out = k.N * (size_t)l->out_dim;
+    k.n_p = l->param_count;
     size_t n_acts = l->ops->act_size(l, B, T), n_y = k.N * (size_t)l->y_dim;
     float *params = calloc(k.n_p + 1, 4), *grads = calloc(k.n_p + 1, 4), *in = calloc(k.n_in, 4);
     float *din = calloc(k.n_in, 4), *acts = calloc(n_acts, 4), *dout = calloc(k.n_out, 4);
     float *y = calloc(n_y + 1, 4);
-    k.p = calloc(k.n_p + 1, 8), k.in = calloc(k.n_in, 8), k.y = calloc(n_y + 1, 8);
-    k.w = calloc(k.n_out, 8), k.tmp = calloc(k.n_out, 8);
+    k.p = calloc(k.n_p + 1, 8);
+    k.in = calloc(k.n_in, 8);
+    k.y = calloc(n_y + 1, 8);
+    k.w = calloc(k.n_out, 8);
+    k.tmp = calloc(k.n_out, 8);
     uint64_t rng = 7;
     if (l->ops->init) l->ops->init(l, params, &rng);
     tr_rng_fill_normal(&rng, in, k.n_in, 1.0f);
     tr_rng_fill_normal(&rng, y, n_y, 1.0f);
     tr_rng_fill_normal(&rng, dout, k.n_out, 1.0f);
-    for (size_t i = 0; i < k.n_p; i++) grads[i] = 0.25f, k.p[i] = params[i];
-    for (size_t i = 0; i < k.n_in; i++) din[i] = 0.25f, k.in[i] = in[i];
+    for (size_t i = 0; i < k.n_p; i++) {
+        grads[i] = 0.25f;
+        k.p[i] = params[i];
+    }
+    for (size_t i = 0; i < k.n_in; i++) {
+        din[i] = 0.25f;
+        k.in[i] = in[i];
+    }
     for (size_t i = 0; i < n_y; i++) k.y[i] = y[i];
     for (size_t i = 0; i < k.n_out; i++) k.w[i] = dout[i];
     tr_layer_ctx_t c = {.B = B, .T = T, .y = l->is_loss ? y : NULL, .y_dim = l->y_dim,
@@ -170,8 +183,18 @@ static double check_layer(tr_layer_t *l, ref_forward ref, int B, int T, float lo
                      is_p ? "param" : "in", j, g, fd);
         worst = fmax(worst, fabs(g - fd));
     }
-    free(params), free(grads), free(in), free(din), free(acts), free(dout), free(y);
-    free(k.p), free(k.in), free(k.y), free(k.w), free(k.tmp);
+    free(params);
+    free(grads);
+    free(in);
+    free(din);
+    free(acts);
+    free(dout);
+    free(y);
+    free(k.p);
+    free(k.in);
+    free(k.y);
+    free(k.w);
+    free(k.tmp);
     if (l->ops->destroy) l->ops->destroy(l);
     free(l); /* never given to a model: ours to free */
     return worst;
@@ -278,7 +301,8 @@ static void test_custom_model_gradient_matches_finite_differences(void **state)
     }
     printf("model: %zu parameters, largest |backward - central difference| %.2g in double, "
            "%.2g in float (h 1e-2, bound 1e-3 + 2e-2 |fd|)\n", n, worst, worst_f);
-    free(g), free(pd);
+    free(g);
+    free(pd);
     tr_model_destroy(m);
 }
 
@@ -358,7 +382,8 @@ static void own_loop(tr_engine_t *eng, int B, uint64_t first, int micro_batches)
             tr_engine_step(eng, NULL))
             fail_msg("micro-batch %d: %s", i, tr_engine_error(eng));
     }
-    free(x), free(y);
+    free(x);
+    free(y);
 }
 
 static void test_custom_model_val_mse_falls_with_both_loops(void **state)

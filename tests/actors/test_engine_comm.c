@@ -62,7 +62,8 @@ static int d_progress(tr_comm_t *c)
             c->done(c->done_arg, d->req[i], d->tag[i], 0);
             continue;
         }
-        d->req[keep] = d->req[i], d->tag[keep] = d->tag[i];
+        d->req[keep] = d->req[i];
+        d->tag[keep] = d->tag[i];
         d->polls_left[keep++] = d->polls_left[i];
     }
     return d->n = keep;
@@ -79,7 +80,8 @@ static const tr_comm_ops_t deferred_ops = {
 
 static int deferred_create(tr_comm_t *c, char *why, size_t whylen)
 {
-    (void)why, (void)whylen;
+    (void)why;
+    (void)whylen;
     if (!(c->impl = calloc(1, sizeof(deferred_t)))) return TR_ENOMEM;
     c->ops = &deferred_ops;
     return 0;

@@ -31,7 +31,8 @@ static uint64_t mix(uint64_t x)
 
 static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
 {
-    (void)user, (void)tokens;
+    (void)user;
+    (void)tokens;
     for (int b = 0; b < B * T; b++) {
         uint64_t s = index * (uint64_t)B + (uint64_t)b;
         float best = -1e30f;
@@ -145,7 +146,8 @@ static void test_engine_config_no_decay_tensors_are_not_decayed(void **state)
         }
     }
     tr_model_destroy(m);
-    free(after[0]), free(after[1]);
+    free(after[0]);
+    free(after[1]);
 }
 
 /* Adam with amsgrad trains, keeps a third state array, and differs from plain Adam. */
@@ -173,7 +175,8 @@ static void test_engine_config_amsgrad_is_applied(void **state)
     size_t n = (size_t)(XD * 16 + 16 + 16 * CLASSES + CLASSES);
     (void)widths;
     assert_true(memcmp(after[0], after[1], n * sizeof(float)) != 0);
-    free(after[0]), free(after[1]);
+    free(after[0]);
+    free(after[1]);
 }
 
 /* Lion's first step from zero momentum moves every parameter by exactly lr (or not at all

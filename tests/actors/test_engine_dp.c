@@ -361,7 +361,8 @@ static tr_model_t *spike_model(int rank, int at)
     tr_layer_t *layers[4] = {0};
     spike_t *s = calloc(1, sizeof(*s));
     layers[1] = calloc(1, sizeof(tr_layer_t));
-    assert_non_null(s), assert_non_null(layers[1]);
+    assert_non_null(s);
+    assert_non_null(layers[1]);
     *s = (spike_t){.rank = rank, .at = at};
     assert_int_equal(tr_layer_init(layers[1], &spike_ops, "spike", 16, 16, s), 0);
     assert_int_equal(tr_layer_add_param(layers[1], "gain", 1, (int64_t[]){16}), 0);
@@ -404,7 +405,9 @@ static void test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere(void
     tr_step_stats_t st;
     for (int i = 0; i < STEPS; i++) {
         if (tr_engine_train_batch(eng, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(eng));
-        hash[i] = params_hash(eng), skipped[i] = st.skipped, scale[i] = st.loss_scale;
+        hash[i] = params_hash(eng);
+        skipped[i] = st.skipped;
+        scale[i] = st.loss_scale;
     }
     tr_engine_destroy(eng);
     tr_config_destroy(cfg);

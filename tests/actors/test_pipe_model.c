@@ -229,7 +229,9 @@ static void split_equals_whole(tr_model_t *(*make)(void), int floats, int first,
            "the whole backward's\n",
            first, last, L, nonzero);
     for (int way = 0; way < 2; way++) {
-        free(din[way][0]), free(din[way][1]), free(grads[way]);
+        free(din[way][0]);
+        free(din[way][1]);
+        free(grads[way]);
         tr_model_stage_destroy(st[way]);
     }
     tr_model_stage_destroy(head);
@@ -285,7 +287,8 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     double diff = 0, norm = 0;
     for (size_t i = 0; i < n; i++) {
         double a = tr_model_grads(ref)[i], g = tr_model_grads(pip)[i];
-        diff += (a - g) * (a - g), norm += a * a;
+        diff += (a - g) * (a - g);
+        norm += a * a;
     }
     printf("after the failed batch: relative L2 difference %.2g\n", sqrt(diff / norm));
     assert_true(sqrt(diff / norm) < 1e-6);

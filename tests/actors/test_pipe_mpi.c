@@ -56,12 +56,20 @@ static int exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in,
 {
     rec_t *r = user;
     (void)rep;
-    if (x->op == TR_PIPE_FORWARD)
-        r->fwd[x->micro_batch]++, tensors(r, stage, x->micro_batch, in, 1), usleep(2000);
-    if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT)
-        r->bwd[x->micro_batch]++, tensors(r, stage, x->micro_batch, in, -1),
-            usleep(x->op == TR_PIPE_BACKWARD ? 4000 : 2000);
-    if (x->op == TR_PIPE_BACKWARD_WEIGHT) r->weight[x->micro_batch]++, usleep(2000);
+    if (x->op == TR_PIPE_FORWARD) {
+        r->fwd[x->micro_batch]++;
+        tensors(r, stage, x->micro_batch, in, 1);
+        usleep(2000);
+    }
+    if (x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT) {
+        r->bwd[x->micro_batch]++;
+        tensors(r, stage, x->micro_batch, in, -1);
+        usleep(x->op == TR_PIPE_BACKWARD ? 4000 : 2000);
+    }
+    if (x->op == TR_PIPE_BACKWARD_WEIGHT) {
+        r->weight[x->micro_batch]++;
+        usleep(2000);
+    }
     return 0;
 }
 
@@ -70,7 +78,8 @@ static void *send_mem(void *user, int stage, const tr_pipe_instr_t *x, void **ar
     rec_t *r = user;
     (void)stage;
     bool act = x->op == TR_PIPE_SEND_ACTIVATION;
-    *area = act ? (void *)r->acts : (void *)r->grads, *bytes = sizeof(r->acts);
+    *area = act ? (void *)r->acts : (void *)r->grads;
+    *bytes = sizeof(r->acts);
     return act ? r->acts[x->micro_batch] : r->grads[x->micro_batch];
 }
 
@@ -95,7 +104,8 @@ static int make(tr_runtime_t *rt, int kind, int S, int D, rec_t *r, tr_pipe_t **
 static int run(tr_pipe_t *p, unsigned long long step, char *err, size_t len,
                tr_pipe_run_result_t *res, rec_t *r)
 {
-    memset(r->fwd, 0, sizeof(r->fwd)), memset(r->bwd, 0, sizeof(r->bwd));
+    memset(r->fwd, 0, sizeof(r->fwd));
+    memset(r->bwd, 0, sizeof(r->bwd));
     memset(r->weight, 0, sizeof(r->weight));
     r->step = step;
     return tr_pipe_run(p, step, NULL, res, err, len);

@@ -128,7 +128,8 @@ static void test_failing_instruction_stops_every_stage(void **state)
 {
     (void)state;
     record_t *r = calloc(1, sizeof(*r));
-    r->fail_stage = 1, r->fail_mb = 2;
+    r->fail_stage = 1;
+    r->fail_mb = 2;
     char err[1024];
     int rc = run(r, TR_PIPE_TRAIN_ZB, 3, err, sizeof(err));
     printf("failure: %s\n", err);
@@ -138,7 +139,9 @@ static void test_failing_instruction_stops_every_stage(void **state)
     free(r);
     /* with compute that takes time, the stages the failure stopped are not blamed */
     r = calloc(1, sizeof(*r));
-    r->fail_stage = 2, r->fail_mb = 1, r->compute_us = 2000;
+    r->fail_stage = 2;
+    r->fail_mb = 1;
+    r->compute_us = 2000;
     rc = run(r, TR_PIPE_TRAIN_1F1B, 3, err, sizeof(err));
     printf("failure with compute: %s\n", err);
     assert_int_equal(rc, TR_EIO);

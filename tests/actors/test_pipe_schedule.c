@@ -57,8 +57,11 @@ static void once_each(const int *mbs, int n, int M, const char *what)
 static void buffers_not_reused_while_live(const tr_pipe_schedule_t *p, int M)
 {
     int first[MAX_M], last[MAX_M], buf[MAX_M], pos = 0, n;
-    for (int i = 0; i < M; i++)
-        first[i] = -1, last[i] = -1, buf[i] = -1;
+    for (int i = 0; i < M; i++) {
+        first[i] = -1;
+        last[i] = -1;
+        buf[i] = -1;
+    }
     for (int step = 0; step < tr_pipe_schedule_steps(p); step++) {
         const tr_pipe_instr_t *x = tr_pipe_schedule_step(p, step, &n);
         for (int i = 0; i < n; i++, pos++) {
