@@ -419,9 +419,9 @@ static const char *path_actor(json_t *spans, size_t i)
 }
 
 /* Time on a lane counts once: the nested spans are their outer span's time for busy (140 of
- * 180 us, not 270), the breakdown, the overlap and the critical path, which goes from comm's
+ * 180 us, not 260), the breakdown, the overlap and the critical path, which goes from comm's
  * message back to the outer span that sent it although the send came after its inner spans
- * ended. */
+ * ended. The plot draws the inner spans over the outer ones. */
 static void test_trace_summary_counts_nested_spans_once(void **state)
 {
     char path[300];
@@ -455,6 +455,29 @@ static void test_trace_summary_counts_nested_spans_once(void **state)
     assert_float_equal(field(cp, "ms"), 0.180, 1e-9);
     assert_float_equal(field(cp, "busy_ms"), 0.180, 1e-9);
     json_decref(doc);
+
+    /* the plot draws each inner span after (over) its outer span, inset 2 pixels a level
+     * within the lane's 16, and the outer span paler */
+    tr_trace_t *t;
+    char err[256];
+    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    assert_int_equal(tr_trace_plot_svg(t, mem, NULL), 0);
+    fclose(mem);
+    tr_trace_destroy(t);
+    char *outer = strstr(buf, "<title>pipe_xfer step 0/0, 0.100 ms");
+    char *fwd = strstr(buf, "<title>ForwardPass step 0/0, 0.040 ms");
+    char *bwd = strstr(buf, "<title>BackwardPass step 0/0, 0.040 ms");
+    char *rec = strstr(buf, "<title>recompute step 0/0, 0.010 ms");
+    assert_true(outer && fwd && bwd && rec);
+    assert_true(outer < fwd && fwd < bwd && bwd < rec);
+    assert_non_null(
+        strstr(buf, "height=\"16\" fill=\"#4e79a7\" fill-opacity=\"0.5\"><title>pipe_xfer"));
+    assert_non_null(strstr(buf, "height=\"12\" fill=\"#4e79a7\"><title>ForwardPass step 0/0"));
+    assert_non_null(strstr(buf, "height=\"8\" fill=\"#4e79a7\"><title>recompute"));
+    free(buf);
 }
 
 /* Random traces (the seed is printed): the breakdown partitions each step's wall time,
