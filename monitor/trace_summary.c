@@ -15,7 +15,8 @@
  *  - the critical path: from the span that ends last, walk back to whatever it waited for,
  *    the sender of its message or, when its actor was still busy when the message arrived,
  *    the actor's previous span; a chain through the message graph whose length is the step.
- *    It is made of top-level spans: the time of nested spans is their outer span's.
+ *    It is made of top-level spans: the time of nested spans is their outer span's; the names
+ *    of the spans directly inside one are listed with it ("nested").
  * The breakdown and the overlaps merge every set's intervals, so nesting counts once there
  * too; they split time by the lanes' kinds, which an inner span shares with its outer one.
  * With several ranks it adds min/median/max per phase and the slowest ranks. The result is
@@ -211,6 +212,24 @@ static long predecessor(const tr_trace_t *t, long i, double t0)
     return prev;
 }
 
+/* The names of the spans directly inside top-level span i (what the message did: a stage's
+ * BackwardPass then ForwardPass), in time order; NULL when none. */
+static json_t *nested_names(const tr_trace_t *t, long i)
+{
+    json_t *names = NULL;
+    const tr__tspan_t *s = &t->spans[i];
+    for (size_t k = (size_t)i + 1; k < t->n_spans && t->spans[k].lane == s->lane &&
+                                   t->spans[k].outer == i;
+         k++) {
+        if (t->spans[k].depth != 1)
+            continue;
+        if (!names)
+            names = json_array();
+        json_array_append_new(names, json_string(t->spans[k].name));
+    }
+    return names;
+}
+
 static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, double t0)
 {
     long last = -1;
@@ -227,9 +246,12 @@ static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, d
         const tr__tspan_t *s = &t->spans[chain[k]];
         const char *lane = t->lanes[s->lane].name;
         busy += s->end - s->ts;
-        json_array_append_new(spans, json_pack("{s:s,s:s,s:f,s:f}", "actor", lane ? lane : "?",
-                                               "message", s->name, "start_ms", (s->ts - t0) / 1e3,
-                                               "ms", (s->end - s->ts) / 1e3));
+        json_t *o = json_pack("{s:s,s:s,s:f,s:f}", "actor", lane ? lane : "?", "message", s->name,
+                              "start_ms", (s->ts - t0) / 1e3, "ms", (s->end - s->ts) / 1e3);
+        json_t *nested = nested_names(t, chain[k]);
+        if (nested)
+            json_object_set_new(o, "nested", nested);
+        json_array_append_new(spans, o);
     }
     double total = len ? (t->spans[last].end - t->spans[chain[len - 1]].ts) / 1e3 : 0;
     free(chain);

@@ -421,7 +421,8 @@ static const char *path_actor(json_t *spans, size_t i)
 /* Time on a lane counts once: the nested spans are their outer span's time for busy (140 of
  * 180 us, not 260), the breakdown, the overlap and the critical path, which goes from comm's
  * message back to the outer span that sent it although the send came after its inner spans
- * ended. The plot draws the inner spans over the outer ones. */
+ * ended, and names what each outer span held. The plot draws the inner spans over the outer
+ * ones. */
 static void test_trace_summary_counts_nested_spans_once(void **state)
 {
     char path[300];
@@ -452,6 +453,11 @@ static void test_trace_summary_counts_nested_spans_once(void **state)
         assert_string_equal(
             json_string_value(json_object_get(json_array_get(spans, i), "message")),
             i == 1 ? "allreduce" : "pipe_xfer");
+    json_t *nested = json_object_get(json_array_get(spans, 0), "nested"); /* direct ones only */
+    assert_int_equal(json_array_size(nested), 2);
+    assert_string_equal(json_string_value(json_array_get(nested, 0)), "ForwardPass");
+    assert_string_equal(json_string_value(json_array_get(nested, 1)), "BackwardPass");
+    assert_null(json_object_get(json_array_get(spans, 1), "nested"));
     assert_float_equal(field(cp, "ms"), 0.180, 1e-9);
     assert_float_equal(field(cp, "busy_ms"), 0.180, 1e-9);
     json_decref(doc);
