@@ -232,10 +232,12 @@ static json_t *nested_names(const tr_trace_t *t, long i)
 
 static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, double t0)
 {
-    long last = -1;
-    for (size_t i = 0; i < n; i++)
-        if (!t->spans[idx[i]].depth && (last < 0 || t->spans[idx[i]].end > t->spans[last].end))
-            last = (long)idx[i];
+    long last = -1; /* the top-level span ending last (one holding a span of the group) */
+    for (size_t i = 0; i < n; i++) {
+        long top = t->spans[idx[i]].outer;
+        if (last < 0 || t->spans[top].end > t->spans[last].end)
+            last = top;
+    }
     size_t len = 0, cap = n + 1;
     long *chain = malloc(cap * sizeof(long));
     for (long i = last; i >= 0 && len < cap; i = predecessor(t, i, t0))
