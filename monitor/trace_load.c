@@ -287,7 +287,9 @@ static int span_cmp(const void *a, const void *b)
     const tr__tspan_t *x = a, *y = b;
     if (x->lane != y->lane)
         return x->lane < y->lane ? -1 : 1;
-    return x->ts < y->ts ? -1 : x->ts > y->ts;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return x->end > y->end ? -1 : x->end < y->end; /* the outer first */
 }
 
 static int flow_cmp(const void *a, const void *b)
@@ -304,6 +306,29 @@ static int flow_id_cmp(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Each span's depth and outermost holder on its lane (trace_model.h), with a stack of the
+ * spans still open at the span's start; spans are sorted by (lane, ts, longest first). A span
+ * that only overlaps the open one (ends after it) is not inside it: the open one is closed. */
+static int mark_nesting(tr_trace_t *t)
+{
+    long *open = malloc((t->n_spans + 1) * sizeof(long));
+    if (!open)
+        return TR_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_spans; i++) {
+        tr__tspan_t *s = &t->spans[i];
+        if (i && t->spans[i - 1].lane != s->lane)
+            n = 0;
+        while (n && t->spans[open[n - 1]].end < s->end)
+            n--;
+        s->depth = (int)n;
+        s->outer = n ? open[0] : (long)i;
+        open[n++] = (long)i;
+    }
+    free(open);
+    return 0;
+}
+
 static int build_index(tr_trace_t *t)
 {
     if (t->n_spans)
@@ -318,7 +343,7 @@ static int build_index(tr_trace_t *t)
         t->lane_first[t->spans[i].lane] = i;
         t->lane_count[t->spans[i].lane]++;
     }
-    return 0;
+    return mark_nesting(t);
 }
 
 long tr__trace_span_at(const tr_trace_t *t, int lane, double t_us)
@@ -333,8 +358,9 @@ long tr__trace_span_at(const tr_trace_t *t, int lane, double t_us)
         else
             hi = mid;
     }
-    const tr__tspan_t *s = &t->spans[lo];
-    return s->ts <= t_us && t_us <= s->end ? (long)lo : -1;
+    /* a nested span may end before t_us while its outer span still holds it */
+    const tr__tspan_t *s = &t->spans[t->spans[lo].outer];
+    return s->ts <= t_us && t_us <= s->end ? t->spans[lo].outer : -1;
 }
 
 const tr__tflow_t *tr__trace_flow(const tr_trace_t *t, uint64_t id, int rank)

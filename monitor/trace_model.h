@@ -20,6 +20,12 @@ typedef struct tr__tspan {
     int64_t step, micro_step;
     uint64_t bytes;
     uint64_t flow;  /* the flow id of the message handled; 0 none */
+    /* Nesting on the lane (build_index): a span lying wholly inside an earlier one of its lane
+     * (a stage's forward inside the span of the message that ran it) has depth > 0 and outer
+     * the index of the outermost span holding it; a top-level span has depth 0 and outer its
+     * own index. Time on a lane is its top-level spans' time. */
+    int depth;
+    long outer;
 } tr__tspan_t;
 
 typedef struct tr__tlane {
@@ -53,7 +59,7 @@ typedef struct tr__tfile {
 struct tr_trace {
     tr__tfile_t *files;
     int n_files;
-    tr__tspan_t *spans;  /* sorted by (lane, ts) */
+    tr__tspan_t *spans;  /* sorted by (lane, ts, longest first): an outer span before its inner */
     size_t n_spans;
     tr__tlane_t *lanes;
     int n_lanes;
@@ -68,7 +74,7 @@ struct tr_trace {
     size_t *lane_first, *lane_count;
 };
 
-/* The span on lane `lane` whose [ts, end] holds t; -1 if none. */
+/* The top-level span on lane `lane` whose [ts, end] holds t; -1 if none. */
 long tr__trace_span_at(const tr_trace_t *t, int lane, double t_us);
 /* The flow with this id, preferring one sent on `rank` when ranks reuse ids; NULL if
  * none. */

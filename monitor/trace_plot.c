@@ -1,9 +1,11 @@
 /* trace_plot.c: `troupe trace plot`, a timeline as a hand-written SVG.
  *
  * One lane per actor (grouped by rank), spans as rectangles coloured by the actor's kind
- * with a tooltip (message, step, duration), message arrows from the sending span to the
- * handling span, dashed lines at step boundaries, a time axis in milliseconds with round
- * tick steps, and a legend. It opens in any browser; no other tool is needed.
+ * with a tooltip (message, step, duration); a span nested in another of its lane (a pipeline
+ * stage's forward inside the message that ran it) is drawn over it, inset by NEST_INSET pixels
+ * a level, and a span holding others is paler, so both read. Message arrows from the sending
+ * span to the handling span, dashed lines at step boundaries, a time axis in milliseconds with
+ * round tick steps, and a legend. It opens in any browser; no other tool is needed.
  */
 #include "monitor/trace_model.h"
 
@@ -16,6 +18,8 @@
 #define LANE_H 18
 #define LANE_GAP 6
 #define TOP 60
+#define NEST_INSET 2 /* pixels off the top and the bottom per nesting level */
+#define NEST_MAX 3   /* deeper spans are drawn as at this level */
 
 static const char *const kind_colour[TR_LANE_KIND_COUNT_] = {"#4e79a7", "#f28e2b", "#59a14f",
                                                              "#9d9792", "#b07aa1"};
@@ -121,21 +125,24 @@ static const char *span_colour(const plot_t *p, int lane, const char *title, siz
     return kind_colour[kind];
 }
 
+/* holds: the span has others nested in it (drawn paler, without its name, under them) */
 static void draw_rect(const plot_t *p, int lane, double x0, double x1, const char *title,
-                      const tr__tspan_t *s, size_t n)
+                      const tr__tspan_t *s, size_t n, int holds)
 {
     double w = x1 - x0 > 3 ? x1 - x0 - 1 : fmax(x1 - x0, 0.5); /* a gap between neighbours */
+    int inset = NEST_INSET * (s->depth < NEST_MAX ? s->depth : NEST_MAX);
     fprintf(p->out,
-            "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+            "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s>"
             "<title>",
-            x0, row_y(p->row[lane]) + 1, w, LANE_H - 2, span_colour(p, lane, title, n));
+            x0, row_y(p->row[lane]) + 1 + inset, w, LANE_H - 2 - 2 * inset,
+            span_colour(p, lane, title, n), holds ? " fill-opacity=\"0.5\"" : "");
     if (n > 1)
         fprintf(p->out, "%zu messages, %.3f ms</title></rect>\n", n, (s->end - s->ts) / 1e3);
     else {
         xml_text(p->out, title);
         fprintf(p->out, " step %lld/%lld, %.3f ms</title></rect>\n", (long long)s->step,
                 (long long)s->micro_step, (s->end - s->ts) / 1e3);
-        if (x1 - x0 >= 7.0 * (double)strlen(title) + 8) { /* the name fits inside: write it */
+        if (!holds && x1 - x0 >= 7.0 * (double)strlen(title) + 8) { /* the name fits: write it */
             fprintf(p->out, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"white\">",
                     x0 + 4, row_y(p->row[lane]) + LANE_H - 6);
             xml_text(p->out, title);
@@ -144,8 +151,10 @@ static void draw_rect(const plot_t *p, int lane, double x0, double x1, const cha
     }
 }
 
-/* Spans in lane order; a run of spans each under a pixel wide with sub-pixel gaps is drawn
- * as one rectangle ("N messages"), which keeps a long run's picture small and readable. */
+/* Spans in lane order, an outer span before the spans nested in it (drawn over it); a run of
+ * spans of one nesting level each under a pixel wide with sub-pixel gaps is drawn as one
+ * rectangle ("N messages"), the spans nested in them included but not counted, which keeps a
+ * long run's picture small and readable. */
 static void draw_spans(const plot_t *p)
 {
     const tr__tspan_t *sp = p->t->spans;
@@ -155,16 +164,20 @@ static void draw_spans(const plot_t *p)
             continue;
         }
         double x0 = px(p, fmax(sp[i].ts, p->t0)), x1 = px(p, fmin(sp[i].end, p->t1));
-        size_t j = i + 1;
+        double end = sp[i].end;
+        size_t j = i + 1, n = 1;
         while (x1 - x0 < 1 && j < p->t->n_spans && sp[j].lane == sp[i].lane &&
-               sp[j].ts <= p->t1 && px(p, sp[j].ts) - x1 < 0.5 &&
+               sp[j].depth >= sp[i].depth && sp[j].ts <= p->t1 && px(p, sp[j].ts) - x1 < 0.5 &&
                px(p, fmin(sp[j].end, p->t1)) - px(p, sp[j].ts) < 1) {
-            x1 = px(p, fmin(sp[j].end, p->t1));
+            x1 = fmax(x1, px(p, fmin(sp[j].end, p->t1)));
+            end = fmax(end, sp[j].end);
+            n += sp[j].depth == sp[i].depth;
             j++;
         }
         tr__tspan_t run = sp[i];
-        run.end = sp[j - 1].end;
-        draw_rect(p, sp[i].lane, x0, x1, sp[i].name, j - i > 1 ? &run : &sp[i], j - i);
+        run.end = end;
+        int holds = j < p->t->n_spans && sp[j].lane == sp[i].lane && sp[j].depth > sp[i].depth;
+        draw_rect(p, sp[i].lane, x0, x1, sp[i].name, n > 1 ? &run : &sp[i], n, holds);
         i = j;
     }
 }

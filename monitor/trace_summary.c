@@ -5,7 +5,9 @@
  * When a rank's trace has step markers, a group of spans whose step has none is a straggler
  * of a step the window did not write (a span that ended just after its step closed): it is
  * counted as "outside_spans" rather than shown as a step of a few microseconds.
- *  - busy time per actor (the sum of its spans);
+ *  - busy time per actor: the time its lane is inside some span. A span wholly inside another
+ *    of its lane (a pipeline stage's forward inside the span of the message that ran it,
+ *    trace_model.h) is the outer span's time, counted once: busy never exceeds the wall time;
  *  - a breakdown that partitions the step's wall time, by priority: compute (some compute
  *    actor busy), exposed comm (comm busy, no compute), exposed io, other actors (control,
  *    data), mailbox wait (a message sent and not yet being handled, nothing busy), idle;
@@ -13,6 +15,10 @@
  *  - the critical path: from the span that ends last, walk back to whatever it waited for,
  *    the sender of its message or, when its actor was still busy when the message arrived,
  *    the actor's previous span; a chain through the message graph whose length is the step.
+ *    It is made of top-level spans: the time of nested spans is their outer span's; the names
+ *    of the spans directly inside one are listed with it ("nested").
+ * The breakdown and the overlaps merge every set's intervals, so nesting counts once there
+ * too; they split time by the lanes' kinds, which an inner span shares with its outer one.
  * With several ranks it adds min/median/max per phase and the slowest ranks. The result is
  * one JSON document (jansson); trace_text.c prints the text form from it.
  */
@@ -192,7 +198,9 @@ static void step_compute(const tr_trace_t *t, const size_t *idx, size_t n, step_
 static long predecessor(const tr_trace_t *t, long i, double t0)
 {
     const tr__tspan_t *s = &t->spans[i];
-    long prev = (size_t)i > t->lane_first[s->lane] ? i - 1 : -1;
+    /* the previous top-level span: i - 1 or the span holding it (i is top-level, so none of
+     * its own nested spans comes before it) */
+    long prev = (size_t)i > t->lane_first[s->lane] ? t->spans[i - 1].outer : -1;
     if (prev >= 0 && (t->spans[prev].end < t0 || t->spans[prev].step != s->step))
         prev = -1;
     const tr__tflow_t *f = s->flow ? tr__trace_flow(t, s->flow, s->rank) : NULL;
@@ -204,12 +212,32 @@ static long predecessor(const tr_trace_t *t, long i, double t0)
     return prev;
 }
 
+/* The names of the spans directly inside top-level span i (what the message did: a stage's
+ * BackwardPass then ForwardPass), in time order; NULL when none. */
+static json_t *nested_names(const tr_trace_t *t, long i)
+{
+    json_t *names = NULL;
+    const tr__tspan_t *s = &t->spans[i];
+    for (size_t k = (size_t)i + 1; k < t->n_spans && t->spans[k].lane == s->lane &&
+                                   t->spans[k].outer == i;
+         k++) {
+        if (t->spans[k].depth != 1)
+            continue;
+        if (!names)
+            names = json_array();
+        json_array_append_new(names, json_string(t->spans[k].name));
+    }
+    return names;
+}
+
 static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, double t0)
 {
-    long last = -1;
-    for (size_t i = 0; i < n; i++)
-        if (last < 0 || t->spans[idx[i]].end > t->spans[last].end)
-            last = (long)idx[i];
+    long last = -1; /* the top-level span ending last (one holding a span of the group) */
+    for (size_t i = 0; i < n; i++) {
+        long top = t->spans[idx[i]].outer;
+        if (last < 0 || t->spans[top].end > t->spans[last].end)
+            last = top;
+    }
     size_t len = 0, cap = n + 1;
     long *chain = malloc(cap * sizeof(long));
     for (long i = last; i >= 0 && len < cap; i = predecessor(t, i, t0))
@@ -220,9 +248,12 @@ static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, d
         const tr__tspan_t *s = &t->spans[chain[k]];
         const char *lane = t->lanes[s->lane].name;
         busy += s->end - s->ts;
-        json_array_append_new(spans, json_pack("{s:s,s:s,s:f,s:f}", "actor", lane ? lane : "?",
-                                               "message", s->name, "start_ms", (s->ts - t0) / 1e3,
-                                               "ms", (s->end - s->ts) / 1e3));
+        json_t *o = json_pack("{s:s,s:s,s:f,s:f}", "actor", lane ? lane : "?", "message", s->name,
+                              "start_ms", (s->ts - t0) / 1e3, "ms", (s->end - s->ts) / 1e3);
+        json_t *nested = nested_names(t, chain[k]);
+        if (nested)
+            json_object_set_new(o, "nested", nested);
+        json_array_append_new(spans, o);
     }
     double total = len ? (t->spans[last].end - t->spans[chain[len - 1]].ts) / 1e3 : 0;
     free(chain);
@@ -251,11 +282,46 @@ static json_t *overlap_json(const step_stat_t *st)
                      "io_busy_ms", st->io_busy / 1e3);
 }
 
+static int idx_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Each lane's busy time: the length of the union of its spans in the group. In index order
+ * (lane, ts) the spans of a lane come in a run; a span that starts before the merged interval
+ * ends (a nested span, or one overlapping the last) only extends it. */
+static double *lane_busy(const tr_trace_t *t, const size_t *idx, size_t n)
+{
+    double *busy = calloc((size_t)t->n_lanes + 1, sizeof(double));
+    size_t *ord = malloc((n + 1) * sizeof(size_t));
+    if (!busy || !ord)
+        abort(); /* out of memory while summarising: nothing sensible to print */
+    memcpy(ord, idx, n * sizeof(size_t));
+    qsort(ord, n, sizeof(size_t), idx_cmp);
+    double a = 0;
+    double b = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tr__tspan_t *s = &t->spans[ord[i]];
+        int first = !i || t->spans[ord[i - 1]].lane != s->lane;
+        if (first || s->ts > b) {
+            if (!first)
+                busy[s->lane] += b - a;
+            a = s->ts;
+            b = s->end;
+        } else {
+            b = fmax(b, s->end);
+        }
+        if (i + 1 == n || t->spans[ord[i + 1]].lane != s->lane)
+            busy[s->lane] += b - a;
+    }
+    free(ord);
+    return busy;
+}
+
 static json_t *busy_json(const tr_trace_t *t, const size_t *idx, size_t n, double wall)
 {
-    double *busy = calloc((size_t)t->n_lanes, sizeof(double));
-    for (size_t i = 0; i < n; i++)
-        busy[t->spans[idx[i]].lane] += t->spans[idx[i]].end - t->spans[idx[i]].ts;
+    double *busy = lane_busy(t, idx, n);
     json_t *arr = json_array();
     for (int l = 0; l < t->n_lanes; l++) {
         if (busy[l] <= 0)

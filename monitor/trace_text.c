@@ -74,9 +74,14 @@ static void print_details(FILE *out, json_t *st)
             i = n - 1;
         }
         a = json_array_get(spans, i);
-        fprintf(out, "%s %s/%s %.3f", i ? " ->" : "",
-                json_string_value(json_object_get(a, "actor")),
-                json_string_value(json_object_get(a, "message")), num(a, "ms"));
+        fprintf(out, "%s %s/%s", i ? " ->" : "", json_string_value(json_object_get(a, "actor")),
+                json_string_value(json_object_get(a, "message")));
+        size_t k;
+        json_t *name;
+        json_array_foreach(json_object_get(a, "nested"), k, name)
+            fprintf(out, "%s%s", k ? "," : "(", json_string_value(name));
+        fprintf(out, "%s %.3f", json_array_size(json_object_get(a, "nested")) ? ")" : "",
+                num(a, "ms"));
     }
     fprintf(out, "\n");
 }

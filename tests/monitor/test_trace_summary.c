@@ -360,6 +360,132 @@ static void test_trace_summary_plot_groups_subpixel_spans(void **state)
     free(buf);
 }
 
+/* A lane with nested spans, as a pipeline stage writes them (its forward and backward inside
+ * the span of the message that ran them; the inner spans written first): stage0 handles
+ * pipe_xfer over [0,100) holding ForwardPass [10,50) and BackwardPass [50,90) (itself holding
+ * recompute [60,70)) and sends to comm at 95, after its inner spans ended; comm reduces over
+ * [100,140), answers at 140 and gathers over [150,170); stage0 handles the answer over
+ * [140,180) holding ForwardPass [145,175). Times in microseconds. */
+static const char nested_trace[] =
+    "[\n"
+    "{\"ph\":\"M\",\"pid\":0,\"tid\":1,\"name\":\"thread_name\","
+    "\"args\":{\"name\":\"stage0\",\"kind\":\"compute\"}},\n"
+    "{\"ph\":\"M\",\"pid\":0,\"tid\":2,\"name\":\"thread_name\","
+    "\"args\":{\"name\":\"comm\",\"kind\":\"comm\"}},\n"
+    "{\"ph\":\"i\",\"pid\":0,\"tid\":1,\"s\":\"p\",\"name\":\"step\",\"ts\":0,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"ForwardPass\",\"ts\":10,\"dur\":40,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"recompute\",\"ts\":60,\"dur\":10,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"BackwardPass\",\"ts\":50,\"dur\":40,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"s\",\"pid\":0,\"tid\":1,\"name\":\"grads\",\"id\":1,\"ts\":95},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"pipe_xfer\",\"ts\":0,\"dur\":100,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":2,\"name\":\"allreduce\",\"ts\":100,\"dur\":40,"
+    "\"args\":{\"step\":0,\"flow\":1}},\n"
+    "{\"ph\":\"s\",\"pid\":0,\"tid\":2,\"name\":\"reduced\",\"id\":2,\"ts\":140},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":2,\"name\":\"allgather\",\"ts\":150,\"dur\":20,"
+    "\"args\":{\"step\":0}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"ForwardPass\",\"ts\":145,\"dur\":30,"
+    "\"args\":{\"step\":0,\"micro_step\":1}},\n"
+    "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"pipe_xfer\",\"ts\":140,\"dur\":40,"
+    "\"args\":{\"step\":0,\"flow\":2}}\n"
+    "]\n";
+
+static void write_nested_trace(char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/nested_rank0.json", dir);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s", dir);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(nested_trace, f);
+    fclose(f);
+}
+
+static double field(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    assert_true(json_is_number(v));
+    return json_number_value(v);
+}
+
+static const char *path_actor(json_t *spans, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(spans, i), "actor"));
+}
+
+/* Time on a lane counts once: the nested spans are their outer span's time for busy (140 of
+ * 180 us, not 260), the breakdown, the overlap and the critical path, which goes from comm's
+ * message back to the outer span that sent it although the send came after its inner spans
+ * ended, and names what each outer span held. The plot draws the inner spans over the outer
+ * ones. */
+static void test_trace_summary_counts_nested_spans_once(void **state)
+{
+    char path[300];
+    write_nested_trace(path, sizeof(path));
+    json_t *doc = summary_of(path);
+    json_t *st = step_of(doc, 0, 0);
+    assert_float_equal(field(st, "wall_ms"), 0.180, 1e-9);
+    json_t *busy = json_object_get(st, "busy");
+    assert_int_equal(json_array_size(busy), 2);
+    assert_string_equal(path_actor(busy, 0), "stage0");
+    assert_float_equal(field(json_array_get(busy, 0), "ms"), 0.140, 1e-9);
+    double frac = field(json_array_get(busy, 0), "fraction");
+    assert_float_equal(frac, 140.0 / 180.0, 1e-6);
+    assert_true(frac <= 1);
+    assert_string_equal(path_actor(busy, 1), "comm");
+    assert_float_equal(field(json_array_get(busy, 1), "ms"), 0.060, 1e-9);
+    assert_float_equal(at(st, "breakdown_ms", "compute"), 0.140, 1e-9);
+    assert_float_equal(at(st, "breakdown_ms", "comm_exposed"), 0.040, 1e-9);
+    assert_float_equal(at(st, "breakdown_ms", "mailbox_wait"), 0, 1e-9);
+    assert_float_equal(at(st, "breakdown_ms", "idle"), 0, 1e-9);
+    assert_float_equal(at(st, "overlap", "comm"), 20.0 / 60.0, 1e-6);
+    json_t *cp = json_object_get(st, "critical_path"), *spans = json_object_get(cp, "spans");
+    assert_int_equal(json_array_size(spans), 3);
+    assert_string_equal(path_actor(spans, 0), "stage0");
+    assert_string_equal(path_actor(spans, 1), "comm");
+    assert_string_equal(path_actor(spans, 2), "stage0");
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(
+            json_string_value(json_object_get(json_array_get(spans, i), "message")),
+            i == 1 ? "allreduce" : "pipe_xfer");
+    json_t *nested = json_object_get(json_array_get(spans, 0), "nested"); /* direct ones only */
+    assert_int_equal(json_array_size(nested), 2);
+    assert_string_equal(json_string_value(json_array_get(nested, 0)), "ForwardPass");
+    assert_string_equal(json_string_value(json_array_get(nested, 1)), "BackwardPass");
+    assert_null(json_object_get(json_array_get(spans, 1), "nested"));
+    assert_float_equal(field(cp, "ms"), 0.180, 1e-9);
+    assert_float_equal(field(cp, "busy_ms"), 0.180, 1e-9);
+    json_decref(doc);
+
+    /* the plot draws each inner span after (over) its outer span, inset 2 pixels a level
+     * within the lane's 16, and the outer span paler */
+    tr_trace_t *t;
+    char err[256];
+    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    assert_int_equal(tr_trace_plot_svg(t, mem, NULL), 0);
+    fclose(mem);
+    tr_trace_destroy(t);
+    char *outer = strstr(buf, "<title>pipe_xfer step 0/0, 0.100 ms");
+    char *fwd = strstr(buf, "<title>ForwardPass step 0/0, 0.040 ms");
+    char *bwd = strstr(buf, "<title>BackwardPass step 0/0, 0.040 ms");
+    char *rec = strstr(buf, "<title>recompute step 0/0, 0.010 ms");
+    assert_true(outer && fwd && bwd && rec);
+    assert_true(outer < fwd && fwd < bwd && bwd < rec);
+    assert_non_null(
+        strstr(buf, "height=\"16\" fill=\"#4e79a7\" fill-opacity=\"0.5\"><title>pipe_xfer"));
+    assert_non_null(strstr(buf, "height=\"12\" fill=\"#4e79a7\"><title>ForwardPass step 0/0"));
+    assert_non_null(strstr(buf, "height=\"8\" fill=\"#4e79a7\"><title>recompute"));
+    free(buf);
+}
+
 /* Random traces (the seed is printed): the breakdown partitions each step's wall time,
  * overlaps are fractions, hidden time never exceeds busy time, and the critical path is no
  * longer than the step. */
@@ -427,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_trace_summary_bad_input_names_file_and_field),
         cmocka_unit_test(test_trace_summary_plot_draws_lanes_spans_arrows),
         cmocka_unit_test(test_trace_summary_plot_groups_subpixel_spans),
+        cmocka_unit_test(test_trace_summary_counts_nested_spans_once),
         cmocka_unit_test(test_trace_summary_invariants_on_random_traces),
     };
     return cmocka_run_group_tests_name("trace_summary", tests, setup, teardown);

@@ -2,6 +2,8 @@
 # `troupe trace plot`'s numbers are checked, never read as 0 or NaN: --width takes an integer
 # from 400 to 100000 pixels, --from and --to finite microseconds >= 0 with --to after --from;
 # each bad value exits 2 naming the flag and the value. Good values draw the picture.
+# `troupe trace summary` counts a span nested in another of its lane (a pipeline stage's
+# forward inside the message that ran it) once: busy 140 of 180 us, not 260.
 set -euo pipefail
 troupe=$(cd "$1" && pwd)/troupe
 trace=$(cd "$2" && pwd)/tests/monitor/data/killed_rank1.json
@@ -33,4 +35,13 @@ plot_fails "--width: expected a value after it" --width
 "$troupe" trace plot "$trace" -o "$tmp/t.svg" --width 800 --from 0 --to 5000 2> /dev/null ||
     fail "trace plot with good values failed"
 grep -q 'width="800"' "$tmp/t.svg" || fail "--width 800 was not used"
-echo "trace cli: bad --width/--from/--to refused with exit 2"
+
+nested=$(cd "$2" && pwd)/tests/monitor/data/nested_rank0.json
+"$troupe" trace summary "$nested" > "$tmp/sum" || fail "trace summary of nested spans failed"
+grep -q "busy: stage0 0.140 ms (78%), comm 0.060 ms (33%)" "$tmp/sum" ||
+    { cat "$tmp/sum"; fail "nested spans: stage0 should be busy 0.140 ms (78%)"; }
+path="critical path: 0.180 ms over 3 spans (0.180 ms busy): stage0/pipe_xfer(ForwardPass,"
+path+="BackwardPass) 0.100 -> comm/allreduce 0.040 -> stage0/pipe_xfer(ForwardPass) 0.040"
+grep -qF "$path" "$tmp/sum" ||
+    { cat "$tmp/sum"; fail "nested spans: the critical path should be 3 outer spans"; }
+echo "trace cli: bad --width/--from/--to refused with exit 2; nested spans counted once"
