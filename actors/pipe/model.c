@@ -12,8 +12,9 @@
  * it on the caller's thread, then sends each stage its start message, which carries the two
  * references (tr_pipe_run_batch): the copy happens before the sends, which publish it. Each
  * stage resolves the references through the registry (run.c) and, in its start callback, builds
- * its own tr_batch_t per micro-batch into the area; the next batch's copy waits for this one's
- * end (tr_pipe_model_run returns only after every stage has reported).
+ * its own tr_batch_t per micro-batch, pointing into the area, which it only reads; the next
+ * batch's copy waits for this one's end (tr_pipe_model_run returns only after every stage has
+ * reported).
  *
  * What travels between stages, and where it waits. Stage s sends each forward's output from
  * its activation send area, slot micro-batch mod buffers(s): that slot is rewritten only by
@@ -150,6 +151,8 @@ static int make_staging(tr_pipe_model_t *pm, tr_runtime_t *rt, char *err, size_t
         rc = stage_array(rt, "targets",
                          a->targets == TR_TARGETS_FLOAT ? TR_DTYPE_F32 : TR_DTYPE_I32,
                          M * a->tg_bytes, &a->tgts, &a->refs.tensor[1]);
+    if (rc < 0 && a->refs.tensor[0].buffer_id) /* the memory goes with the pipelined model */
+        tr_buffer_unregister(rt, a->refs.tensor[0].buffer_id);
     if (rc < 0)
         return tr__errf(err, errlen, rc, "pipeline: its staging area of %zu bytes: %s",
                         M * (a->in_bytes + a->tg_bytes), tr_strerror(rc));
