@@ -23,7 +23,9 @@
  * another, so no stage waits forever; a stage that is not running a batch drops every
  * transfer (those of a failed batch, all queued before the next start). The runner counts the
  * reports and wakes the caller when the last is in; the result (the first stage's own
- * failure before a link's, before one caused by another) is assembled from the messages.
+ * failure before a link's, before one caused by another) is assembled from the messages, and
+ * the losses kept in the runner's own array, which the caller copies out once woken (no
+ * actor writes into the caller's memory).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -87,7 +89,8 @@ struct tr_pipe {
     pthread_cond_t done; /* signalled when waiting reaches 0 */
     int waiting;         /* reports still to come */
     bool stop_after;     /* the runner got a STOP during the batch */
-    float *losses;
+    float *loss;         /* [M]: the last stage's PIPE_LOSS values, the caller's once it wakes */
+    unsigned char *has_loss; /* [M]: which came */
     uint64_t end_ns, busy_ns;
     tr_pipe_run_result_t res;
     int rc, rc_rank; /* the chosen failure and its rank: 3 a stage's own, 2 a link's, 1 caused */
@@ -503,7 +506,10 @@ static int runner_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     }
     if (msg->type == TR_MSG_PIPE_LOSS) {
         const tr_msg_pipe_loss_t *l = TR_MSG_AS(msg, pipe_loss);
-        if (p->losses && l->micro_batch < (uint32_t)p->M) p->losses[l->micro_batch] = l->loss;
+        if (l->micro_batch < (uint32_t)p->M) {
+            p->loss[l->micro_batch] = l->loss;
+            p->has_loss[l->micro_batch] = 1;
+        }
     }
     if (msg->type == TR_MSG_PIPE_DONE && p->waiting > 0) {
         take_done(p, TR_MSG_AS(msg, pipe_done));
@@ -662,8 +668,11 @@ int tr_pipe_create(tr_pipe_t **out, tr_runtime_t *rt, const tr_pipe_run_opts_t *
     pthread_cond_init(&p->done, NULL);
     p->st = calloc((size_t)p->S, sizeof(*p->st));
     p->ids = calloc((size_t)p->S, sizeof(*p->ids));
-    rc = p->st && p->ids ? spawn(p, o, rank, world, err, errlen)
-                         : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    p->loss = calloc((size_t)p->M, sizeof(*p->loss));
+    p->has_loss = calloc((size_t)p->M, 1);
+    rc = p->st && p->ids && p->loss && p->has_loss
+             ? spawn(p, o, rank, world, err, errlen)
+             : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     if (rc < 0) {
         p->broken = true; /* the actors spawned so far stop with the runtime */
         tr_runtime_shutdown(rt, "pipeline set-up failed");
@@ -703,6 +712,8 @@ void tr_pipe_destroy(tr_pipe_t *p)
     pthread_mutex_destroy(&p->mu);
     free(p->st);
     free(p->ids);
+    free(p->loss);
+    free(p->has_loss);
     free(p);
 }
 
@@ -741,7 +752,7 @@ int tr_pipe_run_batch(tr_pipe_t *p, unsigned long long step, const tr_pipe_batch
                         step);
     pthread_mutex_lock(&p->mu);
     p->waiting = (p->hi - p->lo) + (p->link != NULL);
-    p->losses = losses;
+    memset(p->has_loss, 0, (size_t)p->M);
     p->end_ns = p->busy_ns = 0;
     p->res = (tr_pipe_run_result_t){0};
     p->rc = p->rc_rank = 0;
@@ -760,6 +771,8 @@ int tr_pipe_run_batch(tr_pipe_t *p, unsigned long long step, const tr_pipe_batch
     while (p->waiting > 0) /* pairs with the signal in runner_behaviour */
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    for (int mb = 0; losses && mb < p->M; mb++) /* the runner's copy, now the caller's */
+        if (p->has_loss[mb]) losses[mb] = p->loss[mb];
     if (p->rc < 0) {
         if (p->link) p->broken = true;
         return tr__errf(err, errlen, p->rc, "pipeline run: %s", p->why);

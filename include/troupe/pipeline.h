@@ -226,7 +226,8 @@ void tr_pipe_destroy(tr_pipe_t *p);
 void tr_pipe_stop(tr_pipe_t *p);
 
 /* Runs one batch, numbered step (carried by every transfer), and waits for it: losses (M of
- * them; may be NULL) get the last stage's PIPE_LOSS values, out its timing. The first
+ * them; may be NULL) get the last stage's PIPE_LOSS values (copied on this thread once the
+ * batch is over; an entry whose loss never came is left as it was), out its timing. The first
  * stage's failure (a callback's code, a transfer whose header does not match, naming both
  * stages) otherwise; the stages are then ready for the next batch (across ranks a failed
  * pipeline runs no more: TR_EFAILED). A thread that is not one of rt's workers (the caller's,
