@@ -235,8 +235,9 @@ void tr_pipe_stop(tr_pipe_t *p);
 int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_run_result_t *out,
                 char *err, size_t errlen);
 /* tr_pipe_run, whose start messages carry batch's references (NULL: none), for the stages'
- * start callback; a reference that does not resolve fails the batch, naming the stage. The
- * caller leaves the buffers unchanged until it returns. */
+ * start callback; a reference that does not resolve, or a start callback's failure, fails the
+ * batch, naming the stage. The caller leaves the buffers unchanged until it returns. The
+ * threads tr_pipe_run allows. */
 int tr_pipe_run_batch(tr_pipe_t *p, unsigned long long step, const tr_pipe_batch_t *batch,
                       float *losses, tr_pipe_run_result_t *out, char *err, size_t errlen);
 
