@@ -29,9 +29,14 @@
 #include <time.h>
 
 #include "actors/pipe/link.h"
-#include "runtime/comm/comm.h"
 #include "base/errf.h"
+#include "runtime/comm/comm.h"
 #include "runtime/comm/ranks.h"
+#include "troupe/buffer.h"
+#include "troupe/error.h"
+#include "troupe/monitor.h"
+#include "troupe/msg.h"
+#include "troupe/runtime.h"
 
 #define FRAME   256
 #define MAX_OPS 4096
@@ -148,7 +153,10 @@ static int poll_soon(tr_ctx_t *ctx, tr__pipe_link_t *l, uint32_t idle)
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_POLL);
     if (!m) return failed(l, TR_ENOMEM, "out of message memory");
     TR_MSG_AS(m, comm_poll)->idle_polls = idle;
-    if (tr_actor_send(ctx->rt, ctx->self, m) < 0) return tr_msg_free(ctx->rt, m), 0;
+    if (tr_actor_send(ctx->rt, ctx->self, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        return 0;
+    }
     l->polling = true;
     return 0;
 }
@@ -162,8 +170,12 @@ static int post(tr_ctx_t *ctx, tr__pipe_link_t *l, int k)
     *o = (op_t){.kind = k, .recv = true};
     l->comm->op_tag = 0;
     int rc = l->comm->ops->recv(l->comm, o->frame, FRAME, TR_DTYPE_U8, sender_of(l, k), k, &o->req);
-    if (rc < 0) return o->req = 0, failed(l, rc, "posting a receive");
-    l->posted[k] = true, l->pending++;
+    if (rc < 0) {
+        o->req = 0;
+        return failed(l, rc, "posting a receive");
+    }
+    l->posted[k] = true;
+    l->pending++;
     return poll_soon(ctx, l, 0);
 }
 
@@ -191,23 +203,32 @@ static int send_out(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_t *msg)
     size_t len;
     int rc = tr_msg_encode(msg, o->frame + 4, FRAME - 4, &len);
     if (rc < 0) return failed(l, rc, "encoding a transfer");
-    o->frame[0] = (unsigned char)len, o->frame[1] = (unsigned char)(len >> 8);
+    o->frame[0] = (unsigned char)len;
+    o->frame[1] = (unsigned char)(len >> 8);
     int to = rank_of(l, (int)t->to_stage);
     l->comm->op_tag = msg->step;
     rc = l->comm->ops->send(l->comm, o->frame, FRAME, TR_DTYPE_U8, to, o->kind, &o->req);
-    if (rc < 0) return o->req = 0, failed(l, rc, "sending a transfer");
+    if (rc < 0) {
+        o->req = 0;
+        return failed(l, rc, "sending a transfer");
+    }
     l->pending++;
     if (t->data.buffer_id) { /* the tensor's bytes, from the stage's registered send area */
         void *p = NULL;
         char why[256];
-        if ((rc = tr_buffer_resolve(ctx->rt, &t->data, &p, why, sizeof(why))) < 0)
-            return snprintf(l->err, sizeof(l->err), "%s", why), failed(l, rc, "a stage's tensor");
+        if ((rc = tr_buffer_resolve(ctx->rt, &t->data, &p, why, sizeof(why))) < 0) {
+            snprintf(l->err, sizeof(l->err), "%s", why);
+            return failed(l, rc, "a stage's tensor");
+        }
         op_t *d = free_op(l);
         if (!d) return failed(l, TR_ENOMEM, "too many transfers in flight");
         *d = (op_t){.kind = o->kind};
         rc = l->comm->ops->send(l->comm, p, (size_t)t->data.length, TR_DTYPE_U8, to,
                                 o->kind | PAYLOAD, &d->req);
-        if (rc < 0) return d->req = 0, failed(l, rc, "sending a tensor");
+        if (rc < 0) {
+            d->req = 0;
+            return failed(l, rc, "sending a tensor");
+        }
         l->pending++;
     }
     return poll_soon(ctx, l, 0);
@@ -225,7 +246,10 @@ static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
         return failed(l, TR_EDECODE, "a transfer's header names a tensor of more than 2 GiB");
     }
     op_t *d = free_op(l);
-    if (!d) return tr_msg_free(ctx->rt, m), failed(l, TR_ENOMEM, "too many transfers in flight");
+    if (!d) {
+        tr_msg_free(ctx->rt, m);
+        return failed(l, TR_ENOMEM, "too many transfers in flight");
+    }
     *d = (op_t){.kind = k, .recv = true, .held = m};
     void *dst;
     if (a->slots > 0 && len == a->slot_bytes) {
@@ -235,12 +259,18 @@ static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
     } else {
         dst = d->scratch = malloc(len ? len : 1);
         t->data = (tr_tensor_ref_t){0};
-        if (!dst) return tr_msg_free(ctx->rt, m), failed(l, TR_ENOMEM, "a tensor's scratch");
+        if (!dst) {
+            tr_msg_free(ctx->rt, m);
+            return failed(l, TR_ENOMEM, "a tensor's scratch");
+        }
     }
     l->comm->op_tag = 0;
     int rc = l->comm->ops->recv(l->comm, dst, (size_t)len, TR_DTYPE_U8, sender_of(l, k),
                                 k | PAYLOAD, &d->req);
-    if (rc < 0) return d->req = 0, failed(l, rc, "posting a tensor's receive");
+    if (rc < 0) {
+        d->req = 0;
+        return failed(l, rc, "posting a tensor's receive");
+    }
     l->pending++;
     return poll_soon(ctx, l, 0);
 }
@@ -248,7 +278,8 @@ static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
 /* A transfer (and its tensor, if it has one) is in: handed to the stage; the next posted. */
 static int deliver(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
 {
-    l->posted[k] = false, l->expect[k]--;
+    l->posted[k] = false;
+    l->expect[k]--;
     if (tr_actor_send(ctx->rt, l->stage, m) < 0) tr_msg_free(ctx->rt, m);
     return post(ctx, l, k);
 }
@@ -257,7 +288,8 @@ static int deliver(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
 static int arrived(tr_ctx_t *ctx, tr__pipe_link_t *l, op_t *o)
 {
     if (o->held) { /* the tensor of a transfer decoded before */
-        free(o->scratch), o->scratch = NULL;
+        free(o->scratch);
+        o->scratch = NULL;
         return deliver(ctx, l, o->kind, o->held);
     }
     size_t len = (size_t)o->frame[0] | (size_t)o->frame[1] << 8;
@@ -407,7 +439,7 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
     tr__pipe_link_t *l = calloc(1, sizeof(*l));
     if (!l || !(l->ops = calloc(MAX_OPS, sizeof(op_t)))) {
         free(l);
-        return snprintf(err, errlen, "pipeline link: out of memory"), TR_ENOMEM;
+        return tr__errf(err, errlen, TR_ENOMEM, "pipeline link: out of memory");
     }
     *l = (tr__pipe_link_t){
         .rt = rt,
@@ -425,11 +457,11 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
     *state = l;
     char why[256] = "";
     int rc = tr_comm_create("mpi", sp->rank, sp->world, done_cb, l, &l->comm, why, sizeof(why));
-    if (rc < 0) return snprintf(err, errlen, "pipeline across ranks: the MPI backend: %s", why), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "pipeline across ranks: the MPI backend: %s", why);
     tr_actor_opts_t o = {
         .name = "pipe-link", .pinned = 1, .defer_stop = 1, .lane_kind = TR_LANE_COMM};
     rc = tr_actor_spawn(rt, link_behaviour, l, &o, out);
-    if (rc < 0) return snprintf(err, errlen, "pipeline link: spawn: %s", tr_strerror(rc)), rc;
+    if (rc < 0) return tr__errf(err, errlen, rc, "pipeline link: spawn: %s", tr_strerror(rc));
     l->self = *out;
     for (int k = TR__PIPE_ACT; k <= TR__PIPE_GRAD; k++) { /* where received tensors land */
         uint64_t bytes = (uint64_t)l->area[k].slots * l->area[k].slot_bytes;
@@ -437,9 +469,9 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
         tr_buffer_info_t bi = {.bytes = bytes, .dtype = (uint8_t)sp->dtype, .owner = l->self};
         snprintf(bi.name, sizeof(bi.name), "pipe-link/%s", k == TR__PIPE_ACT ? "acts" : "grads");
         if (!(l->mem[k] = bi.base = aligned_alloc(64, (bytes + 63) / 64 * 64)))
-            return snprintf(err, errlen, "pipeline link: out of memory"), TR_ENOMEM;
+            return tr__errf(err, errlen, TR_ENOMEM, "pipeline link: out of memory");
         if ((rc = tr_buffer_register(rt, &bi, &l->area_id[k])) < 0)
-            return snprintf(err, errlen, "pipeline link: registering: %s", tr_strerror(rc)), rc;
+            return tr__errf(err, errlen, rc, "pipeline link: registering: %s", tr_strerror(rc));
     }
     return 0;
 }
@@ -450,7 +482,8 @@ void tr__pipe_link_free(tr__pipe_link_t *l)
     tr_comm_destroy(l->comm);
     for (int i = 0; i < MAX_OPS; i++)
         free(l->ops[i].scratch);
-    free(l->mem[TR__PIPE_ACT]), free(l->mem[TR__PIPE_GRAD]);
+    free(l->mem[TR__PIPE_ACT]);
+    free(l->mem[TR__PIPE_GRAD]);
     free(l->ops);
     free(l);
 }

@@ -4,8 +4,11 @@
 #define TR_ACTORS_PIPE_LINK_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "troupe.h"
+#include "troupe/msg.h"
+#include "troupe/runtime.h"
 
 /* PIPE_XFER kinds, one list for the stages (run.c) and the link: START starts a batch on an
  * actor; ACT and GRAD are the transfers (and the link's MPI tags for them); END tells the link

@@ -2,9 +2,19 @@
  * stage per rank (troupe/pipeline.h, tr_pipe_model_*).
  *
  * Each stage owns its part: its layers and activation slots (a tr_model_stage_t), its two send
- * areas, and what it reports (its losses and failures go to the pipeline's runner as messages,
- * run.c); the stage actor's exec callback touches nothing else of the pipelined model, whose
- * shared fields are fixed at creation (and the batch's inputs, set before a batch starts).
+ * areas, its view of the batch's micro-batches, and what it reports (its losses and failures
+ * go to the pipeline's runner as messages, run.c); the stage actor's callbacks touch nothing
+ * else of the pipelined model, whose shared fields are fixed at creation.
+ *
+ * How a batch reaches the stages. The pipelined model owns a staging area, registered in the
+ * runtime's buffer registry at creation: the inputs (tokens or x) and the targets (integer or
+ * float) of M micro-batches, each one buffer. tr_pipe_model_run copies the caller's batch into
+ * it on the caller's thread, then sends each stage its start message, which carries the two
+ * references (tr_pipe_run_batch): the copy happens before the sends, which publish it. Each
+ * stage resolves the references through the registry (run.c) and, in its start callback, builds
+ * its own tr_batch_t per micro-batch, pointing into the area, which it only reads; the next
+ * batch's copy waits for this one's end (tr_pipe_model_run returns only after every stage has
+ * reported).
  *
  * What travels between stages, and where it waits. Stage s sends each forward's output from
  * its activation send area, slot micro-batch mod buffers(s): that slot is rewritten only by
@@ -25,7 +35,12 @@
 #include "actors/pipe/link.h"
 #include "actors/pipe/schedule.h"
 #include "base/errf.h"
-#include "troupe.h"
+#include "troupe/buffer.h"
+#include "troupe/error.h"
+#include "troupe/model.h"
+#include "troupe/pipeline.h"
+#include "troupe/runtime.h"
+#include "troupe/types.h"
 
 /* One stage's own part (written by its actor only, during a batch). */
 typedef struct pstage {
@@ -33,7 +48,20 @@ typedef struct pstage {
     int buffers, prev_buffers; /* its schedule's slots, and the previous stage's */
     float *acts;  /* buffers slots of its output, as sent (all but the last stage) */
     float *grads; /* prev_buffers slots of its input gradient, as sent (all but the first) */
+    tr_batch_t *view; /* M: each micro-batch as it reads it, in the staging area */
 } pstage_t;
+
+/* The staging area: what the caller hands the stages, copied in for each batch. */
+typedef struct staging {
+    int in_dim;       /* the first layer's (0: it reads tokens, int32) */
+    int targets;      /* TR_TARGETS_* of the loss layer */
+    int y_dim;        /* its floats per position (TR_TARGETS_FLOAT) */
+    size_t in_bytes;  /* one micro-batch's inputs: (B, T) ints or (B, T, in_dim) floats */
+    size_t tg_bytes;  /* one micro-batch's targets: (B, T) ints or (B, T, y_dim) floats */
+    void *inputs;     /* (M, in_bytes) */
+    void *tgts;       /* (M, tg_bytes); NULL without targets */
+    tr_pipe_batch_t refs; /* their references: tensor[0] the inputs, [1] the targets */
+} staging_t;
 
 struct tr_pipe_model {
     tr_model_t *model;
@@ -44,7 +72,7 @@ struct tr_pipe_model {
     pstage_t *stage;
     unsigned long long *links; /* each link's elements */
     tr_pipe_t *pipe;
-    const tr_batch_t *batches; /* the batch being run: the caller's, read by the stages */
+    staging_t in; /* written by the caller's thread only, between batches */
 };
 
 static int check_bounds(const tr_model_t *model, const int *b, int S, char *err, size_t len)
@@ -79,6 +107,55 @@ static int make_stage(tr_pipe_model_t *pm, int s, char *err, size_t errlen)
         return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     if (s > 0 && !(g->grads = malloc((size_t)g->prev_buffers * in * sizeof(float))))
         return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    if (!(g->view = calloc((size_t)pm->M, sizeof(*g->view))))
+        return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    return 0;
+}
+
+/* Allocates and registers one array of the staging area (owner: the caller's thread; reused
+ * batch after batch), and references it whole; none when bytes is 0. */
+static int stage_array(tr_runtime_t *rt, const char *what, int dtype, size_t bytes, void **mem,
+                       tr_tensor_ref_t *ref)
+{
+    if (!bytes) return 0;
+    *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!*mem) return TR_ENOMEM;
+    tr_buffer_info_t info = {.base = *mem,
+                             .bytes = bytes,
+                             .alignment = 64,
+                             .dtype = (uint8_t)dtype,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = TR_ACTOR_NONE,
+                             .lifetime = TR_BUFFER_REQUEST};
+    snprintf(info.name, sizeof(info.name), "pipe/%s", what);
+    uint64_t id = 0;
+    int rc = tr_buffer_register(rt, &info, &id);
+    return rc < 0 ? rc : tr_buffer_ref(rt, id, 0, bytes, dtype, ref);
+}
+
+/* The staging area for M micro-batches of (B, T), shaped by the model's first layer and its
+ * loss layer's targets. */
+static int make_staging(tr_pipe_model_t *pm, tr_runtime_t *rt, char *err, size_t errlen)
+{
+    staging_t *a = &pm->in;
+    size_t N = (size_t)pm->B * (size_t)pm->T, M = (size_t)pm->M;
+    a->in_dim = tr_model_layer(pm->model, 0)->in_dim;
+    a->targets = tr_model_targets(pm->model, &a->y_dim);
+    a->in_bytes = N * (a->in_dim ? (size_t)a->in_dim * sizeof(float) : sizeof(int32_t));
+    a->tg_bytes = a->targets == TR_TARGETS_FLOAT ? N * (size_t)a->y_dim * sizeof(float)
+                  : a->targets == TR_TARGETS_INT ? N * sizeof(int32_t)
+                                                 : 0;
+    int rc = stage_array(rt, "inputs", a->in_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, M * a->in_bytes,
+                         &a->inputs, &a->refs.tensor[0]);
+    if (rc == 0)
+        rc = stage_array(rt, "targets",
+                         a->targets == TR_TARGETS_FLOAT ? TR_DTYPE_F32 : TR_DTYPE_I32,
+                         M * a->tg_bytes, &a->tgts, &a->refs.tensor[1]);
+    if (rc < 0 && a->refs.tensor[0].buffer_id) /* the memory goes with the pipelined model */
+        tr_buffer_unregister(rt, a->refs.tensor[0].buffer_id);
+    if (rc < 0)
+        return tr__errf(err, errlen, rc, "pipeline: its staging area of %zu bytes: %s",
+                        M * (a->in_bytes + a->tg_bytes), tr_strerror(rc));
     return 0;
 }
 
@@ -86,6 +163,8 @@ static int make_stage(tr_pipe_model_t *pm, int s, char *err, size_t errlen)
 static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in,
                 tr_pipe_report_t *rep);
 static void *send_mem(void *user, int s, const tr_pipe_instr_t *x, void **area, size_t *bytes);
+static int begin(void *user, int s, void *const *tensors, const unsigned long long *bytes,
+                 tr_pipe_report_t *rep);
 
 /* The stages' pipeline, spawned on rt. */
 static int make_pipe(tr_pipe_model_t *pm, tr_runtime_t *rt, tr_monitor_t *monitor, char *err,
@@ -103,6 +182,7 @@ static int make_pipe(tr_pipe_model_t *pm, tr_runtime_t *rt, tr_monitor_t *monito
                             .micro_batches = pm->M,
                             .exec = exec,
                             .send_mem = send_mem,
+                            .start = begin,
                             .user = pm,
                             .link_elements = 1,
                             .links = pm->links,
@@ -155,6 +235,7 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_runtime_t *rt, tr_model_t *mo
     }
     for (int s = pm->lo; rc == 0 && s < pm->hi; s++)
         rc = make_stage(pm, s, err, errlen);
+    if (rc == 0) rc = make_staging(pm, rt, err, errlen);
     if (rc == 0) rc = make_pipe(pm, rt, monitor, err, errlen);
     if (rc < 0 && !pm->pipe) { /* no actor holds it yet */
         tr_pipe_model_destroy(pm);
@@ -177,7 +258,10 @@ void tr_pipe_model_destroy(tr_pipe_model_t *pm)
         tr_model_stage_destroy(pm->stage[s].st);
         free(pm->stage[s].acts);
         free(pm->stage[s].grads);
+        free(pm->stage[s].view);
     }
+    free(pm->in.inputs); /* its registrations end with the runtime, closed by now */
+    free(pm->in.tgts);
     free(pm->stage);
     free(pm->links);
     free(pm->bounds);
@@ -188,7 +272,7 @@ static int forward(const tr_pipe_model_t *pm, pstage_t *g, int s, int mb, const 
                    tr_pipe_report_t *rep)
 {
     int slot = mb % g->buffers;
-    int rc = tr_model_stage_forward(g->st, slot, &pm->batches[mb], in, &rep->loss);
+    int rc = tr_model_stage_forward(g->st, slot, &g->view[mb], in, &rep->loss);
     rep->has_loss = rc == 0 && s == pm->S - 1;
     if (rc == 0 && s + 1 < pm->S) { /* the output, into its send slot */
         size_t n = tr_model_stage_output_floats(g->st);
@@ -244,13 +328,72 @@ static void *send_mem(void *user, int s, const tr_pipe_instr_t *x, void **area, 
     return a + (size_t)(x->micro_batch % slots) * n;
 }
 
+/* A batch starts on stage s (its thread): its view of each micro-batch, into the staging area
+ * its start message named (tensors[0] the inputs, [1] the targets; resolved by run.c). */
+static int begin(void *user, int s, void *const *tensors, const unsigned long long *bytes,
+                 tr_pipe_report_t *rep)
+{
+    const tr_pipe_model_t *pm = user;
+    const staging_t *a = &pm->in;
+    pstage_t *g = &pm->stage[s];
+    size_t M = (size_t)pm->M;
+    if (!tensors[0] || bytes[0] != M * a->in_bytes || bytes[1] != M * a->tg_bytes) {
+        snprintf(rep->why, sizeof(rep->why),
+                 "stage %d: its start names %llu bytes of inputs and %llu of targets; expected "
+                 "%zu and %zu (%d micro-batches)",
+                 s, bytes[0], bytes[1], M * a->in_bytes, M * a->tg_bytes, pm->M);
+        return TR_EMISMATCH;
+    }
+    const unsigned char *in = tensors[0], *tg = tensors[1];
+    for (size_t mb = 0; mb < M; mb++) {
+        const void *x = in + mb * a->in_bytes, *y = tg ? tg + mb * a->tg_bytes : NULL;
+        g->view[mb] = (tr_batch_t){.B = pm->B,
+                                   .T = pm->T,
+                                   .tokens = a->in_dim ? NULL : x,
+                                   .x = a->in_dim ? x : NULL,
+                                   .targets = a->targets == TR_TARGETS_INT ? y : NULL,
+                                   .y = a->targets == TR_TARGETS_FLOAT ? y : NULL,
+                                   .y_dim = a->y_dim};
+    }
+    return 0;
+}
+
+/* Copies the caller's micro-batches into the staging area (the caller's thread, before the
+ * start messages). TR_EINVAL naming the micro-batch for another shape or a missing field. */
+static int stage_batch(tr_pipe_model_t *pm, const tr_batch_t *batches, char *err, size_t errlen)
+{
+    staging_t *a = &pm->in;
+    for (int mb = 0; mb < pm->M; mb++) {
+        const tr_batch_t *b = &batches[mb];
+        const void *x = a->in_dim ? (const void *)b->x : (const void *)b->tokens;
+        const void *y = a->targets == TR_TARGETS_FLOAT ? (const void *)b->y
+                        : a->targets == TR_TARGETS_INT ? (const void *)b->targets
+                                                       : NULL;
+        if (b->B != pm->B || b->T != pm->T || !x || (a->tg_bytes && !y))
+            return tr__errf(err, errlen, TR_EINVAL,
+                            "pipeline: micro-batch %d has B %d, T %d%s%s; the pipeline needs B "
+                            "%d, T %d, %s and %s",
+                            mb, b->B, b->T, x ? "" : ", no inputs",
+                            a->tg_bytes && !y ? ", no targets" : "", pm->B, pm->T,
+                            a->in_dim ? "x" : "tokens",
+                            a->targets == TR_TARGETS_FLOAT ? "y"
+                            : a->targets == TR_TARGETS_INT ? "targets"
+                                                           : "no targets");
+        memcpy((unsigned char *)a->inputs + (size_t)mb * a->in_bytes, x, a->in_bytes);
+        if (a->tg_bytes)
+            memcpy((unsigned char *)a->tgts + (size_t)mb * a->tg_bytes, y, a->tg_bytes);
+    }
+    return 0;
+}
+
 int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
                       unsigned long long step, tr_pipe_run_result_t *result, char *err,
                       size_t errlen)
 {
-    pm->batches = batches; /* published to the stages by their start messages */
-    tr_pipe_run_result_t r;
-    int rc = tr_pipe_run(pm->pipe, step, losses, &r, err, errlen);
+    int rc = stage_batch(pm, batches, err, errlen);
+    if (rc < 0) return rc;
+    tr_pipe_run_result_t r; /* the start messages publish the copy to the stages */
+    rc = tr_pipe_run_batch(pm->pipe, step, &pm->in.refs, losses, &r, err, errlen);
     for (int s = pm->lo; s < pm->hi; s++) /* ReduceTiedGrads, now that no stage is in backward;
                                            * a failed batch's tied parts are dropped */
         if (rc == 0)

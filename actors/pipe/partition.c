@@ -12,7 +12,9 @@
 #include <strings.h>
 
 #include "base/errf.h"
-#include "troupe.h"
+#include "troupe/error.h"
+#include "troupe/model.h"
+#include "troupe/pipeline.h"
 
 /* DeepSpeed's partition_uniform: chunks of n / S, the first n % S one larger. */
 static void uniform(int n, int S, int *b)
@@ -33,7 +35,8 @@ static int fits(const double *w, int n, int S, double cap, int *b)
         if (w[i] > cap) return 0;
         if (sum + w[i] > cap) {
             if (++p >= S) return 0;
-            b[p] = i, sum = 0;
+            b[p] = i;
+            sum = 0;
         }
         sum += w[i];
     }
@@ -55,8 +58,10 @@ static void no_empty(int n, int S, int *b)
 static void balanced(const double *w, int n, int S, int *b)
 {
     double lo = 0, hi = 0;
-    for (int i = 0; i < n; i++)
-        hi += w[i], lo = w[i] > lo ? w[i] : lo;
+    for (int i = 0; i < n; i++) {
+        hi += w[i];
+        lo = w[i] > lo ? w[i] : lo;
+    }
     for (int it = 0; it < 100 && hi - lo > 1e-9 * (hi > 1 ? hi : 1); it++) {
         double mid = (lo + hi) / 2;
         if (fits(w, n, S, mid, b))
@@ -78,7 +83,10 @@ int tr_pipe_partition(const tr_model_t *model, const char *method, int S, int *b
                         "pipeline: %d stages for a model of %d layers "
                         "(each stage needs a layer)",
                         S, n);
-    if (!strcasecmp(method, "uniform")) return uniform(n, S, b), 0;
+    if (!strcasecmp(method, "uniform")) {
+        uniform(n, S, b);
+        return 0;
+    }
     double *w = calloc((size_t)n, sizeof(double));
     if (!w) return tr__errf(err, len, TR_ENOMEM, "pipeline: out of memory");
     int rc = 0;

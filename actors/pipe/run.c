@@ -9,18 +9,23 @@
  * One batch, as messages. tr_pipe_run sends each stage a PIPE_XFER of kind start (from the
  * last stage to the first: a stage's start is then queued before any transfer of the batch a
  * neighbour can send it; across ranks the stage passes its start on to its link) and waits
- * on the runner. A stage runs instructions until a receive whose transfer has not arrived,
- * and resumes when it does. A transfer that arrives early is
- * remembered (one bit per micro-batch and kind) until its instruction. Every transfer's
- * header is checked on arrival against the schedule: the kind the link carries, the sending
- * stage, this step, a micro-batch the stage still expects, the dtype and the element count.
+ * on the runner. A start may name the batch's tensors (tr_pipe_run_batch): the stage resolves
+ * the references through the buffer registry and hands the addresses to the start callback
+ * before its first instruction; it never reads a pointer the caller left anywhere. A stage
+ * runs instructions until a receive whose transfer has not arrived, and resumes when it does.
+ * A transfer that arrives early is remembered (one bit per micro-batch and kind) until its
+ * instruction. Every transfer's header is checked on arrival against the schedule: the kind
+ * the link carries, the sending stage, this step, a micro-batch the stage still expects, the
+ * dtype and the element count.
  * The last stage sends each loss to the runner (PIPE_LOSS); every stage ends its batch with a
  * PIPE_DONE to the runner: its end time and timings, or its failure and why. A stage that
  * fails tells its neighbours (PIPE_XFER of kind abort), which fail too, marked as caused by
  * another, so no stage waits forever; a stage that is not running a batch drops every
  * transfer (those of a failed batch, all queued before the next start). The runner counts the
  * reports and wakes the caller when the last is in; the result (the first stage's own
- * failure before a link's, before one caused by another) is assembled from the messages.
+ * failure before a link's, before one caused by another) is assembled from the messages, and
+ * the losses kept in the runner's own array, which the caller copies out once woken (no
+ * actor writes into the caller's memory).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -32,13 +37,20 @@
 #include "actors/pipe/link.h"
 #include "actors/pipe/schedule.h"
 #include "base/errf.h"
-#include "troupe.h"
+#include "troupe/buffer.h"
+#include "troupe/error.h"
+#include "troupe/monitor.h"
+#include "troupe/msg.h"
+#include "troupe/pipeline.h"
+#include "troupe/runtime.h"
+#include "troupe/types.h"
 
 typedef struct stage {
     /* fixed at spawn */
     int s, S, M, fault;
     tr_pipe_exec_fn exec;
     tr_pipe_send_fn send_mem;
+    tr_pipe_start_fn begin; /* the batch's tensors, resolved, to the caller's code */
     void *user;
     unsigned long long in_elems, out_elems; /* on the links to the previous and next stage */
     int dtype;
@@ -59,6 +71,8 @@ typedef struct stage {
     uint64_t busy_ns, fwd_ns;
     uint64_t wait_since;             /* a receive has waited from then (0: not waiting) */
     uint64_t recv_ns[3], send_ns[3]; /* by kind: time waiting in receives, in sends */
+    int held_rc;        /* its start failed, reported at the first message from prev (load) */
+    char held_why[512]; /* and why */
 } stage_t;
 
 struct tr_pipe {
@@ -75,7 +89,8 @@ struct tr_pipe {
     pthread_cond_t done; /* signalled when waiting reaches 0 */
     int waiting;         /* reports still to come */
     bool stop_after;     /* the runner got a STOP during the batch */
-    float *losses;
+    float *loss;         /* [M]: the last stage's PIPE_LOSS values, the caller's once it wakes */
+    unsigned char *has_loss; /* [M]: which came */
     uint64_t end_ns, busy_ns;
     tr_pipe_run_result_t res;
     int rc, rc_rank; /* the chosen failure and its rank: 3 a stage's own, 2 a link's, 1 caused */
@@ -315,14 +330,63 @@ static int advance(tr_ctx_t *ctx, stage_t *g)
     return batch_over(ctx, g);
 }
 
-/* A batch starts: the stream from its first instruction, nothing arrived yet. */
-static int start(tr_ctx_t *ctx, stage_t *g, unsigned long long step)
+/* The stage's start failed. Its previous neighbour may not have handled its own start yet
+ * (starts go last stage first) and would drop an abort; so in one process a stage past the
+ * first holds its failure until the first message from it (its first activation, or an
+ * abort), and runs nothing meanwhile. Returns what fail returns, or 0 while held. */
+static int fail_start(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_start(tr_ctx_t *ctx, stage_t *g, int rc, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->held_why, sizeof(g->held_why), fmt, ap);
+    va_end(ap);
+    if (!g->linked && g->prev.id != ctx->self.id) {
+        g->held_rc = rc;
+        return 0;
+    }
+    return fail(ctx, g, TR_ACTOR_NONE, false, rc, "%s", g->held_why);
+}
+
+/* The tensors the start message names, resolved through the registry (which checks their
+ * ranges), to the start callback. A failure is reported (fail_start) and ends the batch;
+ * returns what fail_start returns. */
+static int load(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
+{
+    const tr_tensor_ref_t *ref[TR_PIPE_BATCH_TENSORS] = {&t->data, &t->data2};
+    void *at[TR_PIPE_BATCH_TENSORS] = {0};
+    unsigned long long bytes[TR_PIPE_BATCH_TENSORS] = {0};
+    for (int i = 0; i < TR_PIPE_BATCH_TENSORS; i++) {
+        char why[256] = "";
+        int rc = ref[i]->buffer_id ? tr_buffer_resolve(ctx->rt, ref[i], &at[i], why, sizeof(why))
+                                   : 0;
+        if (rc < 0)
+            return fail_start(ctx, g, rc,
+                              "stage %d: the batch's tensor %d (step %llu) does not resolve: %s",
+                              g->s, i, g->batch, why);
+        bytes[i] = at[i] ? ref[i]->length : 0;
+    }
+    tr_pipe_report_t rep = {0};
+    int rc = g->begin ? g->begin(g->user, g->s, at, bytes, &rep) : 0;
+    if (rc < 0 && rep.why[0]) return fail_start(ctx, g, rc, "%s", rep.why);
+    if (rc < 0)
+        return fail_start(ctx, g, rc, "stage %d: its start of step %llu failed: %s", g->s,
+                          g->batch, tr_strerror(rc));
+    return 0;
+}
+
+/* A batch starts: the stream from its first instruction, nothing arrived yet; the tensors
+ * the start names go to the start callback first. */
+static int start(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
+{
+    unsigned long long step = t->step;
     size_t cells = 3 * (size_t)g->M;
     memset(g->have, 0, cells);
     memset(g->taken, 0, cells);
     memset(g->got, 0, cells * sizeof(*g->got));
     g->running = true;
+    g->held_rc = 0;
     g->batch = step;
     g->step = g->at = 0;
     g->busy_ns = g->fwd_ns = g->wait_since = 0;
@@ -336,6 +400,8 @@ static int start(tr_ctx_t *ctx, stage_t *g, unsigned long long step)
         *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = TR__PIPE_START, .step = step};
         if (tr_actor_send(ctx->rt, g->next, m) < 0) tr_msg_free(ctx->rt, m);
     }
+    int rc = load(ctx, g, t);
+    if (rc < 0 || !g->running || g->held_rc) return rc; /* failed: reported, or held */
     return advance(ctx, g);
 }
 
@@ -395,8 +461,11 @@ static int stage_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     }
     if (msg->type != TR_MSG_PIPE_XFER) return 0;
     const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
-    if (t->kind == TR__PIPE_START) return start(ctx, g, t->step);
+    if (t->kind == TR__PIPE_START) return start(ctx, g, t);
     if (!g->running) return 0; /* a failed batch's late transfer */
+    if (g->held_rc) /* prev runs the batch now: the start's failure can be told */
+        return fail(ctx, g, t->kind == TR__PIPE_ABORT ? msg->sender : TR_ACTOR_NONE, false,
+                    g->held_rc, "%s", g->held_why);
     if (t->kind == TR__PIPE_ABORT)
         return fail(ctx, g, msg->sender, true, TR_EFAILED,
                     "stage %d stopped: %s failed (its error says why)", g->s,
@@ -437,7 +506,10 @@ static int runner_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     }
     if (msg->type == TR_MSG_PIPE_LOSS) {
         const tr_msg_pipe_loss_t *l = TR_MSG_AS(msg, pipe_loss);
-        if (p->losses && l->micro_batch < (uint32_t)p->M) p->losses[l->micro_batch] = l->loss;
+        if (l->micro_batch < (uint32_t)p->M) {
+            p->loss[l->micro_batch] = l->loss;
+            p->has_loss[l->micro_batch] = 1;
+        }
     }
     if (msg->type == TR_MSG_PIPE_DONE && p->waiting > 0) {
         take_done(p, TR_MSG_AS(msg, pipe_done));
@@ -486,6 +558,7 @@ static int make_stage(tr_pipe_t *p, const tr_pipe_run_opts_t *o, int s, char *er
                    .fault = fault && atoi(fault) == s && p->S > 1,
                    .exec = o->exec,
                    .send_mem = o->send_mem,
+                   .begin = o->start,
                    .user = o->user,
                    .in_elems = s > 0 ? link_of(o, s - 1) : 0,
                    .out_elems = s + 1 < p->S ? link_of(o, s) : 0,
@@ -595,8 +668,11 @@ int tr_pipe_create(tr_pipe_t **out, tr_runtime_t *rt, const tr_pipe_run_opts_t *
     pthread_cond_init(&p->done, NULL);
     p->st = calloc((size_t)p->S, sizeof(*p->st));
     p->ids = calloc((size_t)p->S, sizeof(*p->ids));
-    rc = p->st && p->ids ? spawn(p, o, rank, world, err, errlen)
-                         : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
+    p->loss = calloc((size_t)p->M, sizeof(*p->loss));
+    p->has_loss = calloc((size_t)p->M, 1);
+    rc = p->st && p->ids && p->loss && p->has_loss
+             ? spawn(p, o, rank, world, err, errlen)
+             : tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
     if (rc < 0) {
         p->broken = true; /* the actors spawned so far stop with the runtime */
         tr_runtime_shutdown(rt, "pipeline set-up failed");
@@ -636,16 +712,24 @@ void tr_pipe_destroy(tr_pipe_t *p)
     pthread_mutex_destroy(&p->mu);
     free(p->st);
     free(p->ids);
+    free(p->loss);
+    free(p->has_loss);
     free(p);
 }
 
 /* --- one batch ------------------------------------------------------------------------------ */
 
-static int send_start(tr_pipe_t *p, tr_actor_t to, unsigned long long step)
+/* A stage's start: the step, and the batch's tensors as references (none: zeroed). */
+static int send_start(tr_pipe_t *p, tr_actor_t to, unsigned long long step,
+                      const tr_pipe_batch_t *batch)
 {
     tr_msg_t *m = tr_msg_new(p->rt, TR_MSG_PIPE_XFER);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){.kind = TR__PIPE_START, .step = step};
+    *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){
+        .kind = TR__PIPE_START,
+        .step = step,
+        .data = batch ? batch->tensor[0] : (tr_tensor_ref_t){0},
+        .data2 = batch ? batch->tensor[1] : (tr_tensor_ref_t){0}};
     m->step = step;
     int rc = tr_actor_send(p->rt, to, m);
     if (rc < 0) tr_msg_free(p->rt, m);
@@ -655,6 +739,12 @@ static int send_start(tr_pipe_t *p, tr_actor_t to, unsigned long long step)
 int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_run_result_t *out,
                 char *err, size_t errlen)
 {
+    return tr_pipe_run_batch(p, step, NULL, losses, out, err, errlen);
+}
+
+int tr_pipe_run_batch(tr_pipe_t *p, unsigned long long step, const tr_pipe_batch_t *batch,
+                      float *losses, tr_pipe_run_result_t *out, char *err, size_t errlen)
+{
     if (p->broken)
         return tr__errf(err, errlen, TR_EFAILED,
                         "pipeline run: step %llu: an earlier batch failed across ranks or the "
@@ -662,7 +752,7 @@ int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_ru
                         step);
     pthread_mutex_lock(&p->mu);
     p->waiting = (p->hi - p->lo) + (p->link != NULL);
-    p->losses = losses;
+    memset(p->has_loss, 0, (size_t)p->M);
     p->end_ns = p->busy_ns = 0;
     p->res = (tr_pipe_run_result_t){0};
     p->rc = p->rc_rank = 0;
@@ -671,7 +761,7 @@ int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_ru
     uint64_t t0 = tr_now_ns();
     int rc = 0;
     for (int s = p->hi - 1; rc == 0 && s >= p->lo; s--) /* last first: see the top */
-        rc = send_start(p, p->ids[s], step);
+        rc = send_start(p, p->ids[s], step, batch);
     if (rc < 0) { /* the stages already started cannot be waited for reliably */
         p->broken = true;
         return tr__errf(err, errlen, rc, "pipeline run: cannot start step %llu: %s", step,
@@ -681,6 +771,8 @@ int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_ru
     while (p->waiting > 0) /* pairs with the signal in runner_behaviour */
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    for (int mb = 0; losses && mb < p->M; mb++) /* the runner's copy, now the caller's */
+        if (p->has_loss[mb]) losses[mb] = p->loss[mb];
     if (p->rc < 0) {
         if (p->link) p->broken = true;
         return tr__errf(err, errlen, p->rc, "pipeline run: %s", p->why);

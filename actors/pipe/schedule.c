@@ -55,7 +55,8 @@ static int emit(tr_pipe_schedule_t *s, int op, int buffer, int mb)
         int cap = s->cap ? 2 * s->cap : 64;
         tr_pipe_instr_t *p = realloc(s->instr, (size_t)cap * sizeof(*p));
         if (!p) return TR_ENOMEM;
-        s->instr = p, s->cap = cap;
+        s->instr = p;
+        s->cap = cap;
     }
     s->instr[s->n++] = (tr_pipe_instr_t){op, buffer, mb};
     return 0;
@@ -190,12 +191,16 @@ static void zb_tick(zb_t *z, int s, int t)
         int code = g->order[g->pos++];
         op = code > 0 ? OP_F : OP_B;
         mb = (code > 0 ? code : -code) - 1;
-        if (op == OP_F)
-            g->f_done++, *end_at(z, z->f_end, s, mb) = t + 1;
-        else
-            g->b_done++, *end_at(z, z->b_end, s, mb) = t + 1;
+        if (op == OP_F) {
+            g->f_done++;
+            *end_at(z, z->f_end, s, mb) = t + 1;
+        } else {
+            g->b_done++;
+            *end_at(z, z->b_end, s, mb) = t + 1;
+        }
     } else if (g->w_next < g->b_done) {
-        op = OP_W, mb = g->w_next++;
+        op = OP_W;
+        mb = g->w_next++;
     }
     if (!op) return;
     g->ran[g->n_ran++] = op * 65536 + mb;
@@ -284,10 +289,12 @@ static int build_zb(tr_pipe_schedule_t *s)
         s->buffers = zb_live_max(me);
         s->n_steps = me->n_ran + 1;
         int *at = realloc(s->at, (size_t)(s->n_steps + 1) * sizeof(int));
-        if (!at)
+        if (!at) {
             rc = TR_ENOMEM;
-        else
-            s->at = at, at[0] = 0;
+        } else {
+            s->at = at;
+            at[0] = 0;
+        }
     }
     for (int k = 0; me && rc == 0 && k < me->n_ran; k++) {
         int op = me->ran[k] / 65536, mb = me->ran[k] % 65536;
@@ -298,9 +305,13 @@ static int build_zb(tr_pipe_schedule_t *s)
         rc = emit_step_end(s);
         end_step(s, s->n_steps - 1);
     }
-    for (int g = 0; z.st && g < s->S; g++)
-        free(z.st[g].order), free(z.st[g].ran);
-    free(z.st), free(z.f_end), free(z.b_end);
+    for (int g = 0; z.st && g < s->S; g++) {
+        free(z.st[g].order);
+        free(z.st[g].ran);
+    }
+    free(z.st);
+    free(z.f_end);
+    free(z.b_end);
     return rc;
 }
 

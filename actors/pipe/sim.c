@@ -56,7 +56,8 @@ static int advance(sim_t *m, int s, const tr_pipe_costs_t *c)
     if (x->op == TR_PIPE_SEND_ACTIVATION) m->act[s * m->M + x->micro_batch] = l->clock;
     if (x->op == TR_PIPE_SEND_GRAD) m->grad[s * m->M + x->micro_batch] = l->clock;
     double t = cost_of(c, x->op);
-    l->clock += t, l->busy += t;
+    l->clock += t;
+    l->busy += t;
     l->pos++;
     return 1;
 }
@@ -69,7 +70,11 @@ static int lanes(sim_t *m, const tr_pipe_schedule_t *const *st, int n, char *err
         int kind, M, S, stage;
         m->lane[s].n = tr__pipe_schedule_shape(st[s], &kind, &M, &S, &stage);
         m->lane[s].x = tr__pipe_schedule_all(st[s]);
-        if (s == 0) kind0 = kind, m->M = M, m->S = S;
+        if (s == 0) {
+            kind0 = kind;
+            m->M = M;
+            m->S = S;
+        }
         if (kind != kind0 || M != m->M || S != n || stage != s)
             return tr__errf(err, len, TR_EINVAL,
                             "pipeline simulation: schedule %d is stage %d "
@@ -129,6 +134,8 @@ int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
         out->theory = (double)(n_stages - 1) / (m.M + n_stages - 1);
     }
     if (rc == TR_ENOMEM) tr__errf(err, errlen, rc, "pipeline simulation: out of memory");
-    free(m.lane), free(m.act), free(m.grad);
+    free(m.lane);
+    free(m.act);
+    free(m.grad);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "troupe/model.h"
+#include "troupe/msg.h"
 #include "troupe/runtime.h"
 
 #ifdef __cplusplus
@@ -112,13 +113,16 @@ int tr_pipe_simulate(const tr_pipe_schedule_t *const *stages, int n_stages,
  * tr_pipe_create spawns the S stages of a schedule as pinned actors of the caller's runtime
  * (each on its own thread, so a stage's compute never waits for another's), once; the
  * pipeline then runs batch after batch with tr_pipe_run. A batch is a PIPE_XFER of kind start
- * to each stage. A send is a PIPE_XFER message to the neighbour stage; it carries its header
- * (kind, step, micro-batch, stages, dtype, elements), which the receiver checks against what
- * its schedule expects, so a mismatch is an error naming both stages instead of a hang. A
- * receive waits for its message; an early one waits in the stage until its instruction.
- * Every other instruction is the caller's exec callback, on the stage's thread. Each stage
- * reports its losses (PIPE_LOSS) and its end, timings or failure (PIPE_DONE) to the
- * pipeline's runner actor, which assembles the batch's result from those messages alone. */
+ * to each stage, which may name the batch's tensors (tr_pipe_run_batch: references into
+ * buffers the caller registered); the stage resolves them and hands them to the caller's start
+ * callback, on its own thread, before its first instruction. A send is a PIPE_XFER message
+ * to the neighbour stage; it carries its header (kind, step, micro-batch, stages, dtype,
+ * elements), which the receiver checks against what its schedule expects, so a mismatch is
+ * an error naming both stages instead of a hang. A receive waits for its message; an early
+ * one waits in the stage until its instruction. Every other instruction is the caller's exec
+ * callback, on the stage's thread. Each stage reports its losses (PIPE_LOSS) and its end,
+ * timings or failure (PIPE_DONE) to the pipeline's runner actor, which assembles the batch's
+ * result from those messages alone. */
 
 struct tr_monitor;
 
@@ -153,6 +157,23 @@ typedef int (*tr_pipe_exec_fn)(void *user, int stage, const tr_pipe_instr_t *x, 
 typedef void *(*tr_pipe_send_fn)(void *user, int stage, const tr_pipe_instr_t *x, void **area,
                                  size_t *area_bytes);
 
+/* A batch's tensors (tr_pipe_run_batch), for the stages: references into buffers the caller
+ * registered (troupe/buffer.h), e.g. a model's inputs and its targets for the M micro-batches
+ * (buffer_id 0: none). They travel in each stage's start message. */
+#define TR_PIPE_BATCH_TENSORS 2
+typedef struct tr_pipe_batch {
+    tr_tensor_ref_t tensor[TR_PIPE_BATCH_TENSORS];
+} tr_pipe_batch_t;
+
+/* Called on stage `stage`'s thread when a batch starts, before its first instruction:
+ * tensors[i] is the address of the batch's tensor i, resolved through the registry from the
+ * start message's reference (NULL for none, and in a batch run by tr_pipe_run), bytes[i] its
+ * length. The bytes stay the caller's, unchanged until the batch ends: the stage reads them,
+ * never writes them. rep starts zeroed (its why explains a failure). 0, or a negative TR_E*
+ * code, which fails the batch. */
+typedef int (*tr_pipe_start_fn)(void *user, int stage, void *const *tensors,
+                                const unsigned long long *bytes, tr_pipe_report_t *rep);
+
 typedef struct tr_pipe_run_opts {
     int kind, stages, micro_batches; /* the schedule (tr_pipe_kind_t, S, M) */
     tr_pipe_exec_fn exec;
@@ -163,6 +184,7 @@ typedef struct tr_pipe_run_opts {
     int link_dtype;                   /* their tr_dtype_t */
     tr_pipe_send_fn send_mem;         /* the tensors sent (NULL: headers only, a synthetic run
                                        * whose stages exchange no data) */
+    tr_pipe_start_fn start;           /* a batch's tensors, at its start (may be NULL) */
     struct tr_monitor *monitor;       /* traces each stage's compute on the stage actor's own
                                        * lane (NULL: none); borrowed */
     int across_ranks;                 /* 1: the job's ranks are the stages (from the MPI launcher's
@@ -204,19 +226,29 @@ void tr_pipe_destroy(tr_pipe_t *p);
 void tr_pipe_stop(tr_pipe_t *p);
 
 /* Runs one batch, numbered step (carried by every transfer), and waits for it: losses (M of
- * them; may be NULL) get the last stage's PIPE_LOSS values, out its timing. The first
+ * them; may be NULL) get the last stage's PIPE_LOSS values (copied on this thread once the
+ * batch is over; an entry whose loss never came is left as it was), out its timing. The first
  * stage's failure (a callback's code, a transfer whose header does not match, naming both
  * stages) otherwise; the stages are then ready for the next batch (across ranks a failed
  * pipeline runs no more: TR_EFAILED). A thread that is not one of rt's workers (the caller's,
  * or a pinned actor's), one batch at a time. */
 int tr_pipe_run(tr_pipe_t *p, unsigned long long step, float *losses, tr_pipe_run_result_t *out,
                 char *err, size_t errlen);
+/* tr_pipe_run, whose start messages carry batch's references (NULL: none), for the stages'
+ * start callback; a reference that does not resolve, or a start callback's failure, fails the
+ * batch, naming the stage. The caller leaves the buffers unchanged until it returns. The
+ * threads tr_pipe_run allows. */
+int tr_pipe_run_batch(tr_pipe_t *p, unsigned long long step, const tr_pipe_batch_t *batch,
+                      float *losses, tr_pipe_run_result_t *out, char *err, size_t errlen);
 
 /* --- a model trained through a pipeline, in one process or across ranks ---------------------
  *
  * tr_pipe_model cuts a model (troupe/model.h) into S stages at the given layer bounds, each with
  * its schedule's activation slots, spawns them once as a pipeline's stage actors on the
- * caller's runtime (tr_pipe_create), and runs a batch of M micro-batches through tr_pipe_run: a
+ * caller's runtime (tr_pipe_create), and runs a batch of M micro-batches through
+ * tr_pipe_run_batch: the caller's micro-batches are copied into the pipelined model's registered
+ * staging area (its inputs and targets), on the caller's thread, and each stage's start message
+ * names them, so each stage reads the batch through the registry, as its own view; a
  * stage's output and a backward's input gradient are copied into the stage's send slots, which
  * the schedule keeps until the neighbour has used them, and travel as references into them
  * (across ranks, as bytes). The gradients accumulate into the model's buffer as M
@@ -244,10 +276,13 @@ void tr_pipe_model_stop(tr_pipe_model_t *pm);
 /* Across ranks: the stage this process runs; -1 in one process (every stage). */
 int tr_pipe_model_stage(const tr_pipe_model_t *pm);
 
-/* One batch: micro-batch i is batches[i] (tokens or x for the first stage, targets for the
- * last; read by the stages until it returns); losses[i] gets its loss (across ranks, on the
- * last stage's ranks only). Gradients accumulate (zero them before, as for the model).
- * result (may be NULL) gets the run's timing and bubble. Errors name the stage and layer. */
+/* One batch: micro-batch i is batches[i] (B, T as at create; tokens or x, as the model's first
+ * layer reads, and the targets its loss layer reads), copied on this thread into the staging
+ * area before the stages start (they never read batches itself); losses[i] gets its loss
+ * (across ranks, on the last stage's ranks only). TR_EINVAL naming the micro-batch when one
+ * has another shape or lacks a field the model reads. Gradients accumulate (zero them
+ * before, as for the model). result (may be NULL) gets the run's timing and bubble. Errors
+ * name the stage and layer. */
 int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
                       unsigned long long step, tr_pipe_run_result_t *result, char *err,
                       size_t errlen);

@@ -279,6 +279,12 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     assert_non_null(strstr(err, "stage 0 (layers 0 to 2)"));
     assert_non_null(strstr(err, "embed"));
     d->tokens[2][5] = saved;
+    tr_batch_t bad[NM]; /* another shape: refused before any stage starts */
+    memcpy(bad, d->b, sizeof(bad));
+    bad[1].T = NT - 1;
+    assert_int_equal(tr_pipe_model_run(pm, bad, got, 0, NULL, err, sizeof(err)), TR_EINVAL);
+    printf("bad micro-batch: %s\n", err);
+    assert_non_null(strstr(err, "micro-batch 1 has B"));
     tr_model_zero_grad(pip);
     if (tr_pipe_model_run(pm, d->b, got, 1, NULL, err, sizeof(err))) fail_msg("%s", err);
     rt_end(rt);

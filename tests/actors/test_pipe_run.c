@@ -3,7 +3,10 @@
  * its backward after the next stage's (the transfers carry the order), for 1F1B and zb on
  * 1 to 4 stages; a transfer whose header does not match (a stage sending one element too
  * many) is an error naming both stages, not a hang; a failing instruction stops every stage
- * with its stage and instruction named, and the same stage actors then run the next batch. */
+ * with its stage and instruction named, and the same stage actors then run the next batch.
+ * A batch's tensors (tr_pipe_run_batch) reach every stage's start callback through the buffer
+ * registry; a start that fails, on any stage, fails the batch without a hang, and so does a
+ * reference that no longer resolves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -156,12 +159,118 @@ static void test_failing_instruction_stops_every_stage(void **state)
     assert_non_null(strstr(err, "link_elements is 0"));
 }
 
+/* What each stage's start callback saw (each stage writes its own row). */
+typedef struct starts {
+    int fail_stage; /* its start fails (-1: none) */
+    int calls[MAX_S];
+    unsigned long long bytes[MAX_S][2];
+    int value[MAX_S]; /* tensor 0's element 5; -1: no tensor 0 */
+    int second[MAX_S]; /* tensor 1 was named */
+} starts_t;
+
+static int on_start(void *user, int stage, void *const *tensors, const unsigned long long *bytes,
+                    tr_pipe_report_t *rep)
+{
+    starts_t *t = user;
+    t->calls[stage]++;
+    t->bytes[stage][0] = bytes[0];
+    t->bytes[stage][1] = bytes[1];
+    t->value[stage] = tensors[0] ? ((const int *)tensors[0])[5] : -1;
+    t->second[stage] = tensors[1] != NULL;
+    if (stage != t->fail_stage) return 0;
+    snprintf(rep->why, sizeof(rep->why), "the start of stage %d failed on purpose", stage);
+    return TR_EIO;
+}
+
+static int no_exec(void *user, int stage, const tr_pipe_instr_t *x, const void *in,
+                   tr_pipe_report_t *rep)
+{
+    (void)user;
+    (void)stage;
+    (void)x;
+    (void)in;
+    (void)rep;
+    return 0;
+}
+
+static void test_batch_tensors_reach_every_start(void **state)
+{
+    (void)state;
+    enum { S = 3 };
+    static int data[16];
+    for (int i = 0; i < 16; i++)
+        data[i] = 100 + i;
+    starts_t *t = calloc(1, sizeof(*t));
+    t->fail_stage = -1;
+    tr_runtime_t *rt;
+    if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 1})) fail_msg("runtime");
+    tr_buffer_info_t bi = {.name = "test/batch",
+                           .base = data,
+                           .bytes = sizeof(data),
+                           .dtype = TR_DTYPE_I32,
+                           .owner = TR_ACTOR_NONE,
+                           .lifetime = TR_BUFFER_REQUEST};
+    uint64_t id;
+    tr_pipe_batch_t batch = {0};
+    assert_int_equal(tr_buffer_register(rt, &bi, &id), 0);
+    assert_int_equal(tr_buffer_ref(rt, id, 0, sizeof(data), TR_DTYPE_I32, &batch.tensor[0]), 0);
+    tr_pipe_run_opts_t o = {.kind = TR_PIPE_TRAIN_1F1B,
+                            .stages = S,
+                            .micro_batches = M,
+                            .exec = no_exec,
+                            .start = on_start,
+                            .user = t,
+                            .link_elements = 16,
+                            .link_dtype = TR_DTYPE_F32};
+    tr_pipe_t *p;
+    char err[1024];
+    if (tr_pipe_create(&p, rt, &o, err, sizeof(err))) fail_msg("%s", err);
+    tr_pipe_run_result_t res;
+    if (tr_pipe_run_batch(p, 1, &batch, NULL, &res, err, sizeof(err))) fail_msg("%s", err);
+    for (int s = 0; s < S; s++) {
+        assert_int_equal(t->calls[s], 1);
+        assert_int_equal(t->bytes[s][0], sizeof(data));
+        assert_int_equal(t->bytes[s][1], 0);
+        assert_int_equal(t->value[s], 105);
+        assert_int_equal(t->second[s], 0);
+    }
+    if (tr_pipe_run(p, 2, NULL, &res, err, sizeof(err))) fail_msg("%s", err); /* no tensors */
+    for (int s = 0; s < S; s++)
+        assert_int_equal(t->value[s], -1);
+    for (int k = 0; k < 30; k++) { /* a start failing on each stage in turn, then none */
+        t->fail_stage = k % (S + 1) < S ? k % (S + 1) : -1;
+        int rc = tr_pipe_run_batch(p, 3 + (unsigned long long)k, &batch, NULL, &res, err,
+                                   sizeof(err));
+        if (t->fail_stage < 0) {
+            if (rc) fail_msg("%s", err);
+            continue;
+        }
+        assert_int_equal(rc, TR_EIO);
+        char want[64];
+        snprintf(want, sizeof(want), "the start of stage %d failed on purpose", t->fail_stage);
+        if (!strstr(err, want)) fail_msg("run %d: %s", k, err);
+    }
+    t->fail_stage = -1;
+    assert_int_equal(tr_buffer_unregister(rt, id), 0); /* a stale reference fails the batch */
+    int rc = tr_pipe_run_batch(p, 40, &batch, NULL, &res, err, sizeof(err));
+    printf("stale reference: %s\n", err);
+    assert_int_equal(rc, TR_ENOENT);
+    assert_non_null(strstr(err, "does not resolve"));
+    if (tr_pipe_run(p, 41, NULL, &res, err, sizeof(err))) fail_msg("%s", err);
+    tr_runtime_shutdown(rt, "test over");
+    tr_runtime_run(rt);
+    tr_runtime_close(rt);
+    tr_pipe_destroy(p);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_run_in_dataflow_order),
         cmocka_unit_test(test_header_mismatch_names_both_stages),
         cmocka_unit_test(test_failing_instruction_stops_every_stage),
+        cmocka_unit_test(test_batch_tensors_reach_every_start),
     };
     return cmocka_run_group_tests_name("pipe_run", tests, NULL, NULL);
 }
