@@ -1,5 +1,5 @@
-/* clock.c: tr_now_ns (CLOCK_MONOTONIC nanoseconds), and calibrates the time-stamp counter against CLOCK_MONOTONIC, once per process
- * (a 2 ms measurement, taken the first time a runtime starts). */
+/* clock.c: tr_now_ns (CLOCK_MONOTONIC nanoseconds), and calibrates the time-stamp counter against
+ * CLOCK_MONOTONIC, once per process (a 2 ms measurement, taken the first time a runtime starts). */
 #include "base/clock.h"
 
 #include <pthread.h>

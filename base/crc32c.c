@@ -51,8 +51,7 @@ uint32_t tr__crc32c(uint32_t crc, const void *data, size_t n)
     const unsigned char *p = data;
     crc = ~crc;
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2"))
-        return ~crc_hw(crc, p, n);
+    if (__builtin_cpu_supports("sse4.2")) return ~crc_hw(crc, p, n);
 #endif
     return ~crc_table(crc, p, n);
 }

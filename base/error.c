@@ -26,19 +26,17 @@ int tr__error(int err, const char *fmt, ...)
 
 const char *tr_strerror(int err)
 {
-    if (err == 0)
-        return "success";
+    if (err == 0) return "success";
     switch (err) {
-#define TR__ERR_MSG(name, value, msg)                                                          \
-    case (value):                                                                              \
+#define TR__ERR_MSG(name, value, msg)                                                              \
+    case (value):                                                                                  \
         return msg;
         TR_ERRNO_MAP(TR__ERR_MSG)
 #undef TR__ERR_MSG
     default:
         break;
     }
-    if (err < 0 && err > -4000)
-        {
+    if (err < 0 && err > -4000) {
         const char *s = strerrordesc_np(-err);
         return s ? s : "unknown error";
     }
@@ -47,11 +45,10 @@ const char *tr_strerror(int err)
 
 const char *tr_err_name(int err)
 {
-    if (err == 0)
-        return "TR_OK";
+    if (err == 0) return "TR_OK";
     switch (err) {
-#define TR__ERR_NAME(name, value, msg)                                                         \
-    case (value):                                                                              \
+#define TR__ERR_NAME(name, value, msg)                                                             \
+    case (value):                                                                                  \
         return "TR_" #name;
         TR_ERRNO_MAP(TR__ERR_NAME)
 #undef TR__ERR_NAME

@@ -21,8 +21,7 @@ static char *grow(char *old, size_t n, size_t cap)
 {
     size_t bytes = (cap + TR__FILE_SPARE + READ_ALIGN - 1) / READ_ALIGN * READ_ALIGN;
     char *b = aligned_alloc(READ_ALIGN, bytes);
-    if (b && n)
-        memcpy(b, old, n);
+    if (b && n) memcpy(b, old, n);
     free(old);
     return b;
 }
@@ -44,23 +43,19 @@ static int read_all(int fd, size_t cap, size_t limit, char **out, size_t *got)
     size_t n = 0;
     while (b) {
         if (n == cap) {
-            if (n > limit)
-                break;
+            if (n > limit) break;
             cap *= 2;
-            if (!(b = grow(b, n, cap)))
-                break;
+            if (!(b = grow(b, n, cap))) break;
         }
         ssize_t r = read(fd, b + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             int e = errno;
             free(b);
             *got = n;
             return -e;
         }
-        if (r == 0 || (n += (size_t)r) > limit)
-            break;
+        if (r == 0 || (n += (size_t)r) > limit) break;
     }
     *out = b;
     *got = n;
@@ -76,8 +71,7 @@ int tr__file_read(const char *path, size_t max, const char *what, char **out, si
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
         int e = errno;
-        if (fd >= 0)
-            close(fd);
+        if (fd >= 0) close(fd);
         return tr__errf(err, errlen, -e, "%s: cannot open: %s", path, strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
@@ -94,17 +88,14 @@ int tr__file_read(const char *path, size_t max, const char *what, char **out, si
     }
     /* one byte over the size, so that the read that finds the end needs no second buffer */
     size_t cap = (size_t)1 << 16;
-    if (S_ISREG(st.st_mode) && st.st_size > 0)
-        cap = (size_t)st.st_size + 1;
+    if (S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
     char *b = NULL;
     size_t n = 0;
     int rc = read_all(fd, cap, limit, &b, &n);
     close(fd);
-    if (rc == TR_ENOMEM)
-        return tr__errf(err, errlen, rc, "%s: no memory for %zu bytes", path, n);
+    if (rc == TR_ENOMEM) return tr__errf(err, errlen, rc, "%s: no memory for %zu bytes", path, n);
     if (rc)
-        return tr__errf(err, errlen, rc, "%s: read failed at byte %zu: %s", path, n,
-                        strerror(-rc));
+        return tr__errf(err, errlen, rc, "%s: read failed at byte %zu: %s", path, n, strerror(-rc));
     if (n > limit) {
         free(b);
         return tr__errf(err, errlen, TR_EFORMAT, "%s: larger than %s, expected %s", path,
@@ -122,8 +113,7 @@ int tr__path_join(char *out, size_t cap, const char *dir, const char *name)
     const char *slash = d && dir[d - 1] != '/' ? "/" : "";
     int n = snprintf(out, cap, "%s%s%s", d ? dir : "", slash, name);
     if (n < 0 || (size_t)n >= cap) {
-        if (cap)
-            out[0] = '\0';
+        if (cap) out[0] = '\0';
         return TR_EINVAL;
     }
     return 0;
@@ -132,18 +122,14 @@ int tr__path_join(char *out, size_t cap, const char *dir, const char *name)
 int tr__mkdir_p(const char *path)
 {
     char tmp[4096];
-    if (!*path || snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
-        return TR_EINVAL;
+    if (!*path || snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) return TR_EINVAL;
     for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
+        if (*p != '/') continue;
         *p = 0;
-        if (mkdir(tmp, 0777) && errno != EEXIST)
-            return -errno;
+        if (mkdir(tmp, 0777) && errno != EEXIST) return -errno;
         *p = '/';
     }
-    if (mkdir(tmp, 0777) && errno != EEXIST)
-        return -errno;
+    if (mkdir(tmp, 0777) && errno != EEXIST) return -errno;
     struct stat st; /* EEXIST also for a file of that name */
     return stat(tmp, &st) == 0 && !S_ISDIR(st.st_mode) ? -ENOTDIR : 0;
 }

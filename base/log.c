@@ -23,7 +23,7 @@
 
 #include "troupe/error.h"
 
-#define ENV_NAME "TROUPE_LOG_LEVEL"
+#define ENV_NAME       "TROUPE_LOG_LEVEL"
 #define LINE_MAX_STACK 512
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -40,15 +40,13 @@ static const struct {
     const char *name;
     int level;
 } names[] = {
-    {"debug", TR_LOG_DEBUG}, {"info", TR_LOG_INFO},   {"warning", TR_LOG_WARN},
-    {"warn", TR_LOG_WARN},   {"error", TR_LOG_ERROR}, {"off", TR_LOG_OFF},
-    {"quiet", TR_LOG_OFF},
+    {"debug", TR_LOG_DEBUG}, {"info", TR_LOG_INFO}, {"warning", TR_LOG_WARN}, {"warn", TR_LOG_WARN},
+    {"error", TR_LOG_ERROR}, {"off", TR_LOG_OFF},   {"quiet", TR_LOG_OFF},
 };
 
 int tr_log_level_parse(const char *s, int *out)
 {
-    if (!s || !out)
-        return TR_EINVAL;
+    if (!s || !out) return TR_EINVAL;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcasecmp(s, names[i].name) == 0) {
             *out = names[i].level;
@@ -67,8 +65,7 @@ static void read_env(void)
 {
     const char *s = getenv(ENV_NAME);
     int l;
-    if (!s)
-        return;
+    if (!s) return;
     if (tr_log_level_parse(s, &l) == 0) {
         atomic_store_explicit(&level, l, memory_order_relaxed);
         atomic_store_explicit(&env_valid, 1, memory_order_relaxed);
@@ -83,10 +80,8 @@ static void write_all(const char *p, size_t n)
 {
     while (n) {
         ssize_t w = write(STDERR_FILENO, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* stderr is gone: nowhere to say so */
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* stderr is gone: nowhere to say so */
         p += w;
         n -= (size_t)w;
     }
@@ -109,10 +104,14 @@ static void emit(int l, char *line, size_t len)
 static const char *prefix_of(int l)
 {
     switch (l) {
-    case TR_LOG_DEBUG: return "troupe: debug: ";
-    case TR_LOG_WARN: return "troupe: warning: ";
-    case TR_LOG_ERROR: return "troupe: error: ";
-    default: return "troupe: ";
+    case TR_LOG_DEBUG:
+        return "troupe: debug: ";
+    case TR_LOG_WARN:
+        return "troupe: warning: ";
+    case TR_LOG_ERROR:
+        return "troupe: error: ";
+    default:
+        return "troupe: ";
     }
 }
 
@@ -125,8 +124,7 @@ static void vlog(int l, const char *fmt, va_list ap)
     va_copy(ap2, ap);
     int n = vsnprintf(NULL, 0, fmt, ap2);
     va_end(ap2);
-    if (n < 0)
-        return;
+    if (n < 0) return;
     size_t len = np + (size_t)n + 1; /* with the newline */
     char *buf = len + 1 <= sizeof(stack) ? stack : malloc(len + 1);
     if (!buf) { /* no memory for a long line: say so rather than cut it silently */
@@ -141,8 +139,7 @@ static void vlog(int l, const char *fmt, va_list ap)
     buf[len - 1] = '\n';
     buf[len] = '\0';
     emit(l, buf, len);
-    if (buf != stack)
-        free(buf);
+    if (buf != stack) free(buf);
 }
 
 static void log_direct(int l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -160,18 +157,16 @@ static void ensure_init(void)
     if (env_bad[0] && !atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
         log_direct(TR_LOG_WARN,
                    "%s: '%s' is not a log level (expected debug, info, warning, error or off); "
-                   "using info", ENV_NAME, env_bad);
+                   "using info",
+                   ENV_NAME, env_bad);
 }
 
 void tr_log(int l, const char *fmt, ...)
 {
     ensure_init();
-    if (l < TR_LOG_DEBUG)
-        l = TR_LOG_DEBUG;
-    if (l > TR_LOG_ERROR)
-        l = TR_LOG_ERROR;
-    if (l < atomic_load_explicit(&level, memory_order_relaxed))
-        return;
+    if (l < TR_LOG_DEBUG) l = TR_LOG_DEBUG;
+    if (l > TR_LOG_ERROR) l = TR_LOG_ERROR;
+    if (l < atomic_load_explicit(&level, memory_order_relaxed)) return;
     va_list ap;
     va_start(ap, fmt);
     vlog(l, fmt, ap);
@@ -180,8 +175,7 @@ void tr_log(int l, const char *fmt, ...)
 
 int tr_log_set_level(int l)
 {
-    if (l < TR_LOG_DEBUG || l > TR_LOG_OFF)
-        return TR_EINVAL;
+    if (l < TR_LOG_DEBUG || l > TR_LOG_OFF) return TR_EINVAL;
     ensure_init();
     atomic_store_explicit(&level, l, memory_order_relaxed);
     return 0;
@@ -189,8 +183,7 @@ int tr_log_set_level(int l)
 
 int tr_log_set_default_level(int l)
 {
-    if (l < TR_LOG_DEBUG || l > TR_LOG_OFF)
-        return TR_EINVAL;
+    if (l < TR_LOG_DEBUG || l > TR_LOG_OFF) return TR_EINVAL;
     ensure_init();
     if (!atomic_load_explicit(&env_valid, memory_order_relaxed))
         atomic_store_explicit(&level, l, memory_order_relaxed);

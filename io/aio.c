@@ -57,8 +57,7 @@ void tr__aio_warn_once(tr_aio_t *aio, int *flag, const char *msg)
     int first = !*flag;
     *flag = 1;
     pthread_mutex_unlock(&aio->mu);
-    if (first)
-        tr_log(TR_LOG_WARN, "%s", msg);
+    if (first) tr_log(TR_LOG_WARN, "%s", msg);
 }
 
 void tr_aio_options_default(tr_aio_options_t *o)
@@ -96,8 +95,7 @@ static int read_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t 
     char *user = r.buf;
     uint64_t off = r.off;
     size_t len = r.len;
-    if (!(r.buf = bounce_alloc((size_t)(hi - lo))))
-        return bounce_failed(res, off, len);
+    if (!(r.buf = bounce_alloc((size_t)(hi - lo)))) return bounce_failed(res, off, len);
     r.off = lo;
     r.len = (size_t)(hi - lo);
     tr__aio_xfer_run(ctx, &r, res);
@@ -105,8 +103,7 @@ static int read_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t 
         size_t got = res->end - off < len ? (size_t)(res->end - off) : len;
         memcpy(user, r.buf + (off - lo), got);
     }
-    if (res->end > off + len)
-        res->end = off + len;
+    if (res->end > off + len) res->end = off + len;
     free(r.buf);
     return res->err;
 }
@@ -115,8 +112,7 @@ static int read_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t 
 static int write_bounced(tr__aio_ctx_t *ctx, tr__aio_range_t r, tr__aio_result_t *res)
 {
     char *b = bounce_alloc(r.len);
-    if (!b)
-        return bounce_failed(res, r.off, r.len);
+    if (!b) return bounce_failed(res, r.off, r.len);
     memcpy(b, r.buf, r.len);
     r.buf = b;
     tr__aio_xfer_run(ctx, &r, res);
@@ -134,9 +130,13 @@ static void move_slice(tr__aio_worker_t *w, tr__aio_slice_t *s, tr__aio_result_t
     tr__aio_request_t *q = s->req;
     tr_aio_file_t *f = q->f;
     size_t len = q->size / (size_t)w->aio->nworkers;
-    tr__aio_range_t r = {.write = q->write, .fd = f->fd, .direct = f->direct,
-                         .align = f->align, .buf = q->buf + (size_t)s->index * len,
-                         .len = len, .off = q->off + (uint64_t)s->index * len};
+    tr__aio_range_t r = {.write = q->write,
+                         .fd = f->fd,
+                         .direct = f->direct,
+                         .align = f->align,
+                         .buf = q->buf + (size_t)s->index * len,
+                         .len = len,
+                         .off = q->off + (uint64_t)s->index * len};
     int place_ok = r.off % f->align == 0 && r.len % f->align == 0;
     int mem_ok = (uintptr_t)r.buf % f->mem_align == 0;
     if (!f->direct || (place_ok && mem_ok)) {
@@ -170,8 +170,7 @@ static void finish_slice(tr_aio_t *aio, tr__aio_slice_t *s, const tr__aio_result
                          "%s '%s': offset %" PRIu64 ", size %zu: the file ends at byte %" PRIu64,
                          op, q->f->path, q->off, q->size, res->end);
     }
-    if (--q->left > 0)
-        return;
+    if (--q->left > 0) return;
     if (q->sync) {
         q->finished = 1;
     } else {
@@ -198,10 +197,8 @@ static void *worker_main(void *arg)
         while (!w->head && !aio->stop)
             pthread_cond_wait(&w->cv, &aio->mu);
         tr__aio_slice_t *s = w->head;
-        if (!s)
-            break;
-        if (!(w->head = s->next))
-            w->tail = NULL;
+        if (!s) break;
+        if (!(w->head = s->next)) w->tail = NULL;
         pthread_mutex_unlock(&aio->mu);
         tr__aio_result_t res;
         move_slice(w, s, &res);
@@ -254,10 +251,9 @@ static int start_workers(tr_aio_t *aio, char *why, size_t why_len)
 int tr_aio_create(const tr_aio_options_t *o, tr_aio_t **out, char *why, size_t why_len)
 {
     int rc = check_options(o, why, why_len);
-    if (rc)
-        return rc;
-    tr_aio_t *aio = calloc(1, sizeof *aio + (size_t)o->intra_op_parallelism *
-                                                sizeof(tr__aio_worker_t));
+    if (rc) return rc;
+    tr_aio_t *aio =
+        calloc(1, sizeof *aio + (size_t)o->intra_op_parallelism * sizeof(tr__aio_worker_t));
     if (!aio) return tr__errf(why, why_len, TR_ENOMEM, "no memory for the aio engine");
     aio->o = *o;
     aio->nworkers = o->intra_op_parallelism;
@@ -280,8 +276,7 @@ int tr_aio_create(const tr_aio_options_t *o, tr_aio_t **out, char *why, size_t w
 
 void tr_aio_destroy(tr_aio_t *aio)
 {
-    if (!aio)
-        return;
+    if (!aio) return;
     pthread_mutex_lock(&aio->mu);
     while (aio->inflight > 0)
         pthread_cond_wait(&aio->done, &aio->mu);
@@ -291,10 +286,8 @@ void tr_aio_destroy(tr_aio_t *aio)
     pthread_mutex_unlock(&aio->mu);
     for (int i = 0; i < aio->nworkers; i++) {
         tr__aio_worker_t *w = &aio->workers[i];
-        if (w->started)
-            pthread_join(w->thread, NULL);
-        if (w->ctx.slots)
-            tr__aio_ctx_close(&w->ctx);
+        if (w->started) pthread_join(w->thread, NULL);
+        if (w->ctx.slots) tr__aio_ctx_close(&w->ctx);
         pthread_cond_destroy(&w->cv);
     }
     if (aio->efd >= 0) {
@@ -318,9 +311,9 @@ int tr_aio_parallelism(const tr_aio_t *aio)
 
 /* ---- requests ------------------------------------------------------------------------ */
 
-static int start(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_t size,
-                 uint64_t off, tr_aio_cb cb, void *user, int sync, tr__aio_request_t **out,
-                 char *why, size_t why_len)
+static int start(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_t size, uint64_t off,
+                 tr_aio_cb cb, void *user, int sync, tr__aio_request_t **out, char *why,
+                 size_t why_len)
 {
     const char *op = write ? "pwrite" : "pread";
     int n = aio->nworkers;
@@ -335,8 +328,15 @@ static int start(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_t s
     tr__aio_request_t *q = calloc(1, sizeof *q + (size_t)n * sizeof(tr__aio_slice_t));
     if (!q)
         return tr__errf(why, why_len, TR_ENOMEM, "%s '%s': no memory for the request", op, f->path);
-    *q = (tr__aio_request_t){.f = f, .write = write, .buf = buf, .size = size, .off = off,
-                             .cb = cb, .user = user, .sync = sync, .left = n};
+    *q = (tr__aio_request_t){.f = f,
+                             .write = write,
+                             .buf = buf,
+                             .size = size,
+                             .off = off,
+                             .cb = cb,
+                             .user = user,
+                             .sync = sync,
+                             .left = n};
     pthread_mutex_lock(&aio->mu);
     aio->inflight += !sync;
     for (int i = 0; i < n; i++) {
@@ -362,8 +362,8 @@ int tr_aio_pread(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size, uint64
     return start(aio, f, 0, buf, size, offset, cb, user, 0, &q, why, why_len);
 }
 
-int tr_aio_pwrite(tr_aio_t *aio, tr_aio_file_t *f, const void *buf, size_t size,
-                  uint64_t offset, tr_aio_cb cb, void *user, char *why, size_t why_len)
+int tr_aio_pwrite(tr_aio_t *aio, tr_aio_file_t *f, const void *buf, size_t size, uint64_t offset,
+                  tr_aio_cb cb, void *user, char *why, size_t why_len)
 {
     tr__aio_request_t *q;
     return start(aio, f, 1, (void *)buf, size, offset, cb, user, 0, &q, why, why_len);
@@ -374,8 +374,7 @@ static int run_sync(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_
 {
     tr__aio_request_t *q;
     int rc = start(aio, f, write, buf, size, off, NULL, NULL, 1, &q, why, why_len);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     pthread_mutex_lock(&aio->mu);
     while (!q->finished)
         pthread_cond_wait(&aio->done, &aio->mu);
@@ -386,8 +385,8 @@ static int run_sync(tr_aio_t *aio, tr_aio_file_t *f, int write, void *buf, size_
     return rc;
 }
 
-int tr_aio_pread_sync(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size,
-                      uint64_t offset, char *why, size_t why_len)
+int tr_aio_pread_sync(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size, uint64_t offset,
+                      char *why, size_t why_len)
 {
     return run_sync(aio, f, 0, buf, size, offset, why, why_len);
 }
@@ -410,8 +409,7 @@ int tr_aio_poll(tr_aio_t *aio)
     int ran = 0;
     while (q) {
         tr__aio_request_t *next = q->next;
-        if (q->cb)
-            q->cb(q->user, q->status, q->status ? q->why : "");
+        if (q->cb) q->cb(q->user, q->status, q->status ? q->why : "");
         free(q);
         q = next;
         ran++;

@@ -36,8 +36,8 @@ static void read_alignment(tr_aio_file_t *f)
 static int open_flags(int flags)
 {
     int rw = (flags & TR_AIO_READ) && (flags & TR_AIO_WRITE) ? O_RDWR
-             : (flags & TR_AIO_WRITE)                         ? O_WRONLY
-                                                              : O_RDONLY;
+             : (flags & TR_AIO_WRITE)                        ? O_WRONLY
+                                                             : O_RDONLY;
     return rw | O_CLOEXEC | ((flags & TR_AIO_CREATE) ? O_CREAT : 0);
 }
 
@@ -100,12 +100,9 @@ int tr_aio_open(tr_aio_t *aio, const char *path, int flags, tr_aio_file_t **out,
 
 void tr_aio_close(tr_aio_file_t *f)
 {
-    if (!f)
-        return;
-    if (f->fd >= 0)
-        close(f->fd);
-    if (f->fd_buffered >= 0)
-        close(f->fd_buffered);
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    if (f->fd_buffered >= 0) close(f->fd_buffered);
     free(f);
 }
 
@@ -129,8 +126,7 @@ int tr_aio_buffer_alloc(tr_aio_t *aio, size_t size, void **out)
 {
     void *p = NULL;
     size_t bytes = page_round(size ? size : 1);
-    if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), bytes))
-        return TR_ENOMEM;
+    if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), bytes)) return TR_ENOMEM;
     if (mlock(p, bytes) != 0) {
         struct rlimit rl = {0, 0};
         getrlimit(RLIMIT_MEMLOCK, &rl);
@@ -148,8 +144,7 @@ int tr_aio_buffer_alloc(tr_aio_t *aio, size_t size, void **out)
 void tr_aio_buffer_free(tr_aio_t *aio, void *p, size_t size)
 {
     (void)aio;
-    if (!p)
-        return;
+    if (!p) return;
     munlock(p, page_round(size ? size : 1));
     free(p);
 }

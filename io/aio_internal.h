@@ -38,9 +38,9 @@ struct tr_aio {
     pthread_mutex_t mu;  /* guards everything below and the workers' queues */
     pthread_cond_t done; /* a request finished (sync callers, tr_aio_wait, destroy) */
     int stop;
-    int inflight;        /* asynchronous requests not yet on the done list */
+    int inflight; /* asynchronous requests not yet on the done list */
     tr__aio_request_t *done_head, *done_tail;
-    int warned_direct;   /* one warning per engine each */
+    int warned_direct; /* one warning per engine each */
     int warned_mlock;
     int nworkers;
     tr__aio_worker_t workers[];

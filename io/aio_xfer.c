@@ -55,8 +55,7 @@ int tr__aio_ctx_init(tr__aio_ctx_t *c, const tr_aio_options_t *o)
 
 void tr__aio_ctx_close(tr__aio_ctx_t *c)
 {
-    if (c->io)
-        io_destroy(c->io);
+    if (c->io) io_destroy(c->io);
     free(c->slots);
     free(c->pending);
     free(c->events);
@@ -66,8 +65,7 @@ void tr__aio_ctx_close(tr__aio_ctx_t *c)
 
 static void fail(run_t *s, int err, uint64_t off, size_t len)
 {
-    if (s->res->err)
-        return;
+    if (s->res->err) return;
     s->res->err = err;
     s->res->err_off = off;
     s->res->err_len = len;
@@ -96,10 +94,8 @@ static void fill(run_t *s)
 {
     while (s->nfree > 0 && s->next < s->r->len) {
         size_t n = s->r->len - s->next;
-        if (n > s->c->block_size)
-            n = s->c->block_size;
-        prep(s, &s->c->slots[s->c->free[--s->nfree]], s->r->buf + s->next, n,
-             s->r->off + s->next);
+        if (n > s->c->block_size) n = s->c->block_size;
+        prep(s, &s->c->slots[s->c->free[--s->nfree]], s->r->buf + s->next, n, s->r->off + s->next);
         s->next += n;
     }
 }
@@ -119,10 +115,8 @@ static void submit(run_t *s)
     while (done < s->npending) {
         int n = s->c->single_submit ? 1 : s->npending - done;
         int rc = io_submit(s->c->io, n, s->c->pending + done);
-        if (rc == -EINTR)
-            continue;
-        if (rc == -EAGAIN || rc == 0)
-            break;
+        if (rc == -EINTR) continue;
+        if (rc == -EAGAIN || rc == 0) break;
         if (rc < 0) {
             tr__aio_slot_t *slot = s->c->pending[done]->data;
             fail(s, rc, slot->off, slot->len);
@@ -145,8 +139,7 @@ static void complete(run_t *s, tr__aio_slot_t *slot, long got)
         prep(s, slot, slot->buf, slot->len, slot->off);
         return;
     }
-    if (!retry && got < 0)
-        fail(s, (int)got, slot->off, slot->len);
+    if (!retry && got < 0) fail(s, (int)got, slot->off, slot->len);
     if (got < 0 || (size_t)got >= slot->len || s->res->err) {
         release(s, slot);
         return;
@@ -155,8 +148,7 @@ static void complete(run_t *s, tr__aio_slot_t *slot, long got)
     /* The kernel shortens an O_DIRECT read only at the end of the file; its tail is then
      * unaligned and cannot be asked for again. */
     if (!s->r->write && (got == 0 || at % s->r->align)) {
-        if (at < s->res->end)
-            s->res->end = at;
+        if (at < s->res->end) s->res->end = at;
         release(s, slot);
     } else if (got == 0) {
         fail(s, -EIO, slot->off, slot->len); /* a write that moves nothing would never end */
@@ -170,8 +162,7 @@ static void complete(run_t *s, tr__aio_slot_t *slot, long got)
 static void reap(run_t *s, int min_nr)
 {
     int n = io_getevents(s->c->io, min_nr, s->inflight, s->c->events, NULL);
-    if (n == -EINTR || n == -EAGAIN)
-        return;
+    if (n == -EINTR || n == -EAGAIN) return;
     if (n < 0) { /* EFAULT/EINVAL: our bug; the in-flight iocbs cannot be found again */
         fail(s, n, s->r->off, s->r->len);
         s->inflight = 0;
@@ -200,13 +191,10 @@ static int run_libaio(tr__aio_ctx_t *c, const tr__aio_range_t *r, tr__aio_result
         else if (c->overlap_events || (s.inflight == 0 && s.npending == 0))
             fill(&s);
         int before = s.inflight;
-        if (s.npending)
-            submit(&s);
-        if (res->err)
-            drop_pending(&s);
+        if (s.npending) submit(&s);
+        if (res->err) drop_pending(&s);
         if (s.inflight == 0) {
-            if (s.npending == 0)
-                break;
+            if (s.npending == 0) break;
             if (++refused > EAGAIN_TRIES) {
                 tr__aio_slot_t *slot = c->pending[0]->data;
                 fail(&s, -EAGAIN, slot->off, slot->len);
@@ -215,8 +203,7 @@ static int run_libaio(tr__aio_ctx_t *c, const tr__aio_range_t *r, tr__aio_result
             nap();
             continue;
         }
-        if (s.inflight > before)
-            refused = 0;
+        if (s.inflight > before) refused = 0;
         reap(&s, c->overlap_events ? 1 : s.inflight);
     }
     return res->err;
@@ -230,8 +217,7 @@ static int run_posix(const tr__aio_range_t *r, tr__aio_result_t *res)
     while (done < r->len) {
         ssize_t n = r->write ? pwrite(r->fd, r->buf + done, r->len - done, (off_t)(r->off + done))
                              : pread(r->fd, r->buf + done, r->len - done, (off_t)(r->off + done));
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n < 0 || (n == 0 && r->write)) {
             res->err = n < 0 ? -errno : -EIO;
             res->err_off = r->off + done;
@@ -251,7 +237,6 @@ int tr__aio_xfer_run(tr__aio_ctx_t *c, const tr__aio_range_t *r, tr__aio_result_
 {
     memset(res, 0, sizeof *res);
     res->end = r->off + r->len;
-    if (r->len == 0)
-        return 0;
+    if (r->len == 0) return 0;
     return r->direct ? run_libaio(c, r, res) : run_posix(r, res);
 }

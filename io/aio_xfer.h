@@ -27,18 +27,18 @@ typedef struct tr__aio_ctx {
     size_t block_size;
     int single_submit;
     int overlap_events;
-    tr__aio_slot_t *slots;    /* depth */
-    struct iocb **pending;    /* prepared, not yet submitted (depth) */
-    struct io_event *events;  /* depth */
-    int *free;                /* stack of free slot indices (depth) */
+    tr__aio_slot_t *slots;   /* depth */
+    struct iocb **pending;   /* prepared, not yet submitted (depth) */
+    struct io_event *events; /* depth */
+    int *free;               /* stack of free slot indices (depth) */
 } tr__aio_ctx_t;
 
 /* One contiguous range of a file and of memory. */
 typedef struct tr__aio_range {
-    int write;     /* 0: read into buf; 1: write from buf */
+    int write; /* 0: read into buf; 1: write from buf */
     int fd;
-    int direct;    /* 1: libaio on an O_DIRECT fd; 0: pread/pwrite */
-    size_t align;  /* the file's offset alignment when direct */
+    int direct;   /* 1: libaio on an O_DIRECT fd; 0: pread/pwrite */
+    size_t align; /* the file's offset alignment when direct */
     char *buf;
     size_t len;
     uint64_t off;
@@ -48,7 +48,7 @@ typedef struct tr__aio_result {
     int err;          /* 0 or -errno */
     uint64_t err_off; /* the failing operation's offset and size */
     size_t err_len;
-    uint64_t end;     /* a read: the offset where the file ended, or off + len */
+    uint64_t end; /* a read: the offset where the file ended, or off + len */
 } tr__aio_result_t;
 
 /* io_setup and the slot arrays. -errno from io_setup (-EAGAIN: aio-max-nr reached),

@@ -20,10 +20,10 @@
 #include "troupe/error.h"
 #include "base/errf.h"
 
-#define MAGIC     "TRCKPT\0\1"
-#define END_MAGIC "TEND"
-#define FIXED     24 /* magic, header length, reserved, payload length */
-#define ALIGN     64
+#define MAGIC       "TRCKPT\0\1"
+#define END_MAGIC   "TEND"
+#define FIXED       24 /* magic, header length, reserved, payload length */
+#define ALIGN       64
 #define IMAGE_ALIGN 4096 /* an image's memory: O_DIRECT's alignment on any file system here */
 
 static size_t padded(size_t header_len)
@@ -276,8 +276,8 @@ int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, 
     struct stat st;
     unsigned char fixed[FIXED];
     int rc = fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ? TR_EFORMAT
-             : (size_t)st.st_size < FIXED + 8          ? TR_EFORMAT
-                                                       : read_at(fd, fixed, FIXED, 0);
+             : (size_t)st.st_size < FIXED + 8           ? TR_EFORMAT
+                                                        : read_at(fd, fixed, FIXED, 0);
     if (rc == 0 && memcmp(fixed, MAGIC, 8) != 0) rc = TR_EFORMAT;
     if (rc < 0) {
         close(fd);
@@ -301,8 +301,8 @@ int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, 
         free(m);
         return tr__errf(err, errlen, rc, "%s: header: %s", path, tr_strerror(rc));
     }
-    *out = (tr_ckpt_file_t){.mem = m, .header = m, .header_len = header_len,
-                            .payload_len = payload};
+    *out =
+        (tr_ckpt_file_t){.mem = m, .header = m, .header_len = header_len, .payload_len = payload};
     return 0;
 }
 
@@ -315,8 +315,8 @@ static pid_t tmp_pid(const char *name)
     const char *t = strstr(name, ".tmp.");
     if (!t) return 0;
     size_t stem = (size_t)(t - name);
-    int ours = (stem == 6 && !strncmp(name, "latest", 6)) ||
-               (stem > 5 && !strncmp(t - 5, ".trck", 5));
+    int ours =
+        (stem == 6 && !strncmp(name, "latest", 6)) || (stem > 5 && !strncmp(t - 5, ".trck", 5));
     const char *d = t + 5;
     if (!ours || !*d || strlen(d) > 9) return 0;
     for (const char *c = d; *c; c++)

@@ -61,10 +61,10 @@ int tr__ckpt_image_write(const tr_ckpt_image_t *im, struct tr_aio *aio, const ch
 
 /* A file read back and verified: magic, lengths, trailer and CRC. */
 typedef struct tr_ckpt_file {
-    void *mem;            /* the whole file; header and payload point into it */
+    void *mem; /* the whole file; header and payload point into it */
     const void *header;
     size_t header_len;
-    const void *payload;  /* 64-byte aligned */
+    const void *payload; /* 64-byte aligned */
     size_t payload_len;
 } tr_ckpt_file_t;
 

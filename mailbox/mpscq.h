@@ -48,15 +48,15 @@
 
 /* The producers' side: what senders write. Keep it on a cache line of its own. */
 typedef struct tr__mpscq_head {
-    _Atomic(uintptr_t) head;   /* newest message; low bit: marked empty (idle) */
-    _Atomic(uint64_t) pushed;  /* messages ever pushed (relaxed; for depth counters) */
+    _Atomic(uintptr_t) head;  /* newest message; low bit: marked empty (idle) */
+    _Atomic(uint64_t) pushed; /* messages ever pushed (relaxed; for depth counters) */
 } tr__mpscq_head_t;
 
 /* The consumer's side. The stub only ever has its link read, so it is just the link. */
 typedef struct tr__mpscq_tail {
-    tr_msg_t *tail;            /* oldest: the last message popped, or the stub */
-    _Atomic(tr_msg_t *) stub;  /* stands in for a tr_msg_t whose only field used is tr_next_ */
-    _Atomic(uint64_t) popped;  /* messages ever popped (single writer, relaxed) */
+    tr_msg_t *tail;           /* oldest: the last message popped, or the stub */
+    _Atomic(tr_msg_t *) stub; /* stands in for a tr_msg_t whose only field used is tr_next_ */
+    _Atomic(uint64_t) popped; /* messages ever popped (single writer, relaxed) */
 } tr__mpscq_tail_t;
 
 static inline tr_msg_t *tr__mpscq_stub(tr__mpscq_tail_t *t)
@@ -115,7 +115,8 @@ static inline tr_msg_t *tr__mpscq_pop(tr__mpscq_tail_t *t, tr_msg_t **done)
     if (next) {
         t->tail = next;
         *done = tail == tr__mpscq_stub(t) ? NULL : tail;
-        atomic_store_explicit(&t->popped, atomic_load_explicit(&t->popped, memory_order_relaxed) + 1,
+        atomic_store_explicit(&t->popped,
+                              atomic_load_explicit(&t->popped, memory_order_relaxed) + 1,
                               memory_order_relaxed);
     }
     return next;
@@ -156,8 +157,7 @@ static inline bool tr__mpscq_mark_empty(tr__mpscq_head_t *h, tr__mpscq_tail_t *t
 static inline bool tr__mpscq_unmark(tr__mpscq_head_t *h)
 {
     uintptr_t head = atomic_load_explicit(&h->head, memory_order_seq_cst);
-    if (!(head & TR__MARK_EMPTY))
-        return false;
+    if (!(head & TR__MARK_EMPTY)) return false;
     /* seq_cst: pairs with mark_empty's CAS and the producers' exchange; of the threads
      * racing on a marked head exactly one wins */
     return atomic_compare_exchange_strong_explicit(&h->head, &head, head & ~TR__MARK_EMPTY,

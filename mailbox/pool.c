@@ -36,25 +36,26 @@
 
 #if defined(__SANITIZE_ADDRESS__) || defined(TR_ASAN_BUILD)
 #include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #else
-#define POISON(p, n) ((void)(p), (void)(n))
+#define POISON(p, n)   ((void)(p), (void)(n))
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define MIN_SHIFT 7                   /* smallest chunk: 128 bytes */
-#define N_CLASSES 10                  /* up to 64 KiB */
-#define CLASS_LARGE 0xffffu
-#define SLAB_BYTES (256u * 1024u)
+#define MIN_SHIFT        7  /* smallest chunk: 128 bytes */
+#define N_CLASSES        10 /* up to 64 KiB */
+#define CLASS_LARGE      0xffffu
+#define SLAB_BYTES       (256u * 1024u)
 #define SLAB_CACHE_BYTES ((size_t)256 << 20)
-#define PREFAULT_BYTES   (64u * 1024u) /* of a prefaulted slab: 511 messages of the smallest class \
-                                        */
-#define PAGE_BYTES       4096u         /* the smallest page size: a write to each faults it in */
+#define PREFAULT_BYTES                                                                             \
+    (64u * 1024u)          /* of a prefaulted slab: 511 messages of the smallest class             \
+                            */
+#define PAGE_BYTES   4096u /* the smallest page size: a write to each faults it in */
 #define REMOTE_SLOTS 16
-#define MAG_MAX          62 /* addresses a magazine holds, at most (its class's body permitting) */
+#define MAG_MAX      62 /* addresses a magazine holds, at most (its class's body permitting) */
 #define HEADER_BYTES ((sizeof(tr_msg_t) + 15u) & ~(size_t)15u)
-#define KEEP_BYTES offsetof(tr_msg_t, type) /* bookkeeping that stays unpoisoned */
+#define KEEP_BYTES   offsetof(tr_msg_t, type) /* bookkeeping that stays unpoisoned */
 
 typedef struct slab {
     struct slab *next;
@@ -125,8 +126,7 @@ _Thread_local tr__pool_t *tr__pool_tls_pool;
 
 static unsigned class_of(size_t total)
 {
-    if (total <= ((size_t)1 << MIN_SHIFT))
-        return 0;
+    if (total <= ((size_t)1 << MIN_SHIFT)) return 0;
     unsigned shift = 64 - (unsigned)__builtin_clzll((unsigned long long)(total - 1));
     unsigned c = shift - MIN_SHIFT;
     return c < N_CLASSES ? c : CLASS_LARGE;
@@ -150,8 +150,7 @@ static inline void set_link(tr_msg_t *m, tr_msg_t *next)
 tr__pool_set_t *tr__pool_set_create(void)
 {
     tr__pool_set_t *set = calloc(1, sizeof(*set));
-    if (!set)
-        return NULL;
+    if (!set) return NULL;
     pthread_mutex_init(&set->mu, NULL);
     set->id = atomic_fetch_add_explicit(&next_set_id, 1, memory_order_relaxed);
     return set;
@@ -159,8 +158,7 @@ tr__pool_set_t *tr__pool_set_create(void)
 
 void tr__pool_set_destroy(tr__pool_set_t *set)
 {
-    if (!set)
-        return;
+    if (!set) return;
     tr__pool_t *p = set->pools;
     while (p) {
         tr__pool_t *next = p->next_in_set;
@@ -261,8 +259,7 @@ static int add_slab(tr__pool_t *pool, unsigned c)
     slab_t *s = cache_pop();
     pthread_mutex_unlock(&cache_mu);
     if (!s) s = aligned_alloc(64, bytes);
-    if (!s)
-        return TR_ENOMEM;
+    if (!s) return TR_ENOMEM;
     s->next = pool->slabs;
     pool->slabs = s;
     atomic_fetch_add_explicit(&pool->bytes, bytes, memory_order_relaxed);
@@ -310,7 +307,8 @@ static inline magazine_t *mag_link(magazine_t *g)
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("prfchw"))) /* so that a write prefetch is PREFETCHW */
 #endif
-static void prefetch_magazine(magazine_t *g, unsigned c)
+static void
+prefetch_magazine(magazine_t *g, unsigned c)
 {
     if (!g) return;
     for (uint32_t i = 0; i < g->n; i++)
@@ -383,8 +381,7 @@ __attribute__((noinline)) static tr_msg_t *alloc_slow(tr__pool_t *pool, size_t b
     tr_msg_t *m;
     if (c == CLASS_LARGE) {
         m = aligned_alloc(64, (total + 63) & ~(size_t)63);
-        if (!m)
-            return NULL;
+        if (!m) return NULL;
         m->tr_pool_ = pool;
         m->tr_class_ = CLASS_LARGE;
         return fresh_envelope(m, body_size);

@@ -26,8 +26,7 @@ bool tr__runq_push(tr__runq_t *q, void *item)
     uint32_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
     /* acquire: pairs with consumers' CAS, so their reads of the slot precede our overwrite */
     uint32_t h = atomic_load_explicit(&q->head, memory_order_acquire);
-    if (t - h >= TR__RUNQ_CAP)
-        return false;
+    if (t - h >= TR__RUNQ_CAP) return false;
     atomic_store_explicit(&q->slots[t & MASK], item, memory_order_relaxed);
     /* seq_cst: publishes the slot to consumers' acquire load of tail, and orders it before
      * the scheduler's seq_cst read of the idle count (runtime/core/sched.c) */
@@ -41,8 +40,7 @@ void *tr__runq_pop(tr__runq_t *q)
     for (;;) {
         /* acquire: pairs with the owner's release store of tail */
         uint32_t t = atomic_load_explicit(&q->tail, memory_order_acquire);
-        if (h == t)
-            return NULL;
+        if (h == t) return NULL;
         void *item = atomic_load_explicit(&q->slots[h & MASK], memory_order_relaxed);
         /* acq_rel: claims the slot; on failure h is reloaded */
         if (atomic_compare_exchange_weak_explicit(&q->head, &h, h + 1, memory_order_acq_rel,
@@ -65,18 +63,15 @@ void *tr__runq_steal(tr__runq_t *dst, tr__runq_t *src)
     for (;;) {
         uint32_t t = atomic_load_explicit(&src->tail, memory_order_acquire);
         uint32_t n = t - h;
-        if (n == 0)
-            return NULL;
+        if (n == 0) return NULL;
         if (n > TR__RUNQ_CAP) { /* head moved on between our two loads: read it again */
             h = atomic_load_explicit(&src->head, memory_order_acquire);
             continue;
         }
         n -= n / 2;
         uint32_t room = TR__RUNQ_CAP - tr__runq_len(dst);
-        if (n > room + 1)
-            n = room + 1;
-        if (n > TR__RUNQ_CAP / 2)
-            n = TR__RUNQ_CAP / 2;
+        if (n > room + 1) n = room + 1;
+        if (n > TR__RUNQ_CAP / 2) n = TR__RUNQ_CAP / 2;
         for (uint32_t i = 0; i < n; i++)
             batch[i] = atomic_load_explicit(&src->slots[(h + i) & MASK], memory_order_relaxed);
         if (atomic_compare_exchange_weak_explicit(&src->head, &h, h + n, memory_order_acq_rel,
@@ -91,13 +86,11 @@ void *tr__runq_steal(tr__runq_t *dst, tr__runq_t *src)
 uint32_t tr__runq_take_half(tr__runq_t *q, void **out, uint32_t max)
 {
     uint32_t n = tr__runq_len(q) / 2;
-    if (n > max)
-        n = max;
+    if (n > max) n = max;
     uint32_t got = 0;
     while (got < n) {
         void *item = tr__runq_pop(q);
-        if (!item)
-            break;
+        if (!item) break;
         out[got++] = item;
     }
     return got;
@@ -118,8 +111,7 @@ void tr__inject_destroy(tr__inject_t *q)
 
 void tr__inject_push(tr__inject_t *q, tr__qnode_t **nodes, size_t n)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     for (size_t i = 0; i + 1 < n; i++)
         atomic_store_explicit(&nodes[i]->next, nodes[i + 1], memory_order_relaxed);
     atomic_store_explicit(&nodes[n - 1]->next, NULL, memory_order_relaxed);

@@ -56,7 +56,7 @@ typedef struct tr__inject {
     char pad0_[64 - sizeof(void *)];
     _Atomic(tr__qnode_t *) head; /* the oldest (the stub when empty): written by the consumer
                                   * holding busy, read by tr__inject_nonempty */
-    _Atomic int busy;  /* a consumer is popping */
+    _Atomic int busy;            /* a consumer is popping */
     tr__qnode_t stub;
 } tr__inject_t;
 

@@ -158,8 +158,7 @@ static void block_backward_in(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, f
 }
 
 /* The layernorms' parameter gradients, from the stash and the activations. */
-static void block_backward_ln(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d,
-                              const block_acts *a)
+static void block_backward_ln(tr_layer_t *l, tr_layer_ctx_t *c, block_stash d, const block_acts *a)
 {
     int N = c->B * c->T, C = ((const gpt2_state *)l->state)->C;
     tr__layernorm_backward(NULL, GRAD(c, l, LN2W), GRAD(c, l, LN2B), d.dln2, a->res2,

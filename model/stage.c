@@ -19,9 +19,9 @@
 #include "troupe/error.h"
 
 typedef struct slot {
-    float *acts; /* the stage's layers' regions, back to back; checkpointed: each group's
-                  * output (the last is the stage's) */
-    float *in;   /* the input: the previous stage's output, or the batch's x */
+    float *acts;  /* the stage's layers' regions, back to back; checkpointed: each group's
+                   * output (the last is the stage's) */
+    float *in;    /* the input: the previous stage's output, or the batch's x */
     float *stash; /* split backwards (zb): each splitting layer's stash, at stash_off */
     int *tokens, *targets;
     float *y;
@@ -39,7 +39,7 @@ struct tr_model_stage {
     float *work; /* checkpointed: one group's activations at a time */
     slot_t *slots;
     float *scratch, *dbuf[2];
-    float *tied; /* model-sized gradients of tied tensors owned outside (NULL: none) */
+    float *tied;       /* model-sized gradients of tied tensors owned outside (NULL: none) */
     size_t *stash_off; /* each layer's stash within a slot's (NULL: no layer splits its
                         * backward, or checkpointed: the weights' part would need activations
                         * a recompute overwrites) */

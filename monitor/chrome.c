@@ -17,10 +17,8 @@
 
 static int reserve(tr__outbuf_t *o, size_t more)
 {
-    if (o->oom)
-        return -1;
-    if (o->len + more <= o->cap)
-        return 0;
+    if (o->oom) return -1;
+    if (o->len + more <= o->cap) return 0;
     size_t cap = o->cap ? o->cap : 4096;
     while (cap < o->len + more)
         cap *= 2;
@@ -42,8 +40,7 @@ void tr__out_free(tr__outbuf_t *o)
 
 static inline void out_mem(tr__outbuf_t *o, const char *s, size_t n)
 {
-    if (__builtin_expect(o->len + n > o->cap, 0) && reserve(o, n))
-        return;
+    if (__builtin_expect(o->len + n > o->cap, 0) && reserve(o, n)) return;
     memcpy(o->data + o->len, s, n);
     o->len += n;
 }
@@ -59,8 +56,7 @@ void tr__out_str(tr__outbuf_t *o, const char *s)
 void tr__out_json_str(tr__outbuf_t *o, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
-    if (!s)
-        s = "";
+    if (!s) s = "";
     out_mem(o, "\"", 1);
     size_t plain = 0; /* the common case: nothing to escape, one copy */
     while (s[plain] && s[plain] != '"' && s[plain] != '\\' && (unsigned char)s[plain] >= 0x20)
@@ -213,8 +209,7 @@ static void flow_half(tr__outbuf_t *o, const char *ph, unsigned rank, uint64_t t
                       uint64_t flow, const char *name, uint32_t lane)
 {
     head(o, ph, rank, lane);
-    if (ph[0] == 'f')
-        OUT_LIT(o, ",\"bp\":\"e\"");
+    if (ph[0] == 'f') OUT_LIT(o, ",\"bp\":\"e\"");
     OUT_LIT(o, ",\"name\":");
     tr__out_json_str(o, name);
     OUT_LIT(o, ",\"cat\":\"msg\",\"id\":");
@@ -238,8 +233,8 @@ void tr__chrome_counter(tr__outbuf_t *o, unsigned rank, uint64_t base_ns, const 
     head(o, "C", rank, e->lane ? e->lane - 1 : 0);
     OUT_LIT(o, ",\"name\":");
     char name[128]; /* the counter's name with the lane's appended, escaped as one string */
-    const tr__lane_t *l = e->lane && e->lane - 1 < TR_MONITOR_MAX_LANES ? &lanes[e->lane - 1]
-                                                                       : NULL;
+    const tr__lane_t *l =
+        e->lane && e->lane - 1 < TR_MONITOR_MAX_LANES ? &lanes[e->lane - 1] : NULL;
     if (l && atomic_load_explicit(&l->set, memory_order_acquire))
         snprintf(name, sizeof(name), "%s %s", e->name, l->name);
     else if (e->lane)

@@ -74,8 +74,10 @@ void tr_comms_line(const char *op, double ms, double bytes, int n, char *out, si
     char size[48];
     tr_comms_bw(op, bytes, ms, n, &alg, &bus);
     tr_comms_size_str(bytes, size, sizeof(size));
-    snprintf(out, len, "comm op: %s | time (ms): %.2f | msg size: %s | algbw (Gbps): %.2f | "
-             "busbw (Gbps): %.2f", op, ms, size, alg, bus);
+    snprintf(out, len,
+             "comm op: %s | time (ms): %.2f | msg size: %s | algbw (Gbps): %.2f | "
+             "busbw (Gbps): %.2f",
+             op, ms, size, alg, bus);
 }
 
 int tr_comms_log_create(int world, tr_comms_log_t **out)
@@ -185,12 +187,13 @@ static size_t op_series(const tr_comms_log_t *log, const char *op, const series_
 }
 
 /* Calls fn for each op name once, in first-recorded order. */
-static void each_op(const tr_comms_log_t *log, void (*fn)(const tr_comms_log_t *, const char *,
-                                                          FILE *, int), FILE *f)
+static void each_op(const tr_comms_log_t *log,
+                    void (*fn)(const tr_comms_log_t *, const char *, FILE *, int), FILE *f)
 {
     for (size_t i = 0; i < log->n; i++) {
         size_t j = 0;
-        while (j < i && strcmp(log->s[j].op, log->s[i].op)) j++;
+        while (j < i && strcmp(log->s[j].op, log->s[i].op))
+            j++;
         if (j == i) fn(log, log->s[i].op, f, i == 0);
     }
 }
@@ -232,7 +235,8 @@ static void json_op(const tr_comms_log_t *log, const char *op, FILE *f, int firs
         for (size_t k = 0; k < s[i]->n; k++)
             total += s[i]->lat[k];
         tr_comms_size_str(s[i]->bytes, size, sizeof(size));
-        fprintf(f, "%s\"%.0f\": {\"count\": %zu, \"total_latency_ms\": %.6g, "
+        fprintf(f,
+                "%s\"%.0f\": {\"count\": %zu, \"total_latency_ms\": %.6g, "
                 "\"avg_latency_ms\": %.6g, \"tput_avg_gbps\": %.6g, \"busbw_avg_gbps\": %.6g, "
                 "\"msg_size_bytes\": %.0f, \"msg_size_str\": \"%s\"}",
                 i ? ", " : "", s[i]->bytes, s[i]->n, total, trim_mean(s[i]->lat, s[i]->n),

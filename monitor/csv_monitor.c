@@ -23,12 +23,10 @@ struct tr_csv_monitor {
     char *dir;
 };
 
-int tr_csv_monitor_create(const char *output_path, const char *job_name,
-                          tr_csv_monitor_t **out)
+int tr_csv_monitor_create(const char *output_path, const char *job_name, tr_csv_monitor_t **out)
 {
     *out = NULL;
-    if (!job_name || !*job_name)
-        return TR_EINVAL;
+    if (!job_name || !*job_name) return TR_EINVAL;
     tr_csv_monitor_t *c = calloc(1, sizeof(*c));
     size_t n = strlen(output_path ? output_path : "") + strlen(job_name) + 2;
     if (!c || !(c->dir = malloc(n))) {
@@ -48,8 +46,7 @@ int tr_csv_monitor_create(const char *output_path, const char *job_name,
 
 void tr_csv_monitor_destroy(tr_csv_monitor_t *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     free(c->dir);
     free(c);
 }
@@ -68,8 +65,7 @@ static void put_field(FILE *f, const char *s)
     }
     fputc('"', f);
     for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
+        if (*s == '"') fputc('"', f);
         fputc(*s, f);
     }
     fputc('"', f);
@@ -80,8 +76,7 @@ static int write_row(tr_csv_monitor_t *c, const char *tag, const char *value, ui
 {
     size_t n = strlen(c->dir) + strlen(tag) + 8;
     char *path = malloc(n);
-    if (!path)
-        return TR_ENOMEM;
+    if (!path) return TR_ENOMEM;
     int k = snprintf(path, n, "%s/", c->dir);
     for (const char *s = tag; *s; s++)
         path[k++] = *s == '/' || *s == ' ' ? '_' : *s;
@@ -97,11 +92,9 @@ static int write_row(tr_csv_monitor_t *c, const char *tag, const char *value, ui
             fputs("\r\n", f);
         }
         fprintf(f, "%llu,%s\r\n", (unsigned long long)step, value);
-        if (ferror(f) | fclose(f))
-            err = errno ? -errno : TR_EIO;
+        if (ferror(f) | fclose(f)) err = errno ? -errno : TR_EIO;
     }
-    if (err)
-        tr_log(TR_LOG_ERROR, "csv_monitor: cannot write %s: %s", path, tr_strerror(err));
+    if (err) tr_log(TR_LOG_ERROR, "csv_monitor: cannot write %s: %s", path, tr_strerror(err));
     free(path);
     return err;
 }
@@ -113,8 +106,7 @@ int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uin
     return write_row(c, tag, v, step);
 }
 
-int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value,
-                             uint64_t step)
+int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value, uint64_t step)
 {
     char v[24];
     snprintf(v, sizeof(v), "%lld", (long long)value);

@@ -31,8 +31,7 @@ static void dump_ring(tr_monitor_t *m, const tr__tbuf_t *b, tr__outbuf_t *o, uin
 
 int tr_monitor_flight_dump(tr_monitor_t *m, const char *path)
 {
-    if (!m || !m->opts.flight_recorder)
-        return TR_EINVAL;
+    if (!m || !m->opts.flight_recorder) return TR_EINVAL;
     tr__outbuf_t o = {0};
     tr__chrome_header(&o, m->opts.rank, m->base_unix_ns);
     for (uint32_t i = 0; i < TR_MONITOR_MAX_LANES; i++)
@@ -40,17 +39,13 @@ int tr_monitor_flight_dump(tr_monitor_t *m, const char *path)
             tr__chrome_lane(&o, m->opts.rank, i, &m->lanes[i]);
     tr_monitor_stats_t st = {0};
     for (tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire); b; b = b->next)
-        if (b->flight)
-            dump_ring(m, b, &o, &st.events_written);
+        if (b->flight) dump_ring(m, b, &o, &st.events_written);
     tr__chrome_footer(&o, m->opts.rank, &st);
     int err = o.oom ? TR_ENOMEM : 0;
     FILE *f = err ? NULL : fopen(path, "w");
-    if (!err && !f)
-        err = -errno;
-    if (f && fwrite(o.data, 1, o.len, f) != o.len)
-        err = TR_EIO;
-    if (f && fclose(f) && !err)
-        err = -errno;
+    if (!err && !f) err = -errno;
+    if (f && fwrite(o.data, 1, o.len, f) != o.len) err = TR_EIO;
+    if (f && fclose(f) && !err) err = -errno;
     tr__out_free(&o);
     return err;
 }

@@ -51,8 +51,7 @@ void tr_monitor_range_push(const tr_monitor_t *m, const char *name)
 void tr_monitor_range_pop(const tr_monitor_t *m)
 {
 #ifdef HAVE_NVTX
-    if (m)
-        nvtxRangePop();
+    if (m) nvtxRangePop();
 #else
     (void)m;
 #endif

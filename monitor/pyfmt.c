@@ -21,15 +21,13 @@ static void shortest_digits(double v, char digits[24], int *exp10)
     char tmp[40];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, v);
-        if (strtod(tmp, NULL) == v)
-            break;
+        if (strtod(tmp, NULL) == v) break;
     }
     char *e = strchr(tmp, 'e');
     *exp10 = atoi(e + 1);
     int n = 0;
     for (char *p = tmp; p < e; p++)
-        if (*p >= '0' && *p <= '9')
-            digits[n++] = *p;
+        if (*p >= '0' && *p <= '9') digits[n++] = *p;
     while (n > 1 && digits[n - 1] == '0')
         n--;
     digits[n] = 0;

@@ -37,7 +37,7 @@ static _Thread_local tr__tbuf_t *tls_buf[TLS_SLOTS];
 static _Thread_local uint64_t tls_monitor_id[TLS_SLOTS];
 
 static const char *const kind_names[TR_LANE_KIND_COUNT_] = {"compute", "comm", "io", "control",
-                                                           "data"};
+                                                            "data"};
 
 const char *tr_lane_kind_name(tr_lane_kind_t kind)
 {
@@ -47,8 +47,7 @@ const char *tr_lane_kind_name(tr_lane_kind_t kind)
 int tr_lane_kind_parse(const char *s)
 {
     for (int k = 0; k < TR_LANE_KIND_COUNT_; k++)
-        if (s && !strcmp(s, kind_names[k]))
-            return k;
+        if (s && !strcmp(s, kind_names[k])) return k;
     return -1;
 }
 
@@ -73,13 +72,10 @@ static size_t pow2_at_least(size_t n)
 static int window_state(const tr_trace_steps_t *w, uint64_t step)
 {
     uint64_t cycle = (uint64_t)w->wait + w->warmup + w->active;
-    if (cycle == 0)
-        return 2;
-    if (w->repeat && step >= cycle * w->repeat)
-        return 0;
+    if (cycle == 0) return 2;
+    if (w->repeat && step >= cycle * w->repeat) return 0;
     uint64_t pos = step % cycle;
-    if (pos < w->wait)
-        return 0;
+    if (pos < w->wait) return 0;
     return pos < (uint64_t)w->wait + w->warmup ? 1 : 2;
 }
 
@@ -95,8 +91,7 @@ static tr__tbuf_t *tbuf_new(tr_monitor_t *m)
     /* 64-byte aligned, so the owner's and the writer's field groups sit on their own lines */
     size_t size = (sizeof(tr__tbuf_t) + 63) & ~(size_t)63;
     tr__tbuf_t *b = aligned_alloc(64, size);
-    if (!b)
-        return NULL;
+    if (!b) return NULL;
     memset(b, 0, size);
     if (m->opts.enabled) {
         b->mask = m->opts.buffer_events - 1;
@@ -128,10 +123,8 @@ static tr__tbuf_t *tbuf_lookup(tr_monitor_t *m)
     while (i < TLS_SLOTS && tls_monitor_id[i] != m->id)
         i++;
     tr__tbuf_t *b = i < TLS_SLOTS ? tls_buf[i] : tbuf_new(m);
-    if (!b)
-        return NULL;
-    if (i == TLS_SLOTS)
-        i = TLS_SLOTS - 1; /* the least recently used slot gives way */
+    if (!b) return NULL;
+    if (i == TLS_SLOTS) i = TLS_SLOTS - 1; /* the least recently used slot gives way */
     for (; i > 0; i--) {
         tls_buf[i] = tls_buf[i - 1];
         tls_monitor_id[i] = tls_monitor_id[i - 1];
@@ -144,8 +137,7 @@ static tr__tbuf_t *tbuf_lookup(tr_monitor_t *m)
 /* This thread's buffer for m; NULL when it cannot be allocated (the event is lost). */
 static inline tr__tbuf_t *tbuf_get(tr_monitor_t *m)
 {
-    if (__builtin_expect(tls_monitor_id[0] == m->id, 1))
-        return tls_buf[0];
+    if (__builtin_expect(tls_monitor_id[0] == m->id, 1)) return tls_buf[0];
     return tbuf_lookup(m);
 }
 
@@ -179,11 +171,10 @@ static inline void slot_publish(tr__tbuf_t *b, uint64_t head)
 /* Claims a slot when state (0 off, 1 warmup, 2 active) records; fills the common fields. A
  * lane out of range (a bug in the caller) is counted as a drop rather than written under a
  * wrong lane. */
-static inline tr__event_t *event_begin_in(tr_monitor_t *m, tr__tbuf_t *b, int type,
-                                          uint32_t lane, int state, uint64_t *h)
+static inline tr__event_t *event_begin_in(tr_monitor_t *m, tr__tbuf_t *b, int type, uint32_t lane,
+                                          int state, uint64_t *h)
 {
-    if (!state || !b->events)
-        return NULL;
+    if (!state || !b->events) return NULL;
     if (lane > TR_MONITOR_MAX_LANES) {
         count_drop(b);
         return NULL;
@@ -209,16 +200,13 @@ static inline tr__event_t *event_begin(tr_monitor_t *m, tr__tbuf_t *b, int type,
 
 static int opts_check(tr_trace_opts_t *o)
 {
-    if (o->enabled && (!o->output_path || !*o->output_path))
-        return TR_EINVAL;
-    if (o->steps.repeat && !(o->steps.wait + o->steps.warmup + o->steps.active))
-        return TR_EINVAL;
+    if (o->enabled && (!o->output_path || !*o->output_path)) return TR_EINVAL;
+    if (o->steps.repeat && !(o->steps.wait + o->steps.warmup + o->steps.active)) return TR_EINVAL;
     if (o->steps.wait + o->steps.warmup && !o->steps.active)
         return TR_EINVAL; /* a cycle that never writes anything */
     o->buffer_events = pow2_at_least(o->buffer_events ? o->buffer_events : 65536);
     o->flight_spans = pow2_at_least(o->flight_spans ? o->flight_spans : 256);
-    if (!o->flush_ms)
-        o->flush_ms = 100;
+    if (!o->flush_ms) o->flush_ms = 100;
     return 0;
 }
 
@@ -226,8 +214,7 @@ int tr_monitor_create(const tr_trace_opts_t *opts, tr_monitor_t **out)
 {
     *out = NULL;
     tr_monitor_t *m = calloc(1, sizeof(*m));
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     m->opts = *opts;
     int err = opts_check(&m->opts);
     if (err) {
@@ -243,13 +230,11 @@ int tr_monitor_create(const tr_trace_opts_t *opts, tr_monitor_t **out)
     pthread_mutex_init(&m->wake_mu, NULL);
     pthread_cond_init(&m->wake, NULL);
     m->opts.output_path = m->output_path;
-    if (!m->lanes || (opts->output_path && !m->output_path))
-        err = TR_ENOMEM;
+    if (!m->lanes || (opts->output_path && !m->output_path)) err = TR_ENOMEM;
     if (!err && m->opts.enabled) {
         atomic_store_explicit(&m->state, window_state(&m->opts.steps, 0), memory_order_relaxed);
         err = tr__writer_open(m);
-        if (!err)
-            err = tr__writer_start(m);
+        if (!err) err = tr__writer_start(m);
     }
     if (err) {
         tr_monitor_destroy(m);
@@ -261,8 +246,7 @@ int tr_monitor_create(const tr_trace_opts_t *opts, tr_monitor_t **out)
 
 void tr_monitor_destroy(tr_monitor_t *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     tr__writer_close(m);
     tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire);
     while (b) {
@@ -287,8 +271,7 @@ void tr_monitor_destroy(tr_monitor_t *m)
 
 int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lane_kind_t kind)
 {
-    if (!m)
-        return 0;
+    if (!m) return 0;
     if (lane >= TR_MONITOR_MAX_LANES || (unsigned)kind >= TR_LANE_KIND_COUNT_ || !name)
         return TR_EINVAL;
     tr__lane_t *l = &m->lanes[lane];
@@ -305,14 +288,12 @@ int tr_monitor_lane_set(tr_monitor_t *m, uint32_t lane, const char *name, tr_lan
 
 void tr_monitor_step(tr_monitor_t *m, uint64_t step, uint64_t now_ns)
 {
-    if (!m || !m->opts.enabled)
-        return;
+    if (!m || !m->opts.enabled) return;
     atomic_store_explicit(&m->state, window_state(&m->opts.steps, step), memory_order_relaxed);
     tr__tbuf_t *b = tbuf_get(m);
     uint64_t h;
     tr__event_t *e = b ? event_begin(m, b, TR__EV_STEP, 0, &h) : NULL;
-    if (!e)
-        return;
+    if (!e) return;
     e->name = "step";
     e->t0 = now_ns;
     e->step = step;
@@ -329,25 +310,20 @@ static inline void flight_put(tr__tbuf_t *b, const tr_span_t *s)
 
 void tr_monitor_span(tr_monitor_t *m, const tr_span_t *s)
 {
-    if (!m)
-        return;
+    if (!m) return;
     tr__tbuf_t *b = tbuf_get(m);
-    if (!b)
-        return;
-    if (b->flight)
-        flight_put(b, s);
+    if (!b) return;
+    if (b->flight) flight_put(b, s);
     uint64_t h;
     /* The current state decides, except that a span of an active step that ends after the
      * window closed (the last step's final message, handled while the caller has already
      * moved on) is still written with its step. */
     int state = atomic_load_explicit(&m->state, memory_order_relaxed);
-    if (!state && window_state(&m->opts.steps, s->step) == 2)
-        state = 2;
+    if (!state && window_state(&m->opts.steps, s->step) == 2) state = 2;
     /* a span's lane must be < TR_MONITOR_MAX_LANES (a counter's lane + 1 may equal it) */
     tr__event_t *e = event_begin_in(m, b, TR__EV_SPAN,
                                     s->lane < TR_MONITOR_MAX_LANES ? s->lane : ~0u, state, &h);
-    if (!e)
-        return;
+    if (!e) return;
     e->name = s->name;
     e->t0 = s->begin_ns;
     e->t1 = s->end_ns;
@@ -359,15 +335,12 @@ void tr_monitor_span(tr_monitor_t *m, const tr_span_t *s)
 }
 
 /* The shared body of send, counter and instant: one event with a time, a lane and a name. */
-static inline tr__event_t *point_begin(tr_monitor_t *m, tr__tbuf_t **bp, int type,
-                                       uint32_t lane, const char *name, uint64_t ns,
-                                       uint64_t *h)
+static inline tr__event_t *point_begin(tr_monitor_t *m, tr__tbuf_t **bp, int type, uint32_t lane,
+                                       const char *name, uint64_t ns, uint64_t *h)
 {
-    if (!m || !m->opts.enabled)
-        return NULL;
+    if (!m || !m->opts.enabled) return NULL;
     tr__tbuf_t *b = tbuf_get(m);
-    if (type != TR__EV_COUNTER && lane >= TR_MONITOR_MAX_LANES)
-        lane = ~0u; /* counted as a drop */
+    if (type != TR__EV_COUNTER && lane >= TR_MONITOR_MAX_LANES) lane = ~0u; /* counted as a drop */
     tr__event_t *e = b ? event_begin(m, b, type, lane, h) : NULL;
     if (e) {
         e->name = name;
@@ -389,8 +362,7 @@ void tr_monitor_send(tr_monitor_t *m, uint32_t lane, uint64_t flow, const char *
     }
 }
 
-void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double value,
-                        uint64_t now_ns)
+void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double value, uint64_t now_ns)
 {
     tr__tbuf_t *b;
     uint64_t h;
@@ -407,15 +379,13 @@ void tr_monitor_instant(tr_monitor_t *m, uint32_t lane, const char *name, uint64
     tr__tbuf_t *b;
     uint64_t h;
     tr__event_t *e = point_begin(m, &b, TR__EV_INSTANT, lane, name, now_ns, &h);
-    if (e)
-        slot_publish(b, h);
+    if (e) slot_publish(b, h);
 }
 
 void tr_monitor_stats(tr_monitor_t *m, tr_monitor_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
-    if (!m)
-        return;
+    if (!m) return;
     for (tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire); b; b = b->next) {
         out->dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
         out->threads++;

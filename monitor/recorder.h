@@ -23,8 +23,8 @@ enum {
 /* One recorded event, 56 bytes. For a counter, value holds the sample. */
 typedef struct tr__event {
     uint8_t type;
-    uint8_t warmup;  /* recorded in a warmup step: drained but not written */
-    uint16_t lane;   /* < TR_MONITOR_MAX_LANES; for a counter: lane + 1, 0 = process-wide */
+    uint8_t warmup; /* recorded in a warmup step: drained but not written */
+    uint16_t lane;  /* < TR_MONITOR_MAX_LANES; for a counter: lane + 1, 0 = process-wide */
     uint32_t micro_step;
     const char *name;
     uint64_t t0, t1; /* ns; t1 only for spans */
@@ -40,15 +40,15 @@ typedef struct tr__event {
  * the writer) and the flight ring (written by the owner only). */
 typedef struct tr__tbuf {
     /* written by the owning thread */
-    _Atomic uint64_t head;   /* events published */
+    _Atomic uint64_t head; /* events published */
     _Atomic uint64_t dropped;
     _Atomic uint64_t flight_next; /* spans ever put in the flight ring */
     char pad0_[64 - 3 * sizeof(uint64_t)];
     /* written by the writer */
-    _Atomic uint64_t tail;   /* events consumed */
+    _Atomic uint64_t tail; /* events consumed */
     char pad1_[64 - sizeof(uint64_t)];
     /* set once at registration */
-    struct tr__tbuf *next;   /* registration list */
+    struct tr__tbuf *next; /* registration list */
     size_t mask;
     tr__event_t *events;
     size_t flight_mask;
@@ -56,8 +56,8 @@ typedef struct tr__tbuf {
 } tr__tbuf_t;
 
 typedef struct tr__lane {
-    _Atomic int set;    /* 1 once name/kind are valid (release in lane_set) */
-    int written;        /* metadata written (writer only) */
+    _Atomic int set; /* 1 once name/kind are valid (release in lane_set) */
+    int written;     /* metadata written (writer only) */
     tr_lane_kind_t kind;
     char name[48];
 } tr__lane_t;
@@ -67,25 +67,25 @@ typedef struct tr__flowmap tr__flowmap_t;
 struct tr_monitor {
     tr_trace_opts_t opts;
     char *output_path;
-    uint64_t id;             /* distinguishes monitors in the thread-local cache */
-    uint64_t base_ns;        /* CLOCK_MONOTONIC at create */
-    uint64_t base_unix_ns;   /* CLOCK_REALTIME at create */
-    _Atomic int state;       /* 0 off, 1 warmup, 2 active (relaxed: see recorder.c) */
+    uint64_t id;                /* distinguishes monitors in the thread-local cache */
+    uint64_t base_ns;           /* CLOCK_MONOTONIC at create */
+    uint64_t base_unix_ns;      /* CLOCK_REALTIME at create */
+    _Atomic int state;          /* 0 off, 1 warmup, 2 active (relaxed: see recorder.c) */
     _Atomic(tr__tbuf_t *) bufs; /* registered thread buffers, newest first */
-    tr__lane_t *lanes;       /* TR_MONITOR_MAX_LANES */
+    tr__lane_t *lanes;          /* TR_MONITOR_MAX_LANES */
 
     /* the writer's side, under write_mu */
     pthread_mutex_t write_mu;
     FILE *file;
-    struct tr__outbuf *out;  /* formatted text not yet written, reused across drains */
+    struct tr__outbuf *out; /* formatted text not yet written, reused across drains */
     char *path;
     char *claimed; /* the canonical trace path this monitor holds (writer.c: claim_path) */
     tr__flowmap_t *flows;
     uint64_t events_written;
-    uint64_t flows_pending;  /* unpaired flow halves in the map */
-    uint64_t flows_pruned;   /* halves dropped from the map unpaired after FLOW_TTL */
-    uint64_t newest_ns;      /* the latest event time drained */
-    double fill;             /* the fullest buffer's fill at the last drain, 0..1 */
+    uint64_t flows_pending; /* unpaired flow halves in the map */
+    uint64_t flows_pruned;  /* halves dropped from the map unpaired after FLOW_TTL */
+    uint64_t newest_ns;     /* the latest event time drained */
+    double fill;            /* the fullest buffer's fill at the last drain, 0..1 */
     int write_error;
 
     /* the writer thread */
@@ -109,7 +109,7 @@ void tr__out_free(tr__outbuf_t *o);
 void tr__out_str(tr__outbuf_t *o, const char *s);
 void tr__out_json_str(tr__outbuf_t *o, const char *s); /* quoted and escaped */
 void tr__out_u64(tr__outbuf_t *o, uint64_t v);
-void tr__out_us(tr__outbuf_t *o, uint64_t ns);          /* ns as microseconds, 3 decimals */
+void tr__out_us(tr__outbuf_t *o, uint64_t ns); /* ns as microseconds, 3 decimals */
 void tr__out_double(tr__outbuf_t *o, double v);
 
 /* Each appends one event followed by ",\n". */

@@ -92,8 +92,7 @@ static void pb_event_head(pb_t *b, double wall_time, int64_t step)
 
 static int write_record(tr_tb_writer_t *w, const pb_t *b)
 {
-    if (b->len > sizeof(b->buf))
-        return TR_EINVAL;
+    if (b->len > sizeof(b->buf)) return TR_EINVAL;
     uint8_t head[12];
     for (int i = 0; i < 8; i++)
         head[i] = (uint8_t)((uint64_t)b->len >> (8 * i));
@@ -140,21 +139,17 @@ static int open_file(tr_tb_writer_t *w, const char *output_path, const char *job
 {
     char dir[4096], host[256] = "localhost";
     gethostname(host, sizeof(host) - 1);
-    if (tr__path_join(dir, sizeof(dir), output_path, job_name))
-        return TR_EINVAL;
+    if (tr__path_join(dir, sizeof(dir), output_path, job_name)) return TR_EINVAL;
     int err = tr__mkdir_p(dir);
-    if (err)
-        return err;
+    if (err) return err;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     size_t len = strlen(dir) + strlen(host) + 64;
-    if (!(w->path = malloc(len)))
-        return TR_ENOMEM;
-    snprintf(w->path, len, "%s/events.out.tfevents.%010lld.%s.%d.0", dir,
-             (long long)now.tv_sec, host, (int)getpid());
+    if (!(w->path = malloc(len))) return TR_ENOMEM;
+    snprintf(w->path, len, "%s/events.out.tfevents.%010lld.%s.%d.0", dir, (long long)now.tv_sec,
+             host, (int)getpid());
     w->file = fopen(w->path, "wb");
-    if (!w->file)
-        return -errno;
+    if (!w->file) return -errno;
     pb_t ev = {.len = 0};
     pb_event_head(&ev, (double)now.tv_sec + now.tv_nsec / 1e9, 0);
     pb_bytes(&ev, 3, "brain.Event:2", 13);
@@ -164,11 +159,9 @@ static int open_file(tr_tb_writer_t *w, const char *output_path, const char *job
 int tr_tb_writer_create(const char *output_path, const char *job_name, tr_tb_writer_t **out)
 {
     *out = NULL;
-    if (!job_name || !*job_name)
-        return TR_EINVAL;
+    if (!job_name || !*job_name) return TR_EINVAL;
     tr_tb_writer_t *w = calloc(1, sizeof(*w));
-    if (!w)
-        return TR_ENOMEM;
+    if (!w) return TR_ENOMEM;
     int err = open_file(w, output_path, job_name);
     if (err) {
         tr_tb_writer_destroy(w);
@@ -180,10 +173,8 @@ int tr_tb_writer_create(const char *output_path, const char *job_name, tr_tb_wri
 
 void tr_tb_writer_destroy(tr_tb_writer_t *w)
 {
-    if (!w)
-        return;
-    if (w->file)
-        fclose(w->file);
+    if (!w) return;
+    if (w->file) fclose(w->file);
     free(w->path);
     free(w);
 }

@@ -31,8 +31,7 @@ void tr_throughput_epoch(tr_throughput_t *tp)
 void tr_throughput_start(tr_throughput_t *tp, uint64_t now_ns)
 {
     tp->started = 1;
-    if (tp->global_step >= tp->start_step)
-        tp->start_ns = now_ns;
+    if (tp->global_step >= tp->start_step) tp->start_ns = now_ns;
 }
 
 /* Python's round(bytes / 1024**3, 2). */
@@ -61,25 +60,19 @@ static size_t speed_line(const tr_throughput_t *tp, uint64_t mem, uint64_t max_m
 }
 
 int tr_throughput_stop(tr_throughput_t *tp, int global_step, uint64_t now_ns,
-                       uint64_t mem_allocated, uint64_t max_mem_allocated, char *buf,
-                       size_t cap)
+                       uint64_t mem_allocated, uint64_t max_mem_allocated, char *buf, size_t cap)
 {
-    if (!tp->started)
-        return 0;
+    if (!tp->started) return 0;
     tp->started = 0;
     tp->micro_step++;
-    if (global_step)
-        tp->global_step++;
-    if (!tp->start_ns)
-        return 0;
+    if (global_step) tp->global_step++;
+    if (!tp->start_ns) return 0;
     double duration = (double)(now_ns - tp->start_ns) / 1e9;
     tp->total_elapsed_s += duration;
     tp->step_elapsed_s += duration;
-    if (!global_step)
-        return 0;
+    if (!global_step) return 0;
     int report = tp->global_step % tp->steps_per_output == 0;
-    if (report)
-        speed_line(tp, mem_allocated, max_mem_allocated, buf, cap);
+    if (report) speed_line(tp, mem_allocated, max_mem_allocated, buf, cap);
     tp->step_elapsed_s = 0;
     return report;
 }
@@ -98,8 +91,7 @@ static void py_list(char *buf, size_t cap, size_t *len, const double *v, size_t 
 }
 
 size_t tr_progress_line(unsigned rank, uint64_t step, uint64_t skipped, const double *lr,
-                        size_t n_lr, const double (*mom)[2], size_t n_mom, char *buf,
-                        size_t cap)
+                        size_t n_lr, const double (*mom)[2], size_t n_mom, char *buf, size_t cap)
 {
     size_t len = (size_t)snprintf(buf, cap, "[Rank %u] step=%llu, skipped=%llu, lr=", rank,
                                   (unsigned long long)step, (unsigned long long)skipped);

@@ -19,8 +19,7 @@ static int shared_id(const tr_trace_t *t, uint64_t id)
 {
     const tr__tflow_t *f = tr__trace_flow(t, id, -1);
     for (const tr__tflow_t *g = f; g && g < t->flows + t->n_flows && g->id == id; g++)
-        if (g->rank != f->rank)
-            return 1;
+        if (g->rank != f->rank) return 1;
     return 0;
 }
 
@@ -40,8 +39,7 @@ static void unique_flow(const tr_trace_t *t, json_t *copy, const char *ph)
     json_t *v = json_object_get(holder, key);
     uint64_t id = json_is_string(v) ? strtoull(json_string_value(v), NULL, 0)
                                     : (uint64_t)json_integer_value(v);
-    if (!v || !shared_id(t, id))
-        return;
+    if (!v || !shared_id(t, id)) return;
     uint64_t rank = (uint64_t)json_integer_value(json_object_get(copy, "pid"));
     if (ph[0] == 'X') {
         holder = json_deep_copy(args);
@@ -55,8 +53,7 @@ static json_t *aligned(const tr_trace_t *t, const tr__tfile_t *f, json_t *ev)
 {
     json_t *copy = json_copy(ev);
     const char *ph = json_string_value(json_object_get(ev, "ph"));
-    if (ph && strchr("Xsf", ph[0]))
-        unique_flow(t, copy, ph);
+    if (ph && strchr("Xsf", ph[0])) unique_flow(t, copy, ph);
     json_t *ts = json_object_get(ev, "ts");
     if (json_is_number(ts) && f->offset_us != 0)
         json_object_set_new(copy, "ts", json_real(json_number_value(ts) + f->offset_us));
@@ -80,15 +77,15 @@ int tr_trace_merge_write(const tr_trace_t *t, FILE *out)
             json_t *copy = aligned(t, &t->files[i], ev);
             char *line = json_dumps(copy, JSON_COMPACT | JSON_REAL_PRECISION(15));
             json_decref(copy);
-            if (!line)
-                return TR_ENOMEM;
+            if (!line) return TR_ENOMEM;
             fputs(line, out);
             fputs(",\n", out);
             free(line);
         }
     }
-    fprintf(out, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"troupe_merge\",\"args\":"
-                 "{\"files\":%d,\"ranks\":%d}}\n]\n",
+    fprintf(out,
+            "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"troupe_merge\",\"args\":"
+            "{\"files\":%d,\"ranks\":%d}}\n]\n",
             t->n_ranks ? t->ranks[0] : 0, t->n_files, t->n_ranks);
     return ferror(out) ? TR_EIO : 0;
 }

@@ -14,12 +14,12 @@
 
 typedef struct tr__tspan {
     int rank;
-    int lane;       /* index into tr_trace.lanes */
+    int lane; /* index into tr_trace.lanes */
     const char *name;
     double ts, end; /* us */
     int64_t step, micro_step;
     uint64_t bytes;
-    uint64_t flow;  /* the flow id of the message handled; 0 none */
+    uint64_t flow; /* the flow id of the message handled; 0 none */
     /* Nesting on the lane (build_index): a span lying wholly inside an earlier one of its lane
      * (a stage's forward inside the span of the message that ran it) has depth > 0 and outer
      * the index of the outermost span holding it; a top-level span has depth 0 and outer its
@@ -32,14 +32,14 @@ typedef struct tr__tlane {
     int rank;
     int64_t tid;
     const char *name;
-    int kind;       /* tr_lane_kind_t */
+    int kind; /* tr_lane_kind_t */
 } tr__tlane_t;
 
 typedef struct tr__tflow {
     uint64_t id;
     int rank;
-    int lane;       /* sending lane (index) */
-    double ts;      /* send time */
+    int lane;  /* sending lane (index) */
+    double ts; /* send time */
 } tr__tflow_t;
 
 typedef struct tr__tmark {
@@ -50,8 +50,8 @@ typedef struct tr__tmark {
 
 typedef struct tr__tfile {
     char *path;
-    json_t *events;      /* the array */
-    double offset_us;    /* added to this file's timestamps */
+    json_t *events;   /* the array */
+    double offset_us; /* added to this file's timestamps */
     uint64_t base_unix_ns;
     int repaired;
 } tr__tfile_t;
@@ -59,13 +59,13 @@ typedef struct tr__tfile {
 struct tr_trace {
     tr__tfile_t *files;
     int n_files;
-    tr__tspan_t *spans;  /* sorted by (lane, ts, longest first): an outer span before its inner */
+    tr__tspan_t *spans; /* sorted by (lane, ts, longest first): an outer span before its inner */
     size_t n_spans;
     tr__tlane_t *lanes;
     int n_lanes;
-    tr__tflow_t *flows;  /* sorted by id */
+    tr__tflow_t *flows; /* sorted by id */
     size_t n_flows;
-    tr__tmark_t *marks;  /* step markers */
+    tr__tmark_t *marks; /* step markers */
     size_t n_marks;
     int ranks[1024];
     int n_ranks;

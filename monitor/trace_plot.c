@@ -14,12 +14,12 @@
 #include <string.h>
 #include <strings.h>
 
-#define LABEL_W 180
-#define LANE_H 18
-#define LANE_GAP 6
-#define TOP 60
+#define LABEL_W    180
+#define LANE_H     18
+#define LANE_GAP   6
+#define TOP        60
 #define NEST_INSET 2 /* pixels off the top and the bottom per nesting level */
-#define NEST_MAX 3   /* deeper spans are drawn as at this level */
+#define NEST_MAX   3 /* deeper spans are drawn as at this level */
 
 static const char *const kind_colour[TR_LANE_KIND_COUNT_] = {"#4e79a7", "#f28e2b", "#59a14f",
                                                              "#9d9792", "#b07aa1"};
@@ -27,9 +27,9 @@ static const char *const kind_colour[TR_LANE_KIND_COUNT_] = {"#4e79a7", "#f28e2b
 typedef struct plot {
     const tr_trace_t *t;
     FILE *out;
-    double t0, t1;   /* us */
+    double t0, t1; /* us */
     int width, plot_w;
-    int *row;        /* lane index -> row, -1 when the lane has no span */
+    int *row; /* lane index -> row, -1 when the lane has no span */
     int rows;
 } plot_t;
 
@@ -70,25 +70,30 @@ static double tick_step(double span_ms)
 static void draw_axis(const plot_t *p, int height)
 {
     double span_ms = (p->t1 - p->t0) / 1e3, step = tick_step(span_ms);
-    fprintf(p->out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n"
-                    "<text x=\"6\" y=\"%d\" font-size=\"10\">ms from %.3f ms</text>\n",
+    fprintf(p->out,
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n"
+            "<text x=\"6\" y=\"%d\" font-size=\"10\">ms from %.3f ms</text>\n",
             LABEL_W, TOP - 8, LABEL_W + p->plot_w, TOP - 8, TOP - 12, p->t0 / 1e3);
     for (int i = 0; i * step <= span_ms * (1 + 1e-9); i++) {
         double rel = i * step, x = px(p, p->t0 + rel * 1e3);
-        fprintf(p->out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n"
-                        "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g"
-                        "</text>\n",
+        fprintf(p->out,
+                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n"
+                "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g"
+                "</text>\n",
                 x, TOP - 8, x, height - 24, x, TOP - 12, rel);
     }
 }
 
 static void draw_legend(const plot_t *p)
 {
-    fprintf(p->out, "<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">Troupe "
-                    "timeline: %d rank(s), %zu spans</text>\n", p->t->n_ranks, p->t->n_spans);
+    fprintf(p->out,
+            "<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">Troupe "
+            "timeline: %d rank(s), %zu spans</text>\n",
+            p->t->n_ranks, p->t->n_spans);
     for (int k = 0; k < TR_LANE_KIND_COUNT_; k++)
-        fprintf(p->out, "<rect x=\"%d\" y=\"26\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                        "<text x=\"%d\" y=\"36\" font-size=\"11\">%s</text>\n",
+        fprintf(p->out,
+                "<rect x=\"%d\" y=\"26\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                "<text x=\"%d\" y=\"36\" font-size=\"11\">%s</text>\n",
                 LABEL_W + k * 90, kind_colour[k], LABEL_W + k * 90 + 16, tr_lane_kind_name(k));
     fprintf(p->out, "<text x=\"%d\" y=\"36\" font-size=\"11\">→ message</text>\n",
             LABEL_W + TR_LANE_KIND_COUNT_ * 90);
@@ -97,12 +102,12 @@ static void draw_legend(const plot_t *p)
 static void draw_lanes(const plot_t *p)
 {
     for (int l = 0; l < p->t->n_lanes; l++) {
-        if (p->row[l] < 0)
-            continue;
+        if (p->row[l] < 0) continue;
         const tr__tlane_t *lane = &p->t->lanes[l];
         double y = row_y(p->row[l]);
-        fprintf(p->out, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#f7f7f7\"/>\n"
-                        "<text x=\"6\" y=\"%.1f\" font-size=\"11\">r%d ",
+        fprintf(p->out,
+                "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#f7f7f7\"/>\n"
+                "<text x=\"6\" y=\"%.1f\" font-size=\"11\">r%d ",
                 LABEL_W, y, p->plot_w, LANE_H, y + LANE_H - 5, lane->rank);
         if (lane->name)
             xml_text(p->out, lane->name);
@@ -143,8 +148,8 @@ static void draw_rect(const plot_t *p, int lane, double x0, double x1, const cha
         fprintf(p->out, " step %lld/%lld, %.3f ms</title></rect>\n", (long long)s->step,
                 (long long)s->micro_step, (s->end - s->ts) / 1e3);
         if (!holds && x1 - x0 >= 7.0 * (double)strlen(title) + 8) { /* the name fits: write it */
-            fprintf(p->out, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"white\">",
-                    x0 + 4, row_y(p->row[lane]) + LANE_H - 6);
+            fprintf(p->out, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"white\">", x0 + 4,
+                    row_y(p->row[lane]) + LANE_H - 6);
             xml_text(p->out, title);
             fputs("</text>\n", p->out);
         }
@@ -188,10 +193,10 @@ static void draw_arrows(const plot_t *p, int max_arrows)
     for (size_t i = 0; i < p->t->n_spans && n < max_arrows; i++) {
         const tr__tspan_t *s = &p->t->spans[i];
         const tr__tflow_t *f = s->flow ? tr__trace_flow(p->t, s->flow, s->rank) : NULL;
-        if (!f || f->lane < 0 || p->row[f->lane] < 0 || f->ts < p->t0 || s->ts > p->t1)
-            continue;
-        fprintf(p->out, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#222\" "
-                        "stroke-width=\"0.7\" marker-end=\"url(#arrow)\"/>\n",
+        if (!f || f->lane < 0 || p->row[f->lane] < 0 || f->ts < p->t0 || s->ts > p->t1) continue;
+        fprintf(p->out,
+                "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#222\" "
+                "stroke-width=\"0.7\" marker-end=\"url(#arrow)\"/>\n",
                 px(p, f->ts), row_y(p->row[f->lane]) + LANE_H / 2.0, px(p, s->ts),
                 row_y(p->row[s->lane]) + LANE_H / 2.0);
         n++;
@@ -202,12 +207,12 @@ static void draw_steps(const plot_t *p, int height)
 {
     for (size_t i = 0; i < p->t->n_marks; i++) {
         const tr__tmark_t *m = &p->t->marks[i];
-        if (m->ts < p->t0 || m->ts > p->t1)
-            continue;
+        if (m->ts < p->t0 || m->ts > p->t1) continue;
         double x = px(p, m->ts);
-        fprintf(p->out, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#c00\" "
-                        "stroke-dasharray=\"4,3\"/>\n<text x=\"%.2f\" y=\"%d\" font-size=\"10\" "
-                        "fill=\"#c00\">r%d step %lld</text>\n",
+        fprintf(p->out,
+                "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#c00\" "
+                "stroke-dasharray=\"4,3\"/>\n<text x=\"%.2f\" y=\"%d\" font-size=\"10\" "
+                "fill=\"#c00\">r%d step %lld</text>\n",
                 x, TOP - 4, x, height - 24, x + 2, height - 14 + 10 * (m->rank % 2), m->rank,
                 (long long)m->step);
     }
@@ -241,18 +246,19 @@ int tr_trace_plot_svg(const tr_trace_t *t, FILE *out, const tr_plot_opts_t *o)
     plot_t p = {.t = t, .out = out, .width = o && o->width > LABEL_W + 100 ? o->width : 1600};
     p.plot_w = p.width - LABEL_W - 20;
     p.row = malloc(((size_t)t->n_lanes + 1) * sizeof(int));
-    if (!p.row)
-        return TR_ENOMEM;
+    if (!p.row) return TR_ENOMEM;
     for (int l = 0; l < t->n_lanes; l++)
         p.row[l] = t->lane_count[l] ? p.rows++ : -1;
     time_range(&p, o);
     int height = (int)row_y(p.rows) + 34;
-    fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
-                 "2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n"
-                 "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
-                 "markerWidth=\"6\" markerHeight=\"6\" orient=\"auto\"><path d=\"M0,0 L10,5 "
-                 "L0,10 z\" fill=\"#222\"/></marker></defs>\n<rect width=\"100%%\" "
-                 "height=\"100%%\" fill=\"white\"/>\n", p.width, height);
+    fprintf(out,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
+            "2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n"
+            "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
+            "markerWidth=\"6\" markerHeight=\"6\" orient=\"auto\"><path d=\"M0,0 L10,5 "
+            "L0,10 z\" fill=\"#222\"/></marker></defs>\n<rect width=\"100%%\" "
+            "height=\"100%%\" fill=\"white\"/>\n",
+            p.width, height);
     draw_legend(&p);
     draw_lanes(&p);
     draw_axis(&p, height);

@@ -32,7 +32,7 @@
 enum { SET_COMPUTE, SET_COMM, SET_IO, SET_OTHER, SET_WAIT, N_SETS };
 enum { PH_COMPUTE, PH_COMM, PH_IO, PH_OTHER, PH_WAIT, PH_IDLE, N_PHASES };
 static const char *const phase_names[N_PHASES] = {"compute", "comm_exposed", "io_exposed",
-                                                  "other", "mailbox_wait", "idle"};
+                                                  "other",   "mailbox_wait", "idle"};
 
 /* --- interval sets ----------------------------------------------------------------------- */
 
@@ -43,13 +43,11 @@ typedef struct ivset {
 
 static void iv_add(ivset_t *s, double a, double b)
 {
-    if (b <= a)
-        return;
+    if (b <= a) return;
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 64;
         double *p = realloc(s->v, s->cap * 2 * sizeof(double));
-        if (!p)
-            abort(); /* out of memory while summarising: nothing sensible to print */
+        if (!p) abort(); /* out of memory while summarising: nothing sensible to print */
         s->v = p;
     }
     s->v[2 * s->n] = a;
@@ -66,14 +64,12 @@ static int pair_cmp(const void *a, const void *b)
 /* Sorts, clips to [lo, hi] and merges overlapping intervals. */
 static void iv_normalize(ivset_t *s, double lo, double hi)
 {
-    if (!s->n)
-        return;
+    if (!s->n) return;
     qsort(s->v, s->n, 2 * sizeof(double), pair_cmp);
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++) {
         double a = fmax(s->v[2 * i], lo), b = fmin(s->v[2 * i + 1], hi);
-        if (b <= a)
-            continue;
+        if (b <= a) continue;
         if (n && a <= s->v[2 * n - 1]) {
             s->v[2 * n - 1] = fmax(s->v[2 * n - 1], b);
         } else {
@@ -98,8 +94,7 @@ static void iv_sweep(ivset_t *sets, int k, double lo, double hi, double *out)
             ivset_t *s = &sets[i];
             while (pos[i] < s->n && s->v[2 * pos[i] + 1] <= x)
                 pos[i]++;
-            if (pos[i] == s->n)
-                continue;
+            if (pos[i] == s->n) continue;
             double a = s->v[2 * pos[i]], b = s->v[2 * pos[i] + 1];
             if (a <= x) {
                 mask |= 1u << i;
@@ -126,10 +121,14 @@ typedef struct step_stat {
 static int set_of_kind(int kind)
 {
     switch (kind) {
-    case TR_LANE_COMPUTE: return SET_COMPUTE;
-    case TR_LANE_COMM: return SET_COMM;
-    case TR_LANE_IO: return SET_IO;
-    default: return SET_OTHER;
+    case TR_LANE_COMPUTE:
+        return SET_COMPUTE;
+    case TR_LANE_COMM:
+        return SET_COMM;
+    case TR_LANE_IO:
+        return SET_IO;
+    default:
+        return SET_OTHER;
     }
 }
 
@@ -143,8 +142,7 @@ static void step_extent(const tr_trace_t *t, const size_t *idx, size_t n, step_s
         st->t1 = fmax(st->t1, t->spans[idx[i]].end);
     }
     for (size_t i = 0; i < t->n_marks; i++)
-        if (t->marks[i].rank == st->rank && t->marks[i].step == st->step &&
-            t->marks[i].ts < st->t0)
+        if (t->marks[i].rank == st->rank && t->marks[i].step == st->step && t->marks[i].ts < st->t0)
             st->t0 = t->marks[i].ts;
 }
 
@@ -154,8 +152,7 @@ static void fill_sets(const tr_trace_t *t, const size_t *idx, size_t n, ivset_t 
         const tr__tspan_t *s = &t->spans[idx[i]];
         iv_add(&sets[set_of_kind(t->lanes[s->lane].kind)], s->ts, s->end);
         const tr__tflow_t *f = s->flow ? tr__trace_flow(t, s->flow, s->rank) : NULL;
-        if (f)
-            iv_add(&sets[SET_WAIT], f->ts, s->ts);
+        if (f) iv_add(&sets[SET_WAIT], f->ts, s->ts);
     }
 }
 
@@ -201,14 +198,11 @@ static long predecessor(const tr_trace_t *t, long i, double t0)
     /* the previous top-level span: i - 1 or the span holding it (i is top-level, so none of
      * its own nested spans comes before it) */
     long prev = (size_t)i > t->lane_first[s->lane] ? t->spans[i - 1].outer : -1;
-    if (prev >= 0 && (t->spans[prev].end < t0 || t->spans[prev].step != s->step))
-        prev = -1;
+    if (prev >= 0 && (t->spans[prev].end < t0 || t->spans[prev].step != s->step)) prev = -1;
     const tr__tflow_t *f = s->flow ? tr__trace_flow(t, s->flow, s->rank) : NULL;
     long sender = f && f->ts >= t0 ? tr__trace_span_at(t, f->lane, f->ts) : -1;
-    if (sender == i)
-        sender = -1;
-    if (sender >= 0 && (prev < 0 || t->spans[prev].end <= f->ts))
-        return sender;
+    if (sender == i) sender = -1;
+    if (sender >= 0 && (prev < 0 || t->spans[prev].end <= f->ts)) return sender;
     return prev;
 }
 
@@ -218,13 +212,10 @@ static json_t *nested_names(const tr_trace_t *t, long i)
 {
     json_t *names = NULL;
     const tr__tspan_t *s = &t->spans[i];
-    for (size_t k = (size_t)i + 1; k < t->n_spans && t->spans[k].lane == s->lane &&
-                                   t->spans[k].outer == i;
-         k++) {
-        if (t->spans[k].depth != 1)
-            continue;
-        if (!names)
-            names = json_array();
+    for (size_t k = (size_t)i + 1;
+         k < t->n_spans && t->spans[k].lane == s->lane && t->spans[k].outer == i; k++) {
+        if (t->spans[k].depth != 1) continue;
+        if (!names) names = json_array();
         json_array_append_new(names, json_string(t->spans[k].name));
     }
     return names;
@@ -235,8 +226,7 @@ static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, d
     long last = -1; /* the top-level span ending last (one holding a span of the group) */
     for (size_t i = 0; i < n; i++) {
         long top = t->spans[idx[i]].outer;
-        if (last < 0 || t->spans[top].end > t->spans[last].end)
-            last = top;
+        if (last < 0 || t->spans[top].end > t->spans[last].end) last = top;
     }
     size_t len = 0, cap = n + 1;
     long *chain = malloc(cap * sizeof(long));
@@ -251,8 +241,7 @@ static json_t *critical_path(const tr_trace_t *t, const size_t *idx, size_t n, d
         json_t *o = json_pack("{s:s,s:s,s:f,s:f}", "actor", lane ? lane : "?", "message", s->name,
                               "start_ms", (s->ts - t0) / 1e3, "ms", (s->end - s->ts) / 1e3);
         json_t *nested = nested_names(t, chain[k]);
-        if (nested)
-            json_object_set_new(o, "nested", nested);
+        if (nested) json_object_set_new(o, "nested", nested);
         json_array_append_new(spans, o);
     }
     double total = len ? (t->spans[last].end - t->spans[chain[len - 1]].ts) / 1e3 : 0;
@@ -295,8 +284,7 @@ static double *lane_busy(const tr_trace_t *t, const size_t *idx, size_t n)
 {
     double *busy = calloc((size_t)t->n_lanes + 1, sizeof(double));
     size_t *ord = malloc((n + 1) * sizeof(size_t));
-    if (!busy || !ord)
-        abort(); /* out of memory while summarising: nothing sensible to print */
+    if (!busy || !ord) abort(); /* out of memory while summarising: nothing sensible to print */
     memcpy(ord, idx, n * sizeof(size_t));
     qsort(ord, n, sizeof(size_t), idx_cmp);
     double a = 0;
@@ -305,15 +293,13 @@ static double *lane_busy(const tr_trace_t *t, const size_t *idx, size_t n)
         const tr__tspan_t *s = &t->spans[ord[i]];
         int first = !i || t->spans[ord[i - 1]].lane != s->lane;
         if (first || s->ts > b) {
-            if (!first)
-                busy[s->lane] += b - a;
+            if (!first) busy[s->lane] += b - a;
             a = s->ts;
             b = s->end;
         } else {
             b = fmax(b, s->end);
         }
-        if (i + 1 == n || t->spans[ord[i + 1]].lane != s->lane)
-            busy[s->lane] += b - a;
+        if (i + 1 == n || t->spans[ord[i + 1]].lane != s->lane) busy[s->lane] += b - a;
     }
     free(ord);
     return busy;
@@ -324,13 +310,12 @@ static json_t *busy_json(const tr_trace_t *t, const size_t *idx, size_t n, doubl
     double *busy = lane_busy(t, idx, n);
     json_t *arr = json_array();
     for (int l = 0; l < t->n_lanes; l++) {
-        if (busy[l] <= 0)
-            continue;
+        if (busy[l] <= 0) continue;
         const tr__tlane_t *lane = &t->lanes[l];
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:f,s:o}", "actor",
-                                             lane->name ? lane->name : "?", "kind",
-                                             tr_lane_kind_name(lane->kind), "ms", busy[l] / 1e3,
-                                             "fraction", ratio(busy[l], wall)));
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:s,s:f,s:o}", "actor", lane->name ? lane->name : "?",
+                                        "kind", tr_lane_kind_name(lane->kind), "ms", busy[l] / 1e3,
+                                        "fraction", ratio(busy[l], wall)));
     }
     free(busy);
     return arr;
@@ -361,8 +346,7 @@ static int by_rank_step(const void *a, const void *b, void *arg)
 {
     const tr_trace_t *t = arg;
     const tr__tspan_t *x = &t->spans[*(const size_t *)a], *y = &t->spans[*(const size_t *)b];
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? -1 : 1;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
     return x->step < y->step ? -1 : x->step > y->step;
 }
 
@@ -378,8 +362,7 @@ static int outside_window(const tr_trace_t *t, int rank, int64_t step)
     int any = 0;
     for (size_t i = 0; i < t->n_marks; i++)
         if (t->marks[i].rank == rank) {
-            if (t->marks[i].step == step)
-                return 0;
+            if (t->marks[i].step == step) return 0;
             any = 1;
         }
     return any;
@@ -445,14 +428,12 @@ static json_t *slowest_ranks(const summary_t *s, int64_t step)
     step_stat_t *sel[1024];
     size_t n = 0;
     for (size_t i = 0; i < s->n_stats && n < 1024; i++)
-        if (s->stats[i].step == step)
-            sel[n++] = &s->stats[i];
+        if (s->stats[i].step == step) sel[n++] = &s->stats[i];
     json_t *arr = json_array();
     for (size_t k = 0; k < 3 && k < n; k++) { /* a partial selection sort: the top three */
         size_t best = k;
         for (size_t i = k + 1; i < n; i++)
-            if (sel[i]->t1 - sel[i]->t0 > sel[best]->t1 - sel[best]->t0)
-                best = i;
+            if (sel[i]->t1 - sel[i]->t0 > sel[best]->t1 - sel[best]->t0) best = i;
         step_stat_t *tmp = sel[k];
         sel[k] = sel[best];
         sel[best] = tmp;
@@ -470,15 +451,13 @@ static json_t *across_ranks(const summary_t *s)
         int seen = 0;
         for (size_t k = 0; k < i && !seen; k++)
             seen = s->stats[k].step == step;
-        if (seen)
-            continue;
+        if (seen) continue;
         json_t *ph = json_object();
         json_object_set_new(ph, "wall", spread(s, step, -1));
         for (int p = 0; p < N_PHASES; p++)
             json_object_set_new(ph, phase_names[p], spread(s, step, p));
-        json_array_append_new(arr, json_pack("{s:I,s:o,s:o}", "step", (json_int_t)step,
-                                             "phases_ms", ph, "slowest_ranks",
-                                             slowest_ranks(s, step)));
+        json_array_append_new(arr, json_pack("{s:I,s:o,s:o}", "step", (json_int_t)step, "phases_ms",
+                                             ph, "slowest_ranks", slowest_ranks(s, step)));
     }
     return arr;
 }
@@ -491,11 +470,10 @@ static json_t *summary_json(const tr_trace_t *t)
         idx[i] = i;
     qsort_r(idx, t->n_spans, sizeof(size_t), by_rank_step, (void *)t);
     summarize_groups(t, idx, &s);
-    json_t *doc = json_pack("{s:i,s:i,s:I,s:o}", "ranks", t->n_ranks, "repaired_files",
-                            tr_trace_repaired(t), "spans", (json_int_t)t->n_spans, "per_rank",
-                            s.ranks);
-    if (t->n_ranks > 1)
-        json_object_set_new(doc, "across_ranks", across_ranks(&s));
+    json_t *doc =
+        json_pack("{s:i,s:i,s:I,s:o}", "ranks", t->n_ranks, "repaired_files", tr_trace_repaired(t),
+                  "spans", (json_int_t)t->n_spans, "per_rank", s.ranks);
+    if (t->n_ranks > 1) json_object_set_new(doc, "across_ranks", across_ranks(&s));
     free(idx);
     free(s.stats);
     return doc;
@@ -504,8 +482,7 @@ static json_t *summary_json(const tr_trace_t *t)
 int tr_trace_summary_write(const tr_trace_t *t, FILE *out, int json)
 {
     json_t *doc = summary_json(t);
-    if (!doc)
-        return TR_ENOMEM;
+    if (!doc) return TR_ENOMEM;
     if (json) {
         json_dumpf(doc, out, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
         fputc('\n', out);

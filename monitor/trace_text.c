@@ -11,7 +11,7 @@
 #include <string.h>
 
 static const char *const phases[] = {"compute", "comm_exposed", "io_exposed",
-                                     "other", "mailbox_wait", "idle"};
+                                     "other",   "mailbox_wait", "idle"};
 #define N_PH (sizeof(phases) / sizeof(phases[0]))
 
 static double num(json_t *o, const char *k)
@@ -60,10 +60,9 @@ static void print_details(FILE *out, json_t *st)
     double wall = num(st, "wall_ms");
     fprintf(out, "  slowest step %lld (%.3f ms):\n    busy:",
             (long long)json_integer_value(json_object_get(st, "step")), wall);
-    json_array_foreach(json_object_get(st, "busy"), i, a)
-        fprintf(out, "%s %s %.3f ms (%.0f%%)", i ? "," : "",
-                json_string_value(json_object_get(a, "actor")), num(a, "ms"),
-                wall > 0 ? 100 * num(a, "ms") / wall : 0);
+    json_array_foreach(json_object_get(st, "busy"), i, a) fprintf(
+        out, "%s %s %.3f ms (%.0f%%)", i ? "," : "", json_string_value(json_object_get(a, "actor")),
+        num(a, "ms"), wall > 0 ? 100 * num(a, "ms") / wall : 0);
     json_t *cp = json_object_get(st, "critical_path"), *spans = json_object_get(cp, "spans");
     size_t n = json_array_size(spans);
     fprintf(out, "\n    critical path: %.3f ms over %zu span%s (%.3f ms busy):", num(cp, "ms"), n,
@@ -104,13 +103,10 @@ static void print_rank(FILE *out, json_t *r)
         snprintf(label, sizeof(label), "%lld",
                  (long long)json_integer_value(json_object_get(st, "step")));
         table_row(out, label, st);
-        if (!slowest || num(st, "wall_ms") > num(slowest, "wall_ms"))
-            slowest = st;
+        if (!slowest || num(st, "wall_ms") > num(slowest, "wall_ms")) slowest = st;
     }
-    if (json_array_size(steps) > 1)
-        table_row(out, "all", json_object_get(r, "total"));
-    if (slowest)
-        print_details(out, slowest);
+    if (json_array_size(steps) > 1) table_row(out, "all", json_object_get(r, "total"));
+    if (slowest) print_details(out, slowest);
 }
 
 static void print_across(FILE *out, json_t *across)
@@ -118,8 +114,7 @@ static void print_across(FILE *out, json_t *across)
     size_t i, j;
     json_t *st, *r, *v;
     const char *k;
-    if (json_array_size(across))
-        fprintf(out, "across ranks (ms, min/median/max):\n");
+    if (json_array_size(across)) fprintf(out, "across ranks (ms, min/median/max):\n");
     json_array_foreach(across, i, st)
     {
         fprintf(out, "  step %lld:", (long long)json_integer_value(json_object_get(st, "step")));
@@ -139,13 +134,13 @@ void tr__summary_print_text(FILE *out, json_t *doc)
             (int)json_integer_value(json_object_get(doc, "ranks")),
             (long long)json_integer_value(json_object_get(doc, "spans")),
             json_integer_value(json_object_get(doc, "repaired_files"))
-                ? " (repaired: cut short by a crash)" : "");
+                ? " (repaired: cut short by a crash)"
+                : "");
     if (json_integer_value(json_object_get(doc, "spans")) == 0)
         fprintf(out, "no spans: no step of the run fell in the trace's step window "
                      "(troupe.trace.steps), or no message was handled\n");
     size_t i;
     json_t *r;
-    json_array_foreach(json_object_get(doc, "per_rank"), i, r)
-        print_rank(out, r);
+    json_array_foreach(json_object_get(doc, "per_rank"), i, r) print_rank(out, r);
     print_across(out, json_object_get(doc, "across_ranks"));
 }

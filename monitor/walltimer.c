@@ -30,8 +30,7 @@ int tr_walltimers_create(tr_walltimers_t **out)
 
 void tr_walltimers_destroy(tr_walltimers_t *t)
 {
-    if (!t)
-        return;
+    if (!t) return;
     for (size_t i = 0; i < t->n; i++)
         free(t->timers[i].name);
     free(t->timers);
@@ -41,8 +40,7 @@ void tr_walltimers_destroy(tr_walltimers_t *t)
 static walltimer_t *find(tr_walltimers_t *t, const char *name)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (!strcmp(t->timers[i].name, name))
-            return &t->timers[i];
+        if (!strcmp(t->timers[i].name, name)) return &t->timers[i];
     return NULL;
 }
 
@@ -50,20 +48,17 @@ static walltimer_t *find(tr_walltimers_t *t, const char *name)
 static walltimer_t *get(tr_walltimers_t *t, const char *name)
 {
     walltimer_t *w = find(t, name);
-    if (w)
-        return w;
+    if (w) return w;
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 16;
         walltimer_t *p = realloc(t->timers, cap * sizeof(*p));
-        if (!p)
-            return NULL;
+        if (!p) return NULL;
         t->timers = p;
         t->cap = cap;
     }
     w = &t->timers[t->n];
     *w = (walltimer_t){.name = strdup(name)};
-    if (!w->name)
-        return NULL;
+    if (!w->name) return NULL;
     t->n++;
     return w;
 }
@@ -71,10 +66,8 @@ static walltimer_t *get(tr_walltimers_t *t, const char *name)
 int tr_walltimers_start(tr_walltimers_t *t, const char *name, uint64_t now_ns)
 {
     walltimer_t *w = get(t, name);
-    if (!w)
-        return TR_ENOMEM;
-    if (w->started)
-        return TR_EINVAL;
+    if (!w) return TR_ENOMEM;
+    if (w->started) return TR_EINVAL;
     w->started = 1;
     w->start_ns = now_ns;
     return 0;
@@ -83,8 +76,7 @@ int tr_walltimers_start(tr_walltimers_t *t, const char *name, uint64_t now_ns)
 int tr_walltimers_stop(tr_walltimers_t *t, const char *name, uint64_t now_ns)
 {
     walltimer_t *w = find(t, name);
-    if (!w || !w->started)
-        return TR_EINVAL;
+    if (!w || !w->started) return TR_EINVAL;
     w->started = 0;
     w->elapsed_ns += now_ns - w->start_ns;
     return 0;
@@ -98,13 +90,11 @@ static double elapsed_ms(walltimer_t *w, int reset, uint64_t now_ns)
         w->start_ns = now_ns;
         w->elapsed_ns = ns;
     }
-    if (reset)
-        w->elapsed_ns = 0;
+    if (reset) w->elapsed_ns = 0;
     return (double)ns / 1e6;
 }
 
-double tr_walltimers_elapsed_ms(tr_walltimers_t *t, const char *name, int reset,
-                                uint64_t now_ns)
+double tr_walltimers_elapsed_ms(tr_walltimers_t *t, const char *name, int reset, uint64_t now_ns)
 {
     walltimer_t *w = find(t, name);
     return w ? elapsed_ms(w, reset, now_ns) : 0.0;
@@ -117,8 +107,7 @@ size_t tr_walltimers_log_line(tr_walltimers_t *t, unsigned rank, const char *con
     size_t len = (size_t)snprintf(buf, cap, "[Rank %u] time (ms)", rank);
     for (size_t i = 0; i < n_names; i++) {
         walltimer_t *w = find(t, names[i]);
-        if (!w)
-            continue;
+        if (!w) continue;
         double ms = elapsed_ms(w, reset, now_ns) / normalizer;
         len += (size_t)snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0,
                                 " | %s: %.2f", names[i], ms);

@@ -33,11 +33,11 @@
 /* --- the flow map: open addressing, linear probing, backward-shift deletion ------------- */
 
 typedef struct flow_half {
-    uint64_t flow;      /* 0 = empty slot */
+    uint64_t flow; /* 0 = empty slot */
     uint64_t ns;
     const char *name;
     uint32_t lane;
-    int is_end;         /* 1: the handling span arrived first */
+    int is_end; /* 1: the handling span arrived first */
 } flow_half_t;
 
 struct tr__flowmap {
@@ -57,11 +57,9 @@ static int flowmap_grow(tr__flowmap_t *fm)
 {
     size_t cap = fm->cap ? fm->cap * 2 : 1024;
     flow_half_t *slots = calloc(cap, sizeof(*slots));
-    if (!slots)
-        return TR_ENOMEM;
+    if (!slots) return TR_ENOMEM;
     for (size_t i = 0; i < fm->cap; i++) {
-        if (!fm->slots[i].flow)
-            continue;
+        if (!fm->slots[i].flow) continue;
         size_t j = flow_hash(fm->slots[i].flow, cap - 1);
         while (slots[j].flow)
             j = (j + 1) & (cap - 1);
@@ -75,25 +73,20 @@ static int flowmap_grow(tr__flowmap_t *fm)
 
 static flow_half_t *flowmap_find(tr__flowmap_t *fm, uint64_t flow)
 {
-    if (!fm->cap)
-        return NULL;
+    if (!fm->cap) return NULL;
     for (size_t i = flow_hash(flow, fm->cap - 1);; i = (i + 1) & (fm->cap - 1)) {
-        if (fm->slots[i].flow == flow)
-            return &fm->slots[i];
-        if (!fm->slots[i].flow)
-            return NULL;
+        if (fm->slots[i].flow == flow) return &fm->slots[i];
+        if (!fm->slots[i].flow) return NULL;
     }
 }
 
 static int flowmap_put(tr__flowmap_t *fm, const flow_half_t *h)
 {
-    if ((fm->count + 1) * 4 > fm->cap * 3 && flowmap_grow(fm))
-        return TR_ENOMEM;
+    if ((fm->count + 1) * 4 > fm->cap * 3 && flowmap_grow(fm)) return TR_ENOMEM;
     size_t i = flow_hash(h->flow, fm->cap - 1);
     while (fm->slots[i].flow && fm->slots[i].flow != h->flow)
         i = (i + 1) & (fm->cap - 1);
-    if (!fm->slots[i].flow)
-        fm->count++;
+    if (!fm->slots[i].flow) fm->count++;
     fm->slots[i] = *h;
     return 0;
 }
@@ -113,7 +106,7 @@ static void flowmap_remove(tr__flowmap_t *fm, flow_half_t *slot)
     fm->count--;
 }
 
-#define FLOW_TTL_NS (10ull * 1000000000ull)
+#define FLOW_TTL_NS   (10ull * 1000000000ull)
 #define FLOW_PRUNE_AT 65536
 
 /* Rebuilds the map without halves older than cutoff; returns how many were dropped. */
@@ -122,10 +115,8 @@ static size_t flowmap_prune(tr__flowmap_t *fm, uint64_t cutoff)
     tr__flowmap_t fresh = {0};
     size_t dropped = 0;
     for (size_t i = 0; i < fm->cap; i++) {
-        if (!fm->slots[i].flow)
-            continue;
-        if (fm->slots[i].ns < cutoff || flowmap_put(&fresh, &fm->slots[i]))
-            dropped++;
+        if (!fm->slots[i].flow) continue;
+        if (fm->slots[i].ns < cutoff || flowmap_put(&fresh, &fm->slots[i])) dropped++;
     }
     free(fm->slots);
     *fm = fresh;
@@ -139,14 +130,12 @@ static void pair_flow(tr_monitor_t *m, tr__outbuf_t *o, const flow_half_t *h)
     flow_half_t *other = flowmap_find(m->flows, h->flow);
     if (!other || other->is_end == h->is_end) {
         /* the first half, or a repeated id (the newer half wins) */
-        if (flowmap_put(m->flows, h))
-            m->write_error = TR_ENOMEM;
+        if (flowmap_put(m->flows, h)) m->write_error = TR_ENOMEM;
         m->flows_pending = m->flows->count;
         return;
     }
     const flow_half_t *s = h->is_end ? other : h, *f = h->is_end ? h : other;
-    tr__chrome_flow(o, m->opts.rank, m->base_ns, h->flow, s->name, s->lane, s->ns, f->lane,
-                    f->ns);
+    tr__chrome_flow(o, m->opts.rank, m->base_ns, h->flow, s->name, s->lane, s->ns, f->lane, f->ns);
     m->events_written += 2;
     flowmap_remove(m->flows, other);
     m->flows_pending = m->flows->count;
@@ -157,8 +146,7 @@ static void write_lanes(tr_monitor_t *m, tr__outbuf_t *o)
     for (uint32_t i = 0; i < TR_MONITOR_MAX_LANES; i++) {
         tr__lane_t *l = &m->lanes[i];
         /* acquire: pairs with the release store in tr_monitor_lane_set */
-        if (l->written || !atomic_load_explicit(&l->set, memory_order_acquire))
-            continue;
+        if (l->written || !atomic_load_explicit(&l->set, memory_order_acquire)) continue;
         tr__chrome_lane(o, m->opts.rank, i, l);
         l->written = 1;
     }
@@ -175,8 +163,7 @@ static tr_lane_kind_t lane_kind(tr_monitor_t *m, uint32_t lane)
 static void write_event(tr_monitor_t *m, tr__outbuf_t *o, const tr__event_t *e)
 {
     unsigned rank = m->opts.rank;
-    if (e->t0 > m->newest_ns)
-        m->newest_ns = e->t0;
+    if (e->t0 > m->newest_ns) m->newest_ns = e->t0;
     switch (e->type) {
     case TR__EV_SPAN: {
         tr_span_t s = {e->name, e->t0, e->t1, e->step, e->micro_step, e->lane, e->bytes, e->flow};
@@ -204,10 +191,8 @@ static void write_event(tr_monitor_t *m, tr__outbuf_t *o, const tr__event_t *e)
 
 static int out_put(tr_monitor_t *m, tr__outbuf_t *o)
 {
-    if (o->oom)
-        return TR_ENOMEM;
-    if (o->len && fwrite(o->data, 1, o->len, m->file) != o->len)
-        return errno ? -errno : TR_EIO;
+    if (o->oom) return TR_ENOMEM;
+    if (o->len && fwrite(o->data, 1, o->len, m->file) != o->len) return errno ? -errno : TR_EIO;
     o->len = 0;
     return 0;
 }
@@ -215,8 +200,7 @@ static int out_put(tr_monitor_t *m, tr__outbuf_t *o)
 static int out_write(tr_monitor_t *m, tr__outbuf_t *o)
 {
     int err = out_put(m, o);
-    if (!err && fflush(m->file))
-        err = errno ? -errno : TR_EIO;
+    if (!err && fflush(m->file)) err = errno ? -errno : TR_EIO;
     return err;
 }
 
@@ -226,11 +210,9 @@ static int out_write(tr_monitor_t *m, tr__outbuf_t *o)
 
 static void out_spill(tr_monitor_t *m, tr__outbuf_t *o)
 {
-    if (o->len < OUT_CHUNK)
-        return;
+    if (o->len < OUT_CHUNK) return;
     int err = out_put(m, o);
-    if (err && !m->write_error)
-        m->write_error = err;
+    if (err && !m->write_error) m->write_error = err;
     o->len = 0;
 }
 
@@ -243,8 +225,7 @@ static double drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
     double fill = (double)(h - t) / (double)(b->mask + 1);
     for (; t != h; t++) {
         const tr__event_t *e = &b->events[t & b->mask];
-        if (!e->warmup)
-            write_event(m, o, e);
+        if (!e->warmup) write_event(m, o, e);
         out_spill(m, o);
     }
     /* release: pairs with the owner's acquire load of tail; our reads of the slots are done */
@@ -254,23 +235,20 @@ static double drain_buffer(tr_monitor_t *m, tr__tbuf_t *b, tr__outbuf_t *o)
 
 int tr__writer_drain(tr_monitor_t *m)
 {
-    if (!m->file)
-        return 0;
+    if (!m->file) return 0;
     pthread_mutex_lock(&m->write_mu);
     tr__outbuf_t *o = m->out;
     write_lanes(m, o);
     double fill = 0;
     for (tr__tbuf_t *b = atomic_load_explicit(&m->bufs, memory_order_acquire); b; b = b->next)
-        if (b->events)
-            fill = fmax(fill, drain_buffer(m, b, o));
+        if (b->events) fill = fmax(fill, drain_buffer(m, b, o));
     m->fill = fill;
     if (m->flows->count > FLOW_PRUNE_AT && m->newest_ns > FLOW_TTL_NS) {
         m->flows_pruned += flowmap_prune(m->flows, m->newest_ns - FLOW_TTL_NS);
         m->flows_pending = m->flows->count;
     }
     int err = out_write(m, o);
-    if (err && !m->write_error)
-        m->write_error = err;
+    if (err && !m->write_error) m->write_error = err;
     err = m->write_error;
     pthread_mutex_unlock(&m->write_mu);
     return err;
@@ -321,8 +299,10 @@ static int claim_path(tr_monitor_t *m)
     pthread_mutex_unlock(&open_mu);
     if (rc < 0) {
         if (rc == TR_EBUSY)
-            tr_log(TR_LOG_ERROR, "trace: %s is being written by another engine (monitor) in this "
-                   "process; give this one another output_path or rank", key);
+            tr_log(TR_LOG_ERROR,
+                   "trace: %s is being written by another engine (monitor) in this "
+                   "process; give this one another output_path or rank",
+                   key);
         free(key);
     }
     return rc;
@@ -342,20 +322,16 @@ static void release_path(tr_monitor_t *m)
 int tr__writer_open(tr_monitor_t *m)
 {
     int err = tr__mkdir_p(m->output_path);
-    if (err)
-        return err;
+    if (err) return err;
     size_t n = strlen(m->output_path) + 64;
     m->path = malloc(n);
     m->flows = calloc(1, sizeof(*m->flows));
     m->out = calloc(1, sizeof(*m->out));
-    if (!m->path || !m->flows || !m->out)
-        return TR_ENOMEM;
+    if (!m->path || !m->flows || !m->out) return TR_ENOMEM;
     snprintf(m->path, n, "%s/trace_rank%u.json", m->output_path, m->opts.rank);
-    if ((err = claim_path(m)) < 0)
-        return err;
+    if ((err = claim_path(m)) < 0) return err;
     m->file = fopen(m->path, "w");
-    if (!m->file)
-        return -errno;
+    if (!m->file) return -errno;
     tr__outbuf_t o = {0};
     tr__chrome_header(&o, m->opts.rank, m->base_unix_ns);
     err = out_write(m, &o);
@@ -370,10 +346,8 @@ static uint64_t next_period(tr_monitor_t *m, uint64_t period_ns)
     pthread_mutex_lock(&m->write_mu);
     double fill = m->fill;
     pthread_mutex_unlock(&m->write_mu);
-    if (fill > 0.5)
-        return period_ns / 2 > 1000000u ? period_ns / 2 : 1000000u;
-    if (fill < 0.125)
-        return period_ns * 2 < max_ns ? period_ns * 2 : max_ns;
+    if (fill > 0.5) return period_ns / 2 > 1000000u ? period_ns / 2 : 1000000u;
+    if (fill < 0.125) return period_ns * 2 < max_ns ? period_ns * 2 : max_ns;
     return period_ns;
 }
 
@@ -389,8 +363,7 @@ static void *writer_main(void *arg)
         until.tv_sec += (time_t)(ns / 1000000000u);
         until.tv_nsec = (long)(ns % 1000000000u);
         pthread_cond_timedwait(&m->wake, &m->wake_mu, &until);
-        if (m->stopping)
-            break;
+        if (m->stopping) break;
         pthread_mutex_unlock(&m->wake_mu);
         tr__writer_drain(m);
         period_ns = next_period(m, period_ns);
@@ -403,8 +376,7 @@ static void *writer_main(void *arg)
 int tr__writer_start(tr_monitor_t *m)
 {
     int err = pthread_create(&m->thread, NULL, writer_main, m);
-    if (err)
-        return -err;
+    if (err) return -err;
     m->thread_started = 1;
     return 0;
 }
@@ -430,12 +402,10 @@ void tr__writer_close(tr_monitor_t *m)
         fclose(m->file);
         m->file = NULL;
     }
-    if (m->out)
-        tr__out_free(m->out);
+    if (m->out) tr__out_free(m->out);
     free(m->out);
     m->out = NULL;
-    if (m->flows)
-        free(m->flows->slots);
+    if (m->flows) free(m->flows->slots);
     free(m->flows);
     m->flows = NULL;
     free(m->path);

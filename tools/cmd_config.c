@@ -35,8 +35,7 @@ static int parse_world(const char *s, int *out)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < 1 || v > 1 << 24)
-        return -1;
+    if (errno || end == s || *end || v < 1 || v > 1 << 24) return -1;
     *out = (int)v;
     return 0;
 }
@@ -48,8 +47,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         const char *a = argv[i];
         if (!strcmp(a, "--world-size") && i + 1 < argc) {
             if (parse_world(argv[++i], &o->world) < 0) {
-                fprintf(stderr, "troupe config: --world-size must be a positive integer, got "
-                        "'%s'\n", argv[i]);
+                fprintf(stderr,
+                        "troupe config: --world-size must be a positive integer, got "
+                        "'%s'\n",
+                        argv[i]);
                 return -1;
             }
         } else if (!strcmp(a, "--plain")) {
@@ -99,14 +100,12 @@ int tr_cmd_config(int argc, char **argv)
         }
     if (argc == 2 && !strcmp(argv[1], "reference")) {
         char *text = tr_config_reference();
-        if (text)
-            fputs(text, stdout);
+        if (text) fputs(text, stdout);
         free(text);
         return text ? 0 : 1;
     }
     opts_t o;
-    if (parse_args(argc, argv, &o) < 0)
-        return 2;
+    if (parse_args(argc, argv, &o) < 0) return 2;
     tr_config_diag_t d;
     tr_config_diag_init(&d);
     tr_config_t *cfg = NULL;
@@ -118,8 +117,7 @@ int tr_cmd_config(int argc, char **argv)
         rc = 0;
     } else if (err == 0) {
         char *text = tr_config_dump(cfg, o.plain ? 0 : TR_CONFIG_DUMP_MARK);
-        if (text)
-            fputs(text, stdout);
+        if (text) fputs(text, stdout);
         free(text);
         rc = text ? 0 : 1;
     } else {

@@ -104,7 +104,8 @@ static int read_hostfile(launch_t *l, const char *path)
         lineno++;
         line[strcspn(line, "#\r\n")] = '\0';
         char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         if (*p) rc = parse_line(l, p, path, lineno);
     }
     fclose(f);
@@ -180,8 +181,8 @@ static int run(launch_t *l, int total, int argc, char **argv)
     size_t used = 0;
     for (int i = 0; i < l->n_hosts; i++)
         if (l->hosts[i].slots && used < sizeof(hosts))
-            used += (size_t)snprintf(hosts + used, sizeof(hosts) - used, "%s%s:%d",
-                                     used ? "," : "", l->hosts[i].name, l->hosts[i].slots);
+            used += (size_t)snprintf(hosts + used, sizeof(hosts) - used, "%s%s:%d", used ? "," : "",
+                                     l->hosts[i].name, l->hosts[i].slots);
     snprintf(np, sizeof(np), "%d", total);
     char **av = calloc((size_t)argc + 12, sizeof(char *));
     if (!av) return 1;
@@ -229,12 +230,18 @@ static int parse_flags(launch_t *l, int argc, char **argv, int *first)
             fputs(usage, stdout);
             return 1;
         }
-        if (!strcmp(a, "--oversubscribe")) l->oversubscribe = 1;
-        else if (!strcmp(a, "--dry-run")) l->dry_run = 1;
-        else if (i + 1 >= argc) return bad("%s needs a value%s", a, "");
-        else if (!strcmp(a, "--hostfile")) l->hostfile = argv[++i];
-        else if (!strcmp(a, "--include")) l->include = argv[++i];
-        else if (!strcmp(a, "--exclude")) l->exclude = argv[++i];
+        if (!strcmp(a, "--oversubscribe"))
+            l->oversubscribe = 1;
+        else if (!strcmp(a, "--dry-run"))
+            l->dry_run = 1;
+        else if (i + 1 >= argc)
+            return bad("%s needs a value%s", a, "");
+        else if (!strcmp(a, "--hostfile"))
+            l->hostfile = argv[++i];
+        else if (!strcmp(a, "--include"))
+            l->include = argv[++i];
+        else if (!strcmp(a, "--exclude"))
+            l->exclude = argv[++i];
         else if (!strcmp(a, "--num_nodes") || !strcmp(a, "--num_gpus")) {
             char *end;
             long v = strtol(argv[i + 1], &end, 10);
@@ -246,7 +253,8 @@ static int parse_flags(launch_t *l, int argc, char **argv, int *first)
             return bad("unknown flag '%s' (see troupe launch --help)%s", a, "");
     }
     if (i >= argc) return bad("no program to run (see troupe launch --help)%s%s", "", "");
-    if (l->include && l->exclude) return bad("--include and --exclude cannot be combined%s%s", "", "");
+    if (l->include && l->exclude)
+        return bad("--include and --exclude cannot be combined%s%s", "", "");
     *first = i;
     return 0;
 }

@@ -48,8 +48,7 @@ static int options_from_file(const char *path, tr_aio_options_t *o)
     tr_config_t *cfg = NULL;
     int rc = tr_config_load(path, 1, &cfg, &d);
     for (size_t i = 0; i < d.count; i++)
-        if (d.items[i].severity == TR_CONFIG_ERROR)
-            fprintf(stderr, "%s\n", d.items[i].text);
+        if (d.items[i].severity == TR_CONFIG_ERROR) fprintf(stderr, "%s\n", d.items[i].text);
     if (rc)
         fprintf(stderr, "troupe %s: --deepspeed_config %s: %s\n", cmd, path, tr_strerror(rc));
     else
@@ -64,19 +63,18 @@ static int base_options(int argc, char **argv, tr_aio_options_t *o)
 {
     tr_aio_options_default(o);
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--deepspeed_config"))
-            return options_from_file(argv[i + 1], o);
+        if (!strcmp(argv[i], "--deepspeed_config")) return options_from_file(argv[i + 1], o);
     return 0;
 }
 
 static int known_valued_flag(const char *a)
 {
-    static const char *const flags[] = {"--dir", "--io-size", "--deepspeed_config",
-                                        "--block_size", "--queue_depth",
-                                        "--intra_op_parallelism", "--overlap_events"};
+    static const char *const flags[] = {
+        "--dir",           "--io-size",     "--deepspeed_config",
+        "--block_size",    "--queue_depth", "--intra_op_parallelism",
+        "--overlap_events"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (!strcmp(a, flags[i]))
-            return 1;
+        if (!strcmp(a, flags[i])) return 1;
     return 0;
 }
 
@@ -92,15 +90,13 @@ static int apply_flag(const char *a, const char *val, bench_t *b)
     else if (!strcmp(a, "--block_size") &&
              !(rc = tr__nvme_parse_size(cmd, a, val, 512, 1u << 30, &v)))
         b->o.block_size = (size_t)v;
-    else if (!strcmp(a, "--queue_depth") &&
-             !(rc = tr__nvme_parse_size(cmd, a, val, 1, 65536, &v)))
+    else if (!strcmp(a, "--queue_depth") && !(rc = tr__nvme_parse_size(cmd, a, val, 1, 65536, &v)))
         b->o.queue_depth = (int)v;
     else if (!strcmp(a, "--intra_op_parallelism") &&
              !(rc = tr__nvme_parse_size(cmd, a, val, 1, 1024, &v)))
         b->o.intra_op_parallelism = (int)v;
     else if (!strcmp(a, "--overlap_events")) {
-        if (strcmp(val, "0") && strcmp(val, "1"))
-            return tr__nvme_bad_flag(cmd, a, val, "0 or 1");
+        if (strcmp(val, "0") && strcmp(val, "1")) return tr__nvme_bad_flag(cmd, a, val, "0 or 1");
         b->o.overlap_events = val[0] == '1';
     }
     return rc;
@@ -129,8 +125,7 @@ static int parse_args(int argc, char **argv, bench_t *b)
             rc = apply_flag(a, argv[++i], b);
         }
     }
-    if (rc)
-        return rc;
+    if (rc) return rc;
     if (!b->dir) {
         fprintf(stderr, "troupe %s: --dir is required\n%s", cmd, usage);
         return 2;
@@ -147,8 +142,7 @@ int tr_cmd_nvme_bench(int argc, char **argv)
 {
     bench_t b = {0};
     int rc = parse_args(argc, argv, &b);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc) return rc < 0 ? 0 : rc;
     char why[512];
     double w = 0, r = 0;
     rc = tr__nvme_measure(b.dir, b.io_size, &b.o, &w, &r, why, sizeof why);
@@ -159,7 +153,7 @@ int tr_cmd_nvme_bench(int argc, char **argv)
     printf("nvme.io_size: %llu bytes\nnvme.block_size: %zu bytes\nnvme.queue_depth: %d\n"
            "nvme.intra_op_parallelism: %d\nnvme.single_submit: %d\nnvme.overlap_events: %d\n"
            "nvme.write: %.3f GB/s\nnvme.read: %.3f GB/s\n",
-           (unsigned long long)b.io_size, b.o.block_size, b.o.queue_depth,
-           b.o.intra_op_parallelism, b.o.single_submit, b.o.overlap_events, w, r);
+           (unsigned long long)b.io_size, b.o.block_size, b.o.queue_depth, b.o.intra_op_parallelism,
+           b.o.single_submit, b.o.overlap_events, w, r);
     return 0;
 }

@@ -45,7 +45,7 @@ static const char cmd[] = "nvme-tune";
 static const size_t block_sizes[] = {256u << 10, 1u << 20, 4u << 20};
 static const int queue_depths[] = {8, 32, 128};
 static const int parallelisms[] = {1, 2, 4, 8};
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+#define N_OF(a)   (sizeof(a) / sizeof((a)[0]))
 #define GRID_SIZE (N_OF(block_sizes) * N_OF(queue_depths) * N_OF(parallelisms) * 4)
 
 typedef struct tune {
@@ -77,12 +77,12 @@ static int apply_flag(const char *a, const char *val, tune_t *t)
         t->dir = val;
         return 0;
     }
-    if (!strcmp(a, "--budget-s"))
-        return parse_budget(a, val, &t->budget_s);
+    if (!strcmp(a, "--budget-s")) return parse_budget(a, val, &t->budget_s);
     int rc = tr__nvme_parse_size(cmd, a, val, 64u << 10, 1ull << 40, &t->io_size);
     if (rc == 0 && t->io_size % (64u << 10))
-        return tr__nvme_bad_flag(cmd, a, val, "a multiple of 64K (every thread count's share "
-                                              "of it stays aligned)");
+        return tr__nvme_bad_flag(cmd, a, val,
+                                 "a multiple of 64K (every thread count's share "
+                                 "of it stays aligned)");
     return rc;
 }
 
@@ -101,11 +101,9 @@ static int parse_args(int argc, char **argv, tune_t *t)
             fprintf(stderr, "troupe %s: unknown flag '%s'\n%s", cmd, a, usage);
             return 2;
         }
-        if (i + 1 >= argc)
-            return tr__nvme_bad_flag(cmd, a, "", "a value after it");
+        if (i + 1 >= argc) return tr__nvme_bad_flag(cmd, a, "", "a value after it");
         int rc = apply_flag(a, argv[++i], t);
-        if (rc)
-            return rc;
+        if (rc) return rc;
     }
     if (!t->dir) {
         fprintf(stderr, "troupe %s: --dir is required\n%s", cmd, usage);
@@ -162,8 +160,7 @@ static int sweep(const tune_t *t, result_t *res)
            "intra_op_parallelism", "single_submit", "overlap_events", "write_GB/s", "read_GB/s");
     for (size_t k = 0; k < n; k++) {
         double spent = tr__now_s() - t0;
-        if (k > 0 && spent + spent / (double)k > t->budget_s)
-            return (int)k;
+        if (k > 0 && spent + spent / (double)k > t->budget_s) return (int)k;
         result_t *r = &res[k];
         r->o = grid_point(k * stride % n);
         char why[512];
@@ -191,8 +188,7 @@ static int best_by(const result_t *res, int n, double (*score)(const result_t *)
 {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (score(&res[i]) > score(&res[best]))
-            best = i;
+        if (score(&res[i]) > score(&res[best])) best = i;
     return best;
 }
 
@@ -243,8 +239,7 @@ static int check_dir(const char *dir)
     char path[4096];
     snprintf(path, sizeof path, "%s/troupe_nvme_tune.probe", dir);
     FILE *f = fopen(path, "w");
-    if (!f)
-        return tr__nvme_bad_flag(cmd, "--dir", dir, "a directory this process can write");
+    if (!f) return tr__nvme_bad_flag(cmd, "--dir", dir, "a directory this process can write");
     fclose(f);
     remove(path);
     return 0;
@@ -254,15 +249,12 @@ int tr_cmd_nvme_tune(int argc, char **argv)
 {
     tune_t t = {0};
     int rc = parse_args(argc, argv, &t);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-    if ((rc = check_dir(t.dir)))
-        return rc;
+    if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = check_dir(t.dir))) return rc;
     result_t res[GRID_SIZE];
     double t0 = tr__now_s();
     int n = sweep(&t, res);
-    if (n < 0)
-        return -n;
+    if (n < 0) return -n;
     report(&t, res, n, tr__now_s() - t0);
     return 0;
 }

@@ -103,16 +103,15 @@ static int parse(int argc, char **argv, opts_t *o)
                  : !strcmp(a, "--schedule")      ? schedule_flag(v, &o->kind)
                  : !strcmp(a, "--forward")       ? real_flag(a, v, 0, 1e9, &o->forward)
                  : !strcmp(a, "--backward")      ? real_flag(a, v, 0, 1e9, &o->backward)
-                 : !strcmp(a, "--weight-share")
-                     ? real_flag(a, v, 0, 1, &o->weight_share)
-                     : complain(-1, "unknown flag %s\n%s", a, USAGE);
+                 : !strcmp(a, "--weight-share")  ? real_flag(a, v, 0, 1, &o->weight_share)
+                                                 : complain(-1, "unknown flag %s\n%s", a, USAGE);
         if (rc < 0) return -1;
     }
     if (!o->stages || !o->micro_batches)
         return complain(-1, "--stages and --micro-batches are needed\n%s", USAGE);
     if (o->stage >= o->stages)
-        return complain(-1, "--stage %d: expected 0 to %d (--stages %d)\n", o->stage,
-                        o->stages - 1, o->stages);
+        return complain(-1, "--stage %d: expected 0 to %d (--stages %d)\n", o->stage, o->stages - 1,
+                        o->stages);
     return 0;
 }
 

@@ -43,8 +43,10 @@ static int parse_width(const char *v, int *out)
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || v[0] == ' ' || x < MIN_WIDTH || x > MAX_WIDTH) {
-        fprintf(stderr, "troupe trace: --width: expected an integer from %d to %d (pixels), "
-                "got '%s'\n", MIN_WIDTH, MAX_WIDTH, v);
+        fprintf(stderr,
+                "troupe trace: --width: expected an integer from %d to %d (pixels), "
+                "got '%s'\n",
+                MIN_WIDTH, MAX_WIDTH, v);
         return -1;
     }
     *out = (int)x;
@@ -58,8 +60,10 @@ static int parse_time(const char *flag, const char *v, double *out)
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || *end || v[0] == ' ' || !isfinite(x) || x < 0) {
-        fprintf(stderr, "troupe trace: %s: expected a finite number of microseconds >= 0, got "
-                "'%s'\n", flag, v);
+        fprintf(stderr,
+                "troupe trace: %s: expected a finite number of microseconds >= 0, got "
+                "'%s'\n",
+                flag, v);
         return -1;
     }
     *out = x;
@@ -108,8 +112,8 @@ static int parse_args(int argc, char **argv, trace_args_t *a)
         i += used;
     }
     if (has_to && a->plot.to_us <= a->plot.from_us) {
-        fprintf(stderr, "troupe trace: --to %g: expected a time after --from %g\n",
-                a->plot.to_us, a->plot.from_us);
+        fprintf(stderr, "troupe trace: --to %g: expected a time after --from %g\n", a->plot.to_us,
+                a->plot.from_us);
         return -1;
     }
     if (!a->input) {
@@ -148,8 +152,7 @@ static int write_output(const trace_args_t *a, tr_trace_t *t, const char *what)
         err = tr_trace_plot_svg(t, out, &a->plot);
     else
         err = tr_trace_merge_write(t, out);
-    if (out != stdout && fclose(out))
-        err = err ? err : -1;
+    if (out != stdout && fclose(out)) err = err ? err : -1;
     if (err)
         fprintf(stderr, "troupe trace %s: cannot write %s\n", what,
                 a->output ? a->output : "stdout");
@@ -168,15 +171,13 @@ int tr_cmd_trace(int argc, char **argv)
     for (int i = 2; i < argc; i++) /* `troupe trace summary --help`: the usage, not an error */
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
     trace_args_t a;
-    if (parse_args(argc, argv, &a))
-        return usage(stderr);
+    if (parse_args(argc, argv, &a)) return usage(stderr);
     if (strcmp(what, "summary") && !a.output) {
         fprintf(stderr, "troupe trace %s: give the output file with -o\n", what);
         return 2;
     }
     tr_trace_t *t = load(a.input);
-    if (!t)
-        return 1;
+    if (!t) return 1;
     int rc = write_output(&a, t, what);
     tr_trace_destroy(t);
     return rc;

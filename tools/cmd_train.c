@@ -38,18 +38,17 @@ typedef struct run {
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
     int have_val, val_failed;
-    double params; /* the model's parameters, once built */
+    double params;       /* the model's parameters, once built */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
     char writing[64];    /* the tag being written in the background ("" if none) */
     double paused_ms;    /* how long its save call held the training loop */
-    int midline; /* a terminal's progress line is waiting to be rewritten */
+    int midline;         /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
 /* Ends a terminal's progress line before another line is printed. */
 static void endline(run_t *r)
 {
-    if (r->midline)
-        putchar('\n');
+    if (r->midline) putchar('\n');
     r->midline = 0;
 }
 
@@ -63,8 +62,7 @@ static int load_config(run_t *r)
     for (size_t i = 0; i < d.count; i++)
         fprintf(stderr, "%s\n", d.items[i].text);
     if (rc < 0 && d.count == 0)
-        fprintf(stderr, "troupe train: --deepspeed_config %s: %s\n", r->o.config,
-                tr_strerror(rc));
+        fprintf(stderr, "troupe train: --deepspeed_config %s: %s\n", r->o.config, tr_strerror(rc));
     tr_config_diag_close(&d);
     return rc;
 }
@@ -72,10 +70,11 @@ static int load_config(run_t *r)
 /* A dims flag that disagrees with the checkpoint's value is an error naming both. */
 static int dims_agree(const char *file, const char *flag, int given, const char *field, int has)
 {
-    if (given == 0 || given == has)
-        return 0;
-    fprintf(stderr, "troupe train: %s %d conflicts with %s's %s %d (the file's dims are used; "
-            "drop the flag)\n", flag, given, file, field, has);
+    if (given == 0 || given == has) return 0;
+    fprintf(stderr,
+            "troupe train: %s %d conflicts with %s's %s %d (the file's dims are used; "
+            "drop the flag)\n",
+            flag, given, file, field, has);
     return -1;
 }
 
@@ -131,12 +130,16 @@ static void say_no_memory(const run_t *r, const char *what, int rc, const tr_gpt
         double mib = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
                          ? (double)st.rlim_cur / (1 << 20)
                          : 2.0;
-        fprintf(stderr, "a thread could not be started: each reserves a %.0f MiB stack "
-                "(ulimit -s) of address space; ", mib);
+        fprintf(stderr,
+                "a thread could not be started: each reserves a %.0f MiB stack "
+                "(ulimit -s) of address space; ",
+                mib);
     }
-    fprintf(stderr, "the model has %.0f parameters: %.1f MiB each for weights, gradients and "
+    fprintf(stderr,
+            "the model has %.0f parameters: %.1f MiB each for weights, gradients and "
             "each optimizer moment, plus activations; raise the memory limit or shrink the "
-            "model)\n", n, n * 4 / (1 << 20));
+            "model)\n",
+            n, n * 4 / (1 << 20));
 }
 
 static int build_model(run_t *r, tr_model_t **model)
@@ -168,17 +171,14 @@ static int glob_matches(const char *flag, const char *pattern)
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     size_t n = rc == 0 ? g.gl_pathc : 0;
-    if (rc == 0)
-        globfree(&g);
-    if (n == 0)
-        fprintf(stderr, "troupe train: %s: no file matches '%s'\n", flag, pattern);
+    if (rc == 0) globfree(&g);
+    if (n == 0) fprintf(stderr, "troupe train: %s: no file matches '%s'\n", flag, pattern);
     return n ? 0 : -1;
 }
 
 static int seq_len(const run_t *r, tr_model_t *model)
 {
-    if (!r->is_gpt2)
-        return 1;
+    if (!r->is_gpt2) return 1;
     int ctx = tr_model_gpt2_config(model)->max_seq_len;
     if (r->o.seq_len > ctx) {
         fprintf(stderr, "troupe train: --seq-len %d: longer than the model's context (%d)\n",
@@ -191,8 +191,12 @@ static int seq_len(const run_t *r, tr_model_t *model)
 static int create_engine(run_t *r, tr_model_t *model, int T)
 {
     const train_opts_t *o = &r->o;
-    tr_engine_opts_t eo = {.config = r->cfg, .model = model, .seq_len = T, .seed = o->seed,
-                           .init_params = !o->load_llmc, .handle_signals = 1,
+    tr_engine_opts_t eo = {.config = r->cfg,
+                           .model = model,
+                           .seq_len = T,
+                           .seed = o->seed,
+                           .init_params = !o->load_llmc,
+                           .handle_signals = 1,
                            .trace_dir = o->trace_dir};
     if (r->is_gpt2) {
         eo.train.shards = o->train_data;
@@ -235,25 +239,21 @@ static int setup(run_t *r)
 {
     const train_opts_t *o = &r->o;
     r->is_gpt2 = !strcmp(o->model, "gpt2");
-    if (load_config(r) < 0 || train_outputs_check(o, &r->sd) < 0)
-        return 2;
+    if (load_config(r) < 0 || train_outputs_check(o, &r->sd) < 0) return 2;
     if (r->is_gpt2 && (glob_matches("--train-data", o->train_data) < 0 ||
                        (o->val_data && glob_matches("--val-data", o->val_data) < 0)))
         return 2;
     tr_model_t *model;
     int rc = build_model(r, &model);
-    if (rc < 0)
-        return rc == TR_ENOMEM ? 1 : 2;
+    if (rc < 0) return rc == TR_ENOMEM ? 1 : 2;
     int T = seq_len(r, model);
     if (T < 0) {
         tr_model_destroy(model);
         return 2;
     }
     rc = create_engine(r, model, T);
-    if (rc == TR_ENOMEM || rc == TR_EAGAIN)
-        return 1;
-    if (rc < 0 || open_monitors(r) < 0)
-        return 2;
+    if (rc == TR_ENOMEM || rc == TR_EAGAIN) return 1;
+    if (rc < 0 || open_monitors(r) < 0) return 2;
     return 0;
 }
 
@@ -285,10 +285,8 @@ static int resume(run_t *r)
 
 static void monitor_write(run_t *r, const char *tag, double v, uint64_t samples)
 {
-    if (r->csv)
-        tr_csv_monitor_write(r->csv, tag, v, samples);
-    if (r->tb)
-        tr_tb_writer_scalar(r->tb, tag, (float)v, (int64_t)samples, (double)time(NULL));
+    if (r->csv) tr_csv_monitor_write(r->csv, tag, v, samples);
+    if (r->tb) tr_tb_writer_scalar(r->tb, tag, (float)v, (int64_t)samples, (double)time(NULL));
 }
 
 static void format_eta(double s, char *buf, size_t cap)
@@ -335,8 +333,8 @@ static int validate(run_t *r, uint64_t step, uint64_t samples)
     }
     r->have_val = 1;
     endline(r);
-    printf("val: step %llu loss %.6f (%ld batches)\n",
-           (unsigned long long)step, r->val_loss, r->o.val_batches);
+    printf("val: step %llu loss %.6f (%ld batches)\n", (unsigned long long)step, r->val_loss,
+           r->o.val_batches);
     monitor_write(r, "Eval/Samples/val_loss", r->val_loss, samples);
     return 0;
 }
@@ -368,8 +366,7 @@ static int save(run_t *r)
     double t0 = tr__now_s();
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
         endline(r);
-        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir,
-                tr_engine_error(r->eng));
+        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
         return 1;
     }
     r->saved_step = tr_engine_global_step(r->eng);
@@ -391,8 +388,7 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
     }
     r->last_loss = st->loss;
     progress(r, st);
-    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r))
-        return 1;
+    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r)) return 1;
     if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0)
         return validate(r, st->global_step, st->global_samples);
     return 0;
@@ -466,15 +462,13 @@ static void summary(const run_t *r, int stopped)
            : stopped     ? "stopped (signal)"
                          : "done",
            (unsigned long long)step);
-    if (step > r->first_step)
-        printf(", train loss %.4f -> %.4f", r->first_loss, r->last_loss);
+    if (step > r->first_step) printf(", train loss %.4f -> %.4f", r->first_loss, r->last_loss);
     if (r->is_gpt2 && step > r->first_step)
-        printf(" (uniform: ln %d = %.2f)", tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size,
+        printf(" (uniform: ln %d = %.2f)",
+               tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size,
                log(tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size));
-    if (r->have_val)
-        printf(", val loss %.6f", r->val_loss);
-    if (r->compute_ms > 0)
-        printf(", %.0f tokens/s", r->tokens / r->compute_ms * 1e3);
+    if (r->have_val) printf(", val loss %.6f", r->val_loss);
+    if (r->compute_ms > 0) printf(", %.0f tokens/s", r->tokens / r->compute_ms * 1e3);
     printf(", %.1f s\n", tr__now_s() - r->t0);
 }
 
@@ -485,18 +479,14 @@ static int finish(run_t *r)
     int stopped = tr_engine_stop_requested(r->eng);
     uint64_t step = tr_engine_global_step(r->eng);
     int rc = 0;
-    if (r->o.save_dir && r->saved_step != step)
-        rc |= save(r);
+    if (r->o.save_dir && r->saved_step != step) rc |= save(r);
     rc |= settle(r); /* the run ends once its last checkpoint is durable */
     if (!stopped && !r->val_failed &&
         !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
         rc |= validate(r, step, step * (uint64_t)r->cfg->train_batch_size);
-    if (!stopped && r->o.export_llmc)
-        rc |= export_llmc(r);
-    if (!rc && !r->val_failed && !stopped && r->o.sample > 0)
-        rc = sample(r);
-    if (r->tb)
-        tr_tb_writer_flush(r->tb);
+    if (!stopped && r->o.export_llmc) rc |= export_llmc(r);
+    if (!rc && !r->val_failed && !stopped && r->o.sample > 0) rc = sample(r);
+    if (r->tb) tr_tb_writer_flush(r->tb);
     summary(r, stopped);
     return rc || r->val_failed ? 1 : 0;
 }
@@ -513,19 +503,15 @@ static void teardown(run_t *r)
 int tr_cmd_train(int argc, char **argv)
 {
     run_t r = {.t0 = tr__now_s(), .tty = isatty(STDOUT_FILENO), .saved_step = UINT64_MAX};
-    if (train_args_parse(argc, argv, &r.o) < 0)
-        return 2;
+    if (train_args_parse(argc, argv, &r.o) < 0) return 2;
     if (r.o.help) {
         train_usage(stdout);
         return 0;
     }
     int status = setup(&r);
-    if (status == 0 && r.o.resume)
-        status = resume(&r);
-    if (status == 0)
-        status = train_loop(&r);
-    if (status == 0)
-        status = finish(&r);
+    if (status == 0 && r.o.resume) status = resume(&r);
+    if (status == 0) status = train_loop(&r);
+    if (status == 0) status = finish(&r);
     teardown(&r);
     return status;
 }

@@ -17,12 +17,15 @@
 static const char *kind_name(tr_field_kind_t k)
 {
     static const char *const names[TR_FIELD_KIND_COUNT_] = {
-        [TR_FIELD_BOOL] = "bool",   [TR_FIELD_I32] = "i32",     [TR_FIELD_U32] = "u32",
-        [TR_FIELD_I64] = "i64",     [TR_FIELD_U64] = "u64",     [TR_FIELD_F32] = "f32",
-        [TR_FIELD_F64] = "f64",     [TR_FIELD_STR] = "str",     [TR_FIELD_ACTOR] = "actor",
-        [TR_FIELD_TENSOR] = "tensor", [TR_FIELD_BYTES] = "bytes", [TR_FIELD_ARRAY_I32] = "i32[]",
-        [TR_FIELD_ARRAY_U32] = "u32[]", [TR_FIELD_ARRAY_I64] = "i64[]", [TR_FIELD_ARRAY_U64] = "u64[]",
-        [TR_FIELD_ARRAY_F32] = "f32[]", [TR_FIELD_ARRAY_F64] = "f64[]"};
+        [TR_FIELD_BOOL] = "bool",       [TR_FIELD_I32] = "i32",
+        [TR_FIELD_U32] = "u32",         [TR_FIELD_I64] = "i64",
+        [TR_FIELD_U64] = "u64",         [TR_FIELD_F32] = "f32",
+        [TR_FIELD_F64] = "f64",         [TR_FIELD_STR] = "str",
+        [TR_FIELD_ACTOR] = "actor",     [TR_FIELD_TENSOR] = "tensor",
+        [TR_FIELD_BYTES] = "bytes",     [TR_FIELD_ARRAY_I32] = "i32[]",
+        [TR_FIELD_ARRAY_U32] = "u32[]", [TR_FIELD_ARRAY_I64] = "i64[]",
+        [TR_FIELD_ARRAY_U64] = "u64[]", [TR_FIELD_ARRAY_F32] = "f32[]",
+        [TR_FIELD_ARRAY_F64] = "f64[]"};
     return k < TR_FIELD_KIND_COUNT_ ? names[k] : "?";
 }
 
@@ -75,10 +78,12 @@ static void print_layout(FILE *f)
     for (int k = 0; k < TR_FIELD_KIND_COUNT_; k++) {
         fprintf(f, "| %s | %s", kind_name(k), wire_kind(k));
         if (k == TR_FIELD_TENSOR)
-            fprintf(f, "%d; its payload is one msgpack array `[buffer_id, offset, length, "
-                       "dtype, device_type, device_index, [shape...]]`: uints, except device_index (int16, -1 "
-                       "for none) and the shape's dimensions (int64 >= 0); dtype a `tr_dtype_t`, "
-                       "device_type a `tr_device_type_t` (troupe/msg.h) |\n",
+            fprintf(f,
+                    "%d; its payload is one msgpack array `[buffer_id, offset, length, "
+                    "dtype, device_type, device_index, [shape...]]`: uints, except device_index "
+                    "(int16, -1 "
+                    "for none) and the shape's dimensions (int64 >= 0); dtype a `tr_dtype_t`, "
+                    "device_type a `tr_device_type_t` (troupe/msg.h) |\n",
                     TR_MSGPACK_EXT_TENSOR);
         else
             fprintf(f, " |\n");
@@ -145,8 +150,7 @@ static int check(const char *path, const char *text, size_t len)
     int same = old && n == len && !memcmp(old, text, len);
     free(old);
     if (!same)
-        fprintf(stderr, "gen_msgdoc: %s is stale; regenerate it: gen_msgdoc > %s\n", path,
-                path);
+        fprintf(stderr, "gen_msgdoc: %s is stale; regenerate it: gen_msgdoc > %s\n", path, path);
     return same ? 0 : 1;
 }
 
@@ -163,8 +167,7 @@ int main(int argc, char **argv)
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
-    if (!mem)
-        return 2;
+    if (!mem) return 2;
     print_page(mem);
     fclose(mem);
     int rc = check(argv[2], text, len);

@@ -19,12 +19,11 @@ int tr__nvme_measure(const char *dir, uint64_t io_size, const tr_aio_options_t *
 /* Parses a size with an optional K, M or G suffix (powers of 1024) into *out, from lo to
  * hi. On a bad value prints "troupe CMD: FLAG: expected ..., got 'S'" to stderr and returns
  * 2 (the exit status); else 0. */
-int tr__nvme_parse_size(const char *cmd, const char *flag, const char *s, uint64_t lo,
-                        uint64_t hi, uint64_t *out);
+int tr__nvme_parse_size(const char *cmd, const char *flag, const char *s, uint64_t lo, uint64_t hi,
+                        uint64_t *out);
 
 /* Prints "troupe CMD: FLAG: expected EXPECTED, got 'VALUE'" and where the flags are listed
  * to stderr; returns 2, the exit status for bad usage. */
-int tr__nvme_bad_flag(const char *cmd, const char *flag, const char *value,
-                      const char *expected);
+int tr__nvme_bad_flag(const char *cmd, const char *flag, const char *value, const char *expected);
 
 #endif

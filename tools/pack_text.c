@@ -23,8 +23,7 @@ static int append_byte(text_t *t, unsigned char c)
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 1 << 16;
         uint16_t *p = realloc(t->tok, cap * sizeof(uint16_t));
-        if (!p)
-            return -1;
+        if (!p) return -1;
         t->tok = p;
         t->cap = cap;
     }
@@ -72,11 +71,9 @@ int main(int argc, char **argv)
     }
     text_t t = {0};
     for (int i = 4; i < argc; i++)
-        if (append_file(&t, argv[i]) < 0)
-            return 2;
+        if (append_file(&t, argv[i]) < 0) return 2;
     size_t n_val = t.n * (size_t)pct / 100, n_train = t.n - n_val;
-    if (save(argv[1], t.tok, n_train) < 0 || save(argv[2], t.tok + n_train, n_val) < 0)
-        return 2;
+    if (save(argv[1], t.tok, n_train) < 0 || save(argv[2], t.tok + n_train, n_val) < 0) return 2;
     printf("pack_text: %d files, %zu bytes: %zu train tokens in %s, %zu val tokens in %s\n",
            argc - 4, t.n, n_train, argv[1], n_val, argv[2]);
     free(t.tok);

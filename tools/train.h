@@ -56,8 +56,8 @@ typedef struct mlp_task {
 #define TRAIN_VAL_OFFSET (1ull << 40)
 
 /* A tr_batch_cb over an mlp_task_t. Loader thread. */
-int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets, float *y);
+int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                    float *y);
 
 /* Generates n tokens from a copy of a GPT-2 model's parameters, starting from prompt (may be
  * empty: token 10, a newline), sampling with temperature 1 from a splitmix64 seeded by seed.

@@ -109,8 +109,7 @@ void train_usage(FILE *f)
 static const flag_t *find_flag(const char *a, size_t len)
 {
     for (size_t i = 0; i < n_flags; i++)
-        if (strlen(flags[i].name) == len && !strncmp(flags[i].name, a, len))
-            return &flags[i];
+        if (strlen(flags[i].name) == len && !strncmp(flags[i].name, a, len)) return &flags[i];
     return NULL;
 }
 
@@ -134,8 +133,8 @@ static int parse_u64(const flag_t *f, const char *v, uint64_t *out)
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || end == v || *end || v[0] == '-') {
-        fprintf(stderr, "troupe train: %s: expected a non-negative integer, got '%s'\n",
-                f->name, v);
+        fprintf(stderr, "troupe train: %s: expected a non-negative integer, got '%s'\n", f->name,
+                v);
         return -1;
     }
     *out = x;
@@ -143,14 +142,14 @@ static int parse_u64(const flag_t *f, const char *v, uint64_t *out)
 }
 
 /* One width of --widths: item i (1-based) of the list v, text [tok, tok+len). */
-static int parse_width(const flag_t *f, const char *v, int i, const char *tok, size_t len,
-                       int *out)
+static int parse_width(const flag_t *f, const char *v, int i, const char *tok, size_t len, int *out)
 {
     char item[32], *end;
     if (len == 0 || len >= sizeof(item)) {
-        fprintf(stderr, "troupe train: %s: width %d is %s in '%s'; expected comma-separated "
-                "integers from %ld to %ld\n", f->name, i, len ? "too long" : "empty", v, f->min,
-                f->max);
+        fprintf(stderr,
+                "troupe train: %s: width %d is %s in '%s'; expected comma-separated "
+                "integers from %ld to %ld\n",
+                f->name, i, len ? "too long" : "empty", v, f->min, f->max);
         return -1;
     }
     memcpy(item, tok, len);
@@ -158,8 +157,10 @@ static int parse_width(const flag_t *f, const char *v, int i, const char *tok, s
     errno = 0;
     long x = strtol(item, &end, 10);
     if (errno || item[0] < '0' || item[0] > '9' || *end || x < f->min || x > f->max) {
-        fprintf(stderr, "troupe train: %s: width %d is '%s' in '%s'; expected an integer from "
-                "%ld to %ld\n", f->name, i, item, v, f->min, f->max);
+        fprintf(stderr,
+                "troupe train: %s: width %d is '%s' in '%s'; expected an integer from "
+                "%ld to %ld\n",
+                f->name, i, item, v, f->min, f->max);
         return -1;
     }
     *out = (int)x;
@@ -179,16 +180,16 @@ static int parse_widths(const flag_t *f, const char *v, train_opts_t *o)
                     TRAIN_MAX_WIDTHS, v);
             return -1;
         }
-        if (parse_width(f, v, o->n_widths + 1, tok, len, &o->widths[o->n_widths]) < 0)
-            return -1;
+        if (parse_width(f, v, o->n_widths + 1, tok, len, &o->widths[o->n_widths]) < 0) return -1;
         o->n_widths++;
-        if (!comma)
-            break;
+        if (!comma) break;
         tok = comma;
     }
     if (o->n_widths < 2) {
-        fprintf(stderr, "troupe train: %s: expected at least 2 widths (inputs,classes), got "
-                "'%s'\n", f->name, v);
+        fprintf(stderr,
+                "troupe train: %s: expected at least 2 widths (inputs,classes), got "
+                "'%s'\n",
+                f->name, v);
         return -1;
     }
     return 0;
@@ -208,8 +209,7 @@ static int set_value(const flag_t *f, const char *v, train_opts_t *o)
         *(const char **)field = v;
         return 0;
     case F_INT:
-        if (parse_long(f, v, &x) < 0)
-            return -1;
+        if (parse_long(f, v, &x) < 0) return -1;
         *(int *)field = (int)x;
         return 0;
     case F_LONG:
@@ -263,8 +263,10 @@ static int gpt2_only(const train_opts_t *o)
                           ? "a gpt2 dims flag (--vocab/--context/--channels/--layers/--heads)"
                           : NULL;
     if (bad)
-        fprintf(stderr, "troupe train: %s: only for --model gpt2 (the mlp trains on the built-in "
-                "synthetic task)\n", bad);
+        fprintf(stderr,
+                "troupe train: %s: only for --model gpt2 (the mlp trains on the built-in "
+                "synthetic task)\n",
+                bad);
     return bad ? -1 : 0;
 }
 
@@ -290,17 +292,17 @@ static int check(train_opts_t *o)
     }
     if (o->resume && o->overwrite) {
         fprintf(stderr, "troupe train: --resume and --overwrite: choose one (continue from the "
-                "checkpoints in --save-dir, or replace them)\n");
+                        "checkpoints in --save-dir, or replace them)\n");
         return -1;
     }
     if (o->resume && o->load_llmc) {
-        fprintf(stderr, "troupe train: --load-llmc and --resume: a resumed run takes its weights "
+        fprintf(stderr,
+                "troupe train: --load-llmc and --resume: a resumed run takes its weights "
                 "from the checkpoint, so the llm.c file would be ignored; drop --load-llmc (or "
                 "--resume, to start a new run from the llm.c weights)\n");
         return -1;
     }
-    if (!strcmp(o->model, "mlp"))
-        return gpt2_only(o);
+    if (!strcmp(o->model, "mlp")) return gpt2_only(o);
     if (o->n_widths) {
         fprintf(stderr, "troupe train: --widths: only for --model mlp\n");
         return -1;
@@ -317,14 +319,11 @@ int train_args_parse(int argc, char **argv, train_opts_t *o)
     *o = (train_opts_t){.model = "gpt2", .steps = -1, .val_batches = 8};
     for (int i = 1; i < argc;) {
         int used = parse_one(argc, argv, i, o);
-        if (used < 0)
-            return -1;
+        if (used < 0) return -1;
         i += used;
     }
-    if (o->help)
-        return 0;
-    if (check(o) < 0)
-        return -1;
+    if (o->help) return 0;
+    if (check(o) < 0) return -1;
     if (!strcmp(o->model, "mlp") && !o->n_widths) {
         int def[] = {16, 32, 4};
         memcpy(o->widths, def, sizeof(def));

@@ -39,8 +39,8 @@ static void task_sample(const mlp_task_t *t, uint64_t s, float *x, int *target)
     }
 }
 
-int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                    int *targets, float *y)
+int train_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                    float *y)
 {
     const mlp_task_t *t = user;
     uint64_t first = t->offset + index * (uint64_t)B * (uint64_t)T;
@@ -63,8 +63,7 @@ static int draw(const float *logits, int V, double coin)
     double acc = 0, target = coin * sum;
     for (int v = 0; v < V; v++) {
         acc += exp((double)(logits[v] - mx));
-        if (acc > target)
-            return v;
+        if (acc > target) return v;
     }
     return V - 1;
 }
@@ -73,8 +72,7 @@ static int draw(const float *logits, int V, double coin)
 static int copy_gpt2(const tr_model_t *model, tr_model_t **out)
 {
     const tr_gpt2_config_t *g = tr_model_gpt2_config(model);
-    if (!g)
-        return TR_EINVAL;
+    if (!g) return TR_EINVAL;
     int rc = tr_model_gpt2_create(out, g, NULL, 0);
     if (rc == 0)
         memcpy(tr_model_params(*out), tr_model_params(model),
@@ -89,8 +87,7 @@ int train_sample(const tr_model_t *model, const int *prompt, int n_prompt, int n
 {
     tr_model_t *m;
     int rc = copy_gpt2(model, &m);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(m);
     int T = g->max_seq_len, len = 0, Vp = g->padded_vocab_size;
     int *win = calloc((size_t)T, sizeof(int));
@@ -100,14 +97,12 @@ int train_sample(const tr_model_t *model, const int *prompt, int n_prompt, int n
     }
     for (int i = n_prompt > T ? n_prompt - T : 0; i < n_prompt; i++)
         win[len++] = prompt[i];
-    if (len == 0)
-        win[len++] = 10 % g->vocab_size;
+    if (len == 0) win[len++] = 10 % g->vocab_size;
     uint64_t rng = seed;
     for (int i = 0; i < n && rc == 0; i++) {
         tr_batch_t b = {.B = 1, .T = T, .tokens = win};
         rc = tr_model_forward(m, &b, NULL);
-        if (rc < 0)
-            break;
+        if (rc < 0) break;
         const float *logits = tr_model_gpt2_logits(m) + (size_t)(len - 1) * (size_t)Vp;
         out[i] = draw(logits, g->vocab_size, unit(tr_rng_next(&rng)));
         if (len == T) {

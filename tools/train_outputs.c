@@ -41,8 +41,7 @@ static int dir_usable(const char *flag, const char *dir)
             const char *why = !S_ISDIR(st.st_mode)         ? "is not a directory"
                               : access(p, W_OK | X_OK) < 0 ? "is not writable"
                                                            : NULL;
-            if (why)
-                fprintf(stderr, "troupe train: %s %s: %s %s\n", flag, dir, p, why);
+            if (why) fprintf(stderr, "troupe train: %s %s: %s %s\n", flag, dir, p, why);
             return why ? -1 : 0;
         }
         if (errno != ENOENT && errno != ENOTDIR) {
@@ -80,8 +79,7 @@ static int file_usable(const char *flag, const char *file)
                       : !S_ISDIR(st.st_mode)        ? "not a directory"
                       : access(folder, W_OK | X_OK) ? "not writable"
                                                     : NULL;
-    if (why)
-        fprintf(stderr, "troupe train: %s %s: its folder %s: %s\n", flag, file, folder, why);
+    if (why) fprintf(stderr, "troupe train: %s %s: its folder %s: %s\n", flag, file, folder, why);
     return why ? -1 : 0;
 }
 
@@ -89,11 +87,9 @@ static int file_usable(const char *flag, const char *file)
 static int is_step_tag(const char *name, unsigned long long *step)
 {
     const char *d = name + strlen("global_step");
-    if (strncmp(name, "global_step", strlen("global_step")) || !*d)
-        return 0;
+    if (strncmp(name, "global_step", strlen("global_step")) || !*d) return 0;
     for (const char *c = d; *c; c++)
-        if (*c < '0' || *c > '9')
-            return 0;
+        if (*c < '0' || *c > '9') return 0;
     *step = strtoull(d, NULL, 10);
     return 1;
 }
@@ -111,22 +107,18 @@ static char **list_tags(const char *dir, size_t *n)
 {
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d)
-        return NULL;
+    if (!d) return NULL;
     char **tags = NULL;
     size_t cap = 0;
     unsigned long long step;
     for (struct dirent *e; (e = readdir(d));) {
-        if (!is_step_tag(e->d_name, &step) || !tag_dir_exists(dir, e->d_name))
-            continue;
+        if (!is_step_tag(e->d_name, &step) || !tag_dir_exists(dir, e->d_name)) continue;
         if (*n == cap) {
             char **grown = realloc(tags, (cap = cap ? 2 * cap : 16) * sizeof(char *));
-            if (!grown)
-                break;
+            if (!grown) break;
             tags = grown;
         }
-        if (!(tags[*n] = strdup(e->d_name)))
-            break;
+        if (!(tags[*n] = strdup(e->d_name))) break;
         (*n)++;
     }
     closedir(d);
@@ -147,8 +139,7 @@ static void read_latest(const char *dir, char *tag, size_t cap)
     snprintf(p, sizeof(p), "%s/latest", dir);
     FILE *f = fopen(p, "r");
     size_t n = f ? fread(tag, 1, cap - 1, f) : 0;
-    if (f)
-        fclose(f);
+    if (f) fclose(f);
     while (n && (tag[n - 1] == '\n' || tag[n - 1] == ' '))
         n--;
     tag[n] = '\0';
@@ -170,10 +161,11 @@ static int save_dir_state(const train_opts_t *o, train_savedir_t *sd)
         return 0;
     }
     if (!o->overwrite) {
-        fprintf(stderr, "troupe train: --save-dir %s already holds checkpoints (%s%s%s%zu "
+        fprintf(stderr,
+                "troupe train: --save-dir %s already holds checkpoints (%s%s%s%zu "
                 "global_step tag%s); a new run would overwrite them: add --resume to continue "
-                "from them, or --overwrite to replace them\n", o->save_dir,
-                has_latest ? "latest names '" : "", has_latest ? latest : "",
+                "from them, or --overwrite to replace them\n",
+                o->save_dir, has_latest ? "latest names '" : "", has_latest ? latest : "",
                 has_latest ? "', " : "", n, n == 1 ? "" : "s");
         free_tags(tags, n);
         return -1;
@@ -181,7 +173,8 @@ static int save_dir_state(const train_opts_t *o, train_savedir_t *sd)
     sd->old_tags = tags;
     sd->n_old = n;
     printf("overwrite: %s holds %zu tag(s) of an earlier run; they are removed at this run's "
-           "first save\n", o->save_dir, n);
+           "first save\n",
+           o->save_dir, n);
     return 0;
 }
 
@@ -190,10 +183,8 @@ int train_outputs_check(const train_opts_t *o, train_savedir_t *sd)
     memset(sd, 0, sizeof(*sd));
     if (o->save_dir && (dir_usable("--save-dir", o->save_dir) < 0 || save_dir_state(o, sd) < 0))
         return -1;
-    if (o->trace_dir && dir_usable("--trace", o->trace_dir) < 0)
-        return -1;
-    if (o->export_llmc && file_usable("--export-llmc", o->export_llmc) < 0)
-        return -1;
+    if (o->trace_dir && dir_usable("--trace", o->trace_dir) < 0) return -1;
+    if (o->export_llmc && file_usable("--export-llmc", o->export_llmc) < 0) return -1;
     return 0;
 }
 
@@ -208,23 +199,17 @@ static int is_checkpoint_file(const char *name)
         rest = name + 17;
     else if (!strncmp(name, "optim_states_rank", 17)) {
         rest = name + 17;
-        if (*rest < '0' || *rest > '9')
-            return 0;
+        if (*rest < '0' || *rest > '9') return 0;
         while (*rest >= '0' && *rest <= '9')
             rest++;
-        if (strncmp(rest, ".trck", 5))
-            return 0;
+        if (strncmp(rest, ".trck", 5)) return 0;
         rest += 5;
     }
-    if (!rest)
-        return 0;
-    if (!*rest)
-        return 1;
-    if (strncmp(rest, ".tmp.", 5) || !rest[5])
-        return 0;
+    if (!rest) return 0;
+    if (!*rest) return 1;
+    if (strncmp(rest, ".tmp.", 5) || !rest[5]) return 0;
     for (rest += 5; *rest; rest++)
-        if (*rest < '0' || *rest > '9')
-            return 0;
+        if (*rest < '0' || *rest > '9') return 0;
     return 1;
 }
 
@@ -235,18 +220,17 @@ static void remove_tag(const char *dir, const char *tag)
     char p[4400], f[4700];
     snprintf(p, sizeof(p), "%s/%s", dir, tag);
     DIR *d = opendir(p);
-    if (!d)
-        return;
+    if (!d) return;
     int kept = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         snprintf(f, sizeof(f), "%s/%s", p, e->d_name);
-        if (is_checkpoint_file(e->d_name) && unlink(f) == 0)
-            continue;
+        if (is_checkpoint_file(e->d_name) && unlink(f) == 0) continue;
         if (!kept++)
-            fprintf(stderr, "troupe train: warning: kept %s: it holds %s, not a checkpoint file "
-                    "of troupe's\n", p, e->d_name);
+            fprintf(stderr,
+                    "troupe train: warning: kept %s: it holds %s, not a checkpoint file "
+                    "of troupe's\n",
+                    p, e->d_name);
     }
     closedir(d);
     if (!kept && rmdir(p) < 0)
@@ -268,8 +252,7 @@ static void keep_last(const char *dir, long keep)
     read_latest(dir, latest, sizeof(latest));
     size_t n;
     char **tags = list_tags(dir, &n);
-    if (n > 1)
-        qsort(tags, n, sizeof(char *), by_step_desc);
+    if (n > 1) qsort(tags, n, sizeof(char *), by_step_desc);
     for (size_t i = (size_t)keep; i < n; i++)
         if (strcmp(tags[i], latest)) {
             remove_tag(dir, tags[i]);
@@ -292,8 +275,7 @@ void train_savedir_saved(const train_opts_t *o, train_savedir_t *sd, const char 
     free_tags(sd->old_tags, sd->n_old);
     sd->old_tags = NULL;
     sd->n_old = 0;
-    if (o->keep_last)
-        keep_last(o->save_dir, o->keep_last);
+    if (o->keep_last) keep_last(o->save_dir, o->keep_last);
 }
 
 void train_savedir_close(train_savedir_t *sd)

@@ -52,13 +52,10 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *name = argv[1];
-    if (!strcmp(name, "--help") || !strcmp(name, "-h"))
-        return cmd_help(0, NULL);
-    if (!strcmp(name, "--version"))
-        return cmd_version(0, NULL);
+    if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
+    if (!strcmp(name, "--version")) return cmd_version(0, NULL);
     for (size_t i = 0; i < n_commands; i++)
-        if (!strcmp(commands[i].name, name))
-            return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(commands[i].name, name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "troupe: unknown command '%s' (see `troupe help`)\n", name);
     return 2;
 }

@@ -50,12 +50,12 @@
 
 struct tr__ckpt_actor {
     const tr__plan_t *eng;
-    char err[8192];       /* this rank's reason while its ranks agree; then the reply's */
+    char err[8192]; /* this rank's reason while its ranks agree; then the reply's */
     /* a save or load waiting for the ranks' agreement */
-    int local_rc;         /* this rank's part: 0 or TR_E* (with err) */
+    int local_rc; /* this rank's part: 0 or TR_E* (with err) */
     char dir[4096], tag[256];
     uint64_t step;
-    tr_msg_t *restore;    /* a load: the RESTORE to send once every rank's checks passed */
+    tr_msg_t *restore;         /* a load: the RESTORE to send once every rank's checks passed */
     tr__ckpt_tag_t *restoring; /* a restore's files, until the executor has taken them */
     uint64_t stage_params, stage_moments; /* their registry ids while restoring */
     /* a save: its snapshot, the files assembled in memory, written after the reply */
@@ -132,8 +132,8 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
 
 /* This rank's optimizer file header: its slice [lo, hi) of the n_params flat parameters
  * (hi clipped to n_params: a padded tail is not saved). */
-static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t step,
-                              uint64_t hash, const char *const *names, int n)
+static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t step, uint64_t hash,
+                              const char *const *names, int n)
 {
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
     msgpack_pack_map(pk, 12);
@@ -156,13 +156,11 @@ static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t 
 
 /* The `floats` floats a save reads through ref (the parameters, or the optimizer's moments as
  * the optimizer named them); NULL with c->err when the reference does not hold them. */
-static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref,
-                                size_t floats)
+static const float *saved_array(struct tr__ckpt_actor *c, const tr_tensor_ref_t *ref, size_t floats)
 {
     char why[256] = "the state arrays do not match the model";
-    const float *p = ref->length == floats * sizeof(float)
-                         ? tr__resolve(c->eng, ref, why, sizeof(why))
-                         : NULL;
+    const float *p =
+        ref->length == floats * sizeof(float) ? tr__resolve(c->eng, ref, why, sizeof(why)) : NULL;
     if (!p) snprintf(c->err, sizeof(c->err), "%s", why);
     return p;
 }
@@ -210,8 +208,9 @@ static int snap_optim(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
     const char *const *names = e->array_names;
     int n = e->n_arrays;
     size_t S = e->optim_slice.hi - e->optim_slice.lo;
-    size_t keep = e->optim_slice.hi < e->n_params ? S
-                  : e->optim_slice.lo < e->n_params ? e->n_params - e->optim_slice.lo : 0;
+    size_t keep = e->optim_slice.hi < e->n_params   ? S
+                  : e->optim_slice.lo < e->n_params ? e->n_params - e->optim_slice.lo
+                                                    : 0;
     const float *moments = n ? saved_array(c, &st->moments, (size_t)n * S) : NULL;
     if (n && !moments) return TR_EINVAL;
     msgpack_sbuffer sb;
@@ -233,8 +232,7 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
                         c->tag);
     if (tr__path_join(c->tagdir, sizeof(c->tagdir), c->dir, c->tag))
-        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir,
-                        c->tag);
+        return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir, c->tag);
     char *config_json = tr_config_dump(e->cfg, 0);
     uint64_t hash = tr__ckpt_config_hash(config_json);
     int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
@@ -287,14 +285,15 @@ static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
     }
     bool failed = rc < 0;
     *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
-        .op = TR_REDUCE_MAX, .n = 2, .what = what,
+        .op = TR_REDUCE_MAX,
+        .n = 2,
+        .what = what,
         .values = {failed ? e->world - e->rank : 0, failed ? e->rank + 1 : 0}};
     m->step = c->step;
     int sent = tr_actor_send(ctx->rt, e->comm, m);
     if (sent < 0) {
         tr_msg_free(ctx->rt, m);
-        tr__engine_fail(e, sent, "checkpoint: cannot reach the comm actor: %s",
-                        tr_strerror(sent));
+        tr__engine_fail(e, sent, "checkpoint: cannot reach the comm actor: %s", tr_strerror(sent));
     }
     return 0;
 }
@@ -452,8 +451,9 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
         memcpy(s->optim.data, sb.data, s->optim.len);
     }
     msgpack_sbuffer_destroy(&sb);
-    if (!rc) rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
-                        &s->params);
+    if (!rc)
+        rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
+                   &s->params);
     if (!rc && t->moments)
         rc = stage(c, "moments", t->moments, t->moments_bytes, &c->stage_moments, &s->moments);
     if (rc < 0 && !c->err[0]) snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
@@ -481,14 +481,15 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
     return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);
 }
 
-static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c,
-                           const tr_msg_comm_scalar_t *s)
+static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
 {
     int rc = agreed(c, s, "read its part of the checkpoint");
     if (rc == 0) {
         rc = tr_actor_send(ctx->rt, c->eng->optimizer, c->restore);
-        if (rc == 0) c->restore = NULL; /* the runtime's now */
-        else snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
+        if (rc == 0)
+            c->restore = NULL; /* the runtime's now */
+        else
+            snprintf(c->err, sizeof(c->err), "%s", tr_strerror(rc));
     }
     if (rc < 0) {
         end_restore(ctx, c);
@@ -534,8 +535,7 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return load(ctx, c, TR_MSG_AS(msg, engine_req), msg->step);
 }
 
-int tr__checkpointer_spawn(const tr__plan_t *eng, struct tr__ckpt_actor **state,
-                           tr_actor_t *self)
+int tr__checkpointer_spawn(const tr__plan_t *eng, struct tr__ckpt_actor **state, tr_actor_t *self)
 {
     struct tr__ckpt_actor *c = calloc(1, sizeof(*c));
     if (!c) return TR_ENOMEM;

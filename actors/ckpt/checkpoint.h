@@ -25,14 +25,14 @@
 
 /* A tag read and checked for this rank; nothing in the engine has changed. */
 typedef struct tr__ckpt_tag {
-    tr_ckpt_file_t model;               /* its payload: the parameters */
-    msgpack_unpacked mh;                /* its header */
-    const msgpack_object *optim_state;  /* the optimizer's scalars, inside mh */
-    uint64_t counters[4];               /* global steps, samples, skipped, micro-steps */
-    uint64_t data[3];                   /* epoch, cursor, batch index */
+    tr_ckpt_file_t model;              /* its payload: the parameters */
+    msgpack_unpacked mh;               /* its header */
+    const msgpack_object *optim_state; /* the optimizer's scalars, inside mh */
+    uint64_t counters[4];              /* global steps, samples, skipped, micro-steps */
+    uint64_t data[3];                  /* epoch, cursor, batch index */
     int saved_world;
-    int saved_replicas;   /* data-parallel replicas of the saving run (its world, if unsaid) */
-    float *moments;       /* this rank's slice, n_arrays x (hi - lo) floats (NULL: none) */
+    int saved_replicas; /* data-parallel replicas of the saving run (its world, if unsaid) */
+    float *moments;     /* this rank's slice, n_arrays x (hi - lo) floats (NULL: none) */
     size_t moments_bytes;
 } tr__ckpt_tag_t;
 

@@ -8,8 +8,7 @@ struct tr__ckpt_actor;
 
 /* Creates the checkpointer's state (*state) and actor (*self); no message is sent. On
  * failure *state may still be set. The caller's thread. */
-int tr__checkpointer_spawn(const tr__plan_t *eng, struct tr__ckpt_actor **state,
-                           tr_actor_t *self);
+int tr__checkpointer_spawn(const tr__plan_t *eng, struct tr__ckpt_actor **state, tr_actor_t *self);
 /* After the runtime has closed; NULL does nothing. */
 void tr__checkpointer_free(struct tr__ckpt_actor *c);
 

@@ -67,8 +67,9 @@ static int check_layers(const tr__plan_t *e, const char *path, const msgpack_obj
     if (!layers || layers->type != MSGPACK_OBJECT_ARRAY)
         return tr__errf(err, errlen, TR_EFORMAT, "%s: layers: missing", path);
     if (layers->via.array.size != (uint32_t)n)
-        return tr__errf(err, errlen, TR_EMISMATCH, "%s: layers: checkpoint has %u, the model has %d",
-                    path, layers->via.array.size, n);
+        return tr__errf(err, errlen, TR_EMISMATCH,
+                        "%s: layers: checkpoint has %u, the model has %d", path,
+                        layers->via.array.size, n);
     for (int i = 0; i < n; i++) {
         const tr_layer_t *l = tr_model_layer(e->model, i);
         const msgpack_object *s = &layers->via.array.ptr[i];
@@ -77,9 +78,9 @@ static int check_layers(const tr__plan_t *e, const char *path, const msgpack_obj
         if (!ps || !str_is(&s->via.array.ptr[0], l->name) || ps->type != MSGPACK_OBJECT_ARRAY ||
             ps->via.array.size != (uint32_t)l->n_params)
             return tr__errf(err, errlen, TR_EMISMATCH,
-                        "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
-                        "checkpoint's differs",
-                        path, i, l->name, l->n_params);
+                            "%s: layer %d: the model's is '%s' with %d parameter tensors; the "
+                            "checkpoint's differs",
+                            path, i, l->name, l->n_params);
         for (int k = 0; k < l->n_params; k++) {
             const msgpack_object *p = &ps->via.array.ptr[k];
             uint64_t shape[TR_PARAM_MAX_DIMS];
@@ -91,9 +92,9 @@ static int check_layers(const tr__plan_t *e, const char *path, const msgpack_obj
                 ok = shape[d] == (uint64_t)l->params[k].shape[d];
             if (!ok)
                 return tr__errf(err, errlen, TR_EMISMATCH,
-                            "%s: layer '%s' parameter '%s': name or shape differs from the "
-                            "model's",
-                            path, l->name, l->params[k].name);
+                                "%s: layer '%s' parameter '%s': name or shape differs from the "
+                                "model's",
+                                path, l->name, l->params[k].name);
         }
     }
     return 0;
@@ -112,8 +113,8 @@ static int unpack(const tr__plan_t *e, const char *path, const tr_ckpt_file_t *f
     uint64_t n = 0;
     if (!u64_field(&u->data, "n_params", &n) || n != e->n_params)
         return tr__errf(err, errlen, TR_EMISMATCH,
-                    "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
-                    (unsigned long long)n, e->n_params);
+                        "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
+                        (unsigned long long)n, e->n_params);
     return 0;
 }
 
@@ -128,9 +129,10 @@ static int header_version(const char *tagdir, const char *name, const msgpack_ob
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 < 1 ||
         o->via.u64 > TR__CKPT_VERSION)
         return tr__errf(err, errlen, TR_EFORMAT,
-                    "%s/%s: version: expected an integer from 1 to %d (this build's), got %s",
-                    tagdir, name, TR__CKPT_VERSION,
-                    o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "a later one" : "another type");
+                        "%s/%s: version: expected an integer from 1 to %d (this build's), got %s",
+                        tagdir, name, TR__CKPT_VERSION,
+                        o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "a later one"
+                                                                   : "another type");
     *v = o->via.u64;
     return 0;
 }
@@ -152,24 +154,25 @@ static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt
         bool have_o = u64_field(oh, fields[i], &o[i]);
         if (!have_m || !have_o)
             return tr__errf(err, errlen, TR_EFORMAT, "%s/%s: %s: missing from a version %llu file",
-                        tagdir, have_m ? oname : "model_states.trck", fields[i],
-                        (unsigned long long)m[0]);
+                            tagdir, have_m ? oname : "model_states.trck", fields[i],
+                            (unsigned long long)m[0]);
     }
     for (int i = 0; i < 4 && (i == 0 || m[0] >= 2); i++)
         if (m[i] != o[i])
-            return tr__errf(err, errlen, TR_EMISMATCH,
-                        "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes the "
-                        "files of different saves; restore the tag's files together",
-                        tagdir, fields[i], (unsigned long long)m[i], oname, fields[i],
-                        (unsigned long long)o[i]);
+            return tr__errf(
+                err, errlen, TR_EMISMATCH,
+                "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes the "
+                "files of different saves; restore the tag's files together",
+                tagdir, fields[i], (unsigned long long)m[i], oname, fields[i],
+                (unsigned long long)o[i]);
     return 0;
 }
 
 /* --- the model file ---------------------------------------------------------------------- */
 
 /* Reads model_states.trck whole and checks it; *n_files: the optimizer files it names. */
-static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t,
-                      uint64_t *n_files, char *err, size_t errlen)
+static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, uint64_t *n_files,
+                      char *err, size_t errlen)
 {
     char path[4500];
     snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
@@ -180,7 +183,7 @@ static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t
     uint64_t world = 0;
     if (!u64_field(h, "world", &world) || world < 1 || world > INT32_MAX)
         return tr__errf(err, errlen, TR_EFORMAT, "%s: world: missing or not a positive integer",
-                    path);
+                        path);
     t->saved_world = (int)world;
     uint64_t replicas = world; /* saved before pipelines spanned ranks: one per rank */
     if (tr__mp_field(h, "replicas") &&
@@ -194,17 +197,18 @@ static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t
         return tr__errf(err, errlen, TR_EFORMAT, "%s: counters/data: missing or malformed", path);
     if (!(t->optim_state = tr__mp_field(h, "optimizer")))
         return tr__errf(err, errlen, TR_EFORMAT, "%s: optimizer: the optimizer's state is missing",
-                    path);
+                        path);
     if (t->model.payload_len != e->n_params * sizeof(float))
         return tr__errf(err, errlen, TR_EFORMAT,
-                    "%s: payload: %zu bytes, the model's %zu parameters need %zu", path,
-                    t->model.payload_len, e->n_params, e->n_params * sizeof(float));
+                        "%s: payload: %zu bytes, the model's %zu parameters need %zu", path,
+                        t->model.payload_len, e->n_params, e->n_params * sizeof(float));
     *n_files = 1; /* before version 3: one optimizer file (world size 1) */
     if (tr__mp_field(h, "optim_files") &&
         (!u64_field(h, "optim_files", n_files) || *n_files < 1 || *n_files > world))
-        return tr__errf(err, errlen, TR_EFORMAT,
-                    "%s: optim_files: expected 1 to %llu (the saving world size) optimizer files",
-                    path, (unsigned long long)world);
+        return tr__errf(
+            err, errlen, TR_EFORMAT,
+            "%s: optim_files: expected 1 to %llu (the saving world size) optimizer files", path,
+            (unsigned long long)world);
     return 0;
 }
 
@@ -239,11 +243,12 @@ static int check_arrays(const tr__plan_t *e, const part_t *p, const msgpack_obje
     for (int i = 0; ok && i < n; i++)
         ok = str_is(&arrays->via.array.ptr[i], names[i]);
     if (!ok)
-        return tr__errf(err, errlen, TR_EMISMATCH,
-                    "%s: arrays: this optimizer keeps %d state array(s) (%s%s%s%s%s) of its slice; "
-                    "the file's differ (another optimizer type?)",
-                    p->path, n, n > 0 ? names[0] : "none", n > 1 ? ", " : "",
-                    n > 1 ? names[1] : "", n > 2 ? ", " : "", n > 2 ? names[2] : "");
+        return tr__errf(
+            err, errlen, TR_EMISMATCH,
+            "%s: arrays: this optimizer keeps %d state array(s) (%s%s%s%s%s) of its slice; "
+            "the file's differ (another optimizer type?)",
+            p->path, n, n > 0 ? names[0] : "none", n > 1 ? ", " : "", n > 1 ? names[1] : "",
+            n > 2 ? ", " : "", n > 2 ? names[2] : "");
     return 0;
 }
 
@@ -291,25 +296,25 @@ static int check_tiling(const char *tagdir, part_t *parts, int n, size_t N, char
         uint64_t lo = parts[k].lo < N ? parts[k].lo : N, hi = parts[k].hi < N ? parts[k].hi : N;
         if (lo != at)
             return tr__errf(err, errlen, TR_EFORMAT,
-                        "%s: %s: lo: its slice [%llu, %llu) %s at %llu; the optimizer files "
-                        "must cover parameters [0, %zu) exactly once",
-                        tagdir, parts[k].name, (unsigned long long)parts[k].lo,
-                        (unsigned long long)parts[k].hi, lo > at ? "leaves a gap" : "overlaps",
-                        (unsigned long long)at, N);
+                            "%s: %s: lo: its slice [%llu, %llu) %s at %llu; the optimizer files "
+                            "must cover parameters [0, %zu) exactly once",
+                            tagdir, parts[k].name, (unsigned long long)parts[k].lo,
+                            (unsigned long long)parts[k].hi, lo > at ? "leaves a gap" : "overlaps",
+                            (unsigned long long)at, N);
         at = hi;
     }
     if (at != N)
         return tr__errf(err, errlen, TR_EFORMAT,
-                    "%s: the optimizer files cover parameters [0, %llu) of %zu (a file missing "
-                    "from optim_files?)",
-                    tagdir, (unsigned long long)at, N);
+                        "%s: the optimizer files cover parameters [0, %llu) of %zu (a file missing "
+                        "from optim_files?)",
+                        tagdir, (unsigned long long)at, N);
     return 0;
 }
 
 /* Copies the overlap of part p's slice and this rank's [lo, hi) into t->moments (n arrays,
  * each hi - lo floats), reading p whole and verifying its checksum. */
-static int copy_overlap(const tr__plan_t *e, const part_t *p, int n, tr__ckpt_tag_t *t,
-                        char *err, size_t errlen)
+static int copy_overlap(const tr__plan_t *e, const part_t *p, int n, tr__ckpt_tag_t *t, char *err,
+                        size_t errlen)
 {
     size_t lo = e->optim_slice.lo, hi = e->optim_slice.hi, N = e->n_params;
     size_t a = p->lo > lo ? p->lo : lo, b = p->hi < hi ? p->hi : hi;
@@ -333,8 +338,9 @@ static int read_moments(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t 
 {
     int n = e->n_arrays;
     part_t *parts = calloc(n_files, sizeof(*parts));
-    if (!parts) return tr__errf(err, errlen, TR_ENOMEM, "no memory for %llu file names",
-                            (unsigned long long)n_files);
+    if (!parts)
+        return tr__errf(err, errlen, TR_ENOMEM, "no memory for %llu file names",
+                        (unsigned long long)n_files);
     int rc = 0;
     for (uint64_t k = 0; k < n_files && !rc; k++)
         rc = read_part(e, tagdir, t, (int)k, &parts[k], err, errlen);
@@ -342,7 +348,7 @@ static int read_moments(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t 
     t->moments_bytes = (size_t)n * (e->optim_slice.hi - e->optim_slice.lo) * sizeof(float);
     if (!rc && n && !(t->moments = calloc(1, t->moments_bytes ? t->moments_bytes : 1)))
         rc = tr__errf(err, errlen, TR_ENOMEM, "no memory for %zu bytes of optimizer state",
-                  t->moments_bytes);
+                      t->moments_bytes);
     for (uint64_t k = 0; k < n_files && !rc && n; k++)
         rc = copy_overlap(e, &parts[k], n, t, err, errlen);
     free(parts);
@@ -352,8 +358,8 @@ static int read_moments(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t 
 /* --- the per-rank position ---------------------------------------------------------------- */
 
 /* A count of one replica's share saved with W replicas, as one replica's share now. */
-static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, int now,
-                   char *err, size_t errlen)
+static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, int now, char *err,
+                   size_t errlen)
 {
     uint64_t global = *v * (uint64_t)W;
     if (global % (uint64_t)now)
@@ -366,8 +372,8 @@ static int rescale(const char *tagdir, const char *field, uint64_t *v, int W, in
     return 0;
 }
 
-static int rescale_position(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t,
-                            char *err, size_t errlen)
+static int rescale_position(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, char *err,
+                            size_t errlen)
 {
     int W = t->saved_replicas, now = e->replicas;
     if (W == now) return 0;

@@ -89,8 +89,8 @@ int tr__bucketer_spawn(const tr__plan_t *eng, tr_actor_t *self)
     size_t n_buckets = (eng->n_params + b->bucket_size - 1) / b->bucket_size;
     tr_log(TR_LOG_INFO,
            "bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "
-            "(reduce_bucket_size); buckets are views of the gradient buffer: 0 extra bytes\n",
-            eng->n_params, n_buckets, b->bucket_size);
+           "(reduce_bucket_size); buckets are views of the gradient buffer: 0 extra bytes\n",
+           eng->n_params, n_buckets, b->bucket_size);
     tr_actor_opts_t o = {.name = "bucketer",
                          .defer_stop = 1,
                          .supervisor = eng->supervisor,

@@ -45,9 +45,9 @@ static void log_op(struct tr__comm *c, const char *op, double bytes, pending_t *
     uint64_t t_start = p->t_start;
     const tr_config_comms_logger_t *cl = &c->eng->cfg->comms_logger;
     if (p->lane >= 0) {
-        tr_monitor_span(c->eng->mon, &(tr_span_t){op, t_start, tr_now_ns(), p->step, 0,
-                                                  TR__LANE_COLLECTIVES - (uint32_t)p->lane,
-                                                  (uint64_t)bytes, 0});
+        tr_monitor_span(c->eng->mon,
+                        &(tr_span_t){op, t_start, tr_now_ns(), p->step, 0,
+                                     TR__LANE_COLLECTIVES - (uint32_t)p->lane, (uint64_t)bytes, 0});
         c->lanes_busy &= ~(1u << p->lane);
     }
     if (!c->log) return;
@@ -64,7 +64,6 @@ static void log_op(struct tr__comm *c, const char *op, double bytes, pending_t *
         fflush(stdout);
     }
 }
-
 
 /* The backend's completion: a message to the comm actor (any thread), in the step the
  * operation was started for (its tag). */
@@ -86,8 +85,7 @@ static void op_done(void *arg, uint64_t req, uint64_t step, int rc)
 }
 
 /* A completion on another communicator: the same message, marked with its channel. */
-static void channel_done(struct tr__comm *c, uint32_t channel, uint64_t req, uint64_t tag,
-                         int rc)
+static void channel_done(struct tr__comm *c, uint32_t channel, uint64_t req, uint64_t tag, int rc)
 {
     tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_DONE);
     if (m) {
@@ -98,8 +96,10 @@ static void channel_done(struct tr__comm *c, uint32_t channel, uint64_t req, uin
     }
     if (!m || tr_actor_send(c->rt, c->self, m) < 0) {
         tr_msg_free(c->rt, m);
-        tr__engine_fail(c->eng, TR_ENOMEM, "comm: a completion on channel %u could not be "
-                        "delivered", channel);
+        tr__engine_fail(c->eng, TR_ENOMEM,
+                        "comm: a completion on channel %u could not be "
+                        "delivered",
+                        channel);
     }
 }
 
@@ -132,8 +132,13 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     }
     size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
     bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
-    pending_t op = {.bucket = b->bucket, .step = msg->step, .grads = b->grads, .data = data,
-                    .mine = count, .mine_at = a, .asker = TR_ACTOR_NONE};
+    pending_t op = {.bucket = b->bucket,
+                    .step = msg->step,
+                    .grads = b->grads,
+                    .data = data,
+                    .mine = count,
+                    .mine_at = a,
+                    .asker = TR_ACTOR_NONE};
     if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
         size_t *counts = tr__comm_bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
         if (!counts) return TR_ENOMEM;
@@ -142,9 +147,13 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
     scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
     if (c->wire16) tr__comm_to_wire(c, data, a, count);
     tr__coll_op_t kind = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE;
-    return tr__comm_submit(c, op, (header_t){.op = kind, .dtype = c->wire,
-                                    .bytes = count * tr_dtype_size(c->wire), .step = msg->step,
-                                    .micro_step = msg->micro_step, .bucket = b->bucket});
+    return tr__comm_submit(c, op,
+                           (header_t){.op = kind,
+                                      .dtype = c->wire,
+                                      .bytes = count * tr_dtype_size(c->wire),
+                                      .step = msg->step,
+                                      .micro_step = msg->micro_step,
+                                      .bucket = b->bucket});
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -153,17 +162,23 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
     if (c->broken) return 0;
     tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
     if (s->n < 1 || s->n > 4 || s->op >= TR_REDUCE_COUNT_) {
-        tr__engine_fail(c->eng, TR_EINVAL, "comm: scalar all-reduce of %u values (op %u) from "
-                        "actor %llx refused", s->n, s->op, (unsigned long long)msg->sender.id);
+        tr__engine_fail(c->eng, TR_EINVAL,
+                        "comm: scalar all-reduce of %u values (op %u) from "
+                        "actor %llx refused",
+                        s->n, s->op, (unsigned long long)msg->sender.id);
         return TR_EINVAL;
     }
     double *vals = malloc(sizeof(s->values));
     if (!vals) return TR_ENOMEM;
     memcpy(vals, s->values, sizeof(s->values));
     pending_t op = {.step = msg->step, .asker = msg->sender, .scalar = *s, .vals = vals};
-    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_SCALAR, .dtype = TR_DTYPE_F64,
-                                    .bytes = s->n * sizeof(double), .step = msg->step,
-                                    .micro_step = msg->micro_step, .bucket = s->what});
+    return tr__comm_submit(c, op,
+                           (header_t){.op = TR__COLL_SCALAR,
+                                      .dtype = TR_DTYPE_F64,
+                                      .bytes = s->n * sizeof(double),
+                                      .step = msg->step,
+                                      .micro_step = msg->micro_step,
+                                      .bucket = s->what});
 }
 
 /* COMM_GATHER (ZeRO 1, 2): every rank's slice of the parameters (tr__zero_owned) all-gathered
@@ -182,8 +197,11 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
         return TR_EINVAL;
     }
     pending_t op = {.step = msg->step, .asker = msg->sender, .buf = g->buf, .ptr = buf};
-    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_ALL_GATHER, .dtype = TR_DTYPE_F32,
-                                    .bytes = n * sizeof(float), .step = msg->step});
+    return tr__comm_submit(c, op,
+                           (header_t){.op = TR__COLL_ALL_GATHER,
+                                      .dtype = TR_DTYPE_F32,
+                                      .bytes = n * sizeof(float),
+                                      .step = msg->step});
 }
 
 /* COMM_REDUCE: a registered fp64 buffer all-reduced in place for the asker. */
@@ -199,10 +217,17 @@ static int on_reduce(struct tr__comm *c, tr_msg_t *msg)
                         v->op < TR_REDUCE_COUNT_ ? why : "no such reduction");
         return TR_EINVAL;
     }
-    pending_t op = {.step = msg->step, .asker = msg->sender, .buf = v->buf, .ptr = buf,
-                    .reduce_op = v->op, .what = v->what};
-    return tr__comm_submit(c, op, (header_t){.op = TR__COLL_VECTOR, .dtype = TR_DTYPE_F64,
-                                    .bytes = v->buf.length, .step = msg->step});
+    pending_t op = {.step = msg->step,
+                    .asker = msg->sender,
+                    .buf = v->buf,
+                    .ptr = buf,
+                    .reduce_op = v->op,
+                    .what = v->what};
+    return tr__comm_submit(c, op,
+                           (header_t){.op = TR__COLL_VECTOR,
+                                      .dtype = TR_DTYPE_F64,
+                                      .bytes = v->buf.length,
+                                      .step = msg->step});
 }
 
 /* The result m goes back to whoever asked for p's operation, and p's entry is free again. */
@@ -221,8 +246,8 @@ static int reduce_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     log_op(c, "all_reduce", (double)p->buf.length, p);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, comm_reduce) = (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->reduce_op,
-                                                        .what = p->what};
+    *TR_MSG_AS(m, comm_reduce) =
+        (tr_msg_comm_reduce_t){.buf = p->buf, .op = p->reduce_op, .what = p->what};
     return answer(ctx, p, m);
 }
 
@@ -232,8 +257,7 @@ static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, comm_gather)->buf = p->buf;
-    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(p->buf.length / sizeof(float),
-                                                      c->eng->world);
+    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(p->buf.length / sizeof(float), c->eng->world);
     return answer(ctx, p, m);
 }
 
@@ -270,11 +294,15 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
     }
 
     switch (p->head.op) {
-    case TR__COLL_ALL_GATHER: return gather_done(ctx, c, p);
-    case TR__COLL_VECTOR: return reduce_done(ctx, c, p);
-    case TR__COLL_SCALAR: return scalar_done(ctx, c, p);
+    case TR__COLL_ALL_GATHER:
+        return gather_done(ctx, c, p);
+    case TR__COLL_VECTOR:
+        return reduce_done(ctx, c, p);
+    case TR__COLL_SCALAR:
+        return scalar_done(ctx, c, p);
     case TR__COLL_ALL_REDUCE:
-    case TR__COLL_REDUCE_SCATTER: break;
+    case TR__COLL_REDUCE_SCATTER:
+        break;
     }
     return bucket_done(ctx, c, p);
 }
@@ -420,8 +448,10 @@ static int on_control_done(struct tr__comm *c, const tr_msg_comm_done_t *d)
 static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
 {
     if (c->eng->rank != c->fault_kill || msg->step != c->fault_kill_step) return;
-    tr_log(TR_LOG_ERROR, "comm: rank %d: TROUPE_FAULT_KILL_RANK: killing this process "
-           "(SIGKILL) in step %llu", c->eng->rank, (unsigned long long)msg->step);
+    tr_log(TR_LOG_ERROR,
+           "comm: rank %d: TROUPE_FAULT_KILL_RANK: killing this process "
+           "(SIGKILL) in step %llu",
+           c->eng->rank, (unsigned long long)msg->step);
     raise(SIGKILL);
 }
 
@@ -472,7 +502,8 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_COMM_REDUCE) rc = on_reduce(c, msg);
     if (msg->type == TR_MSG_COMM_SCALAR) rc = on_scalar(c, msg);
     if (msg->type == TR_MSG_COMM_DONE) rc = on_done(ctx, c, TR_MSG_AS(msg, comm_done));
-    if (msg->type == TR_MSG_COMM_POLL) return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
+    if (msg->type == TR_MSG_COMM_POLL)
+        return on_poll(ctx, c, TR_MSG_AS(msg, comm_poll)->idle_polls);
     /* anything started (a header's agreement starts its collective): poll until it ends */
     if (rc == 0 && c->inflight > 0 && c->backend->ops->progress && !c->polling)
         rc = schedule_poll(ctx, c, 0);
@@ -501,16 +532,14 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     char why[256];
     const char *name = cfg->troupe.comm.backend;
     if (!name || !strcmp(name, "auto")) name = eng->world > 1 ? "mpi" : "local";
-    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why,
-                            sizeof(why));
+    int rc = tr_comm_create(name, eng->rank, eng->world, op_done, c, &c->backend, why, sizeof(why));
     if (rc < 0) return tr__errf(err, errlen, rc, "%s: troupe.comm.backend: %s", cfg->source, why);
     if (eng->world > 1) {
         rc = c->backend->ops->split
                  ? tr_comm_split(c->backend, 0, eng->rank, &c->headers, why, sizeof(why))
                  : tr__errf(why, sizeof(why), TR_ENOTSUP, "backend '%s' has no groups", name);
         if (rc < 0)
-            return tr__errf(err, errlen, rc, "comm: the collective headers' communicator: %s",
-                            why);
+            return tr__errf(err, errlen, rc, "comm: the collective headers' communicator: %s", why);
         c->headers->done = header_done;
         c->headers->done_arg = c;
     }
@@ -536,8 +565,7 @@ int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *s
         c->pre = (float)(1.0 / pre);
         c->post = pre != world ? (float)(pre / world) : 1.0f;
     }
-    if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0)
-        return TR_ENOMEM;
+    if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0) return TR_ENOMEM;
     c->wire = eng->world > 1 ? (tr_dtype_t)cfg->communication_data_type : TR_DTYPE_F32;
     if (c->wire != TR_DTYPE_F32 && !(c->wire16 = malloc(eng->n_params * sizeof(uint16_t))))
         return TR_ENOMEM;

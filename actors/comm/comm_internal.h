@@ -29,10 +29,10 @@ typedef struct header {
 _Static_assert(sizeof(tr__coll_op_t) == sizeof(uint32_t), "a header's op is 4 bytes");
 
 typedef struct pending {
-    uint64_t req;   /* 0: free; UINT64_MAX: not started yet */
-    header_t head;  /* its header: head.op says what a data entry does (hdr: an exchange) */
-    bool agreed;    /* every rank's header matched: it may start */
-    void *ptr;      /* a gather's or vector's buffer */
+    uint64_t req;  /* 0: free; UINT64_MAX: not started yet */
+    header_t head; /* its header: head.op says what a data entry does (hdr: an exchange) */
+    bool agreed;   /* every rank's header matched: it may start */
+    void *ptr;     /* a gather's or vector's buffer */
     uint32_t bucket;
     uint64_t step;
     tr_tensor_ref_t grads; /* a bucket: its range of the gradient buffer */

@@ -47,11 +47,16 @@ static tr__watch_op_t watch_op(const header_t *h, bool exchange)
 const char *tr__comm_op_name(tr__coll_op_t op)
 {
     switch (op) {
-    case TR__COLL_ALL_REDUCE: return "a bucket's all-reduce";
-    case TR__COLL_SCALAR: return "a scalar all-reduce";
-    case TR__COLL_ALL_GATHER: return "the parameter all-gather";
-    case TR__COLL_REDUCE_SCATTER: return "a bucket's reduce-scatter";
-    case TR__COLL_VECTOR: return "a vector all-reduce";
+    case TR__COLL_ALL_REDUCE:
+        return "a bucket's all-reduce";
+    case TR__COLL_SCALAR:
+        return "a scalar all-reduce";
+    case TR__COLL_ALL_GATHER:
+        return "the parameter all-gather";
+    case TR__COLL_REDUCE_SCATTER:
+        return "a bucket's reduce-scatter";
+    case TR__COLL_VECTOR:
+        return "a vector all-reduce";
     }
     return "an unknown collective";
 }

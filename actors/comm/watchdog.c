@@ -19,12 +19,12 @@
 #include "troupe/error.h"
 #include "troupe/log.h"
 
-#define CTL_TAG 1
+#define CTL_TAG   1
 #define CTL_BYTES 16384 /* a table of TR__WATCH_MAX_OPS operations is ~4 KiB */
 
 typedef struct outgoing {
-    uint64_t req;   /* 0: free */
-    char *data;     /* the message, until its send completes */
+    uint64_t req; /* 0: free */
+    char *data;   /* the message, until its send completes */
 } outgoing_t;
 
 struct tr__watch {
@@ -34,8 +34,8 @@ struct tr__watch {
     unsigned char in[CTL_BYTES];
     outgoing_t out[64];
     bool alarmed, asked, ended;
-    uint64_t alarm_ns;      /* when this rank alarmed or was asked */
-    bool diagnosing;        /* rank 0: gathering tables until deadline */
+    uint64_t alarm_ns; /* when this rank alarmed or was asked */
+    bool diagnosing;   /* rank 0: gathering tables until deadline */
     uint64_t deadline;
     tr__watch_table_t *tables; /* rank 0: one per rank */
     bool *answered;
@@ -121,7 +121,8 @@ static bool unpack_op(const msgpack_object *m, tr__watch_op_t *o)
     o->bucket = (uint32_t)get_u64(m, "bucket", &ok);
     o->exchange = get_u64(m, "exchange", &ok) != 0;
     const msgpack_object *p = tr__mp_field(m, "pending_s");
-    if (!p || (p->type != MSGPACK_OBJECT_FLOAT64 && p->type != MSGPACK_OBJECT_FLOAT32)) return false;
+    if (!p || (p->type != MSGPACK_OBJECT_FLOAT64 && p->type != MSGPACK_OBJECT_FLOAT32))
+        return false;
     o->pending_s = p->via.f64;
     return ok;
 }
@@ -144,8 +145,8 @@ static bool unpack_table(const msgpack_object *m, tr__watch_table_t *t)
 
 static int post_recv(tr__watch_t *w)
 {
-    return w->ctl->ops->recv(w->ctl, w->in, sizeof(w->in), TR_DTYPE_U8, TR_COMM_ANY_SOURCE,
-                             CTL_TAG, &w->recv_req);
+    return w->ctl->ops->recv(w->ctl, w->in, sizeof(w->in), TR_DTYPE_U8, TR_COMM_ANY_SOURCE, CTL_TAG,
+                             &w->recv_req);
 }
 
 /* Sends a message of kind k (with table t) to peer; a failure is logged (the diagnosis goes on
@@ -159,9 +160,10 @@ static void send_msg(tr__watch_t *w, int peer, const char *k, const tr__watch_ta
     msgpack_sbuffer_init(&sb);
     pack_msg(&sb, k, w->rank, t);
     uint64_t req = 0;
-    int rc = !slot ? TR_ENOSPC : sb.size > CTL_BYTES ? TR_EOVERFLOW
-                   : w->ctl->ops->send(w->ctl, sb.data, sb.size, TR_DTYPE_U8, peer, CTL_TAG,
-                                       &req);
+    int rc = !slot ? TR_ENOSPC
+             : sb.size > CTL_BYTES
+                 ? TR_EOVERFLOW
+                 : w->ctl->ops->send(w->ctl, sb.data, sb.size, TR_DTYPE_U8, peer, CTL_TAG, &req);
     if (rc < 0) {
         tr_log(TR_LOG_ERROR, "comm watchdog: rank %d: sending '%s' to rank %d: %s", w->rank, k,
                peer, w->ctl->error[0] ? w->ctl->error : tr_strerror(rc));
@@ -171,8 +173,8 @@ static void send_msg(tr__watch_t *w, int peer, const char *k, const tr__watch_ta
     *slot = (outgoing_t){.req = req, .data = msgpack_sbuffer_release(&sb)};
 }
 
-int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch_t **out,
-                     char *why, size_t whylen)
+int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch_t **out, char *why,
+                     size_t whylen)
 {
     *out = NULL;
     if (data->world == 1 || !data->ops->send || !data->ops->recv || !data->ops->split) return 0;
@@ -236,9 +238,9 @@ static void start_diagnosis(tr__watch_t *w, const tr__watch_table_t *mine, uint6
 }
 
 /* Appends to out (len, *used) like snprintf. */
-#define ADD(...)                                                                               \
-    do {                                                                                       \
-        if (*used < len) *used += (size_t)snprintf(out + *used, len - *used, __VA_ARGS__);    \
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        if (*used < len) *used += (size_t)snprintf(out + *used, len - *used, __VA_ARGS__);         \
     } while (0)
 
 /* The operation a rank waits in longest: its oldest pending one. */
@@ -269,11 +271,12 @@ static void diagnose(const tr__watch_t *w, char *out, size_t len)
         char d[200] = "none";
         if (!w->answered[r]) {
             ADD("%srank %d diverged: it did not answer within %.0f s (dead, or its comm actor is "
-                "blocked)", named++ ? "; " : "", r, TR__WATCH_GRACE_NS / 1e9);
+                "blocked)",
+                named++ ? "; " : "", r, TR__WATCH_GRACE_NS / 1e9);
         } else if (t->started < most) {
             if (t->started) tr__watch_describe(&t->last, d, sizeof(d));
-            ADD("%srank %d diverged: the last collective it started is %s", named++ ? "; " : "",
-                r, d);
+            ADD("%srank %d diverged: the last collective it started is %s", named++ ? "; " : "", r,
+                d);
             if (t->n) {
                 tr__watch_describe(&t->ops[0], d, sizeof(d));
                 ADD(", and it waits in %s", d);
@@ -283,8 +286,10 @@ static void diagnose(const tr__watch_t *w, char *out, size_t len)
             }
         }
     }
-    if (!named) ADD("no rank is behind (every rank started collective #%llu): the collective "
-                    "itself is stuck", (unsigned long long)most);
+    if (!named)
+        ADD("no rank is behind (every rank started collective #%llu): the collective "
+            "itself is stuck",
+            (unsigned long long)most);
     if (ahead >= 0) {
         ADD("; ");
         name_wait(&w->tables[ahead], out, len, used);
@@ -328,9 +333,10 @@ static int alone(tr__watch_t *w, uint64_t now, char *fail, size_t faillen)
         now - w->alarm_ns < 2 * TR__WATCH_GRACE_NS)
         return 0;
     w->ended = true;
-    snprintf(fail, faillen, "comm: watchdog: rank %d: no verdict from rank 0 within %.0f s of "
-             "the alarm: rank 0 is dead or blocked; the job ends on every rank", w->rank,
-             2 * TR__WATCH_GRACE_NS / 1e9);
+    snprintf(fail, faillen,
+             "comm: watchdog: rank %d: no verdict from rank 0 within %.0f s of "
+             "the alarm: rank 0 is dead or blocked; the job ends on every rank",
+             w->rank, 2 * TR__WATCH_GRACE_NS / 1e9);
     return 1;
 }
 
@@ -351,8 +357,8 @@ static int on_message(tr__watch_t *w, const tr__watch_table_t *mine, uint64_t no
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     int result = 0;
-    bool ok = msgpack_unpack_next(&u, (const char *)w->in, sizeof(w->in), NULL) ==
-              MSGPACK_UNPACK_SUCCESS;
+    bool ok =
+        msgpack_unpack_next(&u, (const char *)w->in, sizeof(w->in), NULL) == MSGPACK_UNPACK_SUCCESS;
     const msgpack_object *k = ok ? tr__mp_field(&u.data, "k") : NULL;
     uint64_t from = ok ? get_u64(&u.data, "rank", &ok) : 0;
     if (!k || k->type != MSGPACK_OBJECT_STR || from >= (uint64_t)w->world) ok = false;
@@ -360,8 +366,10 @@ static int on_message(tr__watch_t *w, const tr__watch_table_t *mine, uint64_t no
     size_t klen = ok ? k->via.str.size : 0;
 #define IS(s) (klen == strlen(s) && !memcmp(kind, s, klen))
     if (!ok) {
-        tr_log(TR_LOG_ERROR, "comm watchdog: rank %d: a control message that is not a msgpack "
-               "map with \"k\" and \"rank\" (ignored)", w->rank);
+        tr_log(TR_LOG_ERROR,
+               "comm watchdog: rank %d: a control message that is not a msgpack "
+               "map with \"k\" and \"rank\" (ignored)",
+               w->rank);
     } else if (IS("alarm") && w->rank == 0) {
         start_diagnosis(w, mine, now);
     } else if (IS("ask")) {
@@ -372,15 +380,19 @@ static int on_message(tr__watch_t *w, const tr__watch_table_t *mine, uint64_t no
         tr__watch_table_t *t = &w->tables[from];
         t->rank = (int)from;
         if (!unpack_table(&u.data, t))
-            tr_log(TR_LOG_ERROR, "comm watchdog: rank %llu's table is malformed (counted as no "
-                   "answer)", (unsigned long long)from);
+            tr_log(TR_LOG_ERROR,
+                   "comm watchdog: rank %llu's table is malformed (counted as no "
+                   "answer)",
+                   (unsigned long long)from);
         else
             w->answered[from] = true;
         result = conclude(w, now, fail, faillen);
     } else if (IS("verdict") && !w->ended) {
         w->ended = true;
-        snprintf(fail, faillen, "comm: rank %d: the job ends: rank 0's watchdog diagnosed a hang "
-                 "(its message names the rank that diverged)", w->rank);
+        snprintf(fail, faillen,
+                 "comm: rank %d: the job ends: rank 0's watchdog diagnosed a hang "
+                 "(its message names the rank that diverged)",
+                 w->rank);
         result = 1;
     }
 #undef IS

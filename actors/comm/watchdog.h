@@ -27,9 +27,9 @@
 
 #include "runtime/comm/comm.h"
 
-#define TR__WATCH_TICK_NS 200000000ull  /* the control channel's idle poll: 5 per second */
+#define TR__WATCH_TICK_NS  200000000ull  /* the control channel's idle poll: 5 per second */
 #define TR__WATCH_GRACE_NS 3000000000ull /* rank 0 waits this long for the tables */
-#define TR__WATCH_MAX_OPS 32             /* pending operations a table carries (the oldest) */
+#define TR__WATCH_MAX_OPS  32            /* pending operations a table carries (the oldest) */
 
 /* What a collective is: the op of the header every rank exchanges before it, and of the
  * watchdog's tables. The values travel to other ranks (headers are compared byte for byte,
@@ -46,11 +46,11 @@ typedef enum {
 typedef struct tr__watch_op {
     tr__coll_op_t op;
     uint32_t dtype;
-    uint64_t seq;        /* the comm actor's collective number, from 1 */
+    uint64_t seq; /* the comm actor's collective number, from 1 */
     uint64_t bytes, step;
     uint32_t micro_step, bucket;
-    bool exchange;       /* the header exchange before the collective, not the collective */
-    double pending_s;    /* how long it has been pending (0 for a rank's last started one) */
+    bool exchange;    /* the header exchange before the collective, not the collective */
+    double pending_s; /* how long it has been pending (0 for a rank's last started one) */
 } tr__watch_op_t;
 
 /* A rank's table: what it started last and what is pending on it, oldest first. */
@@ -71,8 +71,8 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len);
 /* Splits data into the control channel (collective over data's ranks: every rank calls it at
  * the same point), reporting completions to done(arg), and posts its receive. *out is NULL
  * (and 0 returned) for a group of one or a backend without point-to-point. Error: why. */
-int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch_t **out,
-                     char *why, size_t whylen);
+int tr__watch_create(tr_comm_t *data, tr_comm_done_cb done, void *arg, tr__watch_t **out, char *why,
+                     size_t whylen);
 void tr__watch_destroy(tr__watch_t *w);
 
 /* This rank's oldest collective passed the timeout (table: this rank's, now): rank 0 starts

@@ -68,7 +68,7 @@ static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
     if ((size_t)st.st_size < header) {
         close(fd);
         return tr__errf(err, errlen, TR_EFORMAT, "%s: header: file has %lld bytes, need %zu", path,
-                    (long long)st.st_size, header);
+                        (long long)st.st_size, header);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -78,14 +78,15 @@ static int map_shard(const char *path, shard_t *s, char *err, size_t errlen)
     int rc = 0;
     if (h[0] != TR_LLMC_TOKENS_MAGIC)
         rc = tr__errf(err, errlen, TR_EFORMAT, "%s: magic: expected %d (llm.c token shard), got %d",
-                  path, TR_LLMC_TOKENS_MAGIC, h[0]);
+                      path, TR_LLMC_TOKENS_MAGIC, h[0]);
     else if (h[1] != TR_LLMC_TOKENS_VERSION)
         rc = tr__errf(err, errlen, TR_EFORMAT, "%s: version: expected %d, got %d", path,
-                  TR_LLMC_TOKENS_VERSION, h[1]);
+                      TR_LLMC_TOKENS_VERSION, h[1]);
     else if (h[2] < 0 || header + (size_t)h[2] * 2 != (size_t)st.st_size)
-        rc = tr__errf(err, errlen, TR_EFORMAT,
-                  "%s: token count: header says %d tokens (%zu bytes), file has %lld bytes", path,
-                  h[2], header + (size_t)(h[2] < 0 ? 0 : h[2]) * 2, (long long)st.st_size);
+        rc =
+            tr__errf(err, errlen, TR_EFORMAT,
+                     "%s: token count: header says %d tokens (%zu bytes), file has %lld bytes",
+                     path, h[2], header + (size_t)(h[2] < 0 ? 0 : h[2]) * 2, (long long)st.st_size);
     if (rc) {
         munmap(map, (size_t)st.st_size);
         return rc;
@@ -130,11 +131,12 @@ static int scan_tokens(const shard_t *s, int vocab, char *err, size_t errlen)
         size_t j = i;
         while (s->tokens[j] < vocab)
             j++;
-        return tr__errf(err, errlen, TR_EMISMATCH,
-                    "%s: token %zu (byte offset %zu) is %u, outside the model's vocabulary of %d "
-                    "(tokens 0..%d)",
-                    s->path, j, TR_LLMC_HEADER_INTS * sizeof(int32_t) + 2 * j, s->tokens[j], vocab,
-                    vocab - 1);
+        return tr__errf(
+            err, errlen, TR_EMISMATCH,
+            "%s: token %zu (byte offset %zu) is %u, outside the model's vocabulary of %d "
+            "(tokens 0..%d)",
+            s->path, j, TR_LLMC_HEADER_INTS * sizeof(int32_t) + 2 * j, s->tokens[j], vocab,
+            vocab - 1);
     }
     return 0;
 }
@@ -152,13 +154,12 @@ static int open_shards(tr__dataset_t *ds, const char *pattern, char *err, size_t
     int rc = ds->shards && ds->first_sample
                  ? 0
                  : tr__errf(err, errlen, TR_ENOMEM, "%s: no memory for the table of %zu shards",
-                        pattern, g.gl_pathc);
+                            pattern, g.gl_pathc);
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
         rc = map_shard(g.gl_pathv[i], &ds->shards[i], err, errlen);
         if (rc) break;
         ds->n_shards++;
-        if (ds->vocab && (rc = scan_tokens(&ds->shards[i], ds->vocab, err, errlen)))
-            break;
+        if (ds->vocab && (rc = scan_tokens(&ds->shards[i], ds->vocab, err, errlen))) break;
         size_t n = ds->shards[i].n_tokens;
         ds->first_sample[i] = ds->n_samples;
         ds->n_samples += n > (size_t)ds->T ? (n - 1) / (size_t)ds->T : 0;
@@ -172,7 +173,8 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr__pl
                      bool shuffle, uint64_t seed, char *err, size_t errlen)
 {
     tr__dataset_t *ds = calloc(1, sizeof(*ds));
-    if (!ds) return tr__errf(err, errlen, TR_ENOMEM, "dataset: no memory for %zu bytes", sizeof(*ds));
+    if (!ds)
+        return tr__errf(err, errlen, TR_ENOMEM, "dataset: no memory for %zu bytes", sizeof(*ds));
     *ds = (tr__dataset_t){.B = eng->B,
                           .T = eng->T,
                           .x_dim = spec->x_dim,
@@ -190,14 +192,15 @@ int tr__dataset_open(tr__dataset_t **out, const tr_dataset_t *spec, const tr__pl
         if (!spec->shards)
             rc = tr__errf(err, errlen, TR_EINVAL, "dataset: neither token shards nor a callback");
         else if (ds->x_dim)
-            rc = tr__errf(err, errlen, TR_EINVAL,
-                      "%s: token shards feed token models; a float-input model needs a callback",
-                      spec->shards);
+            rc =
+                tr__errf(err, errlen, TR_EINVAL,
+                         "%s: token shards feed token models; a float-input model needs a callback",
+                         spec->shards);
         else if ((rc = open_shards(ds, spec->shards, err, errlen)) == 0 &&
                  ds->n_samples < (uint64_t)ds->B * (uint64_t)ds->world)
             rc = tr__errf(err, errlen, TR_EINVAL,
-                      "%s: %llu samples of %d+1 tokens; one batch needs %d per rank x %d ranks",
-                      spec->shards, (unsigned long long)ds->n_samples, ds->T, ds->B, ds->world);
+                          "%s: %llu samples of %d+1 tokens; one batch needs %d per rank x %d ranks",
+                          spec->shards, (unsigned long long)ds->n_samples, ds->T, ds->B, ds->world);
     }
     if (rc) {
         tr__dataset_close(ds);
@@ -270,10 +273,10 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
         }
         if (ds->shuffle && make_perm(ds, ds->pos.epoch) < 0)
             return tr__errf(err, errlen, TR_ENOMEM,
-                        "token shards: no memory for the shuffled order of %llu samples (%llu "
-                        "bytes)",
-                        (unsigned long long)ds->n_samples,
-                        (unsigned long long)ds->n_samples * sizeof(uint32_t));
+                            "token shards: no memory for the shuffled order of %llu samples (%llu "
+                            "bytes)",
+                            (unsigned long long)ds->n_samples,
+                            (unsigned long long)ds->n_samples * sizeof(uint32_t));
         uint64_t k = ds->pos.cursor++ * (uint64_t)ds->world + (uint64_t)ds->rank;
         const shard_t *sh;
         const uint16_t *w = sample_tokens(ds, ds->shuffle ? ds->perm[k] : k, &sh);
@@ -284,10 +287,11 @@ static int next_from_shards(tr__dataset_t *ds, int *tokens, int *targets, bool *
         if (ds->vocab)
             for (int t = 0; t <= ds->T; t++)
                 if (w[t] >= ds->vocab)
-                    return tr__errf(err, errlen, TR_EINVAL,
-                                "%s: token %zu is %u, outside the model's vocabulary of %d (the "
-                                "file changed after it was opened and checked)",
-                                sh->path, (size_t)(w + t - sh->tokens), w[t], ds->vocab);
+                    return tr__errf(
+                        err, errlen, TR_EINVAL,
+                        "%s: token %zu is %u, outside the model's vocabulary of %d (the "
+                        "file changed after it was opened and checked)",
+                        sh->path, (size_t)(w + t - sh->tokens), w[t], ds->vocab);
     }
     return 0;
 }
@@ -304,7 +308,7 @@ int tr__dataset_next(tr__dataset_t *ds, int *tokens, float *x, int *targets, flo
         rc = ds->cb(ds->user, index, ds->B, ds->T, tokens, x, targets, y);
         if (rc < 0)
             return tr__errf(err, errlen, rc, "dataset callback: batch %llu: %s",
-                        (unsigned long long)index, tr_strerror(rc));
+                            (unsigned long long)index, tr_strerror(rc));
     } else {
         rc = next_from_shards(ds, tokens, targets, wrapped, err, errlen);
         if (rc < 0) return rc;

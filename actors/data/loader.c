@@ -17,11 +17,11 @@
 #include "actors/engine/plan.h"
 
 typedef struct slot {
-    void *in;          /* (B, T) int tokens or (B, T, x_dim) floats */
-    int *targets;      /* (B, T), or NULL for a float-target model */
-    float *y;          /* (B, T, y_dim), or NULL */
+    void *in;     /* (B, T) int tokens or (B, T, x_dim) floats */
+    int *targets; /* (B, T), or NULL for a float-target model */
+    float *y;     /* (B, T, y_dim), or NULL */
     uint64_t id_in, id_targets, id_y;
-    bool out;          /* sent, waiting for its credit */
+    bool out; /* sent, waiting for its credit */
 } slot_t;
 
 struct tr__loader {
@@ -65,8 +65,8 @@ static int fill(tr_ctx_t *ctx, struct tr__loader *l, int s)
     }
     if (wrapped)
         tr_log(TR_LOG_INFO, "loader: epoch %llu done; starting epoch %llu",
-                (unsigned long long)before.epoch,
-                (unsigned long long)tr__dataset_pos(l->data).epoch);
+               (unsigned long long)before.epoch,
+               (unsigned long long)tr__dataset_pos(l->data).epoch);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BATCH);
     if (!m) return TR_ENOMEM;
     tr_msg_batch_t *b = TR_MSG_AS(m, batch);
@@ -102,9 +102,11 @@ static int seek(tr_ctx_t *ctx, struct tr__loader *l, const tr_msg_loader_seek_t 
     tr__data_pos_t pos = {s->epoch, s->cursor, s->batch_index};
     int rc = tr__dataset_seek(l->data, pos);
     if (rc < 0) {
-        tr__engine_fail(l->eng, rc, "loader: cannot continue the data stream at epoch %llu, "
-                        "sample %llu: %s", (unsigned long long)pos.epoch,
-                        (unsigned long long)pos.cursor, tr_strerror(rc));
+        tr__engine_fail(l->eng, rc,
+                        "loader: cannot continue the data stream at epoch %llu, "
+                        "sample %llu: %s",
+                        (unsigned long long)pos.epoch, (unsigned long long)pos.cursor,
+                        tr_strerror(rc));
         return 0;
     }
     l->gen = s->gen;

@@ -25,9 +25,9 @@ struct tr__client {
     int rc;
     tr__reply_t reply;
     char error[1024];
-    int failed;            /* an actor failed: every call returns this */
-    bool destroying;       /* tr_engine_destroy is stopping the actors */
-    int n_children, exits; /* actors to hear from at destroy; exit notices heard */
+    int failed;                    /* an actor failed: every call returns this */
+    bool destroying;               /* tr_engine_destroy is stopping the actors */
+    int n_children, exits;         /* actors to hear from at destroy; exit notices heard */
     _Atomic uint64_t bucket_bytes; /* a gauge for the trace (relaxed; any actor) */
     _Atomic int stop_requested;    /* the supervisor saw a signal's STOP */
 };
@@ -48,8 +48,8 @@ static void set_error(tr__client_t *c, int rc, const char *fmt, va_list ap)
     if (fmt) vsnprintf(c->error, sizeof(c->error), fmt, ap);
     size_t n = strlen(c->error);
     if (n == 0 || c->error[n - 1] == ' ' || c->error[n - 1] == ':')
-        snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)", n ? " " : "engine: ",
-                 tr_err_name(rc), tr_strerror(rc));
+        snprintf(c->error + n, sizeof(c->error) - n, "%s%s (%s)",
+                 n ? " " : "engine: ", tr_err_name(rc), tr_strerror(rc));
 }
 
 static void reply_v(tr__client_t *c, int rc, bool fail_engine, const tr__reply_t *r,
@@ -148,8 +148,7 @@ int tr__client_call(tr__client_t *c, tr_runtime_t *rt, tr_actor_t to, tr_msg_t *
         pthread_mutex_lock(&c->mu);
         c->waiting = false;
         pthread_mutex_unlock(&c->mu);
-        return tr__errf(err, errlen, rc, "engine: cannot send the request: %s",
-                        tr_strerror(rc));
+        return tr__errf(err, errlen, rc, "engine: cannot send the request: %s", tr_strerror(rc));
     }
     pthread_mutex_lock(&c->mu);
     while (c->waiting)

@@ -33,13 +33,13 @@ typedef enum {
 
 /* What the client learns from a reply. */
 typedef struct tr__reply {
-    float loss;               /* FORWARD, EVAL */
-    tr_step_stats_t stats;    /* TRAIN, STEP at a boundary */
-    uint64_t global_step;     /* after the request */
-    int window;               /* micro-batches of the open accumulation window the executor
-                               * holds (done, waiting for backward or for the step) */
-    int micro_pos;            /* the micro-batch DeepSpeed's is_gradient_accumulation_boundary
-                               * speaks of: the one in progress, else the next */
+    float loss;            /* FORWARD, EVAL */
+    tr_step_stats_t stats; /* TRAIN, STEP at a boundary */
+    uint64_t global_step;  /* after the request */
+    int window;            /* micro-batches of the open accumulation window the executor
+                            * holds (done, waiting for backward or for the step) */
+    int micro_pos;         /* the micro-batch DeepSpeed's is_gradient_accumulation_boundary
+                            * speaks of: the one in progress, else the next */
 } tr__reply_t;
 
 /* The client's reply slot: the one place actors write for the caller's thread. */
@@ -53,13 +53,11 @@ struct tr__plan;
 
 /* The memory a reference names, checked by the registry; NULL (with the reason in why) for a
  * reference that does not resolve, which is an engine bug. */
-void *tr__resolve(const struct tr__plan *eng, const tr_tensor_ref_t *ref, char *why,
-                  size_t whylen);
+void *tr__resolve(const struct tr__plan *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen);
 
 /* Ends the client's current request: rc, what it learns (NULL: nothing new) and, for rc < 0,
  * the explanation (fmt may name nothing: the code's own text is used, never ""). */
-void tr__reply(const struct tr__plan *eng, int rc, const tr__reply_t *reply, const char *fmt,
-               ...)
+void tr__reply(const struct tr__plan *eng, int rc, const tr__reply_t *reply, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* As tr__reply, and fails the engine for good (every later call returns rc): for a state no

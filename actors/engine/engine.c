@@ -87,7 +87,8 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
         }
     }
     if (rc == TR_EBUSY)
-        snprintf(err, errlen, "%s: troupe.trace: another engine in this process is tracing into "
+        snprintf(err, errlen,
+                 "%s: troupe.trace: another engine in this process is tracing into "
                  "'%s' (rank %d); give this engine its own troupe.trace.output_path or trace_dir",
                  c->source, dir ? dir : "", eng->plan.rank);
     else if (rc < 0)
@@ -95,7 +96,6 @@ static int create_monitor(tr_engine_t *eng, const tr_engine_opts_t *o, char *err
                  dir ? dir : "", tr_strerror(rc));
     return rc;
 }
-
 
 static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
@@ -111,8 +111,8 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
 }
 
 /* Registers one buffer the actors name in messages. */
-static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_t bytes,
-                           int dtype, int lifetime, uint64_t *id)
+static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_t bytes, int dtype,
+                           int lifetime, uint64_t *id)
 {
     tr_buffer_info_t info = {.base = base,
                              .bytes = bytes,
@@ -203,8 +203,10 @@ static int start_driver(tr_engine_t *eng, char *err, size_t errlen)
 {
     int rc = -pthread_create(&eng->driver, NULL, drive, eng);
     if (rc < 0)
-        return tr__errf(err, errlen, rc, "%s: troupe.runtime.deterministic: cannot start the "
-                        "scheduler's thread: %s", eng->cfg->source, tr_strerror(rc));
+        return tr__errf(err, errlen, rc,
+                        "%s: troupe.runtime.deterministic: cannot start the "
+                        "scheduler's thread: %s",
+                        eng->cfg->source, tr_strerror(rc));
     eng->driving = true;
     return 0;
 }
@@ -227,7 +229,6 @@ static void log_memory(const tr_engine_t *eng)
                     m->bf16_copies) /
                mib);
 }
-
 
 static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
@@ -310,8 +311,8 @@ static void stop_one(tr_engine_t *eng, tr_actor_t a)
 static void stop_actors(tr_engine_t *eng)
 {
     const tr__plan_t *p = &eng->plan;
-    tr_actor_t all[] = {p->loader, p->executor,  p->bucketer,
-                        p->comm,   p->optimizer, p->checkpointer, p->swapper};
+    tr_actor_t all[] = {p->loader,    p->executor,     p->bucketer, p->comm,
+                        p->optimizer, p->checkpointer, p->swapper};
     size_t n = sizeof(all) / sizeof(all[0]);
     int n_children = 0;
     for (size_t i = 0; i < n; i++)
@@ -344,7 +345,7 @@ static void dump_flight(tr_engine_t *eng)
     else
         tr_log(TR_LOG_ERROR, "engine failed (%s); flight recorder written to %s",
                tr__client_error(eng->plan.client)[0] ? tr__client_error(eng->plan.client)
-                                                : tr_runtime_failure(eng->plan.rt),
+                                                     : tr_runtime_failure(eng->plan.rt),
                eng->flight_path);
 }
 
@@ -352,8 +353,8 @@ void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng) return;
     if (eng->created && eng->last.window == 0) /* the last save's files and latest (a failure
-                                                 * was logged then); not mid-window, where a
-                                                 * wait's round could meet a step's collectives */
+                                                * was logged then); not mid-window, where a
+                                                * wait's round could meet a step's collectives */
         tr_engine_wait_checkpoint(eng);
     if (eng->plan.rt) {
         stop_actors(eng);
@@ -411,8 +412,9 @@ int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 {
     if (!eng->val || n_batches <= 0)
-        return refuse(eng, TR_EINVAL, eng->val ? "tr_engine_eval: n_batches must be positive"
-                                               : "tr_engine_eval: no dataset to evaluate on");
+        return refuse(eng, TR_EINVAL,
+                      eng->val ? "tr_engine_eval: n_batches must be positive"
+                               : "tr_engine_eval: no dataset to evaluate on");
     int rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
     if (rc == 0 && loss) *loss = eng->last.loss;
     return rc;
@@ -435,8 +437,8 @@ static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engi
     size_t tg_bytes = bt * (size_t)(p->y_dim ? p->y_dim : 1) * 4;
     memcpy(eng->stage_in, in, in_bytes);
     memcpy(p->y_dim ? eng->stage_y : eng->stage_targets, tg, tg_bytes);
-    tr_buffer_ref(p->rt, p->buf_stage_in, 0, in_bytes,
-                  p->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, &r->inputs);
+    tr_buffer_ref(p->rt, p->buf_stage_in, 0, in_bytes, p->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32,
+                  &r->inputs);
     if (p->y_dim)
         tr_buffer_ref(p->rt, p->buf_stage_y, 0, tg_bytes, TR_DTYPE_F32, &r->y);
     else
@@ -477,8 +479,7 @@ int tr_engine_is_boundary(const tr_engine_t *eng)
 }
 
 /* A SAVE or LOAD request for dir/tag, refused in the middle of an accumulation window. */
-static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *dir,
-                           const char *tag)
+static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *dir, const char *tag)
 {
     const char *what = kind == TR__REQ_SAVE ? "save" : "load";
     if (!dir || !*dir)
@@ -490,12 +491,13 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
     if (tag && (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, "..")))
         return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "%s: checkpoint tag '%.200s' is not a "
-                        "directory name", what, tag);
+                        "directory name",
+                        what, tag);
     tr_msg_t *m = tr__request_new(eng->plan.rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
-    int rc = set_str(eng, r->dir, sizeof(r->dir), dir, kind == TR__REQ_SAVE ? "save: directory"
-                                                                            : "load: directory");
+    int rc = set_str(eng, r->dir, sizeof(r->dir), dir,
+                     kind == TR__REQ_SAVE ? "save: directory" : "load: directory");
     if (!rc) rc = set_str(eng, r->tag, sizeof(r->tag), tag, "checkpoint tag");
     if (rc < 0) {
         tr_msg_free(eng->plan.rt, m);

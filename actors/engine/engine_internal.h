@@ -21,10 +21,10 @@
 
 struct tr_engine {
     /* --- fixed at create, before any message; read-only after (any thread) --- */
-    tr__plan_t plan;   /* what the actors see */
-    tr_config_t *cfg;  /* plan.cfg, owned when own_cfg */
+    tr__plan_t plan;  /* what the actors see */
+    tr_config_t *cfg; /* plan.cfg, owned when own_cfg */
     bool own_cfg;
-    tr_model_t *model; /* plan.model, writable: the executor's; destroyed here */
+    tr_model_t *model;         /* plan.model, writable: the executor's; destroyed here */
     tr_engine_memory_t memory; /* assembled from what each spawn made */
     char flight_path[1024];
 

@@ -51,12 +51,12 @@
 #define TR__MAX_PREFETCH 64
 /* The trace lane of the executor's forward and backward passes, below the runtime's own
  * lanes (the engine's few actors take the lowest slots). */
-#define TR__LANE_PASSES  (TR_RUNTIME_LANE_EXTERNAL - 1)
+#define TR__LANE_PASSES (TR_RUNTIME_LANE_EXTERNAL - 1)
 /* The lanes of the collectives in flight, one span each from post to completion: with a
  * backend that needs progress the communication happens there, not in the comm actor's short
  * handlers, so this is what the trace summary's "comm hidden" fraction measures. Collectives
  * in flight at once take one lane each (a lane's spans never overlap). */
-#define TR__LANE_COLLECTIVES   (TR_RUNTIME_LANE_EXTERNAL - 2)
+#define TR__LANE_COLLECTIVES (TR_RUNTIME_LANE_EXTERNAL - 2)
 #define TR__COLLECTIVE_LANES 4 /* TR__LANE_COLLECTIVES - k, k < 4 */
 /* A checkpoint wait (a save, load or tr_engine_wait_checkpoint waiting for the last save to be
  * durable) as a span of its own lane: the trace shows the caller held up. */
@@ -115,8 +115,8 @@ typedef struct tr__plan {
     const tr_config_t *cfg;
     const tr_model_t *model; /* actors other than the executor read only its layer table */
     int B, T, GAS, x_dim, y_dim, rank, world, prefetch;
-    int stages; /* pipeline.stages: stage actors the executor runs a step's micro-batches
-                 * through (1: none) */
+    int stages;   /* pipeline.stages: stage actors the executor runs a step's micro-batches
+                   * through (1: none) */
     int replicas; /* data-parallel replicas: each reads its own share of the data. world, or
                    * with a pipeline across ranks world / stages (a replica's stages are
                    * consecutive ranks: rank = stage * replicas + replica) */
@@ -125,17 +125,17 @@ typedef struct tr__plan {
     int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
     bool overlap_comm; /* buckets leave during the backward (else after it) */
     uint64_t seed;
-    double loss_scale0; /* the loss scale of the first step */
+    double loss_scale0;            /* the loss scale of the first step */
     tr__optim_slice_t optim_slice; /* the optimizer's; checkpoints read it */
     int n_arrays;                  /* the optimizer's moment arrays (0: it keeps none) */
     const char *array_names[3];    /* their names in checkpoints, n_arrays of them */
     bool swaps; /* the optimizer keeps its state in the swapper's file (offload_optimizer.device
                  * nvme and an optimizer with state) */
     tr__swap_layout_t swap; /* that file's layout, as the swapper's spawn made it */
-    tr_monitor_t *mon;  /* NULL: off; thread-safe */
+    tr_monitor_t *mon;      /* NULL: off; thread-safe */
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
-    tr_actor_t swapper; /* NONE unless the optimizer's state is offloaded to NVMe */
-    uint64_t buf_params, buf_grads;             /* registry ids */
+    tr_actor_t swapper;             /* NONE unless the optimizer's state is offloaded to NVMe */
+    uint64_t buf_params, buf_grads; /* registry ids */
     uint64_t buf_stage_in, buf_stage_targets, buf_stage_y; /* the client's staging batch */
     tr__client_t *client;
 } tr__plan_t;

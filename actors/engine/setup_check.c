@@ -59,8 +59,7 @@ int tr__setup_config(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
 }
 
 /* What the model's first layer reads and its loss layer wants, in words, for errors. */
-static void describe_width(int width, const char *floats, const char *ints, char *out,
-                           size_t len)
+static void describe_width(int width, const char *floats, const char *ints, char *out, size_t len)
 {
     if (width)
         snprintf(out, len, "%s of width %d", floats, width);
@@ -161,8 +160,8 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
                "activation checkpointing every %lld layers: activations %.1f MiB "
                "instead of %.1f MiB (B %d, T %d); the backward runs the forward of %zu of %d "
                "layers again",
-               (long long)k, (double)kept * 4 / 1048576.0, (double)full * 4 / 1048576.0, p->B,
-               p->T, tr_model_checkpoint_recomputed(eng->model), n);
+               (long long)k, (double)kept * 4 / 1048576.0, (double)full * 4 / 1048576.0, p->B, p->T,
+               tr_model_checkpoint_recomputed(eng->model), n);
     return 0;
 }
 
@@ -184,9 +183,11 @@ static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
                         "%s: prescale_gradients: pre-scale gradients is not yet "
                         "supported with ZeRO-%lld with reduce scatter enabled (DeepSpeed's rule; "
                         "set zero_optimization.reduce_scatter false, or prescale_gradients "
-                        "false)", c->source, (long long)c->zero.stage);
+                        "false)",
+                        c->source, (long long)c->zero.stage);
     if (eng->plan.world > 1 && c->zero.stage > 2)
-        tr_log(TR_LOG_WARN, "%s: zero_optimization.stage 3: this build partitions optimizer "
+        tr_log(TR_LOG_WARN,
+               "%s: zero_optimization.stage 3: this build partitions optimizer "
                "states and gradients (stage 2); parameters stay whole on every rank for now",
                c->source);
     return 0;
@@ -251,9 +252,8 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
     if ((rc = set_precision(eng, err, errlen)) < 0) return rc;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->plan.T > g->max_seq_len)
-        return tr__errf(err, errlen, TR_EINVAL,
-                        "seq_len %d: the model's context is %d positions", eng->plan.T,
-                        g->max_seq_len);
+        return tr__errf(err, errlen, TR_EINVAL, "seq_len %d: the model's context is %d positions",
+                        eng->plan.T, g->max_seq_len);
     if (c->fp16.enabled)
         eng->plan.loss_scale0 = c->fp16.loss_scale > 0
                                     ? c->fp16.loss_scale

@@ -8,17 +8,14 @@
  * the times of each micro-step's forward and backward; at the accumulation boundary the
  * optimizer's STEP_DONE carries the time the last reduced bucket arrived, its step's begin and
  * end, the counters and the next learning rate and loss scale, and the executor replays them
- * into the timers on receipt, so the timer group has a single user. The mapping of DeepSpeed's timers:
- *   fwd            a micro-batch's forward
- *   bwd_inner      the layers' backward
- *   bwd_allreduce  at the boundary, from the end of backward to the last REDUCED bucket (the
- *                  reduction not hidden behind backward); zero-length otherwise
- *   bwd            bwd_inner + bwd_allreduce
- *   step           the optimizer's step at the boundary; zero-length otherwise (DeepSpeed
- *                  calls engine.step() every micro-step and it does nothing off a boundary)
- * Lines and rows follow DeepSpeed's engine.step() order: progress, throughput, lr and loss
- * scale, micro timers, then at the boundary elapsed_time_ms_* and (every steps_per_print
- * steps) the global timers.
+ * into the timers on receipt, so the timer group has a single user. The mapping of DeepSpeed's
+ * timers: fwd            a micro-batch's forward bwd_inner      the layers' backward bwd_allreduce
+ * at the boundary, from the end of backward to the last REDUCED bucket (the reduction not hidden
+ * behind backward); zero-length otherwise bwd            bwd_inner + bwd_allreduce step the
+ * optimizer's step at the boundary; zero-length otherwise (DeepSpeed calls engine.step() every
+ * micro-step and it does nothing off a boundary) Lines and rows follow DeepSpeed's engine.step()
+ * order: progress, throughput, lr and loss scale, micro timers, then at the boundary
+ * elapsed_time_ms_* and (every steps_per_print steps) the global timers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +46,7 @@ struct tr__dsmon {
     uint64_t bwd0, bwd1; /* the boundary micro-step's backward, finished at STEP_DONE */
     int optimizer_type;
     const double *betas;
-    bool quiet; /* not rank 0: DeepSpeed prints and writes its monitors on rank 0 only */
+    bool quiet;       /* not rank 0: DeepSpeed prints and writes its monitors on rank 0 only */
     bool pipelined;   /* pipeline.stages > 1: PipelineEngine's line at steps_per_print too */
     uint64_t t_print; /* its iter time counts from here */
 };
@@ -222,8 +219,7 @@ static void pipe_line(struct tr__dsmon *d, uint64_t steps, double loss, uint64_t
     print_line(d, buf);
 }
 
-void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
-                    const tr_msg_step_done_t *done)
+void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st, const tr_msg_step_done_t *done)
 {
     uint64_t samples = st->global_samples;
     uint64_t steps = done->global_step;

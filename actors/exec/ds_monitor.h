@@ -23,7 +23,6 @@ void tr__dsmon_forward(struct tr__dsmon *d, uint64_t t0, uint64_t t1);
 /* Its backward ran from t0 to t1; off the boundary this ends the micro-step's outputs. */
 void tr__dsmon_backward(struct tr__dsmon *d, uint64_t t0, uint64_t t1, bool boundary);
 /* The boundary's STEP_DONE arrived: the step's outputs. */
-void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st,
-                    const tr_msg_step_done_t *done);
+void tr__dsmon_step(struct tr__dsmon *d, const tr_step_stats_t *st, const tr_msg_step_done_t *done);
 
 #endif

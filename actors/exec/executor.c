@@ -55,15 +55,15 @@ typedef enum {
 } win_t;
 
 typedef enum {
-    EV_FORWARD_BEGIN,   /* a FORWARD starts: no micro-batch awaits its step any more */
-    EV_FORWARD_DONE,    /* its forward succeeded */
-    EV_BACKWARD_HELD,   /* a BACKWARD arrived while gradients are out for reduction */
-    EV_BACKWARD_BEGIN,  /* the forward's backward runs */
-    EV_MICRO_DONE,      /* a micro-batch before the boundary is counted */
-    EV_BOUNDARY_DONE,   /* the boundary's micro-batch is counted: the optimizer steps */
-    EV_BACKWARD_REPLY,  /* a BACKWARD is answered */
-    EV_STEP_DONE,       /* the optimizer's STEP_DONE is handled: no micro-batch awaits a step */
-    EV_STEPPED,         /* a STEP is answered at once, or a TRAIN starts */
+    EV_FORWARD_BEGIN,  /* a FORWARD starts: no micro-batch awaits its step any more */
+    EV_FORWARD_DONE,   /* its forward succeeded */
+    EV_BACKWARD_HELD,  /* a BACKWARD arrived while gradients are out for reduction */
+    EV_BACKWARD_BEGIN, /* the forward's backward runs */
+    EV_MICRO_DONE,     /* a micro-batch before the boundary is counted */
+    EV_BOUNDARY_DONE,  /* the boundary's micro-batch is counted: the optimizer steps */
+    EV_BACKWARD_REPLY, /* a BACKWARD is answered */
+    EV_STEP_DONE,      /* the optimizer's STEP_DONE is handled: no micro-batch awaits a step */
+    EV_STEPPED,        /* a STEP is answered at once, or a TRAIN starts */
 } win_event_t;
 
 /* The window's one transition function. An event that does not apply to the state leaves it
@@ -74,15 +74,22 @@ static win_t win_next(win_t w, win_event_t ev)
 {
     switch (ev) {
     case EV_FORWARD_BEGIN:
-    case EV_STEPPED: return w == WIN_UNSTEPPED ? WIN_IDLE : w;
-    case EV_FORWARD_DONE: return WIN_FORWARD;
-    case EV_BACKWARD_HELD: return WIN_BACKWARD_WAITS;
+    case EV_STEPPED:
+        return w == WIN_UNSTEPPED ? WIN_IDLE : w;
+    case EV_FORWARD_DONE:
+        return WIN_FORWARD;
+    case EV_BACKWARD_HELD:
+        return WIN_BACKWARD_WAITS;
     case EV_BACKWARD_BEGIN:
         return w == WIN_FORWARD || w == WIN_BACKWARD_WAITS ? WIN_IDLE : w;
-    case EV_MICRO_DONE: return w == WIN_STEP_PENDING ? WIN_IDLE : w;
-    case EV_BOUNDARY_DONE: return WIN_STEP_PENDING;
-    case EV_BACKWARD_REPLY: return w == WIN_IDLE ? WIN_UNSTEPPED : w;
-    case EV_STEP_DONE: return w == WIN_STEP_PENDING || w == WIN_UNSTEPPED ? WIN_IDLE : w;
+    case EV_MICRO_DONE:
+        return w == WIN_STEP_PENDING ? WIN_IDLE : w;
+    case EV_BOUNDARY_DONE:
+        return WIN_STEP_PENDING;
+    case EV_BACKWARD_REPLY:
+        return w == WIN_IDLE ? WIN_UNSTEPPED : w;
+    case EV_STEP_DONE:
+        return w == WIN_STEP_PENDING || w == WIN_UNSTEPPED ? WIN_IDLE : w;
     }
     return w;
 }
@@ -99,13 +106,13 @@ struct tr__exec {
     int micro;       /* micro-batches done in the accumulation window */
     double loss_sum; /* over the window */
     uint64_t t_window, tokens_window;
-    win_t win;         /* the accumulation window's state (win_next) */
-    bool started;      /* the loader has been told to start */
-    bool step_ready;   /* STEP_DONE arrived, `stats` not reported yet (DeepSpeed-style) */
+    win_t win;              /* the accumulation window's state (win_next) */
+    bool started;           /* the loader has been told to start */
+    bool step_ready;        /* STEP_DONE arrived, `stats` not reported yet (DeepSpeed-style) */
     tr_msg_t *deferred_msg; /* a FORWARD that arrived while the step was pending (or NULL) */
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
-    uint64_t grads_out;    /* ZeRO 2: gradient elements out for reduction, not yet freed */
+    uint64_t grads_out;      /* ZeRO 2: gradient elements out for reduction, not yet freed */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -196,8 +203,10 @@ static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offse
 /* Ends the request with an error naming the layer, the pass and the step. */
 static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
 {
-    tr__reply(x->eng, rc, NULL, "executor: step %llu, micro-step %d: layer %d '%s' %s failed: "
-              "%s (%s)", (unsigned long long)x->global_steps, x->micro, layer,
+    tr__reply(x->eng, rc, NULL,
+              "executor: step %llu, micro-step %d: layer %d '%s' %s failed: "
+              "%s (%s)",
+              (unsigned long long)x->global_steps, x->micro, layer,
               tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
     return rc;
 }
@@ -219,9 +228,10 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
     tr_layer_t *l = tr_model_layer(x->model, i);
     int rc = grad_ready(ctx, x, i, l->param_offset, l->param_count);
     if (rc < 0)
-        tr__engine_fail(x->eng, rc, "executor: step %llu: cannot send layer %d's gradients to "
-                        "the bucketer: %s", (unsigned long long)x->global_steps, i,
-                        tr_strerror(rc));
+        tr__engine_fail(x->eng, rc,
+                        "executor: step %llu: cannot send layer %d's gradients to "
+                        "the bucketer: %s",
+                        (unsigned long long)x->global_steps, i, tr_strerror(rc));
     return rc;
 }
 
@@ -249,8 +259,7 @@ static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
 
 /* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
  * message span holds both, and the timeline shows where the gradients leave. */
-static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0,
-                      uint64_t t1)
+static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0, uint64_t t1)
 {
     if (x->eng->mon)
         tr_monitor_span(x->eng->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
@@ -336,8 +345,7 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr__plan_t *e = x->eng;
     int M = e->GAS, rc = 0;
-    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->win == WIN_STEP_PENDING)
-        return;
+    if (x->req != TR__REQ_TRAIN || x->want < M || x->q_n < M || x->win == WIN_STEP_PENDING) return;
     queued_t q[TR__MAX_PREFETCH];
     tr_batch_t b[TR__MAX_PREFETCH];
     float losses[TR__MAX_PREFETCH] = {0};
@@ -463,8 +471,7 @@ static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r);
 
 /* The step is over: statistics (loss: the mean over the global batch), DeepSpeed's outputs,
  * the waiting call's reply, a FORWARD that waited for the parameters. */
-static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_done_t *d,
-                        double loss)
+static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_done_t *d, double loss)
 {
     x->win = win_next(x->win, EV_STEP_DONE);
     x->global_steps = d->global_step;
@@ -635,8 +642,8 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         bool wrapped;
         int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
-                                  e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL,
-                                  &wrapped, err, sizeof(err));
+                                  e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL, &wrapped,
+                                  err, sizeof(err));
         if (rc < 0) {
             tr_model_set_training(x->model, 1);
             tr__reply(e, rc, NULL, "eval: %s", err);
@@ -808,8 +815,8 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         if (credit(ctx, x, x->q[x->q_head].slot, x->global_steps, 0, 0) < 0) return 0;
     tr_msg_t *seek = tr_actor_is_none(e->loader) ? NULL : tr_msg_new(ctx->rt, TR_MSG_LOADER_SEEK);
     if (seek) {
-        *TR_MSG_AS(seek, loader_seek) = (tr_msg_loader_seek_t){x->gen, s->epoch, s->cursor,
-                                                               s->batch_index};
+        *TR_MSG_AS(seek, loader_seek) =
+            (tr_msg_loader_seek_t){x->gen, s->epoch, s->cursor, s->batch_index};
         seek->step = x->global_steps;
         if (tr_actor_send(ctx->rt, e->loader, seek) < 0) tr_msg_free(ctx->rt, seek);
     }
@@ -835,8 +842,7 @@ static const char *busy_reason(struct tr__exec *x, int kind)
                    ? "checkpoint wait: in the middle of an accumulation window; wait between "
                      "steps"
                    : NULL;
-    if (have_forward(x) && kind != TR__REQ_BACKWARD)
-        return "a forward is waiting for its backward";
+    if (have_forward(x) && kind != TR__REQ_BACKWARD) return "a forward is waiting for its backward";
     if (kind == TR__REQ_TRAIN && x->micro > 0)
         return "the accumulation window was started with tr_engine_forward/backward; finish it "
                "with tr_engine_step";
@@ -878,8 +884,12 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return 0;
     }
     switch (r->kind) {
-    case TR__REQ_TRAIN: serve_train(ctx, x); break;
-    case TR__REQ_EVAL: serve_eval(ctx, x, r->n); break;
+    case TR__REQ_TRAIN:
+        serve_train(ctx, x);
+        break;
+    case TR__REQ_EVAL:
+        serve_eval(ctx, x, r->n);
+        break;
     case TR__REQ_FORWARD:
         if (x->win != WIN_STEP_PENDING) {
             serve_forward(x, r);
@@ -890,13 +900,20 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
             return TR_ENOMEM;
         memcpy(tr_msg_body(x->deferred_msg), r, sizeof(*r));
         break;
-    case TR__REQ_BACKWARD: serve_backward(ctx, x); break;
-    case TR__REQ_STEP: serve_step(x); break;
-    case TR__REQ_SAVE: serve_save(ctx, x, r); break;
+    case TR__REQ_BACKWARD:
+        serve_backward(ctx, x);
+        break;
+    case TR__REQ_STEP:
+        serve_step(x);
+        break;
+    case TR__REQ_SAVE:
+        serve_save(ctx, x, r);
+        break;
     case TR__REQ_WAIT:
         serve_wait(ctx, x);
         break;
-    default: tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
+    default:
+        tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
     }
     return 0;
 }
@@ -905,16 +922,26 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__exec *x = ctx->state;
     switch (msg->type) {
-    case TR_MSG_BATCH: on_batch(ctx, x, msg); return 0;
-    case TR_MSG_STEP_DONE: on_step_done(ctx, x, msg); return 0;
-    case TR_MSG_ENGINE_REQ: return on_request(ctx, x, msg);
+    case TR_MSG_BATCH:
+        on_batch(ctx, x, msg);
+        return 0;
+    case TR_MSG_STEP_DONE:
+        on_step_done(ctx, x, msg);
+        return 0;
+    case TR_MSG_ENGINE_REQ:
+        return on_request(ctx, x, msg);
     case TR_MSG_ENGINE_STATE:
         if (TR_MSG_AS(msg, engine_state)->kind != TR__STATE_WRITTEN) return restore(ctx, x, msg);
         save_reported(ctx, x, TR_MSG_AS(msg, engine_state));
         return 0;
-    case TR_MSG_COMM_SCALAR: on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar)); return 0;
-    case TR_MSG_GRADS_FREE: on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free)); return 0;
-    default: return 0;
+    case TR_MSG_COMM_SCALAR:
+        on_scalar(ctx, x, TR_MSG_AS(msg, comm_scalar));
+        return 0;
+    case TR_MSG_GRADS_FREE:
+        on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free));
+        return 0;
+    default:
+        return 0;
     }
 }
 
@@ -959,8 +986,8 @@ static void executor_cleanup(tr_ctx_t *ctx, int reason)
 }
 
 int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *val,
-                       struct tr__dsmon *ds, struct tr__exec **state, tr_actor_t *self,
-                       char *err, size_t errlen)
+                       struct tr__dsmon *ds, struct tr__exec **state, tr_actor_t *self, char *err,
+                       size_t errlen)
 {
     struct tr__exec *x = calloc(1, sizeof(*x));
     if (!x) return TR_ENOMEM;

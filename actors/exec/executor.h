@@ -15,8 +15,8 @@ struct tr__dsmon;
  * (writable: it runs it), reads val (NULL: none) and writes DeepSpeed's outputs through ds.
  * On failure *state may still be set: free it with tr__executor_free. The caller's thread. */
 int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *val,
-                       struct tr__dsmon *ds, struct tr__exec **state, tr_actor_t *self,
-                       char *err, size_t errlen);
+                       struct tr__dsmon *ds, struct tr__exec **state, tr_actor_t *self, char *err,
+                       size_t errlen);
 /* After the runtime has closed; NULL does nothing. */
 void tr__executor_free(struct tr__exec *x);
 

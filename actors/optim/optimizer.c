@@ -26,7 +26,6 @@
 #include "kernels/cpu/gradnorm.h"
 #include "runtime/msg/mpack.h"
 
-
 static double loss_scale(const tr__optim_t *o)
 {
     return o->fp16 ? tr_loss_scaler_scale(&o->scaler) : 1.0;
@@ -107,8 +106,9 @@ static tr_lamb_opts_t lamb_opts(const tr__optim_t *o, const tr_layer_t *l, int k
 
 /* Calls fn for this rank's piece [a, b) of every parameter tensor (t: the tensor's number in
  * model order); stops at the first negative return. */
-static int each_lamb_piece(tr__optim_t *o, int (*fn)(tr__optim_t *, const tr_layer_t *, int k,
-                                                     int t, size_t a, size_t b, float mul),
+static int each_lamb_piece(tr__optim_t *o,
+                           int (*fn)(tr__optim_t *, const tr_layer_t *, int k, int t, size_t a,
+                                     size_t b, float mul),
                            float mul)
 {
     const tr_model_t *model = o->eng->model;
@@ -146,8 +146,7 @@ static int lamb_apply(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_t 
     if (b == a) return 0;
     tr_lamb_opts_t lo = lamb_opts(o, l, k);
     float coeff = tr_lamb_trust_ratio(&lo, o->lamb_sums[2 * t], o->lamb_sums[2 * t + 1]);
-    tr_lamb_apply(&lo, &o->st, coeff, o->params + a, o->m + (a - o->lo), o->v + (a - o->lo),
-                  b - a);
+    tr_lamb_apply(&lo, &o->st, coeff, o->params + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a);
     return 0;
 }
 
@@ -174,12 +173,10 @@ static int update(tr__optim_t *o, float lr, float mul)
         o->swap_mul = mul;
         return 0;
     }
-    if (o->runs_as == TR_OPTIMIZER_LAMB)
-        rc = update_lamb(o, mul);
+    if (o->runs_as == TR_OPTIMIZER_LAMB) rc = update_lamb(o, mul);
     for (int i = 0; o->runs_as != TR_OPTIMIZER_LAMB && i < o->n_ranges; i++)
         update_range(o, &o->ranges[i], mul);
-    if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION)
-        o->st.step++;
+    if (o->runs_as == TR_OPTIMIZER_SGD || o->runs_as == TR_OPTIMIZER_LION) o->st.step++;
     return rc;
 }
 
@@ -221,16 +218,18 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
         }
     }
     if (pk >= 0)
-        snprintf(out, len, "layer %d '%s': parameter '%s' holds Inf or NaN before the step (a "
+        snprintf(out, len,
+                 "layer %d '%s': parameter '%s' holds Inf or NaN before the step (a "
                  "damaged checkpoint or weights file?), so the gradients of %d of %d layers do",
                  pl, tr_model_layer(model, pl)->name, tr_model_layer(model, pl)->params[pk].name,
                  count, n);
     else if (first < 0)
         snprintf(out, len, "the gradient norm overflowed although every layer's is finite");
     else
-        snprintf(out, len, "layer %d '%s' is the first in backward order whose gradients hold "
-                 "Inf or NaN (%d of %d layers do)", first, tr_model_layer(model, first)->name,
-                 count, n);
+        snprintf(out, len,
+                 "layer %d '%s' is the first in backward order whose gradients hold "
+                 "Inf or NaN (%d of %d layers do)",
+                 first, tr_model_layer(model, first)->name, count, n);
 }
 
 /* DeepSpeed's step order. Fills d; returns a negative code (with d->error) only to stop
@@ -240,7 +239,8 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
     if (o->type == TR_OPTIMIZER_NONE) {
         return tr__errf(d->error, sizeof(d->error), TR_ECONFIG,
                         "optimizer: step requested but the config has no "
-                        "\"optimizer\" section (%s)", o->eng->cfg->source);
+                        "\"optimizer\" section (%s)",
+                        o->eng->cfg->source);
     }
     double scale = loss_scale(o);
     bool overflow = !isfinite(o->sumsq);
@@ -266,8 +266,8 @@ static int step(tr__optim_t *o, tr_msg_step_done_t *d)
         o->skipped_steps++;
         d->skipped = 1;
         d->lr = current_lr(o);
-        tr_log(TR_LOG_WARN, "optimizer: step %llu skipped: %s",
-                (unsigned long long)o->global_steps, o->scaler.message);
+        tr_log(TR_LOG_WARN, "optimizer: step %llu skipped: %s", (unsigned long long)o->global_steps,
+               o->scaler.message);
         return 0;
     }
     double scaled_norm;
@@ -310,8 +310,8 @@ static int step_end(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     const tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     if (o->gpart) memset(o->gpart, 0, (o->hi - o->lo) * sizeof(float));
-    bool lamb_waits = o->partitioned && o->runs_as == TR_OPTIMIZER_LAMB && d->rc >= 0 &&
-                      !d->skipped;
+    bool lamb_waits =
+        o->partitioned && o->runs_as == TR_OPTIMIZER_LAMB && d->rc >= 0 && !d->skipped;
     return lamb_waits ? lamb_reduce(ctx, o, m) : step_taken(ctx, o, m);
 }
 
@@ -399,14 +399,16 @@ static int reduce_scalar(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, uint32_t wh
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_SCALAR);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){.op = op, .n = 1, .what = what,
-                                                        .values = {v}};
+    *TR_MSG_AS(m, comm_scalar) =
+        (tr_msg_comm_scalar_t){.op = op, .n = 1, .what = what, .values = {v}};
     m->step = o->global_steps;
     int rc = tr_actor_send(ctx->rt, o->eng->comm, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
-        tr__engine_fail(o->eng, rc, "optimizer: cannot ask for the gradient norm over the ranks: "
-                        "%s", tr_strerror(rc));
+        tr__engine_fail(o->eng, rc,
+                        "optimizer: cannot ask for the gradient norm over the ranks: "
+                        "%s",
+                        tr_strerror(rc));
     }
     return rc;
 }
@@ -491,8 +493,8 @@ static int gather(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
     }
     tr_msg_comm_gather_t *b = TR_MSG_AS(g, comm_gather);
     b->count = o->slice;
-    int rc = tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32,
-                           &b->buf);
+    int rc =
+        tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &b->buf);
     return ask_comm(ctx, o, g, m, rc, "the parameter all-gather");
 }
 
@@ -564,8 +566,7 @@ static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b
     q->group = g;
     q->tag = (uint32_t)b;
     m->step = o->global_steps;
-    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.slot_bytes, TR_DTYPE_U8,
-                           &q->buf);
+    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.slot_bytes, TR_DTYPE_U8, &q->buf);
     if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
@@ -622,7 +623,6 @@ static int swap_stepped(tr_ctx_t *ctx, tr__optim_t *o)
         o->st.step++; /* as update() does in memory, after every element */
     return step_end(ctx, o, m);
 }
-
 
 /* Every sub-group is done: the held message goes on, then a run that waited starts. */
 static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
@@ -686,8 +686,10 @@ static int swap_adopt(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
         tr_buffer_info_t info;
         if (!(ready >> b & 1)) continue;
         rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
-        if (rc < 0) swap_drop(ctx, o);
-        else rc = swap_read_back(ctx, o, o->run.group_of[b], b, info.base);
+        if (rc < 0)
+            swap_drop(ctx, o);
+        else
+            rc = swap_read_back(ctx, o, o->run.group_of[b], b, info.base);
     }
     return rc;
 }
@@ -705,7 +707,8 @@ static int swap_begin(tr_ctx_t *ctx, tr__optim_t *o, int mode, tr_msg_t *held, f
     if (o->run.mode) {
         if (o->queued.mode) { /* one run at a time waits: an engine bug otherwise */
             tr_msg_free(ctx->rt, held);
-            tr__engine_fail(o->eng, TR_EINVAL, "optimizer: a third swap run while two are "
+            tr__engine_fail(o->eng, TR_EINVAL,
+                            "optimizer: a third swap run while two are "
                             "pending");
             return TR_EINVAL;
         }
@@ -787,8 +790,8 @@ static int save_stage(tr__optim_t *o)
     size_t bytes = (size_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
     if (o->save_stage) return 0;
     if (!(o->save_stage = malloc(bytes ? bytes : 1))) return TR_ENOMEM;
-    int rc = tr__optimizer_register(o, "optimizer/save_moments", o->save_stage, bytes,
-                                    TR_DTYPE_F32, TR_BUFFER_REQUEST, &o->save_stage_id);
+    int rc = tr__optimizer_register(o, "optimizer/save_moments", o->save_stage, bytes, TR_DTYPE_F32,
+                                    TR_BUFFER_REQUEST, &o->save_stage_id);
     if (rc < 0) {
         free(o->save_stage);
         o->save_stage = NULL;
@@ -829,8 +832,10 @@ static int save_swapped(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s,
         rc = tr_buffer_ref(o->eng->rt, o->save_stage_id, 0, bytes, TR_DTYPE_F32, &s->moments);
     tr_msg_t *m = rc == 0 ? state_copy(ctx, s, o->global_steps) : NULL;
     if (!m)
-        return save_refused(ctx, o, s, rc < 0 ? rc : TR_ENOMEM, "no memory for a copy of the "
-                            "offloaded optimizer state (%zu bytes)", bytes);
+        return save_refused(ctx, o, s, rc < 0 ? rc : TR_ENOMEM,
+                            "no memory for a copy of the "
+                            "offloaded optimizer state (%zu bytes)",
+                            bytes);
     return swap_begin(ctx, o, RUN_SAVE, m, o->save_stage);
 }
 
@@ -844,8 +849,10 @@ static int save_state(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_engine_state_t *s)
     tr__optimizer_state_pack(o, &pk);
     if (sb.size > sizeof(s->optim.data)) {
         msgpack_sbuffer_destroy(&sb);
-        return save_refused(ctx, o, s, TR_EOVERFLOW, "the optimizer's state is larger than "
-                            "%zu bytes", sizeof(s->optim.data));
+        return save_refused(ctx, o, s, TR_EOVERFLOW,
+                            "the optimizer's state is larger than "
+                            "%zu bytes",
+                            sizeof(s->optim.data));
     }
     s->optim.len = (uint32_t)sb.size;
     memcpy(s->optim.data, sb.data, sb.size);
@@ -909,4 +916,3 @@ int tr__optimizer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     tr_msg_engine_state_t *s = TR_MSG_AS(msg, engine_state);
     return s->kind == TR__STATE_SAVE ? save_state(ctx, o, s) : restore_state(ctx, o, s);
 }
-

@@ -26,7 +26,7 @@ typedef struct decay_range {
 
 struct tr__optim {
     const tr__plan_t *eng;
-    float *params, *grads; /* the registered buffers, resolved once */
+    float *params, *grads;                /* the registered buffers, resolved once */
     uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
     int type;    /* tr_config_optimizer_type_t, as configured (checkpoints record it) */
     int runs_as; /* the kernel that runs it: OneBitAdam runs as Adam, ... */
@@ -35,9 +35,9 @@ struct tr__optim {
     tr_sgd_opts_t sgd;
     tr_lamb_opts_t lamb;
     tr_lion_opts_t lion;
-    tr_adam_state_t st; /* step count and beta powers (Adam, Lamb) */
-    float *m, *v;       /* moments; SGD and Lion use m as their momentum buffer */
-    float *vmax;        /* AMSGrad's running maximum of v */
+    tr_adam_state_t st;    /* step count and beta powers (Adam, Lamb) */
+    float *m, *v;          /* moments; SGD and Lion use m as their momentum buffer */
+    float *vmax;           /* AMSGrad's running maximum of v */
     decay_range_t *ranges; /* the parameters in order, cut where no_decay changes */
     int n_ranges;
     bool fp16;
@@ -46,19 +46,19 @@ struct tr__optim {
     tr_lr_schedule_opts_t sched;
     int64_t sched_steps; /* scheduler steps taken (DeepSpeed's last_batch_iteration + 1) */
     double base_lr, clip;
-    int n_arrays;       /* moment arrays a checkpoint holds: m, then v, in one block */
-    size_t lo, hi;      /* the parameters this rank updates (ZeRO 1, 2: its slice; else all) */
-    size_t slice;       /* floats per rank's slice (the last may be shorter) */
-    bool partitioned;   /* ZeRO 1, 2 on several ranks: slices all-gathered after a step */
-    float *gpart;       /* ZeRO 2: the reduced gradients of [lo, hi), summed over micro-steps */
-    int norm_waits;     /* ZeRO 2: the overflow and norm all-reduces still to come back */
-    bool overflow_any;  /* ZeRO 2: a rank's partition held Inf or NaN */
-    double *lamb_sums;  /* Lamb: per tensor, the sums of p² and u² over this rank's piece */
+    int n_arrays;          /* moment arrays a checkpoint holds: m, then v, in one block */
+    size_t lo, hi;         /* the parameters this rank updates (ZeRO 1, 2: its slice; else all) */
+    size_t slice;          /* floats per rank's slice (the last may be shorter) */
+    bool partitioned;      /* ZeRO 1, 2 on several ranks: slices all-gathered after a step */
+    float *gpart;          /* ZeRO 2: the reduced gradients of [lo, hi), summed over micro-steps */
+    int norm_waits;        /* ZeRO 2: the overflow and norm all-reduces still to come back */
+    bool overflow_any;     /* ZeRO 2: a rank's partition held Inf or NaN */
+    double *lamb_sums;     /* Lamb: per tensor, the sums of p² and u² over this rank's piece */
     uint64_t lamb_sums_id; /* their registry id (partitioned: all-reduced over the ranks) */
-    tr_msg_t *held;     /* the STEP_DONE waiting for the comm actor: Lamb's norms, then
-                         * ZeRO's all-gather (ask_comm) */
-    uint64_t moments_id; /* the block's registry id */
-    size_t locked_bytes; /* offload_optimizer device cpu with pin_memory: mlock'ed */
+    tr_msg_t *held;        /* the STEP_DONE waiting for the comm actor: Lamb's norms, then
+                            * ZeRO's all-gather (ask_comm) */
+    uint64_t moments_id;   /* the block's registry id */
+    size_t locked_bytes;   /* offload_optimizer device cpu with pin_memory: mlock'ed */
     /* NVMe offload (offload_optimizer.device nvme): the moments live in the swapper's file,
      * o->m is NULL, and a step, save or restore runs the sub-group pipeline (swap_run). Between
      * runs the first n_bufs sub-groups are read ahead (RUN_PREFETCH) during the forward and
@@ -77,12 +77,12 @@ struct tr__optim {
         uint64_t ready;    /* RUN_PREFETCH: the buffers (bit b) whose read is back */
         size_t group_of[TR__MAX_SWAP_BUFS]; /* RUN_PREFETCH: the sub-group each buffer holds */
     } run;
-    struct {               /* a run asked for while the last one's write-backs go on */
+    struct { /* a run asked for while the last one's write-backs go on */
         int mode;
         float *stage;
         tr_msg_t *held;
     } queued;
-    float *save_stage;     /* a save's copy of the moments, until the next step (registered) */
+    float *save_stage; /* a save's copy of the moments, until the next step (registered) */
     uint64_t save_stage_id;
     /* the step being assembled */
     double sumsq;

@@ -70,7 +70,8 @@ static void kernels_from_config(tr__optim_t *o, const tr_config_t *c)
                                (float)p->min_coeff, p->bias_correction,     p->eps_inside_sqrt};
     o->lion = (tr_lion_opts_t){(float)p->lr, (float)p->betas[0], (float)p->betas[1],
                                (float)p->weight_decay};
-    o->amsgrad = p->amsgrad && (o->runs_as == TR_OPTIMIZER_ADAM || o->runs_as == TR_OPTIMIZER_ADAMW);
+    o->amsgrad =
+        p->amsgrad && (o->runs_as == TR_OPTIMIZER_ADAM || o->runs_as == TR_OPTIMIZER_ADAMW);
 }
 
 /* The parameters in model order, cut into runs of equal no_decay. */
@@ -132,7 +133,8 @@ static int partition(tr__optim_t *o)
     o->slice = tr__zero_slice(n, e->world);
     if (e->zero == 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
-    tr_log(TR_LOG_INFO, "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
+    tr_log(TR_LOG_INFO,
+           "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
            "%zu; optimizer state %.1f MiB on this rank (%.1f MiB unpartitioned)%s",
            e->zero, e->rank, o->lo, o->hi, n,
            (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0,
@@ -245,7 +247,8 @@ int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *
                           .lane_kind = TR_LANE_COMPUTE};
     int rc = tr_actor_spawn(eng->rt, tr__optimizer_behaviour, o, &ao, self);
     tr_buffer_info_t info;
-    if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0) o->params = info.base;
+    if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0)
+        o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
     if (rc == 0) rc = register_moments(o);
     if (rc == 0 && o->runs_as == TR_OPTIMIZER_LAMB) rc = register_lamb_sums(o);
@@ -338,7 +341,8 @@ int tr__optimizer_state_unpack(tr__optim_t *o, const void *objv, char *err, size
     if ((int)type != o->type) {
         return tr__errf(err, errlen, TR_EMISMATCH,
                         "optimizer state: saved with optimizer type %d, the config now "
-                        "asks for type %d", (int)type, o->type);
+                        "asks for type %d",
+                        (int)type, o->type);
     }
     o->st.step = (int64_t)step;
     o->st.beta1_pow = b1p;

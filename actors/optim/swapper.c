@@ -70,8 +70,8 @@ static int write_group(struct tr__swapper *w, uint64_t g, void *buf, char *why, 
     t->group = g;
     t->payload = w->payload;
     t->crc = tr__crc32c(0, buf, w->payload);
-    int rc = tr_aio_pwrite_sync(w->aio, w->file, buf, w->lay.slot_bytes, slot_offset(w, g), why,
-                                len);
+    int rc =
+        tr_aio_pwrite_sync(w->aio, w->file, buf, w->lay.slot_bytes, slot_offset(w, g), why, len);
     if (rc == 0) w->bytes_written += w->lay.slot_bytes;
     return rc;
 }
@@ -97,8 +97,9 @@ static int read_group(struct tr__swapper *w, uint64_t g, void *buf, char *why, s
         return tr__errf(why, len, TR_EFORMAT,
                         "%s: sub-group %llu at offset %llu (%zu bytes): CRC32C mismatch "
                         "(stored %08x, read %08x): the swap file was changed or damaged outside "
-                        "troupe", w->path, (unsigned long long)g, (unsigned long long)at,
-                        w->payload, t->crc, crc);
+                        "troupe",
+                        w->path, (unsigned long long)g, (unsigned long long)at, w->payload, t->crc,
+                        crc);
     }
     return 0;
 }
@@ -120,9 +121,10 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
     int b = buffer_index(w, &q->buf), rc;
     if (b < 0 || q->group >= w->lay.n_groups ||
         (q->op != TR__SWAP_READ && q->op != TR__SWAP_WRITE)) {
-        snprintf(why, sizeof(why), "a SWAP request for sub-group %llu of %zu, op %u, names no "
-                 "swap buffer or sub-group of %s", (unsigned long long)q->group,
-                 w->lay.n_groups, q->op, w->path);
+        snprintf(why, sizeof(why),
+                 "a SWAP request for sub-group %llu of %zu, op %u, names no "
+                 "swap buffer or sub-group of %s",
+                 (unsigned long long)q->group, w->lay.n_groups, q->op, w->path);
         rc = TR_EINVAL;
     } else {
         uint64_t t0 = tr_now_ns();
@@ -131,13 +133,12 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
         w->io_ns += tr_now_ns() - t0;
     }
     if (rc < 0)
-        tr__engine_fail(w->eng, rc, "swapper: %s %s", q->op == TR__SWAP_READ ? "reading" :
-                        "writing", why);
+        tr__engine_fail(w->eng, rc, "swapper: %s %s",
+                        q->op == TR__SWAP_READ ? "reading" : "writing", why);
     if (w->eng->mon) { /* the trace's I/O: bytes so far, beside this lane's spans */
         uint64_t now = tr_now_ns();
         tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_READ, (double)w->bytes_read, now);
-        tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_WRITTEN, (double)w->bytes_written,
-                           now);
+        tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_WRITTEN, (double)w->bytes_written, now);
         tr_monitor_counter(w->eng->mon, -1, TR_COUNTER_SWAP_IO_MS, (double)w->io_ns / 1e6, now);
     }
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
@@ -168,9 +169,11 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
     tr__swap_layout_t *l = &w->lay;
     l->n_arrays = e->n_arrays;
     if (sg == 0)
-        return tr__errf(err, errlen, TR_ECONFIG, "%s: zero_optimization.sub_group_size is 0; "
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: zero_optimization.sub_group_size is 0; "
                         "with offload_optimizer.device \"nvme\" it is the number of elements "
-                        "swapped at a time and must be at least 1", c->source);
+                        "swapped at a time and must be at least 1",
+                        c->source);
     l->group = sg < S ? sg : S;
     if (l->group == 0) l->group = 1; /* an empty partition: no sub-group, any size */
     l->n_groups = (S + l->group - 1) / l->group;
@@ -181,7 +184,8 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
     int need = 1 + oo->pipeline_read + oo->pipeline_write;
     l->n_bufs = oo->pipeline_read || oo->pipeline_write ? (int)oo->buffer_count : 1;
     if (oo->buffer_count < need || l->n_bufs > TR__MAX_SWAP_BUFS)
-        return tr__errf(err, errlen, TR_ECONFIG, "%s: zero_optimization.offload_optimizer."
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: zero_optimization.offload_optimizer."
                         "buffer_count is %lld; the swap pipeline (pipeline_read %s, "
                         "pipeline_write %s) needs at least %d and at most %d buffers",
                         c->source, (long long)oo->buffer_count, oo->pipeline_read ? "on" : "off",
@@ -195,12 +199,16 @@ static int open_file(struct tr__swapper *w, char *err, size_t errlen)
     char dir[480];
     if (snprintf(dir, sizeof(dir), "%s/troupe_swap/rank%d",
                  e->cfg->zero.offload_optimizer.nvme_path, e->rank) >= (int)sizeof(dir))
-        return tr__errf(err, errlen, TR_ECONFIG, "%s: zero_optimization.offload_optimizer."
-                        "nvme_path: longer than %zu bytes", e->cfg->source, sizeof(dir) - 40);
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: zero_optimization.offload_optimizer."
+                        "nvme_path: longer than %zu bytes",
+                        e->cfg->source, sizeof(dir) - 40);
     int rc = tr__mkdir_p(dir);
     if (rc < 0)
-        return tr__errf(err, errlen, rc, "%s: zero_optimization.offload_optimizer.nvme_path: "
-                        "cannot make the folder %s: %s", e->cfg->source, dir, tr_strerror(rc));
+        return tr__errf(err, errlen, rc,
+                        "%s: zero_optimization.offload_optimizer.nvme_path: "
+                        "cannot make the folder %s: %s",
+                        e->cfg->source, dir, tr_strerror(rc));
     snprintf(w->path, sizeof(w->path), "%s/optimizer.swp", dir);
     unlink(w->path); /* a previous run's state is not this run's */
     char why[512];
@@ -215,8 +223,7 @@ static int alloc_buffers(struct tr__swapper *w, tr_actor_t owner)
     w->locked = w->eng->cfg->zero.offload_optimizer.pin_memory;
     for (int b = 0; b < w->lay.n_bufs; b++) {
         int rc = w->locked ? tr_aio_buffer_alloc(w->aio, w->lay.slot_bytes, &w->bufs[b])
-                           : (posix_memalign(&w->bufs[b], 4096, w->lay.slot_bytes) ? TR_ENOMEM
-                                                                                  : 0);
+                           : (posix_memalign(&w->bufs[b], 4096, w->lay.slot_bytes) ? TR_ENOMEM : 0);
         if (rc < 0) {
             w->bufs[b] = NULL;
             return rc;
@@ -246,9 +253,11 @@ static int initialise_file(struct tr__swapper *w, char *err, size_t errlen)
         int rc = write_group(w, g, w->bufs[0], why, sizeof(why));
         if (rc < 0)
             return tr__errf(err, errlen, rc, "swapper: initialising the swap file: %s%s", why,
-                            rc == TR_ENOSPC ? " (the disk is full: "
-                            "zero_optimization.offload_optimizer.nvme_path needs room for "
-                            "this rank's optimizer state)" : "");
+                            rc == TR_ENOSPC
+                                ? " (the disk is full: "
+                                  "zero_optimization.offload_optimizer.nvme_path needs room for "
+                                  "this rank's optimizer state)"
+                                : "");
     }
     return 0;
 }

@@ -38,8 +38,8 @@
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
 
-#define FRAME   256
-#define MAX_OPS 4096
+#define FRAME       256
+#define MAX_OPS     4096
 #define PAYLOAD     0x10         /* a tensor's tag: its kind | PAYLOAD */
 #define MAX_PAYLOAD (1ull << 31) /* bytes; a header naming more is corrupt */
 
@@ -96,8 +96,7 @@ static void report(tr__pipe_link_t *l)
     if (m) {
         *TR_MSG_AS(m, pipe_done) = (tr_msg_pipe_done_t){
             .step = l->batch, .stage = (uint32_t)l->me, .link = 1, .rc = l->rc};
-        snprintf(TR_MSG_AS(m, pipe_done)->why, sizeof(TR_MSG_AS(m, pipe_done)->why), "%s",
-                 l->err);
+        snprintf(TR_MSG_AS(m, pipe_done)->why, sizeof(TR_MSG_AS(m, pipe_done)->why), "%s", l->err);
     }
     if (!m || tr_actor_send(l->rt, l->runner, m) < 0) {
         tr_msg_free(l->rt, m);

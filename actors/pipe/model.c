@@ -46,20 +46,20 @@
 typedef struct pstage {
     tr_model_stage_t *st;
     int buffers, prev_buffers; /* its schedule's slots, and the previous stage's */
-    float *acts;  /* buffers slots of its output, as sent (all but the last stage) */
-    float *grads; /* prev_buffers slots of its input gradient, as sent (all but the first) */
+    float *acts;               /* buffers slots of its output, as sent (all but the last stage) */
+    float *grads;     /* prev_buffers slots of its input gradient, as sent (all but the first) */
     tr_batch_t *view; /* M: each micro-batch as it reads it, in the staging area */
 } pstage_t;
 
 /* The staging area: what the caller hands the stages, copied in for each batch. */
 typedef struct staging {
-    int in_dim;       /* the first layer's (0: it reads tokens, int32) */
-    int targets;      /* TR_TARGETS_* of the loss layer */
-    int y_dim;        /* its floats per position (TR_TARGETS_FLOAT) */
-    size_t in_bytes;  /* one micro-batch's inputs: (B, T) ints or (B, T, in_dim) floats */
-    size_t tg_bytes;  /* one micro-batch's targets: (B, T) ints or (B, T, y_dim) floats */
-    void *inputs;     /* (M, in_bytes) */
-    void *tgts;       /* (M, tg_bytes); NULL without targets */
+    int in_dim;           /* the first layer's (0: it reads tokens, int32) */
+    int targets;          /* TR_TARGETS_* of the loss layer */
+    int y_dim;            /* its floats per position (TR_TARGETS_FLOAT) */
+    size_t in_bytes;      /* one micro-batch's inputs: (B, T) ints or (B, T, in_dim) floats */
+    size_t tg_bytes;      /* one micro-batch's targets: (B, T) ints or (B, T, y_dim) floats */
+    void *inputs;         /* (M, in_bytes) */
+    void *tgts;           /* (M, tg_bytes); NULL without targets */
     tr_pipe_batch_t refs; /* their references: tensor[0] the inputs, [1] the targets */
 } staging_t;
 
@@ -148,9 +148,9 @@ static int make_staging(tr_pipe_model_t *pm, tr_runtime_t *rt, char *err, size_t
     int rc = stage_array(rt, "inputs", a->in_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, M * a->in_bytes,
                          &a->inputs, &a->refs.tensor[0]);
     if (rc == 0)
-        rc = stage_array(rt, "targets",
-                         a->targets == TR_TARGETS_FLOAT ? TR_DTYPE_F32 : TR_DTYPE_I32,
-                         M * a->tg_bytes, &a->tgts, &a->refs.tensor[1]);
+        rc =
+            stage_array(rt, "targets", a->targets == TR_TARGETS_FLOAT ? TR_DTYPE_F32 : TR_DTYPE_I32,
+                        M * a->tg_bytes, &a->tgts, &a->refs.tensor[1]);
     if (rc < 0 && a->refs.tensor[0].buffer_id) /* the memory goes with the pipelined model */
         tr_buffer_unregister(rt, a->refs.tensor[0].buffer_id);
     if (rc < 0)
@@ -160,8 +160,7 @@ static int make_staging(tr_pipe_model_t *pm, tr_runtime_t *rt, char *err, size_t
 }
 
 /* tr_pipe_run's callbacks, on stage s's thread; each touches stage s's part only. */
-static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in,
-                tr_pipe_report_t *rep);
+static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in, tr_pipe_report_t *rep);
 static void *send_mem(void *user, int s, const tr_pipe_instr_t *x, void **area, size_t *bytes);
 static int begin(void *user, int s, void *const *tensors, const unsigned long long *bytes,
                  tr_pipe_report_t *rep);
@@ -297,8 +296,7 @@ static int backward(pstage_t *g, int s, int mb, const float *dout, bool split)
 /* Stage s's compute, which writes only its own slots, send areas and its layers' gradients
  * (ReduceTiedGrads waits for the end of the batch); its loss and failure go into rep, which
  * the stage actor sends to the runner. */
-static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in,
-                tr_pipe_report_t *rep)
+static int exec(void *user, int s, const tr_pipe_instr_t *x, const void *in, tr_pipe_report_t *rep)
 {
     const tr_pipe_model_t *pm = user;
     pstage_t *g = &pm->stage[s];

@@ -149,10 +149,10 @@ static void tell_abort(tr_ctx_t *ctx, stage_t *g, tr_actor_t to)
 
 /* The stage fails its batch: its neighbours but `from` (who told it) are told, so that none
  * waits for it, and the runner gets why. Returns 0 (the actor lives on for the next batch). */
-static int fail(tr_ctx_t *ctx, stage_t *g, tr_actor_t from, bool caused, int rc,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int fail(tr_ctx_t *ctx, stage_t *g, tr_actor_t from, bool caused, int rc,
-                const char *fmt, ...)
+static int fail(tr_ctx_t *ctx, stage_t *g, tr_actor_t from, bool caused, int rc, const char *fmt,
+                ...) __attribute__((format(printf, 6, 7)));
+static int fail(tr_ctx_t *ctx, stage_t *g, tr_actor_t from, bool caused, int rc, const char *fmt,
+                ...)
 {
     if (g->prev.id != ctx->self.id && g->prev.id != from.id) tell_abort(ctx, g, g->prev);
     if (g->next.id != ctx->self.id && g->next.id != g->prev.id && g->next.id != from.id)
@@ -227,9 +227,8 @@ static int send_xfer(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
     rc = tr_actor_send(ctx->rt, kind == TR__PIPE_ACT ? g->next : g->prev, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
-        fail(ctx, g, TR_ACTOR_NONE, false, rc,
-             "stage %d: cannot send the %s of micro-batch %d: %s", g->s, kind_name(kind), mb,
-             tr_strerror(rc));
+        fail(ctx, g, TR_ACTOR_NONE, false, rc, "stage %d: cannot send the %s of micro-batch %d: %s",
+             g->s, kind_name(kind), mb, tr_strerror(rc));
     }
     return rc;
 }
@@ -245,7 +244,7 @@ static bool is_compute(int op)
 static int compute(tr_ctx_t *ctx, stage_t *g, const tr_pipe_instr_t *x)
 {
     int M = g->M;
-    int in = x->op == TR_PIPE_FORWARD ? TR__PIPE_ACT
+    int in = x->op == TR_PIPE_FORWARD                                       ? TR__PIPE_ACT
              : x->op == TR_PIPE_BACKWARD || x->op == TR_PIPE_BACKWARD_INPUT ? TR__PIPE_GRAD
                                                                             : 0;
     tr_pipe_report_t rep = {0};
@@ -359,8 +358,8 @@ static int load(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
     unsigned long long bytes[TR_PIPE_BATCH_TENSORS] = {0};
     for (int i = 0; i < TR_PIPE_BATCH_TENSORS; i++) {
         char why[256] = "";
-        int rc = ref[i]->buffer_id ? tr_buffer_resolve(ctx->rt, ref[i], &at[i], why, sizeof(why))
-                                   : 0;
+        int rc =
+            ref[i]->buffer_id ? tr_buffer_resolve(ctx->rt, ref[i], &at[i], why, sizeof(why)) : 0;
         if (rc < 0)
             return fail_start(ctx, g, rc,
                               "stage %d: the batch's tensor %d (step %llu) does not resolve: %s",
@@ -371,8 +370,8 @@ static int load(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
     int rc = g->begin ? g->begin(g->user, g->s, at, bytes, &rep) : 0;
     if (rc < 0 && rep.why[0]) return fail_start(ctx, g, rc, "%s", rep.why);
     if (rc < 0)
-        return fail_start(ctx, g, rc, "stage %d: its start of step %llu failed: %s", g->s,
-                          g->batch, tr_strerror(rc));
+        return fail_start(ctx, g, rc, "stage %d: its start of step %llu failed: %s", g->s, g->batch,
+                          tr_strerror(rc));
     return 0;
 }
 
@@ -424,15 +423,14 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
         : t->elements != want            ? "another element count"
                                          : NULL;
     if (bad)
-        return fail(ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
-                    "stage %d received from stage %u %s %s of %llu "
-                    "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
-                    "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
-                    g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
-                    (unsigned long long)t->elements, t->dtype, t->micro_batch,
-                    (unsigned long long)t->step, bad,
-                    k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->dtype,
-                    g->batch);
+        return fail(
+            ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
+            "stage %d received from stage %u %s %s of %llu "
+            "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
+            "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
+            g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
+            (unsigned long long)t->elements, t->dtype, t->micro_batch, (unsigned long long)t->step,
+            bad, k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->dtype, g->batch);
     if (g->send_mem) { /* the tensor, through the registry, which checks its range */
         void *p = NULL;
         char why[256] = "no tensor";
@@ -463,7 +461,7 @@ static int stage_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
     if (t->kind == TR__PIPE_START) return start(ctx, g, t);
     if (!g->running) return 0; /* a failed batch's late transfer */
-    if (g->held_rc) /* prev runs the batch now: the start's failure can be told */
+    if (g->held_rc)            /* prev runs the batch now: the start's failure can be told */
         return fail(ctx, g, t->kind == TR__PIPE_ABORT ? msg->sender : TR_ACTOR_NONE, false,
                     g->held_rc, "%s", g->held_why);
     if (t->kind == TR__PIPE_ABORT)
@@ -579,8 +577,7 @@ static int spawn_stage(tr_pipe_t *p, int s, char *err, size_t len)
     stage_t *g = &p->st[s];
     char name[32];
     snprintf(name, sizeof(name), "stage%d", s);
-    tr_actor_opts_t ao = {
-        .name = name, .pinned = 1, .defer_stop = 1, .lane_kind = TR_LANE_COMPUTE};
+    tr_actor_opts_t ao = {.name = name, .pinned = 1, .defer_stop = 1, .lane_kind = TR_LANE_COMPUTE};
     int rc = tr_actor_spawn(p->rt, stage_behaviour, g, &ao, &p->ids[s]);
     if (rc < 0)
         return tr__errf(err, len, rc, "pipeline: spawning stage %d: %s", s, tr_strerror(rc));
@@ -634,8 +631,7 @@ static int spawn(tr_pipe_t *p, const tr_pipe_run_opts_t *o, int rank, int world,
 {
     tr_actor_opts_t ro = {.name = "pipe-runner", .defer_stop = 1};
     int rc = tr_actor_spawn(p->rt, runner_behaviour, p, &ro, &p->runner);
-    if (rc < 0)
-        return tr__errf(err, len, rc, "pipeline: spawning its runner: %s", tr_strerror(rc));
+    if (rc < 0) return tr__errf(err, len, rc, "pipeline: spawning its runner: %s", tr_strerror(rc));
     for (int s = p->lo; rc == 0 && s < p->hi; s++)
         rc = make_stage(p, o, s, err, len);
     for (int s = p->lo; rc == 0 && s < p->hi; s++)
@@ -725,11 +721,11 @@ static int send_start(tr_pipe_t *p, tr_actor_t to, unsigned long long step,
 {
     tr_msg_t *m = tr_msg_new(p->rt, TR_MSG_PIPE_XFER);
     if (!m) return TR_ENOMEM;
-    *TR_MSG_AS(m, pipe_xfer) = (tr_msg_pipe_xfer_t){
-        .kind = TR__PIPE_START,
-        .step = step,
-        .data = batch ? batch->tensor[0] : (tr_tensor_ref_t){0},
-        .data2 = batch ? batch->tensor[1] : (tr_tensor_ref_t){0}};
+    *TR_MSG_AS(m, pipe_xfer) =
+        (tr_msg_pipe_xfer_t){.kind = TR__PIPE_START,
+                             .step = step,
+                             .data = batch ? batch->tensor[0] : (tr_tensor_ref_t){0},
+                             .data2 = batch ? batch->tensor[1] : (tr_tensor_ref_t){0}};
     m->step = step;
     int rc = tr_actor_send(p->rt, to, m);
     if (rc < 0) tr_msg_free(p->rt, m);

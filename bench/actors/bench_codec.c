@@ -41,8 +41,7 @@ static double encode_ns(const tr_msg_t *m, long n)
     size_t len;
     uint64_t t0 = tr_now_ns();
     for (long i = 0; i < n; i++)
-        if (tr_msg_encode(m, buf, sizeof(buf), &len) < 0)
-            abort();
+        if (tr_msg_encode(m, buf, sizeof(buf), &len) < 0) abort();
     return (double)(tr_now_ns() - t0) / (double)n;
 }
 
@@ -51,8 +50,7 @@ static double decode_ns(tr_runtime_t *rt, const char *buf, size_t len, long n)
     uint64_t t0 = tr_now_ns();
     for (long i = 0; i < n; i++) {
         tr_msg_t *out;
-        if (tr_msg_decode(rt, buf, len, &out, NULL, 0) < 0)
-            abort();
+        if (tr_msg_decode(rt, buf, len, &out, NULL, 0) < 0) abort();
         tr_msg_free(rt, out);
     }
     return (double)(tr_now_ns() - t0) / (double)n;
@@ -89,8 +87,7 @@ static double plain_msgpack_ns(long n)
         for (int k = 0; k < 5; k++)
             msgpack_pack_uint64(&pk, (uint64_t)i * 1000003u + (uint64_t)k);
         size_t off = 0;
-        if (msgpack_unpack_next(&u, sb.data, sb.size, &off) != MSGPACK_UNPACK_SUCCESS)
-            abort();
+        if (msgpack_unpack_next(&u, sb.data, sb.size, &off) != MSGPACK_UNPACK_SUCCESS) abort();
         sum += u.data.via.array.ptr[4].via.u64;
     }
     double ns = (double)(tr_now_ns() - t0) / (double)n;
@@ -113,12 +110,10 @@ typedef struct player {
 static int serve(tr_ctx_t *ctx, tr_actor_t to, uint64_t count)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_TIMER);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, timer)->count = count;
     int rc = tr_actor_send(ctx->rt, to, m);
-    if (rc < 0)
-        tr_msg_free(ctx->rt, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
 }
 
@@ -131,8 +126,7 @@ static int play(tr_ctx_t *ctx, tr_msg_t *msg)
         size_t len;
         tr_msg_t *copy;
         int rc = tr_msg_encode(msg, buf, sizeof(buf), &len);
-        if (rc < 0 || (rc = tr_msg_decode(ctx->rt, buf, len, &copy, NULL, 0)) < 0)
-            return rc;
+        if (rc < 0 || (rc = tr_msg_decode(ctx->rt, buf, len, &copy, NULL, 0)) < 0) return rc;
         count = TR_MSG_AS(copy, timer)->count;
         tr_msg_free(ctx->rt, copy);
     }
@@ -149,20 +143,16 @@ static double hop_ns(long hops, unsigned workers, int codec)
 {
     tr_runtime_t *rt;
     tr_runtime_opts_t opts = {.n_workers = workers};
-    if (tr_runtime_init(&rt, &opts) < 0)
-        abort();
+    if (tr_runtime_init(&rt, &opts) < 0) abort();
     player_t a = {.limit = hops, .codec = codec}, b = a;
     tr_actor_t pa, pb;
-    if (tr_actor_spawn(rt, play, &b, NULL, &pb) < 0)
-        abort();
+    if (tr_actor_spawn(rt, play, &b, NULL, &pb) < 0) abort();
     a.partner = pb;
-    if (tr_actor_spawn(rt, play, &a, NULL, &pa) < 0)
-        abort();
+    if (tr_actor_spawn(rt, play, &a, NULL, &pa) < 0) abort();
     b.partner = pa;
     tr_msg_t *first = tr_msg_new(rt, TR_MSG_TIMER);
     a.t0 = b.t0 = tr_now_ns();
-    if (tr_actor_send(rt, pb, first) < 0)
-        abort();
+    if (tr_actor_send(rt, pb, first) < 0) abort();
     tr_runtime_run(rt);
     tr_runtime_close(rt);
     uint64_t end = a.t1 > b.t1 ? a.t1 : b.t1;
@@ -180,13 +170,11 @@ int main(int argc, char **argv)
     unsigned workers = argc > 2 ? (unsigned)atoi(argv[2]) : 1;
     tr_runtime_t *rt;
     tr_runtime_opts_t opts = {.n_workers = 1};
-    if (n <= 0 || tr_runtime_init(&rt, &opts) < 0)
-        return 2;
+    if (n <= 0 || tr_runtime_init(&rt, &opts) < 0) return 2;
     tr_msg_t *m = timer_msg(rt);
     char buf[256];
     size_t len;
-    if (tr_msg_encode(m, buf, sizeof(buf), &len) < 0)
-        return 1;
+    if (tr_msg_encode(m, buf, sizeof(buf), &len) < 0) return 1;
     double enc = 1e30, dec = 1e30, both = 1e30, plain = 1e30, hop = 1e30, hop_codec = 1e30;
     for (int r = 0; r < RUNS; r++) {
         enc = best(enc, encode_ns(m, n));

@@ -17,28 +17,28 @@
 #include "harness.h"
 
 /* Savina's standard parameters (shamsimam/savina, the *Config.java files), and skynet's. */
-#define PINGPONG_N 40000       /* pings */
-#define COUNTING_N 1000000     /* increments */
-#define THREADRING_ACTORS 100
-#define THREADRING_HOPS 100000
+#define PINGPONG_N          40000   /* pings */
+#define COUNTING_N          1000000 /* increments */
+#define THREADRING_ACTORS   100
+#define THREADRING_HOPS     100000
 #define CHAMENEOS_CREATURES 100
-#define CHAMENEOS_MEETINGS 200000
-#define BIG_ACTORS 120
-#define BIG_PINGS 20000        /* pings per actor */
-#define FJTHRPUT_ACTORS 60
-#define FJTHRPUT_N 10000       /* messages per actor */
-#define FIB_N 25
-#define FIB_EXPECT 75025ull
-#define SKYNET_LEAVES 1000000
-#define SKYNET_FANOUT 10
-#define SKYNET_EXPECT 499999500000ull
-#define FANIN_TOTAL 2000000    /* messages per fan-in run, split among the producers */
-#define FANIN_CHUNK 1000       /* messages a producer sends per activation */
-#define LATENCY_SAMPLES 2000
-#define LATENCY_WARMUP 20
-#define LATENCY_GAP_NS 1000000 /* ~1 ms between wake-ups: the runtime parks in between */
-#define IDLE_ACTORS 4
-#define IDLE_MS 2000u
+#define CHAMENEOS_MEETINGS  200000
+#define BIG_ACTORS          120
+#define BIG_PINGS           20000 /* pings per actor */
+#define FJTHRPUT_ACTORS     60
+#define FJTHRPUT_N          10000 /* messages per actor */
+#define FIB_N               25
+#define FIB_EXPECT          75025ull
+#define SKYNET_LEAVES       1000000
+#define SKYNET_FANOUT       10
+#define SKYNET_EXPECT       499999500000ull
+#define FANIN_TOTAL         2000000 /* messages per fan-in run, split among the producers */
+#define FANIN_CHUNK         1000    /* messages a producer sends per activation */
+#define LATENCY_SAMPLES     2000
+#define LATENCY_WARMUP      20
+#define LATENCY_GAP_NS      1000000 /* ~1 ms between wake-ups: the runtime parks in between */
+#define IDLE_ACTORS         4
+#define IDLE_MS             2000u
 
 /* --- helpers (static inline: each file keeps its own copy, nothing to link) ------------ */
 
@@ -48,13 +48,10 @@ static inline int bench_send(tr_runtime_t *rt, tr_actor_t to, uint32_t type, con
                              size_t len)
 {
     tr_msg_t *m = tr_msg_alloc(rt, type, len);
-    if (!m)
-        return TR_ENOMEM;
-    if (len)
-        memcpy(tr_msg_body(m), body, len);
+    if (!m) return TR_ENOMEM;
+    if (len) memcpy(tr_msg_body(m), body, len);
     int rc = tr_actor_send(rt, to, m);
-    if (rc < 0)
-        tr_msg_free(rt, m);
+    if (rc < 0) tr_msg_free(rt, m);
     return rc;
 }
 
@@ -75,8 +72,7 @@ static inline int bench_rt_open(const bench_args_t *a, tr_runtime_t **rt)
 {
     tr_runtime_opts_t o = {.n_workers = a->workers};
     int rc = tr_runtime_init(rt, &o);
-    if (rc < 0)
-        fprintf(stderr, "bench: tr_runtime_init: %s\n", tr_strerror(rc));
+    if (rc < 0) fprintf(stderr, "bench: tr_runtime_init: %s\n", tr_strerror(rc));
     return rc;
 }
 
@@ -93,10 +89,8 @@ static inline int bench_rt_finish(tr_runtime_t *rt, int setup_rc, const char *na
         tr_runtime_shutdown(rt, "setup failed");
     }
     int rc = tr_runtime_run(rt);
-    if (ms)
-        *ms = (double)(tr_now_ns() - t0) / 1e6;
-    if (rc < 0)
-        fprintf(stderr, "%s: %s\n", name, tr_runtime_failure(rt));
+    if (ms) *ms = (double)(tr_now_ns() - t0) / 1e6;
+    if (rc < 0) fprintf(stderr, "%s: %s\n", name, tr_runtime_failure(rt));
     tr_runtime_close(rt);
     return rc < 0 || setup_rc < 0 ? -1 : 0;
 }

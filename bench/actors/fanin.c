@@ -25,12 +25,10 @@ static int producer(tr_ctx_t *ctx, tr_msg_t *m)
     uint64_t n = s->left < FANIN_CHUNK ? s->left : FANIN_CHUNK;
     for (uint64_t i = 0; i < n; i++) {
         int rc = bench_send_u64(ctx->rt, s->consumer, MSG_DATA, s->left - i);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     s->left -= n;
-    if (s->left == 0)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (s->left == 0) return tr_actor_stop(ctx->rt, ctx->self);
     return bench_send(ctx->rt, ctx->self, MSG_GO, NULL, 0);
 }
 
@@ -38,8 +36,7 @@ static int consumer(tr_ctx_t *ctx, tr_msg_t *m)
 {
     consumer_t *s = ctx->state;
     s->sum += bench_body_u64(m);
-    if (++s->received == FANIN_TOTAL)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (++s->received == FANIN_TOTAL) return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -47,8 +44,7 @@ static int consumer(tr_ctx_t *ctx, tr_msg_t *m)
 static int fanin_once(const bench_args_t *a, unsigned p, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     consumer_t cs = {0};
     producer_t ps[8];
     tr_actor_t c, addr[8];
@@ -61,8 +57,7 @@ static int fanin_once(const bench_args_t *a, unsigned p, double *ms)
     }
     for (unsigned i = 0; i < p && rc == 0; i++)
         rc = bench_send(rt, addr[i], MSG_GO, NULL, 0);
-    if (bench_rt_finish(rt, rc, "fanin", t0, ms) < 0)
-        return -1;
+    if (bench_rt_finish(rt, rc, "fanin", t0, ms) < 0) return -1;
     uint64_t want = p * (per * (per + 1) / 2);
     if (cs.received != FANIN_TOTAL || cs.sum != want) {
         fprintf(stderr, "fanin_%u: received %llu (sum %llu), expected %d (sum %llu)\n", p,
@@ -80,12 +75,10 @@ int bench_fanin(const bench_args_t *a)
         unsigned p = producers[k];
         char name[32];
         snprintf(name, sizeof(name), "fanin_%u", p);
-        if (!bench_selected(a, name))
-            continue;
+        if (!bench_selected(a, name)) continue;
         double ms[BENCH_MAX_REPS];
         for (int r = 0; r < a->reps; r++)
-            if (fanin_once(a, p, &ms[r]) < 0)
-                return -1;
+            if (fanin_once(a, p, &ms[r]) < 0) return -1;
         double med = bench_median(ms, a->reps);
         bench_print(name, FANIN_TOTAL / (med / 1e3) / 1e6, "Mmsg/s");
     }

@@ -43,8 +43,8 @@ static inline int bench_parse(int argc, char **argv, bench_args_t *a)
         else if (!strcmp(argv[i], "--workers") && v)
             a->workers = (unsigned)atoi(v);
         else {
-            fprintf(stderr, "usage: %s [--only NAME] [--reps N (1..%d)] [--workers N]\n",
-                    argv[0], BENCH_MAX_REPS);
+            fprintf(stderr, "usage: %s [--only NAME] [--reps N (1..%d)] [--workers N]\n", argv[0],
+                    BENCH_MAX_REPS);
             return -1;
         }
         i++;
@@ -91,15 +91,15 @@ static inline double bench_idle_pct(unsigned settle_ms, unsigned window_ms)
              "s() { echo \"$(date +%%s%%N) $(cat /proc/%d/task/*/schedstat |"
              " awk '{s += $1} END {if (NR) printf \"%%.0f\", s}')\"; };"
              " sleep %u.%03u; a=$(s); sleep %u.%03u; b=$(s); echo \"$a\"; echo \"$b\"",
-             (int)getpid(), settle_ms / 1000, settle_ms % 1000, window_ms / 1000,
-             window_ms % 1000);
+             (int)getpid(), settle_ms / 1000, settle_ms % 1000, window_ms / 1000, window_ms % 1000);
     FILE *sh = popen(cmd, "r");
     unsigned long long t0 = 0, c0 = 0, t1 = 0, c1 = 0;
     int got = sh ? fscanf(sh, "%llu %llu %llu %llu", &t0, &c0, &t1, &c1) : -1;
     int status = sh ? pclose(sh) : -1;
     if (got != 4 || status != 0 || t1 <= t0 || c1 < c0) {
-        fprintf(stderr, "idle_cpu: could not read this process's CPU time from "
-                        "/proc/%d/task/*/schedstat (%d of 4 numbers, shell status %d)\n",
+        fprintf(stderr,
+                "idle_cpu: could not read this process's CPU time from "
+                "/proc/%d/task/*/schedstat (%d of 4 numbers, shell status %d)\n",
                 (int)getpid(), got, status);
         return -1;
     }
@@ -148,8 +148,7 @@ static inline uint32_t bench_rand(uint64_t *state, uint32_t bound)
 }
 
 /* The machine-readable result line that run.sh parses, with `digits` decimals. */
-static inline void bench_print_digits(const char *name, double value, int digits,
-                                      const char *unit)
+static inline void bench_print_digits(const char *name, double value, int digits, const char *unit)
 {
     printf("%s: %.*f %s\n", name, digits, value, unit);
     fflush(stdout);

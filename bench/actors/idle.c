@@ -33,10 +33,8 @@ static int lat_actor(tr_ctx_t *ctx, tr_msg_t *m)
 {
     uint64_t now = tr_now_ns();
     lat_actor_t *s = ctx->state;
-    if (s->n >= LATENCY_WARMUP)
-        s->samples[s->n - LATENCY_WARMUP] = now - bench_body_u64(m);
-    if (++s->n == LATENCY_WARMUP + LATENCY_SAMPLES)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (s->n >= LATENCY_WARMUP) s->samples[s->n - LATENCY_WARMUP] = now - bench_body_u64(m);
+    if (++s->n == LATENCY_WARMUP + LATENCY_SAMPLES) return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -112,22 +110,19 @@ static void *lat_send_loop(void *arg)
         bench_sleep_ns(LATENCY_GAP_NS);
         s->rc = bench_send_u64(s->rt, s->to, MSG_STAMP, tr_now_ns());
     }
-    if (s->rc < 0)
-        tr_actor_stop(s->rt, s->to); /* so that tr_runtime_run returns */
+    if (s->rc < 0) tr_actor_stop(s->rt, s->to); /* so that tr_runtime_run returns */
     return NULL;
 }
 
 static int wakeup_once(const bench_args_t *a, uint64_t *samples)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     lat_actor_t st = {.samples = samples};
     lat_sender_t snd = {.rt = rt};
     pthread_t th;
     int rc = tr_actor_spawn(rt, lat_actor, &st, NULL, &snd.to);
-    if (rc == 0 && pthread_create(&th, NULL, lat_send_loop, &snd) != 0)
-        rc = TR_EAGAIN;
+    if (rc == 0 && pthread_create(&th, NULL, lat_send_loop, &snd) != 0) rc = TR_EAGAIN;
     if (rc < 0) return bench_rt_finish(rt, rc, "wakeup", 0, NULL);
     return lat_finish(rt, "wakeup", &st, &snd.rc, &th);
 }
@@ -148,8 +143,7 @@ static int idle_actor(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_idle_cpu(const bench_args_t *a)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     uint64_t pokes[IDLE_ACTORS] = {0};
     tr_actor_t addr[IDLE_ACTORS];
     int n = 0, rc = 0;
@@ -160,8 +154,7 @@ int bench_idle_cpu(const bench_args_t *a)
     double pct = rc == 0 ? bench_idle_pct(100, IDLE_MS) : -1;
     for (int i = 0; i < n; i++)
         tr_actor_stop(rt, addr[i]);
-    if (bench_rt_finish(rt, rc, "idle_cpu", 0, NULL) < 0 || pct < 0)
-        return -1;
+    if (bench_rt_finish(rt, rc, "idle_cpu", 0, NULL) < 0 || pct < 0) return -1;
     bench_print_idle(pct);
     return 0;
 }

@@ -46,8 +46,7 @@ typedef struct pp_ping {
 static int pp_ping(tr_ctx_t *ctx, tr_msg_t *m)
 {
     pp_ping_t *s = ctx->state;
-    if (m->type == MSG_PONG)
-        s->pongs++;
+    if (m->type == MSG_PONG) s->pongs++;
     if (s->left == 0) {
         bench_send(ctx->rt, s->pong, MSG_STOP, NULL, 0);
         return tr_actor_stop(ctx->rt, ctx->self);
@@ -58,26 +57,21 @@ static int pp_ping(tr_ctx_t *ctx, tr_msg_t *m)
 
 static int pp_pong(tr_ctx_t *ctx, tr_msg_t *m)
 {
-    if (m->type == MSG_STOP)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (m->type == MSG_STOP) return tr_actor_stop(ctx->rt, ctx->self);
     return bench_send(ctx->rt, m->sender, MSG_PONG, NULL, 0);
 }
 
 int bench_pingpong(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     pp_ping_t ping = {.left = PINGPONG_N};
     tr_actor_t p;
     uint64_t t0 = tr_now_ns();
     int rc = tr_actor_spawn(rt, pp_pong, NULL, NULL, &ping.pong);
-    if (rc == 0)
-        rc = tr_actor_spawn(rt, pp_ping, &ping, NULL, &p);
-    if (rc == 0)
-        rc = bench_send(rt, p, MSG_START, NULL, 0);
-    if (bench_rt_finish(rt, rc, "pingpong", t0, ms) < 0)
-        return -1;
+    if (rc == 0) rc = tr_actor_spawn(rt, pp_ping, &ping, NULL, &p);
+    if (rc == 0) rc = bench_send(rt, p, MSG_START, NULL, 0);
+    if (bench_rt_finish(rt, rc, "pingpong", t0, ms) < 0) return -1;
     if (ping.pongs != PINGPONG_N) {
         fprintf(stderr, "pingpong: %llu pongs, expected %d\n", (unsigned long long)ping.pongs,
                 PINGPONG_N);
@@ -102,8 +96,7 @@ static int count_producer(tr_ctx_t *ctx, tr_msg_t *m)
     }
     for (int i = 0; i < COUNTING_N; i++) {
         int rc = bench_send(ctx->rt, s->counter, MSG_INC, NULL, 0);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     return bench_send(ctx->rt, s->counter, MSG_GET, NULL, 0);
 }
@@ -122,22 +115,18 @@ static int count_counter(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_counting(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     uint64_t count = 0;
     count_producer_t prod = {0};
     tr_actor_t p;
     uint64_t t0 = tr_now_ns();
     int rc = tr_actor_spawn(rt, count_counter, &count, NULL, &prod.counter);
-    if (rc == 0)
-        rc = tr_actor_spawn(rt, count_producer, &prod, NULL, &p);
-    if (rc == 0)
-        rc = bench_send(rt, p, MSG_START, NULL, 0);
-    if (bench_rt_finish(rt, rc, "counting", t0, ms) < 0)
-        return -1;
+    if (rc == 0) rc = tr_actor_spawn(rt, count_producer, &prod, NULL, &p);
+    if (rc == 0) rc = bench_send(rt, p, MSG_START, NULL, 0);
+    if (bench_rt_finish(rt, rc, "counting", t0, ms) < 0) return -1;
     if (prod.result != COUNTING_N) {
-        fprintf(stderr, "counting: counted %llu, expected %d\n",
-                (unsigned long long)prod.result, COUNTING_N);
+        fprintf(stderr, "counting: counted %llu, expected %d\n", (unsigned long long)prod.result,
+                COUNTING_N);
         return -1;
     }
     return 0;
@@ -163,8 +152,7 @@ static int ring_node(tr_ctx_t *ctx, tr_msg_t *m)
     }
     if (left > 1) {
         int rc = bench_send_u64(ctx->rt, s->next, MSG_EXIT, left - 1);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     return tr_actor_stop(ctx->rt, ctx->self);
 }
@@ -172,8 +160,7 @@ static int ring_node(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_threadring(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     ring_node_t nodes[THREADRING_ACTORS];
     memset(nodes, 0, sizeof(nodes));
     tr_actor_t addr[THREADRING_ACTORS];
@@ -184,10 +171,8 @@ int bench_threadring(const bench_args_t *a, double *ms)
     /* the ring is closed before any token moves: nothing runs until the first send */
     for (int i = 0; i < THREADRING_ACTORS && rc == 0; i++)
         nodes[i].next = addr[(i + 1) % THREADRING_ACTORS];
-    if (rc == 0)
-        rc = bench_send_u64(rt, addr[0], MSG_TOKEN, THREADRING_HOPS);
-    if (bench_rt_finish(rt, rc, "threadring", t0, ms) < 0)
-        return -1;
+    if (rc == 0) rc = bench_send_u64(rt, addr[0], MSG_TOKEN, THREADRING_HOPS);
+    if (bench_rt_finish(rt, rc, "threadring", t0, ms) < 0) return -1;
     uint64_t tokens = 0;
     for (int i = 0; i < THREADRING_ACTORS; i++)
         tokens += nodes[i].tokens;
@@ -205,8 +190,7 @@ enum { RED, YELLOW, BLUE, FADED };
 
 static uint32_t complement(uint32_t c, uint32_t other)
 {
-    if (c == FADED || other == FADED)
-        return FADED;
+    if (c == FADED || other == FADED) return FADED;
     return c == other ? c : 3 - c - other; /* the third colour */
 }
 
@@ -232,13 +216,11 @@ static int mall(tr_ctx_t *ctx, tr_msg_t *m)
     mall_t *s = ctx->state;
     if (m->type == MSG_COUNT) {
         s->sum += bench_body_u64(m);
-        if (++s->faded == CHAMENEOS_CREATURES)
-            return tr_actor_stop(ctx->rt, ctx->self);
+        if (++s->faded == CHAMENEOS_CREATURES) return tr_actor_stop(ctx->rt, ctx->self);
         return 0;
     }
     meet_t *mt = tr_msg_body(m);
-    if (s->meetings_left == 0)
-        return bench_send(ctx->rt, mt->from, MSG_EXIT, NULL, 0);
+    if (s->meetings_left == 0) return bench_send(ctx->rt, mt->from, MSG_EXIT, NULL, 0);
     if (tr_actor_is_none(s->waiting)) {
         s->waiting = mt->from;
         return 0;
@@ -283,8 +265,7 @@ static int creature(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_chameneos(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     mall_t ms_state = {.meetings_left = CHAMENEOS_MEETINGS};
     creature_t cs[CHAMENEOS_CREATURES];
     tr_actor_opts_t copts = {.init = creature_init};
@@ -295,8 +276,7 @@ int bench_chameneos(const bench_args_t *a, double *ms)
         cs[i] = (creature_t){.mall = m, .color = (uint32_t)(i % 3)};
         rc = tr_actor_spawn(rt, creature, &cs[i], &copts, &c);
     }
-    if (bench_rt_finish(rt, rc, "chameneos", t0, ms) < 0)
-        return -1;
+    if (bench_rt_finish(rt, rc, "chameneos", t0, ms) < 0) return -1;
     if (ms_state.sum != 2ull * CHAMENEOS_MEETINGS) {
         fprintf(stderr, "chameneos: %llu meetings counted, expected %d\n",
                 (unsigned long long)ms_state.sum, 2 * CHAMENEOS_MEETINGS);
@@ -309,10 +289,10 @@ int bench_chameneos(const bench_args_t *a, double *ms)
 
 typedef struct big_actor {
     uint32_t id;
-    int32_t expected;       /* the neighbour the last ping went to */
+    int32_t expected; /* the neighbour the last ping went to */
     uint64_t pings, pongs, errors;
     uint64_t rng;
-    const tr_actor_t *all;  /* every big actor, by id */
+    const tr_actor_t *all; /* every big actor, by id */
     tr_actor_t sink;
 } big_actor_t;
 
@@ -330,12 +310,9 @@ static int big_actor(tr_ctx_t *ctx, tr_msg_t *m)
         return bench_send_u64(ctx->rt, s->all[bench_body_u64(m)], MSG_PONG, s->id);
     case MSG_PONG:
         from = (int64_t)bench_body_u64(m);
-        if (from >= 0)
-            s->pongs++;
-        if (from != s->expected)
-            s->errors++;
-        if (s->pings == BIG_PINGS)
-            return bench_send(ctx->rt, s->sink, MSG_EXIT, NULL, 0);
+        if (from >= 0) s->pongs++;
+        if (from != s->expected) s->errors++;
+        if (s->pings == BIG_PINGS) return bench_send(ctx->rt, s->sink, MSG_EXIT, NULL, 0);
         s->expected = (int32_t)bench_rand(&s->rng, BIG_ACTORS);
         s->pings++;
         return bench_send_u64(ctx->rt, s->all[s->expected], MSG_PING, s->id);
@@ -347,12 +324,10 @@ static int big_actor(tr_ctx_t *ctx, tr_msg_t *m)
 static int big_sink(tr_ctx_t *ctx, tr_msg_t *m)
 {
     big_sink_t *s = ctx->state;
-    if (++s->exits < BIG_ACTORS)
-        return 0;
+    if (++s->exits < BIG_ACTORS) return 0;
     for (int i = 0; i < BIG_ACTORS; i++) {
         int rc = bench_send(ctx->rt, s->all[i], MSG_EXIT, NULL, 0);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     return tr_actor_stop(ctx->rt, ctx->self);
 }
@@ -360,8 +335,7 @@ static int big_sink(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_big(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     static big_actor_t st[BIG_ACTORS];
     static tr_actor_t all[BIG_ACTORS];
     big_sink_t sink_state = {.all = all};
@@ -375,8 +349,7 @@ int bench_big(const bench_args_t *a, double *ms)
     /* every address is known before the first pong starts the pinging */
     for (int i = 0; i < BIG_ACTORS && rc == 0; i++)
         rc = bench_send_u64(rt, all[i], MSG_PONG, (uint64_t)-1);
-    if (bench_rt_finish(rt, rc, "big", t0, ms) < 0)
-        return -1;
+    if (bench_rt_finish(rt, rc, "big", t0, ms) < 0) return -1;
     uint64_t pongs = 0, errors = 0;
     for (int i = 0; i < BIG_ACTORS; i++) {
         pongs += st[i].pongs;
@@ -405,16 +378,14 @@ static int fj_actor(tr_ctx_t *ctx, tr_msg_t *m)
     fj_actor_t *s = ctx->state;
     double sint = sin(fj_theta);
     s->acc += sint * sint;
-    if (++s->handled == FJTHRPUT_N)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (++s->handled == FJTHRPUT_N) return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
 int bench_fjthrput(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     fj_actor_t st[FJTHRPUT_ACTORS];
     memset(st, 0, sizeof(st));
     tr_actor_t addr[FJTHRPUT_ACTORS];
@@ -425,8 +396,7 @@ int bench_fjthrput(const bench_args_t *a, double *ms)
     for (int n = 0; n < FJTHRPUT_N && rc == 0; n++)
         for (int i = 0; i < FJTHRPUT_ACTORS && rc == 0; i++)
             rc = bench_send(rt, addr[i], MSG_WORK, NULL, 0);
-    if (bench_rt_finish(rt, rc, "fjthrput", t0, ms) < 0)
-        return -1;
+    if (bench_rt_finish(rt, rc, "fjthrput", t0, ms) < 0) return -1;
     uint64_t handled = 0;
     for (int i = 0; i < FJTHRPUT_ACTORS; i++)
         handled += st[i].handled;
@@ -471,8 +441,7 @@ static int fib_spawn_call(tr_ctx_t *ctx, uint64_t n)
         rc = tr_actor_spawn(ctx->rt, fib_leaf, NULL, NULL, &child);
     } else {
         static const tr_actor_opts_t opts = {.cleanup = fib_cleanup};
-        if (!(st = calloc(1, sizeof(*st))))
-            return TR_ENOMEM;
+        if (!(st = calloc(1, sizeof(*st)))) return TR_ENOMEM;
         rc = tr_actor_spawn(ctx->rt, fib_call, st, &opts, &child);
     }
     if (rc < 0) {
@@ -498,8 +467,7 @@ static int fib_call(tr_ctx_t *ctx, tr_msg_t *m)
         }
     }
     s->sum += v;
-    if (++s->responses < 2)
-        return 0;
+    if (++s->responses < 2) return 0;
     tr_actor_stop(ctx->rt, ctx->self);
     if (s->result) {
         *s->result = s->sum;
@@ -511,20 +479,17 @@ static int fib_call(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_fib(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     uint64_t result = 0;
     fib_call_t root = {.result = &result};
     tr_actor_t r;
     uint64_t t0 = tr_now_ns();
     int rc = tr_actor_spawn(rt, fib_call, &root, NULL, &r);
-    if (rc == 0)
-        rc = bench_send_u64(rt, r, MSG_REQUEST, FIB_N);
-    if (bench_rt_finish(rt, rc, "fib", t0, ms) < 0)
-        return -1;
+    if (rc == 0) rc = bench_send_u64(rt, r, MSG_REQUEST, FIB_N);
+    if (bench_rt_finish(rt, rc, "fib", t0, ms) < 0) return -1;
     if (result != FIB_EXPECT) {
-        fprintf(stderr, "fib: fib(%d) = %llu, expected %llu\n", FIB_N,
-                (unsigned long long)result, FIB_EXPECT);
+        fprintf(stderr, "fib: fib(%d) = %llu, expected %llu\n", FIB_N, (unsigned long long)result,
+                FIB_EXPECT);
         return -1;
     }
     return 0;

@@ -48,8 +48,7 @@ static int sky_spawn_child(tr_ctx_t *ctx, sky_request_t rq)
     if (rq.size == 1) {
         rc = tr_actor_spawn(ctx->rt, sky_leaf, NULL, NULL, &child);
     } else {
-        if (!(st = calloc(1, sizeof(*st))))
-            return TR_ENOMEM;
+        if (!(st = calloc(1, sizeof(*st)))) return TR_ENOMEM;
         rc = tr_actor_spawn(ctx->rt, sky_node, st, &opts, &child);
     }
     if (rc < 0) {
@@ -68,14 +67,12 @@ static int sky_node(tr_ctx_t *ctx, tr_msg_t *m)
         uint64_t step = rq->size / SKYNET_FANOUT;
         for (uint64_t i = 0; i < SKYNET_FANOUT; i++) {
             int rc = sky_spawn_child(ctx, (sky_request_t){rq->num + i * step, step});
-            if (rc < 0)
-                return rc;
+            if (rc < 0) return rc;
         }
         return 0;
     }
     s->sum += bench_body_u64(m);
-    if (++s->answers < SKYNET_FANOUT)
-        return 0;
+    if (++s->answers < SKYNET_FANOUT) return 0;
     tr_actor_stop(ctx->rt, ctx->self);
     if (s->result) {
         *s->result = s->sum;
@@ -87,18 +84,15 @@ static int sky_node(tr_ctx_t *ctx, tr_msg_t *m)
 int bench_skynet(const bench_args_t *a, double *ms)
 {
     tr_runtime_t *rt;
-    if (bench_rt_open(a, &rt) < 0)
-        return -1;
+    if (bench_rt_open(a, &rt) < 0) return -1;
     uint64_t result = 0;
     sky_node_t root = {.result = &result};
     sky_request_t rq = {0, SKYNET_LEAVES};
     tr_actor_t r;
     uint64_t t0 = tr_now_ns();
     int rc = tr_actor_spawn(rt, sky_node, &root, NULL, &r);
-    if (rc == 0)
-        rc = bench_send(rt, r, MSG_REQUEST, &rq, sizeof(rq));
-    if (bench_rt_finish(rt, rc, "skynet", t0, ms) < 0)
-        return -1;
+    if (rc == 0) rc = bench_send(rt, r, MSG_REQUEST, &rq, sizeof(rq));
+    if (bench_rt_finish(rt, rc, "skynet", t0, ms) < 0) return -1;
     if (result != SKYNET_EXPECT) {
         fprintf(stderr, "skynet: sum %llu, expected %llu\n", (unsigned long long)result,
                 SKYNET_EXPECT);

@@ -84,14 +84,20 @@ static tr_engine_t *engine(int stage, size_t floats, const char *trace_dir, task
         tr_config_destroy(cfg);
         return NULL;
     }
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 1,
-                          .init_params = 1, .trace_dir = trace_dir,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 1,
+                          .init_params = 1,
+                          .trace_dir = trace_dir,
                           .train = {.batch = sample, .user = task, .x_dim = task->x_dim}};
     tr_engine_t *eng = NULL;
     if (tr_engine_create(&eng, &o, err, sizeof(err)) < 0)
         fprintf(stderr, "bench_collectives: engine: %s\n", err);
-    if (!eng) tr_config_destroy(cfg);
-    else *cfgp = cfg;
+    if (!eng)
+        tr_config_destroy(cfg);
+    else
+        *cfgp = cfg;
     return eng;
 }
 
@@ -131,8 +137,10 @@ static double from_trace(const char *dir, int warmup, int reps, int world)
     if (n == reps)
         med = bench_median(v, n);
     else
-        fprintf(stderr, "bench_collectives: %s: %d of %d steps have a BUCKET and a REDUCED on "
-                "every rank\n", dir, n, reps);
+        fprintf(stderr,
+                "bench_collectives: %s: %d of %d steps have a BUCKET and a REDUCED on "
+                "every rank\n",
+                dir, n, reps);
     free(v);
     tr_trace_destroy(t);
     return med;

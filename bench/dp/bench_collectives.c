@@ -33,15 +33,19 @@ static int parse(int argc, char **argv, opts_t *o)
     *o = (opts_t){.sizes_mib = {1, 4, 16, 64}, .n_sizes = 4, .warmup = 3, .reps = 10};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--warmup") && v) o->warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && v) o->reps = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--warmup") && v)
+            o->warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && v)
+            o->reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && v) {
             o->n_sizes = 0;
             for (char *s = argv[++i]; *s && o->n_sizes < MAX_SIZES; s += *s == ',')
                 o->sizes_mib[o->n_sizes++] = (int)strtol(s, &s, 10);
         } else {
-            fprintf(stderr, "usage: bench_collectives [--sizes MiB,MiB,...] [--warmup W] "
-                    "[--reps R]\n (unknown or incomplete: %s)\n", argv[i]);
+            fprintf(stderr,
+                    "usage: bench_collectives [--sizes MiB,MiB,...] [--warmup W] "
+                    "[--reps R]\n (unknown or incomplete: %s)\n",
+                    argv[i]);
             return -1;
         }
     }
@@ -68,8 +72,8 @@ static double report(const char *who, bench_op_t op, int mib, double s, int worl
     }
     double bytes = (double)mib * 1048576.0, algbw, busbw;
     /* DeepSpeed's message size for a reduce-scatter is the output: each rank's share */
-    tr_comms_bw(name, op == BENCH_REDUCE_SCATTER ? bytes / world : bytes, s * 1e3, world,
-                &algbw, &busbw);
+    tr_comms_bw(name, op == BENCH_REDUCE_SCATTER ? bytes / world : bytes, s * 1e3, world, &algbw,
+                &busbw);
     printf("%s_%s_%dMiB_time: %.3f ms\n", who, name, mib, s * 1e3);
     printf("%s_%s_%dMiB_algbw: %.2f Gbps\n", who, name, mib, algbw);
     printf("%s_%s_%dMiB_busbw: %.2f Gbps\n", who, name, mib, busbw);
@@ -93,10 +97,11 @@ static void run_size(const opts_t *o, int mib, const char *tmpdir, int rank, int
         double a = report(who, actor_op, mib, actor, world);
         if (actor_op != op)
             printf("actor_stage2_%dMiB_note: this build runs ZeRO stage 2 as stage 1 (bucket "
-                   "all-reduced); no reduce-scatter to compare\n", mib);
+                   "all-reduced); no reduce-scatter to compare\n",
+                   mib);
         else if (a > 0 && b > 0)
-            printf("actor_%s_%dMiB_vs_mpi: %.3f x (busbw; bound >= 0.90: %s)\n",
-                   bench_op_name(op), mib, a / b, a / b >= 0.90 ? "met" : "NOT met");
+            printf("actor_%s_%dMiB_vs_mpi: %.3f x (busbw; bound >= 0.90: %s)\n", bench_op_name(op),
+                   mib, a / b, a / b >= 0.90 ? "met" : "NOT met");
         fflush(stdout);
     }
 }

@@ -34,8 +34,7 @@ static double one(bench_op_t op, float *send, int *counts, int count)
     MPI_Request r;
     double t0 = MPI_Wtime();
     int rc = op == BENCH_ALL_REDUCE
-                 ? MPI_Iallreduce(MPI_IN_PLACE, send, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                                  &r)
+                 ? MPI_Iallreduce(MPI_IN_PLACE, send, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r)
                  : MPI_Ireduce_scatter(MPI_IN_PLACE, send, counts, MPI_FLOAT, MPI_SUM,
                                        MPI_COMM_WORLD, &r);
     int done = 0;

@@ -23,17 +23,21 @@
 #include "tests/support/kernel_internals.h"
 #include "troupe.h"
 
-#define BS 8
-#define TS 128
-#define V 8192
+#define BS        8
+#define TS        128
+#define V         8192
 #define MAX_STEPS 1000
 
-static const tr_gpt2_config_t gpt2 = {.max_seq_len = TS, .vocab_size = V,
-                                      .padded_vocab_size = V, .num_layers = 6,
-                                      .num_heads = 6, .channels = 384};
+static const tr_gpt2_config_t gpt2 = {.max_seq_len = TS,
+                                      .vocab_size = V,
+                                      .padded_vocab_size = V,
+                                      .num_layers = 6,
+                                      .num_heads = 6,
+                                      .channels = 384};
 
 /* Batch `index`: deterministic tokens; targets are the next token. */
-static int batch_cb(void *user, uint64_t index, int b, int t, int *tokens, float *x, int *targets, float *y)
+static int batch_cb(void *user, uint64_t index, int b, int t, int *tokens, float *x, int *targets,
+                    float *y)
 {
     (void)user;
     (void)x;
@@ -84,15 +88,12 @@ static int plain_step(plain_t *p)
     batch_cb(NULL, p->index++, BS, TS, p->tokens, NULL, p->targets, NULL);
     tr_batch_t batch = {.B = BS, .T = TS, .tokens = p->tokens, .targets = p->targets};
     int rc = tr_model_forward(p->model, &batch, &p->loss);
-    if (rc == 0)
-        rc = tr_model_backward(p->model, NULL, NULL);
-    if (rc < 0)
-        return rc;
+    if (rc == 0) rc = tr_model_backward(p->model, NULL, NULL);
+    if (rc < 0) return rc;
     size_t n = tr_model_num_params(p->model);
     float *g = tr_model_grads(p->model);
     double norm;
-    if (tr_grad_norm_finish(tr_grad_sumsq(g, n), &norm) < 0)
-        return TR_ENONFINITE;
+    if (tr_grad_norm_finish(tr_grad_sumsq(g, n), &norm) < 0) return TR_ENONFINITE;
     tr_adam_state_advance(&p->adam, &p->st);
     float mul = tr_grad_clip_mul(norm, 1.0, 1.0), *w = tr_model_params(p->model);
     for (int i = 0; i < tr_model_num_layers(p->model); i++) { /* decay as the engine does */
@@ -129,8 +130,12 @@ static tr_engine_t *new_engine(uint64_t seed, const char *trace_dir, int wire_ch
         fprintf(stderr, "bench_engine: bad built-in config\n");
         exit(1);
     }
-    tr_engine_opts_t o = {.config_path = NULL, .model = new_model(), .seq_len = TS, .seed = seed,
-                          .init_params = 1, .trace_dir = trace_dir,
+    tr_engine_opts_t o = {.config_path = NULL,
+                          .model = new_model(),
+                          .seq_len = TS,
+                          .seed = seed,
+                          .init_params = 1,
+                          .trace_dir = trace_dir,
                           .train = {.batch = batch_cb}};
     o.config = cfg;
     tr_engine_t *eng;
@@ -159,16 +164,14 @@ static double median(double *v, int n)
 static int arg_int(int argc, char **argv, const char *name, int dflt)
 {
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name))
-            return atoi(argv[i + 1]);
+        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
     return dflt;
 }
 
 static const char *arg_str(int argc, char **argv, const char *name)
 {
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name))
-            return argv[i + 1];
+        if (!strcmp(argv[i], name)) return argv[i + 1];
     return NULL;
 }
 
@@ -184,8 +187,7 @@ int main(int argc, char **argv)
 {
     tr_blas_reexec_if_needed(argc, argv);
     int steps = arg_int(argc, argv, "--steps", 10), threads = arg_int(argc, argv, "--threads", 2);
-    if (steps < 1 || steps > MAX_STEPS)
-        steps = 10;
+    if (steps < 1 || steps > MAX_STEPS) steps = 10;
     char dir[256];
     const char *trace_dir = arg_str(argc, argv, "--trace-dir");
     if (!trace_dir) {
@@ -223,7 +225,8 @@ int main(int argc, char **argv)
     printf("wire_check_loss: %.6f\n", st_wire.loss);
     printf("same_loss: %s\n", plain->loss == st_eng.loss && st_eng.loss == st_traced.loss &&
                                       st_eng.loss == st_wire.loss
-                                  ? "yes" : "NO (the four did not compute the same steps)");
+                                  ? "yes"
+                                  : "NO (the four did not compute the same steps)");
     tr_engine_destroy(wired);
     tr_engine_destroy(traced);
     tr_engine_destroy(eng);

@@ -43,8 +43,7 @@ static double now(void)
 static float *alloc_floats(size_t n)
 {
     void *ptr = NULL;
-    if (posix_memalign(&ptr, 64, n * sizeof(float)))
-        return NULL;
+    if (posix_memalign(&ptr, 64, n * sizeof(float))) return NULL;
     return ptr;
 }
 
@@ -131,8 +130,13 @@ static void fill(void *ctx, size_t b, size_t e, int thread)
  * (other processes on the machine) hits both alike. */
 static void best_times(arrays_t *a, int reps, double *t_adam, double *t_bound)
 {
-    tr_adam_opts_t o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                        .weight_decay = 0.0f, .adamw_mode = 1, .bias_correction = 1};
+    tr_adam_opts_t o = {.lr = 1e-3f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.999f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.0f,
+                        .adamw_mode = 1,
+                        .bias_correction = 1};
     tr_adam_state_t st;
     tr_adam_state_init(&st);
     tr_adam_step(&o, &st, a->p, a->g, a->m, a->v, a->n); /* warm-up */
@@ -154,17 +158,15 @@ static double torch_rate(const char *script, size_t n, int threads)
 {
     const char *py = getenv("TR_BENCH_PYTHON");
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s %s %zu %d 2>/dev/null", py ? py : "/usr/bin/python3", script,
-             n, threads);
+    snprintf(cmd, sizeof(cmd), "%s %s %zu %d 2>/dev/null", py ? py : "/usr/bin/python3", script, n,
+             threads);
     FILE *f = popen(cmd, "r");
-    if (!f)
-        return 0.0;
+    if (!f) return 0.0;
     char line[256];
     double rate = 0.0;
     while (fgets(line, sizeof(line), f)) {
         double r;
-        if (sscanf(line, "torch_adam_best: %lf", &r) == 1)
-            rate = r;
+        if (sscanf(line, "torch_adam_best: %lf", &r) == 1) rate = r;
         fputs(line[0] == '#' ? line : "", stdout); /* pass the peer's settings through */
     }
     pclose(f);
@@ -175,8 +177,7 @@ int main(int argc, char **argv)
 {
     const char *script = argc > 1 ? argv[1] : TR_SOURCE_DIR "/bench/peers/torch_adam.py";
     size_t sizes[] = {10000000, 50000000};
-    printf("# isa %s; best of repetitions; bytes per parameter 28\n",
-           tr__isa_name(tr__isa_get()));
+    printf("# isa %s; best of repetitions; bytes per parameter 28\n", tr__isa_name(tr__isa_get()));
     for (int s = 0; s < 2; s++) {
         size_t n = sizes[s];
         int reps = n > 20000000 ? 8 : 20;

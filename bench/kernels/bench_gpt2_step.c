@@ -210,8 +210,13 @@ int main(int argc, char **argv)
     // AdamW as the engine runs it (DeepSpeed's defaults), over the whole parameter buffer; the
     // fp32 and the bf16 model step in turn, so that both meet the same disturbances
     size_t n = tr_model_num_params(m);
-    tr_adam_opts_t adam = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                           .weight_decay = 0.01f, .adamw_mode = 1, .bias_correction = 1};
+    tr_adam_opts_t adam = {.lr = 1e-4f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.999f,
+                           .eps = 1e-8f,
+                           .weight_decay = 0.01f,
+                           .adamw_mode = 1,
+                           .bias_correction = 1};
     for (int k = 0; k < 2; k++) {
         run[k].mom = calloc(n, sizeof(float));
         run[k].var = calloc(n, sizeof(float));

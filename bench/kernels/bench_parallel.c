@@ -27,9 +27,9 @@
 #include "tests/support/kernel_internals.h"
 #include "troupe/blas.h"
 
-#define M 1024
-#define K 768
-#define N 3072
+#define M         1024
+#define K         768
+#define N         3072
 #define GEMM_ROWS 64
 
 static double now(void)
@@ -52,8 +52,8 @@ static void gemm_rows(void *ctx, size_t begin, size_t end, int thread)
     while (in > seen && !atomic_compare_exchange_weak(&g->peak, &seen, in)) {
     }
     int m0 = (int)begin * GEMM_ROWS, m1 = (int)end * GEMM_ROWS < M ? (int)end * GEMM_ROWS : M;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m1 - m0, N, K, 1.0f,
-                g->a + (size_t)m0 * K, K, g->w, K, 0.0f, g->c + (size_t)m0 * N, N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m1 - m0, N, K, 1.0f, g->a + (size_t)m0 * K,
+                K, g->w, K, 0.0f, g->c + (size_t)m0 * N, N);
     atomic_fetch_sub(&g->inside, 1);
 }
 
@@ -135,7 +135,8 @@ int main(int argc, char **argv)
     size_t gn = (size_t)arg_int(argc, argv, "--gn-floats", 8 << 20);
     tr_parallel_set_threads(arg_int(argc, argv, "--threads", 0));
     openblas_set_num_threads(1); // as linear.c: one OpenBLAS thread per block, the pool splits
-    gemm_t g = {.a = malloc(sizeof(float) * M * K), .w = malloc(sizeof(float) * N * K),
+    gemm_t g = {.a = malloc(sizeof(float) * M * K),
+                .w = malloc(sizeof(float) * N * K),
                 .c = malloc(sizeof(float) * M * N)};
     float *grads = malloc(sizeof(float) * gn);
     for (size_t i = 0; i < (size_t)M * K; i++)

@@ -31,7 +31,8 @@ static double time_spans(tr_monitor_t *m, int n, int rounds, int send)
         uint64_t t0 = now_ns();
         for (int i = 0; i < n; i++) {
             tr_span_t s = {"grad_ready", t + (uint64_t)i * 10, t + (uint64_t)i * 10 + 5,
-                           (uint64_t)r, (uint32_t)i & 7, (uint32_t)i & 15, 4096, (uint64_t)i + 1};
+                           (uint64_t)r,  (uint32_t)i & 7,      (uint32_t)i & 15,
+                           4096,         (uint64_t)i + 1};
             if (send)
                 tr_monitor_send(m, (uint32_t)i & 15, (uint64_t)i + 1, "grad_ready", t + i);
             else
@@ -58,8 +59,8 @@ static double time_writer(const char *dir, int n)
         for (int i = 0; i < n && i < (1 << 16); i++, flow++) {
             uint64_t ts = t + flow * 1000;
             tr_monitor_send(m, (uint32_t)i & 15, flow, "grad_ready", ts);
-            tr_span_t s = {"grad_ready", ts + 200, ts + 900, 0, 0, ((uint32_t)i + 1) & 15, 4096,
-                           flow};
+            tr_span_t s = {"grad_ready",           ts + 200, ts + 900, 0, 0,
+                           ((uint32_t)i + 1) & 15, 4096,     flow};
             tr_monitor_span(m, &s);
         }
         uint64_t t0 = now_ns();
@@ -73,8 +74,11 @@ static double time_writer(const char *dir, int n)
 
 static tr_monitor_t *open_monitor(const char *dir, int enabled, int flight)
 {
-    tr_trace_opts_t o = {.enabled = enabled, .output_path = dir, .flight_recorder = flight,
-                         .buffer_events = 1 << 17, .flush_ms = 1000000};
+    tr_trace_opts_t o = {.enabled = enabled,
+                         .output_path = dir,
+                         .flight_recorder = flight,
+                         .buffer_events = 1 << 17,
+                         .flush_ms = 1000000};
     tr_monitor_t *m = NULL;
     if (tr_monitor_create(&o, &m)) {
         fprintf(stderr, "bench_recorder: cannot create a monitor in %s\n", dir);

@@ -24,7 +24,7 @@
 #include "layers.h"
 #include "task.h"
 
-#define HIDDEN 32
+#define HIDDEN      32
 #define VAL_BATCHES 8
 
 static uint64_t train_stream = MY_TASK_TRAIN, val_stream = MY_TASK_VAL;
@@ -41,7 +41,11 @@ static tr_engine_t *engine_new(const tr_config_t *cfg)
         return NULL;
     }
     tr_engine_opts_t o = {
-        .config = cfg, .model = model, .seq_len = 1, .seed = 1, .init_params = 1,
+        .config = cfg,
+        .model = model,
+        .seq_len = 1,
+        .seed = 1,
+        .init_params = 1,
         /* x_dim: floats of input per position (the first layer's in_dim); y_dim: floats of
          * target (the loss layer's): both checked by tr_engine_create */
         .train = {.batch = my_task_batch, .user = &train_stream, .x_dim = MY_TASK_IN, .y_dim = 1},

@@ -77,8 +77,11 @@ static void linear_init(tr_layer_t *l, float *params, uint64_t *rng)
 }
 
 static const tr_layer_ops_t linear_ops = {
-    .kind = "my_linear", .act_size = out_size, .forward = linear_forward,
-    .backward = linear_backward, .init = linear_init,
+    .kind = "my_linear",
+    .act_size = out_size,
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .init = linear_init,
 };
 
 int my_linear_create(tr_layer_t **out, const char *name, int C, int OC)
@@ -116,7 +119,10 @@ static int tanh_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 }
 
 static const tr_layer_ops_t tanh_ops = {
-    .kind = "my_tanh", .act_size = out_size, .forward = tanh_forward, .backward = tanh_backward,
+    .kind = "my_tanh",
+    .act_size = out_size,
+    .forward = tanh_forward,
+    .backward = tanh_backward,
 };
 
 int my_tanh_create(tr_layer_t **out, const char *name, int C)
@@ -158,7 +164,10 @@ static int mse_backward(tr_layer_t *l, tr_layer_ctx_t *c)
 }
 
 static const tr_layer_ops_t mse_ops = {
-    .kind = "my_mse", .act_size = out_size, .forward = mse_forward, .backward = mse_backward,
+    .kind = "my_mse",
+    .act_size = out_size,
+    .forward = mse_forward,
+    .backward = mse_backward,
 };
 
 int my_mse_create(tr_layer_t **out, const char *name, int D)
@@ -184,7 +193,8 @@ int my_mlp_create(tr_model_t **out, int C, int H, char *why, size_t why_len)
     if (!err) err = my_linear_create(&l[2], "fc1", H, 1);
     if (!err) err = my_mse_create(&l[3], "loss", 1);
     if (err) { // the layers made so far are still ours (none has state to destroy)
-        for (int i = 0; i < 4; i++) free(l[i]);
+        for (int i = 0; i < 4; i++)
+            free(l[i]);
         snprintf(why, why_len, "my_mlp_create(%d, %d): %s", C, H, tr_strerror(err));
         return err;
     }

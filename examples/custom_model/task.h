@@ -14,7 +14,7 @@
 
 /* Where a stream starts: the train and validation streams never overlap. */
 #define MY_TASK_TRAIN 0ull
-#define MY_TASK_VAL (1ull << 40)
+#define MY_TASK_VAL   (1ull << 40)
 
 /* Sample s: x (4 floats) and its target *y. */
 void my_task_sample(uint64_t s, float *x, float *y);

@@ -15,7 +15,7 @@
 
 #include <troupe.h>
 
-#define IN 8
+#define IN      8
 #define CLASSES 4
 
 static const char config_json[] =
@@ -32,8 +32,8 @@ static uint64_t mix(uint64_t x)
 }
 
 /* Sample s: inputs and class. `user` offsets the stream (train 0, validation 1 << 40). */
-static int make_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                      int *targets, float *y)
+static int make_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                      float *y)
 {
     uint64_t base = *(const uint64_t *)user + index * (uint64_t)(B * T);
     /* an MLP classifier reads floats and gives class ids */
@@ -65,10 +65,13 @@ static tr_engine_t *engine_new(const tr_config_t *cfg)
         fprintf(stderr, "model: %s\n", err);
         return NULL;
     }
-    tr_engine_opts_t o = {
-        .config = cfg, .model = model, .seq_len = 1, .seed = 1, .init_params = 1,
-        .train = {.batch = make_batch, .user = &train_offset, .x_dim = IN},
-        .val = {.batch = make_batch, .user = &val_offset, .x_dim = IN}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 1,
+                          .init_params = 1,
+                          .train = {.batch = make_batch, .user = &train_offset, .x_dim = IN},
+                          .val = {.batch = make_batch, .user = &val_offset, .x_dim = IN}};
     if (tr_engine_create(&eng, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "engine: %s\n", err);
         return NULL;
@@ -92,15 +95,12 @@ int main(int argc, char **argv)
     int rc = tr_config_from_string(config_json, strlen(config_json), "embed_mlp", 1, &cfg, &diag);
     tr_config_diag_close(&diag);
     tr_engine_t *eng = rc < 0 ? NULL : engine_new(cfg);
-    if (!eng)
-        return 1;
+    if (!eng) return 1;
     tr_step_stats_t st;
     float val0, val, reloaded;
-    if (tr_engine_eval(eng, 8, &val0) < 0)
-        return fail(eng, "eval");
+    if (tr_engine_eval(eng, 8, &val0) < 0) return fail(eng, "eval");
     for (int i = 0; i < 200; i++) {
-        if (tr_engine_train_batch(eng, &st) < 0)
-            return fail(eng, "train");
+        if (tr_engine_train_batch(eng, &st) < 0) return fail(eng, "train");
         if ((i + 1) % 50 == 0)
             printf("step %llu: loss %.4f\n", (unsigned long long)st.global_step, st.loss);
     }

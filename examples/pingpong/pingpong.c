@@ -16,8 +16,8 @@ typedef struct ball {
 } ball_t;
 
 typedef struct player {
-    uint64_t limit;     /* round trips to play */
-    uint64_t timer;     /* progress timer (ping only) */
+    uint64_t limit; /* round trips to play */
+    uint64_t timer; /* progress timer (ping only) */
     uint64_t t0;
     uint64_t last_hits;
     tr_actor_t partner;
@@ -26,12 +26,10 @@ typedef struct player {
 static int serve(tr_runtime_t *rt, tr_actor_t to, uint64_t hits)
 {
     tr_msg_t *m = tr_msg_alloc(rt, MSG_BALL, sizeof(ball_t));
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     ((ball_t *)tr_msg_body(m))->hits = hits;
     int rc = tr_actor_send(rt, to, m);
-    if (rc < 0)
-        tr_msg_free(rt, m);
+    if (rc < 0) tr_msg_free(rt, m);
     return rc;
 }
 
@@ -43,8 +41,7 @@ static int ping(tr_ctx_t *ctx, tr_msg_t *msg)
         printf("pingpong: %llu round trips so far\n", (unsigned long long)hits);
         return 0;
     }
-    if (msg->type != MSG_BALL)
-        return 0;
+    if (msg->type != MSG_BALL) return 0;
     uint64_t hits = ((ball_t *)tr_msg_body(msg))->hits;
     p->last_hits = hits;
     if (hits >= p->limit) {
@@ -60,8 +57,7 @@ static int ping(tr_ctx_t *ctx, tr_msg_t *msg)
 
 static int pong(tr_ctx_t *ctx, tr_msg_t *msg)
 {
-    if (msg->type != MSG_BALL)
-        return 0;
+    if (msg->type != MSG_BALL) return 0;
     return serve(ctx->rt, msg->sender, ((ball_t *)tr_msg_body(msg))->hits);
 }
 
@@ -84,8 +80,7 @@ int main(int argc, char **argv)
         ping_state.partner = b;
         rc = tr_actor_spawn(rt, ping, &ping_state, &ping_opts, &a);
     }
-    if (rc >= 0)
-        rc = tr_timer_start(rt, a, 0, 250000000, 250000000, &ping_state.timer);
+    if (rc >= 0) rc = tr_timer_start(rt, a, 0, 250000000, 250000000, &ping_state.timer);
     if (rc < 0) {
         fprintf(stderr, "pingpong: %s\n", tr_strerror(rc));
         return 1;
@@ -93,8 +88,7 @@ int main(int argc, char **argv)
     printf("pingpong: %llu round trips between two actors on %u workers\n",
            (unsigned long long)rounds, tr_runtime_workers(rt));
     /* the first ball comes from outside any actor, to ping, which serves it to pong */
-    if (serve(rt, a, 0) < 0)
-        return 1;
+    if (serve(rt, a, 0) < 0) return 1;
     rc = tr_runtime_run(rt);
     tr_runtime_close(rt);
     return rc < 0 ? 1 : 0;

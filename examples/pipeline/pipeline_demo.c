@@ -188,8 +188,8 @@ static int parse(int argc, char **argv, demo_t *d)
     }
     if (!d->layers) d->layers = 4 * d->stages;
     if (d->layers < d->stages) {
-        fprintf(stderr, "pipeline_demo: --layers %d: fewer layers than the %d stages\n",
-                d->layers, d->stages);
+        fprintf(stderr, "pipeline_demo: --layers %d: fewer layers than the %d stages\n", d->layers,
+                d->stages);
         return -1;
     }
     return 0;

@@ -92,13 +92,13 @@ size_t tr_aio_file_alignment(const tr_aio_file_t *f);
  * Any thread. */
 int tr_aio_pread(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size, uint64_t offset,
                  tr_aio_cb cb, void *user, char *why, size_t why_len);
-int tr_aio_pwrite(tr_aio_t *aio, tr_aio_file_t *f, const void *buf, size_t size,
-                  uint64_t offset, tr_aio_cb cb, void *user, char *why, size_t why_len);
+int tr_aio_pwrite(tr_aio_t *aio, tr_aio_file_t *f, const void *buf, size_t size, uint64_t offset,
+                  tr_aio_cb cb, void *user, char *why, size_t why_len);
 
 /* As above, blocking the caller (on a condition variable) until the request is done;
  * returns its status, why naming the file, offset and size on failure. Any thread. */
-int tr_aio_pread_sync(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size,
-                      uint64_t offset, char *why, size_t why_len);
+int tr_aio_pread_sync(tr_aio_t *aio, tr_aio_file_t *f, void *buf, size_t size, uint64_t offset,
+                      char *why, size_t why_len);
 int tr_aio_pwrite_sync(tr_aio_t *aio, tr_aio_file_t *f, const void *buf, size_t size,
                        uint64_t offset, char *why, size_t why_len);
 

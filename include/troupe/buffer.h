@@ -40,12 +40,12 @@ typedef struct tr_buffer_info {
     char name[TR_BUFFER_NAME_MAX]; /* "grads", "loader/slot3": for errors and traces */
     void *base;
     uint64_t bytes;
-    uint32_t alignment;            /* of base, in bytes (a power of two) */
-    uint8_t dtype;                 /* tr_dtype_t of the elements */
-    uint8_t device_type;           /* tr_device_kind_t */
+    uint32_t alignment;  /* of base, in bytes (a power of two) */
+    uint8_t dtype;       /* tr_dtype_t of the elements */
+    uint8_t device_type; /* tr_device_kind_t */
     int16_t device_index;
-    tr_actor_t owner;              /* the actor that allocated it (NONE: the caller's thread) */
-    uint8_t lifetime;              /* tr_buffer_lifetime_t */
+    tr_actor_t owner; /* the actor that allocated it (NONE: the caller's thread) */
+    uint8_t lifetime; /* tr_buffer_lifetime_t */
 } tr_buffer_info_t;
 
 /* Registers info->base .. +bytes (name, dtype, device, owner, lifetime as given; alignment is

@@ -84,7 +84,7 @@ typedef struct tr_config_strlist {
 } tr_config_strlist_t;
 
 typedef struct tr_config_offload_optimizer {
-    int device; /* tr_config_device_t */
+    int device;            /* tr_config_device_t */
     const char *nvme_path; /* NULL when not given */
     int64_t buffer_count;
     bool pin_memory, pipeline_read, pipeline_write, fast_init;
@@ -211,7 +211,7 @@ typedef struct tr_config_troupe {
         int64_t workers; /* 0 = online cores */
         bool deterministic;
         int64_t seed;
-        bool wire_check; /* every message crosses its msgpack form (tr_runtime_opts_t) */
+        bool wire_check;   /* every message crosses its msgpack form (tr_runtime_opts_t) */
         int64_t slice_us;  /* the runtime's threads' time slice (tr_runtime_opts_t) */
         bool kernel_slice; /* ... or the kernel's default */
         int64_t inline_ns; /* a stream's cheap receiver runs inline (tr_runtime_opts_t) */
@@ -268,10 +268,11 @@ typedef enum {
 /* --- loading --------------------------------------------------------------------------- */
 
 /* Reads, resolves and validates the DeepSpeed config at path for a data-parallel world of
- * `world` ranks (0: the launcher's, from the environment: mpirun, srun). On success *cfg is a new config (free it with tr_config_destroy) and 0 is
- * returned; warnings may still be in diag. On failure *cfg is NULL and diag (when not NULL)
- * holds every error found: TR_ECONFIG for a bad config, TR_ENOENT/TR_EACCES/TR_EISDIR/... when
- * the file cannot be read, TR_EINVAL when world < 0 or path is NULL, TR_ENOMEM. Any thread. */
+ * `world` ranks (0: the launcher's, from the environment: mpirun, srun). On success *cfg is a new
+ * config (free it with tr_config_destroy) and 0 is returned; warnings may still be in diag. On
+ * failure *cfg is NULL and diag (when not NULL) holds every error found: TR_ECONFIG for a bad
+ * config, TR_ENOENT/TR_EACCES/TR_EISDIR/... when the file cannot be read, TR_EINVAL when world < 0
+ * or path is NULL, TR_ENOMEM. Any thread. */
 int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_diag_t *diag);
 
 /* As tr_config_load, from len bytes of JSON text; name labels the diagnostics. Any thread. */

@@ -49,32 +49,32 @@ typedef struct tr_dataset {
     const char *shards;
     tr_batch_cb batch; /* or a callback */
     void *user;
-    int x_dim;         /* floats per position for a float-input model (0 for tokens); must be
-                        * the first layer's input width */
-    int y_dim;         /* floats of target per position for a float-target model (0: integer
-                        * targets); must be what the model's loss layer reads */
+    int x_dim; /* floats per position for a float-input model (0 for tokens); must be
+                * the first layer's input width */
+    int y_dim; /* floats of target per position for a float-target model (0: integer
+                * targets); must be what the model's loss layer reads */
 } tr_dataset_t;
 
 /* --- creating ------------------------------------------------------------------------- */
 
 typedef struct tr_engine_opts {
-    const char *config_path;    /* a DeepSpeed JSON config, or: */
-    const tr_config_t *config;  /* an already loaded one: the engine reads it until
-                                 * tr_engine_destroy, so destroy it after the engine */
-    tr_model_t *model;          /* the engine takes ownership, also on failure */
-    tr_dataset_t train;         /* for tr_engine_train_batch (unused for forward/backward) */
-    tr_dataset_t val;           /* for tr_engine_eval (optional) */
-    int seq_len;                /* T: positions per sequence (1 for an MLP) */
-    uint64_t seed;              /* data order and parameter init; 0 = the config's */
-    int init_params;            /* 1: initialise the parameters from seed (training from
-                                 * scratch); 0: keep the model's (loaded from a file) */
-    int handle_signals;         /* SIGINT/SIGTERM: finish the step, then stop (see
-                                 * tr_engine_stop_requested) */
-    int rank, world;            /* this process's data-parallel rank and the world size; world
-                                 * 0: from the launcher's environment (mpirun, srun: see
-                                 * docs/runtime.md), 1: one process whatever it says */
-    const char *trace_dir;      /* write actor timelines here (overrides the config's
-                                 * troupe.trace); NULL: as the config says */
+    const char *config_path;   /* a DeepSpeed JSON config, or: */
+    const tr_config_t *config; /* an already loaded one: the engine reads it until
+                                * tr_engine_destroy, so destroy it after the engine */
+    tr_model_t *model;         /* the engine takes ownership, also on failure */
+    tr_dataset_t train;        /* for tr_engine_train_batch (unused for forward/backward) */
+    tr_dataset_t val;          /* for tr_engine_eval (optional) */
+    int seq_len;               /* T: positions per sequence (1 for an MLP) */
+    uint64_t seed;             /* data order and parameter init; 0 = the config's */
+    int init_params;           /* 1: initialise the parameters from seed (training from
+                                * scratch); 0: keep the model's (loaded from a file) */
+    int handle_signals;        /* SIGINT/SIGTERM: finish the step, then stop (see
+                                * tr_engine_stop_requested) */
+    int rank, world;           /* this process's data-parallel rank and the world size; world
+                                * 0: from the launcher's environment (mpirun, srun: see
+                                * docs/runtime.md), 1: one process whatever it says */
+    const char *trace_dir;     /* write actor timelines here (overrides the config's
+                                * troupe.trace); NULL: as the config says */
 } tr_engine_opts_t;
 
 /* Creates the engine. Errors (a bad config, a dataset that cannot be opened, a model the
@@ -88,16 +88,16 @@ void tr_engine_destroy(tr_engine_t *eng);
 /* --- engine-driven training ------------------------------------------------------------ */
 
 typedef struct tr_step_stats {
-    uint64_t global_step;       /* optimizer steps taken, skipped ones included (DeepSpeed) */
-    uint64_t global_samples;    /* samples consumed */
-    uint64_t skipped_steps;     /* steps skipped on overflow so far */
-    float loss;                 /* mean loss over the step's micro-batches, every rank's */
-    double lr;                  /* learning rate used by this step */
-    double grad_norm;           /* global gradient norm before clipping (0 when skipped) */
-    double loss_scale;          /* fp16 loss scale in use (1 without fp16) */
-    int skipped;                /* this step was skipped (overflow) */
-    uint64_t tokens;            /* positions processed by this step, over every rank */
-    double step_ms;             /* wall time of the whole step */
+    uint64_t global_step;    /* optimizer steps taken, skipped ones included (DeepSpeed) */
+    uint64_t global_samples; /* samples consumed */
+    uint64_t skipped_steps;  /* steps skipped on overflow so far */
+    float loss;              /* mean loss over the step's micro-batches, every rank's */
+    double lr;               /* learning rate used by this step */
+    double grad_norm;        /* global gradient norm before clipping (0 when skipped) */
+    double loss_scale;       /* fp16 loss scale in use (1 without fp16) */
+    int skipped;             /* this step was skipped (overflow) */
+    uint64_t tokens;         /* positions processed by this step, over every rank */
+    double step_ms;          /* wall time of the whole step */
 } tr_step_stats_t;
 
 /* Runs gradient_accumulation_steps micro-batches from the train dataset and one optimizer

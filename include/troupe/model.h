@@ -58,7 +58,7 @@ typedef struct {
     int64_t shape[TR_PARAM_MAX_DIMS];
     size_t numel;
     size_t offset; /* floats from the start of the layer's parameter range */
-    int no_decay; /* 1: the optimizer applies no weight decay to this tensor */
+    int no_decay;  /* 1: the optimizer applies no weight decay to this tensor */
 } tr_param_info_t;
 
 typedef struct tr_layer tr_layer_t;

@@ -59,9 +59,9 @@ typedef struct tr_trace_opts {
     int flight_recorder;     /* keep the always-on ring of the last spans per thread */
     tr_trace_steps_t steps;
     unsigned rank;
-    size_t buffer_events;    /* events per thread buffer, rounded up to a power of 2; 0 = 65536 */
-    size_t flight_spans;     /* spans per thread ring, power of 2; 0 = 256 */
-    unsigned flush_ms;       /* writer thread period; 0 = 100 */
+    size_t buffer_events; /* events per thread buffer, rounded up to a power of 2; 0 = 65536 */
+    size_t flight_spans;  /* spans per thread ring, power of 2; 0 = 256 */
+    unsigned flush_ms;    /* writer thread period; 0 = 100 */
 } tr_trace_opts_t;
 
 typedef struct tr_monitor tr_monitor_t;
@@ -79,10 +79,10 @@ typedef struct tr_span {
 } tr_span_t;
 
 typedef struct tr_monitor_stats {
-    uint64_t events_written; /* trace events written to the file */
-    uint64_t dropped;        /* events lost: a thread buffer was full, or a lane out of range */
+    uint64_t events_written;  /* trace events written to the file */
+    uint64_t dropped;         /* events lost: a thread buffer was full, or a lane out of range */
     uint64_t unmatched_flows; /* sends never handled in the window (not written) */
-    uint64_t threads;        /* thread buffers registered */
+    uint64_t threads;         /* thread buffers registered */
 } tr_monitor_stats_t;
 
 /* Creates a monitor. With opts->enabled it creates output_path, opens
@@ -121,17 +121,16 @@ void tr_monitor_send(tr_monitor_t *m, uint32_t lane, uint64_t flow, const char *
 /* A counter sample: mailbox depth, bucket memory, pinned/device memory, aio bytes in
  * flight. lane < 0 makes it process-wide; otherwise the lane's name is appended to the
  * counter's name. Any thread. */
-void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double value,
-                        uint64_t now_ns);
+void tr_monitor_counter(tr_monitor_t *m, int lane, const char *name, double value, uint64_t now_ns);
 
 /* The counters' names, so every actor reports the same series. */
-#define TR_COUNTER_MAILBOX_DEPTH "mailbox_depth"     /* per lane: messages queued */
-#define TR_COUNTER_BUCKET_BYTES "bucket_bytes"       /* gradient bucket memory in use */
-#define TR_COUNTER_PINNED_BYTES "pinned_bytes"       /* pinned host memory in use */
-#define TR_COUNTER_DEVICE_BYTES "device_bytes"       /* device memory in use */
-#define TR_COUNTER_AIO_INFLIGHT "aio_bytes_in_flight" /* NVMe reads/writes submitted */
-#define TR_COUNTER_SWAP_READ "swap_bytes_read"       /* the swapper's reads, cumulative */
-#define TR_COUNTER_SWAP_WRITTEN "swap_bytes_written" /* the swapper's writes, cumulative */
+#define TR_COUNTER_MAILBOX_DEPTH "mailbox_depth"       /* per lane: messages queued */
+#define TR_COUNTER_BUCKET_BYTES  "bucket_bytes"        /* gradient bucket memory in use */
+#define TR_COUNTER_PINNED_BYTES  "pinned_bytes"        /* pinned host memory in use */
+#define TR_COUNTER_DEVICE_BYTES  "device_bytes"        /* device memory in use */
+#define TR_COUNTER_AIO_INFLIGHT  "aio_bytes_in_flight" /* NVMe reads/writes submitted */
+#define TR_COUNTER_SWAP_READ     "swap_bytes_read"     /* the swapper's reads, cumulative */
+#define TR_COUNTER_SWAP_WRITTEN  "swap_bytes_written"  /* the swapper's writes, cumulative */
 #define TR_COUNTER_SWAP_IO_MS                                                                      \
     "swap_io_ms" /* the swapper's time in reads and writes (with their                             \
                   * checksums), cumulative; the share of it hidden                                 \
@@ -169,8 +168,8 @@ int tr_monitor_nvtx_available(void);
 /* --- DeepSpeed's SynchronizedWallClockTimer (wall_clock_breakdown) ----------------------- */
 
 /* DeepSpeed's engine timer names, in the order its lines print them. */
-#define TR_WALLTIMER_MICRO_NAMES                                                               \
-    "fwd_microstep", "bwd_microstep", "bwd_inner_microstep", "bwd_allreduce_microstep",        \
+#define TR_WALLTIMER_MICRO_NAMES                                                                   \
+    "fwd_microstep", "bwd_microstep", "bwd_inner_microstep", "bwd_allreduce_microstep",            \
         "step_microstep"
 #define TR_WALLTIMER_GLOBAL_NAMES "fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"
 
@@ -186,8 +185,7 @@ int tr_walltimers_start(tr_walltimers_t *t, const char *name, uint64_t now_ns);
 int tr_walltimers_stop(tr_walltimers_t *t, const char *name, uint64_t now_ns);
 /* Milliseconds accumulated by name (0 if unknown); reset clears it. A running timer's
  * elapsed time so far is included and it keeps running. */
-double tr_walltimers_elapsed_ms(tr_walltimers_t *t, const char *name, int reset,
-                                uint64_t now_ns);
+double tr_walltimers_elapsed_ms(tr_walltimers_t *t, const char *name, int reset, uint64_t now_ns);
 /* Formats DeepSpeed's log_dist line "[Rank R] time (ms) | name: 12.34 | ..." for the names
  * that exist (in the order given), each divided by normalizer, resetting them when reset.
  * Writes at most cap bytes including the NUL and returns the length it needed (snprintf
@@ -199,12 +197,12 @@ size_t tr_walltimers_log_line(tr_walltimers_t *t, unsigned rank, const char *con
 /* --- DeepSpeed's ThroughputTimer and progress line -------------------------------------- */
 
 typedef struct tr_throughput {
-    uint64_t batch_size;      /* train_batch_size: samples per global step */
-    uint64_t start_step;      /* steps excluded from timing; DeepSpeed's default 2 */
-    uint64_t steps_per_output;/* steps_per_print */
+    uint64_t batch_size;       /* train_batch_size: samples per global step */
+    uint64_t start_step;       /* steps excluded from timing; DeepSpeed's default 2 */
+    uint64_t steps_per_output; /* steps_per_print */
     uint64_t epoch, micro_step, global_step;
     double total_elapsed_s, step_elapsed_s;
-    uint64_t start_ns;        /* 0: timing not begun (DeepSpeed's start_time == 0) */
+    uint64_t start_ns; /* 0: timing not begun (DeepSpeed's start_time == 0) */
     int started;
 } tr_throughput_t;
 
@@ -218,8 +216,7 @@ void tr_throughput_start(tr_throughput_t *tp, uint64_t now_ns);
  * MemAllocated=...GB, MaxMemAllocated=...GB" (numbers as Python prints them) when DeepSpeed
  * would log it, 0 otherwise. mem_* are bytes. */
 int tr_throughput_stop(tr_throughput_t *tp, int global_step, uint64_t now_ns,
-                       uint64_t mem_allocated, uint64_t max_mem_allocated, char *buf,
-                       size_t cap);
+                       uint64_t mem_allocated, uint64_t max_mem_allocated, char *buf, size_t cap);
 /* A new epoch: micro_step restarts at 0. */
 void tr_throughput_epoch(tr_throughput_t *tp);
 
@@ -227,8 +224,7 @@ void tr_throughput_epoch(tr_throughput_t *tp);
  * (mom as betas pairs from a JSON config; n_mom pairs, may be 0 for "mom=[]"). snprintf
  * style. Any thread. */
 size_t tr_progress_line(unsigned rank, uint64_t step, uint64_t skipped, const double *lr,
-                        size_t n_lr, const double (*mom)[2], size_t n_mom, char *buf,
-                        size_t cap);
+                        size_t n_lr, const double (*mom)[2], size_t n_mom, char *buf, size_t cap);
 
 /* Python's repr() of a float ("0.1", "1e-05", "3.0", "inf"): snprintf style. */
 size_t tr_pyfloat_format(double v, char *buf, size_t cap);
@@ -237,22 +233,21 @@ size_t tr_pyfloat_format(double v, char *buf, size_t cap);
 
 /* The tags DeepSpeed's engine writes to its monitors (csv_monitor, tensorboard), with the
  * step being the number of samples trained so far. */
-#define TR_TAG_TRAIN_LOSS "Train/Samples/train_loss"
-#define TR_TAG_LR "Train/Samples/lr"
-#define TR_TAG_LOSS_SCALE "Train/Samples/loss_scale" /* fp16 only */
-#define TR_TAG_FORWARD_MS "Train/Samples/elapsed_time_ms_forward"
-#define TR_TAG_BACKWARD_MS "Train/Samples/elapsed_time_ms_backward"
-#define TR_TAG_BACKWARD_INNER_MS "Train/Samples/elapsed_time_ms_backward_inner"
+#define TR_TAG_TRAIN_LOSS            "Train/Samples/train_loss"
+#define TR_TAG_LR                    "Train/Samples/lr"
+#define TR_TAG_LOSS_SCALE            "Train/Samples/loss_scale" /* fp16 only */
+#define TR_TAG_FORWARD_MS            "Train/Samples/elapsed_time_ms_forward"
+#define TR_TAG_BACKWARD_MS           "Train/Samples/elapsed_time_ms_backward"
+#define TR_TAG_BACKWARD_INNER_MS     "Train/Samples/elapsed_time_ms_backward_inner"
 #define TR_TAG_BACKWARD_ALLREDUCE_MS "Train/Samples/elapsed_time_ms_backward_allreduce"
-#define TR_TAG_STEP_MS "Train/Samples/elapsed_time_ms_step"
+#define TR_TAG_STEP_MS               "Train/Samples/elapsed_time_ms_step"
 
 typedef struct tr_csv_monitor tr_csv_monitor_t;
 
 /* DeepSpeed's csv_monitor: files in <output_path>/<job_name>/ (created), one per tag. An
  * existing non-empty file is appended to without a second header (a resumed run).
  * -errno from mkdir. One thread (rank 0's engine). */
-int tr_csv_monitor_create(const char *output_path, const char *job_name,
-                          tr_csv_monitor_t **out);
+int tr_csv_monitor_create(const char *output_path, const char *job_name, tr_csv_monitor_t **out);
 void tr_csv_monitor_destroy(tr_csv_monitor_t *c);
 /* Appends the row "<step>,<value>" to the tag's file (tag "Train/Samples/lr" goes to
  * Train_Samples_lr.csv, header "step,lr"), as Python's csv module writes it. -errno on a
@@ -261,8 +256,7 @@ int tr_csv_monitor_write(tr_csv_monitor_t *c, const char *tag, double value, uin
 /* The same for a value DeepSpeed holds as a Python int, printed without ".0": the fp16 loss
  * scale is 2**initial_scale_power (an int) until the scaler first changes it, and a float
  * ("32768.0") from then on. */
-int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value,
-                             uint64_t step);
+int tr_csv_monitor_write_int(tr_csv_monitor_t *c, const char *tag, int64_t value, uint64_t step);
 /* The directory the files go to. */
 const char *tr_csv_monitor_dir(const tr_csv_monitor_t *c);
 

@@ -55,9 +55,9 @@ static inline int tr_actor_eq(tr_actor_t a, tr_actor_t b)
  * type and shape, and the device that holds it. Never the bytes themselves. */
 typedef struct tr_tensor_ref {
     uint64_t buffer_id;
-    uint64_t offset; /* bytes from the start of the buffer */
-    uint64_t length; /* bytes */
-    uint8_t dtype;   /* tr_dtype_t */
+    uint64_t offset;     /* bytes from the start of the buffer */
+    uint64_t length;     /* bytes */
+    uint8_t dtype;       /* tr_dtype_t */
     uint8_t device_type; /* tr_device_kind_t */
     int16_t device_index;
     uint8_t ndim;
@@ -82,17 +82,17 @@ typedef struct tr_msg {
 
     /* The envelope. The runtime fills sender, receiver, seq, flow_id and send_ns on send;
      * type, step, micro_step and size are the sender's. */
-    uint32_t type;       /* a tr_msg_type_t, or an application type >= TR_MSG_USER */
-    uint32_t flags;      /* TR_MSG_F_* */
-    tr_actor_t sender;   /* TR_ACTOR_NONE when sent from outside any actor */
+    uint32_t type;     /* a tr_msg_type_t, or an application type >= TR_MSG_USER */
+    uint32_t flags;    /* TR_MSG_F_* */
+    tr_actor_t sender; /* TR_ACTOR_NONE when sent from outside any actor */
     tr_actor_t receiver;
-    uint64_t seq;        /* per-sender sequence number, from 1 (sends from outside any actor:
-                          * per thread) */
-    uint64_t step;       /* training step the message belongs to (0 when none) */
+    uint64_t seq;  /* per-sender sequence number, from 1 (sends from outside any actor:
+                    * per thread) */
+    uint64_t step; /* training step the message belongs to (0 when none) */
     uint32_t micro_step;
-    uint32_t size;       /* bytes of the body in use */
-    uint64_t flow_id;    /* unique per message; binds a send to its handling in traces */
-    uint64_t send_ns;    /* monotonic send time, when the runtime records timestamps */
+    uint32_t size;    /* bytes of the body in use */
+    uint64_t flow_id; /* unique per message; binds a send to its handling in traces */
+    uint64_t send_ns; /* monotonic send time, when the runtime records timestamps */
     /* The body follows, 16-byte aligned. */
 } tr_msg_t;
 
@@ -116,10 +116,10 @@ typedef enum {
     TR_FIELD_U64,
     TR_FIELD_F32,
     TR_FIELD_F64,
-    TR_FIELD_STR,    /* char[cap], NUL-terminated */
-    TR_FIELD_ACTOR,  /* tr_actor_t */
-    TR_FIELD_TENSOR, /* tr_tensor_ref_t, as msgpack ext TR_MSGPACK_EXT_TENSOR */
-    TR_FIELD_BYTES,  /* TR_BYTES(cap): a length and up to cap bytes, as msgpack bin */
+    TR_FIELD_STR,       /* char[cap], NUL-terminated */
+    TR_FIELD_ACTOR,     /* tr_actor_t */
+    TR_FIELD_TENSOR,    /* tr_tensor_ref_t, as msgpack ext TR_MSGPACK_EXT_TENSOR */
+    TR_FIELD_BYTES,     /* TR_BYTES(cap): a length and up to cap bytes, as msgpack bin */
     TR_FIELD_ARRAY_I32, /* a fixed array, e.g. int32_t v[16]: a msgpack array of exactly */
     TR_FIELD_ARRAY_U32, /* that many elements (the table's cap is the element count) */
     TR_FIELD_ARRAY_I64,
@@ -130,10 +130,10 @@ typedef enum {
 } tr_field_kind_t;
 
 /* A byte-string field's C type: `TR_BYTES(64) blob;` holds blob.len (<= 64) bytes. */
-#define TR_BYTES(cap)                                                                          \
-    struct {                                                                                   \
-        uint32_t len;                                                                          \
-        uint8_t data[cap];                                                                     \
+#define TR_BYTES(cap)                                                                              \
+    struct {                                                                                       \
+        uint32_t len;                                                                              \
+        uint8_t data[cap];                                                                         \
     }
 
 typedef struct tr_field_desc {
@@ -156,30 +156,30 @@ typedef struct tr_msg_desc {
 } tr_msg_desc_t;
 
 /* Built-in body structs and type ids, generated from troupe/msg_types.def. */
-#define TR__CTYPE_BOOL(n, cap) uint8_t n
-#define TR__CTYPE_I32(n, cap) int32_t n
-#define TR__CTYPE_U32(n, cap) uint32_t n
-#define TR__CTYPE_I64(n, cap) int64_t n
-#define TR__CTYPE_U64(n, cap) uint64_t n
-#define TR__CTYPE_F32(n, cap) float n
-#define TR__CTYPE_F64(n, cap) double n
-#define TR__CTYPE_STR(n, cap) char n[cap]
-#define TR__CTYPE_ACTOR(n, cap) tr_actor_t n
-#define TR__CTYPE_TENSOR(n, cap) tr_tensor_ref_t n
-#define TR__CTYPE_BYTES(n, cap) TR_BYTES(cap) n
-#define TR__CTYPE_ARRAY_I32(n, cap) int32_t n[cap]
-#define TR__CTYPE_ARRAY_U32(n, cap) uint32_t n[cap]
-#define TR__CTYPE_ARRAY_I64(n, cap) int64_t n[cap]
-#define TR__CTYPE_ARRAY_U64(n, cap) uint64_t n[cap]
-#define TR__CTYPE_ARRAY_F32(n, cap) float n[cap]
-#define TR__CTYPE_ARRAY_F64(n, cap) double n[cap]
+#define TR__CTYPE_BOOL(n, cap)               uint8_t n
+#define TR__CTYPE_I32(n, cap)                int32_t n
+#define TR__CTYPE_U32(n, cap)                uint32_t n
+#define TR__CTYPE_I64(n, cap)                int64_t n
+#define TR__CTYPE_U64(n, cap)                uint64_t n
+#define TR__CTYPE_F32(n, cap)                float n
+#define TR__CTYPE_F64(n, cap)                double n
+#define TR__CTYPE_STR(n, cap)                char n[cap]
+#define TR__CTYPE_ACTOR(n, cap)              tr_actor_t n
+#define TR__CTYPE_TENSOR(n, cap)             tr_tensor_ref_t n
+#define TR__CTYPE_BYTES(n, cap)              TR_BYTES(cap) n
+#define TR__CTYPE_ARRAY_I32(n, cap)          int32_t n[cap]
+#define TR__CTYPE_ARRAY_U32(n, cap)          uint32_t n[cap]
+#define TR__CTYPE_ARRAY_I64(n, cap)          int64_t n[cap]
+#define TR__CTYPE_ARRAY_U64(n, cap)          uint64_t n[cap]
+#define TR__CTYPE_ARRAY_F32(n, cap)          float n[cap]
+#define TR__CTYPE_ARRAY_F64(n, cap)          double n[cap]
 #define TR__FIELD_DECL(S, kind, n, cap, doc) TR__CTYPE_##kind(n, cap);
 
 #include "troupe/msg_types.def"
 
-#define TR__MSG_STRUCT(NAME, name, doc)                                                        \
-    typedef struct tr_msg_##name {                                                             \
-        TR_MSG_FIELDS_##name(TR__FIELD_DECL, tr_msg_##name##_t)                                \
+#define TR__MSG_STRUCT(NAME, name, doc)                                                            \
+    typedef struct tr_msg_##name {                                                                 \
+        TR_MSG_FIELDS_##name(TR__FIELD_DECL, tr_msg_##name##_t)                                    \
     } tr_msg_##name##_t;
 TR_MSG_TYPES(TR__MSG_STRUCT)
 #undef TR__MSG_STRUCT
@@ -189,7 +189,7 @@ typedef enum {
 #define TR__MSG_ENUM(NAME, name, doc) TR_MSG_##NAME,
     TR_MSG_TYPES(TR__MSG_ENUM)
 #undef TR__MSG_ENUM
-    TR_MSG_BUILTIN_COUNT_,
+        TR_MSG_BUILTIN_COUNT_,
     TR_MSG_USER = 1024 /* application types start here */
 } tr_msg_type_t;
 
@@ -228,8 +228,8 @@ int tr_msg_type_register(const tr_msg_desc_t *desc);
 /* The wire format (docs/messages.md describes it): its version, the largest encoded message
  * tr_msg_decode accepts, and the deepest nesting of msgpack arrays and maps it accepts. */
 #define TR_MSG_WIRE_VERSION 1
-#define TR_MSG_MAX_ENCODED (1u << 20)
-#define TR_MSG_MAX_DEPTH 8
+#define TR_MSG_MAX_ENCODED  (1u << 20)
+#define TR_MSG_MAX_DEPTH    8
 /* Most fields a registered type may declare (the decoder tracks them in a 64-bit mask). */
 #define TR_MSG_MAX_FIELDS 64
 /* Most elements a fixed-array field may hold. */

@@ -214,8 +214,8 @@ typedef struct tr_pipe tr_pipe_t;
  * the runner on rt, as actors named "stage<s>", "pipe-link" and "pipe-runner" (so one pipeline
  * per runtime). TR_EINVAL with err for bad options (*out NULL); a spawn's error (*out is set
  * all the same, and rt is shut down: the actors made so far stop with it). Free with
- * tr_pipe_destroy after the runtime has closed (the actors stop with it, or tr_pipe_stop). For tests,
- * TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. Any thread. */
+ * tr_pipe_destroy after the runtime has closed (the actors stop with it, or tr_pipe_stop). For
+ * tests, TROUPE_FAULT_PIPE_STAGE=s makes stage s send one element too many. Any thread. */
 int tr_pipe_create(tr_pipe_t **out, tr_runtime_t *rt, const tr_pipe_run_opts_t *o, char *err,
                    size_t errlen);
 void tr_pipe_destroy(tr_pipe_t *p);

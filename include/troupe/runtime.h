@@ -53,46 +53,46 @@ typedef struct tr_monitor tr_monitor_t; /* troupe/monitor.h */
 #define TR_RUNTIME_LANE_OVERFLOW 4095u
 
 typedef struct tr_runtime_opts {
-    unsigned n_workers;      /* worker threads; 0 = online cores */
-    int deterministic;       /* 1 worker, seeded choice of the next actor, replayable */
-    uint64_t seed;           /* deterministic mode's seed; 0 = pick one (printed to stderr) */
-    unsigned batch;          /* most messages an actor handles before yielding; 0 = 64 */
-    uint64_t batch_ns;       /* most time an actor runs before yielding; 0 = 1 ms */
-    int handle_signals;      /* SIGINT/SIGTERM -> graceful stop (see signal_grace_ms) */
+    unsigned n_workers;       /* worker threads; 0 = online cores */
+    int deterministic;        /* 1 worker, seeded choice of the next actor, replayable */
+    uint64_t seed;            /* deterministic mode's seed; 0 = pick one (printed to stderr) */
+    unsigned batch;           /* most messages an actor handles before yielding; 0 = 64 */
+    uint64_t batch_ns;        /* most time an actor runs before yielding; 0 = 1 ms */
+    int handle_signals;       /* SIGINT/SIGTERM -> graceful stop (see signal_grace_ms) */
     unsigned signal_grace_ms; /* after the first signal, how long the graceful stop may take
-                              * before the process exits anyway (128 + the signal); a second
-                              * signal, or a signal when no actor is alive, exits at once;
-                              * 0 = 30000 (30 s) */
-    int timestamps;          /* record each message's send time (tr_msg_t.send_ns) */
-    tr_monitor_t *monitor;   /* record a span per handled message, a flow per send, mailbox
-                              * depths; borrowed: destroy it after tr_runtime_close. NULL:
-                              * no tracing, and the hot path pays one predictable branch */
-    const char *flight_path; /* with a monitor: where tr_runtime_run writes the flight
-                              * recorder after an unhandled failure; NULL: no dump; copied */
-    int wire_check;          /* every message is encoded to msgpack at send and decoded at
-                              * receive; behaviours see only the decoded copy. A type that
-                              * cannot be encoded fails its send (TR_ENOTSUP / TR_EINVAL,
-                              * with a line naming it); one that does not decode fails the
-                              * receiver (TR_EDECODE). Proves that every message would mean
-                              * the same in another process. Off by default (it costs an
-                              * encode, a decode and a copy per message). */
-    unsigned slice_us;       /* the time slice the runtime's threads ask Linux's scheduler for
-                              * (6.12 and later; older kernels ignore it), in microseconds:
-                              * 100 to 100000; 0 = 100. A short slice lets a worker the
-                              * runtime wakes run at once on the waker's core instead of
-                              * waiting for the waker to sleep; it is not a priority (the same
-                              * CPU share, in shorter turns). Outside the range: TR_EINVAL */
-    int kernel_slice;        /* 1: the runtime's threads ask for no slice and keep the one
-                              * they inherit from the thread that creates them (the kernel's
-                              * default unless that thread chose another); slice_us must
-                              * then be 0 */
-    int64_t inline_ns;       /* a behaviour that sends a stream (64 or more messages in a row
-                              * in one call) to an actor that is idle, fed by one sender at a
-                              * time and so far at most this many ns a message runs that actor
-                              * itself, inside the send, on its own thread: the pair stays on
-                              * one core and the receiver's mailbox stays short
-                              * (docs/runtime.md, Mailboxes); 0 = 200; more than 1 s counts as
-                              * 1 s; negative: never (the receiver goes to another worker) */
+                               * before the process exits anyway (128 + the signal); a second
+                               * signal, or a signal when no actor is alive, exits at once;
+                               * 0 = 30000 (30 s) */
+    int timestamps;           /* record each message's send time (tr_msg_t.send_ns) */
+    tr_monitor_t *monitor;    /* record a span per handled message, a flow per send, mailbox
+                               * depths; borrowed: destroy it after tr_runtime_close. NULL:
+                               * no tracing, and the hot path pays one predictable branch */
+    const char *flight_path;  /* with a monitor: where tr_runtime_run writes the flight
+                               * recorder after an unhandled failure; NULL: no dump; copied */
+    int wire_check;           /* every message is encoded to msgpack at send and decoded at
+                               * receive; behaviours see only the decoded copy. A type that
+                               * cannot be encoded fails its send (TR_ENOTSUP / TR_EINVAL,
+                               * with a line naming it); one that does not decode fails the
+                               * receiver (TR_EDECODE). Proves that every message would mean
+                               * the same in another process. Off by default (it costs an
+                               * encode, a decode and a copy per message). */
+    unsigned slice_us;        /* the time slice the runtime's threads ask Linux's scheduler for
+                               * (6.12 and later; older kernels ignore it), in microseconds:
+                               * 100 to 100000; 0 = 100. A short slice lets a worker the
+                               * runtime wakes run at once on the waker's core instead of
+                               * waiting for the waker to sleep; it is not a priority (the same
+                               * CPU share, in shorter turns). Outside the range: TR_EINVAL */
+    int kernel_slice;         /* 1: the runtime's threads ask for no slice and keep the one
+                               * they inherit from the thread that creates them (the kernel's
+                               * default unless that thread chose another); slice_us must
+                               * then be 0 */
+    int64_t inline_ns;        /* a behaviour that sends a stream (64 or more messages in a row
+                               * in one call) to an actor that is idle, fed by one sender at a
+                               * time and so far at most this many ns a message runs that actor
+                               * itself, inside the send, on its own thread: the pair stays on
+                               * one core and the receiver's mailbox stays short
+                               * (docs/runtime.md, Mailboxes); 0 = 200; more than 1 s counts as
+                               * 1 s; negative: never (the receiver goes to another worker) */
 } tr_runtime_opts_t;
 
 /* Creates a runtime and starts its threads. opts may be NULL for the defaults.
@@ -142,11 +142,11 @@ void tr_build_info(tr_build_info_t *info);
 typedef struct tr_runtime_stats {
     uint64_t actors_spawned;
     uint64_t actors_alive;
-    uint64_t dead_letters;  /* messages dropped because their receiver had stopped */
-    uint64_t parks;         /* times a worker went to sleep */
-    uint64_t steals;        /* actors taken from another worker's queue */
-    uint64_t worker_moves;  /* times a busy worker left a CPU it shared with another busy
-                             * worker for one with none (docs/runtime.md, Scheduling) */
+    uint64_t dead_letters; /* messages dropped because their receiver had stopped */
+    uint64_t parks;        /* times a worker went to sleep */
+    uint64_t steals;       /* actors taken from another worker's queue */
+    uint64_t worker_moves; /* times a busy worker left a CPU it shared with another busy
+                            * worker for one with none (docs/runtime.md, Scheduling) */
 } tr_runtime_stats_t;
 
 /* A snapshot of runtime-wide counters. Any thread. */
@@ -178,18 +178,18 @@ typedef void (*tr_actor_cleanup_cb)(tr_ctx_t *ctx, int reason);
 #define TR_ACTOR_RESTARTS_UNLIMITED (-1)
 
 typedef struct tr_actor_opts {
-    const char *name;          /* unique in the runtime (rule 6), for tr_actor_lookup, logs and
-                                * traces; NULL or "" for none; at most 31 bytes; copied */
-    int pinned;                /* a dedicated thread, for blocking work; same API */
-    int defer_stop;            /* TR_MSG_STOP is only delivered; the actor stops itself */
-    tr_actor_t supervisor;     /* linked at spawn; TR_ACTOR_NONE for none */
+    const char *name;      /* unique in the runtime (rule 6), for tr_actor_lookup, logs and
+                            * traces; NULL or "" for none; at most 31 bytes; copied */
+    int pinned;            /* a dedicated thread, for blocking work; same API */
+    int defer_stop;        /* TR_MSG_STOP is only delivered; the actor stops itself */
+    tr_actor_t supervisor; /* linked at spawn; TR_ACTOR_NONE for none */
     tr_actor_init_cb init;
     tr_actor_cleanup_cb cleanup;
-    unsigned batch;            /* override the runtime's batch for this actor; 0 = default */
-    int lane_kind;             /* its trace lane's tr_lane_kind_t; 0 = TR_LANE_COMPUTE */
-    int max_restarts;          /* restart intensity, as Erlang/OTP's: at most max_restarts
-                                * tr_actor_restart calls within restart_window_ms; 0 = 1 (OTP's
-                                * default); TR_ACTOR_RESTARTS_UNLIMITED for no limit */
+    unsigned batch;             /* override the runtime's batch for this actor; 0 = default */
+    int lane_kind;              /* its trace lane's tr_lane_kind_t; 0 = TR_LANE_COMPUTE */
+    int max_restarts;           /* restart intensity, as Erlang/OTP's: at most max_restarts
+                                 * tr_actor_restart calls within restart_window_ms; 0 = 1 (OTP's
+                                 * default); TR_ACTOR_RESTARTS_UNLIMITED for no limit */
     unsigned restart_window_ms; /* 0 = 5000 (OTP's 5 s) */
 } tr_actor_opts_t;
 

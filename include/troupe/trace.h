@@ -42,8 +42,8 @@ size_t tr_trace_span_count(const tr_trace_t *t);
 int tr_trace_summary_write(const tr_trace_t *t, FILE *out, int json);
 
 typedef struct tr_plot_opts {
-    int width;            /* pixels; 0 = 1600 */
-    int max_arrows;       /* message arrows drawn at most; 0 = 4000 */
+    int width;             /* pixels; 0 = 1600 */
+    int max_arrows;        /* message arrows drawn at most; 0 = 4000 */
     double from_us, to_us; /* the time window; both 0 = everything */
 } tr_plot_opts_t;
 

@@ -70,8 +70,7 @@ static void range_scalar(const job_t *j, size_t b, size_t e)
     const coef_t c = j->c;
     for (size_t i = b; i < e; i++) {
         float g = j->g[i] * c.gmul, p = j->p[i], m = j->m[i], v = j->v[i];
-        if (c.l2 != 0.0f)
-            g = p * c.l2 + g;
+        if (c.l2 != 0.0f) g = p * c.l2 + g;
         m = m * c.b1;
         m = g * c.nb1 + m;
         v = v * c.b2;
@@ -82,8 +81,7 @@ static void range_scalar(const job_t *j, size_t b, size_t e)
             j->vmax[i] = vd;
         }
         float upd = m / (sqrtf(vd) * c.bc2 + c.eps);
-        if (c.decay != 0.0f)
-            p = c.decay * p + p;
+        if (c.decay != 0.0f) p = c.decay * p + p;
         p = upd * c.step_size + p;
         j->p[i] = p;
         j->m[i] = m;
@@ -108,8 +106,7 @@ T512 __attribute__((always_inline)) static inline void body512(const job_t *j, s
     __m512 p = _mm512_maskz_loadu_ps(k, j->p + i);
     __m512 m = _mm512_maskz_loadu_ps(k, j->m + i);
     __m512 v = _mm512_maskz_loadu_ps(k, j->v + i);
-    if (c.l2 != 0.0f)
-        g = _mm512_fmadd_ps(p, _mm512_set1_ps(c.l2), g);
+    if (c.l2 != 0.0f) g = _mm512_fmadd_ps(p, _mm512_set1_ps(c.l2), g);
     m = _mm512_fmadd_ps(g, _mm512_set1_ps(c.nb1), _mm512_mul_ps(m, _mm512_set1_ps(c.b1)));
     v = _mm512_fmadd_ps(_mm512_mul_ps(g, g), _mm512_set1_ps(c.nb2),
                         _mm512_mul_ps(v, _mm512_set1_ps(c.b2)));
@@ -120,8 +117,7 @@ T512 __attribute__((always_inline)) static inline void body512(const job_t *j, s
     }
     __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vd), _mm512_set1_ps(c.bc2), _mm512_set1_ps(c.eps));
     __m512 upd = _mm512_div_ps(m, den);
-    if (c.decay != 0.0f)
-        p = _mm512_fmadd_ps(_mm512_set1_ps(c.decay), p, p);
+    if (c.decay != 0.0f) p = _mm512_fmadd_ps(_mm512_set1_ps(c.decay), p, p);
     p = _mm512_fmadd_ps(upd, _mm512_set1_ps(c.step_size), p);
     _mm512_mask_storeu_ps(j->p + i, k, p);
     _mm512_mask_storeu_ps(j->m + i, k, m);
@@ -137,8 +133,7 @@ T512 static void range_avx512(const job_t *j, size_t b, size_t e)
     size_t i = b;
     for (; i + 16 <= e; i += 16)
         body512(j, i, 0xffff);
-    if (i < e)
-        body512(j, i, (__mmask16)((1u << (e - i)) - 1));
+    if (i < e) body512(j, i, (__mmask16)((1u << (e - i)) - 1));
 }
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -153,8 +148,7 @@ T256 __attribute__((always_inline)) static inline void body256(const job_t *j, s
     __m256 p = _mm256_maskload_ps(j->p + i, mask);
     __m256 m = _mm256_maskload_ps(j->m + i, mask);
     __m256 v = _mm256_maskload_ps(j->v + i, mask);
-    if (c.l2 != 0.0f)
-        g = _mm256_fmadd_ps(p, _mm256_set1_ps(c.l2), g);
+    if (c.l2 != 0.0f) g = _mm256_fmadd_ps(p, _mm256_set1_ps(c.l2), g);
     m = _mm256_fmadd_ps(g, _mm256_set1_ps(c.nb1), _mm256_mul_ps(m, _mm256_set1_ps(c.b1)));
     v = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(c.nb2),
                         _mm256_mul_ps(v, _mm256_set1_ps(c.b2)));
@@ -165,14 +159,12 @@ T256 __attribute__((always_inline)) static inline void body256(const job_t *j, s
     }
     __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vd), _mm256_set1_ps(c.bc2), _mm256_set1_ps(c.eps));
     __m256 upd = _mm256_div_ps(m, den);
-    if (c.decay != 0.0f)
-        p = _mm256_fmadd_ps(_mm256_set1_ps(c.decay), p, p);
+    if (c.decay != 0.0f) p = _mm256_fmadd_ps(_mm256_set1_ps(c.decay), p, p);
     p = _mm256_fmadd_ps(upd, _mm256_set1_ps(c.step_size), p);
     _mm256_maskstore_ps(j->p + i, mask, p);
     _mm256_maskstore_ps(j->m + i, mask, m);
     _mm256_maskstore_ps(j->v + i, mask, v);
-    if (j->kind == TR_HALF_NONE)
-        return;
+    if (j->kind == TR_HALF_NONE) return;
     __m128i h = j->kind == TR_HALF_FP16 ? tr__fp16_from_ps256(p) : tr__bf16_from_ps256(p);
     if (count == 8) {
         _mm_storeu_si128((__m128i *)(j->copy + i), h);
@@ -202,21 +194,31 @@ void tr_adam_update(const tr_adam_opts_t *o, const tr_adam_state_t *st, float gr
                     const float *g, float *m, float *v, size_t n, uint16_t *copy,
                     tr_half_kind_t kind)
 {
-    job_t j = {.c = make_coef(o, st, grad_mul), .p = p, .g = g, .m = m, .v = v,
-               .copy = copy, .kind = copy ? kind : TR_HALF_NONE};
+    job_t j = {.c = make_coef(o, st, grad_mul),
+               .p = p,
+               .g = g,
+               .m = m,
+               .v = v,
+               .copy = copy,
+               .kind = copy ? kind : TR_HALF_NONE};
     tr_parallel_for(n, GRAIN, range, &j);
 }
 
 void tr_adam_update_amsgrad(const tr_adam_opts_t *o, const tr_adam_state_t *st, float grad_mul,
                             float *p, const float *g, float *m, float *v, float *vmax, size_t n)
 {
-    job_t j = {.c = make_coef(o, st, grad_mul), .p = p, .g = g, .m = m, .v = v, .vmax = vmax,
+    job_t j = {.c = make_coef(o, st, grad_mul),
+               .p = p,
+               .g = g,
+               .m = m,
+               .v = v,
+               .vmax = vmax,
                .kind = TR_HALF_NONE};
     tr_parallel_for(n, GRAIN, range, &j);
 }
 
-void tr_adam_step(const tr_adam_opts_t *o, tr_adam_state_t *st, float *p, const float *g,
-                  float *m, float *v, size_t n)
+void tr_adam_step(const tr_adam_opts_t *o, tr_adam_state_t *st, float *p, const float *g, float *m,
+                  float *v, size_t n)
 {
     tr_adam_state_advance(o, st);
     tr_adam_update(o, st, 1.0f, p, g, m, v, n, NULL, TR_HALF_NONE);

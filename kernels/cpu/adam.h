@@ -65,8 +65,8 @@ void tr_adam_update_amsgrad(const tr_adam_opts_t *o, const tr_adam_state_t *st, 
 
 /* Advances st by one step, then updates n parameters p (fp32) with gradients g and moments
  * m, v. Multi-threaded with tr_parallel_for. The caller's thread. */
-void tr_adam_step(const tr_adam_opts_t *o, tr_adam_state_t *st, float *p, const float *g,
-                  float *m, float *v, size_t n);
+void tr_adam_step(const tr_adam_opts_t *o, tr_adam_state_t *st, float *p, const float *g, float *m,
+                  float *v, size_t n);
 
 #ifdef __cplusplus
 }

@@ -126,8 +126,7 @@ static void warn_if_slow(void)
 {
     tr_blas_info_t info;
     tr_blas_check(&info);
-    if (info.slow)
-        fprintf(stderr, "%s\n", info.warning);
+    if (info.slow) fprintf(stderr, "%s\n", info.warning);
 }
 
 void tr__blas_warn_once(void)
@@ -141,8 +140,7 @@ int tr_blas_reexec_if_needed(int argc, char **argv)
     tr_blas_check(&info);
     bool fix_core = info.slow && !getenv("OPENBLAS_CORETYPE");
     bool fix_threads = !getenv("OPENBLAS_NUM_THREADS");
-    if ((fix_core || fix_threads) && !getenv("TR_BLAS_REEXEC") && argc > 0 && argv &&
-        !argv[argc]) {
+    if ((fix_core || fix_threads) && !getenv("TR_BLAS_REEXEC") && argc > 0 && argv && !argv[argc]) {
         if (fix_core) setenv("OPENBLAS_CORETYPE", info.best_core, 1);
         if (fix_threads) setenv("OPENBLAS_NUM_THREADS", "1", 1);
         setenv("TR_BLAS_REEXEC", "1", 1);

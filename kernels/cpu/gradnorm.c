@@ -18,7 +18,7 @@
 #include <immintrin.h>
 #endif
 
-#define BLOCK 16384
+#define BLOCK        16384
 #define STACK_BLOCKS 64
 
 typedef struct job {
@@ -112,8 +112,7 @@ double tr_grad_sumsq(const float *g, size_t n)
     tr_parallel_for(blocks, 1, sumsq_blocks, &j);
     for (size_t k = 0; k < blocks; k++)
         sum += partial[k];
-    if (partial != stack)
-        free(partial);
+    if (partial != stack) free(partial);
     return sum;
 }
 
@@ -132,8 +131,7 @@ float tr_grad_clip_mul(double scaled_norm, double loss_scale, double clip)
     double combined = loss_scale;
     if (clip > 0.0) {
         double c = (scaled_norm / loss_scale + 1e-6) / clip;
-        if (c > 1.0)
-            combined = c * loss_scale;
+        if (c > 1.0) combined = c * loss_scale;
     }
     return (float)(1.0 / combined);
 }

@@ -77,8 +77,8 @@ static void to_float_range(void *ctx, size_t begin, size_t end, int thread)
 {
     job_t *j = ctx;
     for (size_t i = begin; i < end; i++)
-        j->f[i] = j->kind == TR_HALF_BF16 ? tr_bf16_to_float(j->hin[i])
-                                          : tr_half_to_float(j->hin[i]);
+        j->f[i] =
+            j->kind == TR_HALF_BF16 ? tr_bf16_to_float(j->hin[i]) : tr_half_to_float(j->hin[i]);
 }
 
 void tr_half_from_float_array(uint16_t *dst, const float *src, size_t n, tr_half_kind_t kind)

@@ -64,8 +64,7 @@ static inline uint16_t tr_half_from_float(float f)
     uint32_t sign = (u >> 16) & 0x8000u;
     u &= 0x7fffffffu;
     if (u >= 0x47800000u) { /* >= 65536, Inf or NaN */
-        if (u > 0x7f800000u)
-            return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+        if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
         return (uint16_t)(sign | 0x7c00u);
     }
     if (u < 0x38800000u) { /* below 2^-14: fp16 subnormal or zero */
@@ -85,8 +84,7 @@ static inline float tr_half_to_float(uint16_t h)
         float mag = (float)mant * 0x1p-24f;
         return tr__f32_from_bits(sign | tr__f32_bits(mag));
     }
-    if (exp == 31)
-        return tr__f32_from_bits(sign | 0x7f800000u | (mant << 13));
+    if (exp == 31) return tr__f32_from_bits(sign | 0x7f800000u | (mant << 13));
     return tr__f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 

@@ -28,18 +28,15 @@ tr_isa_t tr__isa_best(void)
 static tr_isa_t from_env(void)
 {
     const char *s = getenv("TR_KERNELS_ISA");
-    if (s && strcmp(s, "scalar") == 0)
-        return TR_ISA_SCALAR;
-    if (s && strcmp(s, "avx2") == 0)
-        return TR_ISA_AVX2;
+    if (s && strcmp(s, "scalar") == 0) return TR_ISA_SCALAR;
+    if (s && strcmp(s, "avx2") == 0) return TR_ISA_AVX2;
     return TR_ISA_AVX512;
 }
 
 tr_isa_t tr__isa_set(tr_isa_t isa)
 {
     tr_isa_t best = tr__isa_best();
-    if (isa > best)
-        isa = best;
+    if (isa > best) isa = best;
     atomic_store_explicit(&chosen, (int)isa, memory_order_relaxed);
     return isa;
 }
@@ -47,8 +44,7 @@ tr_isa_t tr__isa_set(tr_isa_t isa)
 tr_isa_t tr__isa_get(void)
 {
     int isa = atomic_load_explicit(&chosen, memory_order_relaxed);
-    if (isa >= 0)
-        return (tr_isa_t)isa;
+    if (isa >= 0) return (tr_isa_t)isa;
     return tr__isa_set(from_env());
 }
 

@@ -35,21 +35,27 @@ const char *tr__isa_name(tr_isa_t isa);
  * range that runs SCALAR, AVX2 or AVX512 (each `void f(const JOB *, size_t b, size_t e)`)
  * by tr__isa_get(); off x86 only SCALAR exists. */
 #if defined(__x86_64__)
-#define TR__ISA_RANGE(NAME, JOB, SCALAR, AVX2, AVX512)                                          \
-    static void NAME(void *ctx, size_t b, size_t e, int thread)                               \
-    {                                                                                          \
-        const JOB *j = ctx;                                                                    \
-        switch (tr__isa_get()) {                                                               \
-        case TR_ISA_AVX512: AVX512(j, b, e); return;                                           \
-        case TR_ISA_AVX2: AVX2(j, b, e); return;                                               \
-        default: SCALAR(j, b, e); return;                                                      \
-        }                                                                                      \
+#define TR__ISA_RANGE(NAME, JOB, SCALAR, AVX2, AVX512)                                             \
+    static void NAME(void *ctx, size_t b, size_t e, int thread)                                    \
+    {                                                                                              \
+        const JOB *j = ctx;                                                                        \
+        switch (tr__isa_get()) {                                                                   \
+        case TR_ISA_AVX512:                                                                        \
+            AVX512(j, b, e);                                                                       \
+            return;                                                                                \
+        case TR_ISA_AVX2:                                                                          \
+            AVX2(j, b, e);                                                                         \
+            return;                                                                                \
+        default:                                                                                   \
+            SCALAR(j, b, e);                                                                       \
+            return;                                                                                \
+        }                                                                                          \
     }
 #else
-#define TR__ISA_RANGE(NAME, JOB, SCALAR, AVX2, AVX512)                                          \
-    static void NAME(void *ctx, size_t b, size_t e, int thread)                               \
-    {                                                                                          \
-        SCALAR((const JOB *)ctx, b, e);                                                        \
+#define TR__ISA_RANGE(NAME, JOB, SCALAR, AVX2, AVX512)                                             \
+    static void NAME(void *ctx, size_t b, size_t e, int thread)                                    \
+    {                                                                                              \
+        SCALAR((const JOB *)ctx, b, e);                                                            \
     }
 #endif
 

@@ -20,7 +20,7 @@
 
 typedef struct job {
     float b1, b2, nb1, nb2, eps, wd, gmul, step; /* step: −step_size·coeff in pass 2 */
-    int inside;                                 /* eps inside the square root */
+    int inside;                                  /* eps inside the square root */
     float *p, *m, *v;
     const float *g;
     size_t n;
@@ -28,8 +28,8 @@ typedef struct job {
 } job_t;
 
 /* u = m / (√v + eps) + wd·p, or with √(v + eps); `inside` is a constant at each use. */
-__attribute__((always_inline)) static inline float update_of(float m, float v, float p,
-                                                             float eps, float wd, int inside)
+__attribute__((always_inline)) static inline float update_of(float m, float v, float p, float eps,
+                                                             float wd, int inside)
 {
     float den = inside ? sqrtf(v + eps) : sqrtf(v) + eps;
     return m / den + wd * p;
@@ -65,14 +65,14 @@ __attribute__((always_inline)) static inline void apply(const job_t *j, size_t b
         apply_eps(j, b, e, 0);
 }
 
-#define INSTANTIATE(name, ...)                                                                 \
-    __attribute__((__VA_ARGS__)) static void moments_##name(const job_t *j, size_t b, size_t e)\
-    {                                                                                          \
-        moments(j, b, e);                                                                      \
-    }                                                                                          \
-    __attribute__((__VA_ARGS__)) static void apply_##name(const job_t *j, size_t b, size_t e)  \
-    {                                                                                          \
-        apply(j, b, e);                                                                        \
+#define INSTANTIATE(name, ...)                                                                     \
+    __attribute__((__VA_ARGS__)) static void moments_##name(const job_t *j, size_t b, size_t e)    \
+    {                                                                                              \
+        moments(j, b, e);                                                                          \
+    }                                                                                              \
+    __attribute__((__VA_ARGS__)) static void apply_##name(const job_t *j, size_t b, size_t e)      \
+    {                                                                                              \
+        apply(j, b, e);                                                                            \
     }
 INSTANTIATE(scalar, VECTORISE)
 #if defined(__x86_64__)
@@ -119,8 +119,7 @@ static void pass2(void *ctx, size_t b, size_t e, int thread)
 float tr_lamb_trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq)
 {
     double w = sqrt(wsq), u = sqrt(usq);
-    if (w == 0.0 || u == 0.0)
-        return 1.0f;
+    if (w == 0.0 || u == 0.0) return 1.0f;
     double c = w / u;
     c = c > o->max_coeff ? o->max_coeff : c;
     c = c < o->min_coeff ? o->min_coeff : c;
@@ -130,10 +129,19 @@ float tr_lamb_trust_ratio(const tr_lamb_opts_t *o, double wsq, double usq)
 static job_t job_of(const tr_lamb_opts_t *o, float grad_mul, float *p, const float *g, float *m,
                     float *v, size_t n)
 {
-    return (job_t){.b1 = o->beta1, .b2 = o->beta2, .nb1 = 1.0f - o->beta1,
-                   .nb2 = 1.0f - o->beta2, .eps = o->eps, .wd = o->weight_decay,
-                   .gmul = grad_mul, .inside = o->eps_inside_sqrt, .p = p, .m = m, .v = v,
-                   .g = g, .n = n};
+    return (job_t){.b1 = o->beta1,
+                   .b2 = o->beta2,
+                   .nb1 = 1.0f - o->beta1,
+                   .nb2 = 1.0f - o->beta2,
+                   .eps = o->eps,
+                   .wd = o->weight_decay,
+                   .gmul = grad_mul,
+                   .inside = o->eps_inside_sqrt,
+                   .p = p,
+                   .m = m,
+                   .v = v,
+                   .g = g,
+                   .n = n};
 }
 
 int tr_lamb_moments(const tr_lamb_opts_t *o, float grad_mul, float *p, const float *g, float *m,
@@ -162,15 +170,14 @@ void tr_lamb_apply(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float coe
                    const float *m, const float *v, size_t n)
 {
     double step_size = o->lr;
-    if (o->bias_correction)
-        step_size = o->lr * sqrt(1.0 - st->beta2_pow) / (1.0 - st->beta1_pow);
+    if (o->bias_correction) step_size = o->lr * sqrt(1.0 - st->beta2_pow) / (1.0 - st->beta1_pow);
     job_t j = job_of(o, 1.0f, p, NULL, (float *)m, (float *)v, n); /* pass 2 writes p only */
     j.step = -((float)step_size * coeff);
     tr_parallel_for(n, BLOCK, pass2, &j);
 }
 
-float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
-                     float *p, const float *g, float *m, float *v, size_t n)
+float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul, float *p,
+                     const float *g, float *m, float *v, size_t n)
 {
     double wsq, usq;
     if (tr_lamb_moments(o, grad_mul, p, g, m, v, n, &wsq, &usq) < 0) return 0.0f;

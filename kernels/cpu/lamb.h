@@ -32,8 +32,8 @@ typedef struct tr_lamb_opts {
  * step with tr_adam_state_advance, giving it beta1/beta2 through a tr_adam_opts_t).
  * Returns the trust ratio used, or 0 when there was no memory for the per-block norm
  * sums (then nothing was changed). The caller's thread, using the kernels' pool. */
-float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul,
-                     float *p, const float *g, float *m, float *v, size_t n);
+float tr_lamb_update(const tr_lamb_opts_t *o, const tr_adam_state_t *st, float grad_mul, float *p,
+                     const float *g, float *m, float *v, size_t n);
 
 /* The same update in its two passes, for a tensor cut across ZeRO partitions: each rank runs
  * tr_lamb_moments on its piece (m, v, and the piece's sums of p² and u² in double), the sums

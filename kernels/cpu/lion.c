@@ -32,8 +32,15 @@ static void range(void *arg, size_t b, size_t e, int thread)
 void tr_lion_update(const tr_lion_opts_t *o, float grad_mul, float *p, const float *g, float *m,
                     size_t n)
 {
-    job_t j = {.b1 = o->beta1, .nb1 = 1.0f - o->beta1, .b2 = o->beta2, .nb2 = 1.0f - o->beta2,
-               .lr = o->lr, .decay = 1.0f - o->lr * o->weight_decay, .gmul = grad_mul,
-               .p = p, .m = m, .g = g};
+    job_t j = {.b1 = o->beta1,
+               .nb1 = 1.0f - o->beta1,
+               .b2 = o->beta2,
+               .nb2 = 1.0f - o->beta2,
+               .lr = o->lr,
+               .decay = 1.0f - o->lr * o->weight_decay,
+               .gmul = grad_mul,
+               .p = p,
+               .m = m,
+               .g = g};
     tr_parallel_for(n, GRAIN, range, &j);
 }

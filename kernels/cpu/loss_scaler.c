@@ -23,18 +23,13 @@ void tr_loss_scaler_opts_default(tr_loss_scaler_opts_t *o)
 /* The first bad field's name and what it must be, or NULL. */
 static const char *invalid_field(const tr_loss_scaler_opts_t *o)
 {
-    if (!(o->loss_scale >= 0.0))
-        return "fp16.loss_scale must be >= 0 (0 selects dynamic scaling)";
-    if (o->loss_scale > 0.0)
-        return NULL;
+    if (!(o->loss_scale >= 0.0)) return "fp16.loss_scale must be >= 0 (0 selects dynamic scaling)";
+    if (o->loss_scale > 0.0) return NULL;
     if (o->initial_scale_power < 0 || o->initial_scale_power > 127)
         return "fp16.initial_scale_power must be in 0..127";
-    if (o->loss_scale_window < 1)
-        return "fp16.loss_scale_window must be >= 1";
-    if (o->hysteresis < 1)
-        return "fp16.hysteresis must be >= 1";
-    if (!(o->min_loss_scale > 0.0))
-        return "fp16.min_loss_scale must be > 0";
+    if (o->loss_scale_window < 1) return "fp16.loss_scale_window must be >= 1";
+    if (o->hysteresis < 1) return "fp16.hysteresis must be >= 1";
+    if (!(o->min_loss_scale > 0.0)) return "fp16.min_loss_scale must be > 0";
     return NULL;
 }
 
@@ -85,11 +80,9 @@ static void good_step(tr_loss_scaler_t *s)
 {
     const tr_loss_scaler_opts_t *o = &s->opts;
     s->message[0] = '\0';
-    if (o->consecutive_hysteresis)
-        s->cur_hysteresis = o->hysteresis;
+    if (o->consecutive_hysteresis) s->cur_hysteresis = o->hysteresis;
     if ((s->cur_iter - s->last_overflow_iter) % o->loss_scale_window == 0) {
-        if (!o->consecutive_hysteresis)
-            s->cur_hysteresis = o->hysteresis;
+        if (!o->consecutive_hysteresis) s->cur_hysteresis = o->hysteresis;
         s->cur_scale *= SCALE_FACTOR;
     }
 }
@@ -107,8 +100,7 @@ int tr_loss_scaler_update(tr_loss_scaler_t *s, int overflow, int *skip)
     }
     if (overflow) {
         int err = overflow_step(s);
-        if (err)
-            return err;
+        if (err) return err;
     } else {
         good_step(s);
     }

@@ -44,12 +44,10 @@ static const char *invalid_param(const tr_lr_schedule_opts_t *o)
     switch (o->type) {
     case TR_LR_WARMUP_DECAY_LR:
     case TR_LR_WARMUP_COSINE_LR:
-        if (o->total_num_steps <= 0)
-            return "total_num_steps must be a positive integer";
+        if (o->total_num_steps <= 0) return "total_num_steps must be a positive integer";
         /* fall through */
     case TR_LR_WARMUP_LR:
-        if (o->warmup_num_steps <= 0)
-            return "warmup_num_steps must be a positive integer";
+        if (o->warmup_num_steps <= 0) return "warmup_num_steps must be a positive integer";
         if (o->warmup_type != TR_WARMUP_LOG && o->warmup_type != TR_WARMUP_LINEAR)
             return "warmup_type must be \"log\" or \"linear\"";
         return NULL;
@@ -74,8 +72,7 @@ static const char *invalid_param(const tr_lr_schedule_opts_t *o)
 int tr_lr_schedule_check(const tr_lr_schedule_opts_t *o, char *msg, size_t msg_size)
 {
     const char *bad = invalid_param(o);
-    if (!bad)
-        return 0;
+    if (!bad) return 0;
     return tr__errf(msg, msg_size, TR_EINVAL, "scheduler.params: %s", bad);
 }
 
@@ -90,28 +87,25 @@ static double warmup_steps(const tr_lr_schedule_opts_t *o)
 static double warmup_gamma(const tr_lr_schedule_opts_t *o, int64_t it)
 {
     double w = warmup_steps(o);
-    if (o->warmup_type == TR_WARMUP_LINEAR)
-        return (double)it / w;
+    if (o->warmup_type == TR_WARMUP_LINEAR) return (double)it / w;
     return (1.0 / log(w)) * log((double)it + 1.0);
 }
 
 static double warmup_lr(const tr_lr_schedule_opts_t *o, int64_t it)
 {
-    if (it < 0)
-        return o->warmup_min_lr;
+    if (it < 0) return o->warmup_min_lr;
     double w = warmup_steps(o), gamma = 1.0;
     if ((double)it < w)
         gamma = warmup_gamma(o, it);
     else if (o->type == TR_LR_WARMUP_DECAY_LR)
-        gamma = fmax(0.0, (double)(o->total_num_steps - it) /
-                              fmax(1.0, (double)o->total_num_steps - w));
+        gamma = fmax(0.0,
+                     (double)(o->total_num_steps - it) / fmax(1.0, (double)o->total_num_steps - w));
     return o->warmup_min_lr + (o->warmup_max_lr - o->warmup_min_lr) * gamma;
 }
 
 static double cosine_ratio(const tr_lr_schedule_opts_t *o, int64_t it)
 {
-    if (it < 0)
-        return 0.0;
+    if (it < 0) return 0.0;
     double w = warmup_steps(o);
     if ((double)it < w)
         return o->warmup_min_ratio + warmup_gamma(o, it) * (1.0 - o->warmup_min_ratio);
@@ -173,23 +167,19 @@ static double decay_interval(const tr_lr_schedule_opts_t *o, int64_t it)
 
 static double one_cycle_lr(const tr_lr_schedule_opts_t *o, int64_t it)
 {
-    if (it < 0)
-        return o->cycle_min_lr;
+    if (it < 0) return o->cycle_min_lr;
     if ((double)it < total_size(o))
         return o->cycle_min_lr + (o->cycle_max_lr - o->cycle_min_lr) * scale_factor(o, it);
-    if (o->decay_step_size == 0 || o->decay_lr_rate == 0.0)
-        return o->cycle_min_lr;
+    if (o->decay_step_size == 0 || o->decay_lr_rate == 0.0) return o->cycle_min_lr;
     return o->cycle_min_lr / (1.0 + o->decay_lr_rate * decay_interval(o, it));
 }
 
 static double one_cycle_mom(const tr_lr_schedule_opts_t *o, int64_t it)
 {
-    if (it < 0)
-        return o->cycle_min_mom;
+    if (it < 0) return o->cycle_min_mom;
     if ((double)it < total_size(o))
         return o->cycle_max_mom - (o->cycle_max_mom - o->cycle_min_mom) * scale_factor(o, it);
-    if (o->decay_step_size == 0 || o->decay_mom_rate == 0.0)
-        return o->cycle_max_mom;
+    if (o->decay_step_size == 0 || o->decay_mom_rate == 0.0) return o->cycle_max_mom;
     return o->cycle_max_mom * (1.0 + o->decay_mom_rate * decay_interval(o, it));
 }
 
@@ -198,8 +188,7 @@ static double one_cycle_mom(const tr_lr_schedule_opts_t *o, int64_t it)
 static double range_test_lr(const tr_lr_schedule_opts_t *o, int64_t it)
 {
     double interval = (double)(it + 1) / (double)o->lr_range_test_step_size;
-    if (o->lr_range_test_staircase)
-        interval = floor(interval);
+    if (o->lr_range_test_staircase) interval = floor(interval);
     return o->lr_range_test_min_lr * (1.0 + o->lr_range_test_step_rate * interval);
 }
 
@@ -221,8 +210,7 @@ double tr_lr_schedule_lr(const tr_lr_schedule_opts_t *o, int64_t it)
 
 int tr_lr_schedule_momentum(const tr_lr_schedule_opts_t *o, int64_t it, double *beta1)
 {
-    if (o->type != TR_LR_ONE_CYCLE || !o->cycle_momentum)
-        return 0;
+    if (o->type != TR_LR_ONE_CYCLE || !o->cycle_momentum) return 0;
     *beta1 = one_cycle_mom(o, it);
     return 1;
 }

@@ -29,11 +29,11 @@ extern "C" {
 #endif
 
 typedef enum tr_lr_schedule_type {
-    TR_LR_WARMUP_LR = 0,     /* "WarmupLR" */
-    TR_LR_WARMUP_DECAY_LR,   /* "WarmupDecayLR" */
-    TR_LR_WARMUP_COSINE_LR,  /* "WarmupCosineLR" */
-    TR_LR_ONE_CYCLE,         /* "OneCycle" */
-    TR_LR_RANGE_TEST,        /* "LRRangeTest" */
+    TR_LR_WARMUP_LR = 0,    /* "WarmupLR" */
+    TR_LR_WARMUP_DECAY_LR,  /* "WarmupDecayLR" */
+    TR_LR_WARMUP_COSINE_LR, /* "WarmupCosineLR" */
+    TR_LR_ONE_CYCLE,        /* "OneCycle" */
+    TR_LR_RANGE_TEST,       /* "LRRangeTest" */
 } tr_lr_schedule_type_t;
 
 typedef enum tr_warmup_type {

@@ -41,7 +41,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#define MAX_THREADS 256
+#define MAX_THREADS       256
 #define CHUNKS_PER_THREAD 4
 
 typedef struct job {
@@ -282,8 +282,14 @@ static void link_job(job_t *j)
 
 static void unlink_job(job_t *j)
 {
-    if (j->prev) j->prev->next = j->next; else pool.head = j->next;
-    if (j->next) j->next->prev = j->prev; else pool.tail = j->prev;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        pool.head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        pool.tail = j->prev;
     pool.n_jobs--;
 }
 
@@ -377,10 +383,10 @@ void tr_parallel_for(size_t n, size_t grain, tr_parallel_fn fn, void *ctx)
     hand_on();
     pthread_mutex_unlock(&pool.mu);
     pthread_cond_destroy(&j.cv);
-    last_job = (tr_parallel_job_info_t){
-        .threads = atomic_load_explicit(&j.peak, memory_order_relaxed),
-        .waited = waited,
-        .chunks = (n + chunk - 1) / chunk};
+    last_job =
+        (tr_parallel_job_info_t){.threads = atomic_load_explicit(&j.peak, memory_order_relaxed),
+                                 .waited = waited,
+                                 .chunks = (n + chunk - 1) / chunk};
 }
 
 /* ---- threads for other libraries ----------------------------------------------------- */

@@ -12,9 +12,9 @@
  * between chunks; a thread left idle by one job joins another. A caller that finds the
  * whole budget busy waits for a slot: a job holding two or more gives one up after its
  * current chunk (with B jobs already holding one each, the caller waits for one to end). No
- * caller is run on one thread while threads are free, and none computes beside the budget. A nested call (from inside
- * fn) runs serially on the thread that made it, within that thread's place in the budget.
- * Libraries with threads of their own (OpenBLAS is kept at one thread per call; OpenMP, and
+ * caller is run on one thread while threads are free, and none computes beside the budget. A nested
+ * call (from inside fn) runs serially on the thread that made it, within that thread's place in the
+ * budget. Libraries with threads of their own (OpenBLAS is kept at one thread per call; OpenMP, and
  * oneDNN on it) take their threads from the same budget with tr_parallel_acquire. See
  * docs/threads.md.
  */
@@ -66,10 +66,10 @@ void tr_parallel_last_job(tr_parallel_job_info_t *info);
 
 /* The pool as a whole, for diagnostics. */
 typedef struct {
-    int budget;       /* tr_parallel_threads() */
-    int running;      /* chunk functions and acquired threads running now */
-    int peak_running; /* most at once since the last reset (never above the budget) */
-    int jobs;         /* tr_parallel_for calls in progress */
+    int budget;          /* tr_parallel_threads() */
+    int running;         /* chunk functions and acquired threads running now */
+    int peak_running;    /* most at once since the last reset (never above the budget) */
+    int jobs;            /* tr_parallel_for calls in progress */
     unsigned long waits; /* calls that found the budget busy, since the last reset */
 } tr_parallel_stats_t;
 

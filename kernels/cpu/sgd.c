@@ -11,7 +11,7 @@
 #include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
 
-#define GRAIN 32768
+#define GRAIN     32768
 #define VECTORISE optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 typedef struct job {
@@ -23,17 +23,15 @@ typedef struct job {
 
 /* The loop for one combination of flags; callers pass constants so each combination
  * compiles to a branch-free loop the vectoriser accepts. */
-__attribute__((always_inline)) static inline void loop(const job_t *j, size_t b, size_t e,
-                                                       int use_wd, int use_mom, int first,
-                                                       int nesterov)
+__attribute__((always_inline)) static inline void
+loop(const job_t *j, size_t b, size_t e, int use_wd, int use_mom, int first, int nesterov)
 {
     float *restrict p = j->p, *restrict buf = j->buf;
     const float *restrict g = j->g;
     const float lr = j->lr, mom = j->mom, damp1 = j->damp1, wd = j->wd, gmul = j->gmul;
     for (size_t i = b; i < e; i++) {
         float d = g[i] * gmul;
-        if (use_wd)
-            d = d + wd * p[i];
+        if (use_wd) d = d + wd * p[i];
         if (use_mom) {
             float bu = first ? d : buf[i] * mom + damp1 * d;
             buf[i] = bu;
@@ -75,8 +73,8 @@ range_avx512(const job_t *j, size_t b, size_t e)
     body(j, b, e);
 }
 
-__attribute__((target("avx2,fma,f16c"), VECTORISE)) static void range_avx2(const job_t *j,
-                                                                          size_t b, size_t e)
+__attribute__((target("avx2,fma,f16c"), VECTORISE)) static void range_avx2(const job_t *j, size_t b,
+                                                                           size_t e)
 {
     body(j, b, e);
 }
@@ -86,18 +84,23 @@ TR__ISA_RANGE(range, job_t, range_scalar, range_avx2, range_avx512)
 
 int tr_sgd_check(const tr_sgd_opts_t *o)
 {
-    if (!(o->lr >= 0.0f))
-        return TR_EINVAL;
-    if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f))
-        return TR_EINVAL;
+    if (!(o->lr >= 0.0f)) return TR_EINVAL;
+    if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f)) return TR_EINVAL;
     return 0;
 }
 
-void tr_sgd_update(const tr_sgd_opts_t *o, int first_step, float grad_mul, float *p,
-                   const float *g, float *buf, size_t n)
+void tr_sgd_update(const tr_sgd_opts_t *o, int first_step, float grad_mul, float *p, const float *g,
+                   float *buf, size_t n)
 {
-    job_t j = {.lr = o->lr, .mom = o->momentum, .damp1 = 1.0f - o->dampening,
-               .wd = o->weight_decay, .gmul = grad_mul, .nesterov = o->nesterov,
-               .first = first_step, .p = p, .buf = buf, .g = g};
+    job_t j = {.lr = o->lr,
+               .mom = o->momentum,
+               .damp1 = 1.0f - o->dampening,
+               .wd = o->weight_decay,
+               .gmul = grad_mul,
+               .nesterov = o->nesterov,
+               .first = first_step,
+               .p = p,
+               .buf = buf,
+               .g = g};
     tr_parallel_for(n, GRAIN, range, &j);
 }

@@ -27,8 +27,8 @@ int tr_sgd_check(const tr_sgd_opts_t *o);
 
 /* One step over n parameters. first_step: the momentum buffer is not yet initialised (it
  * is set to d). The caller's thread, using the kernels' pool. */
-void tr_sgd_update(const tr_sgd_opts_t *o, int first_step, float grad_mul, float *p,
-                   const float *g, float *buf, size_t n);
+void tr_sgd_update(const tr_sgd_opts_t *o, int first_step, float grad_mul, float *p, const float *g,
+                   float *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -56,8 +56,7 @@ typedef struct tr_comm_ops {
     int (*reduce_scatter_v)(tr_comm_t *c, void *buf, const size_t *counts, tr_dtype_t dt,
                             uint64_t *req);
     /* buf (count elements) becomes root's on every rank. */
-    int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root,
-                     uint64_t *req);
+    int (*broadcast)(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int root, uint64_t *req);
     /* Point to point, matched by (peer, tag) in the order posted, as MPI's: send hands count
      * elements of buf to rank `peer`; recv takes the next matching message into buf, which
      * holds up to count elements (a longer message is the backend's error; a shorter one
@@ -121,14 +120,14 @@ uint64_t tr_comm_next_req(tr_comm_t *c);
 
 /* Validates the arguments every operation shares: TR_EINVAL for a NULL buffer with count > 0,
  * a bad dtype or reduction, a root outside [0, world). */
-int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
-                  int op_or_root, int is_root);
+int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int op_or_root,
+                  int is_root);
 
 /* A send's or recv's arguments: TR_EINVAL (with c->error) for a NULL buffer with count > 0,
  * a bad dtype, a peer outside the group (TR_COMM_ANY_SOURCE is a peer for recv only) or a tag
  * outside [0, TR_COMM_TAG_MAX]. */
-int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
-                      int tag, int is_recv);
+int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                      int is_recv);
 
 /* mpi.c, in builds with MPI: the "mpi" backend (registered by name). */
 int tr__comm_mpi_create(tr_comm_t *c, char *why, size_t whylen);

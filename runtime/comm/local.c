@@ -49,13 +49,12 @@ int tr_comm_backend_register(const char *name, tr_comm_backend_fn create)
 static tr_comm_backend_fn find_backend(const char *name, char *why, size_t whylen)
 {
     tr_comm_backend_fn fn = NULL;
-    size_t used = (size_t)snprintf(why, whylen, "no comm backend '%s' in this build (it has:",
-                                   name);
+    size_t used =
+        (size_t)snprintf(why, whylen, "no comm backend '%s' in this build (it has:", name);
     pthread_mutex_lock(&reg.mu);
     for (int i = 0; i < reg.n; i++) {
         if (!strcmp(reg.names[i], name)) fn = reg.create[i];
-        if (used < whylen)
-            used += (size_t)snprintf(why + used, whylen - used, " %s", reg.names[i]);
+        if (used < whylen) used += (size_t)snprintf(why + used, whylen - used, " %s", reg.names[i]);
     }
     pthread_mutex_unlock(&reg.mu);
     if (used < whylen) snprintf(why + used, whylen - used, ")");
@@ -97,8 +96,8 @@ uint64_t tr_comm_next_req(tr_comm_t *c)
     return ++c->next_req;
 }
 
-int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt,
-                  int op_or_root, int is_root)
+int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int op_or_root,
+                  int is_root)
 {
     if ((!buf && count) || !tr_dtype_size(dt)) return TR_EINVAL;
     if (is_root ? op_or_root < 0 || op_or_root >= c->world
@@ -107,18 +106,19 @@ int tr_comm_check(const tr_comm_t *c, const void *buf, size_t count, tr_dtype_t 
     return 0;
 }
 
-int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
-                      int tag, int is_recv)
+int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                      int is_recv)
 {
     const char *bad = (!buf && count) || !tr_dtype_size(dt) ? "buffer or dtype"
-                      : tag < 0 || tag > TR_COMM_TAG_MAX   ? "tag"
+                      : tag < 0 || tag > TR_COMM_TAG_MAX    ? "tag"
                       : (peer < 0 || peer >= c->world) && !(is_recv && peer == TR_COMM_ANY_SOURCE)
                           ? "peer"
                           : NULL;
     if (!bad) return 0;
-    snprintf(c->error, sizeof(c->error), "comm '%s': %s: bad %s (peer %d of %d ranks, tag %d, "
-             "dtype %d, %zu elements)", c->name, is_recv ? "recv" : "send", bad, peer, c->world,
-             tag, (int)dt, count);
+    snprintf(c->error, sizeof(c->error),
+             "comm '%s': %s: bad %s (peer %d of %d ranks, tag %d, "
+             "dtype %d, %zu elements)",
+             c->name, is_recv ? "recv" : "send", bad, peer, c->world, tag, (int)dt, count);
     return TR_EINVAL;
 }
 
@@ -161,8 +161,8 @@ static int complete(tr_comm_t *c, uint64_t *req)
     return 0;
 }
 
-static int local_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt,
-                            tr_reduce_op_t op, uint64_t *req)
+static int local_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, tr_reduce_op_t op,
+                            uint64_t *req)
 {
     int rc = tr_comm_check(c, buf, count, dt, (int)op, 0);
     return rc < 0 ? rc : complete(c, req);
@@ -191,7 +191,7 @@ typedef struct local_msg {
     struct local_msg *next;
     int tag;
     size_t bytes;
-    void *buf;      /* a waiting recv's buffer (bytes: its capacity) */
+    void *buf; /* a waiting recv's buffer (bytes: its capacity) */
     uint64_t req, op_tag;
     unsigned char data[]; /* a waiting send's copy */
 } local_msg_t;
@@ -226,8 +226,10 @@ static void deliver(tr_comm_t *c, void *buf, size_t cap, uint64_t req, uint64_t 
 {
     int rc = 0;
     if (bytes > cap) {
-        snprintf(c->error, sizeof(c->error), "comm 'local': recv: a message of %zu bytes for a "
-                 "buffer of %zu", bytes, cap);
+        snprintf(c->error, sizeof(c->error),
+                 "comm 'local': recv: a message of %zu bytes for a "
+                 "buffer of %zu",
+                 bytes, cap);
         rc = TR_EOVERFLOW;
     } else if (bytes) {
         memcpy(buf, data, bytes);
@@ -235,8 +237,8 @@ static void deliver(tr_comm_t *c, void *buf, size_t cap, uint64_t req, uint64_t 
     c->done(c->done_arg, req, op_tag, rc);
 }
 
-static int local_send(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
-                      int tag, uint64_t *req)
+static int local_send(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                      uint64_t *req)
 {
     int rc = tr_comm_check_p2p(c, buf, count, dt, peer, tag, 0);
     if (rc < 0) return rc;
@@ -277,8 +279,7 @@ static int local_recv(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int 
     return 0;
 }
 
-static int local_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why,
-                       size_t whylen)
+static int local_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why, size_t whylen)
 {
     /* one rank: every split is that rank alone */
     (void)c;

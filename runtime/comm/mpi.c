@@ -27,13 +27,13 @@
 
 typedef struct mpi_impl {
     MPI_Comm comm;
-    int n, cap;                   /* pending operations */
+    int n, cap; /* pending operations */
     MPI_Request *reqs;
     uint64_t *ids, *tags;
-    int *done_at;                 /* MPI_Testsome's indices */
-    int **vargs;                  /* an all_gather_v's counts and displacements, kept until it
-                                   * completes (NULL for other operations) */
-    bool *recv;                   /* a point-to-point receive (cancelled at shutdown) */
+    int *done_at; /* MPI_Testsome's indices */
+    int **vargs;  /* an all_gather_v's counts and displacements, kept until it
+                   * completes (NULL for other operations) */
+    bool *recv;   /* a point-to-point receive (cancelled at shutdown) */
 } mpi_impl_t;
 
 /* --- MPI itself: once per process ---------------------------------------------------------- */
@@ -80,16 +80,23 @@ static MPI_Datatype mpi_type_op(tr_dtype_t dt, tr_reduce_op_t op, MPI_Op *mpi_op
     MPI_Datatype t = MPI_DATATYPE_NULL;
     *mpi_op = op == TR_REDUCE_MAX ? MPI_MAX : MPI_SUM;
     switch (dt) {
-    case TR_DTYPE_F32: return MPI_FLOAT;
-    case TR_DTYPE_F64: return MPI_DOUBLE;
-    case TR_DTYPE_I32: return MPI_INT32_T;
-    case TR_DTYPE_I64: return MPI_INT64_T;
-    case TR_DTYPE_U16: return MPI_UINT16_T;
-    case TR_DTYPE_U8: return MPI_UINT8_T;
+    case TR_DTYPE_F32:
+        return MPI_FLOAT;
+    case TR_DTYPE_F64:
+        return MPI_DOUBLE;
+    case TR_DTYPE_I32:
+        return MPI_INT32_T;
+    case TR_DTYPE_I64:
+        return MPI_INT64_T;
+    case TR_DTYPE_U16:
+        return MPI_UINT16_T;
+    case TR_DTYPE_U8:
+        return MPI_UINT8_T;
     case TR_DTYPE_F16:
     case TR_DTYPE_BF16: /* MPI has neither: our own type and operations */
         return tr_mpi_half_op(dt, op, &t, mpi_op) < 0 ? MPI_DATATYPE_NULL : t;
-    default: return MPI_DATATYPE_NULL;
+    default:
+        return MPI_DATATYPE_NULL;
     }
 }
 
@@ -184,8 +191,8 @@ static int started_v(tr_comm_t *c, int mpi_rc, MPI_Request r, const char *what, 
     return 0;
 }
 
-static int mpi_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt,
-                          tr_reduce_op_t op, uint64_t *req)
+static int mpi_all_reduce(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, tr_reduce_op_t op,
+                          uint64_t *req)
 {
     int rc = check(c, buf, count, dt, (int)op, 0);
     if (rc < 0) return rc;
@@ -211,8 +218,8 @@ static int mpi_reduce_scatter(tr_comm_t *c, const void *send, void *recv, size_t
     return started(c, rc, r, "MPI_Ireduce_scatter_block", req);
 }
 
-static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t count,
-                          tr_dtype_t dt, uint64_t *req)
+static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t count, tr_dtype_t dt,
+                          uint64_t *req)
 {
     int rc = check(c, send, count, dt, 0, 0); /* send may be recv's own slice: in place */
     if (rc == 0 && !recv && count) rc = TR_EINVAL;
@@ -221,8 +228,8 @@ static int mpi_all_gather(tr_comm_t *c, const void *send, void *recv, size_t cou
     MPI_Request r;
     size_t es = tr_dtype_size(dt);
     bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * es;
-    rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(dt), recv,
-                        (int)count, mpi_type(dt), m->comm, &r);
+    rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(dt), recv, (int)count,
+                        mpi_type(dt), m->comm, &r);
     return started(c, rc, r, "MPI_Iallgather", req);
 }
 
@@ -293,8 +300,8 @@ static int mpi_broadcast(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, i
     return started(c, rc, r, "MPI_Ibcast", req);
 }
 
-static int mpi_send(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer,
-                    int tag, uint64_t *req)
+static int mpi_send(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int peer, int tag,
+                    uint64_t *req)
 {
     int rc = tr_comm_check_p2p(c, buf, count, dt, peer, tag, 0);
     if (rc == 0) rc = check(c, buf, count, dt, 0, 0);
@@ -312,9 +319,8 @@ static int mpi_recv(tr_comm_t *c, void *buf, size_t count, tr_dtype_t dt, int pe
     if (rc < 0) return rc;
     mpi_impl_t *m = c->impl;
     MPI_Request r;
-    rc = MPI_Irecv(buf, (int)count, mpi_type(dt), peer == TR_COMM_ANY_SOURCE ? MPI_ANY_SOURCE
-                                                                              : peer,
-                   tag, m->comm, &r);
+    rc = MPI_Irecv(buf, (int)count, mpi_type(dt),
+                   peer == TR_COMM_ANY_SOURCE ? MPI_ANY_SOURCE : peer, tag, m->comm, &r);
     rc = started(c, rc, r, "MPI_Irecv", req);
     if (rc == 0) m->recv[m->n - 1] = true;
     return rc;
@@ -339,8 +345,7 @@ static int adopt(tr_comm_t *c, MPI_Comm comm, char *why, size_t whylen)
     return 0;
 }
 
-static int mpi_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why,
-                     size_t whylen)
+static int mpi_split(tr_comm_t *c, int color, int key, tr_comm_t *child, char *why, size_t whylen)
 {
     MPI_Comm sub;
     int rc = MPI_Comm_split(((mpi_impl_t *)c->impl)->comm, color, key, &sub);
@@ -408,7 +413,8 @@ static void mpi_destroy(tr_comm_t *c)
     if (m && m->n > 0 && drain(c) > 0) {
         /* collectives that can no longer complete: MPI cannot free or cancel them, and the
          * other ranks would wait for them forever. The job ends here, on every rank. */
-        tr_log(TR_LOG_ERROR, "comm 'mpi': rank %d: %d operation(s) still pending at shutdown "
+        tr_log(TR_LOG_ERROR,
+               "comm 'mpi': rank %d: %d operation(s) still pending at shutdown "
                "(a rank diverged or failed): aborting the MPI job so that no rank waits forever",
                c->rank, m->n);
         MPI_Abort(MPI_COMM_WORLD, 1);

@@ -65,8 +65,8 @@ static void fp16_max(void *in, void *inout, int *len, MPI_Datatype *dt)
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int create_rc;
-static MPI_Datatype types[2];  /* fp16, bf16 */
-static MPI_Op ops[2][2];       /* [fp16, bf16][SUM, MAX] */
+static MPI_Datatype types[2]; /* fp16, bf16 */
+static MPI_Op ops[2][2];      /* [fp16, bf16][SUM, MAX] */
 
 static int make_type(const char *name, MPI_Datatype *t)
 {

@@ -29,8 +29,8 @@ static int read_int(const char *var, int lo, int hi, int *out, char *why, size_t
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < lo || v > hi)
-        return tr__errf(why, whylen, TR_EINVAL, "%s=\"%s\": expected an integer from %d to %d",
-                        var, s, lo, hi);
+        return tr__errf(why, whylen, TR_EINVAL, "%s=\"%s\": expected an integer from %d to %d", var,
+                        s, lo, hi);
     *out = (int)v;
     return 0;
 }

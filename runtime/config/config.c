@@ -21,8 +21,7 @@ json_t *tr__cfg_tree_get(json_t *tree, const char *path)
     while (v && *p) {
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        if (n >= sizeof(part))
-            return NULL;
+        if (n >= sizeof(part)) return NULL;
         memcpy(part, p, n);
         part[n] = 0;
         v = json_is_object(v) ? json_object_get(v, part) : NULL;
@@ -47,8 +46,7 @@ void tr__cfg_tree_set(tr__cfg_walk_t *w, const char *path, json_t *v)
 
 static int parse_failed(const char *name, const json_error_t *je, tr_config_diag_t *diag)
 {
-    tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s:%d:%d: %s", name, je->line, je->column,
-                     je->text);
+    tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s:%d:%d: %s", name, je->line, je->column, je->text);
     return TR_ECONFIG;
 }
 
@@ -57,8 +55,12 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
 {
     tr_config_t *cfg = calloc(1, sizeof(*cfg));
     struct tr__config_priv *priv = calloc(1, sizeof(*priv));
-    tr__cfg_walk_t w = {.cfg = cfg, .diag = diag, .file = name, .tree = json_object(),
-                        .origins = json_object(), .scratch = json_array()};
+    tr__cfg_walk_t w = {.cfg = cfg,
+                        .diag = diag,
+                        .file = name,
+                        .tree = json_object(),
+                        .origins = json_object(),
+                        .scratch = json_array()};
     if (!cfg || !priv || !w.tree || !w.origins || !w.scratch || !(priv->source = strdup(name))) {
         free(cfg);
         free(priv ? priv->source : NULL);
@@ -85,17 +87,18 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
     return 0;
 }
 
-static int from_text(const char *json, size_t len, const char *name, int world,
-                     tr_config_t **cfg, tr_config_diag_t *diag)
+static int from_text(const char *json, size_t len, const char *name, int world, tr_config_t **cfg,
+                     tr_config_diag_t *diag)
 {
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return parse_failed(name, &je, diag);
+    if (!root) return parse_failed(name, &je, diag);
     int err;
     if (!json_is_object(root)) {
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: the top level must be a JSON object, got "
-                         "an array", name);
+        tr__cfg_diag_add(diag, TR_CONFIG_ERROR,
+                         "%s: the top level must be a JSON object, got "
+                         "an array",
+                         name);
         err = TR_ECONFIG;
     } else {
         err = walk_root(root, name, world, cfg, diag);
@@ -109,8 +112,7 @@ int tr_config_from_string(const char *json, size_t len, const char *name, int wo
 {
     tr_config_diag_t scratch;
     tr_config_diag_init(&scratch);
-    if (!diag)
-        diag = &scratch;
+    if (!diag) diag = &scratch;
     *cfg = NULL;
     name = name ? name : "<string>";
     int err = TR_EINVAL;
@@ -121,8 +123,7 @@ int tr_config_from_string(const char *json, size_t len, const char *name, int wo
     else if (world == 0 && (world = ranks.world) < 1)
         tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size must be >= 1", name);
     else if (world < 1)
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size must be >= 1, got %d", name,
-                         world);
+        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: world size must be >= 1, got %d", name, world);
     else if (!json && len)
         tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s: no text given", name);
     else
@@ -136,8 +137,7 @@ static int read_file(const char *path, char **buf, size_t *len, tr_config_diag_t
 {
     char why[4400];
     int err = tr__file_read(path, MAX_FILE_BYTES, "a JSON file", buf, len, why, sizeof(why));
-    if (err)
-        tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s", why);
+    if (err) tr__cfg_diag_add(diag, TR_CONFIG_ERROR, "%s", why);
     return err;
 }
 
@@ -145,8 +145,7 @@ int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_dia
 {
     tr_config_diag_t scratch;
     tr_config_diag_init(&scratch);
-    if (!diag)
-        diag = &scratch;
+    if (!diag) diag = &scratch;
     *cfg = NULL;
     char *buf = NULL;
     size_t len = 0;
@@ -155,8 +154,7 @@ int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_dia
         return TR_EINVAL;
     }
     int err = read_file(path, &buf, &len, diag);
-    if (err == 0)
-        err = tr_config_from_string(buf, len, path, world, cfg, diag);
+    if (err == 0) err = tr_config_from_string(buf, len, path, world, cfg, diag);
     free(buf);
     tr_config_diag_close(&scratch);
     return err;
@@ -164,8 +162,7 @@ int tr_config_load(const char *path, int world, tr_config_t **cfg, tr_config_dia
 
 void tr_config_destroy(tr_config_t *cfg)
 {
-    if (!cfg)
-        return;
+    if (!cfg) return;
     if (cfg->priv_) {
         json_decref(cfg->priv_->tree);
         json_decref(cfg->priv_->origins);
@@ -185,10 +182,8 @@ static json_t *lookup(const tr_config_t *cfg, const char *path)
 int tr_config_get_int(const tr_config_t *cfg, const char *path, int64_t *out)
 {
     json_t *v = lookup(cfg, path);
-    if (!v)
-        return TR_ENOENT;
-    if (!json_is_integer(v))
-        return TR_EINVAL;
+    if (!v) return TR_ENOENT;
+    if (!json_is_integer(v)) return TR_EINVAL;
     *out = json_integer_value(v);
     return 0;
 }
@@ -196,10 +191,8 @@ int tr_config_get_int(const tr_config_t *cfg, const char *path, int64_t *out)
 int tr_config_get_double(const tr_config_t *cfg, const char *path, double *out)
 {
     json_t *v = lookup(cfg, path);
-    if (!v)
-        return TR_ENOENT;
-    if (!json_is_number(v))
-        return TR_EINVAL;
+    if (!v) return TR_ENOENT;
+    if (!json_is_number(v)) return TR_EINVAL;
     *out = json_number_value(v);
     return 0;
 }
@@ -207,10 +200,8 @@ int tr_config_get_double(const tr_config_t *cfg, const char *path, double *out)
 int tr_config_get_bool(const tr_config_t *cfg, const char *path, bool *out)
 {
     json_t *v = lookup(cfg, path);
-    if (!v)
-        return TR_ENOENT;
-    if (!json_is_boolean(v))
-        return TR_EINVAL;
+    if (!v) return TR_ENOENT;
+    if (!json_is_boolean(v)) return TR_EINVAL;
     *out = json_is_true(v);
     return 0;
 }
@@ -218,26 +209,19 @@ int tr_config_get_bool(const tr_config_t *cfg, const char *path, bool *out)
 int tr_config_get_string(const tr_config_t *cfg, const char *path, const char **out)
 {
     json_t *v = lookup(cfg, path);
-    if (!v)
-        return TR_ENOENT;
-    if (!json_is_string(v))
-        return TR_EINVAL;
+    if (!v) return TR_ENOENT;
+    if (!json_is_string(v)) return TR_EINVAL;
     *out = json_string_value(v);
     return 0;
 }
 
 tr_config_origin_t tr_config_origin(const tr_config_t *cfg, const char *path)
 {
-    if (!lookup(cfg, path))
-        return TR_ORIGIN_UNKNOWN;
+    if (!lookup(cfg, path)) return TR_ORIGIN_UNKNOWN;
     const char *o = json_string_value(json_object_get(cfg->priv_->origins, path));
-    if (!o)
-        return TR_ORIGIN_GIVEN;
-    if (!strcmp(o, "default"))
-        return TR_ORIGIN_DEFAULT;
-    if (!strcmp(o, "auto"))
-        return TR_ORIGIN_AUTO;
-    if (!strcmp(o, "derived"))
-        return TR_ORIGIN_DERIVED;
+    if (!o) return TR_ORIGIN_GIVEN;
+    if (!strcmp(o, "default")) return TR_ORIGIN_DEFAULT;
+    if (!strcmp(o, "auto")) return TR_ORIGIN_AUTO;
+    if (!strcmp(o, "derived")) return TR_ORIGIN_DERIVED;
     return TR_ORIGIN_IGNORED;
 }

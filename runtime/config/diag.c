@@ -15,8 +15,7 @@ void tr_config_diag_init(tr_config_diag_t *d)
 
 void tr_config_diag_close(tr_config_diag_t *d)
 {
-    if (!d)
-        return;
+    if (!d) return;
     for (size_t i = 0; i < d->count; i++)
         free(d->items[i].text);
     free(d->items);
@@ -27,8 +26,7 @@ void tr_config_diag_close(tr_config_diag_t *d)
  * that an error happened. */
 void tr__cfg_diag_add(tr_config_diag_t *d, tr_config_severity_t sev, const char *fmt, ...)
 {
-    if (!d)
-        return;
+    if (!d) return;
     if (sev == TR_CONFIG_ERROR)
         d->n_errors++;
     else if (sev == TR_CONFIG_WARNING)
@@ -36,8 +34,7 @@ void tr__cfg_diag_add(tr_config_diag_t *d, tr_config_severity_t sev, const char 
     if (d->count == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 16;
         tr_config_diag_entry_t *items = realloc(d->items, cap * sizeof(*items));
-        if (!items)
-            return;
+        if (!items) return;
         d->items = items;
         d->cap = cap;
     }
@@ -46,8 +43,7 @@ void tr__cfg_diag_add(tr_config_diag_t *d, tr_config_severity_t sev, const char 
     char *text = NULL;
     int n = vasprintf(&text, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
+    if (n < 0) return;
     d->items[d->count].severity = sev;
     d->items[d->count].text = text;
     d->count++;

@@ -31,17 +31,13 @@ static void default_text(const tr__cfg_key_t *k, tr__cfg_walk_t *w, char *b, siz
 /* The state column: what Troupe does with the key's value. */
 static const char *state_cell(const tr__cfg_key_t *k, char *b, size_t n)
 {
-    if (k->kind == TR__K_SECTION || k->kind == TR__K_VARIANT)
-        return "its keys'";
+    if (k->kind == TR__K_SECTION || k->kind == TR__K_VARIANT) return "its keys'";
     if (k->kind == TR__K_ALIAS)
         return k->flags & TR__F_DEPRECATED ? "as its target; **warning**: deprecated"
                                            : "as its target";
-    if (k->kind == TR__K_IGNORED)
-        return "**warning**: not supported, ignored";
-    if (k->state == TR__S_REJECTED)
-        return "**error**";
-    if (k->state != TR__S_INERT)
-        return "acted upon";
+    if (k->kind == TR__K_IGNORED) return "**warning**: not supported, ignored";
+    if (k->state == TR__S_REJECTED) return "**error**";
+    if (k->state != TR__S_INERT) return "acted upon";
     snprintf(b, n, "**no effect yet**: %s (a warning %s)", k->why,
              k->flags & TR__F_DERIVED ? "when given" : "unless the default");
     return b;
@@ -63,18 +59,20 @@ static void key_row(FILE *f, const tr__cfg_key_t *k, tr__cfg_walk_t *w)
     case TR__K_REJECT:
         fprintf(f, "| `%s` | anything | | %s | %s |\n", k->name, state, k->doc);
         return;
-    default: break;
+    default:
+        break;
     }
     default_text(k, w, d, sizeof(d));
     fprintf(f, "| `%s` | %s | %s | %s | %s |\n", k->name, tr__cfg_expectation(k, e, sizeof(e)), d,
             state, k->doc);
 }
 
-static void section_doc(FILE *f, const tr__cfg_section_t *sec, const char *title,
-                        tr__cfg_walk_t *w)
+static void section_doc(FILE *f, const tr__cfg_section_t *sec, const char *title, tr__cfg_walk_t *w)
 {
-    fprintf(f, "### %s\n\n| key | accepts | default | state | meaning |\n"
-               "| --- | --- | --- | --- | --- |\n", title);
+    fprintf(f,
+            "### %s\n\n| key | accepts | default | state | meaning |\n"
+            "| --- | --- | --- | --- | --- |\n",
+            title);
     for (size_t i = 0; i < sec->n_keys; i++)
         key_row(f, &sec->keys[i], w);
     fputc('\n', f);
@@ -100,8 +98,7 @@ char *tr_config_reference(void)
     tr_config_t scratch;
     tr__cfg_walk_t w = {.cfg = &scratch};
     FILE *f = open_memstream(&text, &size);
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     section_doc(f, &tr__cfg_top, "Top level", &w);
     if (fclose(f) != 0) {
         free(text);

@@ -41,7 +41,8 @@ static void print_object(dumper_t *d, json_t *obj, char *path, size_t plen, int 
         return;
     }
     fputs("{\n", d->f);
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         size_t len = plen + (plen ? 1 : 0) + strlen(key);
         if (len < PATH_MAX_LEN)
             snprintf(path + plen, PATH_MAX_LEN - plen, "%s%s", plen ? "." : "", key);
@@ -52,8 +53,7 @@ static void print_object(dumper_t *d, json_t *obj, char *path, size_t plen, int 
         else
             print_json(d, v);
         fputs(++i < n ? "," : "", d->f);
-        if (d->mark && origin)
-            fprintf(d->f, "  // %s", origin);
+        if (d->mark && origin) fprintf(d->f, "  // %s", origin);
         fputc('\n', d->f);
         path[plen] = 0;
     }
@@ -64,10 +64,10 @@ char *tr_config_dump(const tr_config_t *cfg, unsigned flags)
 {
     char *text = NULL, path[PATH_MAX_LEN] = "";
     size_t size = 0;
-    dumper_t d = {.f = open_memstream(&text, &size), .origins = cfg->priv_->origins,
+    dumper_t d = {.f = open_memstream(&text, &size),
+                  .origins = cfg->priv_->origins,
                   .mark = flags & TR_CONFIG_DUMP_MARK};
-    if (!d.f)
-        return NULL;
+    if (!d.f) return NULL;
     print_object(&d, cfg->priv_->tree, path, 0, 0);
     fputc('\n', d.f);
     if (fclose(d.f) != 0) {

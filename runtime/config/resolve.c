@@ -25,8 +25,7 @@ static bool given_in_file(tr__cfg_walk_t *w, const char *path)
 static int derive(int64_t b[3], const bool has[3], int64_t world)
 {
     int64_t p;
-    if (has[TR__TB] && has[TR__MB] && has[TR__GAS])
-        return 0;
+    if (has[TR__TB] && has[TR__MB] && has[TR__GAS]) return 0;
     if (has[TR__TB] && has[TR__MB]) {
         b[TR__GAS] = (b[TR__TB] / b[TR__MB]) / world;
     } else if (has[TR__TB] && has[TR__GAS]) {
@@ -39,8 +38,7 @@ static int derive(int64_t b[3], const bool has[3], int64_t world)
         b[TR__GAS] = 1;
         b[TR__MB] = b[TR__TB] / world;
     } else if (has[TR__MB]) {
-        if (__builtin_mul_overflow(b[TR__MB], world, &b[TR__TB]))
-            return -2;
+        if (__builtin_mul_overflow(b[TR__MB], world, &b[TR__TB])) return -2;
         b[TR__GAS] = 1;
     } else {
         return -1;
@@ -53,24 +51,24 @@ static bool batch_autos_ok(tr__cfg_walk_t *w)
 {
     bool ok = true;
     for (int i = 0; i < 3; i++) {
-        if (w->batch_state[i] != TR__BATCH_AUTO)
-            continue;
+        if (w->batch_state[i] != TR__BATCH_AUTO) continue;
         int others = 0;
         for (int j = 0; j < 3; j++)
             others += j != i && w->batch_state[j] == TR__BATCH_GIVEN;
-        if (others == 2)
-            continue;
+        if (others == 2) continue;
         int64_t b[3] = {w->batch[0], w->batch[1], w->batch[2]};
         bool has[3];
         for (int j = 0; j < 3; j++)
             has[j] = w->batch_state[j] == TR__BATCH_GIVEN && b[j] > 0;
         if (derive(b, has, w->cfg->world_size) == 0 && b[i] > 0)
-            tr__cfg_error(w, batch_names[i], "\"auto\" can be resolved only when the other two "
+            tr__cfg_error(w, batch_names[i],
+                          "\"auto\" can be resolved only when the other two "
                           "batch sizes are given; write %lld (what DeepSpeed derives from the "
-                          "keys given and world size %lld)", (long long)b[i],
-                          (long long)w->cfg->world_size);
+                          "keys given and world size %lld)",
+                          (long long)b[i], (long long)w->cfg->world_size);
         else
-            tr__cfg_error(w, batch_names[i], "\"auto\" can be resolved only when the other two "
+            tr__cfg_error(w, batch_names[i],
+                          "\"auto\" can be resolved only when the other two "
                           "batch sizes are given; write a positive integer");
         ok = false;
     }
@@ -128,30 +126,31 @@ static void resolve_batch(tr__cfg_walk_t *w)
         has[i] = w->batch_state[i] == TR__BATCH_GIVEN;
         bad |= w->batch_state[i] == TR__BATCH_BAD;
     }
-    if (!batch_autos_ok(w) || bad)
-        return;
+    if (!batch_autos_ok(w) || bad) return;
     if (!has[TR__TB] && !has[TR__MB] && w->batch_state[TR__TB] != TR__BATCH_AUTO &&
         w->batch_state[TR__MB] != TR__BATCH_AUTO) {
-        tr__cfg_error(w, "", "Either train_batch_size or train_micro_batch_size_per_gpu needs to "
+        tr__cfg_error(w, "",
+                      "Either train_batch_size or train_micro_batch_size_per_gpu needs to "
                       "be provided");
         return;
     }
     for (int i = 0; i < 3; i++) /* DeepSpeed would divide by these: check them first */
-        if (has[i] && b[i] <= 0)
-            return (void)batch_positive(w, b);
+        if (has[i] && b[i] <= 0) return (void)batch_positive(w, b);
     if (derive(b, has, w->cfg->world_size) == -2) {
-        tr__cfg_error(w, "train_batch_size", "train_micro_batch_size_per_gpu * "
+        tr__cfg_error(w, "train_batch_size",
+                      "train_micro_batch_size_per_gpu * "
                       "gradient_accumulation_steps * world_size does not fit in 64 bits");
         return;
     }
-    if (!batch_positive(w, b) || !batch_fits(w, b))
-        return;
+    if (!batch_positive(w, b) || !batch_fits(w, b)) return;
     int64_t p;
     if (__builtin_mul_overflow(b[TR__MB], b[TR__GAS], &p) ||
         __builtin_mul_overflow(p, w->cfg->world_size, &p) || p != b[TR__TB])
-        tr__cfg_error(w, "", "Check batch related parameters. train_batch_size is not equal to "
+        tr__cfg_error(w, "",
+                      "Check batch related parameters. train_batch_size is not equal to "
                       "micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld "
-                      "* %lld", (long long)b[0], (long long)b[1], (long long)b[2],
+                      "* %lld",
+                      (long long)b[0], (long long)b[1], (long long)b[2],
                       (long long)w->cfg->world_size);
     batch_store(w, b);
 }
@@ -163,24 +162,28 @@ static void resolve_batch(tr__cfg_walk_t *w)
 static void resolve_fp16(tr__cfg_walk_t *w)
 {
     const tr_config_fp16_t *f = &w->cfg->fp16;
-    if (!f->enabled || f->loss_scale != 0)
-        return;
+    if (!f->enabled || f->loss_scale != 0) return;
     if (f->loss_scale_window <= 0)
-        tr__cfg_error(w, "fp16.loss_scale_window", "fp16.loss_scale_window must be > 0 when "
+        tr__cfg_error(w, "fp16.loss_scale_window",
+                      "fp16.loss_scale_window must be > 0 when "
                       "dynamic loss scaling is enabled (loss_scale=0)");
     if (!(f->min_loss_scale > 0))
-        tr__cfg_error(w, "fp16.min_loss_scale", "fp16.min_loss_scale must be > 0 when dynamic "
+        tr__cfg_error(w, "fp16.min_loss_scale",
+                      "fp16.min_loss_scale must be > 0 when dynamic "
                       "loss scaling is enabled (loss_scale=0)");
     if (f->hysteresis < 1)
-        tr__cfg_error(w, "fp16.hysteresis", "must be >= 1 when dynamic loss scaling is enabled "
-                      "(loss_scale=0), got %lld", (long long)f->hysteresis);
+        tr__cfg_error(w, "fp16.hysteresis",
+                      "must be >= 1 when dynamic loss scaling is enabled "
+                      "(loss_scale=0), got %lld",
+                      (long long)f->hysteresis);
 }
 
 static void resolve_precision(tr__cfg_walk_t *w)
 {
     tr_config_t *c = w->cfg;
     if (c->fp16.enabled && c->bf16.enabled)
-        tr__cfg_error(w, "bf16", "bfloat16 and fp16 modes cannot be simultaneously enabled "
+        tr__cfg_error(w, "bf16",
+                      "bfloat16 and fp16 modes cannot be simultaneously enabled "
                       "(fp16.enabled and bf16.enabled are both true)");
     resolve_fp16(w);
     static const char *const names[] = {"fp32", "fp16", "bf16"}; /* by tr_dtype_t */
@@ -190,8 +193,9 @@ static void resolve_precision(tr__cfg_walk_t *w)
                       "set \"fp32\")",
                       names[c->data_types.grad_accum_dtype]);
     if (given_in_file(w, "communication_data_type")) return;
-    c->communication_data_type = c->fp16.enabled ? TR_DTYPE_F16
-                                 : c->bf16.enabled ? TR_DTYPE_BF16 : TR_DTYPE_F32;
+    c->communication_data_type = c->fp16.enabled   ? TR_DTYPE_F16
+                                 : c->bf16.enabled ? TR_DTYPE_BF16
+                                                   : TR_DTYPE_F32;
     tr__cfg_tree_set(w, "communication_data_type", json_string(names[c->communication_data_type]));
     tr__cfg_set_origin(w, "communication_data_type", "derived");
 }
@@ -217,8 +221,9 @@ static void resolve_zero(tr__cfg_walk_t *w)
         tr__cfg_error(w, "zero_optimization.offload_optimizer.ratio",
                       "Partial offloading only supported for ZeRO Stage 3.");
     if (w->cfg->fp16.fp16_master_weights_and_grads && z->stage == 0)
-        tr__cfg_error(w, "fp16.fp16_master_weights_and_grads",
-                      "Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
+        tr__cfg_error(
+            w, "fp16.fp16_master_weights_and_grads",
+            "Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
     const char *sched = w->cfg->pipeline.schedule;
     if (sched && strcmp(sched, "1f1b") && strcmp(sched, "zb"))
         tr__cfg_error(w, "pipeline.schedule", "expected \"1f1b\" or \"zb\", got \"%s\"", sched);
@@ -233,8 +238,10 @@ static void resolve_zero(tr__cfg_walk_t *w)
                      "pin_memory changes nothing: the optimizer runs on the CPU and its state is "
                      "in host memory already (pin_memory true locks it there)");
     if (z->offload_param.device != TR_OFFLOAD_NONE && z->stage != 3)
-        tr__cfg_warn(w, "zero_optimization.offload_param", "has no effect at stage %lld; "
-                     "parameters are offloaded only at stage 3", (long long)z->stage);
+        tr__cfg_warn(w, "zero_optimization.offload_param",
+                     "has no effect at stage %lld; "
+                     "parameters are offloaded only at stage 3",
+                     (long long)z->stage);
 }
 
 /* --- optimizer ------------------------------------------------------------------------- */
@@ -243,9 +250,12 @@ int tr_config_optimizer_runs_as(int type)
 {
     switch (type) {
     case TR_OPTIMIZER_ONEBIT_ADAM:
-    case TR_OPTIMIZER_ZERO_ONE_ADAM: return TR_OPTIMIZER_ADAM;
-    case TR_OPTIMIZER_ONEBIT_LAMB: return TR_OPTIMIZER_LAMB;
-    default: return type;
+    case TR_OPTIMIZER_ZERO_ONE_ADAM:
+        return TR_OPTIMIZER_ADAM;
+    case TR_OPTIMIZER_ONEBIT_LAMB:
+        return TR_OPTIMIZER_LAMB;
+    default:
+        return type;
     }
 }
 
@@ -258,16 +268,16 @@ static void resolve_optimizer(tr__cfg_walk_t *w)
                                           "1bit-Lamb is not compatible with ZeRO"};
     static const char *const names[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
     int t = w->cfg->optimizer.type;
-    if (t < TR_OPTIMIZER_ONEBIT_ADAM || t > TR_OPTIMIZER_ONEBIT_LAMB)
-        return;
+    if (t < TR_OPTIMIZER_ONEBIT_ADAM || t > TR_OPTIMIZER_ONEBIT_LAMB) return;
     int i = t - TR_OPTIMIZER_ONEBIT_ADAM;
     if (w->cfg->zero.stage > 0)
         tr__cfg_error(w, "optimizer.type", "%s (zero_optimization.stage is %lld)", refusal[i],
                       (long long)w->cfg->zero.stage);
     else
-        tr__cfg_warn(w, "optimizer.type", "%s runs as %s: its compressed communication needs "
-                     "world size > 1 and is not built yet", names[i],
-                     t == TR_OPTIMIZER_ONEBIT_LAMB ? "Lamb" : "Adam");
+        tr__cfg_warn(w, "optimizer.type",
+                     "%s runs as %s: its compressed communication needs "
+                     "world size > 1 and is not built yet",
+                     names[i], t == TR_OPTIMIZER_ONEBIT_LAMB ? "Lamb" : "Adam");
 }
 
 /* A pipeline across ranks: DeepSpeed's batch counts the data-parallel replicas, not the ranks

@@ -12,63 +12,83 @@
 #include <string.h>
 #include <strings.h>
 
-#define OFF(f) offsetof(tr_config_t, f)
-#define N(a) (sizeof(a) / sizeof((a)[0]))
-#define BIG 9.2233720368547758e18 /* int64: no bound but the type's */
-#define INF DBL_MAX               /* double: no bound but the type's */
-#define IMAX TR__CFG_INT_MAX
+#define OFF(f)                   offsetof(tr_config_t, f)
+#define N(a)                     (sizeof(a) / sizeof((a)[0]))
+#define BIG                      9.2233720368547758e18 /* int64: no bound but the type's */
+#define INF                      DBL_MAX               /* double: no bound but the type's */
+#define IMAX                     TR__CFG_INT_MAX
 #define SECTION(var, path, keys) static const tr__cfg_section_t var = {path, keys, N(keys)}
 
 /* Leaf keys: a designator list that a state wrapper, ACT or NOEFF, turns into an entry, so a
  * leaf without a state does not compile. */
 #define BOOL(n, f, d, doc_) .name = n, .kind = TR__K_BOOL, .offset = OFF(f), .def = d, .doc = doc_
-#define INT(n, f, d, lo, hi, doc_)                                                             \
+#define INT(n, f, d, lo, hi, doc_)                                                                 \
     .name = n, .kind = TR__K_INT, .offset = OFF(f), .def = d, .min = lo, .max = hi, .doc = doc_
-#define INTF(n, f, d, lo, hi, fl, doc_)                                                        \
-    .name = n, .kind = TR__K_INT, .offset = OFF(f), .def = d, .min = lo, .max = hi,           \
-    .flags = fl, .doc = doc_
-#define DBL(n, f, d, lo, hi, doc_)                                                             \
-    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi,        \
+#define INTF(n, f, d, lo, hi, fl, doc_)                                                            \
+    .name = n, .kind = TR__K_INT, .offset = OFF(f), .def = d, .min = lo, .max = hi, .flags = fl,   \
     .doc = doc_
-#define DBLF(n, f, d, lo, hi, fl, doc_)                                                        \
-    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi,        \
+#define DBL(n, f, d, lo, hi, doc_)                                                                 \
+    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi, .doc = doc_
+#define DBLF(n, f, d, lo, hi, fl, doc_)                                                            \
+    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi,             \
     .flags = fl, .doc = doc_
-#define STR(n, f, d, fl, doc_)                                                                 \
+#define STR(n, f, d, fl, doc_)                                                                     \
     .name = n, .kind = TR__K_STRING, .offset = OFF(f), .def_str = d, .flags = fl, .doc = doc_
-#define ENUM(n, f, d, ch, fl, doc_)                                                            \
-    .name = n, .kind = TR__K_ENUM, .offset = OFF(f), .def = d, .choices = ch, .flags = fl,    \
+#define ENUM(n, f, d, ch, fl, doc_)                                                                \
+    .name = n, .kind = TR__K_ENUM, .offset = OFF(f), .def = d, .choices = ch, .flags = fl,         \
     .doc = doc_
-#define PAIR(n, f, a, b, lo, hi, doc_)                                                         \
-    .name = n, .kind = TR__K_PAIR, .offset = OFF(f), .def = a, .def2 = b, .min = lo,          \
-    .max = hi, .doc = doc_
-#define ACT(...) {__VA_ARGS__, .state = TR__S_ACTED}
-#define NOEFF(why_, ...) {__VA_ARGS__, .state = TR__S_INERT, .why = why_}
+#define PAIR(n, f, a, b, lo, hi, doc_)                                                             \
+    .name = n, .kind = TR__K_PAIR, .offset = OFF(f), .def = a, .def2 = b, .min = lo, .max = hi,    \
+    .doc = doc_
+#define ACT(...)                                                                                   \
+    {                                                                                              \
+        __VA_ARGS__, .state = TR__S_ACTED                                                          \
+    }
+#define NOEFF(why_, ...)                                                                           \
+    {                                                                                              \
+        __VA_ARGS__, .state = TR__S_INERT, .why = why_                                             \
+    }
 
 /* Containers, aliases, and keys whose kind is their state. */
-#define SECT(n, s, fl, doc_) {.name = n, .kind = TR__K_SECTION, .sub = &s, .flags = fl, .doc = doc_}
-#define ALIAS(n, to) {.name = n, .kind = TR__K_ALIAS, .alias_of = to, .doc = "alias of " to}
-#define DEPR(n, to)                                                                            \
-    {.name = n, .kind = TR__K_ALIAS, .alias_of = to, .flags = TR__F_DEPRECATED,              \
-     .doc = "deprecated name of " to}
-#define IGN(n, doc_) {.name = n, .kind = TR__K_IGNORED, .doc = doc_, .state = TR__S_INERT}
-#define REJ(n, doc_) {.name = n, .kind = TR__K_REJECT, .doc = doc_, .state = TR__S_REJECTED}
+#define SECT(n, s, fl, doc_)                                                                       \
+    {                                                                                              \
+        .name = n, .kind = TR__K_SECTION, .sub = &s, .flags = fl, .doc = doc_                      \
+    }
+#define ALIAS(n, to)                                                                               \
+    {                                                                                              \
+        .name = n, .kind = TR__K_ALIAS, .alias_of = to, .doc = "alias of " to                      \
+    }
+#define DEPR(n, to)                                                                                \
+    {                                                                                              \
+        .name = n, .kind = TR__K_ALIAS, .alias_of = to, .flags = TR__F_DEPRECATED,                 \
+        .doc = "deprecated name of " to                                                            \
+    }
+#define IGN(n, doc_)                                                                               \
+    {                                                                                              \
+        .name = n, .kind = TR__K_IGNORED, .doc = doc_, .state = TR__S_INERT                        \
+    }
+#define REJ(n, doc_)                                                                               \
+    {                                                                                              \
+        .name = n, .kind = TR__K_REJECT, .doc = doc_, .state = TR__S_REJECTED                      \
+    }
 
 /* Why a key has no effect yet (the warning's words). */
 #define W_STAGE3 "ZeRO stage 3 (partitioned parameters) is not built yet"
 #define W_GATHER "the parameter partitions are all-gathered in place, in one operation"
-#define W_OFFLOAD "not built yet: only the optimizer's state is offloaded (offload_optimizer.device nvme)"
-#define W_FP32 "the CPU kernels compute in fp32"
-#define W_COMM "nothing is communicated at world size 1"
+#define W_OFFLOAD                                                                                  \
+    "not built yet: only the optimizer's state is offloaded (offload_optimizer.device nvme)"
+#define W_FP32   "the CPU kernels compute in fp32"
+#define W_COMM   "nothing is communicated at world size 1"
 #define W_CALLER "collectives are started by the comm actor, there is no caller to name"
-#define W_AIO "NVMe offload is not built yet"
+#define W_AIO    "NVMe offload is not built yet"
 #define W_PIPE   "this part of pipeline parallelism is not built yet"
-#define W_ACT "activation checkpointing is not built yet"
+#define W_ACT    "activation checkpointing is not built yet"
 
 static const char *const devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const dtypes[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const optimizers[] = {"Adam",       "AdamW",       "SGD",        "Lamb", "Lion",
                                          "OneBitAdam", "ZeroOneAdam", "OneBitLamb", NULL};
-static const char *const schedulers[] = {"WarmupLR",  "WarmupDecayLR", "WarmupCosineLR",
+static const char *const schedulers[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                          "OneCycle", "LRRangeTest",   NULL};
 static const char *const warmup_types[] = {"log", "linear", NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", "off", NULL};
@@ -90,8 +110,8 @@ static const tr__cfg_key_t offload_optimizer_keys[] = {
              "read the next sub-group while one is stepped (device nvme)")),
     ACT(BOOL("pipeline_write", zero.offload_optimizer.pipeline_write, 0,
              "write a sub-group back while the next is stepped (device nvme)")),
-    NOEFF(W_OFFLOAD, BOOL("fast_init", zero.offload_optimizer.fast_init, 0,
-                          "fast optimizer init with NVMe")),
+    NOEFF(W_OFFLOAD,
+          BOOL("fast_init", zero.offload_optimizer.fast_init, 0, "fast optimizer init with NVMe")),
     NOEFF(W_OFFLOAD, DBL("ratio", zero.offload_optimizer.ratio, 1.0, 0.0, 1.0,
                          "share of state offloaded (stage 3)")),
     IGN("super_offload", "CPU offloading for Superchips"),
@@ -102,44 +122,53 @@ SECTION(offload_optimizer_sec, "zero_optimization.offload_optimizer", offload_op
 static const tr__cfg_key_t offload_param_keys[] = {
     NOEFF(W_OFFLOAD, ENUM("device", zero.offload_param.device, 0, devices, TR__F_NULLABLE,
                           "where parameters live (stage 3): none, cpu or nvme")),
-    NOEFF(W_OFFLOAD, STR("nvme_path", zero.offload_param.nvme_path, NULL, TR__F_NULLABLE,
-                         "swap folder")),
-    NOEFF(W_OFFLOAD, INT("buffer_count", zero.offload_param.buffer_count, 5, 0, BIG,
-                         "swap buffers")),
-    NOEFF(W_OFFLOAD, INT("buffer_size", zero.offload_param.buffer_size, 1e8, 0, BIG,
-                         "swap buffer elements")),
-    NOEFF(W_OFFLOAD, INT("max_in_cpu", zero.offload_param.max_in_cpu, 1e9, 0, BIG,
-                         "elements kept in CPU")),
-    NOEFF(W_OFFLOAD, BOOL("pin_memory", zero.offload_param.pin_memory, 1,
-                          "page-locked host buffers")),
+    NOEFF(W_OFFLOAD,
+          STR("nvme_path", zero.offload_param.nvme_path, NULL, TR__F_NULLABLE, "swap folder")),
+    NOEFF(W_OFFLOAD,
+          INT("buffer_count", zero.offload_param.buffer_count, 5, 0, BIG, "swap buffers")),
+    NOEFF(W_OFFLOAD,
+          INT("buffer_size", zero.offload_param.buffer_size, 1e8, 0, BIG, "swap buffer elements")),
+    NOEFF(W_OFFLOAD,
+          INT("max_in_cpu", zero.offload_param.max_in_cpu, 1e9, 0, BIG, "elements kept in CPU")),
+    NOEFF(W_OFFLOAD,
+          BOOL("pin_memory", zero.offload_param.pin_memory, 1, "page-locked host buffers")),
 };
 SECTION(offload_param_sec, "zero_optimization.offload_param", offload_param_keys);
 
 static const tr__cfg_key_t zero_keys[] = {
-    {.name = "stage", .kind = TR__K_INT, .offset = OFF(zero.stage), .def = 0, .min = 0,
-     .max = 3, .expect = "0, 1, 2 or 3",
+    {.name = "stage",
+     .kind = TR__K_INT,
+     .offset = OFF(zero.stage),
+     .def = 0,
+     .min = 0,
+     .max = 3,
+     .expect = "0, 1, 2 or 3",
      .doc = "ZeRO stage: on more than one rank, 1 partitions the optimizer states, 2 the "
             "gradients too (reduce-scattered at every micro-step); 3 runs as 2 for now (the "
             "engine warns)",
      .state = TR__S_ACTED},
-    NOEFF("buckets are views of the one flat gradient buffer: always contiguous", BOOL("contiguous_gradients", zero.contiguous_gradients, 1,
-                       "copy gradients to one buffer")),
+    NOEFF(
+        "buckets are views of the one flat gradient buffer: always contiguous",
+        BOOL("contiguous_gradients", zero.contiguous_gradients, 1, "copy gradients to one buffer")),
     ACT(BOOL("reduce_scatter", zero.reduce_scatter, 1,
              "stage 2: reduce-scatter each bucket (else all-reduce it and keep this rank's part)")),
     ACT(INT("reduce_bucket_size", zero.reduce_bucket_size, 5e8, 0, BIG,
             "gradient elements per bucket; 0 = one bucket")),
-    NOEFF(W_GATHER, BOOL("allgather_partitions", zero.allgather_partitions, 1,
-                       "all-gather, not broadcast")),
+    NOEFF(W_GATHER,
+          BOOL("allgather_partitions", zero.allgather_partitions, 1, "all-gather, not broadcast")),
     NOEFF(W_GATHER, INT("allgather_bucket_size", zero.allgather_bucket_size, 5e8, 0, BIG,
-                      "elements per all-gather")),
-    {.name = "overlap_comm", .kind = TR__K_BOOL, .offset = OFF(zero.overlap_comm),
+                        "elements per all-gather")),
+    {.name = "overlap_comm",
+     .kind = TR__K_BOOL,
+     .offset = OFF(zero.overlap_comm),
      .flags = TR__F_DERIVED,
      .doc = "reduce each bucket while the backward goes on (else after it; default: stage == 3)",
      .state = TR__S_ACTED},
-    NOEFF("the master weights are the fp32 parameters themselves", BOOL("load_from_fp32_weights", zero.load_from_fp32_weights, 1,
-                       "initialise fp32 master weights from the checkpoint")),
-    NOEFF("a checkpoint is read at any world size (the checkpointer re-partitions)", BOOL("elastic_checkpoint", zero.elastic_checkpoint, 0,
-                       "checkpoints across world sizes")),
+    NOEFF("the master weights are the fp32 parameters themselves",
+          BOOL("load_from_fp32_weights", zero.load_from_fp32_weights, 1,
+               "initialise fp32 master weights from the checkpoint")),
+    NOEFF("a checkpoint is read at any world size (the checkpointer re-partitions)",
+          BOOL("elastic_checkpoint", zero.elastic_checkpoint, 0, "checkpoints across world sizes")),
     SECT("offload_optimizer", offload_optimizer_sec, 0, "ZeRO-Offload of optimizer state"),
     SECT("offload_param", offload_param_sec, 0, "ZeRO-Infinity offload of parameters"),
     DEPR("cpu_offload", "offload_optimizer"),
@@ -148,22 +177,22 @@ static const tr__cfg_key_t zero_keys[] = {
     ACT(INT("sub_group_size", zero.sub_group_size, 1e9, 0, BIG,
             "elements per optimizer sub-group: the unit swapped with offload_optimizer "
             "device nvme (in memory the partition is stepped in one pass)")),
-    NOEFF(W_STAGE3, INT("prefetch_bucket_size", zero.prefetch_bucket_size, 5e7, 0, BIG,
-                      "stage 3 prefetch")),
+    NOEFF(W_STAGE3,
+          INT("prefetch_bucket_size", zero.prefetch_bucket_size, 5e7, 0, BIG, "stage 3 prefetch")),
     NOEFF(W_STAGE3, INT("param_persistence_threshold", zero.param_persistence_threshold, 1e5, 0,
-                      BIG, "stage 3: parameters smaller than this stay whole")),
+                        BIG, "stage 3: parameters smaller than this stay whole")),
     NOEFF(W_STAGE3, INT("model_persistence_threshold", zero.model_persistence_threshold, BIG, 0,
-                      BIG, "stage 3: most elements kept whole")),
-    NOEFF(W_STAGE3, INT("max_live_parameters", zero.max_live_parameters, 1e9, 0, BIG,
-                      "stage 3")),
+                        BIG, "stage 3: most elements kept whole")),
+    NOEFF(W_STAGE3, INT("max_live_parameters", zero.max_live_parameters, 1e9, 0, BIG, "stage 3")),
     NOEFF(W_STAGE3, INT("max_reuse_distance", zero.max_reuse_distance, 1e9, 0, BIG, "stage 3")),
-    NOEFF(W_STAGE3, BOOL("gather_16bit_weights_on_model_save",
-                       zero.gather_16bit_weights_on_model_save, 0,
-                       "stage 3: save consolidated 16-bit weights")),
-    NOEFF("every layer of a model gives gradients for all its parameters", BOOL("ignore_unused_parameters", zero.ignore_unused_parameters, 1,
-                       "tolerate parameters without gradients")),
-    NOEFF(W_OFFLOAD, BOOL("round_robin_gradients", zero.round_robin_gradients, 0,
-                       "stage 1/2 offload")),
+    NOEFF(W_STAGE3,
+          BOOL("gather_16bit_weights_on_model_save", zero.gather_16bit_weights_on_model_save, 0,
+               "stage 3: save consolidated 16-bit weights")),
+    NOEFF("every layer of a model gives gradients for all its parameters",
+          BOOL("ignore_unused_parameters", zero.ignore_unused_parameters, 1,
+               "tolerate parameters without gradients")),
+    NOEFF(W_OFFLOAD,
+          BOOL("round_robin_gradients", zero.round_robin_gradients, 0, "stage 1/2 offload")),
     ALIAS("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
     ALIAS("stage3_param_persistence_threshold", "param_persistence_threshold"),
     ALIAS("stage3_model_persistence_threshold", "model_persistence_threshold"),
@@ -244,31 +273,30 @@ SECTION(data_types_sec, "data_types", data_types_keys);
 /* --- optimizer -------------------------------------------------------------------------- */
 
 #define OP(f) optimizer.params.f
-#define MAX_GRAD_NORM                                                                          \
-    REJ("max_grad_norm", "is not supported as an optimizer parameter; use the top-level "      \
+#define MAX_GRAD_NORM                                                                              \
+    REJ("max_grad_norm", "is not supported as an optimizer parameter; use the top-level "          \
                          "'gradient_clipping' instead")
 #define LR ACT(DBL("lr", OP(lr), 1e-3, 0, INF, "learning rate"))
 #define WD ACT(DBL("weight_decay", OP(weight_decay), 0, 0, INF, "weight decay"))
-#define ADAM_KEYS                                                                              \
-    LR, ACT(PAIR("betas", OP(betas), 0.9, 0.999, 0, 1, "moment decay rates")),                 \
-        ACT(DBL("eps", OP(eps), 1e-8, 0, INF, "denominator term")), WD,                        \
-        ACT(BOOL("bias_correction", OP(bias_correction), 1, "Adam bias correction")),          \
-        ACT(BOOL("adam_w_mode", OP(adam_w_mode), 1, "decoupled weight decay")),                \
-        ACT(BOOL("amsgrad", OP(amsgrad), 0, "AMSGrad: the maximum of v in the denominator")),  \
-        NOEFF("Troupe's Adam computes the same maths",                                         \
-              BOOL("torch_adam", OP(torch_adam), 0, "PyTorch's Adam")),                        \
+#define ADAM_KEYS                                                                                  \
+    LR, ACT(PAIR("betas", OP(betas), 0.9, 0.999, 0, 1, "moment decay rates")),                     \
+        ACT(DBL("eps", OP(eps), 1e-8, 0, INF, "denominator term")), WD,                            \
+        ACT(BOOL("bias_correction", OP(bias_correction), 1, "Adam bias correction")),              \
+        ACT(BOOL("adam_w_mode", OP(adam_w_mode), 1, "decoupled weight decay")),                    \
+        ACT(BOOL("amsgrad", OP(amsgrad), 0, "AMSGrad: the maximum of v in the denominator")),      \
+        NOEFF("Troupe's Adam computes the same maths",                                             \
+              BOOL("torch_adam", OP(torch_adam), 0, "PyTorch's Adam")),                            \
         MAX_GRAD_NORM
-#define LAMB_KEYS                                                                              \
-    LR, ACT(PAIR("betas", OP(betas), 0.9, 0.999, 0, 1, "moment decay rates")),                 \
-        ACT(DBL("eps", OP(eps), 1e-8, 0, INF, "denominator term")), WD,                        \
-        ACT(BOOL("bias_correction", OP(bias_correction), 1, "bias correction")),               \
-        ACT(DBL("max_coeff", OP(max_coeff), 10.0, 0, INF, "trust ratio ceiling")),             \
-        ACT(DBL("min_coeff", OP(min_coeff), 0.01, 0, INF, "trust ratio floor")),               \
-        ACT(BOOL("eps_inside_sqrt", OP(eps_inside_sqrt), 0, "eps under the root")),            \
-        MAX_GRAD_NORM
-#define ONEBIT_KEYS                                                                            \
-    IGN("freeze_step", "1-bit compression warm-up"),                                           \
-        IGN("cuda_aware", "1-bit compression over CUDA-aware MPI"),                            \
+#define LAMB_KEYS                                                                                  \
+    LR, ACT(PAIR("betas", OP(betas), 0.9, 0.999, 0, 1, "moment decay rates")),                     \
+        ACT(DBL("eps", OP(eps), 1e-8, 0, INF, "denominator term")), WD,                            \
+        ACT(BOOL("bias_correction", OP(bias_correction), 1, "bias correction")),                   \
+        ACT(DBL("max_coeff", OP(max_coeff), 10.0, 0, INF, "trust ratio ceiling")),                 \
+        ACT(DBL("min_coeff", OP(min_coeff), 0.01, 0, INF, "trust ratio floor")),                   \
+        ACT(BOOL("eps_inside_sqrt", OP(eps_inside_sqrt), 0, "eps under the root")), MAX_GRAD_NORM
+#define ONEBIT_KEYS                                                                                \
+    IGN("freeze_step", "1-bit compression warm-up"),                                               \
+        IGN("cuda_aware", "1-bit compression over CUDA-aware MPI"),                                \
         IGN("comm_backend_name", "1-bit compression backend")
 
 static const tr__cfg_key_t adam_keys[] = {ADAM_KEYS};
@@ -327,29 +355,33 @@ static const tr__cfg_key_t optimizer_keys[] = {
     ACT(ENUM("type", optimizer.type, 0, optimizers, TR__F_REQUIRED | TR__F_NOCASE | TR__F_ENUM1,
              "Adam, AdamW, SGD, Lamb, Lion; OneBitAdam, ZeroOneAdam, OneBitLamb run as Adam, "
              "Adam, Lamb (any case)")),
-    {.name = "params", .kind = TR__K_VARIANT, .variants = optimizer_variants,
-     .variant_of = OFF(optimizer.type), .doc = "the chosen optimizer's parameters"},
+    {.name = "params",
+     .kind = TR__K_VARIANT,
+     .variants = optimizer_variants,
+     .variant_of = OFF(optimizer.type),
+     .doc = "the chosen optimizer's parameters"},
     IGN("legacy_fusion", "a DeepSpeed kernel choice"),
 };
 SECTION(optimizer_sec, "optimizer", optimizer_keys);
 
 /* --- scheduler -------------------------------------------------------------------------- */
 
-#define SP(f) scheduler.params.f
-#define WARMUP_STEPS /* DeepSpeed: "warmup_num_steps must be a positive integer, got 0" */  \
-    {INT("warmup_num_steps", SP(warmup_num_steps), 1000, 1, BIG, "warmup length"),             \
-     .expect = "a positive integer", .state = TR__S_ACTED}
-#define WARMUP_KEYS                                                                            \
-    ACT(DBL("warmup_min_lr", SP(warmup_min_lr), 0, 0, INF, "learning rate at step 0")),        \
-        ACT(DBL("warmup_max_lr", SP(warmup_max_lr), 1e-3, 0, INF,                              \
-                "learning rate after warmup")),                                                \
-        WARMUP_STEPS,                                                                          \
+#define SP(f)        scheduler.params.f
+#define WARMUP_STEPS /* DeepSpeed: "warmup_num_steps must be a positive integer, got 0" */         \
+    {                                                                                              \
+        INT("warmup_num_steps", SP(warmup_num_steps), 1000, 1, BIG, "warmup length"),              \
+            .expect = "a positive integer", .state = TR__S_ACTED                                   \
+    }
+#define WARMUP_KEYS                                                                                \
+    ACT(DBL("warmup_min_lr", SP(warmup_min_lr), 0, 0, INF, "learning rate at step 0")),            \
+        ACT(DBL("warmup_max_lr", SP(warmup_max_lr), 1e-3, 0, INF, "learning rate after warmup")),  \
+        WARMUP_STEPS,                                                                              \
         ACT(ENUM("warmup_type", SP(warmup_type), 0, warmup_types, 0, "log or linear"))
-#define LAST_ITER                                                                              \
-    ACT(INT("last_batch_iteration", SP(last_batch_iteration), -1, -1, BIG,                     \
+#define LAST_ITER                                                                                  \
+    ACT(INT("last_batch_iteration", SP(last_batch_iteration), -1, -1, BIG,                         \
             "resume the schedule: k = k + 1 scheduler steps already taken; -1 = start"))
-#define TOTAL_STEPS                                                                            \
-    ACT(INTF("total_num_steps", SP(total_num_steps), 0, 1, BIG, TR__F_REQUIRED,               \
+#define TOTAL_STEPS                                                                                \
+    ACT(INTF("total_num_steps", SP(total_num_steps), 0, 1, BIG, TR__F_REQUIRED,                    \
              "steps of the whole run"))
 
 static const tr__cfg_key_t warmup_lr_keys[] = {WARMUP_KEYS, LAST_ITER};
@@ -374,10 +406,9 @@ static const tr__cfg_key_t one_cycle_keys[] = {
     ACT(INT("cycle_first_step_size", SP(cycle_first_step_size), 2000, 1, BIG, "rising steps")),
     ACT(INTF("cycle_second_step_size", SP(cycle_second_step_size), 0, 1, BIG, TR__F_NULLABLE,
              "falling steps (null = same as first)")),
-    ACT(INT("cycle_first_stair_count", SP(cycle_first_stair_count), 0, 0, BIG,
-            "stairs rising")),
-    ACT(INTF("cycle_second_stair_count", SP(cycle_second_stair_count), 0, 0, BIG,
-             TR__F_NULLABLE, "stairs falling")),
+    ACT(INT("cycle_first_stair_count", SP(cycle_first_stair_count), 0, 0, BIG, "stairs rising")),
+    ACT(INTF("cycle_second_stair_count", SP(cycle_second_stair_count), 0, 0, BIG, TR__F_NULLABLE,
+             "stairs falling")),
     ACT(INT("decay_step_size", SP(decay_step_size), 0, 0, BIG, "steps per decay")),
     ACT(BOOL("cycle_momentum", SP(cycle_momentum), 1, "cycle momentum inversely to lr")),
     ACT(DBL("cycle_min_mom", SP(cycle_min_mom), 0.8, 0, 1, "lowest momentum")),
@@ -404,8 +435,11 @@ static const tr__cfg_section_t *const scheduler_variants[] = {
 static const tr__cfg_key_t scheduler_keys[] = {
     ACT(ENUM("type", scheduler.type, 0, schedulers, TR__F_REQUIRED | TR__F_ENUM1,
              "WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest")),
-    {.name = "params", .kind = TR__K_VARIANT, .variants = scheduler_variants,
-     .variant_of = OFF(scheduler.type), .doc = "the chosen schedule's parameters"},
+    {.name = "params",
+     .kind = TR__K_VARIANT,
+     .variants = scheduler_variants,
+     .variant_of = OFF(scheduler.type),
+     .doc = "the chosen schedule's parameters"},
 };
 SECTION(scheduler_sec, "scheduler", scheduler_keys);
 
@@ -414,19 +448,18 @@ SECTION(scheduler_sec, "scheduler", scheduler_keys);
 static const tr__cfg_key_t aio_keys[] = {
     NOEFF(W_AIO, INT("block_size", aio.block_size, 1048576, 512, BIG, "bytes per request")),
     NOEFF(W_AIO, INT("queue_depth", aio.queue_depth, 8, 1, 65536, "requests in flight")),
-    NOEFF(W_AIO, INT("intra_op_parallelism", aio.intra_op_parallelism, 1, 1, 1024,
-                     "I/O threads")),
+    NOEFF(W_AIO, INT("intra_op_parallelism", aio.intra_op_parallelism, 1, 1, 1024, "I/O threads")),
     DEPR("thread_count", "intra_op_parallelism"),
     NOEFF(W_AIO, BOOL("single_submit", aio.single_submit, 0, "submit requests one at a time")),
-    NOEFF(W_AIO, BOOL("overlap_events", aio.overlap_events, 1,
-                      "overlap submission and completion")),
+    NOEFF(W_AIO,
+          BOOL("overlap_events", aio.overlap_events, 1, "overlap submission and completion")),
     NOEFF(W_AIO, BOOL("use_gds", aio.use_gds, 0, "GPUDirect Storage")),
 };
 SECTION(aio_sec, "aio", aio_keys);
 
-#define MONITOR_KEYS(m)                                                                        \
-    ACT(BOOL("enabled", m.enabled, 0, "write this monitor's output")),                         \
-        ACT(STR("output_path", m.output_path, "", 0, "output folder")),                        \
+#define MONITOR_KEYS(m)                                                                            \
+    ACT(BOOL("enabled", m.enabled, 0, "write this monitor's output")),                             \
+        ACT(STR("output_path", m.output_path, "", 0, "output folder")),                            \
         ACT(STR("job_name", m.job_name, "DeepSpeedJobName", 0, "sub-folder name"))
 static const tr__cfg_key_t csv_keys[] = {MONITOR_KEYS(csv_monitor)};
 SECTION(csv_sec, "csv_monitor", csv_keys);
@@ -440,7 +473,9 @@ static const tr__cfg_key_t comms_keys[] = {
     ACT(BOOL("verbose", comms_logger.verbose, 0, "a line per collective (rank 0)")),
     ACT(BOOL("prof_all", comms_logger.prof_all, 1, "profile every operation")),
     NOEFF(W_CALLER, BOOL("debug", comms_logger.debug, 0, "add the caller's name")),
-    {.name = "prof_ops", .kind = TR__K_STRLIST, .offset = OFF(comms_logger.prof_ops),
+    {.name = "prof_ops",
+     .kind = TR__K_STRLIST,
+     .offset = OFF(comms_logger.prof_ops),
      .doc = "operations to profile when prof_all is false (all_reduce, ...)",
      .state = TR__S_ACTED},
 };
@@ -474,12 +509,12 @@ SECTION(pipeline_sec, "pipeline", pipeline_keys);
 
 #define AC(f) activation_checkpointing.f
 static const tr__cfg_key_t act_keys[] = {
-    NOEFF(W_ACT, BOOL("partition_activations", AC(partition_activations), 0,
-                      "split across model ranks")),
+    NOEFF(W_ACT,
+          BOOL("partition_activations", AC(partition_activations), 0, "split across model ranks")),
     NOEFF(W_ACT, BOOL("contiguous_memory_optimization", AC(contiguous_memory_optimization), 0,
                       "copy checkpoints to one buffer")),
-    NOEFF(W_ACT, BOOL("cpu_checkpointing", AC(cpu_checkpointing), 0,
-                      "keep checkpoints in CPU memory")),
+    NOEFF(W_ACT,
+          BOOL("cpu_checkpointing", AC(cpu_checkpointing), 0, "keep checkpoints in CPU memory")),
     NOEFF(W_ACT, INTF("number_checkpoints", AC(number_checkpoints), 0, 1, BIG, TR__F_NULLABLE,
                       "checkpoints per pass (null = unknown)")),
     NOEFF(W_ACT, BOOL("synchronize_checkpoint_boundary", AC(synchronize_checkpoint_boundary), 0,
@@ -537,8 +572,7 @@ SECTION(trace_steps_sec, "troupe.trace.steps", trace_steps_keys);
 static const tr__cfg_key_t trace_keys[] = {
     ACT(BOOL("enabled", troupe.trace.enabled, 0, "write a Perfetto trace")),
     ACT(STR("output_path", troupe.trace.output_path, "", 0, "trace file folder")),
-    ACT(BOOL("flight_recorder", troupe.trace.flight_recorder, 1,
-             "keep the last spans in memory")),
+    ACT(BOOL("flight_recorder", troupe.trace.flight_recorder, 1, "keep the last spans in memory")),
     SECT("steps", trace_steps_sec, 0, "which steps are traced"),
 };
 SECTION(trace_sec, "troupe.trace", trace_keys);
@@ -598,10 +632,12 @@ SECTION(troupe_sec, "troupe", troupe_keys);
 
 /* --- the top ---------------------------------------------------------------------------- */
 
-#define BATCH(n, f, doc_)                                                                      \
-    {.name = n, .kind = TR__K_INT, .offset = OFF(f), .min = -BIG, .max = BIG,                 \
-     .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_,          \
-     .state = TR__S_ACTED}
+#define BATCH(n, f, doc_)                                                                          \
+    {                                                                                              \
+        .name = n, .kind = TR__K_INT, .offset = OFF(f), .min = -BIG, .max = BIG,                   \
+        .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_,             \
+        .state = TR__S_ACTED                                                                       \
+    }
 
 static const tr__cfg_key_t top_keys[] = {
     BATCH("train_batch_size", train_batch_size, "samples per optimizer step, all ranks"),
@@ -691,8 +727,7 @@ const tr__cfg_section_t tr__cfg_top = {"", top_keys, N(top_keys)};
 
 const char *tr__cfg_state_text(const tr__cfg_key_t *k, char *b, size_t n)
 {
-    if (k->kind == TR__K_IGNORED || k->kind == TR__K_REJECT || k->state != TR__S_INERT)
-        return "";
+    if (k->kind == TR__K_IGNORED || k->kind == TR__K_REJECT || k->state != TR__S_INERT) return "";
     snprintf(b, n, "accepted: %s; no effect yet", k->why);
     return b;
 }
@@ -702,15 +737,14 @@ const char *tr__cfg_state_text(const tr__cfg_key_t *k, char *b, size_t n)
 const tr__cfg_key_t *tr__cfg_find(const tr__cfg_section_t *sec, const char *name)
 {
     for (size_t i = 0; i < sec->n_keys; i++)
-        if (!strcmp(sec->keys[i].name, name))
-            return &sec->keys[i];
+        if (!strcmp(sec->keys[i].name, name)) return &sec->keys[i];
     return NULL;
 }
 
 /* Collects into places (distinct dotted paths, at most TR__CFG_WHERE_MAX + 1) where a key
  * called name exists, skipping section not_in. */
-static int where_in(const tr__cfg_section_t *sec, const char *name,
-                    const tr__cfg_section_t *not_in, char places[][256], int found)
+static int where_in(const tr__cfg_section_t *sec, const char *name, const tr__cfg_section_t *not_in,
+                    char places[][256], int found)
 {
     const tr__cfg_key_t *k = sec != not_in ? tr__cfg_find(sec, name) : NULL;
     if (k && k->kind != TR__K_REJECT && k->kind != TR__K_ALIAS && found <= TR__CFG_WHERE_MAX) {
@@ -719,13 +753,11 @@ static int where_in(const tr__cfg_section_t *sec, const char *name,
         bool seen = false; /* variants of one section share a path: count it once */
         for (int i = 0; i < found; i++)
             seen |= !strcmp(places[i], here);
-        if (!seen)
-            memcpy(places[found++], here, sizeof(here));
+        if (!seen) memcpy(places[found++], here, sizeof(here));
     }
     for (size_t i = 0; i < sec->n_keys; i++) {
         k = &sec->keys[i];
-        if (k->kind == TR__K_SECTION)
-            found = where_in(k->sub, name, not_in, places, found);
+        if (k->kind == TR__K_SECTION) found = where_in(k->sub, name, not_in, places, found);
         for (int v = 1; k->kind == TR__K_VARIANT && k->variants[v]; v++)
             found = where_in(k->variants[v], name, not_in, places, found);
     }
@@ -749,10 +781,8 @@ int tr__cfg_edit_distance(const char *a, const char *b)
         for (size_t j = 1; j <= lb; j++) {
             unsigned char up = row[j];
             int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
             row[j] = (unsigned char)best;
             diag = up;
         }

@@ -24,17 +24,17 @@ typedef enum {
 } tr__cfg_kind_t;
 
 enum {
-    TR__F_REQUIRED = 1u << 0,    /* no default: must be given when the section is */
-    TR__F_NULLABLE = 1u << 1,    /* null means the default */
-    TR__F_NOCASE = 1u << 2,      /* enum matched case-insensitively */
-    TR__F_ENUM1 = 1u << 3,       /* enum stored as index + 1 (0 = none) */
-    TR__F_DEPRECATED = 1u << 4,  /* alias: warn */
-    TR__F_BATCH = 1u << 5,       /* one of the batch triple: resolved after the walk */
-    TR__F_AUTO_ZERO = 1u << 6,   /* "auto" is a legal value, stored as 0 */
-    TR__F_OPTIONAL = 1u << 7,    /* section: absent means absent, no defaults dumped */
-    TR__F_IF_ENABLED = 1u << 8,  /* ignored section: an error when its "enabled" is true */
-    TR__F_DERIVED = 1u << 9,     /* default is computed after the walk (origin "derived") */
-    TR__F_MIN_EXCL = 1u << 10,   /* number: min itself is excluded (DeepSpeed's gt=) */
+    TR__F_REQUIRED = 1u << 0,   /* no default: must be given when the section is */
+    TR__F_NULLABLE = 1u << 1,   /* null means the default */
+    TR__F_NOCASE = 1u << 2,     /* enum matched case-insensitively */
+    TR__F_ENUM1 = 1u << 3,      /* enum stored as index + 1 (0 = none) */
+    TR__F_DEPRECATED = 1u << 4, /* alias: warn */
+    TR__F_BATCH = 1u << 5,      /* one of the batch triple: resolved after the walk */
+    TR__F_AUTO_ZERO = 1u << 6,  /* "auto" is a legal value, stored as 0 */
+    TR__F_OPTIONAL = 1u << 7,   /* section: absent means absent, no defaults dumped */
+    TR__F_IF_ENABLED = 1u << 8, /* ignored section: an error when its "enabled" is true */
+    TR__F_DERIVED = 1u << 9,    /* default is computed after the walk (origin "derived") */
+    TR__F_MIN_EXCL = 1u << 10,  /* number: min itself is excluded (DeepSpeed's gt=) */
 };
 
 /* What Troupe does with a key's value: every key of the table has one state, and
@@ -53,19 +53,19 @@ typedef struct tr__cfg_section tr__cfg_section_t;
 typedef struct tr__cfg_key {
     const char *name;
     tr__cfg_kind_t kind;
-    size_t offset;              /* of the field in tr_config_t */
-    double def;                 /* bool, int, double, enum default; PAIR: def, def2 */
+    size_t offset; /* of the field in tr_config_t */
+    double def;    /* bool, int, double, enum default; PAIR: def, def2 */
     double def2;
-    const char *def_str;        /* string default; NULL = null */
-    double min, max;            /* inclusive range of numbers */
-    const char *const *choices; /* ENUM: NULL-terminated */
+    const char *def_str;                      /* string default; NULL = null */
+    double min, max;                          /* inclusive range of numbers */
+    const char *const *choices;               /* ENUM: NULL-terminated */
     const tr__cfg_section_t *sub;             /* SECTION */
     const tr__cfg_section_t *const *variants; /* VARIANT: indexed by the enum value */
     size_t variant_of;                        /* VARIANT: offset of the int enum field */
     const char *alias_of;                     /* ALIAS: the key it stands for */
     const char *expect;                       /* wording of "must be ..."; NULL = generated */
     unsigned flags;
-    const char *doc;                          /* one line for docs/config.md */
+    const char *doc; /* one line for docs/config.md */
     tr__cfg_state_t state;
     const char *why; /* TR__S_INERT: why the value has no effect yet */
 } tr__cfg_key_t;

@@ -16,13 +16,13 @@
 #include <strings.h>
 
 #define FIELD(w, k, type) ((type *)((char *)(w)->cfg + (k)->offset))
-#define INT64_LIMIT 9.2233720368547758e18
-#define MAX_KEYS 64
+#define INT64_LIMIT       9.2233720368547758e18
+#define MAX_KEYS          64
 
 /* --- diagnostics ------------------------------------------------------------------------ */
 
-static void report(tr__cfg_walk_t *w, tr_config_severity_t sev, const char *path,
-                   const char *tag, const char *fmt, va_list ap)
+static void report(tr__cfg_walk_t *w, tr_config_severity_t sev, const char *path, const char *tag,
+                   const char *fmt, va_list ap)
 {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -32,13 +32,13 @@ static void report(tr__cfg_walk_t *w, tr_config_severity_t sev, const char *path
         tr__cfg_diag_add(w->diag, sev, "%s: %s%s", w->file, tag, msg);
 }
 
-#define REPORT_FN(fn, sev, tag)                                                                \
-    void fn(tr__cfg_walk_t *w, const char *path, const char *fmt, ...)                         \
-    {                                                                                          \
-        va_list ap;                                                                            \
-        va_start(ap, fmt);                                                                     \
-        report(w, sev, path, tag, fmt, ap);                                                    \
-        va_end(ap);                                                                            \
+#define REPORT_FN(fn, sev, tag)                                                                    \
+    void fn(tr__cfg_walk_t *w, const char *path, const char *fmt, ...)                             \
+    {                                                                                              \
+        va_list ap;                                                                                \
+        va_start(ap, fmt);                                                                         \
+        report(w, sev, path, tag, fmt, ap);                                                        \
+        va_end(ap);                                                                                \
     }
 REPORT_FN(tr__cfg_error, TR_CONFIG_ERROR, "")
 REPORT_FN(tr__cfg_warn, TR_CONFIG_WARNING, "warning: ")
@@ -61,21 +61,17 @@ static const char *safe(const char *s, char *buf, size_t n)
             buf[o++] = (char)c;
     }
     buf[o] = 0;
-    if (strlen(s) > 64 && o + 4 < n)
-        strcpy(buf + o, "...");
+    if (strlen(s) > 64 && o + 4 < n) strcpy(buf + o, "...");
     return buf;
 }
 
 /* A value as shown in "got ...": scalars as JSON (cut at 40 bytes), containers by kind. */
 static const char *show(const json_t *v, char *buf, size_t n)
 {
-    if (json_is_object(v))
-        return "an object";
-    if (json_is_array(v))
-        return "an array";
+    if (json_is_object(v)) return "an object";
+    if (json_is_array(v)) return "an array";
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!s)
-        return "a value";
+    if (!s) return "a value";
     if (strlen(s) > 40)
         snprintf(buf, n, "%.37s...", s);
     else
@@ -96,10 +92,8 @@ static bool is_auto(const json_t *v)
 
 static int64_t to_i64(double d)
 {
-    if (d >= INT64_LIMIT)
-        return INT64_MAX;
-    if (d <= -INT64_LIMIT)
-        return INT64_MIN;
+    if (d >= INT64_LIMIT) return INT64_MAX;
+    if (d <= -INT64_LIMIT) return INT64_MIN;
     return (int64_t)d;
 }
 
@@ -137,25 +131,34 @@ static void choices_text(const tr__cfg_key_t *k, char *b, size_t n)
     size_t o = (size_t)snprintf(b, n, "one of");
     for (int i = 0; k->choices[i] && o < n; i++)
         o += (size_t)snprintf(b + o, n - o, "%s \"%s\"", i ? "," : "", k->choices[i]);
-    if (k->flags & TR__F_NULLABLE && o < n)
-        o += (size_t)snprintf(b + o, n - o, " or null");
-    if (k->flags & TR__F_NOCASE && o < n)
-        snprintf(b + o, n - o, " (any case)");
+    if (k->flags & TR__F_NULLABLE && o < n) o += (size_t)snprintf(b + o, n - o, " or null");
+    if (k->flags & TR__F_NOCASE && o < n) snprintf(b + o, n - o, " (any case)");
 }
 
 const char *tr__cfg_expectation(const tr__cfg_key_t *k, char *b, size_t n)
 {
-    if (k->expect)
-        return k->expect;
+    if (k->expect) return k->expect;
     switch (k->kind) {
-    case TR__K_BOOL: return "true or false";
-    case TR__K_INT: range_text(k, "an integer", true, b, n); return b;
-    case TR__K_DOUBLE: range_text(k, "a number", false, b, n); return b;
-    case TR__K_STRING: return k->flags & TR__F_NULLABLE ? "a string or null" : "a string";
-    case TR__K_ENUM: choices_text(k, b, n); return b;
-    case TR__K_PAIR: range_text(k, "a list of two numbers", false, b, n); return b;
-    case TR__K_STRLIST: return "a list of strings";
-    default: return "an object";
+    case TR__K_BOOL:
+        return "true or false";
+    case TR__K_INT:
+        range_text(k, "an integer", true, b, n);
+        return b;
+    case TR__K_DOUBLE:
+        range_text(k, "a number", false, b, n);
+        return b;
+    case TR__K_STRING:
+        return k->flags & TR__F_NULLABLE ? "a string or null" : "a string";
+    case TR__K_ENUM:
+        choices_text(k, b, n);
+        return b;
+    case TR__K_PAIR:
+        range_text(k, "a list of two numbers", false, b, n);
+        return b;
+    case TR__K_STRLIST:
+        return "a list of strings";
+    default:
+        return "an object";
     }
 }
 
@@ -168,25 +171,27 @@ static void mistyped(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp, 
 
 /* --- storing values ---------------------------------------------------------------------- */
 
-static void put(tr__cfg_walk_t *w, json_t *out, const tr__cfg_key_t *k, const char *kp,
-                json_t *v, const char *origin)
+static void put(tr__cfg_walk_t *w, json_t *out, const tr__cfg_key_t *k, const char *kp, json_t *v,
+                const char *origin)
 {
     json_object_set_new(out, k->name, v);
-    if (origin)
-        tr__cfg_set_origin(w, kp, origin);
+    if (origin) tr__cfg_set_origin(w, kp, origin);
 }
 
 json_t *tr__cfg_default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
 {
     bool null_default = (k->flags & (TR__F_NULLABLE | TR__F_DERIVED)) && k->def == 0;
     switch (k->kind) {
-    case TR__K_BOOL: *FIELD(w, k, bool) = k->def != 0; return json_boolean(k->def != 0);
+    case TR__K_BOOL:
+        *FIELD(w, k, bool) = k->def != 0;
+        return json_boolean(k->def != 0);
     case TR__K_INT:
         *FIELD(w, k, int64_t) = to_i64(k->def);
-        if (k->flags & TR__F_AUTO_ZERO && k->def == 0)
-            return json_string("auto");
+        if (k->flags & TR__F_AUTO_ZERO && k->def == 0) return json_string("auto");
         return null_default ? json_null() : json_integer(to_i64(k->def));
-    case TR__K_DOUBLE: *FIELD(w, k, double) = k->def; return json_real(k->def);
+    case TR__K_DOUBLE:
+        *FIELD(w, k, double) = k->def;
+        return json_real(k->def);
     case TR__K_ENUM:
         *FIELD(w, k, int) = (int)k->def + (k->flags & TR__F_ENUM1 ? 1 : 0);
         return k->flags & TR__F_DERIVED ? json_null() : json_string(k->choices[(int)k->def]);
@@ -194,8 +199,11 @@ json_t *tr__cfg_default_json(tr__cfg_walk_t *w, const tr__cfg_key_t *k)
         FIELD(w, k, double)[0] = k->def;
         FIELD(w, k, double)[1] = k->def2;
         return json_pack("[ff]", k->def, k->def2);
-    case TR__K_STRLIST: FIELD(w, k, tr_config_strlist_t)->count = 0; return json_array();
-    default: break;
+    case TR__K_STRLIST:
+        FIELD(w, k, tr_config_strlist_t)->count = 0;
+        return json_array();
+    default:
+        break;
     }
     json_t *s = k->def_str ? json_string(k->def_str) : json_null(); /* TR__K_STRING */
     *FIELD(w, k, const char *) = json_string_value(s);
@@ -214,19 +222,16 @@ static int parse_int(const json_t *v, int64_t *out)
         *out = json_integer_value(v);
         return 0;
     }
-    if (!json_is_real(v))
-        return -1;
+    if (!json_is_real(v)) return -1;
     double d = json_real_value(v); /* 5e8: integral reals are integers */
-    if (d != floor(d) || d >= INT64_LIMIT || d < -INT64_LIMIT)
-        return -1;
+    if (d != floor(d) || d >= INT64_LIMIT || d < -INT64_LIMIT) return -1;
     *out = (int64_t)d;
     return 0;
 }
 
 static bool in_range(const tr__cfg_key_t *k, double d)
 {
-    if (k->flags & TR__F_MIN_EXCL && d <= k->min)
-        return false;
+    if (k->flags & TR__F_MIN_EXCL && d <= k->min) return false;
     return d >= k->min && d <= k->max;
 }
 
@@ -240,12 +245,10 @@ static int match_choice(const tr__cfg_key_t *k, const char *s)
 
 static json_t *parse_pair(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *v)
 {
-    if (!json_is_array(v) || json_array_size(v) != 2)
-        return NULL;
+    if (!json_is_array(v) || json_array_size(v) != 2) return NULL;
     for (size_t i = 0; i < 2; i++) {
         json_t *e = json_array_get(v, i);
-        if (!json_is_number(e) || !in_range(k, json_number_value(e)))
-            return NULL;
+        if (!json_is_number(e) || !in_range(k, json_number_value(e))) return NULL;
     }
     for (size_t i = 0; i < 2; i++)
         FIELD(w, k, double)[i] = json_number_value(json_array_get(v, i));
@@ -256,8 +259,7 @@ static json_t *parse_strlist(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *
 {
     size_t i;
     json_t *e;
-    if (!json_is_array(v) || json_array_size(v) > TR_CONFIG_MAX_LIST)
-        return NULL;
+    if (!json_is_array(v) || json_array_size(v) > TR_CONFIG_MAX_LIST) return NULL;
     json_array_foreach(v, i, e) if (!json_is_string(e)) return NULL;
     tr_config_strlist_t *l = FIELD(w, k, tr_config_strlist_t);
     l->count = (int)json_array_size(v);
@@ -272,33 +274,31 @@ static json_t *parse_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *v)
     int c;
     switch (k->kind) {
     case TR__K_BOOL:
-        if (!json_is_boolean(v))
-            return NULL;
+        if (!json_is_boolean(v)) return NULL;
         *FIELD(w, k, bool) = json_is_true(v);
         return json_incref(v);
     case TR__K_INT:
-        if (parse_int(v, &i) < 0 || !in_range(k, (double)i))
-            return NULL;
+        if (parse_int(v, &i) < 0 || !in_range(k, (double)i)) return NULL;
         *FIELD(w, k, int64_t) = i;
         return json_integer(i);
     case TR__K_DOUBLE:
-        if (!json_is_number(v) || !in_range(k, json_number_value(v)))
-            return NULL;
+        if (!json_is_number(v) || !in_range(k, json_number_value(v))) return NULL;
         *FIELD(w, k, double) = json_number_value(v);
         return json_real(json_number_value(v));
     case TR__K_STRING:
-        if (!json_is_string(v))
-            return NULL;
+        if (!json_is_string(v)) return NULL;
         *FIELD(w, k, const char *) = json_string_value(v);
         return json_incref(v);
     case TR__K_ENUM:
-        if (!json_is_string(v) || (c = match_choice(k, json_string_value(v))) < 0)
-            return NULL;
+        if (!json_is_string(v) || (c = match_choice(k, json_string_value(v))) < 0) return NULL;
         *FIELD(w, k, int) = c + (k->flags & TR__F_ENUM1 ? 1 : 0);
         return json_string(k->choices[c]);
-    case TR__K_PAIR: return parse_pair(w, k, v);
-    case TR__K_STRLIST: return parse_strlist(w, k, v);
-    default: return NULL;
+    case TR__K_PAIR:
+        return parse_pair(w, k, v);
+    case TR__K_STRLIST:
+        return parse_strlist(w, k, v);
+    default:
+        return NULL;
     }
 }
 
@@ -306,16 +306,23 @@ static json_t *parse_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *v)
 static bool is_default(const tr__cfg_key_t *k, const json_t *r)
 {
     switch (k->kind) {
-    case TR__K_BOOL: return json_is_true(r) == (k->def != 0);
-    case TR__K_INT: return json_integer_value(r) == to_i64(k->def);
-    case TR__K_DOUBLE: return json_real_value(r) == k->def;
-    case TR__K_ENUM: return !strcmp(json_string_value(r), k->choices[(int)k->def]);
-    case TR__K_STRING: return k->def_str && !strcmp(json_string_value(r), k->def_str);
+    case TR__K_BOOL:
+        return json_is_true(r) == (k->def != 0);
+    case TR__K_INT:
+        return json_integer_value(r) == to_i64(k->def);
+    case TR__K_DOUBLE:
+        return json_real_value(r) == k->def;
+    case TR__K_ENUM:
+        return !strcmp(json_string_value(r), k->choices[(int)k->def]);
+    case TR__K_STRING:
+        return k->def_str && !strcmp(json_string_value(r), k->def_str);
     case TR__K_PAIR:
         return json_real_value(json_array_get(r, 0)) == k->def &&
                json_real_value(json_array_get(r, 1)) == k->def2;
-    case TR__K_STRLIST: return json_array_size(r) == 0;
-    default: return false;
+    case TR__K_STRLIST:
+        return json_array_size(r) == 0;
+    default:
+        return false;
     }
 }
 
@@ -331,9 +338,10 @@ static void auto_value(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *kp
     }
     json_t *def = tr__cfg_default_json(w, k);
     if (!strchr(kp, '.')) {
-        tr__cfg_error(w, kp, "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
-                      "default is %s)", tr__cfg_expectation(k, e, sizeof(e)),
-                      show_all(def, d, sizeof(d)));
+        tr__cfg_error(w, kp,
+                      "\"auto\" cannot be resolved at the top level; write %s (DeepSpeed's "
+                      "default is %s)",
+                      tr__cfg_expectation(k, e, sizeof(e)), show_all(def, d, sizeof(d)));
         put(w, out, k, kp, def, "default");
     } else if (k->flags & TR__F_REQUIRED) {
         tr__cfg_error(w, kp, "\"auto\" has no default to stand for here; write %s",
@@ -392,8 +400,8 @@ static void resolve_leaf(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *
 
 /* --- sections ---------------------------------------------------------------------------- */
 
-static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in,
-                         json_t *out, const char *path, bool present);
+static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in, json_t *out,
+                         const char *path, bool present);
 
 /* "(it belongs in 'a' or 'b')" for a key that exists in other sections, "" otherwise. */
 static void belongs_hint(const tr__cfg_section_t *sec, const char *path, const char *name,
@@ -402,8 +410,7 @@ static void belongs_hint(const tr__cfg_section_t *sec, const char *path, const c
     char places[TR__CFG_WHERE_MAX + 1][256];
     int found = tr__cfg_where(name, sec, places);
     hint[0] = 0;
-    if (found == 0 || found > TR__CFG_WHERE_MAX)
-        return;
+    if (found == 0 || found > TR__CFG_WHERE_MAX) return;
     if (found == 1 && !strchr(places[0], '.')) {
         snprintf(hint, n, " ('%s' is a top-level section: move it out of '%s')", name, path);
         return;
@@ -415,8 +422,7 @@ static void belongs_hint(const tr__cfg_section_t *sec, const char *path, const c
             return (void)snprintf(hint, n, " (not a parameter of this type)");
         o += (size_t)snprintf(hint + o, n - o, "%s'%s'", i ? " or " : "", places[i]);
     }
-    if (o < n)
-        snprintf(hint + o, n - o, ")");
+    if (o < n) snprintf(hint + o, n - o, ")");
 }
 
 static void unknown_key(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const char *path,
@@ -454,25 +460,25 @@ static void take_alias(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, const tr
     join(kp, sizeof(kp), path, k->name);
     if (t->kind == TR__K_SECTION && !json_is_object(v)) {
         tr__cfg_warn(w, kp, "deprecated; write \"%s\": {\"device\": \"cpu\"} instead", t->name);
-        if (!(v = section_alias(w, kp, v)))
-            return;
+        if (!(v = section_alias(w, kp, v))) return;
     } else if (k->flags & TR__F_DEPRECATED) {
         tr__cfg_warn(w, kp, "deprecated name; write '%s' instead", t->name);
     }
     if (vals[i])
-        tr__cfg_error(w, path, "'%s' and '%s' are the same setting; keep only '%s'", as[i],
-                      k->name, t->name);
+        tr__cfg_error(w, path, "'%s' and '%s' are the same setting; keep only '%s'", as[i], k->name,
+                      t->name);
     vals[i] = v;
     as[i] = k->name;
 }
 
-static void classify(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in,
-                     const char *path, json_t **vals)
+static void classify(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in, const char *path,
+                     json_t **vals)
 {
     const char *as[MAX_KEYS] = {0};
     const char *name;
     json_t *v;
-    json_object_foreach(in, name, v) {
+    json_object_foreach(in, name, v)
+    {
         const tr__cfg_key_t *k = tr__cfg_find(sec, name);
         if (!k) {
             unknown_key(w, sec, path, name);
@@ -481,8 +487,8 @@ static void classify(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in
         } else {
             size_t i = (size_t)(k - sec->keys);
             if (vals[i])
-                tr__cfg_error(w, path, "'%s' and '%s' are the same setting; keep only '%s'",
-                              as[i], name, name);
+                tr__cfg_error(w, path, "'%s' and '%s' are the same setting; keep only '%s'", as[i],
+                              name, name);
             vals[i] = v;
             as[i] = k->name;
         }
@@ -494,8 +500,10 @@ static void ignored_key(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *k
 {
     if (k->flags & TR__F_IF_ENABLED && json_is_object(v) &&
         json_is_true(json_object_get(v, "enabled"))) {
-        tr__cfg_error(w, kp, "enabled, but Troupe does not support %s; remove the section or set "
-                      "\"enabled\": false", k->doc);
+        tr__cfg_error(w, kp,
+                      "enabled, but Troupe does not support %s; remove the section or set "
+                      "\"enabled\": false",
+                      k->doc);
         return;
     }
     tr__cfg_warn(w, kp, "not supported by Troupe (%s); ignored", k->doc);
@@ -509,8 +517,7 @@ static void section_key(tr__cfg_walk_t *w, const tr__cfg_key_t *k, const char *k
         mistyped(w, k, kp, v);
         v = NULL;
     }
-    if (!v && k->flags & TR__F_OPTIONAL)
-        return;
+    if (!v && k->flags & TR__F_OPTIONAL) return;
     json_t *sub = json_object();
     json_object_set_new(out, k->name, sub);
     walk_section(w, k->sub, v, sub, kp, v != NULL);
@@ -537,28 +544,31 @@ static void resolve_key(tr__cfg_walk_t *w, const tr__cfg_key_t *k, json_t *v, co
     char kp[512];
     join(kp, sizeof(kp), path, k->name);
     switch (k->kind) {
-    case TR__K_SECTION: section_key(w, k, kp, v, out); break;
-    case TR__K_VARIANT: variant_key(w, k, kp, v, out); break;
-    case TR__K_ALIAS: break; /* its value went to the key it stands for */
+    case TR__K_SECTION:
+        section_key(w, k, kp, v, out);
+        break;
+    case TR__K_VARIANT:
+        variant_key(w, k, kp, v, out);
+        break;
+    case TR__K_ALIAS:
+        break; /* its value went to the key it stands for */
     case TR__K_IGNORED:
-        if (v)
-            ignored_key(w, k, kp, v, out);
+        if (v) ignored_key(w, k, kp, v, out);
         break;
     case TR__K_REJECT:
-        if (v)
-            tr__cfg_error(w, kp, "%s", k->doc);
+        if (v) tr__cfg_error(w, kp, "%s", k->doc);
         break;
-    default: resolve_leaf(w, k, kp, v, out, present);
+    default:
+        resolve_leaf(w, k, kp, v, out, present);
     }
 }
 
-static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in,
-                         json_t *out, const char *path, bool present)
+static void walk_section(tr__cfg_walk_t *w, const tr__cfg_section_t *sec, json_t *in, json_t *out,
+                         const char *path, bool present)
 {
     json_t *vals[MAX_KEYS] = {0};
     assert(sec->n_keys <= MAX_KEYS); /* the schema table's own limit */
-    if (in)
-        classify(w, sec, in, path, vals);
+    if (in) classify(w, sec, in, path, vals);
     for (size_t i = 0; i < sec->n_keys; i++)
         resolve_key(w, &sec->keys[i], vals[i], path, out, present);
 }

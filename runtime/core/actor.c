@@ -49,7 +49,7 @@
 #include "troupe/log.h"
 #include "troupe/monitor.h"
 
-#define TR__DEPTH_SAMPLE_NS 100000u /* mailbox depth counters: at most one per 100 us per actor */
+#define TR__DEPTH_SAMPLE_NS   100000u /* mailbox depth counters: at most one per 100 us per actor */
 #define TR__NO_SENDER         UINT64_MAX /* last_sender before the first message */
 #define TR__MANY_SENDERS_HOLD 8 /* activations without a change of sender before inline again */
 
@@ -68,7 +68,7 @@ static _Thread_local send_ids_t tls_ids;
 
 /* The running behaviour's outbox: its consecutive data sends to one actor, linked into one
  * chain and pushed with a single exchange on the receiver's head (send design below). */
-#define TR__OUTBOX_MAX 64
+#define TR__OUTBOX_MAX       64
 #define TR__EMPTY_RUNS_YIELD 4 /* activations in a row that find a push in flight: yield */
 typedef struct outbox {
     tr_runtime_t *rt;
@@ -84,8 +84,7 @@ static _Thread_local outbox_t tls_out;
 static int ensure_chunk(tr_runtime_t *rt, uint32_t slot)
 {
     uint32_t c = slot >> TR__CHUNK_SHIFT;
-    if (atomic_load_explicit(&rt->chunks[c], memory_order_acquire))
-        return 0;
+    if (atomic_load_explicit(&rt->chunks[c], memory_order_acquire)) return 0;
     pthread_mutex_lock(&rt->mu);
     int rc = 0;
     if (!atomic_load_explicit(&rt->chunks[c], memory_order_relaxed)) {
@@ -124,8 +123,7 @@ static tr__actor_t *fresh_slot(tr_runtime_t *rt)
 {
     /* seq_cst: tr__actor_for_each_alive's read after a failure sees it (publish) */
     uint32_t slot = atomic_fetch_add_explicit(&rt->next_slot, 1, memory_order_seq_cst);
-    if (slot >= TR__MAX_CHUNKS * TR__CHUNK_SLOTS || ensure_chunk(rt, slot) < 0)
-        return NULL;
+    if (slot >= TR__MAX_CHUNKS * TR__CHUNK_SLOTS || ensure_chunk(rt, slot) < 0) return NULL;
     return tr__slot(rt, slot);
 }
 
@@ -143,8 +141,7 @@ static void refill_slot_cache(tr_runtime_t *rt, tr__worker_t *w, unsigned n)
 static tr__actor_t *alloc_slot(tr_runtime_t *rt, bool reuse)
 {
     tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
-    if (reuse && w && w->n_free_slots)
-        return tr__slot(rt, w->free_slots[--w->n_free_slots]);
+    if (reuse && w && w->n_free_slots) return tr__slot(rt, w->free_slots[--w->n_free_slots]);
     if (reuse) {
         tr__actor_t *a = NULL;
         pthread_mutex_lock(&rt->mu);
@@ -156,10 +153,8 @@ static tr__actor_t *alloc_slot(tr_runtime_t *rt, bool reuse)
             rt->n_free--;
         }
         pthread_mutex_unlock(&rt->mu);
-        if (w && w->n_free_slots)
-            return tr__slot(rt, w->free_slots[--w->n_free_slots]);
-        if (a)
-            return a;
+        if (w && w->n_free_slots) return tr__slot(rt, w->free_slots[--w->n_free_slots]);
+        if (a) return a;
     }
     return fresh_slot(rt);
 }
@@ -209,8 +204,8 @@ __attribute__((noinline, cold)) static void trace_send(tr_runtime_t *rt, tr__act
     const char *name = tr_msg_type_name(m->type);
     uint32_t lane = self ? lane_of(self) : TR_RUNTIME_LANE_EXTERNAL;
     if (!self)
-        tr_monitor_span(rt->monitor, &(tr_span_t){name, now, now, m->step, m->micro_step, lane,
-                                                  m->size, 0});
+        tr_monitor_span(rt->monitor,
+                        &(tr_span_t){name, now, now, m->step, m->micro_step, lane, m->size, 0});
     tr_monitor_send(rt->monitor, lane, m->flow_id, name, now);
 }
 
@@ -247,8 +242,7 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
      * (an actor stopped in it; a restart, or a spawn reusing the slot, came before it ended)
      * sees this generation after marking idle (activation_end) and schedules it */
     atomic_store_explicit(&a->gen, gen, memory_order_seq_cst);
-    if (a->init && tr__mpscq_unmark(&a->data_in))
-        tr__sched_schedule(rt, a);
+    if (a->init && tr__mpscq_unmark(&a->data_in)) tr__sched_schedule(rt, a);
     tr_actor_t id = tr__actor_id(gen, a->slot);
     /* seq_cst: a failure stores `failed`, then kills every generation it reads as alive
      * (tr__runtime_fail); a spawn or restart that checked `failed` before it was set may
@@ -261,7 +255,7 @@ static tr_actor_t publish(tr_runtime_t *rt, tr__actor_t *a)
     return id;
 }
 
-#define TR__MAX_RESTARTS_CAP 65536         /* the ring of restart times is this long at most */
+#define TR__MAX_RESTARTS_CAP          65536 /* the ring of restart times is this long at most */
 #define TR__DEFAULT_RESTART_WINDOW_MS 5000u /* OTP's default period */
 
 static int check_opts(const tr_actor_opts_t *o)
@@ -269,17 +263,21 @@ static int check_opts(const tr_actor_opts_t *o)
     const char *name = o->name ? o->name : "";
     size_t len = strlen(name);
     if (len >= TR__NAME_MAX)
-        return tr__error(TR_EINVAL, "cannot spawn actor '%.24s...': its name is %zu bytes; at "
-                                    "most %d fit", name, len, TR__NAME_MAX - 1);
+        return tr__error(TR_EINVAL,
+                         "cannot spawn actor '%.24s...': its name is %zu bytes; at "
+                         "most %d fit",
+                         name, len, TR__NAME_MAX - 1);
     if (o->lane_kind < 0 || o->lane_kind >= TR_LANE_KIND_COUNT_)
-        return tr__error(TR_EINVAL, "cannot spawn actor '%s': lane_kind %d is not a "
-                                    "tr_lane_kind_t (0 to %d)", name, o->lane_kind,
-                         TR_LANE_KIND_COUNT_ - 1);
+        return tr__error(TR_EINVAL,
+                         "cannot spawn actor '%s': lane_kind %d is not a "
+                         "tr_lane_kind_t (0 to %d)",
+                         name, o->lane_kind, TR_LANE_KIND_COUNT_ - 1);
     if (o->max_restarts < TR_ACTOR_RESTARTS_UNLIMITED || o->max_restarts > TR__MAX_RESTARTS_CAP)
-        return tr__error(TR_EINVAL, "cannot spawn actor '%s': max_restarts %d is out of range "
-                                    "(0 for the default 1, 1 to %d, or "
-                                    "TR_ACTOR_RESTARTS_UNLIMITED)", name, o->max_restarts,
-                         TR__MAX_RESTARTS_CAP);
+        return tr__error(TR_EINVAL,
+                         "cannot spawn actor '%s': max_restarts %d is out of range "
+                         "(0 for the default 1, 1 to %d, or "
+                         "TR_ACTOR_RESTARTS_UNLIMITED)",
+                         name, o->max_restarts, TR__MAX_RESTARTS_CAP);
     return 0;
 }
 
@@ -328,14 +326,12 @@ static void unclaim_slot(tr_runtime_t *rt, tr__actor_t *a)
 static int claim_name(tr_runtime_t *rt, tr__actor_t *a, const char *verb)
 {
     uint32_t holder = 0;
-    if (!a->name[0])
-        return 0;
+    if (!a->name[0]) return 0;
     int rc = tr__names_claim(rt, a->name, a->slot, &holder);
     if (rc == TR_EEXIST)
-        return tr__error(rc, "cannot %s actor '%s': the name is taken by actor #%u", verb,
-                         a->name, holder);
-    if (rc < 0)
-        return tr__error(rc, "cannot %s actor '%s': %s", verb, a->name, tr_strerror(rc));
+        return tr__error(rc, "cannot %s actor '%s': the name is taken by actor #%u", verb, a->name,
+                         holder);
+    if (rc < 0) return tr__error(rc, "cannot %s actor '%s': %s", verb, a->name, tr_strerror(rc));
     return 0;
 }
 
@@ -344,8 +340,7 @@ static int claim_name(tr_runtime_t *rt, tr__actor_t *a, const char *verb)
 static int start_pinned(tr_runtime_t *rt, tr__actor_t *a)
 {
     int rc = tr__pinned_prepare(rt, a);
-    if (rc == 0)
-        rc = tr__pinned_launch(rt, a);
+    if (rc == 0) rc = tr__pinned_launch(rt, a);
     if (rc < 0)
         return tr__error(rc, "cannot spawn actor '%s': cannot create its thread: %s",
                          a->name[0] ? a->name : "(unnamed)", tr_strerror(rc));
@@ -369,8 +364,7 @@ static int spawn_impl(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
                       const tr_actor_opts_t *opts, tr__actor_t *from, tr_actor_t *out)
 {
     int rc = check_opts(opts);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     if (atomic_load_explicit(&rt->failed, memory_order_relaxed) ||
         atomic_load_explicit(&rt->stopping, memory_order_relaxed))
         return tr__error(TR_ESHUTDOWN, "cannot spawn actor '%s': the runtime is %s",
@@ -387,13 +381,11 @@ static int spawn_impl(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
         return rc;
     }
     if (pinned && (rc = start_pinned(rt, a)) < 0) {
-        if (a->name[0])
-            tr__names_release(rt, a->name, a->slot);
+        if (a->name[0]) tr__names_release(rt, a->name, a->slot);
         unclaim_slot(rt, a);
         return rc;
     }
-    if (from)
-        move_history(from, a);
+    if (from) move_history(from, a);
     if (rt->monitor)
         tr_monitor_lane_set(rt->monitor, lane_of(a), a->name[0] ? a->name : "actor",
                             (tr_lane_kind_t)opts->lane_kind);
@@ -407,7 +399,9 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
     static const tr_actor_opts_t defaults = {0};
     if (!rt || !behaviour || !out)
         return tr__error(TR_EINVAL, "tr_actor_spawn: %s is NULL",
-                         !rt ? "the runtime" : !behaviour ? "the behaviour" : "out");
+                         !rt          ? "the runtime"
+                         : !behaviour ? "the behaviour"
+                                      : "out");
     return spawn_impl(rt, behaviour, state, opts ? opts : &defaults, NULL, out);
 }
 
@@ -417,18 +411,15 @@ int tr_actor_spawn(tr_runtime_t *rt, tr_behaviour_cb behaviour, void *state,
  * ring holds the last max_restarts restart times, oldest at restart_head. */
 static bool intensity_reached(const tr__actor_t *a, uint64_t t)
 {
-    if (a->max_restarts < 0 || a->n_restart_times < (uint32_t)a->max_restarts)
-        return false;
+    if (a->max_restarts < 0 || a->n_restart_times < (uint32_t)a->max_restarts) return false;
     return t - a->restart_times[a->restart_head] < a->restart_window_ns;
 }
 
 static int note_restart(tr__actor_t *a, uint64_t t)
 {
     uint32_t cap = (uint32_t)a->max_restarts;
-    if (a->max_restarts < 0)
-        return 0;
-    if (!a->restart_times && !(a->restart_times = malloc(cap * sizeof(uint64_t))))
-        return TR_ENOMEM;
+    if (a->max_restarts < 0) return 0;
+    if (!a->restart_times && !(a->restart_times = malloc(cap * sizeof(uint64_t)))) return TR_ENOMEM;
     if (a->n_restart_times < cap) {
         a->restart_times[(a->restart_head + a->n_restart_times++) % cap] = t;
     } else {
@@ -451,8 +442,7 @@ static int restart_pinned(tr_runtime_t *rt, tr__actor_t *a, tr_actor_t *out)
                          .max_restarts = a->max_restarts,
                          .restart_window_ms = (unsigned)(a->restart_window_ns / 1000000u)};
     int rc = spawn_impl(rt, a->behaviour, a->state, &o, a, out);
-    if (rc == 0)
-        a->restarted = 1;
+    if (rc == 0) a->restarted = 1;
     return rc; /* on failure tr_last_error already says why */
 }
 
@@ -460,21 +450,22 @@ static int restart_pinned(tr_runtime_t *rt, tr__actor_t *a, tr_actor_t *out)
 static int restart_claimed(tr_runtime_t *rt, tr__actor_t *a, uint32_t gen, tr_actor_t *out)
 {
     if (a->restarted || atomic_load_explicit(&a->gen, memory_order_acquire) != gen + 1)
-        return tr__error(TR_ENOACTOR, "cannot restart actor '%s' (#%u): it was already "
-                                      "restarted", a->name, a->slot);
+        return tr__error(TR_ENOACTOR,
+                         "cannot restart actor '%s' (#%u): it was already "
+                         "restarted",
+                         a->name, a->slot);
     uint64_t t = tr_now_ns();
     if (a->restarts_exhausted || intensity_reached(a, t))
-        return tr__error(TR_ERESTARTS, "cannot restart actor '%s' (#%u): restart intensity "
-                                       "reached (at most %d restart%s in %llu ms)",
+        return tr__error(TR_ERESTARTS,
+                         "cannot restart actor '%s' (#%u): restart intensity "
+                         "reached (at most %d restart%s in %llu ms)",
                          a->name, a->slot, a->max_restarts, a->max_restarts == 1 ? "" : "s",
                          (unsigned long long)(a->restart_window_ns / 1000000u));
     if (note_restart(a, t) < 0)
         return tr__error(TR_ENOMEM, "cannot restart actor '%s': out of memory", a->name);
-    if (atomic_load_explicit(&a->pinned, memory_order_relaxed))
-        return restart_pinned(rt, a, out);
+    if (atomic_load_explicit(&a->pinned, memory_order_relaxed)) return restart_pinned(rt, a, out);
     int rc = claim_name(rt, a, "restart");
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     atomic_store_explicit(&a->supervisor, a->sup_taken, memory_order_release); /* see fill_slot */
     *out = publish(rt, a);
     return 0;
@@ -485,26 +476,31 @@ int tr_actor_restart(tr_runtime_t *rt, tr_actor_t dead, tr_actor_t *out)
     uint32_t slot = (uint32_t)dead.id;
     uint32_t gen = (uint32_t)(dead.id >> 32);
     tr__actor_t *a = rt && slot < atomic_load_explicit(&rt->next_slot, memory_order_relaxed)
-                         ? tr__slot(rt, slot) : NULL;
+                         ? tr__slot(rt, slot)
+                         : NULL;
     if (!a || !(gen & 1) || !out)
-        return tr__error(TR_EINVAL, "tr_actor_restart: %s", !out ? "out is NULL"
-                                                                 : "not an actor's address");
+        return tr__error(TR_EINVAL, "tr_actor_restart: %s",
+                         !out ? "out is NULL" : "not an actor's address");
     uint32_t now = atomic_load_explicit(&a->gen, memory_order_acquire);
     if (now == gen)
-        return tr__error(TR_EBUSY, "cannot restart actor '%s' (#%u): it is still running",
-                         a->name, slot);
+        return tr__error(TR_EBUSY, "cannot restart actor '%s' (#%u): it is still running", a->name,
+                         slot);
     if (now != gen + 1 || a->recyclable) /* reused, or never kept for restart */
         return tr__error(TR_ENOACTOR, "cannot restart actor #%u: its slot %s", slot,
                          a->recyclable ? "was not kept (no supervisor)" : "was reused");
     if (atomic_load_explicit(&rt->failed, memory_order_relaxed))
-        return tr__error(TR_ESHUTDOWN, "cannot restart actor '%s': the runtime is stopping "
-                                       "after a failure", a->name);
+        return tr__error(TR_ESHUTDOWN,
+                         "cannot restart actor '%s': the runtime is stopping "
+                         "after a failure",
+                         a->name);
     uint8_t idle = 0;
     /* acquire/release: one restart at a time; the next sees what this one wrote */
-    if (!atomic_compare_exchange_strong_explicit(&a->restart_busy, &idle, 1,
-                                                 memory_order_acquire, memory_order_relaxed))
-        return tr__error(TR_EBUSY, "cannot restart actor '%s' (#%u): another restart of it "
-                                   "is under way", a->name, slot);
+    if (!atomic_compare_exchange_strong_explicit(&a->restart_busy, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return tr__error(TR_EBUSY,
+                         "cannot restart actor '%s' (#%u): another restart of it "
+                         "is under way",
+                         a->name, slot);
     int rc = restart_claimed(rt, a, gen, out);
     atomic_store_explicit(&a->restart_busy, 0, memory_order_release);
     return rc;
@@ -639,11 +635,9 @@ static void push_filled(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t **msgs, size_
  * wait for the behaviour to return. An urgent send is pushed at once. */
 static int send_impl(tr_runtime_t *rt, tr_actor_t to, tr_msg_t **msgs, size_t n, bool urgent)
 {
-    if (!rt || !msgs || n == 0)
-        return TR_EINVAL;
+    if (!rt || !msgs || n == 0) return TR_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (!msgs[i])
-            return TR_EINVAL;
+        if (!msgs[i]) return TR_EINVAL;
     tr__actor_t *a;
     int rc = check_receiver(rt, to, &a);
     if (rc < 0 || (rc = fill_all(rt, to, msgs, n, urgent)) < 0) return rc;
@@ -679,16 +673,14 @@ int tr_actor_send_urgent(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *msg)
 int tr__actor_send_internal(tr_runtime_t *rt, tr_actor_t to, tr_msg_t *m, bool urgent)
 {
     int rc = send_impl(rt, to, &m, 1, urgent);
-    if (rc < 0)
-        tr_msg_free(rt, m);
+    if (rc < 0) tr_msg_free(rt, m);
     return rc;
 }
 
 static int send_kill(tr_runtime_t *rt, tr_actor_t a, int reason)
 {
     tr_msg_t *m = tr_msg_new(rt, TR_MSG_KILL);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, kill)->reason = reason;
     return tr__actor_send_internal(rt, a, m, true);
 }
@@ -698,8 +690,7 @@ static int send_kill(tr_runtime_t *rt, tr_actor_t a, int reason)
 int tr_actor_stop(tr_runtime_t *rt, tr_actor_t addr)
 {
     tr__actor_t *a = tr__actor_lookup(rt, addr);
-    if (!a)
-        return TR_ENOACTOR;
+    if (!a) return TR_ENOACTOR;
     if (atomic_load_explicit(&a->gen, memory_order_relaxed) != (uint32_t)(addr.id >> 32))
         return TR_ESTOPPED;
     if (tr__tls.rt == rt && tr__tls.actor == a) {
@@ -735,8 +726,7 @@ static void wait_a_little(unsigned *spins)
 int tr_actor_link(tr_runtime_t *rt, tr_actor_t supervisor, tr_actor_t child)
 {
     tr__actor_t *a = tr__actor_lookup(rt, child);
-    if (!a || !tr__actor_lookup(rt, supervisor))
-        return TR_ENOACTOR;
+    if (!a || !tr__actor_lookup(rt, supervisor)) return TR_ENOACTOR;
     uint32_t gen = (uint32_t)(child.id >> 32);
     uint64_t v = atomic_load_explicit(&a->supervisor, memory_order_relaxed);
     for (unsigned spins = 0;;) {
@@ -814,8 +804,7 @@ static tr_msg_t *exit_notice(tr_runtime_t *rt, tr_actor_t sup, tr_actor_t self, 
 static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_type)
 {
     tr_ctx_t ctx = {rt, current_id(a), a->state};
-    if (a->cleanup)
-        a->cleanup(&ctx, reason);
+    if (a->cleanup) a->cleanup(&ctx, reason);
     tr_actor_t sup = take_supervisor(a);
     char name[TR__NAME_MAX], why[sizeof(rt->failure)];
     memcpy(name, a->name, sizeof(name));
@@ -825,7 +814,8 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     if (reason < 0 && !tr_actor_is_none(sup) && !recycle && intensity_reached(a, tr_now_ns())) {
         a->restarts_exhausted = 1;
         told = TR_ERESTARTS;
-        tr_log(TR_LOG_ERROR, "%s; restart intensity reached (at most %d restart%s in %llu ms): "
+        tr_log(TR_LOG_ERROR,
+               "%s; restart intensity reached (at most %d restart%s in %llu ms): "
                "its supervisor is told TR_ERESTARTS",
                failure_text(why, sizeof(why), name, a->slot, msg_type, reason), a->max_restarts,
                a->max_restarts == 1 ? "" : "s",
@@ -853,8 +843,7 @@ static void finish(tr_runtime_t *rt, tr__actor_t *a, int reason, uint32_t msg_ty
     if (tr_actor_is_none(sup) && reason < 0)
         tr__runtime_fail(rt, "%s", failure_text(why, sizeof(why), name, a->slot, msg_type, reason));
     fail_on_queued_notices(rt, a, (uint32_t)(ctx.self.id >> 32));
-    if (recycle)
-        free_slot(rt, a);
+    if (recycle) free_slot(rt, a);
     tr__runtime_actor_stopped(rt);
 }
 
@@ -887,9 +876,9 @@ static void fail_on_notice(tr_runtime_t *rt, tr_msg_t *m)
     const tr_msg_exit_t *e = TR_MSG_AS(plain, exit);
     char why[sizeof(rt->failure)];
     if (e->reason < 0)
-        tr__runtime_fail(rt, "%s; its supervisor stopped before it was told",
-                         failure_text(why, sizeof(why), e->name, (uint32_t)e->actor.id,
-                                      e->msg_type, e->reason));
+        tr__runtime_fail(
+            rt, "%s; its supervisor stopped before it was told",
+            failure_text(why, sizeof(why), e->name, (uint32_t)e->actor.id, e->msg_type, e->reason));
     if (plain != m) tr_msg_free(rt, plain);
 }
 
@@ -957,10 +946,8 @@ static inline tr_msg_t *next_message(tr__actor_t *a, tr__pool_t *pool)
 {
     tr_msg_t *done;
     tr_msg_t *m = tr__mpscq_pop(&a->urgent_out, &done);
-    if (!m)
-        m = tr__mpscq_pop(&a->data_out, &done);
-    if (done)
-        tr__pool_free(pool, done);
+    if (!m) m = tr__mpscq_pop(&a->data_out, &done);
+    if (done) tr__pool_free(pool, done);
     return m;
 }
 
@@ -980,14 +967,11 @@ static uint64_t queued(tr__actor_t *a)
  * while the step window records. depth_sampled_ns is the running thread's own field. */
 static void trace_depth(tr_runtime_t *rt, tr__actor_t *a, uint64_t depth)
 {
-    if (!tr_monitor_recording(rt->monitor))
-        return;
+    if (!tr_monitor_recording(rt->monitor)) return;
     uint64_t now = tr_now_ns();
-    if (now - a->depth_sampled_ns < TR__DEPTH_SAMPLE_NS)
-        return;
+    if (now - a->depth_sampled_ns < TR__DEPTH_SAMPLE_NS) return;
     a->depth_sampled_ns = now;
-    tr_monitor_counter(rt->monitor, (int)lane_of(a), TR_COUNTER_MAILBOX_DEPTH, (double)depth,
-                       now);
+    tr_monitor_counter(rt->monitor, (int)lane_of(a), TR_COUNTER_MAILBOX_DEPTH, (double)depth, now);
 }
 
 /* handle() inside a span (and an NVTX range) named after the message type. The span covers
@@ -995,8 +979,14 @@ static void trace_depth(tr_runtime_t *rt, tr__actor_t *a, uint64_t depth)
 static void handle_traced(tr_runtime_t *rt, tr__actor_t *a, tr_msg_t *m)
 {
     tr_monitor_t *mon = rt->monitor;
-    tr_span_t s = {tr_msg_type_name(m->type), tr_now_ns(), 0, m->step, m->micro_step,
-                   lane_of(a), m->size, m->flow_id};
+    tr_span_t s = {tr_msg_type_name(m->type),
+                   tr_now_ns(),
+                   0,
+                   m->step,
+                   m->micro_step,
+                   lane_of(a),
+                   m->size,
+                   m->flow_id};
     tr_monitor_range_push(mon, s.name);
     handle(rt, a, m);
     tr_monitor_range_pop(mon);
@@ -1063,8 +1053,8 @@ static void activation_begin(tr_runtime_t *rt, activation_t *x, tr__actor_t *a, 
 
 /* Handles the actor's next message (urgent first). False when the activation is over: nothing
  * is queued, or its batch (count or time) is used up. */
-__attribute__((always_inline)) static inline bool activation_step(tr_runtime_t *rt, tr__pool_t *pool,
-                                                                  activation_t *x)
+__attribute__((always_inline)) static inline bool activation_step(tr_runtime_t *rt,
+                                                                  tr__pool_t *pool, activation_t *x)
 {
     tr__actor_t *a = x->a;
     tr_msg_t *m = next_message(a, pool);
@@ -1259,8 +1249,7 @@ tr_actor_t tr_actor_self(void)
 int tr_actor_stats(tr_runtime_t *rt, tr_actor_t addr, tr_actor_stats_t *out)
 {
     tr__actor_t *a = tr__actor_lookup(rt, addr);
-    if (!a || !out)
-        return a ? TR_EINVAL : TR_ENOACTOR;
+    if (!a || !out) return a ? TR_EINVAL : TR_ENOACTOR;
     if (atomic_load_explicit(&a->gen, memory_order_acquire) != (uint32_t)(addr.id >> 32))
         return TR_ESTOPPED;
     out->msgs_in = atomic_load_explicit(&a->msgs_in, memory_order_relaxed);
@@ -1273,8 +1262,7 @@ int tr_actor_stats(tr_runtime_t *rt, tr_actor_t addr, tr_actor_stats_t *out)
                       atomic_load_explicit(&a->urgent_out.popped, memory_order_relaxed);
     out->depth = in > popped ? in - popped : 0;
     out->peak_depth = atomic_load_explicit(&a->peak_depth, memory_order_relaxed);
-    if (out->depth > out->peak_depth)
-        out->peak_depth = out->depth;
+    if (out->depth > out->peak_depth) out->peak_depth = out->depth;
     return 0;
 }
 
@@ -1285,11 +1273,9 @@ void tr__actor_for_each_alive(tr_runtime_t *rt, void (*fn)(tr_runtime_t *, tr_ac
     uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_seq_cst);
     for (uint32_t s = 0; s < n; s++) {
         tr__actor_t *a = tr__slot(rt, s);
-        if (!a)
-            continue;
+        if (!a) continue;
         uint32_t gen = atomic_load_explicit(&a->gen, memory_order_seq_cst);
-        if (gen & 1)
-            fn(rt, tr__actor_id(gen, s), arg);
+        if (gen & 1) fn(rt, tr__actor_id(gen, s), arg);
     }
 }
 
@@ -1301,8 +1287,7 @@ void tr__actor_drain_all(tr_runtime_t *rt)
     uint32_t n = atomic_load_explicit(&rt->next_slot, memory_order_relaxed);
     for (uint32_t s = 0; s < n; s++) {
         tr__actor_t *a = tr__slot(rt, s);
-        if (!a)
-            continue;
+        if (!a) continue;
         uint32_t gen = atomic_load_explicit(&a->gen, memory_order_relaxed);
         if ((gen & 1) && a->cleanup && !a->init_pending) { /* cleanup pairs with an init that ran */
             tr_ctx_t ctx = {rt, tr__actor_id(gen, s), a->state};
@@ -1314,7 +1299,6 @@ void tr__actor_drain_all(tr_runtime_t *rt)
             ;
         tr__mpscq_tail_t *tails[2] = {&a->data_out, &a->urgent_out};
         for (int i = 0; i < 2; i++)
-            if (tails[i]->tail != tr__mpscq_stub(tails[i]))
-                tr__pool_free(pool, tails[i]->tail);
+            if (tails[i]->tail != tr__mpscq_stub(tails[i])) tr__pool_free(pool, tails[i]->tail);
     }
 }

@@ -26,8 +26,7 @@ static inline void tr__futex_wake(_Atomic uint32_t *word, int n)
 static inline void tr__futex_wait(_Atomic uint32_t *word, uint32_t expected)
 {
     struct timespec ts = {0, 50000};
-    if (atomic_load(word) == expected)
-        nanosleep(&ts, NULL);
+    if (atomic_load(word) == expected) nanosleep(&ts, NULL);
 }
 static inline void tr__futex_wake(_Atomic uint32_t *word, int n)
 {

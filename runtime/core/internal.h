@@ -19,18 +19,18 @@
 #include "mailbox/runq.h"
 #include "troupe/runtime.h"
 
-#define TR__CACHE_LINE 64
-#define TR__POLL_NS     300000 /* a worker out of work polls this long before it parks */
+#define TR__CACHE_LINE   64
+#define TR__POLL_NS      300000 /* a worker out of work polls this long before it parks */
 #define TR__INLINE_NS    200    /* opts.inline_ns's default (actor.c, run_inline) */
 #define TR__SLICE_US     100    /* opts.slice_us's default (threads.c) */
 #define TR__SLICE_US_MIN 100    /* Linux's range for a custom slice */
 #define TR__SLICE_US_MAX 100000
-#define TR__CHUNK_SHIFT 12 /* 4096 actor slots per chunk */
-#define TR__CHUNK_SLOTS (1u << TR__CHUNK_SHIFT)
-#define TR__MAX_CHUNKS (1u << 16)
-#define TR__SLOT_CACHE 128 /* free slots a worker keeps for itself */
-#define TR__NAME_MAX    32
-#define TR__GROUP_MAX   4 /* activations a worker interleaves (tr__actor_run_group) */
+#define TR__CHUNK_SHIFT  12 /* 4096 actor slots per chunk */
+#define TR__CHUNK_SLOTS  (1u << TR__CHUNK_SHIFT)
+#define TR__MAX_CHUNKS   (1u << 16)
+#define TR__SLOT_CACHE   128 /* free slots a worker keeps for itself */
+#define TR__NAME_MAX     32
+#define TR__GROUP_MAX    4          /* activations a worker interleaves (tr__actor_run_group) */
 #define TR__SUP_CLOSED   UINT64_MAX /* tr__actor_t.supervisor: see tr_actor_link */
 #define TR__SUP_LINKING  (UINT64_MAX - 1)
 
@@ -45,7 +45,7 @@ typedef struct tr__actor {
     /* --- written by senders (any thread) and by the one that schedules it --- */
     tr__mpscq_head_t data_in;
     tr__mpscq_head_t urgent_in;
-    tr__qnode_t qnode;              /* link in the inject queue while queued there */
+    tr__qnode_t qnode; /* link in the inject queue while queued there */
 
     /* --- read by every send (gen, pinned, pin, inline_ok); written only by spawn, restart
      * and stop, while the slot changes hands, and read after gen (acquire), except inline_ok,
@@ -65,11 +65,11 @@ typedef struct tr__actor {
     void *state;
     tr_actor_init_cb init;
     tr_actor_cleanup_cb cleanup;
-    _Atomic uint64_t supervisor;    /* tr_actor_t.id, or TR__SUP_LINKING / TR__SUP_CLOSED
-                                     * (tr_actor_link's protocol, actor.c) */
-    uint64_t sup_taken;             /* what finish took from supervisor, for a restart */
-    char name[TR__NAME_MAX];        /* "" or its registered name (runtime/core/names.c) */
-    uint32_t next_free;             /* free-list link (slot index + 1, 0 = end) */
+    _Atomic uint64_t supervisor; /* tr_actor_t.id, or TR__SUP_LINKING / TR__SUP_CLOSED
+                                  * (tr_actor_link's protocol, actor.c) */
+    uint64_t sup_taken;          /* what finish took from supervisor, for a restart */
+    char name[TR__NAME_MAX];     /* "" or its registered name (runtime/core/names.c) */
+    uint32_t next_free;          /* free-list link (slot index + 1, 0 = end) */
 
     /* --- written by the thread running the actor --- */
     _Alignas(TR__CACHE_LINE) tr__mpscq_tail_t data_out;
@@ -87,13 +87,13 @@ typedef struct tr__actor {
 
     /* --- restart intensity: written by spawn/restart while the slot is dead and by finish
      * on the actor's thread; each side reads the other's writes after gen (acq/rel) --- */
-    int max_restarts;               /* < 0: no limit */
+    int max_restarts; /* < 0: no limit */
     uint64_t restart_window_ns;
-    uint64_t *restart_times;        /* ring of the last max_restarts restarts; lazily */
+    uint64_t *restart_times; /* ring of the last max_restarts restarts; lazily */
     uint32_t n_restart_times, restart_head;
-    uint8_t restarts_exhausted;     /* finish found the intensity reached: no restart */
-    uint8_t restarted;              /* a pinned actor's dead slot, restarted elsewhere */
-    _Atomic uint8_t restart_busy;   /* one tr_actor_restart at a time (CAS) */
+    uint8_t restarts_exhausted;   /* finish found the intensity reached: no restart */
+    uint8_t restarted;            /* a pinned actor's dead slot, restarted elsewhere */
+    _Atomic uint8_t restart_busy; /* one tr_actor_restart at a time (CAS) */
 } tr__actor_t;
 
 /* A thief's last look at a victim's run-next slot: the victim's next_placed then, and when
@@ -105,9 +105,9 @@ typedef struct tr__next_seen {
 /* One worker thread and its queues. */
 struct tr__worker {
     /* --- read and written by thieves --- */
-    tr__runq_t runq;                       /* its own padding inside */
-    _Atomic(tr__actor_t *) run_next;       /* woken by the running actor's send; runs next */
-    _Atomic uint64_t next_placed;          /* actors put in run_next so far (an epoch) */
+    tr__runq_t runq;                 /* its own padding inside */
+    _Atomic(tr__actor_t *) run_next; /* woken by the running actor's send; runs next */
+    _Atomic uint64_t next_placed;    /* actors put in run_next so far (an epoch) */
     char pad0_[TR__CACHE_LINE - sizeof(void *) - sizeof(uint64_t)];
 
     /* --- park word: written by the worker and by wakers --- */
@@ -125,13 +125,13 @@ struct tr__worker {
     tr__pool_t *pool;
     uint32_t free_slots[TR__SLOT_CACHE];
     unsigned n_free_slots;
-    uint64_t spread_at;                    /* ticks: when it next looks at its CPU (spread.c) */
-    unsigned stacked;                      /* looks in a row that found a worker on its CPU */
-    tr__next_seen_t *next_seen;            /* per victim: its run_next as last seen (steal) */
-    tr__worker_t *next_idle;               /* under rt->idle_mu */
-    bool in_idle_list;                     /* under rt->idle_mu */
+    uint64_t spread_at;         /* ticks: when it next looks at its CPU (spread.c) */
+    unsigned stacked;           /* looks in a row that found a worker on its CPU */
+    tr__next_seen_t *next_seen; /* per victim: its run_next as last seen (steal) */
+    tr__worker_t *next_idle;    /* under rt->idle_mu */
+    bool in_idle_list;          /* under rt->idle_mu */
     bool deterministic;
-    tr__actor_t **ready;                   /* deterministic mode: the ready set */
+    tr__actor_t **ready; /* deterministic mode: the ready set */
     size_t n_ready, cap_ready;
 };
 
@@ -144,7 +144,7 @@ struct tr__pinned {
     pthread_t thread;
     tr_runtime_t *rt;
     tr__actor_t *actor;
-    tr__pinned_t *next;     /* under rt->mu */
+    tr__pinned_t *next; /* under rt->mu */
 };
 
 typedef struct tr__loop tr__loop_t;
@@ -156,20 +156,20 @@ struct tr_runtime {
     unsigned n_workers;
     unsigned batch;
     uint64_t batch_ns;
-    uint64_t batch_ticks;        /* batch_ns in base/clock.h ticks */
-    uint64_t steal_next_ticks;   /* how long a run-next actor waits before others may take it */
-    uint64_t inline_ticks;       /* a receiver at most this a message may run inline; 0: none */
-    uint64_t inline_n_max;       /* UINT64_MAX / inline_ticks: msgs_in * inline_ticks fits */
-    uint64_t poll_ticks;         /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
-    uint64_t spread_ticks;       /* how often a busy worker looks at its CPU (spread.c) */
+    uint64_t batch_ticks;      /* batch_ns in base/clock.h ticks */
+    uint64_t steal_next_ticks; /* how long a run-next actor waits before others may take it */
+    uint64_t inline_ticks;     /* a receiver at most this a message may run inline; 0: none */
+    uint64_t inline_n_max;     /* UINT64_MAX / inline_ticks: msgs_in * inline_ticks fits */
+    uint64_t poll_ticks;       /* TR__POLL_NS: how long a worker out of work polls (sched.c) */
+    uint64_t spread_ticks;     /* how often a busy worker looks at its CPU (spread.c) */
     uint64_t seed;
     bool deterministic;
     bool timestamps;
-    bool wire_check;         /* opts.wire_check: runtime/msg/wire.c */
-    tr_monitor_t *monitor;   /* NULL: tracing off (opts.monitor) */
-    char *flight_path;       /* opts.flight_path, copied */
-    bool flight_dumped;      /* under mu */
-    tr__worker_t *workers;   /* n_workers; in deterministic mode one, run by tr_runtime_run */
+    bool wire_check;       /* opts.wire_check: runtime/msg/wire.c */
+    tr_monitor_t *monitor; /* NULL: tracing off (opts.monitor) */
+    char *flight_path;     /* opts.flight_path, copied */
+    bool flight_dumped;    /* under mu */
+    tr__worker_t *workers; /* n_workers; in deterministic mode one, run by tr_runtime_run */
     tr__pool_set_t *pools;
     uint64_t pools_id; /* tr__pool_set_id(pools), for tr__thread_pool's inline check */
     _Atomic(tr__actor_t *) chunks[TR__MAX_CHUNKS];
@@ -198,8 +198,8 @@ struct tr_runtime {
 
     /* --- under mu --- */
     pthread_mutex_t mu;
-    pthread_cond_t done_cv;          /* alive reached 0, or deterministic work arrived */
-    uint32_t free_head;              /* global free slots (index + 1) */
+    pthread_cond_t done_cv; /* alive reached 0, or deterministic work arrived */
+    uint32_t free_head;     /* global free slots (index + 1) */
     uint32_t n_free;
     tr__pinned_t *pinned;
     char failure[512];
@@ -211,14 +211,14 @@ struct tr_runtime {
 
     tr__loop_t *loop;
     struct tr__buffers *buffers; /* runtime/msg/buffer.c: the registry, its own lock */
-    tr__names_t *names;              /* the name registry, its own lock inside */
+    tr__names_t *names;          /* the name registry, its own lock inside */
 };
 
 /* Thread-local: which runtime, worker and actor this thread is serving. */
 typedef struct tr__tls {
     tr_runtime_t *rt;
-    tr__worker_t *worker;   /* NULL on non-worker threads (pinned, loop, main) */
-    tr__actor_t *actor;     /* the actor whose behaviour is running */
+    tr__worker_t *worker; /* NULL on non-worker threads (pinned, loop, main) */
+    tr__actor_t *actor;   /* the actor whose behaviour is running */
 } tr__tls_t;
 
 extern _Thread_local tr__tls_t tr__tls;
@@ -296,7 +296,7 @@ void tr__loop_stop(tr_runtime_t *rt);
  * since a receiver that starts it again does so after the firing; 0 (nothing) for a
  * one-shot under 100 us. */
 uint64_t tr__timer_next_arm(uint64_t deadline_ns, uint64_t repeat_ns, uint64_t timeout_ns,
-                           uint64_t now);
+                            uint64_t now);
 
 /* --- runtime.c --- */
 /* Sends actor a the TR_MSG_STOP of a tr_runtime_shutdown that came before its publication. */

@@ -82,7 +82,7 @@ typedef struct live_id {
 } live_id_t;
 
 typedef struct ltimer { /* a timer: in the list under mu, or being fired by the loop thread */
-    live_id_t live; /* its id's entry in the registry while it is live */
+    live_id_t live;     /* its id's entry in the registry while it is live */
     uint64_t tag, count, deadline_ns, repeat_ns, timeout_ns;
     tr_actor_t to;
     bool ended;          /* its receiver is gone (set while fired) */
@@ -97,24 +97,24 @@ struct tr__loop {
     _Alignas(64) pthread_mutex_t mu;
     int stopping;
     unsigned n_spare;
-    ltimer_t *timers;       /* earliest first */
-    uint64_t armed_ns;      /* the timerfd's deadline; 0: not armed since it last fired */
-    ltimer_t *spare;        /* timer nodes to reuse, at most SPARE_TIMERS (n_spare) */
+    ltimer_t *timers;  /* earliest first */
+    uint64_t armed_ns; /* the timerfd's deadline; 0: not armed since it last fired */
+    ltimer_t *spare;   /* timer nodes to reuse, at most SPARE_TIMERS (n_spare) */
     live_id_t *live;
     uint64_t next_id;
     cmd_t *cmds, *cmds_tail;
     /* set before the loop thread starts, or the loop thread's own */
     _Alignas(64) tr_runtime_t *rt;
-    ltimer_t *retired;      /* fired one-shots, spare at the next firing */
+    ltimer_t *retired; /* fired one-shots, spare at the next firing */
     watch_t *watches;
-    int tfd;                /* timerfd armed for timers->deadline_ns or earlier */
+    int tfd; /* timerfd armed for timers->deadline_ns or earlier */
     int signals_seen;
     int first_signal;
     pthread_t thread;
     uv_loop_t uv;
     uv_async_t async;
     uv_signal_t sigint, sigterm;
-    uv_timer_t grace;       /* armed by the first signal: exit when it fires */
+    uv_timer_t grace; /* armed by the first signal: exit when it fires */
     uv_poll_t tpoll;
 };
 
@@ -275,8 +275,7 @@ static void arm_tfd(tr__loop_t *l)
 static bool fire(tr__loop_t *l, ltimer_t *t)
 {
     tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_TIMER);
-    if (!m)
-        return true; /* out of memory: this firing is lost, the timer goes on */
+    if (!m) return true; /* out of memory: this firing is lost, the timer goes on */
     tr_msg_timer_t *b = TR_MSG_AS(m, timer);
     b->timer_id = t->live.id;
     b->tag = t->tag;
@@ -287,7 +286,7 @@ static bool fire(tr__loop_t *l, ltimer_t *t)
 }
 
 uint64_t tr__timer_next_arm(uint64_t deadline_ns, uint64_t repeat_ns, uint64_t timeout_ns,
-                           uint64_t now)
+                            uint64_t now)
 {
     if (repeat_ns) return sat_add(deadline_ns, repeat_ns);
     return timeout_ns >= AGAIN_MIN_NS ? sat_add(now, timeout_ns) : 0;
@@ -342,7 +341,7 @@ static void on_tfd(uv_poll_t *p, int status, int events)
         t->ended = !fire(l, t);
         repeats |= t->repeat_ns != 0;
     }
-    if (!repeats) { /* spare at the next firing, which takes the lock anyway */
+    if (!repeats) {       /* spare at the next firing, which takes the lock anyway */
         l->retired = due; /* emptied above; only this thread writes it */
         return;
     }
@@ -371,8 +370,7 @@ static void on_poll(uv_poll_t *p, int status, int events)
     watch_t *w = (watch_t *)p;
     uv_poll_stop(p); /* one message per readiness; tr_poll_resume re-arms */
     tr_msg_t *m = tr_msg_new(w->loop->rt, TR_MSG_POLL);
-    if (!m)
-        return;
+    if (!m) return;
     tr_msg_poll_t *b = TR_MSG_AS(m, poll);
     b->poll_id = w->id;
     b->tag = w->tag;
@@ -399,8 +397,7 @@ static void close_watch(watch_t *w)
 static watch_t *find_watch(tr__loop_t *l, uint64_t id)
 {
     for (watch_t *w = l->watches; w; w = w->next)
-        if (w->id == id)
-            return w;
+        if (w->id == id) return w;
     return NULL;
 }
 
@@ -432,7 +429,8 @@ static void start_watch(tr__loop_t *l, cmd_t *c)
 
 static void apply(tr__loop_t *l, cmd_t *c)
 {
-    watch_t *w = c->kind == CMD_POLL_RESUME || c->kind == CMD_POLL_STOP ? find_watch(l, c->id) : NULL;
+    watch_t *w =
+        c->kind == CMD_POLL_RESUME || c->kind == CMD_POLL_STOP ? find_watch(l, c->id) : NULL;
     switch (c->kind) {
     case CMD_POLL_START:
         start_watch(l, c);
@@ -445,16 +443,14 @@ static void apply(tr__loop_t *l, cmd_t *c)
         }
         break;
     case CMD_POLL_STOP:
-        if (w)
-            close_watch(w);
+        if (w) close_watch(w);
         break;
     }
 }
 
 static void close_all(uv_handle_t *h, void *arg)
 {
-    if (!uv_is_closing(h))
-        uv_close(h, h->data == arg ? NULL : on_watch_closed);
+    if (!uv_is_closing(h)) uv_close(h, h->data == arg ? NULL : on_watch_closed);
 }
 
 static void on_async(uv_async_t *a)
@@ -467,8 +463,7 @@ static void on_async(uv_async_t *a)
     pthread_mutex_unlock(&l->mu);
     while (c) {
         cmd_t *next = c->next;
-        if (!stopping)
-            apply(l, c);
+        if (!stopping) apply(l, c);
         free(c);
         c = next;
     }
@@ -491,8 +486,10 @@ static unsigned grace_ms(const tr__loop_t *l)
 static void on_grace_over(uv_timer_t *t)
 {
     tr__loop_t *l = t->data;
-    tr_log(TR_LOG_ERROR, "%s: the graceful stop did not end the process within %u ms: exiting "
-           "now", signal_name(l->first_signal), grace_ms(l));
+    tr_log(TR_LOG_ERROR,
+           "%s: the graceful stop did not end the process within %u ms: exiting "
+           "now",
+           signal_name(l->first_signal), grace_ms(l));
     _exit(128 + l->first_signal);
 }
 
@@ -511,8 +508,10 @@ static void on_signal(uv_signal_t *s, int signum)
         _exit(128 + signum);
     }
     l->first_signal = signum;
-    tr_log(TR_LOG_INFO, "%s received: stopping gracefully (send it again to exit now; exiting "
-           "anyway in %u ms)", name, grace_ms(l));
+    tr_log(TR_LOG_INFO,
+           "%s received: stopping gracefully (send it again to exit now; exiting "
+           "anyway in %u ms)",
+           name, grace_ms(l));
     uv_timer_start(&l->grace, on_grace_over, grace_ms(l), 0);
     tr_runtime_shutdown(l->rt, name);
 }
@@ -528,14 +527,12 @@ static void *loop_main(void *arg)
 int tr__loop_start(tr_runtime_t *rt)
 {
     tr__loop_t *l = aligned_alloc(_Alignof(tr__loop_t), sizeof(*l)); /* its lines as laid out */
-    if (!l)
-        return TR_ENOMEM;
+    if (!l) return TR_ENOMEM;
     memset(l, 0, sizeof(*l));
     l->rt = rt;
     pthread_mutex_init(&l->mu, NULL);
     int rc = uv_loop_init(&l->uv);
-    if (rc < 0)
-        goto fail;
+    if (rc < 0) goto fail;
     uv_async_init(&l->uv, &l->async, on_async);
     l->async.data = l;
     l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -559,8 +556,7 @@ int tr__loop_start(tr_runtime_t *rt)
     }
     rt->loop = l;
     rc = -tr__thread_create(rt, &l->thread, loop_main, l, "tr-loop");
-    if (rc == 0)
-        return 0;
+    if (rc == 0) return 0;
     rt->loop = NULL;
     uv_walk(&l->uv, close_all, l);
     uv_run(&l->uv, UV_RUN_DEFAULT);
@@ -575,8 +571,7 @@ fail:
 void tr__loop_stop(tr_runtime_t *rt)
 {
     tr__loop_t *l = rt->loop;
-    if (!l)
-        return;
+    if (!l) return;
     pthread_mutex_lock(&l->mu);
     l->stopping = 1;
     pthread_mutex_unlock(&l->mu);

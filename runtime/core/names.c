@@ -50,8 +50,7 @@ static void grow(tr__names_t *n)
 {
     size_t nb = n->n_buckets * 2;
     entry_t **b = calloc(nb, sizeof(*b));
-    if (!b)
-        return;
+    if (!b) return;
     for (size_t i = 0; i < n->n_buckets; i++)
         for (entry_t *e = n->buckets[i], *next; e; e = next) {
             next = e->next;
@@ -80,8 +79,7 @@ int tr__names_create(tr_runtime_t *rt)
 void tr__names_destroy(tr_runtime_t *rt)
 {
     tr__names_t *n = rt->names;
-    if (!n)
-        return;
+    if (!n) return;
     for (size_t i = 0; i < n->n_buckets; i++)
         for (entry_t *e = n->buckets[i], *next; e; e = next) {
             next = e->next;
@@ -97,8 +95,7 @@ int tr__names_claim(tr_runtime_t *rt, const char *name, uint32_t slot, uint32_t 
 {
     tr__names_t *n = rt->names;
     entry_t *e = malloc(sizeof(*e));
-    if (!e)
-        return TR_ENOMEM;
+    if (!e) return TR_ENOMEM;
     snprintf(e->name, sizeof(e->name), "%s", name); /* the caller checked its length */
     e->slot = slot;
     pthread_mutex_lock(&n->mu);
@@ -111,8 +108,7 @@ int tr__names_claim(tr_runtime_t *rt, const char *name, uint32_t slot, uint32_t 
         e->next = NULL;
         *p = e;
         e = NULL;
-        if (++n->count > n->n_buckets)
-            grow(n);
+        if (++n->count > n->n_buckets) grow(n);
     }
     pthread_mutex_unlock(&n->mu);
     free(e);
@@ -136,8 +132,7 @@ void tr__names_release(tr_runtime_t *rt, const char *name, uint32_t slot)
 
 tr_actor_t tr_actor_lookup(tr_runtime_t *rt, const char *name)
 {
-    if (!rt || !name || !name[0])
-        return TR_ACTOR_NONE;
+    if (!rt || !name || !name[0]) return TR_ACTOR_NONE;
     tr__names_t *n = rt->names;
     tr_actor_t out = TR_ACTOR_NONE;
     pthread_mutex_lock(&n->mu);
@@ -146,8 +141,7 @@ tr_actor_t tr_actor_lookup(tr_runtime_t *rt, const char *name)
         tr__actor_t *a = tr__slot(rt, e->slot);
         /* acquire: pairs with publish()'s release of a new generation */
         uint32_t gen = atomic_load_explicit(&a->gen, memory_order_acquire);
-        if (gen & 1)
-            out = tr__actor_id(gen, e->slot);
+        if (gen & 1) out = tr__actor_id(gen, e->slot);
     }
     pthread_mutex_unlock(&n->mu);
     return out;
@@ -155,12 +149,12 @@ tr_actor_t tr_actor_lookup(tr_runtime_t *rt, const char *name)
 
 int tr_actor_send_name(tr_runtime_t *rt, const char *name, tr_msg_t *msg)
 {
-    if (!rt || !name || !msg)
-        return TR_EINVAL;
+    if (!rt || !name || !msg) return TR_EINVAL;
     tr_actor_t to = tr_actor_lookup(rt, name);
     if (tr_actor_is_none(to))
-        return tr__error(TR_ENOACTOR, "cannot send '%s' to actor '%s': no live actor has that "
-                                      "name (never spawned, stopped, or not yet restarted)",
+        return tr__error(TR_ENOACTOR,
+                         "cannot send '%s' to actor '%s': no live actor has that "
+                         "name (never spawned, stopped, or not yet restarted)",
                          tr_msg_type_name(msg->type), name);
     return tr_actor_send(rt, to, msg);
 }

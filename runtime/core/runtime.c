@@ -39,12 +39,12 @@ static uint64_t pick_seed(void)
 
 static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
 {
-    if (opts)
-        rt->opts = *opts;
+    if (opts) rt->opts = *opts;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rt->deterministic = rt->opts.deterministic != 0;
-    rt->n_workers = rt->deterministic ? 1 : rt->opts.n_workers ? rt->opts.n_workers
-                                                                : (unsigned)(cores > 0 ? cores : 1);
+    rt->n_workers = rt->deterministic    ? 1
+                    : rt->opts.n_workers ? rt->opts.n_workers
+                                         : (unsigned)(cores > 0 ? cores : 1);
     rt->batch = rt->deterministic ? 1 : rt->opts.batch ? rt->opts.batch : 64;
     rt->batch_ns = rt->opts.batch_ns ? rt->opts.batch_ns : 1000000;
     rt->batch_ticks = tr__ns_to_ticks(rt->batch_ns);
@@ -58,8 +58,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     const char *wc = getenv("TROUPE_WIRE_CHECK"); /* a test run forces it on everywhere */
     rt->wire_check = rt->opts.wire_check != 0 || (wc && !strcmp(wc, "1"));
     rt->monitor = rt->opts.monitor;
-    if (rt->opts.flight_path && !(rt->flight_path = strdup(rt->opts.flight_path)))
-        return TR_ENOMEM;
+    if (rt->opts.flight_path && !(rt->flight_path = strdup(rt->opts.flight_path))) return TR_ENOMEM;
     rt->opts.flight_path = rt->flight_path;
     tr_monitor_lane_set(rt->monitor, TR_RUNTIME_LANE_EXTERNAL, "external", TR_LANE_CONTROL);
     tr_monitor_lane_set(rt->monitor, TR_RUNTIME_LANE_OVERFLOW, "overflow", TR_LANE_COMPUTE);
@@ -75,8 +74,7 @@ static int setup(tr_runtime_t *rt, const tr_runtime_opts_t *opts)
     rt->pools_id = rt->pools ? tr__pool_set_id(rt->pools) : 0;
     tr__pool_prefault(rt->n_workers + 2); /* the workers, the loop thread and the caller */
     if (tr__actor_slots_init(rt) < 0) return TR_ENOMEM;
-    if (tr__names_create(rt) < 0)
-        return TR_ENOMEM;
+    if (tr__names_create(rt) < 0) return TR_ENOMEM;
     size_t wbytes = rt->n_workers * sizeof(tr__worker_t);
     rt->workers = aligned_alloc(TR__CACHE_LINE, (wbytes + TR__CACHE_LINE - 1) & ~(size_t)63);
     if (rt->workers) memset(rt->workers, 0, wbytes); /* release() reads them on failure */
@@ -98,8 +96,7 @@ static void release(tr_runtime_t *rt)
 {
     for (unsigned c = 0; c < TR__MAX_CHUNKS; c++) {
         tr__actor_t *chunk = atomic_load(&rt->chunks[c]);
-        if (!chunk)
-            break;
+        if (!chunk) break;
         free(chunk);
     }
     if (rt->workers)
@@ -138,20 +135,16 @@ static int check_opts(const tr_runtime_opts_t *o)
 
 int tr_runtime_init(tr_runtime_t **out, const tr_runtime_opts_t *opts)
 {
-    if (!out)
-        return TR_EINVAL;
+    if (!out) return TR_EINVAL;
     *out = NULL;
     int rc = check_opts(opts);
     if (rc < 0) return rc;
     tr_runtime_t *rt = aligned_alloc(TR__CACHE_LINE, (sizeof(*rt) + 63) & ~(size_t)63);
-    if (!rt)
-        return TR_ENOMEM;
+    if (!rt) return TR_ENOMEM;
     memset(rt, 0, sizeof(*rt));
     rc = setup(rt, opts);
-    if (rc == 0)
-        rc = tr__sched_start(rt);
-    if (rc == 0 && (rc = tr__loop_start(rt)) < 0)
-        tr__sched_stop(rt);
+    if (rc == 0) rc = tr__sched_start(rt);
+    if (rc == 0 && (rc = tr__loop_start(rt)) < 0) tr__sched_stop(rt);
     if (rc < 0) {
         release(rt);
         return rc;
@@ -169,12 +162,10 @@ static void dump_flight(tr_runtime_t *rt)
     bool first = !rt->flight_dumped;
     rt->flight_dumped = true;
     pthread_mutex_unlock(&rt->mu);
-    if (!first || !rt->monitor || !rt->flight_path)
-        return;
+    if (!first || !rt->monitor || !rt->flight_path) return;
     tr_monitor_flush(rt->monitor);
     int rc = tr_monitor_flight_dump(rt->monitor, rt->flight_path);
-    if (rc == TR_EINVAL)
-        return; /* the monitor keeps no flight ring */
+    if (rc == TR_EINVAL) return; /* the monitor keeps no flight ring */
     if (rc < 0)
         tr_log(TR_LOG_ERROR, "flight recorder: cannot write %s: %s", rt->flight_path,
                tr_strerror(rc));
@@ -184,8 +175,7 @@ static void dump_flight(tr_runtime_t *rt)
 
 int tr_runtime_run(tr_runtime_t *rt)
 {
-    if (!rt)
-        return TR_EINVAL;
+    if (!rt) return TR_EINVAL;
     if (rt->deterministic) {
         tr__sched_run_deterministic(rt);
     } else {
@@ -194,8 +184,7 @@ int tr_runtime_run(tr_runtime_t *rt)
             pthread_cond_wait(&rt->done_cv, &rt->mu);
         pthread_mutex_unlock(&rt->mu);
     }
-    if (!atomic_load(&rt->failed))
-        return 0;
+    if (!atomic_load(&rt->failed)) return 0;
     dump_flight(rt);
     return TR_EFAILED;
 }
@@ -238,8 +227,7 @@ void tr__runtime_stop_late(tr_runtime_t *rt, tr_actor_t a)
 
 void tr_runtime_close(tr_runtime_t *rt)
 {
-    if (!rt)
-        return;
+    if (!rt) return;
     tr__sched_stop(rt); /* first: a behaviour still running may call tr_timer_* / tr_poll_* */
     tr__loop_stop(rt);
     tr__actor_drain_all(rt);

@@ -58,7 +58,7 @@
 #define SPIN_PAUSES 16
 /* a polling worker's sleep between looks (TR__POLL_NS: for how long) */
 #define POLL_SLEEP_NS 10000
-#define INJECT_EVERY 61
+#define INJECT_EVERY  61
 
 static tr__actor_t *from_qnode(tr__qnode_t *n)
 {
@@ -71,8 +71,7 @@ static void notify(tr_runtime_t *rt)
 {
     /* seq_cst: after the queue's seq_cst publication of the work, before the parker's
      * seq_cst n_idle increment or after it (see design block) */
-    if (atomic_load_explicit(&rt->n_idle, memory_order_seq_cst) == 0)
-        return;
+    if (atomic_load_explicit(&rt->n_idle, memory_order_seq_cst) == 0) return;
     pthread_mutex_lock(&rt->idle_mu);
     tr__worker_t *w = rt->idle;
     if (w) {
@@ -92,8 +91,7 @@ static bool work_visible(tr_runtime_t *rt)
 {
     if (tr__inject_nonempty(&rt->inject)) return true;
     for (unsigned i = 0; i < rt->n_workers; i++)
-        if (tr__runq_len(&rt->workers[i].runq))
-            return true;
+        if (tr__runq_len(&rt->workers[i].runq)) return true;
     return false;
 }
 
@@ -147,8 +145,7 @@ static void inject(tr_runtime_t *rt, tr__actor_t *a)
 
 static void push_local(tr_runtime_t *rt, tr__worker_t *w, tr__actor_t *a)
 {
-    if (tr__runq_push(&w->runq, a))
-        return;
+    if (tr__runq_push(&w->runq, a)) return;
     void *half[TR__RUNQ_CAP / 2 + 1];
     uint32_t n = tr__runq_take_half(&w->runq, half, TR__RUNQ_CAP / 2);
     half[n++] = a;
@@ -201,8 +198,7 @@ void tr__sched_schedule(tr_runtime_t *rt, tr__actor_t *a)
 
 void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
 {
-    if (atomic_load_explicit(&a->pinned, memory_order_relaxed) && pin_signal(a->pin))
-        return;
+    if (atomic_load_explicit(&a->pinned, memory_order_relaxed) && pin_signal(a->pin)) return;
     tr__worker_t *w = tr__tls.rt == rt ? tr__tls.worker : NULL;
     if (rt->deterministic) {
         if (w)
@@ -218,8 +214,7 @@ void tr__sched_schedule_as(tr_runtime_t *rt, tr__actor_t *a, bool parallel)
                                   memory_order_relaxed);
             /* acq_rel: hands a (and its mailbox state) to whoever takes the slot */
             a = atomic_exchange_explicit(&w->run_next, a, memory_order_acq_rel);
-            if (!a)
-                return;
+            if (!a) return;
         }
         push_local(rt, w, a);
     } else {
@@ -275,15 +270,13 @@ static bool next_waited(tr_runtime_t *rt, tr__worker_t *w, tr__worker_t *v, uint
 static tr__actor_t *steal(tr_runtime_t *rt, tr__worker_t *w)
 {
     unsigned n = rt->n_workers;
-    if (n < 2)
-        return NULL;
+    if (n < 2) return NULL;
     /* splitmix64: good enough to pick victims and, in deterministic mode, the next actor */
     unsigned start = (unsigned)(tr_rng_next(&w->rng) % n);
     uint64_t now = 0;
     for (unsigned i = 0; i < n; i++) {
         tr__worker_t *v = &rt->workers[(start + i) % n];
-        if (v == w)
-            continue;
+        if (v == w) continue;
         tr__actor_t *a = tr__runq_steal(&w->runq, &v->runq);
         /* acquire: the placement count stored before the placing exchange (release) */
         if (!a && atomic_load_explicit(&v->run_next, memory_order_acquire) &&
@@ -301,14 +294,10 @@ static tr__actor_t *find_work(tr_runtime_t *rt, tr__worker_t *w)
 {
     /* acq_rel: takes the actor handed over by tr__sched_schedule */
     tr__actor_t *a = atomic_exchange_explicit(&w->run_next, NULL, memory_order_acq_rel);
-    if (a)
-        return a;
-    if (++w->tick % INJECT_EVERY == 0 && (a = from_qnode(tr__inject_pop(&rt->inject))))
-        return a;
-    if ((a = tr__runq_pop(&w->runq)))
-        return a;
-    if ((a = from_qnode(tr__inject_pop(&rt->inject))))
-        return a;
+    if (a) return a;
+    if (++w->tick % INJECT_EVERY == 0 && (a = from_qnode(tr__inject_pop(&rt->inject)))) return a;
+    if ((a = tr__runq_pop(&w->runq))) return a;
+    if ((a = from_qnode(tr__inject_pop(&rt->inject)))) return a;
     return steal(rt, w);
 }
 
@@ -355,8 +344,7 @@ static void *worker_main(void *arg)
     w->pool = tr__thread_pool(rt);
     while (!atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
         tr__actor_t *a = find_work_or_park(rt, w);
-        if (!a)
-            continue;
+        if (!a) continue;
         /* Actors queued here run interleaved with the first (tr__actor_run_group): at most
          * half of those queued, so that an idle worker still finds the rest to steal. */
         tr__actor_t *group[TR__GROUP_MAX] = {a};
@@ -374,8 +362,7 @@ static void *worker_main(void *arg)
 
 int tr__sched_start(tr_runtime_t *rt)
 {
-    if (rt->deterministic)
-        return 0;
+    if (rt->deterministic) return 0;
     for (unsigned i = 0; i < rt->n_workers; i++) {
         char name[32]; /* cut to 15 bytes, the kernel's limit, by tr__thread_create */
         snprintf(name, sizeof(name), "tr-worker-%u", i);
@@ -402,16 +389,14 @@ static void *pinned_main(void *arg)
     tr__tls.rt = rt;
     tr__tls.worker = NULL;
     for (;;) {
-        if (atomic_load_explicit(&rt->stopping, memory_order_relaxed))
-            break;
+        if (atomic_load_explicit(&rt->stopping, memory_order_relaxed)) break;
         uint32_t s = atomic_load_explicit(&p->state, memory_order_acquire);
         if (s == TR__PIN_IDLE) {
             /* gen0: the thread starts before its actor is published and waits for it */
             uint32_t gen = atomic_load_explicit(&p->actor->gen, memory_order_acquire);
             if (!(gen & 1) && gen != p->gen0 &&
                 atomic_compare_exchange_strong_explicit(&p->state, &s, TR__PIN_EXITED,
-                                                        memory_order_seq_cst,
-                                                        memory_order_relaxed))
+                                                        memory_order_seq_cst, memory_order_relaxed))
                 break; /* dead and idle: strays go to the workers from now on */
             tr__futex_wait(&p->state, TR__PIN_IDLE);
             continue;
@@ -427,8 +412,7 @@ static void *pinned_main(void *arg)
 int tr__pinned_prepare(tr_runtime_t *rt, tr__actor_t *a)
 {
     tr__pinned_t *p = calloc(1, sizeof(*p));
-    if (!p)
-        return TR_ENOMEM;
+    if (!p) return TR_ENOMEM;
     atomic_init(&p->state, TR__PIN_IDLE);
     p->gen0 = atomic_load_explicit(&a->gen, memory_order_relaxed);
     p->rt = rt;

@@ -103,7 +103,8 @@ int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(voi
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = pthread_create(thread, NULL, start, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) free(s);
+    if (rc)
+        free(s);
     else
         pthread_setname_np(*thread, cut); /* here: named before this returns */
     return rc;

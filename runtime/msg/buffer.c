@@ -23,7 +23,7 @@ typedef struct slot {
 
 struct tr__buffers {
     pthread_rwlock_t lock;
-    uint32_t n_slots; /* slots ever used: the next fresh one */
+    uint32_t n_slots;   /* slots ever used: the next fresh one */
     uint32_t free_head; /* a freed slot's index + 1, chained through info.bytes */
     slot_t slots[TR_BUFFER_MAX];
 };
@@ -67,8 +67,7 @@ static uint32_t alignment_of(const void *p)
 int tr_buffer_register(tr_runtime_t *rt, const tr_buffer_info_t *info, uint64_t *id)
 {
     if (!rt || !info || !id || (!info->base && info->bytes) || !tr_dtype_size(info->dtype) ||
-        info->device_type >= TR_DEVICE_COUNT_ ||
-        !memchr(info->name, '\0', sizeof(info->name)))
+        info->device_type >= TR_DEVICE_COUNT_ || !memchr(info->name, '\0', sizeof(info->name)))
         return TR_EINVAL;
     struct tr__buffers *b = rt->buffers;
     pthread_rwlock_wrlock(&b->lock);
@@ -124,8 +123,7 @@ int tr_buffer_ref(tr_runtime_t *rt, uint64_t id, uint64_t offset, uint64_t lengt
     int rc = tr_buffer_info(rt, id, &info);
     if (rc < 0) return rc;
     size_t es = tr_dtype_size(dtype);
-    if (!es || offset > info.bytes || length > info.bytes - offset || length % es)
-        return TR_ERANGE;
+    if (!es || offset > info.bytes || length > info.bytes - offset || length % es) return TR_ERANGE;
     *out = (tr_tensor_ref_t){.buffer_id = id,
                              .offset = offset,
                              .length = length,
@@ -151,11 +149,10 @@ int tr_buffer_resolve(tr_runtime_t *rt, const tr_tensor_ref_t *ref, void **out, 
         return tr__errf(why, whylen, TR_ENOENT, "buffer id %#llx is not registered",
                         (unsigned long long)ref->buffer_id);
     if (ref->offset > info.bytes || ref->length > info.bytes - ref->offset)
-        return tr__errf(why, whylen, TR_ERANGE,
-                        "buffer '%s': bytes [%llu, %llu) are outside its %llu bytes", info.name,
-                        (unsigned long long)ref->offset,
-                        (unsigned long long)(ref->offset + ref->length),
-                        (unsigned long long)info.bytes);
+        return tr__errf(
+            why, whylen, TR_ERANGE, "buffer '%s': bytes [%llu, %llu) are outside its %llu bytes",
+            info.name, (unsigned long long)ref->offset,
+            (unsigned long long)(ref->offset + ref->length), (unsigned long long)info.bytes);
     if (ref->dtype != info.dtype || ref->device_type != info.device_type ||
         ref->device_index != info.device_index)
         return tr__errf(why, whylen, TR_EMISMATCH,

@@ -47,16 +47,19 @@ typedef struct env_field {
     size_t size; /* 4 or 8 */
 } env_field_t;
 
-#define ENV(f) {"envelope." #f, offsetof(tr_msg_t, f), sizeof(((tr_msg_t *)0)->f)}
+#define ENV(f)                                                                                     \
+    {                                                                                              \
+        "envelope." #f, offsetof(tr_msg_t, f), sizeof(((tr_msg_t *)0)->f)                          \
+    }
 static const env_field_t envelope[] = {
-    ENV(flags), ENV(sender), ENV(receiver), ENV(seq),
-    ENV(step),  ENV(micro_step), ENV(flow_id), ENV(send_ns),
+    ENV(flags), ENV(sender),     ENV(receiver), ENV(seq),
+    ENV(step),  ENV(micro_step), ENV(flow_id),  ENV(send_ns),
 };
 #undef ENV
 #define N_ENVELOPE (sizeof(envelope) / sizeof(envelope[0]))
 
 /* Elements of a tensor reference's ext payload array. */
-#define TENSOR_ELEMS 7
+#define TENSOR_ELEMS   7
 #define TENSOR_EXT_MAX 128 /* bytes: 1 + 3*9 + 2 + 2 + 3 + 1 + 6*9 = 90 at most */
 
 /* --- tensor references --------------------------------------------------------------- */
@@ -100,8 +103,7 @@ typedef struct sink {
 static int sink_write(void *data, const char *p, size_t n)
 {
     sink_t *s = data;
-    if (n <= s->cap && s->len <= s->cap - n)
-        memcpy(s->buf + s->len, p, n);
+    if (n <= s->cap && s->len <= s->cap - n) memcpy(s->buf + s->len, p, n);
     s->len += n;
     return 0;
 }
@@ -182,31 +184,27 @@ static int pack_field(msgpack_packer *pk, const tr_field_desc_t *f, const char *
     switch (f->kind) {
     case TR_FIELD_STR: {
         size_t n = strnlen(p, f->size);
-        if (n == f->size)
-            return TR_EINVAL; /* no NUL within its capacity */
+        if (n == f->size) return TR_EINVAL; /* no NUL within its capacity */
         return msgpack_pack_str_with_body(pk, p, n);
     }
     case TR_FIELD_TENSOR: {
         tr_tensor_ref_t t;
         char why[96];
         memcpy(&t, p, sizeof(t));
-        if (tensor_check(&t, why, sizeof(why)) < 0)
-            return TR_EINVAL;
+        if (tensor_check(&t, why, sizeof(why)) < 0) return TR_EINVAL;
         pack_tensor(pk, &t);
         return 0;
     }
     case TR_FIELD_BYTES: {
         uint32_t n;
         memcpy(&n, p, 4);
-        if (n > f->size - 4)
-            return TR_EINVAL; /* longer than its capacity */
+        if (n > f->size - 4) return TR_EINVAL; /* longer than its capacity */
         return msgpack_pack_bin_with_body(pk, p + 4, n);
     }
     default:
         break;
     }
-    if (f->kind < TR_FIELD_ARRAY_I32)
-        return pack_scalar(pk, f->kind, p);
+    if (f->kind < TR_FIELD_ARRAY_I32) return pack_scalar(pk, f->kind, p);
     tr_field_kind_t ek = elem_kind(f->kind);
     uint32_t es = elem_size(ek), count = f->size / es;
     msgpack_pack_array(pk, count);
@@ -233,13 +231,10 @@ static void pack_envelope(msgpack_packer *pk, const tr_msg_t *m)
 
 int tr_msg_encode(const tr_msg_t *m, void *buf, size_t cap, size_t *len)
 {
-    if (!m || !len || (!buf && cap))
-        return TR_EINVAL;
+    if (!m || !len || (!buf && cap)) return TR_EINVAL;
     const tr_msg_desc_t *d = tr_msg_desc(m->type);
-    if (!d)
-        return TR_ENOTSUP;
-    if (m->size < d->body_size)
-        return TR_EINVAL;
+    if (!d) return TR_ENOTSUP;
+    if (m->size < d->body_size) return TR_EINVAL;
     sink_t s = {buf, cap, 0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &s, sink_write);
@@ -251,12 +246,10 @@ int tr_msg_encode(const tr_msg_t *m, void *buf, size_t cap, size_t *len)
     for (uint32_t i = 0; i < d->n_fields; i++) {
         const tr_field_desc_t *f = &d->fields[i];
         msgpack_pack_str_with_body(&pk, f->name, strlen(f->name));
-        if (pack_field(&pk, f, body + f->offset) < 0)
-            return TR_EINVAL;
+        if (pack_field(&pk, f, body + f->offset) < 0) return TR_EINVAL;
     }
     *len = s.len;
-    if (s.len > TR_MSG_MAX_ENCODED)
-        return TR_EOVERFLOW;
+    if (s.len > TR_MSG_MAX_ENCODED) return TR_EOVERFLOW;
     return s.len > cap ? TR_ENOSPC : 0;
 }
 
@@ -270,9 +263,9 @@ typedef struct reader {
     msgpack_object obj;        /* the object just read */
     const tr_msg_desc_t *desc; /* NULL until the type is known */
     /* What is being read, for errors; formatted only when one is reported. */
-    const char *field;         /* "tag", "envelope.seq"; NULL for the message as a whole */
-    uint32_t name_no;          /* reading the name of body field #name_no (from 1), or 0 */
-    char unknown[52];          /* an unknown field's name, printable */
+    const char *field; /* "tag", "envelope.seq"; NULL for the message as a whole */
+    uint32_t name_no;  /* reading the name of body field #name_no (from 1), or 0 */
+    char unknown[52];  /* an unknown field's name, printable */
     char *errbuf;
     size_t errlen;
 } reader_t;
@@ -287,8 +280,7 @@ static int fail(reader_t *r, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     char type[80] = "", field[112] = "";
-    if (r->desc)
-        snprintf(type, sizeof(type), " '%s'", r->desc->name);
+    if (r->desc) snprintf(type, sizeof(type), " '%s'", r->desc->name);
     if (r->unknown[0])
         snprintf(field, sizeof(field), " field '%s':", r->unknown);
     else if (r->name_no)
@@ -297,8 +289,7 @@ static int fail(reader_t *r, const char *fmt, ...)
     else if (r->field)
         snprintf(field, sizeof(field), " field '%s':", r->field);
     snprintf(line, sizeof(line), "decode%s:%s %s", type, field, why);
-    if (r->errbuf && r->errlen)
-        snprintf(r->errbuf, r->errlen, "%s", line);
+    if (r->errbuf && r->errlen) snprintf(r->errbuf, r->errlen, "%s", line);
     tr_log(TR_LOG_ERROR, "%s", line);
     return TR_EDECODE;
 }
@@ -312,18 +303,30 @@ static void set_field(reader_t *r, const char *name)
 static const char *object_kind(const msgpack_object *o)
 {
     switch (o->type) {
-    case MSGPACK_OBJECT_NIL: return "nil";
-    case MSGPACK_OBJECT_BOOLEAN: return "boolean";
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: return "unsigned integer";
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "negative integer";
-    case MSGPACK_OBJECT_FLOAT32: return "float 32";
-    case MSGPACK_OBJECT_FLOAT64: return "float 64";
-    case MSGPACK_OBJECT_STR: return "string";
-    case MSGPACK_OBJECT_ARRAY: return "array";
-    case MSGPACK_OBJECT_MAP: return "map";
-    case MSGPACK_OBJECT_BIN: return "binary";
-    case MSGPACK_OBJECT_EXT: return "extension";
-    default: return "unknown msgpack type";
+    case MSGPACK_OBJECT_NIL:
+        return "nil";
+    case MSGPACK_OBJECT_BOOLEAN:
+        return "boolean";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return "unsigned integer";
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return "negative integer";
+    case MSGPACK_OBJECT_FLOAT32:
+        return "float 32";
+    case MSGPACK_OBJECT_FLOAT64:
+        return "float 64";
+    case MSGPACK_OBJECT_STR:
+        return "string";
+    case MSGPACK_OBJECT_ARRAY:
+        return "array";
+    case MSGPACK_OBJECT_MAP:
+        return "map";
+    case MSGPACK_OBJECT_BIN:
+        return "binary";
+    case MSGPACK_OBJECT_EXT:
+        return "extension";
+    default:
+        return "unknown msgpack type";
     }
 }
 
@@ -352,13 +355,12 @@ static void header_shape(unsigned b, unsigned *nbytes, uint32_t *fixed, unsigned
                          uint32_t *inline_n)
 {
     static const uint8_t fixed_size[0x20] = {
-        [0x0a] = 4, [0x0b] = 8, [0x0c] = 1, [0x0d] = 2, [0x0e] = 4, [0x0f] = 8, [0x10] = 1,
-        [0x11] = 2, [0x12] = 4, [0x13] = 8, [0x14] = 2, [0x15] = 3, [0x16] = 5, [0x17] = 9,
-        [0x18] = 17};
-    static const uint8_t len_bytes[0x20] = {[0x04] = 1, [0x05] = 2, [0x06] = 4, [0x07] = 1,
-                                            [0x08] = 2, [0x09] = 4, [0x19] = 1, [0x1a] = 2,
-                                            [0x1b] = 4, [0x1c] = 2, [0x1d] = 4, [0x1e] = 2,
-                                            [0x1f] = 4};
+        [0x0a] = 4, [0x0b] = 8, [0x0c] = 1, [0x0d] = 2, [0x0e] = 4,
+        [0x0f] = 8, [0x10] = 1, [0x11] = 2, [0x12] = 4, [0x13] = 8,
+        [0x14] = 2, [0x15] = 3, [0x16] = 5, [0x17] = 9, [0x18] = 17};
+    static const uint8_t len_bytes[0x20] = {
+        [0x04] = 1, [0x05] = 2, [0x06] = 4, [0x07] = 1, [0x08] = 2, [0x09] = 4, [0x19] = 1,
+        [0x1a] = 2, [0x1b] = 4, [0x1c] = 2, [0x1d] = 4, [0x1e] = 2, [0x1f] = 4};
     *nbytes = 0;
     *fixed = 0;
     *per = 0;
@@ -377,29 +379,23 @@ static void header_shape(unsigned b, unsigned *nbytes, uint32_t *fixed, unsigned
 
 static int scan(const unsigned char *p, size_t len, size_t *off, unsigned depth)
 {
-    if (*off >= len)
-        return SCAN_OK;
+    if (*off >= len) return SCAN_OK;
     unsigned nbytes, per;
     uint32_t fixed, n;
     header_shape(p[*off], &nbytes, &fixed, &per, &n);
-    if (len - *off < 1 + (size_t)nbytes)
-        return SCAN_OK; /* truncated: msgpack-c says so */
-    if (nbytes)
-        n = load_be(p + *off + 1, nbytes);
+    if (len - *off < 1 + (size_t)nbytes) return SCAN_OK; /* truncated: msgpack-c says so */
+    if (nbytes) n = load_be(p + *off + 1, nbytes);
     *off += 1 + nbytes;
     if (!per) { /* a scalar, string, bin or ext: skip its payload */
         uint64_t skip = (uint64_t)fixed + (nbytes ? n : 0);
         *off = skip > len - *off ? len : *off + skip;
         return SCAN_OK;
     }
-    if (depth >= TR_MSG_MAX_DEPTH)
-        return SCAN_DEEP;
-    if ((uint64_t)n * per > len - *off)
-        return SCAN_HUGE;
+    if (depth >= TR_MSG_MAX_DEPTH) return SCAN_DEEP;
+    if ((uint64_t)n * per > len - *off) return SCAN_HUGE;
     for (uint64_t i = 0; i < (uint64_t)n * per; i++) {
         int rc = scan(p, len, off, depth + 1);
-        if (rc != SCAN_OK)
-            return rc;
+        if (rc != SCAN_OK) return rc;
     }
     return SCAN_OK;
 }
@@ -415,8 +411,10 @@ static int unpack_at(reader_t *r, const char *data, size_t len, size_t *off, msg
     case SCAN_DEEP:
         return fail(r, "nesting deeper than %d levels", TR_MSG_MAX_DEPTH);
     case SCAN_HUGE:
-        return fail(r, "an array or map in the %s at byte %zu claims more elements than the "
-                       "%zu bytes left (truncated or corrupt)", what, start, len - start);
+        return fail(r,
+                    "an array or map in the %s at byte %zu claims more elements than the "
+                    "%zu bytes left (truncated or corrupt)",
+                    what, start, len - start);
     default:
         break;
     }
@@ -497,14 +495,11 @@ static int tensor_scalars(reader_t *r, const msgpack_object *e, tr_tensor_ref_t 
         (rc = want_uint(r, &e[1], UINT64_MAX, "tensor ref: offset (uint)", &t->offset)) ||
         (rc = want_uint(r, &e[2], UINT64_MAX, "tensor ref: length (uint)", &t->length)))
         return rc;
-    if ((rc = want_uint(r, &e[3], UINT8_MAX, "tensor ref: dtype (uint8)", &u)) < 0)
-        return rc;
+    if ((rc = want_uint(r, &e[3], UINT8_MAX, "tensor ref: dtype (uint8)", &u)) < 0) return rc;
     t->dtype = (uint8_t)u;
-    if ((rc = want_uint(r, &e[4], UINT8_MAX, "tensor ref: device_type (uint8)", &u)) < 0)
-        return rc;
+    if ((rc = want_uint(r, &e[4], UINT8_MAX, "tensor ref: device_type (uint8)", &u)) < 0) return rc;
     t->device_type = (uint8_t)u;
-    if ((rc = want_int(r, &e[5], INT16_MIN, INT16_MAX, "tensor ref: device_index (int16)",
-                       &i)) < 0)
+    if ((rc = want_int(r, &e[5], INT16_MIN, INT16_MAX, "tensor ref: device_index (int16)", &i)) < 0)
         return rc;
     t->device_index = (int16_t)i;
     return 0;
@@ -521,8 +516,7 @@ static int tensor_shape(reader_t *r, const msgpack_object *s, tr_tensor_ref_t *t
     for (unsigned d = 0; d < t->ndim; d++) {
         int rc = want_int(r, &s->via.array.ptr[d], INT64_MIN, INT64_MAX,
                           "tensor ref: shape dimension (int)", &t->shape[d]);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     return 0;
 }
@@ -530,16 +524,14 @@ static int tensor_shape(reader_t *r, const msgpack_object *s, tr_tensor_ref_t *t
 static int read_tensor(reader_t *r, const msgpack_object *o, tr_tensor_ref_t *t)
 {
     if (o->type != MSGPACK_OBJECT_EXT || o->via.ext.type != TR_MSGPACK_EXT_TENSOR)
-        return o->type == MSGPACK_OBJECT_EXT
-                   ? fail(r, "expected tensor ref (ext %d), got ext %d", TR_MSGPACK_EXT_TENSOR,
-                          o->via.ext.type)
-                   : fail(r, "expected tensor ref (ext %d), got %s", TR_MSGPACK_EXT_TENSOR,
-                          object_kind(o));
+        return o->type == MSGPACK_OBJECT_EXT ? fail(r, "expected tensor ref (ext %d), got ext %d",
+                                                    TR_MSGPACK_EXT_TENSOR, o->via.ext.type)
+                                             : fail(r, "expected tensor ref (ext %d), got %s",
+                                                    TR_MSGPACK_EXT_TENSOR, object_kind(o));
     size_t off = 0;
     msgpack_object a;
     int rc = unpack_at(r, o->via.ext.ptr, o->via.ext.size, &off, &a);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     if (off != o->via.ext.size)
         return fail(r, "tensor ref: %zu bytes after its array", o->via.ext.size - off);
     if (a.type != MSGPACK_OBJECT_ARRAY || a.via.array.size != TENSOR_ELEMS)
@@ -551,8 +543,7 @@ static int read_tensor(reader_t *r, const msgpack_object *o, tr_tensor_ref_t *t)
         (rc = tensor_shape(r, &a.via.array.ptr[6], t)) < 0)
         return rc;
     char why[96];
-    if (tensor_check(t, why, sizeof(why)) < 0)
-        return fail(r, "tensor ref: %s", why);
+    if (tensor_check(t, why, sizeof(why)) < 0) return fail(r, "tensor ref: %s", why);
     return 0;
 }
 
@@ -561,8 +552,7 @@ static int read_tensor(reader_t *r, const msgpack_object *o, tr_tensor_ref_t *t)
 static int read_str(reader_t *r, const tr_field_desc_t *f, char *p)
 {
     const msgpack_object *o = &r->obj;
-    if (o->type != MSGPACK_OBJECT_STR)
-        return fail(r, "expected string, got %s", object_kind(o));
+    if (o->type != MSGPACK_OBJECT_STR) return fail(r, "expected string, got %s", object_kind(o));
     if (o->via.str.size >= f->size)
         return fail(r, "string of %u bytes, longer than its capacity (%u with the NUL)",
                     o->via.str.size, f->size);
@@ -570,8 +560,7 @@ static int read_str(reader_t *r, const tr_field_desc_t *f, char *p)
         p[0] = '\0';
         return 0;
     }
-    if (memchr(o->via.str.ptr, '\0', o->via.str.size))
-        return fail(r, "string contains a NUL byte");
+    if (memchr(o->via.str.ptr, '\0', o->via.str.size)) return fail(r, "string contains a NUL byte");
     memcpy(p, o->via.str.ptr, o->via.str.size);
     p[o->via.str.size] = '\0';
     return 0;
@@ -604,19 +593,17 @@ static int read_scalar(reader_t *r, tr_field_kind_t k, const msgpack_object *o, 
         return rc;
     case TR_FIELD_U64:
     case TR_FIELD_ACTOR:
-        if ((rc = want_uint(r, o, UINT64_MAX,
-                            k == TR_FIELD_ACTOR ? "actor id (unsigned integer)"
-                                                : "unsigned integer",
-                            &u)) == 0)
+        if ((rc =
+                 want_uint(r, o, UINT64_MAX,
+                           k == TR_FIELD_ACTOR ? "actor id (unsigned integer)" : "unsigned integer",
+                           &u)) == 0)
             memcpy(p, &u, 8);
         return rc;
     case TR_FIELD_F32:
-        if ((rc = want_float(r, o, true, &x)) == 0)
-            memcpy(p, &(float){(float)x}, 4);
+        if ((rc = want_float(r, o, true, &x)) == 0) memcpy(p, &(float){(float)x}, 4);
         return rc;
     case TR_FIELD_F64:
-        if ((rc = want_float(r, o, false, &x)) == 0)
-            memcpy(p, &x, 8);
+        if ((rc = want_float(r, o, false, &x)) == 0) memcpy(p, &x, 8);
         return rc;
     default:
         return fail(r, "field kind %d has no decoder", (int)k);
@@ -629,8 +616,8 @@ static int read_bytes(reader_t *r, const tr_field_desc_t *f, char *p)
     if (o->type != MSGPACK_OBJECT_BIN)
         return fail(r, "expected bin (byte string), got %s", object_kind(o));
     if (o->via.bin.size > f->size - 4)
-        return fail(r, "byte string of %u bytes, longer than its capacity (%u)",
-                    o->via.bin.size, f->size - 4);
+        return fail(r, "byte string of %u bytes, longer than its capacity (%u)", o->via.bin.size,
+                    f->size - 4);
     memcpy(p, &o->via.bin.size, 4);
     if (o->via.bin.size) memcpy(p + 4, o->via.bin.ptr, o->via.bin.size);
     return 0;
@@ -661,15 +648,14 @@ static int read_value(reader_t *r, const tr_field_desc_t *f, char *p)
         return read_str(r, f, p);
     case TR_FIELD_TENSOR: {
         tr_tensor_ref_t t = {0};
-        if ((rc = read_tensor(r, &r->obj, &t)) == 0)
-            memcpy(p, &t, sizeof(t));
+        if ((rc = read_tensor(r, &r->obj, &t)) == 0) memcpy(p, &t, sizeof(t));
         return rc;
     }
     case TR_FIELD_BYTES:
         return read_bytes(r, f, p);
     default:
         return f->kind >= TR_FIELD_ARRAY_I32 ? read_array(r, f, p)
-                                            : read_scalar(r, f->kind, &r->obj, p);
+                                             : read_scalar(r, f->kind, &r->obj, p);
     }
 }
 
@@ -715,14 +701,11 @@ static int read_body(reader_t *r, char *body)
         uint32_t i = 0;
         r->field = d->fields[k].name;
         r->name_no = (uint32_t)k + 1;
-        if ((rc = next(r)) < 0 || (rc = find_field(r, (uint32_t)k, &i)) < 0)
-            break;
+        if ((rc = next(r)) < 0 || (rc = find_field(r, (uint32_t)k, &i)) < 0) break;
         set_field(r, d->fields[i].name);
-        if (seen & (1ull << i))
-            return fail(r, "appears twice");
+        if (seen & (1ull << i)) return fail(r, "appears twice");
         seen |= 1ull << i;
-        if ((rc = next(r)) == 0)
-            rc = read_value(r, &d->fields[i], body + d->fields[i].offset);
+        if ((rc = next(r)) == 0) rc = read_value(r, &d->fields[i], body + d->fields[i].offset);
     }
     for (uint32_t i = 0; rc == 0 && i < d->n_fields; i++)
         if (!(seen & (1ull << i))) {
@@ -740,8 +723,7 @@ static int read_envelope(reader_t *r, tr_msg_t *m)
         bool narrow = envelope[i].size == 4;
         int rc = read_uint(r, narrow ? UINT32_MAX : UINT64_MAX,
                            narrow ? "unsigned 32-bit integer" : "unsigned integer", &v);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
         char *p = (char *)m + envelope[i].offset;
         if (narrow)
             memcpy(p, &(uint32_t){(uint32_t)v}, 4);
@@ -757,20 +739,17 @@ static int read_header(reader_t *r)
     uint64_t v = 0;
     set_field(r, "version");
     int rc = read_uint(r, UINT32_MAX, "unsigned integer", &v);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     if (v != TR_MSG_WIRE_VERSION)
         return fail(r, "format version %" PRIu64 " not supported (this build reads %d)", v,
                     TR_MSG_WIRE_VERSION);
     set_field(r, "type");
-    if ((rc = read_uint(r, UINT32_MAX, "unsigned 32-bit integer", &v)) < 0)
-        return rc;
+    if ((rc = read_uint(r, UINT32_MAX, "unsigned 32-bit integer", &v)) < 0) return rc;
     const tr_msg_desc_t *d = tr_msg_desc((uint32_t)v);
-    if (!d)
-        return fail(r, "unknown message type %" PRIu64, v);
+    if (!d) return fail(r, "unknown message type %" PRIu64, v);
     if (d->n_fields > TR_MSG_MAX_FIELDS)
-        return fail(r, "type '%s' has %u fields, more than the codec's %d", d->name,
-                    d->n_fields, TR_MSG_MAX_FIELDS);
+        return fail(r, "type '%s' has %u fields, more than the codec's %d", d->name, d->n_fields,
+                    TR_MSG_MAX_FIELDS);
     r->desc = d;
     return 0;
 }
@@ -781,11 +760,9 @@ static int decode(tr_runtime_t *rt, reader_t *r, tr_msg_t **out)
         return fail(r, "message is %zu bytes, more than the %u allowed", r->len,
                     TR_MSG_MAX_ENCODED);
     int rc = read_header(r);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     tr_msg_t *m = tr_msg_alloc(rt, r->desc->type, r->desc->body_size);
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     if ((rc = read_envelope(r, m)) == 0 && (rc = read_body(r, tr_msg_body(m))) == 0 &&
         r->off != r->len) {
         set_field(r, NULL);
@@ -801,14 +778,11 @@ static int decode(tr_runtime_t *rt, reader_t *r, tr_msg_t **out)
 int tr_msg_decode(tr_runtime_t *rt, const void *buf, size_t len, tr_msg_t **out, char *errbuf,
                   size_t errlen)
 {
-    if (errbuf && errlen)
-        errbuf[0] = '\0';
-    if (!rt || !out || (!buf && len))
-        return TR_EINVAL;
+    if (errbuf && errlen) errbuf[0] = '\0';
+    if (!rt || !out || (!buf && len)) return TR_EINVAL;
     *out = NULL;
     reader_t r = {.buf = buf, .len = len, .errbuf = errbuf, .errlen = errlen};
-    if (!msgpack_zone_init(&r.zone, 512))
-        return TR_ENOMEM;
+    if (!msgpack_zone_init(&r.zone, 512)) return TR_ENOMEM;
     int rc = decode(rt, &r, out);
     msgpack_zone_destroy(&r.zone);
     return rc;

@@ -36,7 +36,7 @@ static int encode_one(tr_runtime_t *rt, const tr_msg_t *m, tr_msg_t **out)
     }
     fprintf(stderr, "troupe: wire check: message type %u '%s' cannot be encoded: %s\n", m->type,
             tr_msg_type_name(m->type),
-            rc == TR_ENOTSUP ? "no descriptor (register it with tr_msg_type_register)"
+            rc == TR_ENOTSUP     ? "no descriptor (register it with tr_msg_type_register)"
             : rc == TR_EOVERFLOW ? "its encoding is larger than TR_MSG_MAX_ENCODED"
                                  : "a field holds a value the decoder would refuse (a string "
                                    "without its NUL, a malformed tensor reference, a short body)");

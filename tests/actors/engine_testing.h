@@ -24,7 +24,7 @@ static inline tr_config_t *test_config(const char *json, const char *source)
 /* A synthetic classification task for an MLP of TEST_XD inputs and TEST_CLASSES classes (the
  * class is a band of x0 + x1/2, so it can be learned), deterministic per batch index (a
  * tr_batch_cb). */
-#define TEST_XD 8
+#define TEST_XD      8
 #define TEST_CLASSES 3
 static inline int test_mlp_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
                                  int *targets, float *y)
@@ -59,8 +59,12 @@ static inline tr_engine_t *test_mlp_engine(const char *json, const char *source,
     tr_model_t *model;
     char why[256], err[512];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 11,
-                          .init_params = 1, .world = world,
+    tr_engine_opts_t o = {.config = *cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 11,
+                          .init_params = 1,
+                          .world = world,
                           .train = {.batch = test_mlp_batch, .x_dim = TEST_XD}};
     tr_engine_t *eng;
     if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine (world %d): %s", world, err);

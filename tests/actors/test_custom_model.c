@@ -29,7 +29,7 @@
 #include "../../examples/custom_model/layers.h"
 #include "../../examples/custom_model/task.h"
 
-#define HIDDEN 32
+#define HIDDEN      32
 #define VAL_BATCHES 8
 
 static char tmpdir[256];
@@ -37,7 +37,7 @@ static char tmpdir[256];
 /* Gradients against double-precision central differences (step FD_H): |g - fd| <= GRAD_ABS +
  * GRAD_REL |fd|. The float layers round at ~6e-8 relative per operation; the references and
  * the differences are double, whose error at this step is below 1e-9. */
-#define FD_H 1e-6
+#define FD_H     1e-6
 #define GRAD_ABS 2e-6
 #define GRAD_REL 1e-4
 /* A float forward against its double reference: |out - ref| <= OUT_TOL (1 + |ref|). */
@@ -55,8 +55,8 @@ static int close_enough(double g, double fd)
 typedef double (*ref_forward)(const tr_layer_t *l, const double *p, const double *in,
                               const double *y, size_t N, double *out);
 
-static double linear_ref(const tr_layer_t *l, const double *p, const double *in,
-                         const double *y, size_t N, double *out)
+static double linear_ref(const tr_layer_t *l, const double *p, const double *in, const double *y,
+                         size_t N, double *out)
 {
     size_t C = (size_t)l->in_dim, OC = (size_t)l->out_dim;
     const double *W = p, *b = p + l->params[1].offset;
@@ -158,12 +158,25 @@ static double check_layer(tr_layer_t *l, ref_forward ref, int B, int T, float lo
         din[i] = 0.25f;
         k.in[i] = in[i];
     }
-    for (size_t i = 0; i < n_y; i++) k.y[i] = y[i];
-    for (size_t i = 0; i < k.n_out; i++) k.w[i] = dout[i];
-    tr_layer_ctx_t c = {.B = B, .T = T, .y = l->is_loss ? y : NULL, .y_dim = l->y_dim,
-                        .training = 1, .in = in, .acts = acts, .out = acts, .params = params,
-                        .grads = grads, .model_params = params, .model_grads = grads,
-                        .dout = l->is_loss ? NULL : dout, .din = din, .loss_scale = loss_scale};
+    for (size_t i = 0; i < n_y; i++)
+        k.y[i] = y[i];
+    for (size_t i = 0; i < k.n_out; i++)
+        k.w[i] = dout[i];
+    tr_layer_ctx_t c = {.B = B,
+                        .T = T,
+                        .y = l->is_loss ? y : NULL,
+                        .y_dim = l->y_dim,
+                        .training = 1,
+                        .in = in,
+                        .acts = acts,
+                        .out = acts,
+                        .params = params,
+                        .grads = grads,
+                        .model_params = params,
+                        .model_grads = grads,
+                        .dout = l->is_loss ? NULL : dout,
+                        .din = din,
+                        .loss_scale = loss_scale};
     assert_int_equal(l->ops->forward(l, &c), 0);
     double loss = ref(l, k.p, k.in, k.y, k.N, k.tmp);
     if (l->is_loss)
@@ -271,7 +284,8 @@ static void test_custom_model_gradient_matches_finite_differences(void **state)
     float *p = tr_model_params(m), *g = malloc(n * 4);
     memcpy(g, tr_model_grads(m), n * 4);
     double *pd = calloc(n, 8), ref = 0, worst = 0, worst_f = 0;
-    for (size_t i = 0; i < n; i++) pd[i] = p[i];
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
     ref = mlp_ref(m, pd, x, y, B);
     assert_true(fabs(loss - ref) <= OUT_TOL * (1 + ref));
     for (size_t i = 0; i < n; i++) {
@@ -300,7 +314,8 @@ static void test_custom_model_gradient_matches_finite_differences(void **state)
         worst_f = fmax(worst_f, fabs(g[i] - fdf));
     }
     printf("model: %zu parameters, largest |backward - central difference| %.2g in double, "
-           "%.2g in float (h 1e-2, bound 1e-3 + 2e-2 |fd|)\n", n, worst, worst_f);
+           "%.2g in float (h 1e-2, bound 1e-3 + 2e-2 |fd|)\n",
+           n, worst, worst_f);
     free(g);
     free(pd);
     tr_model_destroy(m);
@@ -345,8 +360,13 @@ static int try_engine(tr_engine_t **eng, const tr_config_t *cfg, tr_dataset_t tr
 {
     tr_model_t *m;
     assert_int_equal(my_mlp_create(&m, MY_TASK_IN, HIDDEN, err, errlen), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = m, .seq_len = 1, .seed = 42,
-                          .init_params = 1, .train = train, .val = val};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = m,
+                          .seq_len = 1,
+                          .seed = 42,
+                          .init_params = 1,
+                          .train = train,
+                          .val = val};
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -354,10 +374,12 @@ static tr_engine_t *engine(const tr_config_t *cfg)
 {
     tr_engine_t *eng;
     char err[512] = "";
-    tr_dataset_t train = {.batch = my_task_batch, .user = &train_stream, .x_dim = MY_TASK_IN,
+    tr_dataset_t train = {.batch = my_task_batch,
+                          .user = &train_stream,
+                          .x_dim = MY_TASK_IN,
                           .y_dim = 1},
-                 val = {.batch = my_task_batch, .user = &val_stream, .x_dim = MY_TASK_IN,
-                        .y_dim = 1};
+                 val = {
+                     .batch = my_task_batch, .user = &val_stream, .x_dim = MY_TASK_IN, .y_dim = 1};
     int rc = try_engine(&eng, cfg, train, val, err, sizeof(err));
     if (rc) fail_msg("engine: %s", err);
     return eng;
@@ -462,7 +484,8 @@ static void test_custom_model_callbacks_get_x_and_y_only(void **state)
     tr_engine_destroy(eng);
     tr_config_destroy(cfg);
     printf("train callback: %d calls, %d with targets set or x/y missing, %d with tokens; "
-           "val: %d calls, %d, %d\n", tr.calls, tr.bad, tr.tokens, va.calls, va.bad, va.tokens);
+           "val: %d calls, %d, %d\n",
+           tr.calls, tr.bad, tr.tokens, va.calls, va.bad, va.tokens);
     assert_true(tr.calls >= 1 && va.calls == 2);
     assert_int_equal(tr.bad, 0);
     assert_int_equal(tr.tokens, 0);
@@ -473,8 +496,8 @@ static void test_custom_model_callbacks_get_x_and_y_only(void **state)
 static void test_custom_model_engine_refuses_x_dim_other_than_in_dim(void **state)
 {
     tr_config_t *cfg = config(8, 1);
-    tr_dataset_t ok = {.batch = my_task_batch, .user = &train_stream, .x_dim = MY_TASK_IN,
-                       .y_dim = 1};
+    tr_dataset_t ok = {
+        .batch = my_task_batch, .user = &train_stream, .x_dim = MY_TASK_IN, .y_dim = 1};
     tr_dataset_t d = ok;
     d.x_dim = 3; /* too small: the model would read past each row */
     expect_refused(cfg, d, (tr_dataset_t){0}, "x_dim 3", "'fc0' reads floats of width 4");

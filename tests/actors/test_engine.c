@@ -21,7 +21,7 @@
 
 #include "engine_testing.h"
 
-#define XD 16     /* inputs */
+#define XD      16 /* inputs */
 #define CLASSES 4
 
 extern char **environ;
@@ -40,7 +40,7 @@ static uint64_t mix(uint64_t x)
 
 typedef struct task {
     _Atomic uint64_t asked; /* batches the loader asked for (written on its thread) */
-    int fail_at;     /* return an error for this batch index (-1: never) */
+    int fail_at;            /* return an error for this batch index (-1: never) */
 } task_t;
 
 /* Sample s of the whole stream: x uniform in [-1, 1), class = argmax of a fixed projection. */
@@ -60,12 +60,12 @@ static void sample(uint64_t s, float *x, int *target)
     }
 }
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                    float *y)
 {
     task_t *t = user;
     t->asked++;
-    if ((int64_t)index == t->fail_at)
-        return TR_EIO;
+    if ((int64_t)index == t->fail_at) return TR_EIO;
     for (int b = 0; b < B * T; b++) /* B rows of batch `index` = samples index*B + b */
         sample(index * (uint64_t)B + (uint64_t)b, x + (size_t)b * XD, &targets[b]);
     return 0;
@@ -90,14 +90,16 @@ static tr_engine_t *mlp_engine(tr_config_t *cfg, task_t *task)
     tr_model_t *model;
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 42,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 42,
                           .init_params = 1,
                           .train = {.batch = batch_cb, .user = task, .x_dim = XD}};
     tr_engine_t *eng;
     char err[512];
     int rc = tr_engine_create(&eng, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "engine: %s\n", err);
+    if (rc) fprintf(stderr, "engine: %s\n", err);
     assert_int_equal(rc, 0);
     return eng;
 }
@@ -110,8 +112,7 @@ static void test_engine_mlp_loss_falls(void **state)
     tr_step_stats_t st, first = {0};
     for (int i = 0; i < 300; i++) {
         assert_int_equal(tr_engine_train_batch(eng, &st), 0);
-        if (i == 0)
-            first = st;
+        if (i == 0) first = st;
         /* the loader is never more than `prefetch` batches ahead of the steps taken */
         assert_true(task.asked <= st.global_step + 2);
     }
@@ -166,8 +167,12 @@ static void test_engine_deepspeed_style_equals_train_batch(void **state)
     int widths[] = {XD, 32, CLASSES};
     tr_model_t *model;
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, NULL, 0), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 42,
-                          .init_params = 1, .train = {.x_dim = XD}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 42,
+                          .init_params = 1,
+                          .train = {.x_dim = XD}};
     tr_engine_t *eng;
     assert_int_equal(tr_engine_create(&eng, &o, NULL, 0), 0);
     float x[2 * XD];
@@ -269,7 +274,7 @@ static void test_engine_resume_is_bit_exact(void **state)
     assert_int_equal(fread(got, sizeof(float), 10, f), 10);
     assert_int_equal(fread(params, sizeof(float), n, f), n);
     fclose(f);
-    assert_memory_equal(got, straight + 10, sizeof(got)); /* every loss, bitwise */
+    assert_memory_equal(got, straight + 10, sizeof(got));   /* every loss, bitwise */
     assert_memory_equal(params, expect, n * sizeof(float)); /* every parameter, bitwise */
     free(params);
     free(expect);
@@ -334,7 +339,7 @@ static void test_engine_background_save_is_the_blocking_bytes(void **state)
     assert_non_null(fgets(tag, sizeof(tag), f));
     fclose(f);
     assert_string_equal(tag, "blocking"); /* latest moves only once the files are durable */
-    FILE *g = fopen(gate, "w"); /* now the write may start */
+    FILE *g = fopen(gate, "w");           /* now the write may start */
     assert_non_null(g);
     fclose(g);
     assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
@@ -406,7 +411,10 @@ static void test_engine_damaged_checkpoint_is_refused(void **state)
     int widths[] = {XD, 16, CLASSES};
     tr_model_t *model;
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, NULL, 0), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .init_params = 1,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .init_params = 1,
                           .train = {.batch = batch_cb, .user = &task, .x_dim = XD}};
     assert_int_equal(tr_engine_create(&eng, &o, NULL, 0), 0);
     assert_int_equal(tr_engine_load_checkpoint(eng, dir, "good"), TR_EMISMATCH);
@@ -466,12 +474,15 @@ static void test_engine_gpt2_trains_on_token_shards(void **state)
     }
     free(tok);
     snprintf(pattern, sizeof(pattern), "%s/train_*.bin", tmpdir);
-    tr_gpt2_config_t g = {.max_seq_len = 32, .vocab_size = 64, .num_layers = 2, .num_heads = 2,
-                          .channels = 32};
+    tr_gpt2_config_t g = {
+        .max_seq_len = 32, .vocab_size = 64, .num_layers = 2, .num_heads = 2, .channels = 32};
     tr_model_t *model;
     assert_int_equal(tr_model_gpt2_create(&model, &g, NULL, 0), 0);
     tr_config_t *cfg = config(4, 1, NULL);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 32, .init_params = 1,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 32,
+                          .init_params = 1,
                           .train = {.shards = pattern}};
     tr_engine_t *eng;
     char err[512];
@@ -479,8 +490,7 @@ static void test_engine_gpt2_trains_on_token_shards(void **state)
     tr_step_stats_t st, first = {0};
     for (int i = 0; i < 60; i++) {
         assert_int_equal(tr_engine_train_batch(eng, &st), 0);
-        if (i == 0)
-            first = st;
+        if (i == 0) first = st;
     }
     printf("gpt2: loss %.3f -> %.3f (ln 64 = %.3f)\n", first.loss, st.loss, log(64.0));
     assert_true(first.loss > 3.5f);
@@ -517,8 +527,7 @@ static int remove_dir(void **state)
 int main(int argc, char **argv)
 {
     self_path = argv[0];
-    if (argc == 4 && !strcmp(argv[1], "resume-child"))
-        return resume_child(argv[2], argv[3]);
+    if (argc == 4 && !strcmp(argv[1], "resume-child")) return resume_child(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_mlp_loss_falls),
         cmocka_unit_test(test_engine_accumulation_equals_large_batch),

@@ -20,11 +20,10 @@
 
 #include "engine_testing.h"
 
-#define XD TEST_XD
+#define XD      TEST_XD
 #define CLASSES TEST_CLASSES
 
 static char tmpdir[256];
-
 
 static tr_config_t *config(int gas, const char *optimizer)
 {
@@ -33,8 +32,9 @@ static tr_config_t *config(int gas, const char *optimizer)
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": %s%s}",
              gas, optimizer ? optimizer : "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}",
-             optimizer && strstr(optimizer, "troupe") ? ""
-                                                      : ", \"troupe\": {\"runtime\": {\"workers\": 2}}");
+             optimizer && strstr(optimizer, "troupe")
+                 ? ""
+                 : ", \"troupe\": {\"runtime\": {\"workers\": 2}}");
     return test_config(json, "api.json");
 }
 
@@ -44,8 +44,12 @@ static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, siz
     tr_model_t *model;
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
-                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = x_dim}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = test_mlp_batch, .x_dim = x_dim}};
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -177,8 +181,8 @@ static void test_engine_nan_weight_names_a_layer(void **state)
 
 /* --- a failure and what follows it --------------------------------------------------------- */
 
-static int failing_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
-                      int *targets, float *y)
+static int failing_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                      float *y)
 {
     return index == 3 ? TR_EIO : test_mlp_batch(user, index, B, T, tokens, x, targets, y);
 }
@@ -193,8 +197,12 @@ static void test_engine_first_failure_stands(void **state)
     tr_model_t *model;
     char why[256], err[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
-                          .init_params = 1, .train = {.batch = failing_cb, .x_dim = XD}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = failing_cb, .x_dim = XD}};
     tr_engine_t *eng;
     assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
     int rc = 0;
@@ -275,8 +283,12 @@ static int create_traced(tr_config_t *cfg, const char *trace_dir, tr_engine_t **
     tr_model_t *model;
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
-                          .init_params = 1, .trace_dir = trace_dir,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .trace_dir = trace_dir,
                           .train = {.batch = test_mlp_batch, .x_dim = XD}};
     return tr_engine_create(eng, &o, err, errlen);
 }

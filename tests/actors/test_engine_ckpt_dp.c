@@ -49,7 +49,7 @@
 #define M       4 /* steps after it */
 #define TOL     1e-5f
 
-static const char *dir;     /* the folder the jobs share */
+static const char *dir;    /* the folder the jobs share */
 static int timeout_s = 20; /* troupe.comm.timeout_s */
 
 /* An engine over `world` ranks (0: mpirun's) at ZeRO `stage` with the global batch above. */
@@ -85,12 +85,14 @@ static void train(tr_engine_t *eng, int n, float *losses)
 
 static void save(tr_engine_t *eng, const char *tag)
 {
-    if (tr_engine_save_checkpoint(eng, dir, tag)) fail_msg("save %s: %s", tag, tr_engine_error(eng));
+    if (tr_engine_save_checkpoint(eng, dir, tag))
+        fail_msg("save %s: %s", tag, tr_engine_error(eng));
 }
 
 static void load(tr_engine_t *eng, const char *tag)
 {
-    if (tr_engine_load_checkpoint(eng, dir, tag)) fail_msg("load %s: %s", tag, tr_engine_error(eng));
+    if (tr_engine_load_checkpoint(eng, dir, tag))
+        fail_msg("load %s: %s", tag, tr_engine_error(eng));
     assert_int_equal(tr_engine_global_step(eng), K);
 }
 
@@ -127,8 +129,7 @@ static void read_losses(const char *name, float *losses)
     fclose(f);
 }
 
-static void expect_close(const char *what, const float *got, const char *ref_what,
-                         const float *ref)
+static void expect_close(const char *what, const float *got, const char *ref_what, const float *ref)
 {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -193,8 +194,7 @@ static void test_engine_ckpt_dp_resume_on_2_ranks_and_on_1(void **state)
         train(eng, M, one);
         done(eng, cfg);
         expect_close("1 rank from a 2-rank checkpoint", one, "2 ranks", two);
-        assert_true(exists("w1/optim_states_rank0.trck") &&
-                    !exists("w1/optim_states_rank1.trck"));
+        assert_true(exists("w1/optim_states_rank0.trck") && !exists("w1/optim_states_rank1.trck"));
     }
     MPI_Barrier(MPI_COMM_WORLD);
 
@@ -210,8 +210,7 @@ static void test_engine_ckpt_dp_resume_on_2_ranks_and_on_1(void **state)
     train(eng, M, two_s0);
     done(eng, cfg);
     expect_close("2 ranks at stage 0 from a stage 1 checkpoint", two_s0, "2 ranks", two);
-    assert_true(exists("w2s0/optim_states_rank0.trck") &&
-                !exists("w2s0/optim_states_rank1.trck"));
+    assert_true(exists("w2s0/optim_states_rank0.trck") && !exists("w2s0/optim_states_rank1.trck"));
 }
 
 /* Not a cmocka test: the job cannot end cleanly (the ranks' last collectives differ), so each

@@ -19,7 +19,7 @@
 
 #include "engine_testing.h"
 
-#define XD TEST_XD
+#define XD      TEST_XD
 #define CLASSES TEST_CLASSES
 #define MAX_OPS 4096
 
@@ -89,7 +89,6 @@ static int deferred_create(tr_comm_t *c, char *why, size_t whylen)
 
 /* --- engines on one or the other ----------------------------------------------------------- */
 
-
 static const char *extra_json = ""; /* more top-level keys for the next engine */
 
 static int create(const char *backend, tr_config_t **cfg, tr_engine_t **eng, char *err,
@@ -107,8 +106,12 @@ static int create(const char *backend, tr_config_t **cfg, tr_engine_t **eng, cha
     tr_model_t *model;
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = *cfg, .model = model, .seq_len = 1, .seed = 3,
-                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_opts_t o = {.config = *cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 3,
+                          .init_params = 1,
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -148,7 +151,7 @@ static void test_engine_comm_polled_backend_trains_as_local(void **state)
     assert_memory_equal(local, deferred, sizeof(local));
     printf("deferred backend: %ld operations, %ld progress calls\n", (long)ops_started,
            (long)progress_calls);
-    assert_true(ops_started >= 6 * 2); /* several buckets of 50 parameters per step */
+    assert_true(ops_started >= 6 * 2);    /* several buckets of 50 parameters per step */
     assert_true(progress_calls >= 6 * 3); /* a step's last bucket needs three polls at least */
 }
 

@@ -16,7 +16,7 @@
 
 #include "engine_testing.h"
 
-#define XD 8
+#define XD      8
 #define CLASSES 3
 
 /* --- a synthetic classification task, deterministic per batch index -------------------- */
@@ -29,7 +29,8 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                    float *y)
 {
     (void)user;
     (void)tokens;
@@ -76,13 +77,16 @@ static tr_engine_t *engine(tr_config_t *cfg, int no_decay_tensor)
         for (int k = 0; k < l->n_params; k++, t++)
             l->params[k].no_decay = t == no_decay_tensor;
     }
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 42,
-                          .init_params = 1, .train = {.batch = batch_cb, .x_dim = XD}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 42,
+                          .init_params = 1,
+                          .train = {.batch = batch_cb, .x_dim = XD}};
     tr_engine_t *eng;
     char err[512];
     int rc = tr_engine_create(&eng, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "engine: %s\n", err);
+    if (rc) fprintf(stderr, "engine: %s\n", err);
     assert_int_equal(rc, 0);
     return eng;
 }
@@ -156,15 +160,16 @@ static void test_engine_config_amsgrad_is_applied(void **state)
     float *after[2];
     for (int ams = 0; ams < 2; ams++) {
         char body[256];
-        snprintf(body, sizeof(body), "\"optimizer\": {\"type\": \"Adam\", \"params\": "
-                 "{\"lr\": 0.05, \"amsgrad\": %s}}", ams ? "true" : "false");
+        snprintf(body, sizeof(body),
+                 "\"optimizer\": {\"type\": \"Adam\", \"params\": "
+                 "{\"lr\": 0.05, \"amsgrad\": %s}}",
+                 ams ? "true" : "false");
         tr_config_t *cfg = config(body);
         tr_engine_t *eng = engine(cfg, -1);
         tr_step_stats_t st, first = {0};
         for (int i = 0; i < 40; i++) {
             assert_int_equal(tr_engine_train_batch(eng, &st), 0);
-            if (i == 0)
-                first = st;
+            if (i == 0) first = st;
         }
         assert_true(st.loss < first.loss);
         after[ams] = params_copy(eng);
@@ -207,8 +212,10 @@ static void test_engine_config_lion_and_onebit_names_train(void **state)
     static const char *const names[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
     for (int i = 0; i < 3; i++) {
         char body[256];
-        snprintf(body, sizeof(body), "\"optimizer\": {\"type\": \"%s\", \"params\": "
-                 "{\"lr\": 0.01}}", names[i]);
+        snprintf(body, sizeof(body),
+                 "\"optimizer\": {\"type\": \"%s\", \"params\": "
+                 "{\"lr\": 0.01}}",
+                 names[i]);
         cfg = config(body);
         eng = engine(cfg, -1);
         for (int k = 0; k < 30; k++)

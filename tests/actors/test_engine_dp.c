@@ -24,15 +24,14 @@
 
 #include "engine_testing.h"
 
-#define XD TEST_XD
+#define XD      TEST_XD
 #define CLASSES TEST_CLASSES
-#define STEPS 6
-
+#define STEPS   6
 
 typedef struct dp_case {
-    int stage;    /* zero_optimization.stage */
-    int overlap;  /* zero_optimization.overlap_comm */
-    int gas;      /* accumulation steps per rank */
+    int stage;             /* zero_optimization.stage */
+    int overlap;           /* zero_optimization.overlap_comm */
+    int gas;               /* accumulation steps per rank */
     const char *optimizer; /* NULL: AdamW */
     const char *wire;      /* communication_data_type (NULL: fp32) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
@@ -119,8 +118,9 @@ static void check_case(const dp_case_t *k)
     for (int i = 0; i < STEPS; i++) {
         if (rank == 0)
             printf("%s, stage %d, overlap %d, GAS %d, wire %s: step %d: %d ranks %.7f, one "
-                   "process %.7f\n", k->optimizer ? k->optimizer : "AdamW", k->stage, k->overlap,
-                   k->gas, k->wire ? k->wire : "fp32", i, world, dp_loss[i], ref_loss[i]);
+                   "process %.7f\n",
+                   k->optimizer ? k->optimizer : "AdamW", k->stage, k->overlap, k->gas,
+                   k->wire ? k->wire : "fp32", i, world, dp_loss[i], ref_loss[i]);
         assert_true(fabsf(dp_loss[i] - ref_loss[i]) <= tol * fmaxf(1.0f, fabsf(ref_loss[i])));
     }
     assert_true(fabsf(dp_val - ref_val) <= tol * fmaxf(1.0f, fabsf(ref_val)));
@@ -169,15 +169,18 @@ static void train_offload(int stage, const char *nvme, float *loss, uint64_t *ha
 {
     char json[1024], off[400] = "";
     if (nvme)
-        snprintf(off, sizeof(off), ", \"sub_group_size\": 20, \"offload_optimizer\": "
+        snprintf(off, sizeof(off),
+                 ", \"sub_group_size\": 20, \"offload_optimizer\": "
                  "{\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 3, "
-                 "\"pipeline_read\": true, \"pipeline_write\": true}", nvme);
+                 "\"pipeline_read\": true, \"pipeline_write\": true}",
+                 nvme);
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60%s},"
-             " \"troupe\": {\"runtime\": {\"workers\": 1}}}", stage, off);
+             " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
+             stage, off);
     tr_config_t *cfg;
     tr_engine_t *eng = test_mlp_engine(json, "dp_offload.json", 0, &cfg);
     for (int i = 0; i < STEPS; i++) {
@@ -262,8 +265,8 @@ static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
     int targets[4];
     for (int i = 0; i < STEPS; i++)
         for (int m = 0; m < k.gas; m++) {
-            uint64_t index = ((uint64_t)i * (uint64_t)k.gas + (uint64_t)m) * (uint64_t)world +
-                             (uint64_t)rank;
+            uint64_t index =
+                ((uint64_t)i * (uint64_t)k.gas + (uint64_t)m) * (uint64_t)world + (uint64_t)rank;
             test_mlp_batch(NULL, index, 4, 1, NULL, x, targets, NULL);
             tr_engine_batch_t b = {.x = x, .targets = targets};
             assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);
@@ -294,10 +297,11 @@ static void test_engine_dp_idle_costs_almost_no_cpu(void **state)
     nanosleep(&(struct timespec){3, 0}, NULL);
     getrusage(RUSAGE_SELF, &b);
     double wall = (double)(tr_now_ns() - t0) / 1e9;
-    double cpu = (double)(b.ru_utime.tv_sec - a.ru_utime.tv_sec + b.ru_stime.tv_sec -
-                          a.ru_stime.tv_sec) +
-                 (double)(b.ru_utime.tv_usec - a.ru_utime.tv_usec + b.ru_stime.tv_usec -
-                          a.ru_stime.tv_usec) / 1e6;
+    double cpu =
+        (double)(b.ru_utime.tv_sec - a.ru_utime.tv_sec + b.ru_stime.tv_sec - a.ru_stime.tv_sec) +
+        (double)(b.ru_utime.tv_usec - a.ru_utime.tv_usec + b.ru_stime.tv_usec -
+                 a.ru_stime.tv_usec) /
+            1e6;
     int r = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     printf("idle: rank %d: %.3f%% of a core over %.1f s\n", r, 100.0 * cpu / wall, wall);
@@ -350,9 +354,12 @@ static void spike_destroy(tr_layer_t *l)
     free(l->state);
 }
 
-static const tr_layer_ops_t spike_ops = {.kind = "spike", .act_size = spike_acts,
-                                         .forward = spike_forward, .backward = spike_backward,
-                                         .init = spike_init, .destroy = spike_destroy};
+static const tr_layer_ops_t spike_ops = {.kind = "spike",
+                                         .act_size = spike_acts,
+                                         .forward = spike_forward,
+                                         .backward = spike_backward,
+                                         .init = spike_init,
+                                         .destroy = spike_destroy};
 
 /* fc0 (XD -> 16), spike (16 gains at [144, 160) of 211 parameters: rank 1's partition of 2,
  * rank 2's of 4), fc1 (16 -> CLASSES), cross-entropy. */
@@ -394,8 +401,12 @@ static void test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere(void
     tr_config_diag_close(&d);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    tr_engine_opts_t o = {.config = cfg, .model = spike_model(rank, 2), .seq_len = 1, .seed = 11,
-                          .init_params = 1, .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = spike_model(rank, 2),
+                          .seq_len = 1,
+                          .seed = 11,
+                          .init_params = 1,
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
     tr_engine_t *eng;
     char err[512];
     if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine: %s", err);
@@ -415,8 +426,8 @@ static void test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere(void
     MPI_Allreduce(hash, lo, STEPS, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(hash, hi, STEPS, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     for (int i = 0; i < STEPS; i++) {
-        if (rank == 0) printf("overflow: step %d skipped %d, loss scale %g\n", i, skipped[i],
-                              scale[i]);
+        if (rank == 0)
+            printf("overflow: step %d skipped %d, loss scale %g\n", i, skipped[i], scale[i]);
         assert_int_equal(skipped[i], i == 2);
         assert_true(lo[i] == hi[i]);
     }

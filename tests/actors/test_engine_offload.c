@@ -30,15 +30,17 @@ static void config_json(char *json, size_t len, const char *optim, bool offload,
 {
     char off[600] = "";
     if (offload)
-        snprintf(off, sizeof(off), ", \"sub_group_size\": 50, \"offload_optimizer\": "
+        snprintf(off, sizeof(off),
+                 ", \"sub_group_size\": 50, \"offload_optimizer\": "
                  "{\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": %d, "
-                 "\"pipeline_read\": %s, \"pipeline_write\": %s}", tmpdir, buffers,
-                 pipelined ? "true" : "false", pipelined ? "true" : "false");
+                 "\"pipeline_read\": %s, \"pipeline_write\": %s}",
+                 tmpdir, buffers, pipelined ? "true" : "false", pipelined ? "true" : "false");
     snprintf(json, len,
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,"
              " \"optimizer\": %s, \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": 0%s},"
-             " \"troupe\": {\"runtime\": {\"workers\": 2}}}", optim, off);
+             " \"troupe\": {\"runtime\": {\"workers\": 2}}}",
+             optim, off);
 }
 
 static void run(tr_engine_t *eng, int steps, float *losses)
@@ -74,8 +76,8 @@ static void check_same_as_in_memory(const char *optim, int buffers, bool pipelin
     config_json(json, sizeof(json), optim, true, buffers, pipelined);
     train(json, nvme_loss, &nvme_p, &n2);
     printf("offload: %s, %d buffers%s: loss %.9g -> %.9g (in memory %.9g -> %.9g)\n", optim,
-           buffers, pipelined ? ", pipelined" : "", nvme_loss[0], nvme_loss[STEPS - 1],
-           mem_loss[0], mem_loss[STEPS - 1]);
+           buffers, pipelined ? ", pipelined" : "", nvme_loss[0], nvme_loss[STEPS - 1], mem_loss[0],
+           mem_loss[STEPS - 1]);
     assert_true(mem_loss[STEPS - 1] != mem_loss[0]); /* it trained */
     assert_memory_equal(nvme_loss, mem_loss, sizeof(mem_loss));
     assert_int_equal(n, n2);
@@ -96,11 +98,14 @@ static void test_offload_other_optimizers_are_bitwise_in_memory(void **state)
 {
     (void)state;
     check_same_as_in_memory("{\"type\": \"Adam\", \"params\": {\"lr\": 0.01, \"amsgrad\": true, "
-                            "\"weight_decay\": 0.01}}", 5, true);
+                            "\"weight_decay\": 0.01}}",
+                            5, true);
     check_same_as_in_memory("{\"type\": \"SGD\", \"params\": {\"lr\": 0.05, \"momentum\": 0.9, "
-                            "\"weight_decay\": 0.01}}", 3, true);
+                            "\"weight_decay\": 0.01}}",
+                            3, true);
     check_same_as_in_memory("{\"type\": \"Lion\", \"params\": {\"lr\": 0.001, "
-                            "\"weight_decay\": 0.1}}", 3, true);
+                            "\"weight_decay\": 0.1}}",
+                            3, true);
 }
 
 static const char *ADAMW = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}";
@@ -237,8 +242,12 @@ static void check_refused(const char *json, const char *want)
     tr_model_t *model;
     char why[256], err[1024] = "";
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 11,
-                          .init_params = 1, .world = 1,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 11,
+                          .init_params = 1,
+                          .world = 1,
                           .train = {.batch = test_mlp_batch, .x_dim = TEST_XD}};
     tr_engine_t *eng;
     assert_true(tr_engine_create(&eng, &o, err, sizeof(err)) < 0);
@@ -265,8 +274,10 @@ static void test_offload_full_disk_is_an_error_at_create(void **state)
     (void)state;
     char mnt[200], cmd[600], json[1200], saved[256];
     snprintf(mnt, sizeof(mnt), "%.180s/small", tmpdir);
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && mount -t tmpfs -o size=8k tmpfs '%s' "
-             "2>/dev/null", mnt, mnt);
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p '%s' && mount -t tmpfs -o size=8k tmpfs '%s' "
+             "2>/dev/null",
+             mnt, mnt);
     if (system(cmd) != 0) {
         printf("offload: full disk: skipped (cannot mount a tmpfs here)\n");
         skip();

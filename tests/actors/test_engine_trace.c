@@ -24,16 +24,16 @@
 
 #include "engine_testing.h"
 
-#define XD 8
+#define XD      8
 #define CLASSES 3
 
 static char tmpdir[256];
 
-static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets, float *y)
+static int batch_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x, int *targets,
+                    float *y)
 {
     (void)tokens;
-    if ((int64_t)index == *(int *)user)
-        return TR_EIO;
+    if ((int64_t)index == *(int *)user) return TR_EIO;
     for (int b = 0; b < B * T; b++) {
         uint64_t s = index * (uint64_t)B + (uint64_t)b;
         for (int i = 0; i < XD; i++)
@@ -61,14 +61,17 @@ static tr_engine_t *engine(tr_config_t *cfg, int *fail_at, const char *trace_dir
     int widths[] = {XD, 16, CLASSES};
     tr_model_t *model;
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, NULL, 0), 0);
-    tr_engine_opts_t o = {.config = cfg, .model = model, .seq_len = 1, .seed = 7,
-                          .init_params = 1, .trace_dir = trace_dir,
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .trace_dir = trace_dir,
                           .train = {.batch = batch_cb, .user = fail_at, .x_dim = XD}};
     tr_engine_t *eng;
     char err[512];
     int rc = tr_engine_create(&eng, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "engine: %s\n", err);
+    if (rc) fprintf(stderr, "engine: %s\n", err);
     assert_int_equal(rc, 0);
     return eng;
 }
@@ -107,9 +110,9 @@ static int spans_on(json_t *root, long long tid)
     size_t i;
     json_t *ev;
     int n = 0;
-    json_array_foreach(root, i, ev)
-        n += !strcmp(json_string_value(json_object_get(ev, "ph")), "X") &&
-             json_integer_value(json_object_get(ev, "tid")) == tid;
+    json_array_foreach(root, i, ev) n +=
+        !strcmp(json_string_value(json_object_get(ev, "ph")), "X") &&
+        json_integer_value(json_object_get(ev, "tid")) == tid;
     return n;
 }
 
@@ -136,9 +139,9 @@ static int count_counter(json_t *root, const char *name)
     size_t i;
     json_t *ev;
     int n = 0;
-    json_array_foreach(root, i, ev)
-        n += !strcmp(json_string_value(json_object_get(ev, "ph")), "C") &&
-             strstr(json_string_value(json_object_get(ev, "name")), name) != NULL;
+    json_array_foreach(root, i, ev) n +=
+        !strcmp(json_string_value(json_object_get(ev, "ph")), "C") &&
+        strstr(json_string_value(json_object_get(ev, "name")), name) != NULL;
     return n;
 }
 
@@ -158,7 +161,8 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
      * span that ends after the window closed is not written, and the checkpointer's reply
      * comes before its span ends.) */
     tr_config_t *cfg = config(", \"trace\": {\"steps\": {\"wait\": 1, \"warmup\": 1, "
-                              "\"active\": 2, \"repeat\": 1}}", "");
+                              "\"active\": 2, \"repeat\": 1}}",
+                              "");
     int never = -1;
     char *dir = path_in(tmpdir, "trace");
     tr_engine_t *eng = engine(cfg, &never, dir);
@@ -190,8 +194,7 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     for (size_t i = 0; i < sizeof(actors) / sizeof(actors[0]); i++) {
         long long tid = lane_of(root, actors[i]);
         assert_true(tid >= 0);
-        if (spans_on(root, tid) == 0)
-            fail_msg("no span on the %s lane", actors[i]);
+        if (spans_on(root, tid) == 0) fail_msg("no span on the %s lane", actors[i]);
     }
     /* forward and backward of each written step's 2 micro-batches, inside the window */
     int passes[2] = {0, 0}, step_done[4] = {0};
@@ -201,10 +204,8 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
     {
         const char *n = json_string_value(json_object_get(e, "name"));
         long long s = json_integer_value(json_object_get(json_object_get(e, "args"), "step"));
-        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") || s < 2 || s > 3)
-            continue;
-        if (!strcmp(n, "forward") || !strcmp(n, "backward"))
-            passes[!strcmp(n, "backward")]++;
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") || s < 2 || s > 3) continue;
+        if (!strcmp(n, "forward") || !strcmp(n, "backward")) passes[!strcmp(n, "backward")]++;
         step_done[s] += !strcmp(n, "step_done");
     }
     assert_int_equal(passes[0], 4);
@@ -230,13 +231,14 @@ static void test_engine_trace_has_every_actor_and_honours_the_window(void **stat
      * step count when it was filled, 4 once step 3's optimizer step is done */
     size_t i;
     json_t *ev;
-    json_array_foreach(root, i, ev)
-        if (!strcmp(json_string_value(json_object_get(ev, "ph")), "X") &&
-            strcmp(json_string_value(json_object_get(ev, "name")), "batch") &&
-            json_integer_value(json_object_get(json_object_get(ev, "args"), "step")) >= 4)
-            fail_msg("span '%s' of step %lld, after the window",
-                     json_string_value(json_object_get(ev, "name")),
-                     json_integer_value(json_object_get(json_object_get(ev, "args"), "step")));
+    json_array_foreach(
+        root, i,
+        ev) if (!strcmp(json_string_value(json_object_get(ev, "ph")), "X") &&
+                strcmp(json_string_value(json_object_get(ev, "name")), "batch") &&
+                json_integer_value(json_object_get(json_object_get(ev, "args"), "step")) >= 4)
+        fail_msg("span '%s' of step %lld, after the window",
+                 json_string_value(json_object_get(ev, "name")),
+                 json_integer_value(json_object_get(json_object_get(ev, "args"), "step")));
     json_decref(root);
 }
 
@@ -253,8 +255,7 @@ static int count_lines(const char *text, const char *prefix)
 static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("%s is missing", path);
+    if (!f) fail_msg("%s is missing", path);
     static char buf[1 << 16];
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     buf[n] = '\0';
@@ -266,8 +267,7 @@ static char *slurp(const char *path)
 static long events_file_size(const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d)
-        return 0;
+    if (!d) return 0;
     long size = 0;
     struct dirent *e;
     while ((e = readdir(d)))
@@ -275,8 +275,7 @@ static long events_file_size(const char *dir)
             struct stat st;
             char p[1024];
             snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            if (stat(p, &st) == 0)
-                size = (long)st.st_size;
+            if (stat(p, &st) == 0) size = (long)st.st_size;
         }
     closedir(d);
     return size;
@@ -304,10 +303,12 @@ static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
 {
     (void)state;
     char extra[1024];
-    snprintf(extra, sizeof(extra), ", \"wall_clock_breakdown\": true, \"steps_per_print\": 2, "
-             "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"job\"},"
-             " \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/tb\", \"job_name\": \"job\"}",
-             tmpdir, tmpdir);
+    snprintf(
+        extra, sizeof(extra),
+        ", \"wall_clock_breakdown\": true, \"steps_per_print\": 2, "
+        "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"job\"},"
+        " \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/tb\", \"job_name\": \"job\"}",
+        tmpdir, tmpdir);
     tr_config_t *cfg = config("", extra);
     char out[512];
     snprintf(out, sizeof(out), "%s/stdout.txt", tmpdir);
@@ -320,10 +321,12 @@ static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
     assert_non_null(strstr(text, "| bwd_allreduce: "));
     assert_non_null(strstr(text, " | step: "));
     assert_int_equal(count_lines(text, "[Rank 0] step=2, skipped=0, lr=[0.01], "
-                                       "mom=[[0.9, 0.999]]"), 1);
+                                       "mom=[[0.9, 0.999]]"),
+                     1);
     assert_int_equal(count_lines(text, "[Rank 0] step=4, skipped=0, lr="), 1);
     assert_int_equal(count_lines(text, "epoch=0/micro_step=8/global_step=4, "
-                                       "RunningAvgSamplesPerSec="), 1);
+                                       "RunningAvgSamplesPerSec="),
+                     1);
 
     char job[512];
     snprintf(job, sizeof(job), "%s/job", tmpdir);
@@ -379,8 +382,7 @@ static void test_engine_failure_dumps_the_flight_recorder(void **state)
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/troupe_test_engine_trace_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    if (!mkdtemp(tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_trace_has_every_actor_and_honours_the_window),
         cmocka_unit_test(test_engine_wall_clock_breakdown_and_csv_monitor),
@@ -389,7 +391,6 @@ int main(void)
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    if (rc == 0 && system(cmd) != 0)
-        rc = 1;
+    if (rc == 0 && system(cmd) != 0) rc = 1;
     return rc;
 }

@@ -118,8 +118,7 @@ static void compare(tr_model_t *(*make)(void), int floats, int classes, int S, i
     tr_model_set_checkpoint_interval(pip, ckpt); /* the stages checkpoint every ckpt layers */
     tr_pipe_model_t *pm;
     tr_runtime_t *rt = rt_new();
-    if (tr_pipe_model_create(&pm, rt, pip, bounds, S, kind, NM, NB, NT, 0, NULL, err,
-                             sizeof(err)))
+    if (tr_pipe_model_create(&pm, rt, pip, bounds, S, kind, NM, NB, NT, 0, NULL, err, sizeof(err)))
         fail_msg("%s", err);
     tr_model_zero_grad(pip);
     tr_pipe_run_result_t r;
@@ -263,12 +262,12 @@ static void test_failed_batch_leaves_nothing_behind(void **state)
     char err[1024];
     tr_pipe_model_t *pm;
     tr_runtime_t *rt = rt_new();
-    assert_int_equal(tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT,
-                                          0, NULL, err, sizeof(err)),
+    assert_int_equal(tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_INFERENCE, NM, NB, NT, 0,
+                                          NULL, err, sizeof(err)),
                      TR_EINVAL);
     assert_non_null(strstr(err, "training schedules"));
-    if (tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, 0, NULL,
-                             err, sizeof(err)))
+    if (tr_pipe_model_create(&pm, rt, pip, bounds, 2, TR_PIPE_TRAIN_1F1B, NM, NB, NT, 0, NULL, err,
+                             sizeof(err)))
         fail_msg("%s", err);
     int saved = d->tokens[2][5];
     d->tokens[2][5] = 63; /* the embedding's table has 64 rows, the vocabulary 60 */
@@ -360,10 +359,9 @@ static void test_partition_methods(void **state)
     assert_int_equal(tr_pipe_partition(m, "uniform", 7, b, err, sizeof(err)), TR_EINVAL);
     int bad[] = {0, 3, 3, 6};
     tr_pipe_model_t *pm;
-    assert_int_equal(
-        tr_pipe_model_create(&pm, NULL, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, 0, NULL, err,
-                             sizeof(err)),
-        TR_EINVAL);
+    assert_int_equal(tr_pipe_model_create(&pm, NULL, m, bad, 3, TR_PIPE_TRAIN_1F1B, 4, NB, NT, 0,
+                                          NULL, err, sizeof(err)),
+                     TR_EINVAL);
     assert_non_null(strstr(err, "stage 1 holds layers [3, 3): none"));
     tr_model_destroy(m);
 }

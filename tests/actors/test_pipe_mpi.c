@@ -1,9 +1,9 @@
 /* Pipeline stages across ranks (tr_pipe_create with across_ranks, under mpirun with one rank per
  * stage; on 4 ranks, 2 stages x 2 replicas): each rank runs its own stage, transfers and their
  * tensors cross over MPI through the comm layer, and every stage runs every compute instruction
- * once, for 1F1B and zb, batch after batch on the same stage actor and link, each receiving exactly the tensor its neighbour
- * (in its own replica) computed for that micro-batch and step; with compute that takes time
- * each stage's idle share is reported. With TROUPE_FAULT_PIPE_STAGE=0
+ * once, for 1F1B and zb, batch after batch on the same stage actor and link, each receiving exactly
+ * the tensor its neighbour (in its own replica) computed for that micro-batch and step; with
+ * compute that takes time each stage's idle share is reported. With TROUPE_FAULT_PIPE_STAGE=0
  * (argument "fault") rank 0 sends one element too many and rank 1 reports the mismatch naming
  * both stages (the job then ends: the script checks it does not hang). Not cmocka: each rank
  * prints what it saw and exits 0 or 1. */

@@ -1,12 +1,12 @@
-/* Pipeline schedules executed by stage actors (tr_pipe_create, tr_pipe_run): every stage runs each of its
- * compute instructions once, a stage's forward of a micro-batch after the previous stage's and
- * its backward after the next stage's (the transfers carry the order), for 1F1B and zb on
- * 1 to 4 stages; a transfer whose header does not match (a stage sending one element too
- * many) is an error naming both stages, not a hang; a failing instruction stops every stage
- * with its stage and instruction named, and the same stage actors then run the next batch.
- * A batch's tensors (tr_pipe_run_batch) reach every stage's start callback through the buffer
- * registry; a start that fails, on any stage, fails the batch without a hang, and so does a
- * reference that no longer resolves. */
+/* Pipeline schedules executed by stage actors (tr_pipe_create, tr_pipe_run): every stage runs each
+ * of its compute instructions once, a stage's forward of a micro-batch after the previous stage's
+ * and its backward after the next stage's (the transfers carry the order), for 1F1B and zb on 1 to
+ * 4 stages; a transfer whose header does not match (a stage sending one element too many) is an
+ * error naming both stages, not a hang; a failing instruction stops every stage with its stage and
+ * instruction named, and the same stage actors then run the next batch. A batch's tensors
+ * (tr_pipe_run_batch) reach every stage's start callback through the buffer registry; a start that
+ * fails, on any stage, fails the batch without a hang, and so does a reference that no longer
+ * resolves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -164,7 +164,7 @@ typedef struct starts {
     int fail_stage; /* its start fails (-1: none) */
     int calls[MAX_S];
     unsigned long long bytes[MAX_S][2];
-    int value[MAX_S]; /* tensor 0's element 5; -1: no tensor 0 */
+    int value[MAX_S];  /* tensor 0's element 5; -1: no tensor 0 */
     int second[MAX_S]; /* tensor 1 was named */
 } starts_t;
 
@@ -239,8 +239,8 @@ static void test_batch_tensors_reach_every_start(void **state)
         assert_int_equal(t->value[s], -1);
     for (int k = 0; k < 30; k++) { /* a start failing on each stage in turn, then none */
         t->fail_stage = k % (S + 1) < S ? k % (S + 1) : -1;
-        int rc = tr_pipe_run_batch(p, 3 + (unsigned long long)k, &batch, NULL, &res, err,
-                                   sizeof(err));
+        int rc =
+            tr_pipe_run_batch(p, 3 + (unsigned long long)k, &batch, NULL, &res, err, sizeof(err));
         if (t->fail_stage < 0) {
             if (rc) fail_msg("%s", err);
             continue;

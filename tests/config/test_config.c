@@ -39,8 +39,7 @@ static tr_config_t *ok_w(const char *json, int world)
 {
     tr_config_t *cfg = NULL;
     int err = tr_config_from_string(json, strlen(json), "ds.json", world, &cfg, &diag);
-    if (err)
-        print_diag();
+    if (err) print_diag();
     assert_int_equal(err, 0);
     assert_non_null(cfg);
     return cfg;
@@ -55,8 +54,7 @@ static void fails_w(const char *json, int world)
 {
     tr_config_t *cfg = (tr_config_t *)1;
     int err = tr_config_from_string(json, strlen(json), "ds.json", world, &cfg, &diag);
-    if (err != TR_ECONFIG)
-        print_diag();
+    if (err != TR_ECONFIG) print_diag();
     assert_int_equal(err, TR_ECONFIG);
     assert_null(cfg);
     assert_true(diag.n_errors > 0);
@@ -71,8 +69,7 @@ static void fails(const char *json)
 static void has(const char *line)
 {
     for (size_t i = 0; i < diag.count; i++)
-        if (!strcmp(diag.items[i].text, line))
-            return;
+        if (!strcmp(diag.items[i].text, line)) return;
     print_message("expected line: %s\ngot:\n", line);
     print_diag();
     fail();
@@ -91,7 +88,8 @@ static void test_config_batch_rules_match_deepspeed(void **state)
     static const batch_case_t cases[] = {
         /* all three given: nothing derived */
         {"{\"train_batch_size\":24,\"train_micro_batch_size_per_gpu\":3,"
-         "\"gradient_accumulation_steps\":4}", 2, 24, 3, 4},
+         "\"gradient_accumulation_steps\":4}",
+         2, 24, 3, 4},
         /* TB+MB: GAS = (TB // MB) // W */
         {"{\"train_batch_size\":64,\"train_micro_batch_size_per_gpu\":4}", 4, 64, 4, 4},
         /* TB+GAS: MB = (TB // W) // GAS */
@@ -155,7 +153,8 @@ static void test_config_batch_errors_use_deepspeed_wording(void **state)
 static void test_config_batch_auto_is_derived_or_explained(void **state)
 {
     tr_config_t *c = ok_w("{\"train_batch_size\":\"auto\",\"train_micro_batch_size_per_gpu\":4,"
-                          "\"gradient_accumulation_steps\":2}", 3);
+                          "\"gradient_accumulation_steps\":2}",
+                          3);
     assert_int_equal(c->train_batch_size, 24);
     assert_int_equal(tr_config_origin(c, "train_batch_size"), TR_ORIGIN_AUTO);
     tr_config_destroy(c);
@@ -203,7 +202,8 @@ static void test_config_pipeline_world_is_the_replicas(void **state)
 /* World 0: the launcher's, from the environment; a torchrun launch is answered. */
 static void test_config_world_size_from_the_launcher(void **state)
 {
-    const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}";
+    const char *json =
+        "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}";
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);
     tr_config_t *c = NULL;
@@ -215,8 +215,7 @@ static void test_config_world_size_from_the_launcher(void **state)
     unsetenv("OMPI_COMM_WORLD_RANK");
     setenv("WORLD_SIZE", "2", 1);
     setenv("RANK", "0", 1);
-    assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag),
-                     TR_EINVAL);
+    assert_int_equal(tr_config_from_string(json, strlen(json), "ds.json", 0, &c, &diag), TR_EINVAL);
     has("ds.json: world size: RANK/WORLD_SIZE (torchrun or the DeepSpeed launcher) say world "
         "size 2; Troupe's ranks talk over MPI: launch with `mpirun -np 2 ...` or `srun -n 2 ...`");
     unsetenv("WORLD_SIZE");
@@ -486,9 +485,9 @@ static void test_config_aliases_are_silent(void **state)
 
 static void test_config_unsupported_sections_warn_once_each(void **state)
 {
-    static const char *const names[] = {"wandb",        "comet",          "sparse_attention",
-                                        "compression_training", "autotuning", "flops_profiler",
-                                        "amp"};
+    static const char *const names[] = {
+        "wandb",          "comet", "sparse_attention", "compression_training", "autotuning",
+        "flops_profiler", "amp"};
     char json[1024] = "{\"train_batch_size\":1";
     for (size_t i = 0; i < 7; i++)
         snprintf(json + strlen(json), sizeof(json) - strlen(json), ",\"%s\":{\"enabled\":true}",

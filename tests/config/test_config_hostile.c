@@ -61,14 +61,14 @@ static void add_deep(void)
         char *b = malloc(2 * n + 64);
         size_t o = (size_t)sprintf(b, "{\"train_batch_size\": 1, \"fp16\": ");
         memset(b + o, '[', n);
-        add(b, o + n);                   /* unclosed */
+        add(b, o + n); /* unclosed */
         memset(b + o + n, ']', n);
         b[o + 2 * n] = '}';
-        add(b, o + 2 * n + 1);           /* closed */
+        add(b, o + 2 * n + 1); /* closed */
         o = (size_t)sprintf(b, "{\"a\":");
         for (size_t i = 0; i < n / 8; i++)
             memcpy(b + o + 5 * i, "{\"a\":", 5);
-        add(b, o + 5 * (n / 8));         /* objects, unclosed */
+        add(b, o + 5 * (n / 8)); /* objects, unclosed */
         free(b);
     }
 }
@@ -94,17 +94,24 @@ static void add_numbers(void)
 static void add_wrong_types(void)
 {
     static const char *const bodies[] = {
-        "\"fp16\": {\"enabled\": \"true\"}",       "\"fp16\": []",
-        "\"zero_optimization\": 2",                "\"zero_optimization\": {\"stage\": null}",
-        "\"zero_optimization\": {\"stage\": true}", "\"optimizer\": {\"type\": 7}",
+        "\"fp16\": {\"enabled\": \"true\"}",
+        "\"fp16\": []",
+        "\"zero_optimization\": 2",
+        "\"zero_optimization\": {\"stage\": null}",
+        "\"zero_optimization\": {\"stage\": true}",
+        "\"optimizer\": {\"type\": 7}",
         "\"optimizer\": {\"type\": \"Adam\", \"params\": []}",
         "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": \"auto0\"}}",
-        "\"scheduler\": \"WarmupLR\"",             "\"scheduler\": {\"type\": null}",
-        "\"aio\": {\"single_submit\": 0}",         "\"csv_monitor\": {\"job_name\": 5}",
+        "\"scheduler\": \"WarmupLR\"",
+        "\"scheduler\": {\"type\": null}",
+        "\"aio\": {\"single_submit\": 0}",
+        "\"csv_monitor\": {\"job_name\": 5}",
         "\"comms_logger\": {\"prof_ops\": \"all_reduce\"}",
         "\"checkpoint\": {\"tag_validation\": [\"Warn\"]}",
-        "\"pipeline\": {\"stages\": \"four\"}",    "\"steps_per_print\": {}",
-        "\"gradient_clipping\": \"1.0\"",          "\"troupe\": {\"trace\": {\"steps\": 3}}",
+        "\"pipeline\": {\"stages\": \"four\"}",
+        "\"steps_per_print\": {}",
+        "\"gradient_clipping\": \"1.0\"",
+        "\"troupe\": {\"trace\": {\"steps\": 3}}",
         "\"activation_checkpointing\": {\"number_checkpoints\": 0}",
         "\"bf16\": {\"enabled\": null}",
         "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"CPU\"}}",
@@ -220,8 +227,7 @@ static void test_config_hostile_inputs_are_errors(void **state)
         tr_config_diag_t d;
         tr_config_diag_init(&d);
         tr_config_t *cfg = NULL;
-        int err = tr_config_from_string(inputs[i].text, inputs[i].len, "hostile.json", 2, &cfg,
-                                        &d);
+        int err = tr_config_from_string(inputs[i].text, inputs[i].len, "hostile.json", 2, &cfg, &d);
         expect_error(i, err, cfg, &d, "hostile.json");
         tr_config_destroy(cfg);
         tr_config_diag_close(&d);

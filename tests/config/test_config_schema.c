@@ -30,8 +30,7 @@ static int teardown(void **state)
 static void has(const char *line)
 {
     for (size_t i = 0; i < diag.count; i++)
-        if (!strcmp(diag.items[i].text, line))
-            return;
+        if (!strcmp(diag.items[i].text, line)) return;
     print_message("expected line: %s\ngot:\n", line);
     for (size_t i = 0; i < diag.count; i++)
         print_message("  | %s\n", diag.items[i].text);
@@ -57,11 +56,21 @@ static void check_key(const tr__cfg_section_t *sec, const tr__cfg_key_t *k)
 {
     bool ok;
     switch (k->kind) {
-    case TR__K_SECTION: ok = k->sub != NULL; break;
-    case TR__K_VARIANT: ok = k->variants != NULL; break;
-    case TR__K_ALIAS: ok = tr__cfg_find(sec, k->alias_of) != NULL; break;
-    case TR__K_IGNORED: ok = k->state == TR__S_INERT; break;
-    case TR__K_REJECT: ok = k->state == TR__S_REJECTED; break;
+    case TR__K_SECTION:
+        ok = k->sub != NULL;
+        break;
+    case TR__K_VARIANT:
+        ok = k->variants != NULL;
+        break;
+    case TR__K_ALIAS:
+        ok = tr__cfg_find(sec, k->alias_of) != NULL;
+        break;
+    case TR__K_IGNORED:
+        ok = k->state == TR__S_INERT;
+        break;
+    case TR__K_REJECT:
+        ok = k->state == TR__S_REJECTED;
+        break;
     default:
         ok = k->state == TR__S_ACTED || (k->state == TR__S_INERT && k->why && k->why[0]);
     }
@@ -79,8 +88,7 @@ static int walk(const tr__cfg_section_t *sec)
         const tr__cfg_key_t *k = &sec->keys[i];
         check_key(sec, k);
         keys++;
-        if (k->kind == TR__K_SECTION)
-            keys += walk(k->sub);
+        if (k->kind == TR__K_SECTION) keys += walk(k->sub);
         for (int v = 1; k->kind == TR__K_VARIANT && k->variants[v]; v++)
             keys += walk(k->variants[v]);
     }
@@ -109,8 +117,7 @@ static void test_config_schema_inert_keys_warn_with_their_reason(void **state)
     assert_int_equal(diag.n_warnings, 2); /* zero_optimization.stage, pipeline.stages: acted */
     tr_config_destroy(c);
     tr_config_diag_close(&diag);
-    c = load("{\"train_batch_size\": 1, \"troupe\": {\"runtime\": {\"deterministic\": true}}}",
-             0);
+    c = load("{\"train_batch_size\": 1, \"troupe\": {\"runtime\": {\"deterministic\": true}}}", 0);
     assert_int_equal(diag.n_warnings, 0); /* acted upon: the engine runs the seeded scheduler */
     tr_config_destroy(c);
     /* the defaults written out lose nothing: no warning */
@@ -138,10 +145,8 @@ static const tr__cfg_key_t *find_path(const char *section_path, const char *name
 static void test_config_schema_dropped_keys_are_now_acted_upon(void **state)
 {
     static const char *const acted[][2] = {
-        {"optimizer.params", "amsgrad"},
-        {"scheduler.params", "last_batch_iteration"},
-        {"troupe.data", "seed"},
-        {"", "prescale_gradients"},
+        {"optimizer.params", "amsgrad"},   {"scheduler.params", "last_batch_iteration"},
+        {"troupe.data", "seed"},           {"", "prescale_gradients"},
         {"", "gradient_predivide_factor"},
     };
     for (size_t i = 0; i < sizeof(acted) / sizeof(acted[0]); i++) {
@@ -243,22 +248,29 @@ static void test_config_schema_onebit_optimizers_run_as_their_base(void **state)
     static const char *const refusals[] = {"1bit-Adam", "0/1 Adam", "1bit-Lamb"};
     for (int i = 0; i < 3; i++) {
         char json[256], line[256];
-        snprintf(json, sizeof(json), "{\"train_batch_size\": 1, \"optimizer\": {\"type\": "
-                 "\"%s\", \"params\": {\"lr\": 0.01}}}", names[i]);
+        snprintf(json, sizeof(json),
+                 "{\"train_batch_size\": 1, \"optimizer\": {\"type\": "
+                 "\"%s\", \"params\": {\"lr\": 0.01}}}",
+                 names[i]);
         tr_config_t *c = load(json, 0);
         assert_int_equal(tr_config_optimizer_runs_as(c->optimizer.type),
                          i == 2 ? TR_OPTIMIZER_LAMB : TR_OPTIMIZER_ADAM);
-        snprintf(line, sizeof(line), "ds.json: optimizer.type: warning: %s runs as %s: its "
-                 "compressed communication needs world size > 1 and is not built yet", names[i],
-                 i == 2 ? "Lamb" : "Adam");
+        snprintf(line, sizeof(line),
+                 "ds.json: optimizer.type: warning: %s runs as %s: its "
+                 "compressed communication needs world size > 1 and is not built yet",
+                 names[i], i == 2 ? "Lamb" : "Adam");
         has(line);
         tr_config_destroy(c);
         tr_config_diag_close(&diag);
-        snprintf(json, sizeof(json), "{\"train_batch_size\": 1, \"zero_optimization\": "
-                 "{\"stage\": 2}, \"optimizer\": {\"type\": \"%s\"}}", names[i]);
+        snprintf(json, sizeof(json),
+                 "{\"train_batch_size\": 1, \"zero_optimization\": "
+                 "{\"stage\": 2}, \"optimizer\": {\"type\": \"%s\"}}",
+                 names[i]);
         assert_null(load(json, TR_ECONFIG));
-        snprintf(line, sizeof(line), "ds.json: optimizer.type: %s is not compatible with ZeRO "
-                 "(zero_optimization.stage is 2)", refusals[i]);
+        snprintf(line, sizeof(line),
+                 "ds.json: optimizer.type: %s is not compatible with ZeRO "
+                 "(zero_optimization.stage is 2)",
+                 refusals[i]);
         has(line);
         tr_config_diag_close(&diag);
     }

@@ -27,11 +27,11 @@
 /* ---- injected faults ---------------------------------------------------------------- */
 
 static struct {
-    int submit_eagain;  /* io_submit calls still to refuse with EAGAIN */
+    int submit_eagain;   /* io_submit calls still to refuse with EAGAIN */
     int getevents_eintr; /* io_getevents calls still to fail with EINTR */
-    int short_events;   /* events still to report as half done */
-    int eio_events;     /* events still to report as EIO */
-    int open_einval;    /* refuse O_DIRECT at open */
+    int short_events;    /* events still to report as half done */
+    int eio_events;      /* events still to report as EIO */
+    int open_einval;     /* refuse O_DIRECT at open */
     int mlock_fail;
     int submits, getevents_calls, max_min_nr;
     pthread_t submitters[8];
@@ -52,8 +52,7 @@ int __wrap_io_submit(io_context_t ctx, long nr, struct iocb *ios[])
     int seen = 0;
     for (int i = 0; i < fault.nsubmitters; i++)
         seen |= pthread_equal(fault.submitters[i], pthread_self());
-    if (!seen && fault.nsubmitters < 8)
-        fault.submitters[fault.nsubmitters++] = pthread_self();
+    if (!seen && fault.nsubmitters < 8) fault.submitters[fault.nsubmitters++] = pthread_self();
     int refuse = fault.submit_eagain > 0 ? fault.submit_eagain-- : 0;
     pthread_mutex_unlock(&fault_mu);
     return refuse ? -EAGAIN : __real_io_submit(ctx, nr, ios);
@@ -64,12 +63,10 @@ int __wrap_io_getevents(io_context_t ctx, long min_nr, long nr, struct io_event 
 {
     pthread_mutex_lock(&fault_mu);
     fault.getevents_calls++;
-    if (min_nr > fault.max_min_nr)
-        fault.max_min_nr = (int)min_nr;
+    if (min_nr > fault.max_min_nr) fault.max_min_nr = (int)min_nr;
     int eintr = fault.getevents_eintr > 0 ? fault.getevents_eintr-- : 0;
     pthread_mutex_unlock(&fault_mu);
-    if (eintr)
-        return -EINTR;
+    if (eintr) return -EINTR;
     int n = __real_io_getevents(ctx, min_nr, nr, events, timeout);
     pthread_mutex_lock(&fault_mu);
     for (int i = 0; i < n; i++) {
@@ -159,8 +156,7 @@ static tr_aio_t *engine(size_t block, int depth, int threads, int single, int ov
     tr_aio_t *aio = NULL;
     char why[256];
     int rc = tr_aio_create(&o, &aio, why, sizeof why);
-    if (rc)
-        fail_msg("tr_aio_create: %s", why);
+    if (rc) fail_msg("tr_aio_create: %s", why);
     return aio;
 }
 
@@ -169,8 +165,7 @@ static tr_aio_file_t *open_file(tr_aio_t *aio, const char *name, int flags)
     char path[256], why[512];
     path_of(path, sizeof path, name);
     tr_aio_file_t *f = NULL;
-    if (tr_aio_open(aio, path, flags, &f, why, sizeof why))
-        fail_msg("tr_aio_open: %s", why);
+    if (tr_aio_open(aio, path, flags, &f, why, sizeof why)) fail_msg("tr_aio_open: %s", why);
     return f;
 }
 
@@ -183,15 +178,13 @@ static void fill_random(unsigned char *p, size_t n, unsigned *s)
 static void write_sync(tr_aio_t *aio, tr_aio_file_t *f, const void *p, size_t n, uint64_t off)
 {
     char why[512];
-    if (tr_aio_pwrite_sync(aio, f, p, n, off, why, sizeof why))
-        fail_msg("pwrite_sync: %s", why);
+    if (tr_aio_pwrite_sync(aio, f, p, n, off, why, sizeof why)) fail_msg("pwrite_sync: %s", why);
 }
 
 static void read_sync(tr_aio_t *aio, tr_aio_file_t *f, void *p, size_t n, uint64_t off)
 {
     char why[512];
-    if (tr_aio_pread_sync(aio, f, p, n, off, why, sizeof why))
-        fail_msg("pread_sync: %s", why);
+    if (tr_aio_pread_sync(aio, f, p, n, off, why, sizeof why)) fail_msg("pread_sync: %s", why);
 }
 
 /* ---- round trips ------------------------------------------------------------------------ */
@@ -214,26 +207,22 @@ static void round_trips(tr_aio_t *aio, const char *name, unsigned s)
         if (aligned) {
             n = (n + 4095) / 4096 * 4096;
             off = off / 4096 * 4096;
-            if (off + n > FILE_MAX)
-                off = FILE_MAX - n;
+            if (off + n > FILE_MAX) off = FILE_MAX - n;
         }
         int write = i < 20 || rand_r(&s) % 2 || size == 0;
         if (write) {
             fill_random(buf + shift, n, &s);
             write_sync(aio, f, buf + shift, n, off);
             memcpy(image + off, buf + shift, n);
-            if (off + n > size)
-                size = off + n;
+            if (off + n > size) size = off + n;
             continue;
         }
-        if (off + n > size)
-            n = (size_t)(size - off > 0 && off < size ? size - off : 0);
-        if (n == 0)
-            continue;
+        if (off + n > size) n = (size_t)(size - off > 0 && off < size ? size - off : 0);
+        if (n == 0) continue;
         read_sync(aio, f, buf + shift, n, off);
         if (memcmp(buf + shift, image + off, n))
-            fail_msg("read %zu bytes at %llu (shift %zu) differ from what was written (seed %u)",
-                     n, (unsigned long long)off, shift, seed);
+            fail_msg("read %zu bytes at %llu (shift %zu) differ from what was written (seed %u)", n,
+                     (unsigned long long)off, shift, seed);
     }
     struct stat st;
     char path[256];
@@ -278,8 +267,7 @@ static void test_aio_reads_what_pwrite_wrote(void **state)
     read_sync(aio, f, back, n, 0);
     assert_memory_equal(back, data, n);
     char why[512];
-    assert_int_equal(tr_aio_pread_sync(aio, f, back, 4096, n - 100, why, sizeof why),
-                     TR_ERANGE);
+    assert_int_equal(tr_aio_pread_sync(aio, f, back, 4096, n - 100, why, sizeof why), TR_ERANGE);
     assert_non_null(strstr(why, "ends at byte 3000017"));
     tr_aio_close(f);
     tr_aio_destroy(aio);
@@ -457,8 +445,7 @@ static void on_done(void *user, int status, const char *why)
 {
     done_t *d = user;
     d->calls++;
-    if (status && !d->status)
-        d->status = status;
+    if (status && !d->status) d->status = status;
     assert_true(status ? why[0] != 0 : why[0] == 0);
 }
 
@@ -476,14 +463,14 @@ static void test_aio_completions_wake_the_eventfd_and_run_callbacks(void **state
     done_t d = {0, 0};
     char why[256];
     for (int i = 0; i < 8; i++)
-        assert_int_equal(tr_aio_pwrite(aio, f, a + i * n, n, i * n, on_done, &d, why,
-                                       sizeof why), 0);
+        assert_int_equal(tr_aio_pwrite(aio, f, a + i * n, n, i * n, on_done, &d, why, sizeof why),
+                         0);
     assert_int_equal(tr_aio_wait(aio), 8);
     assert_int_equal(d.calls, 8);
     assert_int_equal(d.status, 0);
     for (int i = 0; i < 8; i++)
-        assert_int_equal(tr_aio_pread(aio, f, b + i * n, n, i * n, on_done, &d, why,
-                                      sizeof why), 0);
+        assert_int_equal(tr_aio_pread(aio, f, b + i * n, n, i * n, on_done, &d, why, sizeof why),
+                         0);
     int ran = 0;
     while (ran < 8) {
         struct pollfd p = {.fd = tr_aio_fd(aio), .events = POLLIN};
@@ -523,8 +510,7 @@ int main(void)
     const char *env = getenv("TR_TEST_SEED");
     seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
     printf("test_aio: seed %u (TR_TEST_SEED=%u replays it)\n", seed, seed);
-    if (!mkdtemp(dir))
-        return 1;
+    if (!mkdtemp(dir)) return 1;
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         T(test_aio_round_trips_at_random_sizes_and_offsets),
@@ -542,7 +528,6 @@ int main(void)
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_aio: could not remove %s\n", dir);
+    if (system(cmd) != 0) fprintf(stderr, "test_aio: could not remove %s\n", dir);
     return failed;
 }

@@ -54,8 +54,7 @@ static void test_aio_config_section_comes_through(void **state)
 static void test_aio_config_thread_count_is_intra_op_parallelism(void **state)
 {
     (void)state;
-    tr_aio_options_t o =
-        options_of("{\"train_batch_size\": 1, \"aio\": {\"thread_count\": 3}}");
+    tr_aio_options_t o = options_of("{\"train_batch_size\": 1, \"aio\": {\"thread_count\": 3}}");
     assert_int_equal(o.intra_op_parallelism, 3);
     assert_int_equal(o.queue_depth, 8);
 }

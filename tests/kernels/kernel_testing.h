@@ -45,8 +45,7 @@ static inline float *kt_copy(const float *a, size_t n)
 static inline size_t kt_first_diff(const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
-            return i;
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
     return n;
 }
 

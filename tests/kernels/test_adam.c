@@ -31,8 +31,8 @@ static arrays_t make_arrays(uint64_t seed, size_t n)
 
 static arrays_t clone(arrays_t a)
 {
-    return (arrays_t){kt_copy(a.p, a.n), kt_copy(a.g, a.n), kt_copy(a.m, a.n),
-                      kt_copy(a.v, a.n), a.n};
+    return (arrays_t){kt_copy(a.p, a.n), kt_copy(a.g, a.n), kt_copy(a.m, a.n), kt_copy(a.v, a.n),
+                      a.n};
 }
 
 static void free_arrays(arrays_t a)
@@ -56,8 +56,7 @@ static void reference_step(const tr_adam_opts_t *o, int64_t t, float gmul, array
     float b1m = 1.0f - o->beta1, b2m = 1.0f - o->beta2, w_decay = -o->lr * o->weight_decay;
     for (size_t i = 0; i < a.n; i++) {
         float grad = a.g[i] * gmul, param = a.p[i], mom = a.m[i], var = a.v[i];
-        if (o->weight_decay > 0 && !o->adamw_mode)
-            grad = param * o->weight_decay + grad;
+        if (o->weight_decay > 0 && !o->adamw_mode) grad = param * o->weight_decay + grad;
         mom = mom * o->beta1;
         mom = grad * b1m + mom;
         var = var * o->beta2;
@@ -66,8 +65,7 @@ static void reference_step(const tr_adam_opts_t *o, int64_t t, float gmul, array
         grad = sqrtf(var);
         grad = grad * bc2 + o->eps;
         grad = mom / grad;
-        if (o->weight_decay > 0 && o->adamw_mode)
-            param += w_decay * param;
+        if (o->weight_decay > 0 && o->adamw_mode) param += w_decay * param;
         a.p[i] = grad * step_size + param;
         a.m[i] = mom;
         a.v[i] = var;
@@ -75,17 +73,37 @@ static void reference_step(const tr_adam_opts_t *o, int64_t t, float gmul, array
 }
 
 static const tr_adam_opts_t configs[] = {
-    {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
-     .adamw_mode = 1, .bias_correction = 1},
-    {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-     .adamw_mode = 1, .bias_correction = 1},
-    {.lr = 3e-4f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f,
-     .adamw_mode = 0, .bias_correction = 1},
-    {.lr = 1e-3f, .beta1 = 0.95f, .beta2 = 0.98f, .eps = 1e-8f, .weight_decay = 0.05f,
-     .adamw_mode = 1, .bias_correction = 0},
+    {.lr = 1e-3f,
+     .beta1 = 0.9f,
+     .beta2 = 0.999f,
+     .eps = 1e-8f,
+     .weight_decay = 0.0f,
+     .adamw_mode = 1,
+     .bias_correction = 1},
+    {.lr = 1e-2f,
+     .beta1 = 0.9f,
+     .beta2 = 0.999f,
+     .eps = 1e-8f,
+     .weight_decay = 0.01f,
+     .adamw_mode = 1,
+     .bias_correction = 1},
+    {.lr = 3e-4f,
+     .beta1 = 0.8f,
+     .beta2 = 0.99f,
+     .eps = 1e-6f,
+     .weight_decay = 0.1f,
+     .adamw_mode = 0,
+     .bias_correction = 1},
+    {.lr = 1e-3f,
+     .beta1 = 0.95f,
+     .beta2 = 0.98f,
+     .eps = 1e-8f,
+     .weight_decay = 0.05f,
+     .adamw_mode = 1,
+     .bias_correction = 0},
 };
 #define N_CONFIGS (sizeof(configs) / sizeof(configs[0]))
-#define STEPS 5
+#define STEPS     5
 
 /* Runs STEPS steps of the library on a (grad_mul 0.5 from the third step on). */
 static void run_library(const tr_adam_opts_t *o, arrays_t a)
@@ -94,8 +112,7 @@ static void run_library(const tr_adam_opts_t *o, arrays_t a)
     tr_adam_state_init(&st);
     for (int s = 0; s < STEPS; s++) {
         tr_adam_state_advance(o, &st);
-        tr_adam_update(o, &st, s >= 2 ? 0.5f : 1.0f, a.p, a.g, a.m, a.v, a.n, NULL,
-                       TR_HALF_NONE);
+        tr_adam_update(o, &st, s >= 2 ? 0.5f : 1.0f, a.p, a.g, a.m, a.v, a.n, NULL, TR_HALF_NONE);
     }
 }
 
@@ -167,8 +184,7 @@ static void check_subranges(tr_half_kind_t kind)
                 assert_memory_equal(&a.p[i], &want->p[i], sizeof(float));
                 assert_memory_equal(&a.m[i], &want->m[i], sizeof(float));
                 assert_memory_equal(&a.v[i], &want->v[i], sizeof(float));
-                if (kind)
-                    assert_int_equal(copy[i], inside ? whole_copy[i] : 0xeeee);
+                if (kind) assert_int_equal(copy[i], inside ? whole_copy[i] : 0xeeee);
             }
             free_arrays(a);
         }
@@ -201,8 +217,8 @@ static void test_adam_half_copy_is_rounded_param(void **state)
             uint16_t *copy = malloc(a.n * sizeof(uint16_t));
             tr_adam_update(o, &st, 1.0f, a.p, a.g, a.m, a.v, a.n, copy, (tr_half_kind_t)kind);
             for (size_t i = 0; i < a.n; i++) {
-                uint16_t want = kind == TR_HALF_FP16 ? tr_half_from_float(a.p[i])
-                                                     : tr_bf16_from_float(a.p[i]);
+                uint16_t want =
+                    kind == TR_HALF_FP16 ? tr_half_from_float(a.p[i]) : tr_bf16_from_float(a.p[i]);
                 assert_int_equal(copy[i], want);
             }
             free(copy);
@@ -236,8 +252,13 @@ static void test_adam_threads_give_identical_bits(void **state)
  * lr·sign(g) for |g| >> eps; AdamW first shrinks p by lr·wd·p. State: β^t after 3 steps. */
 static void test_adam_first_step_moves_by_lr_and_state_tracks_powers(void **state)
 {
-    tr_adam_opts_t o = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                        .weight_decay = 0.1f, .adamw_mode = 1, .bias_correction = 1};
+    tr_adam_opts_t o = {.lr = 0.01f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.999f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.1f,
+                        .adamw_mode = 1,
+                        .bias_correction = 1};
     float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.3f, -4.0f, 1e-3f}, m[3] = {0}, v[3] = {0};
     tr_adam_state_t st;
     tr_adam_state_init(&st);
@@ -305,8 +326,13 @@ static void run_amsgrad(const tr_adam_opts_t *o, int steps, const float *g0, flo
 
 static void test_adam_amsgrad_matches_pytorch_reference(void **state)
 {
-    const tr_adam_opts_t o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f,
-                              .weight_decay = 0.01f, .adamw_mode = 1, .bias_correction = 1};
+    const tr_adam_opts_t o = {.lr = 1e-2f,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.99f,
+                              .eps = 1e-8f,
+                              .weight_decay = 0.01f,
+                              .adamw_mode = 1,
+                              .bias_correction = 1};
     const size_t n = 1037; /* tails on every path */
     const int steps = 6;
     uint64_t seed = 77;

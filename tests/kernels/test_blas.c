@@ -100,7 +100,8 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     tr__blas_assess(&info, "Prescott", dyn, &cpu);
     char line[256], want[256];
     run_child("-u OPENBLAS_CORETYPE -u TR_BLAS_REEXEC -u OPENBLAS_NUM_THREADS "
-              "TR_BLAS_PRETEND_CORE=Prescott%s", "", line, sizeof(line));
+              "TR_BLAS_PRETEND_CORE=Prescott%s",
+              "", line, sizeof(line));
     snprintf(want, sizeof(want), "coretype=%s marker=1 core=%s threads=1\n", info.best_core,
              info.best_core);
     assert_string_equal(line, want);
@@ -110,8 +111,8 @@ static void test_blas_reexec_sets_coretype_once(void **state)
     assert_non_null(strstr(line, "marker=1"));
     assert_non_null(strstr(line, "threads=1"));
     // the caller's own OPENBLAS_NUM_THREADS is kept, and nothing else needs fixing: no exec
-    run_child("-u TR_BLAS_REEXEC OPENBLAS_NUM_THREADS=2 OPENBLAS_CORETYPE=%s", info.best_core,
-              line, sizeof(line));
+    run_child("-u TR_BLAS_REEXEC OPENBLAS_NUM_THREADS=2 OPENBLAS_CORETYPE=%s", info.best_core, line,
+              sizeof(line));
     assert_non_null(strstr(line, "marker=- "));
     assert_non_null(strstr(line, "threads=2"));
     // already re-executed once: the marker stops a second exec even if still "slow"
@@ -126,8 +127,7 @@ static int warn_child(void)
     int widths[] = {3, 2};
     for (int i = 0; i < 2; i++) {
         tr_model_t *m;
-        if (tr_model_mlp_create(&m, widths, 2, NULL, 0))
-            return 1;
+        if (tr_model_mlp_create(&m, widths, 2, NULL, 0)) return 1;
         tr_model_destroy(m);
     }
     return 0;
@@ -137,8 +137,7 @@ static void test_blas_library_warns_once_at_first_model(void **state)
 {
     tr__blas_cpu_t cpu;
     tr__blas_cpu(&cpu);
-    if (cpu.cls == 0)
-        skip();
+    if (cpu.cls == 0) skip();
     char self[512], cmd[700], out[4096] = "";
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     assert_true(n > 0);
@@ -220,10 +219,8 @@ static void test_gemm_libraries_agree(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0)
-        return child(argc, argv);
-    if (argc > 1 && strcmp(argv[1], "warn-child") == 0)
-        return warn_child();
+    if (argc > 1 && strcmp(argv[1], "reexec-child") == 0) return child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "warn-child") == 0) return warn_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blas_verdicts_for_known_cpus),
         cmocka_unit_test(test_blas_check_on_this_machine_is_consistent),

@@ -95,12 +95,12 @@ static void test_gradnorm_clip_mul_follows_deepspeed(void **state)
     struct {
         double norm, scale, clip, want;
     } rows[] = {
-        {10.0, 1.0, 0.0, 1.0},                   /* no clipping */
-        {1024.0, 1024.0, 0.0, 1.0 / 1024},       /* unscale only */
-        {0.5, 1.0, 1.0, 1.0},                    /* below the clip */
-        {4.0, 1.0, 1.0, 1.0 / (4.0 + 1e-6)},     /* clip to norm 1 */
+        {10.0, 1.0, 0.0, 1.0},               /* no clipping */
+        {1024.0, 1024.0, 0.0, 1.0 / 1024},   /* unscale only */
+        {0.5, 1.0, 1.0, 1.0},                /* below the clip */
+        {4.0, 1.0, 1.0, 1.0 / (4.0 + 1e-6)}, /* clip to norm 1 */
         {4096.0, 1024.0, 2.0, 1.0 / (1024.0 * (4.0 + 1e-6) / 2.0)},
-        {1.0, 1.0, 1.0, 1.0 / (1.0 + 1e-6)},     /* exactly at the clip: the 1e-6 tips it */
+        {1.0, 1.0, 1.0, 1.0 / (1.0 + 1e-6)}, /* exactly at the clip: the 1e-6 tips it */
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         float got = tr_grad_clip_mul(rows[i].norm, rows[i].scale, rows[i].clip);

@@ -23,22 +23,28 @@ static void test_half_fp16_rounds_to_nearest_even(void **state)
         float in;
         uint16_t want;
     } cases[] = {
-        {1.0f, 0x3c00},           {-2.0f, 0xc000},
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
         {1.0f + 0x1p-11f, 0x3c00}, /* tie: stays on even 1.0 */
         {1.0f + 0x3p-11f, 0x3c02}, /* tie: up to even */
-        {f(0x3f801001), 0x3c01}, /* just above the tie */
-        {65504.0f, 0x7bff},       {65519.996f, 0x7bff},
+        {f(0x3f801001), 0x3c01},   /* just above the tie */
+        {65504.0f, 0x7bff},
+        {65519.996f, 0x7bff},
         {65520.0f, 0x7c00}, /* tie between max and 2^16: even is Inf */
-        {1e6f, 0x7c00},           {-1e6f, 0xfc00},
+        {1e6f, 0x7c00},
+        {-1e6f, 0xfc00},
         {0x1p-14f, 0x0400}, /* smallest normal */
         {0x1p-24f, 0x0001}, /* smallest subnormal */
         {0x1p-25f, 0x0000}, /* tie: to even zero */
         {0x1.000002p-25f, 0x0001},
-        {0x3p-25f, 0x0002}, /* tie: to even 2 */
+        {0x3p-25f, 0x0002},     /* tie: to even 2 */
         {0x1.ffcp-15f, 0x0400}, /* tie above the largest subnormal: up to the smallest normal */
-        {0.0f, 0x0000},           {-0.0f, 0x8000},
-        {f(0x7f800000), 0x7c00},  {f(0xff800000), 0xfc00},
-        {f(0x7fc00000), 0x7e00},  {f(0xffc00000), 0xfe00},
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {f(0x7f800000), 0x7c00},
+        {f(0xff800000), 0xfc00},
+        {f(0x7fc00000), 0x7e00},
+        {f(0xffc00000), 0xfe00},
         {f(0x7f800001), 0x7e00}, /* signalling NaN becomes quiet */
         {f(0x7fd02000), 0x7e81}, /* payload's top bits kept */
     };
@@ -56,11 +62,12 @@ static void test_half_bf16_rounds_to_nearest_even(void **state)
         float in;
         uint16_t want;
     } cases[] = {
-        {1.0f, 0x3f80},           {1.0f + 0x1p-8f, 0x3f80},  {1.0f + 0x3p-8f, 0x3f82},
-        {f(0x3f808001), 0x3f81}, {-3.0f, 0xc040},
-        {f(0x7f7fffff), 0x7f80}, /* max float rounds to Inf */
-        {f(0x00000001), 0x0000},  {f(0x00008000), 0x0000},   {f(0x00018000), 0x0002},
-        {f(0x7f800000), 0x7f80},  {f(0x7f800001), 0x7fc0},   {f(0xffc00000), 0xffc0},
+        {1.0f, 0x3f80},           {1.0f + 0x1p-8f, 0x3f80},
+        {1.0f + 0x3p-8f, 0x3f82}, {f(0x3f808001), 0x3f81},
+        {-3.0f, 0xc040},          {f(0x7f7fffff), 0x7f80}, /* max float rounds to Inf */
+        {f(0x00000001), 0x0000},  {f(0x00008000), 0x0000},
+        {f(0x00018000), 0x0002},  {f(0x7f800000), 0x7f80},
+        {f(0x7f800001), 0x7fc0},  {f(0xffc00000), 0xffc0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(tr_bf16_from_float(cases[i].in), cases[i].want);

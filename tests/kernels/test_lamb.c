@@ -31,8 +31,7 @@ static float reference(const tr_lamb_opts_t *o, int64_t t, float gmul, float *p,
         u2 += u * u;
     }
     double coeff = 1.0;
-    if (w2 > 0 && u2 > 0)
-        coeff = fmin(fmax(sqrt(w2) / sqrt(u2), o->min_coeff), o->max_coeff);
+    if (w2 > 0 && u2 > 0) coeff = fmin(fmax(sqrt(w2) / sqrt(u2), o->min_coeff), o->max_coeff);
     double step = o->lr;
     if (o->bias_correction)
         step = o->lr * sqrt(1.0 - pow(o->beta2, (double)t)) / (1.0 - pow(o->beta1, (double)t));
@@ -45,10 +44,23 @@ static float reference(const tr_lamb_opts_t *o, int64_t t, float gmul, float *p,
 }
 
 static const tr_lamb_opts_t configs[] = {
-    {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-     .max_coeff = 10.0f, .min_coeff = 0.01f, .bias_correction = 1},
-    {.lr = 1e-2f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.0f,
-     .max_coeff = 10.0f, .min_coeff = 0.01f, .bias_correction = 0, .eps_inside_sqrt = 1},
+    {.lr = 1e-3f,
+     .beta1 = 0.9f,
+     .beta2 = 0.999f,
+     .eps = 1e-8f,
+     .weight_decay = 0.01f,
+     .max_coeff = 10.0f,
+     .min_coeff = 0.01f,
+     .bias_correction = 1},
+    {.lr = 1e-2f,
+     .beta1 = 0.8f,
+     .beta2 = 0.99f,
+     .eps = 1e-6f,
+     .weight_decay = 0.0f,
+     .max_coeff = 10.0f,
+     .min_coeff = 0.01f,
+     .bias_correction = 0,
+     .eps_inside_sqrt = 1},
 };
 
 static void advance(const tr_lamb_opts_t *o, tr_adam_state_t *st)

@@ -42,8 +42,7 @@ static void test_lion_matches_reference_bitwise(void **state)
             float *m = kt_random(&s, n, -0.1f, 0.1f);
             float *rp = kt_copy(p, n), *rm = kt_copy(m, n);
             for (int step = 0; step < 3; step++) {
-                tr_lion_update(&configs[c], step ? 0.5f : 1.0f, p + off, g + off, m + off,
-                               n - off);
+                tr_lion_update(&configs[c], step ? 0.5f : 1.0f, p + off, g + off, m + off, n - off);
                 reference(&configs[c], step ? 0.5f : 1.0f, rp + off, g + off, rm + off, n - off);
             }
             assert_int_equal(kt_first_diff(p, rp, n), n);

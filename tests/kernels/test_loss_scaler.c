@@ -35,8 +35,7 @@ static void run_script(int consecutive, const row_t *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         int skip = -1;
         int err = tr_loss_scaler_update(&s, rows[i].overflow, &skip);
-        if (err || rows[i].err)
-            printf("row %zu: err %d (%s)\n", i, err, s.message);
+        if (err || rows[i].err) printf("row %zu: err %d (%s)\n", i, err, s.message);
         assert_int_equal(err, rows[i].err);
         assert_int_equal(skip, rows[i].overflow);
         if (err) {
@@ -52,10 +51,10 @@ static void run_script(int consecutive, const row_t *rows, size_t n)
 static void test_loss_scaler_follows_script_without_consecutive_hysteresis(void **state)
 {
     static const row_t rows[] = {
-        {0, 16, 2, 0}, {0, 16, 2, 0}, {1, 16, 1, 0}, {1, 8, 1, 0},  {0, 8, 1, 0},
-        {0, 8, 1, 0},  {0, 16, 2, 0}, {0, 16, 2, 0}, {0, 16, 2, 0}, {1, 16, 1, 0},
-        {0, 16, 1, 0}, {1, 8, 1, 0},  {1, 4, 1, 0},  {1, 2, 1, 0},  {0, 2, 1, 0},
-        {1, 0, 0, TR_ENONFINITE},
+        {0, 16, 2, 0}, {0, 16, 2, 0}, {1, 16, 1, 0}, {1, 8, 1, 0},
+        {0, 8, 1, 0},  {0, 8, 1, 0},  {0, 16, 2, 0}, {0, 16, 2, 0},
+        {0, 16, 2, 0}, {1, 16, 1, 0}, {0, 16, 1, 0}, {1, 8, 1, 0},
+        {1, 4, 1, 0},  {1, 2, 1, 0},  {0, 2, 1, 0},  {1, 0, 0, TR_ENONFINITE},
     };
     run_script(0, rows, sizeof(rows) / sizeof(rows[0]));
 }
@@ -63,11 +62,29 @@ static void test_loss_scaler_follows_script_without_consecutive_hysteresis(void 
 static void test_loss_scaler_follows_script_with_consecutive_hysteresis(void **state)
 {
     static const row_t rows[] = {
-        {0, 16, 2, 0}, {0, 16, 2, 0}, {1, 16, 1, 0}, {1, 8, 1, 0},  {0, 8, 2, 0},
-        {0, 8, 2, 0},  {0, 16, 2, 0}, {0, 16, 2, 0}, {0, 16, 2, 0}, {1, 16, 1, 0},
-        {0, 16, 2, 0}, {1, 16, 1, 0}, {1, 8, 1, 0},  {1, 4, 1, 0},  {0, 4, 2, 0},
-        {1, 4, 1, 0},  {0, 4, 2, 0},  {0, 4, 2, 0},  {1, 4, 1, 0},  {1, 2, 1, 0},
-        {0, 2, 2, 0},  {1, 2, 1, 0},  {1, 0, 0, TR_ENONFINITE},
+        {0, 16, 2, 0},
+        {0, 16, 2, 0},
+        {1, 16, 1, 0},
+        {1, 8, 1, 0},
+        {0, 8, 2, 0},
+        {0, 8, 2, 0},
+        {0, 16, 2, 0},
+        {0, 16, 2, 0},
+        {0, 16, 2, 0},
+        {1, 16, 1, 0},
+        {0, 16, 2, 0},
+        {1, 16, 1, 0},
+        {1, 8, 1, 0},
+        {1, 4, 1, 0},
+        {0, 4, 2, 0},
+        {1, 4, 1, 0},
+        {0, 4, 2, 0},
+        {0, 4, 2, 0},
+        {1, 4, 1, 0},
+        {1, 2, 1, 0},
+        {0, 2, 2, 0},
+        {1, 2, 1, 0},
+        {1, 0, 0, TR_ENONFINITE},
     };
     run_script(1, rows, sizeof(rows) / sizeof(rows[0]));
 }

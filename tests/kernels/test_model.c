@@ -191,8 +191,7 @@ static void test_model_gpt2_learns_a_batch_with_sgd(void **state)
         float *p = tr_model_params(m), *g = tr_model_grads(m);
         for (size_t i = 0; i < tr_model_num_params(m); i++)
             p[i] -= 0.1f * g[i];
-        if (step == 0)
-            first = loss;
+        if (step == 0) first = loss;
     }
     print_message("gpt2 sgd: loss %.3f -> %.3f\n", first, loss);
     assert_true(loss < 0.3f * first);

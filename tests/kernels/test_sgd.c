@@ -18,8 +18,7 @@ static void reference(const tr_sgd_opts_t *o, int first, float gmul, float *p, c
 {
     for (size_t i = 0; i < n; i++) {
         float d = g[i] * gmul;
-        if (o->weight_decay != 0.0f)
-            d = d + o->weight_decay * p[i];
+        if (o->weight_decay != 0.0f) d = d + o->weight_decay * p[i];
         if (o->momentum != 0.0f) {
             buf[i] = first ? d : buf[i] * o->momentum + (1.0f - o->dampening) * d;
             d = o->nesterov ? d + o->momentum * buf[i] : buf[i];
@@ -50,8 +49,7 @@ static void test_sgd_every_isa_matches_reference_bitwise(void **state)
                 for (int step = 0; step < 3; step++) {
                     tr_sgd_update(&configs[c], step == 0, 0.5f, p + off, g + off, buf + off,
                                   n - off);
-                    reference(&configs[c], step == 0, 0.5f, rp + off, g + off, rbuf + off,
-                              n - off);
+                    reference(&configs[c], step == 0, 0.5f, rp + off, g + off, rbuf + off, n - off);
                 }
                 assert_int_equal(kt_first_diff(p, rp, n), n);
                 assert_int_equal(kt_first_diff(buf, rbuf, n), n);

@@ -47,8 +47,7 @@ static void test_mpscq_chain_push_keeps_order(void **state)
     tr__mpscq_init(&head, &tail, false);
     for (int i = 0; i < 4; i++) {
         n[i].seq = (uint64_t)i;
-        if (i)
-            atomic_store(&n[i - 1].msg.tr_next_, &n[i].msg);
+        if (i) atomic_store(&n[i - 1].msg.tr_next_, &n[i].msg);
     }
     tr__mpscq_push(&head, &n[0].msg, &n[3].msg, 4);
     assert_int_equal(atomic_load(&head.pushed), 4);
@@ -61,9 +60,9 @@ static void test_mpscq_idle_mark_goes_to_exactly_one_pusher(void **state)
 {
     node_t n[3] = {0};
     tr__mpscq_init(&head, &tail, true);
-    assert_true(tr__mpscq_push(&head, &n[0].msg, &n[0].msg, 1));   /* was idle: schedule */
-    assert_false(tr__mpscq_push(&head, &n[1].msg, &n[1].msg, 1));  /* already scheduled */
-    assert_false(tr__mpscq_mark_empty(&head, &tail));              /* messages remain */
+    assert_true(tr__mpscq_push(&head, &n[0].msg, &n[0].msg, 1));  /* was idle: schedule */
+    assert_false(tr__mpscq_push(&head, &n[1].msg, &n[1].msg, 1)); /* already scheduled */
+    assert_false(tr__mpscq_mark_empty(&head, &tail));             /* messages remain */
     assert_non_null(pop());
     assert_non_null(pop());
     assert_true(tr__mpscq_mark_empty(&head, &tail));
@@ -73,7 +72,7 @@ static void test_mpscq_idle_mark_goes_to_exactly_one_pusher(void **state)
     assert_ptr_equal(pop(), &n[2]);
 }
 
-#define PRODUCERS 4
+#define PRODUCERS    4
 #define PER_PRODUCER 200000
 
 static void *producer(void *arg)
@@ -99,8 +98,7 @@ static void test_mpscq_producers_lose_nothing(void **state)
     uint64_t next[PRODUCERS] = {0}, got = 0;
     while (got < (uint64_t)PRODUCERS * PER_PRODUCER) {
         node_t *n = pop();
-        if (!n)
-            continue;
+        if (!n) continue;
         assert_int_equal(n->seq, next[n->producer]); /* per-producer FIFO, no duplicate */
         next[n->producer]++;
         got++;

@@ -106,8 +106,8 @@ static void test_comms_summary_uses_trimmed_means(void **state)
     assert_non_null(root);
     json_t *ar = json_object_get(json_object_get(root, "summary"), "all_reduce");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(ar, "1024"), "count")), 10);
-    assert_float_equal(json_real_value(json_object_get(json_object_get(ar, "1024"),
-                                                       "avg_latency_ms")), 5.5, 1e-9);
+    assert_float_equal(
+        json_real_value(json_object_get(json_object_get(ar, "1024"), "avg_latency_ms")), 5.5, 1e-9);
     json_decref(root);
     free(buf);
     tr_comms_log_destroy(log);

@@ -31,8 +31,7 @@ static const char *tags[] = {
 static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     static char buf[1 << 16];
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     buf[n] = 0;
@@ -45,9 +44,15 @@ static void run_steps(tr_csv_monitor_t *c, FILE *events, int first, int last)
 {
     for (int step = first; step <= last; step++) {
         uint64_t samples = (uint64_t)step * 32;
-        double values[N_TAGS] = {10.0 / step + 0.123456789, 1e-4 * step / 7.0,
-                                 65536.0 / (1 << (step % 3)), 12.3 * step, 25.0 + step / 3.0,
-                                 20.0, 5.0 + 1e-7 * step, 3.25, -1e-5 * step};
+        double values[N_TAGS] = {10.0 / step + 0.123456789,
+                                 1e-4 * step / 7.0,
+                                 65536.0 / (1 << (step % 3)),
+                                 12.3 * step,
+                                 25.0 + step / 3.0,
+                                 20.0,
+                                 5.0 + 1e-7 * step,
+                                 3.25,
+                                 -1e-5 * step};
         for (size_t i = 0; i < N_TAGS; i++) {
             if (!strcmp(tags[i], TR_TAG_LOSS_SCALE) && step == 1) {
                 /* DeepSpeed's initial loss scale is the Python int 2**16 */
@@ -80,8 +85,7 @@ static void test_csv_monitor_matches_deepspeed_reference(void **state)
     tr_csv_monitor_destroy(c);
     fclose(events);
 
-    if (access("/usr/bin/python3", X_OK))
-        skip();
+    if (access("/usr/bin/python3", X_OK)) skip();
     snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/monitor/ds_csv_reference.py %s %s job_1",
              TR_SOURCE_DIR, events_path, ref);
     assert_int_equal(system(cmd), 0);

@@ -46,9 +46,14 @@ static int remove_dir(void **state)
 
 static tr_monitor_t *open_monitor(tr_trace_steps_t steps, size_t buffer_events)
 {
-    tr_trace_opts_t o = {.enabled = 1, .output_path = dir, .rank = 3, .steps = steps,
-                         .buffer_events = buffer_events, .flight_recorder = 1,
-                         .flight_spans = 8, .flush_ms = 5};
+    tr_trace_opts_t o = {.enabled = 1,
+                         .output_path = dir,
+                         .rank = 3,
+                         .steps = steps,
+                         .buffer_events = buffer_events,
+                         .flight_recorder = 1,
+                         .flight_spans = 8,
+                         .flush_ms = 5};
     tr_monitor_t *m;
     assert_int_equal(tr_monitor_create(&o, &m), 0);
     return m;
@@ -56,8 +61,14 @@ static tr_monitor_t *open_monitor(tr_trace_steps_t steps, size_t buffer_events)
 
 static tr_span_t span(uint32_t lane, uint64_t t0, uint64_t t1, uint64_t step, uint64_t flow)
 {
-    return (tr_span_t){.name = "grad_ready", .begin_ns = t0, .end_ns = t1, .step = step,
-                       .micro_step = 1, .lane = lane, .bytes = 4096, .flow = flow};
+    return (tr_span_t){.name = "grad_ready",
+                       .begin_ns = t0,
+                       .end_ns = t1,
+                       .step = step,
+                       .micro_step = 1,
+                       .lane = lane,
+                       .bytes = 4096,
+                       .flow = flow};
 }
 
 static void test_recorder_writes_valid_chrome_json(void **state)
@@ -102,8 +113,7 @@ static void test_recorder_writes_valid_chrome_json(void **state)
     int found = 0;
     for (size_t i = 0; i < json_array_size(root); i++) {
         json_t *ev = json_array_get(root, i);
-        if (strcmp(json_string_value(json_object_get(ev, "name")), "thread_name"))
-            continue;
+        if (strcmp(json_string_value(json_object_get(ev, "name")), "thread_name")) continue;
         json_t *args = json_object_get(ev, "args");
         if (!strcmp(json_string_value(json_object_get(args, "name")), "executor \"0\"")) {
             assert_string_equal(json_string_value(json_object_get(args, "kind")), "compute");
@@ -134,8 +144,7 @@ static void *pair_thread(void *arg)
             tr_span_t s = span(1, t + 300, t + 900, 0, (uint64_t)i);
             tr_monitor_span(p->m, &s);
         }
-        if (i % 64 == 0)
-            usleep(100);
+        if (i % 64 == 0) usleep(100);
     }
     return NULL;
 }
@@ -169,8 +178,8 @@ static void *lane_thread(void *arg)
     pair_ctx_t *p = arg;
     uint64_t t = base + 1000;
     for (int i = 0; i < p->n; i++) {
-        tr_span_t s = span((uint32_t)p->sender, t + (uint64_t)i * 100,
-                           t + (uint64_t)i * 100 + 50, 0, 0);
+        tr_span_t s =
+            span((uint32_t)p->sender, t + (uint64_t)i * 100, t + (uint64_t)i * 100 + 50, 0, 0);
         tr_monitor_span(p->m, &s);
     }
     return NULL;
@@ -180,8 +189,8 @@ static void test_recorder_accounts_for_every_event_under_contention(void **state
 {
     /* small buffers and a fast writer: some events are dropped, none is lost or doubled */
     enum { THREADS = 4, N = 20000 };
-    tr_trace_opts_t o = {.enabled = 1, .output_path = dir, .rank = 3, .buffer_events = 512,
-                         .flush_ms = 1};
+    tr_trace_opts_t o = {
+        .enabled = 1, .output_path = dir, .rank = 3, .buffer_events = 512, .flush_ms = 1};
     tr_monitor_t *m;
     assert_int_equal(tr_monitor_create(&o, &m), 0);
     pthread_t th[THREADS];
@@ -253,8 +262,8 @@ static void test_recorder_rejects_bad_options(void **state)
 
 static void test_recorder_full_buffer_drops_and_counts(void **state)
 {
-    tr_trace_opts_t o = {.enabled = 1, .output_path = dir, .rank = 3, .buffer_events = 16,
-                         .flush_ms = 100000};
+    tr_trace_opts_t o = {
+        .enabled = 1, .output_path = dir, .rank = 3, .buffer_events = 16, .flush_ms = 100000};
     tr_monitor_t *m;
     assert_int_equal(tr_monitor_create(&o, &m), 0);
     for (uint64_t i = 0; i < 100; i++) {

@@ -45,8 +45,7 @@ static uint64_t varint(const uint8_t **p, const uint8_t *end)
     for (int shift = 0; *p < end; shift += 7) {
         uint8_t b = *(*p)++;
         v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            break;
+        if (!(b & 0x80)) break;
     }
     return v;
 }
@@ -154,8 +153,9 @@ static void test_tb_writer_file_parses_back(void **state)
     const char *tags[] = {"Train/Samples/train_loss", "Train/Samples/lr"};
     for (int64_t s = 1; s <= 50; s++)
         for (int k = 0; k < 2; k++)
-            assert_int_equal(tr_tb_writer_scalar(w, tags[k], 1.0f / (float)s + (float)k,
-                                                 s * 32, 1.7e9 + (double)s), 0);
+            assert_int_equal(tr_tb_writer_scalar(w, tags[k], 1.0f / (float)s + (float)k, s * 32,
+                                                 1.7e9 + (double)s),
+                             0);
     assert_int_equal(tr_tb_writer_scalar(w, "negative/step", -2.5f, -3, 1.7e9), 0);
     assert_int_equal(tr_tb_writer_flush(w), 0);
     char path[512];

@@ -70,11 +70,18 @@ static void record_step(tr_monitor_t *m, uint64_t step, uint64_t base, shape_t s
     tr_span_t ex = {"forward_backward", base, base + (uint64_t)(100 * k), step, 0, 0, 0, 0};
     tr_monitor_send(m, 0, flow, "bucket_full", base + (uint64_t)(90 * k));
     tr_monitor_span(m, &ex);
-    tr_span_t cm = {"bucket_full", base + (uint64_t)(s.comm * k),
-                    base + (uint64_t)((s.comm + s.comm_len) * k), step, 0, 1, 1 << 20, flow};
+    tr_span_t cm = {"bucket_full",
+                    base + (uint64_t)(s.comm * k),
+                    base + (uint64_t)((s.comm + s.comm_len) * k),
+                    step,
+                    0,
+                    1,
+                    1 << 20,
+                    flow};
     tr_monitor_span(m, &cm);
-    tr_span_t io = {"swap_out", base + (uint64_t)(s.io0 * k), base + (uint64_t)(s.io1 * k), step,
-                    0, 2, 1 << 16, 0};
+    tr_span_t io = {
+        "swap_out", base + (uint64_t)(s.io0 * k), base + (uint64_t)(s.io1 * k), step, 0, 2, 1 << 16,
+        0};
     tr_monitor_span(m, &io);
 }
 
@@ -83,8 +90,7 @@ static json_t *summary_of(const char *path)
     tr_trace_t *t;
     char err[512] = "";
     int rc = tr_trace_load(path, &t, err, sizeof(err));
-    if (rc)
-        fail_msg("%s", err);
+    if (rc) fail_msg("%s", err);
     char *buf = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&buf, &len);
@@ -93,8 +99,7 @@ static json_t *summary_of(const char *path)
     tr_trace_destroy(t);
     json_error_t je;
     json_t *doc = json_loads(buf, 0, &je);
-    if (!doc)
-        fail_msg("summary is not JSON: %s", je.text);
+    if (!doc) fail_msg("summary is not JSON: %s", je.text);
     free(buf);
     return doc;
 }
@@ -240,8 +245,7 @@ static void test_trace_summary_reads_killed_run(void **state)
     if (pid == 0) {
         tr_trace_opts_t o = {.enabled = 1, .output_path = sub, .flush_ms = 1};
         tr_monitor_t *m;
-        if (tr_monitor_create(&o, &m))
-            _exit(3);
+        if (tr_monitor_create(&o, &m)) _exit(3);
         tr_monitor_lane_set(m, 0, "executor", TR_LANE_COMPUTE);
         uint64_t base = mono_now() + 1000000000; /* after every monitor of the test starts */
         for (uint64_t i = 0; i < 1000; i++) {
@@ -281,7 +285,8 @@ static void test_trace_summary_bad_input_names_file_and_field(void **state)
     snprintf(path, sizeof(path), "%s/bad.json", dir);
     FILE *f = fopen(path, "w");
     fputs("[\n{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"a\",\"ts\":1.0,\"dur\":2},\n"
-          "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"b\",\"ts\":5.0},\n]\n", f);
+          "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"name\":\"b\",\"ts\":5.0},\n]\n",
+          f);
     fclose(f);
     tr_trace_t *t;
     assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), TR_EFORMAT);
@@ -450,9 +455,8 @@ static void test_trace_summary_counts_nested_spans_once(void **state)
     assert_string_equal(path_actor(spans, 1), "comm");
     assert_string_equal(path_actor(spans, 2), "stage0");
     for (size_t i = 0; i < 3; i++)
-        assert_string_equal(
-            json_string_value(json_object_get(json_array_get(spans, i), "message")),
-            i == 1 ? "allreduce" : "pipe_xfer");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(spans, i), "message")),
+                            i == 1 ? "allreduce" : "pipe_xfer");
     json_t *nested = json_object_get(json_array_get(spans, 0), "nested"); /* direct ones only */
     assert_int_equal(json_array_size(nested), 2);
     assert_string_equal(json_string_value(json_array_get(nested, 0)), "ForwardPass");
@@ -507,8 +511,7 @@ static void test_trace_summary_invariants_on_random_traces(void **state)
             uint64_t start = t0 + (uint64_t)(rand() % 5000000), len = 1000 + rand() % 200000;
             if (start < lane_free[lane])
                 start = lane_free[lane]; /* an actor runs one message at a time */
-            if (start + len > t0 + 9000000)
-                continue;
+            if (start + len > t0 + 9000000) continue;
             tr_monitor_send(m, from, flow, "msg", start - (uint64_t)(rand() % 50000));
             tr_span_t sp = {"msg", start, start + len, step, 0, lane, 0, flow++};
             tr_monitor_span(m, &sp);

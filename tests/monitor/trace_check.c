@@ -18,10 +18,8 @@ typedef struct span_iv {
 static int by_lane_then_ts(const void *a, const void *b)
 {
     const span_iv_t *x = a, *y = b;
-    if (x->pid != y->pid)
-        return x->pid < y->pid ? -1 : 1;
-    if (x->tid != y->tid)
-        return x->tid < y->tid ? -1 : 1;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
     return x->ts < y->ts ? -1 : x->ts > y->ts;
 }
 
@@ -98,8 +96,7 @@ static void check_bindings(json_t *root, const span_iv_t *iv, int n)
     json_array_foreach(root, i, ev)
     {
         const char *ph = json_string_value(json_object_get(ev, "ph"));
-        if (strcmp(ph, "s") && strcmp(ph, "f"))
-            continue;
+        if (strcmp(ph, "s") && strcmp(ph, "f")) continue;
         if (!enclosed(iv, n, json_integer_value(json_object_get(ev, "pid")),
                       json_integer_value(json_object_get(ev, "tid")),
                       json_number_value(json_object_get(ev, "ts"))))
@@ -112,8 +109,7 @@ json_t *trace_check_file(const char *path, trace_counts_t *c)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+    if (!root) fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
     assert_true(json_is_array(root));
     memset(c, 0, sizeof(*c));
     size_t n = json_array_size(root);
@@ -142,8 +138,7 @@ json_t *trace_check_file(const char *path, trace_counts_t *c)
         } else {
             assert_string_equal(ph, "M");
             assert_true(json_is_object(json_object_get(ev, "args")));
-            if (!strcmp(name, "thread_name"))
-                c->lanes_named++;
+            if (!strcmp(name, "thread_name")) c->lanes_named++;
             c->metadata++;
         }
     }
@@ -152,7 +147,7 @@ json_t *trace_check_file(const char *path, trace_counts_t *c)
     for (int i = 1; i < c->spans; i++)
         if (iv[i].pid == iv[i - 1].pid && iv[i].tid == iv[i - 1].tid)
             assert_true(iv[i].ts >= iv[i - 1].end - 1e-4); /* touching spans: ts + dur in µs
-                                                              * may round 1e-13 past the next */
+                                                            * may round 1e-13 past the next */
     check_bindings(root, iv, c->spans);
     json_decref(fs);
     json_decref(ff);

@@ -40,7 +40,7 @@ static tr_runtime_t *start(unsigned workers)
 
 /* --- per-sender FIFO from several external threads ------------------------------------- */
 
-#define THREADS 4
+#define THREADS    4
 #define PER_THREAD 20000
 
 typedef struct fifo_state {
@@ -53,11 +53,9 @@ static int fifo_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     fifo_state_t *s = ctx->state;
     num_t *n = tr_msg_body(msg);
-    if (n->value != s->next[n->producer])
-        s->errors++;
+    if (n->value != s->next[n->producer]) s->errors++;
     s->next[n->producer] = n->value + 1;
-    if (++s->total == THREADS * PER_THREAD)
-        tr_actor_stop(ctx->rt, ctx->self);
+    if (++s->total == THREADS * PER_THREAD) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -106,8 +104,7 @@ static int record(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     order_state_t *s = ctx->state;
     s->seen[s->n++] = ((num_t *)tr_msg_body(msg))->value;
-    if (s->n == 6)
-        tr_actor_stop(ctx->rt, ctx->self);
+    if (s->n == 6) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -151,8 +148,7 @@ static int counter(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     count_state_t *s = ctx->state;
     atomic_fetch_add(&s->handled, 1);
-    if (msg->type == MSG_DONE)
-        tr_actor_stop(ctx->rt, ctx->self);
+    if (msg->type == MSG_DONE) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -304,11 +300,9 @@ typedef struct pin_state {
 static int pinned_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     pin_state_t *s = ctx->state;
-    if (s->n++ == 0)
-        s->first = pthread_self();
+    if (s->n++ == 0) s->first = pthread_self();
     s->same += pthread_equal(s->first, pthread_self()) != 0;
-    if (msg->type == MSG_DONE)
-        tr_actor_stop(ctx->rt, ctx->self);
+    if (msg->type == MSG_DONE) tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 

@@ -37,16 +37,19 @@ typedef struct sample {
     tr_tensor_ref_t grad;
 } sample_t;
 
-#define SF(kind, f, doc) {#f, TR_FIELD_##kind, offsetof(sample_t, f), sizeof(((sample_t *)0)->f), doc}
+#define SF(kind, f, doc)                                                                           \
+    {                                                                                              \
+#f, TR_FIELD_##kind, offsetof(sample_t, f), sizeof(((sample_t *)0)->f), doc                \
+    }
 static const tr_field_desc_t sample_fields[] = {
-    SF(BOOL, flag, "a flag"),     SF(I32, i32, "signed"),   SF(U32, u32, "unsigned"),
-    SF(I64, i64, "signed wide"), SF(U64, u64, "unsigned wide"), SF(F32, f32, "single"),
-    SF(F64, f64, "double"),      SF(STR, label, "a label"), SF(ACTOR, peer, "an actor"),
+    SF(BOOL, flag, "a flag"),     SF(I32, i32, "signed"),        SF(U32, u32, "unsigned"),
+    SF(I64, i64, "signed wide"),  SF(U64, u64, "unsigned wide"), SF(F32, f32, "single"),
+    SF(F64, f64, "double"),       SF(STR, label, "a label"),     SF(ACTOR, peer, "an actor"),
     SF(TENSOR, grad, "a tensor"),
 };
 #undef SF
-static const tr_msg_desc_t sample_desc = {MSG_SAMPLE, "sample", "Every field kind.",
-                                          sizeof(sample_t), 10, sample_fields};
+static const tr_msg_desc_t sample_desc = {MSG_SAMPLE,       "sample", "Every field kind.",
+                                          sizeof(sample_t), 10,       sample_fields};
 
 /* --- random messages --------------------------------------------------------------------- */
 
@@ -78,9 +81,19 @@ static void random_field(const tr_field_desc_t *f, char *p)
 {
     uint64_t v = rnd();
     switch (f->kind) {
-    case TR_FIELD_BOOL: *p = (char)(v & 1); break;
-    case TR_FIELD_F32: { float x = (float)((double)(int64_t)v / 1e9); memcpy(p, &x, 4); break; }
-    case TR_FIELD_F64: { double x = (double)(int64_t)v / 1e7; memcpy(p, &x, 8); break; }
+    case TR_FIELD_BOOL:
+        *p = (char)(v & 1);
+        break;
+    case TR_FIELD_F32: {
+        float x = (float)((double)(int64_t)v / 1e9);
+        memcpy(p, &x, 4);
+        break;
+    }
+    case TR_FIELD_F64: {
+        double x = (double)(int64_t)v / 1e7;
+        memcpy(p, &x, 8);
+        break;
+    }
     case TR_FIELD_STR: {
         size_t n = v % f->size; /* 0 .. cap-1 characters */
         for (size_t i = 0; i < n; i++)
@@ -88,7 +101,9 @@ static void random_field(const tr_field_desc_t *f, char *p)
         p[n] = '\0';
         break;
     }
-    case TR_FIELD_TENSOR: random_tensor((tr_tensor_ref_t *)(void *)p); break;
+    case TR_FIELD_TENSOR:
+        random_tensor((tr_tensor_ref_t *)(void *)p);
+        break;
     case TR_FIELD_BYTES: { /* a length within the capacity, any bytes */
         uint32_t n = (uint32_t)(v % (f->size - 4));
         memcpy(p, &n, 4);
@@ -224,15 +239,13 @@ static void expect_reject(const void *buf, size_t len, ...)
     char err[256];
     tr_msg_t *m = (tr_msg_t *)(uintptr_t)1;
     int rc = tr_msg_decode(rt, buf, len, &m, err, sizeof(err));
-    if (rc != TR_EDECODE)
-        fail_msg("expected TR_EDECODE, got %s (%s)", tr_err_name(rc), err);
+    if (rc != TR_EDECODE) fail_msg("expected TR_EDECODE, got %s (%s)", tr_err_name(rc), err);
     assert_null(m);
     assert_true(strncmp(err, "decode", 6) == 0);
     va_list ap;
     va_start(ap, len);
     for (const char *want; (want = va_arg(ap, const char *));)
-        if (!strstr(err, want))
-            fail_msg("error \"%s\" does not contain \"%s\"", err, want);
+        if (!strstr(err, want)) fail_msg("error \"%s\" does not contain \"%s\"", err, want);
     va_end(ap);
 }
 
@@ -270,8 +283,7 @@ static void b_timer_until(builder_t *b, int bad)
     b_head(b, TR_MSG_TIMER, 5);
     for (int i = 0; i < 5; i++) {
         b_name(b, names[i]);
-        if (i == bad)
-            return;
+        if (i == bad) return;
         msgpack_pack_uint64(&b->pk, (uint64_t)i);
     }
 }
@@ -593,8 +605,8 @@ static void b_sample_tensor(builder_t *b, const char *p, size_t n, int8_t ext)
 }
 
 /* The payload [buffer_id, offset, length, dtype, device_type, device_index, shape]. */
-static size_t tensor_payload(char *out, uint64_t off, uint64_t len, uint64_t dtype,
-                             uint64_t dev, int64_t idx, int ndim, int64_t dim)
+static size_t tensor_payload(char *out, uint64_t off, uint64_t len, uint64_t dtype, uint64_t dev,
+                             int64_t idx, int ndim, int64_t dim)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -776,8 +788,7 @@ typedef struct receiver {
 static int receive(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     receiver_t *r = ctx->state;
-    if (msg->type != MSG_RAW)
-        return 0;
+    if (msg->type != MSG_RAW) return 0;
     tr_msg_t *m;
     char err[256];
     int rc = tr_msg_decode(ctx->rt, tr_msg_body(msg), msg->size, &m, err, sizeof(err));
@@ -786,11 +797,9 @@ static int receive(tr_ctx_t *ctx, tr_msg_t *msg)
         strcpy(r->last_error, err);
         return 0; /* logged by the codec; keep running */
     }
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     sample_t *s = tr_msg_body(m);
-    if (m->type == MSG_SAMPLE && r->handled < 4)
-        r->u64s[r->handled] = s->u64;
+    if (m->type == MSG_SAMPLE && r->handled < 4) r->u64s[r->handled] = s->u64;
     r->handled++;
     int last = m->type == MSG_SAMPLE && s->flag;
     tr_msg_free(ctx->rt, m);
@@ -810,8 +819,7 @@ static void send_raw(tr_runtime_t *r, tr_actor_t to, uint64_t value, int last, s
     size_t len;
     assert_int_equal(tr_msg_encode(m, buf, sizeof(buf), &len), 0);
     tr_msg_free(r, m);
-    if (cut)
-        len = cut;
+    if (cut) len = cut;
     tr_msg_t *raw = tr_msg_alloc(r, MSG_RAW, len);
     assert_non_null(raw);
     memcpy(tr_msg_body(raw), buf, len);
@@ -851,8 +859,7 @@ static int setup(void **state)
 {
     (void)state;
     tr_runtime_opts_t opts = {.n_workers = 1};
-    if (tr_runtime_init(&rt, &opts) < 0)
-        return -1;
+    if (tr_runtime_init(&rt, &opts) < 0) return -1;
     return tr_msg_type_register(&sample_desc);
 }
 
@@ -869,9 +876,8 @@ static int teardown(void **state)
 static void test_codec_mpack_kv_helpers_pack_the_shortest_form(void **state)
 {
     (void)state;
-    static const int64_t values[] = {0,   1,     127,   128,   255,    256,       65535,    65536,
-                                     -1,  -32,   -33,   -128,  -129,   -32768,    -32769,
-                                     INT32_MAX, INT32_MIN};
+    static const int64_t values[] = {0,   1,   127,  128,  255,    256,    65535,     65536,    -1,
+                                     -32, -33, -128, -129, -32768, -32769, INT32_MAX, INT32_MIN};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         int v = (int)values[i];
         msgpack_sbuffer a, b, c;

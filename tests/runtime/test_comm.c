@@ -79,8 +79,7 @@ static void test_comm_unknown_backend_and_bad_world_are_named(void **state)
                      TR_ENOTSUP);
     assert_null(c);
     assert_non_null(strstr(why, "no comm backend 'nccl-ish' in this build (it has: local"));
-    assert_int_equal(tr_comm_create("local", 1, 2, on_done, &log, &c, why, sizeof(why)),
-                     TR_EINVAL);
+    assert_int_equal(tr_comm_create("local", 1, 2, on_done, &log, &c, why, sizeof(why)), TR_EINVAL);
     assert_non_null(strstr(why, "world size 2 needs the mpi backend"));
     assert_int_equal(tr_comm_create("local", 2, 2, on_done, &log, &c, why, sizeof(why)),
                      TR_EINVAL); /* rank outside the world */
@@ -100,7 +99,7 @@ static void test_comm_local_send_and_recv_match_by_tag_in_either_order(void **st
     assert_int_equal(c->ops->recv(c, got, 4, TR_DTYPE_I32, 0, 11, &rr), 0);
     assert_int_equal(log.n, 0);
     assert_int_equal(c->ops->send(c, b, 3, TR_DTYPE_I32, 0, 12, &rs), 0); /* another tag */
-    assert_int_equal(log.n, 1);                                          /* the send only */
+    assert_int_equal(log.n, 1);                                           /* the send only */
     assert_int_equal(c->ops->send(c, a, 3, TR_DTYPE_I32, 0, 11, &rs), 0);
     assert_int_equal(log.n, 3);
     assert_memory_equal(got, a, sizeof(a));
@@ -126,7 +125,7 @@ static void test_comm_local_send_and_recv_match_by_tag_in_either_order(void **st
     assert_non_null(strstr(c->error, "recv: bad tag"));
     assert_int_equal(log.n, n);
     assert_int_equal(c->ops->recv(c, got, 3, TR_DTYPE_I32, 0, 14, &rr), 0); /* never matched: */
-    tr_comm_destroy(c);                                                        /* dropped */
+    tr_comm_destroy(c);                                                     /* dropped */
 }
 
 static void test_comm_local_split_is_a_group_of_one(void **state)
@@ -144,7 +143,7 @@ static void test_comm_local_split_is_a_group_of_one(void **state)
     uint16_t h[2] = {0x3f80, 0x4000}; /* bf16 1 and 2: the sum over one rank is the value */
     uint64_t req;
     assert_int_equal(sub->ops->all_reduce(sub, h, 2, TR_DTYPE_BF16, TR_REDUCE_SUM, &req), 0);
-    assert_int_equal(req, 1); /* its own request ids */
+    assert_int_equal(req, 1);   /* its own request ids */
     assert_int_equal(log.n, 1); /* the parent's callback */
     assert_true(h[0] == 0x3f80 && h[1] == 0x4000);
     tr_comm_destroy(c); /* either order */
@@ -194,8 +193,7 @@ static void test_comm_registered_backend_is_found_by_name(void **state)
     assert_int_equal(c->ops->all_reduce(c, &x, 1, TR_DTYPE_F32, TR_REDUCE_SUM, &req), 0);
     assert_int_equal(log.last_rc, TR_ECOMM); /* a failure arrives as a completion */
     tr_comm_destroy(c);
-    assert_int_equal(tr_comm_create("nope", 0, 1, on_done, &log, &c, why, sizeof(why)),
-                     TR_ENOTSUP);
+    assert_int_equal(tr_comm_create("nope", 0, 1, on_done, &log, &c, why, sizeof(why)), TR_ENOTSUP);
     assert_non_null(strstr(why, "(it has: local"));
     assert_non_null(strstr(why, " fake)")); /* the last registered, after any built in */
 }

@@ -184,8 +184,8 @@ static void test_comm_mpi_send_recv_round_a_ring(void **state)
     int32_t mine = r, got[8] = {0}, seen = 0;
     if (r == 0)
         for (int k = 1; k < w; k++)
-            assert_int_equal(comm->ops->recv(comm, &got[k], 1, TR_DTYPE_I32, TR_COMM_ANY_SOURCE,
-                                             4, &q[0]), 0);
+            assert_int_equal(
+                comm->ops->recv(comm, &got[k], 1, TR_DTYPE_I32, TR_COMM_ANY_SOURCE, 4, &q[0]), 0);
     else
         assert_int_equal(comm->ops->send(comm, &mine, 1, TR_DTYPE_I32, 0, 4, &q[1]), 0);
     finish();

@@ -12,9 +12,9 @@
 #include "troupe.h"
 
 enum { MSG_TOKEN = TR_MSG_USER };
-#define ACTORS 6
-#define TOKENS 4
-#define HOPS 50
+#define ACTORS  6
+#define TOKENS  4
+#define HOPS    50
 #define LOG_MAX (TOKENS * HOPS + ACTORS)
 
 typedef struct world {

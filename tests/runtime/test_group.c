@@ -76,9 +76,9 @@ typedef struct producer {
 static uint8_t trace[TRACE_MAX];
 static size_t n_trace;
 static int tracing;
-static uint64_t work_ns; /* what each item costs a sink (case 1 and 3) */
+static uint64_t work_ns;   /* what each item costs a sink (case 1 and 3) */
 #define work_done_ns 2000u /* work_ns in case 1 and 3 */
-static int relaying;     /* sinks relay every RELAY_EVERY-th item (case 2) */
+static int relaying;       /* sinks relay every RELAY_EVERY-th item (case 2) */
 static uint64_t per_sender = 50000;
 
 static int send_item(tr_runtime_t *rt, tr_actor_t to, uint32_t type, uint32_t who, uint64_t seq)

@@ -30,8 +30,7 @@ static void capture_sink(void *user, int level, const char *line)
 {
     capture_t *c = user;
     size_t len = strlen(line);
-    if (len > c->longest)
-        c->longest = len;
+    if (len > c->longest) c->longest = len;
     if (c->n < 16) {
         c->levels[c->n] = level;
         snprintf(c->lines[c->n], sizeof(c->lines[0]), "%s", line);
@@ -82,9 +81,9 @@ static void test_log_level_names_parse(void **state)
     static const struct {
         const char *s;
         int level;
-    } ok[] = {{"debug", TR_LOG_DEBUG}, {"info", TR_LOG_INFO},  {"warning", TR_LOG_WARN},
+    } ok[] = {{"debug", TR_LOG_DEBUG}, {"info", TR_LOG_INFO},    {"warning", TR_LOG_WARN},
               {"warn", TR_LOG_WARN},   {"WARNING", TR_LOG_WARN}, {"error", TR_LOG_ERROR},
-              {"off", TR_LOG_OFF},     {"quiet", TR_LOG_OFF},  {"Info", TR_LOG_INFO}};
+              {"off", TR_LOG_OFF},     {"quiet", TR_LOG_OFF},    {"Info", TR_LOG_INFO}};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         int l = -7;
         assert_int_equal(tr_log_level_parse(ok[i].s, &l), 0);
@@ -120,9 +119,9 @@ static void test_log_long_line_is_not_cut(void **state)
 
 /* --- stderr: one write per line ---------------------------------------------------------- */
 
-#define WRITERS 8
+#define WRITERS    8
 #define LINES_EACH 2000
-#define PAYLOAD 300 /* well past stdio's and a pipe's small atomic sizes */
+#define PAYLOAD    300 /* well past stdio's and a pipe's small atomic sizes */
 
 static void *writer(void *arg)
 {
@@ -284,8 +283,7 @@ static void test_log_env_invalid_is_named_once(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--child") == 0)
-        return child_main();
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_levels_filter_lines),
         cmocka_unit_test(test_log_level_names_parse),

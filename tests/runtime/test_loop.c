@@ -29,20 +29,15 @@ typedef struct timer_state {
 static int timer_actor(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     timer_state_t *s = ctx->state;
-    if (msg->type != TR_MSG_TIMER)
-        return 0;
+    if (msg->type != TR_MSG_TIMER) return 0;
     tr_msg_timer_t *t = TR_MSG_AS(msg, timer);
     int64_t late = (int64_t)(tr_now_ns() - t->deadline_ns);
     int64_t fire_late = (int64_t)(t->fired_ns - t->deadline_ns);
-    if (fire_late > s->worst_fire_late_ns)
-        s->worst_fire_late_ns = fire_late;
-    if (late > s->worst_late_ns)
-        s->worst_late_ns = late;
-    if (-late > s->worst_early_ns)
-        s->worst_early_ns = -late;
+    if (fire_late > s->worst_fire_late_ns) s->worst_fire_late_ns = fire_late;
+    if (late > s->worst_late_ns) s->worst_late_ns = late;
+    if (-late > s->worst_early_ns) s->worst_early_ns = -late;
     s->fired[t->tag]++;
-    if (t->tag == 3 && t->count == 5)
-        tr_timer_stop(ctx->rt, s->repeat_id);
+    if (t->tag == 3 && t->count == 5) tr_timer_stop(ctx->rt, s->repeat_id);
     if (s->fired[0] == 1 && s->fired[1] == 1 && s->fired[2] == 1 && s->fired[3] == 5 && !s->done++)
         return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
@@ -85,10 +80,10 @@ static void run_timers(timer_state_t *s)
     assert_int_equal(tr_timer_start(rt, a, 5, 1 * MS, UINT64_MAX - 1000, &far[1]), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     printf("timers: fired at most %.3f ms late; handlers started at most %.3f ms late, "
-           "%.3f ms early\n", s->worst_fire_late_ns / 1e6, s->worst_late_ns / 1e6,
-           s->worst_early_ns / 1e6);
+           "%.3f ms early\n",
+           s->worst_fire_late_ns / 1e6, s->worst_late_ns / 1e6, s->worst_early_ns / 1e6);
     assert_true(s->worst_early_ns <= 0); /* never before the deadline */
-    assert_int_equal(s->fired[3], 5);      /* stopped after the fifth */
+    assert_int_equal(s->fired[3], 5);    /* stopped after the fifth */
     assert_int_equal(s->fired[4], 0);
     assert_int_equal(s->fired[5], 1);
     assert_int_equal(tr_timer_stop(rt, id[0]), TR_ENOENT); /* one-shot: already gone */
@@ -236,7 +231,7 @@ static void test_loop_firing_arms_for_the_next_start(void **state)
     const uint64_t deadline = 1000 * MS;
     for (uint64_t late = 0; late <= 3 * MS; late += MS / 2) {
         uint64_t now = deadline + late, at = tr__timer_next_arm(deadline, 0, MS, now);
-        assert_true(at > now);      /* armed for the future: the restart makes no call */
+        assert_true(at > now);       /* armed for the future: the restart makes no call */
         assert_true(at <= now + MS); /* a restart after now: its deadline is now + 1 ms or later */
     }
     assert_int_equal(tr__timer_next_arm(deadline, 0, MS / 20, deadline), 0); /* 50 us: too short */
@@ -346,8 +341,7 @@ typedef struct poll_state {
 static int poll_actor(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     poll_state_t *s = ctx->state;
-    if (msg->type != TR_MSG_POLL)
-        return 0;
+    if (msg->type != TR_MSG_POLL) return 0;
     assert_int_equal(TR_MSG_AS(msg, poll)->fd, s->fd);
     assert_true(TR_MSG_AS(msg, poll)->events & TR_POLL_READABLE);
     uint64_t v;

@@ -27,10 +27,8 @@ static tr_msg_t *msg(tr_runtime_t *rt, uint32_t type)
 static int counter(tr_ctx_t *ctx, tr_msg_t *m)
 {
     int *n = ctx->state;
-    if (m->type == MSG_BOOM)
-        return TR_EIO;
-    if (m->type == MSG_DONE)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (m->type == MSG_BOOM) return TR_EIO;
+    if (m->type == MSG_DONE) return tr_actor_stop(ctx->rt, ctx->self);
     *n += m->type == MSG_WORK;
     return 0;
 }
@@ -130,14 +128,12 @@ typedef struct sup {
 static int restarter(tr_ctx_t *ctx, tr_msg_t *m)
 {
     sup_t *s = ctx->state;
-    if (m->type != TR_MSG_EXIT)
-        return 0;
+    if (m->type != TR_MSG_EXIT) return 0;
     tr_msg_exit_t *e = TR_MSG_AS(m, exit);
     if (++s->exits == 1) {
         s->first = e->actor;
         s->restart_rc = tr_actor_restart(ctx->rt, e->actor, &s->fresh);
-        if (s->restart_rc < 0)
-            return tr_actor_stop(ctx->rt, ctx->self);
+        if (s->restart_rc < 0) return tr_actor_stop(ctx->rt, ctx->self);
         tr_actor_t found = tr_actor_lookup(ctx->rt, "worker");
         s->found_new = tr_actor_eq(found, s->fresh) && !tr_actor_eq(found, s->first);
         tr_msg_t *w = msg(ctx->rt, MSG_WORK);
@@ -159,8 +155,7 @@ static void names_follow_restart(int pinned)
     sup_t s = {0};
     int n = 0;
     tr_actor_t sup, w;
-    assert_int_equal(tr_actor_spawn(rt, restarter, &s, &(tr_actor_opts_t){.name = "sup"}, &sup),
-                     0);
+    assert_int_equal(tr_actor_spawn(rt, restarter, &s, &(tr_actor_opts_t){.name = "sup"}, &sup), 0);
     tr_actor_opts_t o = {.name = "worker", .supervisor = sup, .pinned = pinned};
     assert_int_equal(tr_actor_spawn(rt, counter, &n, &o, &w), 0);
     assert_int_equal(tr_actor_send_name(rt, "worker", msg(rt, MSG_BOOM)), 0);

@@ -12,10 +12,17 @@
 #include "runtime/comm/ranks.h"
 #include "troupe.h"
 
-static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                   "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                                   "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK",
-                                   "WORLD_SIZE", "LOCAL_RANK"};
+static const char *const vars[] = {"OMPI_COMM_WORLD_RANK",
+                                   "OMPI_COMM_WORLD_SIZE",
+                                   "OMPI_COMM_WORLD_LOCAL_RANK",
+                                   "PMI_RANK",
+                                   "PMI_SIZE",
+                                   "SLURM_PROCID",
+                                   "SLURM_NTASKS",
+                                   "SLURM_LOCALID",
+                                   "RANK",
+                                   "WORLD_SIZE",
+                                   "LOCAL_RANK"};
 
 static int clean(void **state)
 {

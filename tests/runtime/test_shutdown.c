@@ -49,10 +49,8 @@ static size_t vm_bytes(void)
 {
     unsigned long pages = 0;
     FILE *f = fopen("/proc/self/statm", "r");
-    if (!f || fscanf(f, "%lu", &pages) != 1)
-        pages = 0;
-    if (f)
-        fclose(f);
+    if (!f || fscanf(f, "%lu", &pages) != 1) pages = 0;
+    if (f) fclose(f);
     return pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
@@ -60,17 +58,14 @@ static size_t vm_bytes(void)
 static int child_pinned_no_thread(void)
 {
     tr_runtime_t *rt;
-    if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}) < 0)
-        return 3;
+    if (tr_runtime_init(&rt, &(tr_runtime_opts_t){.n_workers = 2}) < 0) return 3;
     tr_actor_t by, ex;
-    if (tr_actor_spawn(rt, plain, NULL, &(tr_actor_opts_t){.name = "bystander"}, &by) < 0)
-        return 4;
+    if (tr_actor_spawn(rt, plain, NULL, &(tr_actor_opts_t){.name = "bystander"}, &by) < 0) return 4;
     struct rlimit old, low;
     getrlimit(RLIMIT_AS, &old);
     low = old;
     low.rlim_cur = vm_bytes() + (1u << 20); /* 1 MiB: less than any thread stack */
-    if (setrlimit(RLIMIT_AS, &low) < 0)
-        return 5;
+    if (setrlimit(RLIMIT_AS, &low) < 0) return 5;
     tr_actor_opts_t o = {.name = "executor", .pinned = 1};
     int rc = tr_actor_spawn(rt, plain, NULL, &o, &ex);
     setrlimit(RLIMIT_AS, &old);
@@ -91,12 +86,10 @@ static int child_signals(int stuck, unsigned grace_ms, int actors)
 {
     tr_runtime_t *rt;
     tr_runtime_opts_t ro = {.n_workers = 1, .handle_signals = 1, .signal_grace_ms = grace_ms};
-    if (tr_runtime_init(&rt, &ro) < 0)
-        return 3;
+    if (tr_runtime_init(&rt, &ro) < 0) return 3;
     tr_actor_t a;
     tr_actor_opts_t o = {.name = "trainer", .defer_stop = stuck};
-    if (actors && tr_actor_spawn(rt, stuck ? ignores_stop : plain, NULL, &o, &a) < 0)
-        return 4;
+    if (actors && tr_actor_spawn(rt, stuck ? ignores_stop : plain, NULL, &o, &a) < 0) return 4;
     printf("ready\n");
     fflush(stdout);
     if (!actors) {
@@ -112,16 +105,11 @@ static int child_signals(int stuck, unsigned grace_ms, int actors)
 
 static int child_main(const char *which)
 {
-    if (strcmp(which, "pinned") == 0)
-        return child_pinned_no_thread();
-    if (strcmp(which, "graceful") == 0)
-        return child_signals(0, 0, 1);
-    if (strcmp(which, "stuck") == 0)
-        return child_signals(1, 300, 1);
-    if (strcmp(which, "stuck-long") == 0)
-        return child_signals(1, 60000, 1);
-    if (strcmp(which, "idle") == 0)
-        return child_signals(0, 60000, 0);
+    if (strcmp(which, "pinned") == 0) return child_pinned_no_thread();
+    if (strcmp(which, "graceful") == 0) return child_signals(0, 0, 1);
+    if (strcmp(which, "stuck") == 0) return child_signals(1, 300, 1);
+    if (strcmp(which, "stuck-long") == 0) return child_signals(1, 60000, 1);
+    if (strcmp(which, "idle") == 0) return child_signals(0, 60000, 0);
     return 2;
 }
 
@@ -129,7 +117,7 @@ static int child_main(const char *which)
 
 typedef struct child {
     pid_t pid;
-    int out;          /* the child's stdout and stderr */
+    int out; /* the child's stdout and stderr */
     char text[8192];
     size_t len;
     int status;
@@ -165,17 +153,13 @@ static bool read_until(child_t *c, const char *want, double seconds)
 {
     double end = now_s() + seconds;
     for (;;) {
-        if (want && strstr(c->text, want))
-            return true;
+        if (want && strstr(c->text, want)) return true;
         double left = end - now_s();
-        if (left <= 0)
-            return false;
+        if (left <= 0) return false;
         struct pollfd pfd = {c->out, POLLIN, 0};
-        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
-            continue;
+        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0) continue;
         ssize_t r = read(c->out, c->text + c->len, sizeof(c->text) - 1 - c->len);
-        if (r <= 0)
-            return want == NULL;
+        if (r <= 0) return want == NULL;
         c->len += (size_t)r;
         c->text[c->len] = '\0';
     }
@@ -185,8 +169,7 @@ static bool read_until(child_t *c, const char *want, double seconds)
 static void wait_child(child_t *c, double seconds)
 {
     bool eof = read_until(c, NULL, seconds);
-    if (!eof)
-        kill(c->pid, SIGKILL);
+    if (!eof) kill(c->pid, SIGKILL);
     waitpid(c->pid, &c->status, 0);
     close(c->out);
     if (!eof)
@@ -200,17 +183,17 @@ static int exit_code(const child_t *c)
 
 static void test_shutdown_pinned_thread_failure_is_clean(void **state)
 {
-    if (UNDER_SANITIZER)
-        skip();
+    if (UNDER_SANITIZER) skip();
     child_t c;
     start_child(&c, "pinned");
     wait_child(&c, 20);
     assert_int_equal(exit_code(&c), 0);
     char want[160];
-    snprintf(want, sizeof(want), "spawn=%d why=cannot spawn actor 'executor': cannot create its "
-             "thread: %s\n", TR_EAGAIN, tr_strerror(TR_EAGAIN));
-    if (!strstr(c.text, want))
-        fail_msg("expected '%s' in:\n%s", want, c.text);
+    snprintf(want, sizeof(want),
+             "spawn=%d why=cannot spawn actor 'executor': cannot create its "
+             "thread: %s\n",
+             TR_EAGAIN, tr_strerror(TR_EAGAIN));
+    if (!strstr(c.text, want)) fail_msg("expected '%s' in:\n%s", want, c.text);
     assert_non_null(strstr(c.text, "lookup=none\n"));
     assert_non_null(strstr(c.text, "respawn=0\n"));
     assert_non_null(strstr(c.text, "run=0\n"));
@@ -286,8 +269,7 @@ static void test_shutdown_signal_with_no_actor_exits(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 2 && strcmp(argv[1], "--child") == 0)
-        return child_main(argv[2]);
+    if (argc > 2 && strcmp(argv[1], "--child") == 0) return child_main(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shutdown_pinned_thread_failure_is_clean),
         cmocka_unit_test(test_shutdown_one_sigterm_stops_gracefully),

@@ -49,16 +49,14 @@ static int sink_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     else
         s->next[it->producer]++;
     s->checksum += mix(it->producer, it->seq);
-    if (++s->received == PRODUCERS * per_producer)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (++s->received == PRODUCERS * per_producer) return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
 static int send_item(tr_runtime_t *rt, uint32_t p, uint64_t seq)
 {
     tr_msg_t *m = tr_msg_alloc(rt, MSG_ITEM, sizeof(item_t));
-    if (!m)
-        return TR_ENOMEM;
+    if (!m) return TR_ENOMEM;
     *(item_t *)tr_msg_body(m) = (item_t){p, seq};
     return tr_actor_send(rt, sink_addr, m);
 }
@@ -73,10 +71,8 @@ static int producer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     producer_t *p = ctx->state;
     for (int i = 0; i < 1000 && p->sent < per_producer; i++, p->sent++)
-        if (send_item(ctx->rt, p->id, p->sent) < 0)
-            return TR_ENOMEM;
-    if (p->sent == per_producer)
-        return tr_actor_stop(ctx->rt, ctx->self);
+        if (send_item(ctx->rt, p->id, p->sent) < 0) return TR_ENOMEM;
+    if (p->sent == per_producer) return tr_actor_stop(ctx->rt, ctx->self);
     return tr_actor_send(ctx->rt, ctx->self, tr_msg_alloc(ctx->rt, MSG_GO, 0));
 }
 
@@ -89,8 +85,7 @@ static void *producer_thread(void *arg)
 {
     thread_arg_t *t = arg;
     for (uint64_t i = 0; i < per_producer; i++)
-        if (send_item(t->rt, t->id, i) < 0)
-            abort();
+        if (send_item(t->rt, t->id, i) < 0) abort();
     return NULL;
 }
 
@@ -137,8 +132,7 @@ static void test_stress_fan_in_loses_nothing(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1)
-        per_producer = strtoull(argv[1], NULL, 10);
+    if (argc > 1) per_producer = strtoull(argv[1], NULL, 10);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_fan_in_loses_nothing),
     };

@@ -36,10 +36,8 @@ static int worker_init(tr_ctx_t *ctx)
 static int worker_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     worker_t *w = ctx->state;
-    if (msg->type == MSG_BOOM)
-        return TR_EIO;
-    if (++w->handled == 2)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (msg->type == MSG_BOOM) return TR_EIO;
+    if (++w->handled == 2) return tr_actor_stop(ctx->rt, ctx->self);
     return 0;
 }
 
@@ -56,8 +54,7 @@ typedef struct supervisor {
 static int supervisor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     supervisor_t *s = ctx->state;
-    if (msg->type != TR_MSG_EXIT)
-        return 0;
+    if (msg->type != TR_MSG_EXIT) return 0;
     tr_msg_exit_t *e = TR_MSG_AS(msg, exit);
     s->exits++;
     /* the notice comes from the generation that stopped, so it can be restarted by sender */
@@ -176,13 +173,12 @@ static void test_supervision_failing_init_is_a_failure(void **state)
     tr_runtime_close(rt);
 }
 
-
 /* --- restart intensity ------------------------------------------------------------------- */
 
 typedef struct isup {
-    int delayed;        /* re-fail the first `delayed` restarts after delay_ms, then at once */
+    int delayed; /* re-fail the first `delayed` restarts after delay_ms, then at once */
     unsigned delay_ms;
-    int stop_after;     /* stop the worker normally after this many restarts (0: never) */
+    int stop_after; /* stop the worker normally after this many restarts (0: never) */
     int restarts, eio, erestarts, restart_rc;
     char why[256];
 } isup_t;
@@ -200,11 +196,9 @@ static int intensity_supervisor(tr_ctx_t *ctx, tr_msg_t *msg)
         boom_worker(ctx);
         return 0;
     }
-    if (msg->type != TR_MSG_EXIT)
-        return 0;
+    if (msg->type != TR_MSG_EXIT) return 0;
     tr_msg_exit_t *e = TR_MSG_AS(msg, exit);
-    if (e->reason == 0)
-        return tr_actor_stop(ctx->rt, ctx->self);
+    if (e->reason == 0) return tr_actor_stop(ctx->rt, ctx->self);
     s->eio += e->reason == TR_EIO;
     s->erestarts += e->reason == TR_ERESTARTS;
     tr_actor_t fresh;
@@ -215,8 +209,7 @@ static int intensity_supervisor(tr_ctx_t *ctx, tr_msg_t *msg)
         return tr_actor_stop(ctx->rt, ctx->self);
     }
     s->restarts++;
-    if (s->stop_after && s->restarts == s->stop_after)
-        return tr_actor_stop(ctx->rt, fresh);
+    if (s->stop_after && s->restarts == s->stop_after) return tr_actor_stop(ctx->rt, fresh);
     uint64_t timer;
     if (s->restarts <= s->delayed)
         return tr_timer_start(ctx->rt, ctx->self, 0, s->delay_ms * 1000000ull, 0, &timer);
@@ -250,8 +243,7 @@ static void run_intensity(isup_t *s, const tr_actor_opts_t *worker_opts, lines_t
     o.supervisor = sup;
     o.init = worker_init;
     assert_int_equal(tr_actor_spawn(rt, worker_behaviour, &w, &o, &child), 0);
-    if (log)
-        tr_log_set_sink(keep_errors, log);
+    if (log) tr_log_set_sink(keep_errors, log);
     assert_int_equal(tr_actor_send(rt, child, tr_msg_alloc(rt, MSG_BOOM, 0)), 0);
     assert_int_equal(tr_runtime_run(rt), 0);
     tr_log_set_sink(NULL, NULL);
@@ -370,9 +362,9 @@ static void test_supervision_restart_intensity_default_is_one_in_5s(void **state
     isup_t s = {0};
     lines_t log = {0};
     run_intensity(&s, &(tr_actor_opts_t){0}, &log);
-    assert_int_equal(s.restarts, 1);   /* OTP's default intensity: 1 restart in 5 s */
-    assert_int_equal(s.eio, 1);        /* the first failure, as it was */
-    assert_int_equal(s.erestarts, 1);  /* the second: the limit, told to the supervisor */
+    assert_int_equal(s.restarts, 1);  /* OTP's default intensity: 1 restart in 5 s */
+    assert_int_equal(s.eio, 1);       /* the first failure, as it was */
+    assert_int_equal(s.erestarts, 1); /* the second: the limit, told to the supervisor */
     assert_int_equal(s.restart_rc, TR_ERESTARTS);
     assert_non_null(strstr(s.why, "cannot restart actor 'worker'"));
     assert_non_null(strstr(s.why, "restart intensity reached (at most 1 restart in 5000 ms)"));

@@ -30,10 +30,8 @@ static int bounce(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     peer_t *p = ctx->state;
     p->handled++;
-    if (p->fail_at && p->handled == p->fail_at)
-        return TR_EIO;
-    if (msg->type == TR_MSG_TIMER)
-        return 0;
+    if (p->fail_at && p->handled == p->fail_at) return TR_EIO;
+    if (msg->type == TR_MSG_TIMER) return 0;
     if (msg->step >= ROUNDS) {
         tr_actor_stop(ctx->rt, p->other);
         tr_actor_stop(ctx->rt, ctx->self);
@@ -42,8 +40,7 @@ static int bounce(tr_ctx_t *ctx, tr_msg_t *msg)
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_CREDIT);
     assert_non_null(m);
     m->step = msg->step + 1;
-    if (tr_actor_send(ctx->rt, p->other, m) < 0)
-        tr_msg_free(ctx->rt, m);
+    if (tr_actor_send(ctx->rt, p->other, m) < 0) tr_msg_free(ctx->rt, m);
     return 0;
 }
 
@@ -98,8 +95,8 @@ static void test_trace_runtime_records_spans_and_flows(void **state)
     snprintf(path, sizeof(path), "%s/trace_rank0.json", tmpdir);
     trace_counts_t c;
     json_t *root = trace_check_file(path, &c);
-    printf("spans %d, flows %d/%d, counters %d, lanes %d\n", c.spans, c.flow_starts,
-           c.flow_ends, c.counters, c.lanes_named);
+    printf("spans %d, flows %d/%d, counters %d, lanes %d\n", c.spans, c.flow_starts, c.flow_ends,
+           c.counters, c.lanes_named);
     /* every handled message is a span: ROUNDS+1 credits, the timer, the two stops (KILL);
      * the external lane adds a point span per send from outside an actor */
     assert_true(c.spans >= ROUNDS + 1 + 1 + 2);
@@ -151,8 +148,7 @@ static void test_trace_bad_lane_kind_is_refused(void **state)
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/troupe_test_trace_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    if (!mkdtemp(tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_runtime_records_spans_and_flows),
         cmocka_unit_test(test_trace_failure_dumps_flight_recorder),
@@ -161,7 +157,6 @@ int main(void)
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    if (rc == 0 && system(cmd) != 0)
-        rc = 1;
+    if (rc == 0 && system(cmd) != 0) rc = 1;
     return rc;
 }

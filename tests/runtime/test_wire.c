@@ -25,7 +25,10 @@ typedef struct vec_msg {
     char label[8];
 } vec_msg_t;
 
-#define VF(kind, f, doc) {#f, TR_FIELD_##kind, offsetof(vec_msg_t, f), sizeof(((vec_msg_t *)0)->f), doc}
+#define VF(kind, f, doc)                                                                           \
+    {                                                                                              \
+#f, TR_FIELD_##kind, offsetof(vec_msg_t, f), sizeof(((vec_msg_t *)0)->f), doc              \
+    }
 static const tr_field_desc_t vec_fields[] = {
     VF(ARRAY_F32, v, "a user's float v[16]"),
     VF(ARRAY_U64, ids, "three ids"),
@@ -33,8 +36,8 @@ static const tr_field_desc_t vec_fields[] = {
     VF(STR, label, "a label"),
 };
 #undef VF
-static const tr_msg_desc_t vec_desc = {MSG_VEC, "vec", "A user payload with arrays and bytes.",
-                                       sizeof(vec_msg_t), 4, vec_fields};
+static const tr_msg_desc_t vec_desc = {
+    MSG_VEC, "vec", "A user payload with arrays and bytes.", sizeof(vec_msg_t), 4, vec_fields};
 
 static void fill(vec_msg_t *b)
 {
@@ -224,8 +227,11 @@ static void test_buffer_registry_resolves_only_what_is_registered(void **state)
 {
     tr_runtime_t *rt = *state;
     float data[64];
-    tr_buffer_info_t info = {.name = "test/data", .base = data, .bytes = sizeof(data),
-                             .dtype = TR_DTYPE_F32, .device_type = TR_DEVICE_CPU};
+    tr_buffer_info_t info = {.name = "test/data",
+                             .base = data,
+                             .bytes = sizeof(data),
+                             .dtype = TR_DTYPE_F32,
+                             .device_type = TR_DEVICE_CPU};
     uint64_t id;
     assert_int_equal(tr_buffer_register(rt, &info, &id), 0);
     tr_buffer_info_t got;
