@@ -66,7 +66,11 @@ static double tick_step(double span_ms)
     return raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
 }
 
-/* Ticks every 1, 2 or 5 x 10^k ms from the window's start, labelled relative to it. */
+#define MAX_TICKS 100 /* about 10 are drawn; the bound holds whatever the window */
+
+/* Ticks every 1, 2 or 5 x 10^k ms from the window's start, labelled relative to it; none
+ * when the step is 0, NaN or too small to move along the window (timestamps so large that
+ * t0 + step == t0 in double), and never more than MAX_TICKS. */
 static void draw_axis(const plot_t *p, int height)
 {
     double span_ms = (p->t1 - p->t0) / 1e3, step = tick_step(span_ms);
@@ -74,7 +78,8 @@ static void draw_axis(const plot_t *p, int height)
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n"
             "<text x=\"6\" y=\"%d\" font-size=\"10\">ms from %.3f ms</text>\n",
             LABEL_W, TOP - 8, LABEL_W + p->plot_w, TOP - 8, TOP - 12, p->t0 / 1e3);
-    for (int i = 0; i * step <= span_ms * (1 + 1e-9); i++) {
+    if (!isfinite(step) || !(step > 0) || p->t0 + step * 1e3 == p->t0) return;
+    for (int i = 0; i <= MAX_TICKS && i * step <= span_ms * (1 + 1e-9); i++) {
         double rel = i * step, x = px(p, p->t0 + rel * 1e3);
         fprintf(p->out,
                 "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n"
@@ -218,7 +223,17 @@ static void draw_steps(const plot_t *p, int height)
     }
 }
 
-static void time_range(plot_t *p, const tr_plot_opts_t *o)
+/* Does some span lie in [t0, t1]? */
+static int window_has_span(const plot_t *p)
+{
+    for (size_t i = 0; i < p->t->n_spans; i++)
+        if (p->t->spans[i].end >= p->t0 && p->t->spans[i].ts <= p->t1) return 1;
+    return 0;
+}
+
+/* The window: every span, or o's [from, to] (to 0: up to the last span). TR_ERANGE when the
+ * window given selects no span: the picture would be empty. */
+static int time_range(plot_t *p, const tr_plot_opts_t *o)
 {
     p->t0 = INFINITY;
     p->t1 = -INFINITY;
@@ -234,22 +249,24 @@ static void time_range(plot_t *p, const tr_plot_opts_t *o)
     if (o && (o->from_us || o->to_us)) {
         p->t0 = o->from_us;
         p->t1 = o->to_us > o->from_us ? o->to_us : p->t1;
+        if (!(p->t1 >= p->t0) || !window_has_span(p)) return TR_ERANGE;
     }
-    if (!(p->t1 > p->t0)) { /* no spans, or one of zero length */
+    if (!(p->t1 > p->t0) || p->t0 + 1 == p->t0) { /* no spans, one of zero length, huge ts */
         p->t0 = isfinite(p->t0) ? p->t0 : 0;
-        p->t1 = p->t0 + 1;
+        p->t1 = p->t0 + fmax(1, fabs(p->t0) * 1e-9); /* a width t0 + it can resolve */
     }
+    return 0;
 }
 
 int tr_trace_plot_svg(const tr_trace_t *t, FILE *out, const tr_plot_opts_t *o)
 {
     plot_t p = {.t = t, .out = out, .width = o && o->width > LABEL_W + 100 ? o->width : 1600};
     p.plot_w = p.width - LABEL_W - 20;
+    if (time_range(&p, o)) return TR_ERANGE; /* nothing written */
     p.row = malloc(((size_t)t->n_lanes + 1) * sizeof(int));
     if (!p.row) return TR_ENOMEM;
     for (int l = 0; l < t->n_lanes; l++)
         p.row[l] = t->lane_count[l] ? p.rows++ : -1;
-    time_range(&p, o);
     int height = (int)row_y(p.rows) + 34;
     fprintf(out,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"

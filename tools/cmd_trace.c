@@ -153,9 +153,15 @@ static int write_output(const trace_args_t *a, tr_trace_t *t, const char *what)
     else
         err = tr_trace_merge_write(t, out);
     if (out != stdout && fclose(out)) err = err ? err : -1;
-    if (err)
+    if (err == TR_ERANGE) /* the plot's window selects no span */
+        fprintf(stderr,
+                "troupe trace plot: --from %g --to %g: no span of the trace lies in this "
+                "window (times are microseconds from the trace's start)\n",
+                a->plot.from_us, a->plot.to_us);
+    else if (err)
         fprintf(stderr, "troupe trace %s: cannot write %s\n", what,
                 a->output ? a->output : "stdout");
+    if (err && a->output) remove(a->output); /* no empty or half-written file left */
     return err ? 1 : 0;
 }
 

@@ -4,6 +4,7 @@
 # each bad value exits 2 naming the flag and the value. Good values draw the picture.
 # `troupe trace summary` counts a span nested in another of its lane (a pipeline stage's
 # forward inside the message that ran it) once: busy 140 of 180 us, not 260.
+# An empty window and huge timestamps end, bounded (below).
 set -euo pipefail
 troupe=$(cd "$1" && pwd)/troupe
 trace=$(cd "$2" && pwd)/tests/monitor/data/killed_rank1.json
@@ -32,7 +33,7 @@ done
 plot_fails "--to 5: expected a time after --from 10" --from 10 --to 5
 plot_fails "--width: expected a value after it" --width
 
-"$troupe" trace plot "$trace" -o "$tmp/t.svg" --width 800 --from 0 --to 5000 2> /dev/null ||
+"$troupe" trace plot "$trace" -o "$tmp/t.svg" --width 800 --from 1000000 --to 1005000 2> /dev/null ||
     fail "trace plot with good values failed"
 grep -q 'width="800"' "$tmp/t.svg" || fail "--width 800 was not used"
 
@@ -44,4 +45,30 @@ path="critical path: 0.180 ms over 3 spans (0.180 ms busy): stage0/pipe_xfer(For
 path+="BackwardPass) 0.100 -> comm/allreduce 0.040 -> stage0/pipe_xfer(ForwardPass) 0.040"
 grep -qF "$path" "$tmp/sum" ||
     { cat "$tmp/sum"; fail "nested spans: the critical path should be 3 outer spans"; }
-echo "trace cli: bad --width/--from/--to refused with exit 2; nested spans counted once"
+# issue 40 defect 2: a window that selects no span is refused naming --from/--to, and a trace
+# with nanosecond-size timestamps (ts 1.7e18 us, where t0 + 1 == t0 in double) draws a bounded
+# picture. Each run is bounded in time (timeout) and in file size (ulimit -f, 1 KiB blocks), so
+# a plot that never ends fails this test instead of filling the disk.
+bounded_plot() { (ulimit -f 8192; timeout 10 "$troupe" trace plot "$@"); }
+rm -f "$tmp/t.svg"
+rc=0
+bounded_plot "$trace" -o "$tmp/t.svg" --from 1e16 > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] || { cat "$tmp/err"; fail "trace plot --from 1e16: exit $rc, expected 1"; }
+grep -q -- "--from 1e+16 --to 0: no span of the trace lies in this window" "$tmp/err" ||
+    { cat "$tmp/err"; fail "trace plot --from 1e16: stderr should name the empty window"; }
+[ ! -e "$tmp/t.svg" ] || fail "trace plot --from 1e16: left a file behind"
+rc=0
+bounded_plot "$trace" -o "$tmp/t.svg" --from 1e16 --to 2e16 > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] || { cat "$tmp/err"; fail "trace plot --from 1e16 --to 2e16: exit $rc, expected 1"; }
+grep -q -- "--from 1e+16 --to 2e+16: no span" "$tmp/err" ||
+    { cat "$tmp/err"; fail "trace plot --from 1e16 --to 2e16: stderr should name the window"; }
+huge=$(cd "$2" && pwd)/tests/monitor/data/huge_ts_rank0.json
+rc=0
+bounded_plot "$huge" -o "$tmp/t.svg" > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$tmp/err"; fail "trace plot of ts 1.7e18: exit $rc, expected 0"; }
+size=$(stat -c %s "$tmp/t.svg")
+[ "$size" -lt 100000 ] || fail "trace plot of ts 1.7e18: $size bytes, expected a small picture"
+grep -q '</svg>' "$tmp/t.svg" || fail "trace plot of ts 1.7e18: the picture is not complete"
+
+echo "trace cli: bad --width/--from/--to refused with exit 2; nested spans counted once;"
+echo "an empty window refused naming --from/--to; nanosecond-size timestamps plotted, bounded"
