@@ -11,6 +11,7 @@
 #include "monitor/trace_model.h"
 #include "base/errf.h"
 #include "base/file.h"
+#include "troupe/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -394,6 +395,44 @@ static uint64_t clock_base(json_t *events)
     return 0;
 }
 
+/* The rank a file claims: its troupe_clock's args.rank, else its first event's pid; -1 if
+ * neither. */
+static int file_rank(json_t *events)
+{
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev)
+    {
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        json_t *rank = json_object_get(json_object_get(ev, "args"), "rank");
+        if (name && !strcmp(name, "troupe_clock") && json_is_integer(rank))
+            return (int)json_integer_value(rank);
+    }
+    json_array_foreach(events, i, ev)
+    {
+        json_t *pid = json_object_get(ev, "pid");
+        if (json_is_integer(pid)) return (int)json_integer_value(pid);
+    }
+    return -1;
+}
+
+/* Two files of one rank (a merged file next to the files it came from, a copy) would count
+ * that rank twice: say so, naming both. */
+static void warn_same_rank(const tr_trace_t *t)
+{
+    for (int i = 0; i < t->n_files; i++) {
+        int r = file_rank(t->files[i].events);
+        for (int j = 0; r >= 0 && j < i; j++)
+            if (file_rank(t->files[j].events) == r) {
+                tr_log(TR_LOG_WARN,
+                       "trace: %s and %s both claim rank %d; its spans are counted twice "
+                       "(a merged file or a copy among the inputs?)",
+                       t->files[j].path, t->files[i].path, r);
+                break;
+            }
+    }
+}
+
 static int read_files(tr_trace_t *t, char **names, int n, char *err, size_t cap)
 {
     t->files = calloc((size_t)n, sizeof(*t->files));
@@ -411,6 +450,7 @@ static int read_files(tr_trace_t *t, char **names, int n, char *err, size_t cap)
     for (int i = 0; i < t->n_files; i++)
         if (t->files[i].base_unix_ns)
             t->files[i].offset_us = (double)(t->files[i].base_unix_ns - t->base_unix_ns) / 1e3;
+    warn_same_rank(t);
     return 0;
 }
 

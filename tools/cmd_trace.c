@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <dirent.h>
 
 #include "commands.h"
 #include "troupe/trace.h"
@@ -137,6 +139,40 @@ static tr_trace_t *load(const char *path)
     return t;
 }
 
+/* Is `name` one of the files tr_trace_load reads from a directory (trace_rank*.json)? */
+static int is_trace_name(const char *name)
+{
+    size_t len = strlen(name);
+    return !strncmp(name, "trace_rank", 10) && len >= 15 && !strcmp(name + len - 5, ".json");
+}
+
+/* Refuses an output that is one of the inputs (the file given, or a trace_rank*.json of the
+ * directory given), compared by device and inode so another spelling, a symlink or a hard
+ * link of the input is caught too: opening it for writing would destroy the trace before it
+ * is written. 0 when the output is not an input (or does not exist yet). */
+static int output_is_input(const char *input, const char *output)
+{
+    struct stat o, in;
+    if (!output || stat(output, &o) || stat(input, &in)) return 0;
+    int same = 0;
+    if (!S_ISDIR(in.st_mode)) same = in.st_dev == o.st_dev && in.st_ino == o.st_ino;
+    DIR *d = S_ISDIR(in.st_mode) ? opendir(input) : NULL;
+    for (struct dirent *e; d && !same && (e = readdir(d));) {
+        char path[4096];
+        struct stat st;
+        if (!is_trace_name(e->d_name)) continue;
+        snprintf(path, sizeof(path), "%s/%s", input, e->d_name);
+        same = !stat(path, &st) && st.st_dev == o.st_dev && st.st_ino == o.st_ino;
+    }
+    if (d) closedir(d);
+    if (same)
+        fprintf(stderr,
+                "troupe trace: -o %s: is one of the input trace files; writing it would "
+                "destroy the trace. Give an output outside the inputs (e.g. merged.json)\n",
+                output);
+    return same;
+}
+
 /* Runs what on the loaded trace into a->output (stdout when NULL). */
 static int write_output(const trace_args_t *a, tr_trace_t *t, const char *what)
 {
@@ -182,6 +218,7 @@ int tr_cmd_trace(int argc, char **argv)
         fprintf(stderr, "troupe trace %s: give the output file with -o\n", what);
         return 2;
     }
+    if (output_is_input(a.input, a.output)) return 2;
     tr_trace_t *t = load(a.input);
     if (!t) return 1;
     int rc = write_output(&a, t, what);

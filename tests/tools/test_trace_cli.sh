@@ -4,7 +4,7 @@
 # each bad value exits 2 naming the flag and the value. Good values draw the picture.
 # `troupe trace summary` counts a span nested in another of its lane (a pipeline stage's
 # forward inside the message that ran it) once: busy 140 of 180 us, not 260.
-# An empty window and huge timestamps end, bounded (below).
+# An empty window and huge timestamps end, bounded; merge never overwrites an input (below).
 set -euo pipefail
 troupe=$(cd "$1" && pwd)/troupe
 trace=$(cd "$2" && pwd)/tests/monitor/data/killed_rank1.json
@@ -70,5 +70,31 @@ size=$(stat -c %s "$tmp/t.svg")
 [ "$size" -lt 100000 ] || fail "trace plot of ts 1.7e18: $size bytes, expected a small picture"
 grep -q '</svg>' "$tmp/t.svg" || fail "trace plot of ts 1.7e18: the picture is not complete"
 
+# issue 40 defect 9: merge refuses an output that is one of its inputs (by file identity, any
+# spelling), leaving it intact, and the loader warns when two files claim the same rank.
+mkdir "$tmp/run"
+cp "$nested" "$tmp/run/trace_rank0.json"
+cp "$trace" "$tmp/run/trace_rank1.json"
+cp "$tmp/run/trace_rank0.json" "$tmp/rank0.orig"
+for out in "$tmp/run/trace_rank0.json" "$tmp/run/./trace_rank0.json" "$tmp/run/../run/trace_rank1.json"; do
+    rc=0
+    "$troupe" trace merge "$tmp/run" -o "$out" > /dev/null 2> "$tmp/err" || rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "trace merge -o $out (an input): exit $rc, expected 2"; }
+    grep -qF -- "-o $out: is one of the input trace files" "$tmp/err" ||
+        { cat "$tmp/err"; fail "trace merge -o $out: stderr should name the output as an input"; }
+done
+cmp -s "$tmp/run/trace_rank0.json" "$tmp/rank0.orig" || fail "trace merge overwrote its input"
+cmp -s "$tmp/run/trace_rank1.json" "$trace" || fail "trace merge overwrote its input"
+rc=0
+"$troupe" trace merge "$tmp/run/trace_rank1.json" -o "$tmp/run/trace_rank1.json" 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "trace merge FILE -o FILE: exit $rc, expected 2"; }
+"$troupe" trace merge "$tmp/run" -o "$tmp/run/merged.json" 2> "$tmp/err" ||
+    { cat "$tmp/err"; fail "trace merge -o DIR/merged.json (not an input) failed"; }
+cp "$tmp/run/trace_rank1.json" "$tmp/run/trace_rank9.json"
+"$troupe" trace summary "$tmp/run" > /dev/null 2> "$tmp/err" || fail "trace summary of a copied rank failed"
+grep -q "trace_rank1.json and .*trace_rank9.json both claim rank 1" "$tmp/err" ||
+    { cat "$tmp/err"; fail "two files of rank 1: no warning on stderr"; }
+
 echo "trace cli: bad --width/--from/--to refused with exit 2; nested spans counted once;"
+echo "merge refuses an output that is an input; two files of one rank warned about;"
 echo "an empty window refused naming --from/--to; nanosecond-size timestamps plotted, bounded"
