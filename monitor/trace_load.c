@@ -196,6 +196,14 @@ typedef struct caps {
     size_t spans, flows, marks;
 } caps_t;
 
+/* The runtime's lifecycle messages (an actor told to stop, killed, or reporting its exit):
+ * sent when training is over (or before it starts), they carry whatever step the header
+ * held, 0 in practice, yet belong to no training step. */
+static int lifecycle(const char *name)
+{
+    return !strcmp(name, "kill") || !strcmp(name, "stop") || !strcmp(name, "exit");
+}
+
 static int add_span(tr_trace_t *t, caps_t *c, const tr__tfile_t *f, json_t *ev, size_t i, char *err,
                     size_t cap)
 {
@@ -213,9 +221,9 @@ static int add_span(tr_trace_t *t, caps_t *c, const tr__tfile_t *f, json_t *ev, 
     if (!s->name) s->name = "?";
     s->ts = ts + f->offset_us;
     s->end = s->ts + dur;
-    s->step = json_is_integer(json_object_get(args, "step"))
+    s->step = json_is_integer(json_object_get(args, "step")) && !lifecycle(s->name)
                   ? json_integer_value(json_object_get(args, "step"))
-                  : -1;
+                  : TR__STEP_NONE;
     s->micro_step = json_integer_value(json_object_get(args, "micro_step"));
     s->bytes = (uint64_t)json_integer_value(json_object_get(args, "bytes"));
     s->flow = flow_value(json_object_get(args, "flow"));

@@ -12,12 +12,17 @@
 #include "troupe/monitor.h"
 #include "troupe/trace.h"
 
+/* The step of a span outside any training step: one with no "step" argument, or the runtime's
+ * lifecycle traffic (kill, stop, exit), whatever step its header carried. The summary leaves
+ * such spans out of every step and counts them (per_rank[].nonstep_spans). */
+#define TR__STEP_NONE (-1)
+
 typedef struct tr__tspan {
     int rank;
     int lane; /* index into tr_trace.lanes */
     const char *name;
-    double ts, end; /* us */
-    int64_t step, micro_step;
+    double ts, end;           /* us */
+    int64_t step, micro_step; /* step: TR__STEP_NONE outside any training step */
     uint64_t bytes;
     uint64_t flow; /* the flow id of the message handled; 0 none */
     /* Nesting on the lane (build_index): a span lying wholly inside an earlier one of its lane

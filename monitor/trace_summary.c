@@ -4,7 +4,9 @@
  * its "step" marker, or its first span, to its last span's end) it computes the following.
  * When a rank's trace has step markers, a group of spans whose step has none is a straggler
  * of a step the window did not write (a span that ended just after its step closed): it is
- * counted as "outside_spans" rather than shown as a step of a few microseconds.
+ * counted as "outside_spans" rather than shown as a step of a few microseconds. Spans outside
+ * any training step (TR__STEP_NONE: the runtime's kill/stop/exit, spans with no step) are
+ * never a step: they are counted as "nonstep_spans".
  *  - busy time per actor: the time its lane is inside some span. A span wholly inside another
  *    of its lane (a pipeline stage's forward inside the span of the message that ran it,
  *    trace_model.h) is the outer span's time, counted once: busy never exceeds the wall time;
@@ -385,6 +387,11 @@ static void summarize_groups(const tr_trace_t *t, size_t *idx, summary_t *s)
             json_object_set_new(rank_obj, "steps", steps);
             json_array_append_new(s->ranks, rank_obj);
             total = (step_stat_t){.rank = first->rank};
+        }
+        if (first->step == TR__STEP_NONE) { /* shutdown traffic, spans with no step */
+            json_object_set_new(rank_obj, "nonstep_spans", json_integer((json_int_t)(j - i)));
+            i = j;
+            continue;
         }
         if (outside_window(t, first->rank, first->step)) {
             json_t *o = json_object_get(rank_obj, "outside_spans");

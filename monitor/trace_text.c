@@ -92,9 +92,13 @@ static void print_rank(FILE *out, json_t *r)
     json_int_t outside = json_integer_value(json_object_get(r, "outside_spans"));
     fprintf(out, "rank %d: %zu step%s", (int)json_integer_value(json_object_get(r, "rank")),
             json_array_size(steps), json_array_size(steps) == 1 ? "" : "s");
+    json_int_t nonstep = json_integer_value(json_object_get(r, "nonstep_spans"));
     if (outside)
         fprintf(out, " (%lld span%s of untraced steps left out)", (long long)outside,
                 outside == 1 ? "" : "s");
+    if (nonstep)
+        fprintf(out, " (%lld span%s outside any step left out: kill/stop/exit, no step)",
+                (long long)nonstep, nonstep == 1 ? "" : "s");
     fputc('\n', out);
     table_header(out);
     json_array_foreach(steps, i, st)

@@ -4,7 +4,8 @@
 # each bad value exits 2 naming the flag and the value. Good values draw the picture.
 # `troupe trace summary` counts a span nested in another of its lane (a pipeline stage's
 # forward inside the message that ran it) once: busy 140 of 180 us, not 260.
-# An empty window and huge timestamps end, bounded; merge never overwrites an input (below).
+# An empty window and huge timestamps end, bounded; merge never overwrites an input; the
+# runtime's shutdown messages are in no step (below).
 set -euo pipefail
 troupe=$(cd "$1" && pwd)/troupe
 trace=$(cd "$2" && pwd)/tests/monitor/data/killed_rank1.json
@@ -95,6 +96,22 @@ cp "$tmp/run/trace_rank1.json" "$tmp/run/trace_rank9.json"
 grep -q "trace_rank1.json and .*trace_rank9.json both claim rank 1" "$tmp/err" ||
     { cat "$tmp/err"; fail "two files of rank 1: no warning on stderr"; }
 
+# issue 40 defect 6: the runtime's shutdown traffic (kill/stop/exit, carrying step 0) is no
+# step's work: step 0 stays 0.050 ms, step 1 (0.070 ms) is the slowest, no path goes via kill.
+shutdown=$(cd "$2" && pwd)/tests/monitor/data/shutdown_rank0.json
+"$troupe" trace summary "$shutdown" > "$tmp/sum" || fail "trace summary of a shutdown failed"
+grep -qF "rank 0: 2 steps (4 spans outside any step left out: kill/stop/exit, no step)" "$tmp/sum" ||
+    { cat "$tmp/sum"; fail "shutdown: the 4 kill/stop/exit spans should be left out of every step"; }
+grep -qE "^ +0 +0\.050 " "$tmp/sum" || { cat "$tmp/sum"; fail "shutdown: step 0 should be 0.050 ms"; }
+grep -qF "slowest step 1 (0.070 ms)" "$tmp/sum" ||
+    { cat "$tmp/sum"; fail "shutdown: step 1 should be the slowest"; }
+! grep -qE "kill|exit|stop" <(grep "critical path" "$tmp/sum") ||
+    { cat "$tmp/sum"; fail "shutdown: the critical path goes through shutdown traffic"; }
+"$troupe" trace summary "$shutdown" --json > "$tmp/sum.json"
+grep -q '"nonstep_spans": *4' "$tmp/sum.json" ||
+    { cat "$tmp/sum.json"; fail "shutdown: --json should count nonstep_spans 4"; }
+
 echo "trace cli: bad --width/--from/--to refused with exit 2; nested spans counted once;"
+echo "shutdown's kill/stop/exit in no step;"
 echo "merge refuses an output that is an input; two files of one rank warned about;"
 echo "an empty window refused naming --from/--to; nanosecond-size timestamps plotted, bounded"
