@@ -5,7 +5,8 @@
  *   troupe trace merge DIR -o merged.json       every rank in one file, clocks aligned
  *
  * A file cut short by a crash is repaired as it is read. Exit status: 0, 1 when the trace
- * cannot be read or written, 2 for bad usage.
+ * cannot be read or written or the plot's window holds no span, 2 for bad usage (an output
+ * that is one of the inputs included).
  */
 #include <errno.h>
 #include <math.h>
@@ -189,15 +190,18 @@ static int write_output(const trace_args_t *a, tr_trace_t *t, const char *what)
     else
         err = tr_trace_merge_write(t, out);
     if (out != stdout && fclose(out)) err = err ? err : -1;
+    char to[64] = "";
+    if (a->plot.to_us > 0) snprintf(to, sizeof(to), " --to %g", a->plot.to_us);
     if (err == TR_ERANGE) /* the plot's window selects no span */
         fprintf(stderr,
-                "troupe trace plot: --from %g --to %g: no span of the trace lies in this "
-                "window (times are microseconds from the trace's start)\n",
-                a->plot.from_us, a->plot.to_us);
+                "troupe trace plot: --from %g%s: no span of the trace lies in this window "
+                "(times are microseconds on the trace's clock, as in its \"ts\" fields)\n",
+                a->plot.from_us, to);
     else if (err)
         fprintf(stderr, "troupe trace %s: cannot write %s\n", what,
                 a->output ? a->output : "stdout");
-    if (err && a->output) remove(a->output); /* no empty or half-written file left */
+    struct stat st; /* no empty or half-written file left; /dev/null and pipes stay */
+    if (err && a->output && !stat(a->output, &st) && S_ISREG(st.st_mode)) remove(a->output);
     return err ? 1 : 0;
 }
 
