@@ -346,6 +346,108 @@ static void test_engine_log_level_comes_from_the_config(void **state)
     tr_log_set_sink(NULL, NULL);
 }
 
+/* --- refused arguments (issue 40, defect 13) ----------------------------------------- */
+
+static tr_model_t *mlp(void)
+{
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    return model;
+}
+
+/* rc is TR_EINVAL and the thread's tr_last_error names `fn` and `arg`. */
+static void assert_refused(int rc, const char *fn, const char *arg)
+{
+    assert_int_equal(rc, TR_EINVAL);
+    if (!strstr(tr_last_error(), fn) || !strstr(tr_last_error(), arg))
+        fail_msg("%s: tr_last_error '%s' does not name %s", fn, tr_last_error(), arg);
+}
+
+static void test_engine_null_pointers_are_refused_with_a_message(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    char err[512];
+    tr_engine_t *eng = NULL;
+    tr_engine_opts_t o = {.config = cfg, .model = mlp(), .seq_len = 1, .seed = 7};
+    /* create: out, opts and opts->model; the model is the engine's also on failure */
+    assert_int_equal(tr_engine_create(NULL, &o, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "out is NULL"));
+    o.model = NULL; /* destroyed by the call */
+    assert_refused(tr_engine_create(NULL, &o, NULL, 0), "tr_engine_create", "out is NULL");
+    assert_refused(tr_engine_create(&eng, NULL, NULL, 0), "tr_engine_create", "opts is NULL");
+    assert_null(eng);
+    assert_int_equal(tr_engine_create(&eng, NULL, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "opts is NULL"));
+    o.model = NULL;
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "opts->model is NULL"));
+    o.model = mlp();
+    assert_refused(tr_engine_create(NULL, &o, err, 0), "tr_engine_create", "out is NULL");
+
+    /* every call on a NULL engine */
+    tr_step_stats_t st;
+    float loss;
+    tr_engine_batch_t b = {0};
+    tr_engine_memory_t mem;
+    assert_refused(tr_engine_train_batch(NULL, &st), "tr_engine_train_batch", "eng is NULL");
+    assert_refused(tr_engine_eval(NULL, 1, &loss), "tr_engine_eval", "eng is NULL");
+    assert_refused(tr_engine_forward(NULL, &b, &loss), "tr_engine_forward", "eng is NULL");
+    assert_refused(tr_engine_backward(NULL), "tr_engine_backward", "eng is NULL");
+    assert_refused(tr_engine_step(NULL, &st), "tr_engine_step", "eng is NULL");
+    assert_refused(tr_engine_is_boundary(NULL), "tr_engine_is_boundary", "eng is NULL");
+    assert_refused(tr_engine_save_checkpoint(NULL, tmpdir, NULL), "tr_engine_save_checkpoint",
+                   "eng is NULL");
+    assert_refused(tr_engine_wait_checkpoint(NULL), "tr_engine_wait_checkpoint", "eng is NULL");
+    assert_refused(tr_engine_load_checkpoint(NULL, tmpdir, NULL), "tr_engine_load_checkpoint",
+                   "eng is NULL");
+    assert_refused(tr_engine_rank(NULL), "tr_engine_rank", "eng is NULL");
+    assert_refused(tr_engine_world(NULL), "tr_engine_world", "eng is NULL");
+    assert_refused(tr_engine_stop_requested(NULL), "tr_engine_stop_requested", "eng is NULL");
+    assert_non_null(strstr(tr_engine_error(NULL), "eng is NULL"));
+    assert_null(tr_engine_model(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_model", "eng is NULL");
+    assert_null(tr_engine_config(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_config", "eng is NULL");
+    assert_null(tr_engine_runtime(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_runtime", "eng is NULL");
+    assert_int_equal(tr_engine_global_step(NULL), 0);
+    assert_refused(TR_EINVAL, "tr_engine_global_step", "eng is NULL");
+    memset(&mem, 0xff, sizeof(mem));
+    tr_engine_memory(NULL, &mem);
+    assert_refused(TR_EINVAL, "tr_engine_memory", "eng is NULL");
+    assert_int_equal(mem.params, 0);
+    tr_engine_destroy(NULL);
+
+    /* the other pointers, on an engine: tr_engine_error says it too */
+    eng = engine(cfg);
+    assert_refused(tr_engine_eval(eng, 1, NULL), "tr_engine_eval", "loss is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "loss is NULL"));
+    assert_refused(tr_engine_forward(eng, NULL, &loss), "tr_engine_forward", "batch is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "batch is NULL"));
+    float x[4 * XD];
+    int t[4];
+    test_mlp_batch(NULL, 0, 4, 1, NULL, x, t, NULL);
+    b = (tr_engine_batch_t){.x = x, .targets = t};
+    assert_refused(tr_engine_forward(eng, &b, NULL), "tr_engine_forward", "loss is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "loss is NULL"));
+    assert_refused(tr_engine_save_checkpoint(eng, NULL, NULL), "tr_engine_save_checkpoint",
+                   "dir is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "dir is NULL"));
+    assert_refused(tr_engine_load_checkpoint(eng, NULL, "t"), "tr_engine_load_checkpoint",
+                   "dir is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "dir is NULL"));
+    tr_engine_memory(eng, NULL);
+    assert_refused(TR_EINVAL, "tr_engine_memory", "out is NULL");
+    /* still usable */
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -373,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_engine_deterministic_mode_trains_and_replays),
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
         cmocka_unit_test(test_engine_log_level_comes_from_the_config),
+        cmocka_unit_test(test_engine_null_pointers_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
