@@ -5,6 +5,8 @@
  * layer (never an empty one); a dataset whose widths do not match the model is refused at
  * create, naming both widths. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -346,7 +349,7 @@ static void test_engine_log_level_comes_from_the_config(void **state)
     tr_log_set_sink(NULL, NULL);
 }
 
-/* --- refused arguments (issue 40, defect 13) ----------------------------------------- */
+/* --- refused arguments (issue 40, defects 12 and 13) -------------------------------------- */
 
 static tr_model_t *mlp(void)
 {
@@ -448,6 +451,101 @@ static void test_engine_null_pointers_are_refused_with_a_message(void **state)
     tr_config_destroy(cfg);
 }
 
+static void test_engine_bad_checkpoint_tags_are_named(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_t *eng = engine(cfg);
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, "", NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_engine_error(eng), "dir is empty"));
+    assert_int_equal(tr_engine_load_checkpoint(eng, "", NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_engine_error(eng), "dir is empty"));
+    const char *bad[] = {"..", ".", "a/b", "../escape", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "tag '%s'", bad[i]);
+        assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, bad[i]), TR_EINVAL);
+        if (!strstr(tr_engine_error(eng), want))
+            fail_msg("save, tag '%s': error '%s'", bad[i], tr_engine_error(eng));
+        assert_non_null(strstr(tr_last_error(), want));
+        assert_int_equal(tr_engine_load_checkpoint(eng, tmpdir, bad[i]), TR_EINVAL);
+        if (!strstr(tr_engine_error(eng), want))
+            fail_msg("load, tag '%s': error '%s'", bad[i], tr_engine_error(eng));
+    }
+    /* nothing escaped the directory */
+    struct stat sb;
+    char path[400];
+    snprintf(path, sizeof(path), "%s/../escape", tmpdir);
+    assert_int_not_equal(stat(path, &sb), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, "ok"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+/* A batch source that holds its first batch until the test opens the gate (10 s at most). */
+static atomic_int gate_entered, gate_open;
+
+static int gated_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                       int *targets, float *y)
+{
+    atomic_store(&gate_entered, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&gate_open); i++)
+        usleep(1000);
+    return test_mlp_batch(user, index, B, T, tokens, x, targets, y);
+}
+
+struct train_arg {
+    tr_engine_t *eng;
+    int rc;
+};
+
+static void *train_thread(void *p)
+{
+    struct train_arg *a = p;
+    a->rc = tr_engine_train_batch(a->eng, NULL);
+    return NULL;
+}
+
+static void test_engine_concurrent_call_is_refused_with_a_message(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = mlp(),
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = gated_batch, .x_dim = XD}};
+    tr_engine_t *eng;
+    char err[512];
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
+    atomic_store(&gate_entered, 0);
+    atomic_store(&gate_open, 0);
+    struct train_arg a = {.eng = eng, .rc = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, train_thread, &a), 0);
+    /* the loader starts at the first train request: once it asks for a batch, the other
+     * thread's call is running */
+    for (int i = 0; i < 10000 && !atomic_load(&gate_entered); i++)
+        usleep(1000);
+    assert_true(atomic_load(&gate_entered));
+    int rc = tr_engine_train_batch(eng, NULL);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", tr_last_error());
+    atomic_store(&gate_open, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(rc, TR_EBUSY);
+    if (!strstr(why, "tr_engine_train_batch") || !strstr(why, "another call"))
+        fail_msg("refused call's tr_last_error: '%s'", why);
+    assert_int_equal(a.rc, 0); /* the running call was not disturbed */
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_global_step(eng), 2);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -476,6 +574,8 @@ int main(void)
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
         cmocka_unit_test(test_engine_log_level_comes_from_the_config),
         cmocka_unit_test(test_engine_null_pointers_are_refused_with_a_message),
+        cmocka_unit_test(test_engine_bad_checkpoint_tags_are_named),
+        cmocka_unit_test(test_engine_concurrent_call_is_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
