@@ -481,19 +481,26 @@ int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
     return leave_call(eng, train_batch(eng, stats));
 }
 
-int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
+/* The checks and calls below run inside enter_call/leave_call: they write the engine's error,
+ * which belongs to the one running call. */
+static int eval(tr_engine_t *eng, int n_batches, float *loss)
 {
-    if (!eng) return no_engine("tr_engine_eval");
     if (!loss) return null_arg(eng, "tr_engine_eval", "loss", "a float to receive the mean loss");
     if (!eng->val || n_batches <= 0)
         return explain(eng, TR_EINVAL, "%s",
                        eng->val ? "tr_engine_eval: n_batches must be positive"
                                 : "tr_engine_eval: no dataset to evaluate on");
+    int rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
+    if (rc == 0) *loss = eng->last.loss;
+    return rc;
+}
+
+int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
+{
+    if (!eng) return no_engine("tr_engine_eval");
     int rc = enter_call(eng, "tr_engine_eval");
     if (rc < 0) return rc;
-    rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
-    if (rc == 0) *loss = eng->last.loss;
-    return leave_call(eng, rc);
+    return leave_call(eng, eval(eng, n_batches, loss));
 }
 
 /* Copies the caller's batch into the registered staging buffers the request names. */
@@ -524,6 +531,10 @@ static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engi
 
 static int forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
+    if (!batch)
+        return null_arg(eng, "tr_engine_forward", "batch", "a micro-batch (tr_engine_batch_t)");
+    if (!loss)
+        return null_arg(eng, "tr_engine_forward", "loss", "a float to receive the batch's loss");
     tr_msg_t *m = tr__request_new(eng->plan.rt, TR__REQ_FORWARD);
     if (!m) return refuse(eng, TR_ENOMEM, "tr_engine_forward: out of memory");
     int rc = stage_batch(eng, batch, TR_MSG_AS(m, engine_req));
@@ -539,10 +550,6 @@ static int forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
     if (!eng) return no_engine("tr_engine_forward");
-    if (!batch)
-        return null_arg(eng, "tr_engine_forward", "batch", "a micro-batch (tr_engine_batch_t)");
-    if (!loss)
-        return null_arg(eng, "tr_engine_forward", "loss", "a float to receive the batch's loss");
     int rc = enter_call(eng, "tr_engine_forward");
     if (rc < 0) return rc;
     return leave_call(eng, forward(eng, batch, loss));
@@ -629,8 +636,10 @@ static void settle_last_save(tr_engine_t *eng)
 
 static int save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
+    int rc = check_checkpoint_args(eng, "tr_engine_save_checkpoint", dir, tag);
+    if (rc < 0) return rc;
     settle_last_save(eng);
-    int rc = checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
+    rc = checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
     if (rc < 0 || eng->cfg->checkpoint.writer_decoupled) return rc;
     return wait_checkpoint(eng); /* checkpoint.writer.decoupled false */
 }
@@ -638,22 +647,25 @@ static int save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
     if (!eng) return no_engine("tr_engine_save_checkpoint");
-    int rc = check_checkpoint_args(eng, "tr_engine_save_checkpoint", dir, tag);
-    if (rc < 0) return rc;
-    rc = enter_call(eng, "tr_engine_save_checkpoint");
+    int rc = enter_call(eng, "tr_engine_save_checkpoint");
     if (rc < 0) return rc;
     return leave_call(eng, save_checkpoint(eng, dir, tag));
+}
+
+static int load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
+{
+    int rc = check_checkpoint_args(eng, "tr_engine_load_checkpoint", dir, tag);
+    if (rc < 0) return rc;
+    settle_last_save(eng);
+    return checkpoint_call(eng, TR__REQ_LOAD, dir, tag);
 }
 
 int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
     if (!eng) return no_engine("tr_engine_load_checkpoint");
-    int rc = check_checkpoint_args(eng, "tr_engine_load_checkpoint", dir, tag);
+    int rc = enter_call(eng, "tr_engine_load_checkpoint");
     if (rc < 0) return rc;
-    rc = enter_call(eng, "tr_engine_load_checkpoint");
-    if (rc < 0) return rc;
-    settle_last_save(eng);
-    return leave_call(eng, checkpoint_call(eng, TR__REQ_LOAD, dir, tag));
+    return leave_call(eng, load_checkpoint(eng, dir, tag));
 }
 
 const char *tr_engine_error(const tr_engine_t *eng)

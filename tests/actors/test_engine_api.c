@@ -534,12 +534,16 @@ static void test_engine_concurrent_call_is_refused_with_a_message(void **state)
     int rc = tr_engine_train_batch(eng, NULL);
     char why[256];
     snprintf(why, sizeof(why), "%s", tr_last_error());
+    /* any call, even one with a bad argument: the engine's error is the running call's */
+    assert_int_equal(tr_engine_save_checkpoint(eng, NULL, NULL), TR_EBUSY);
+    assert_int_equal(tr_engine_forward(eng, NULL, NULL), TR_EBUSY);
     atomic_store(&gate_open, 1);
     pthread_join(th, NULL);
     assert_int_equal(rc, TR_EBUSY);
     if (!strstr(why, "tr_engine_train_batch") || !strstr(why, "another call"))
         fail_msg("refused call's tr_last_error: '%s'", why);
     assert_int_equal(a.rc, 0); /* the running call was not disturbed */
+    assert_string_equal(tr_engine_error(eng), "");
     assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
     assert_int_equal(tr_engine_global_step(eng), 2);
     tr_engine_destroy(eng);
