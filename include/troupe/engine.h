@@ -85,8 +85,8 @@ typedef struct tr_engine_opts {
 
 /* Creates the engine into *out. Errors (a bad config, a dataset that cannot be opened, a model
  * the config cannot train; NULL out, opts or opts->model: TR_EINVAL) return a negative code and
- * a message, in err when it is not NULL (errlen bytes), else in tr_last_error(). The thread that
- * will drive it. */
+ * a message, in err when it is not NULL (errlen bytes) and in tr_last_error(). The thread
+ * that will drive it. */
 int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *opts, char *err, size_t errlen);
 
 /* Stops the actors and frees everything, the model too. NULL does nothing. */
@@ -189,11 +189,11 @@ const char *tr_engine_error(const tr_engine_t *eng);
 
 /* The engine's model, as a read-only view: the executor owns it. Its parameters may be read
  * between calls (not while a call runs); to change them, load a checkpoint. The caller's
- * thread. Those three return NULL for a NULL eng (tr_last_error() says so). */
+ * thread. Both return NULL for a NULL eng (tr_last_error() says so). */
 const tr_model_t *tr_engine_model(const tr_engine_t *eng);
 const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 
-/* The runtime the actors run on (for tracing and counters). */
+/* The runtime the actors run on (for tracing and counters). NULL for a NULL eng. */
 tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
 
 /* Optimizer steps taken so far, skipped ones included (tr_step_stats_t.global_step); after
@@ -218,11 +218,12 @@ typedef struct tr_engine_memory {
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
 
 /* This process's data-parallel rank and the world size (1 for a single process). Any thread.
- * TR_EINVAL for a NULL eng, as below. */
+ * TR_EINVAL for a NULL eng. */
 int tr_engine_rank(const tr_engine_t *eng);
 int tr_engine_world(const tr_engine_t *eng);
 
-/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. */
+/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. TR_EINVAL
+ * (non-zero: stop) for a NULL eng. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
 
 #ifdef __cplusplus
