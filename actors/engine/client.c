@@ -1,12 +1,12 @@
 /* client.c: the client endpoint (client.h): the caller's reply slot, the engine's supervisor,
  * failure and the resolution of tensor references.
  *
- * Design. One caller thread waits at a time (the engine's calls are not concurrent). It sets
- * `waiting` under mu, sends its request and sleeps on cv; the actor that ends the request
- * (tr__reply), an actor that fails the engine (tr__engine_fail) or the supervisor hearing a
- * child's failed exit writes rc, the reply and the explanation under mu, clears `waiting` and
- * broadcasts. The first failure stands: what follows it changes neither the code nor the
- * text, and every later call returns it.
+ * Design. One caller thread waits at a time (engine.c's enter_call refuses a concurrent call
+ * with TR_EBUSY). It sets `waiting` under mu, sends its request and sleeps on cv; the actor
+ * that ends the request (tr__reply), an actor that fails the engine (tr__engine_fail) or the
+ * supervisor hearing a child's failed exit writes rc, the reply and the explanation under mu,
+ * clears `waiting` and broadcasts. The first failure stands: what follows it changes neither the
+ * code nor the text, and every later call returns it.
  */
 #include <pthread.h>
 #include <stdarg.h>

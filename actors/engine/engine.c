@@ -14,6 +14,9 @@
  * the actors have stopped and no thread still records.
  */
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +25,54 @@
 #include "actors/engine/client.h"
 #include "actors/engine/engine_internal.h"
 #include "actors/engine/setup_check.h"
+#include "base/errf.h"
 #include "base/file.h"
+
+/* --- explaining a refused call ------------------------------------------------------------ */
+
+/* A call on a NULL engine: the thread's tr_last_error says so (there is no engine to hold the
+ * text). */
+static int no_engine(const char *fn)
+{
+    return tr__error(TR_EINVAL, "%s: eng is NULL; pass the engine tr_engine_create made", fn);
+}
+
+/* A refused call's explanation, in the engine's error (tr_engine_error) and the thread's
+ * tr_last_error alike; returns rc. */
+__attribute__((format(printf, 3, 4))) static int explain(tr_engine_t *eng, int rc, const char *fmt,
+                                                         ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(eng->error, sizeof(eng->error), fmt, ap);
+    va_end(ap);
+    return tr__error(rc, "%s", eng->error);
+}
+
+/* A required pointer argument `arg` of `fn` that is NULL. */
+static int null_arg(tr_engine_t *eng, const char *fn, const char *arg, const char *expected)
+{
+    return explain(eng, TR_EINVAL, "%s: %s is NULL; expected %s", fn, arg, expected);
+}
+
+/* Calls that send requests share the reply slot and the staging batch: one at a time. A call
+ * made while another thread's runs is refused with TR_EBUSY; its explanation goes to this
+ * thread's tr_last_error only, since the engine's error belongs to the running call. */
+static int enter_call(tr_engine_t *eng, const char *fn)
+{
+    bool idle = false;
+    if (atomic_compare_exchange_strong(&eng->in_call, &idle, true)) return 0;
+    return tr__error(TR_EBUSY,
+                     "%s: another call on this engine is still running (in another thread); "
+                     "call the engine from one thread at a time",
+                     fn);
+}
+
+static int leave_call(tr_engine_t *eng, int rc)
+{
+    atomic_store(&eng->in_call, false);
+    return rc;
+}
 
 /* Copies s into a message's string field of capacity cap; a string that does not fit is an
  * error naming what it is, never a truncation. */
@@ -269,24 +319,37 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
     return rc;
 }
 
+/* create's failure: the text in err and, for a caller that passed no err, the thread's
+ * tr_last_error. */
+static int create_failed(int rc, const char *err)
+{
+    return tr__error(rc, "%s", err);
+}
+
 int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
-    char scratch[8];
-    if (!err) {
+    char scratch[256];
+    if (!err || !errlen) {
         err = scratch;
         errlen = sizeof(scratch);
     }
     err[0] = '\0';
-    *out = NULL;
-    if (!o || !o->model) {
-        return tr__errf(err, errlen, TR_EINVAL, "engine: no model");
+    if (!out || !o || !o->model) {
+        if (o && !out) tr_model_destroy(o->model); /* the engine's, also on failure */
+        const char *why = !out ? "out is NULL; expected the address of a tr_engine_t * to set"
+                          : !o ? "opts is NULL; expected the engine's options"
+                               : "opts->model is NULL; expected the model to train";
+        tr__errf(err, errlen, TR_EINVAL, "tr_engine_create: %s", why);
+        return create_failed(TR_EINVAL, err);
     }
+    *out = NULL;
     tr_engine_t *eng = calloc(1, sizeof(*eng));
     if (eng) eng->plan.client = tr__client_create();
     if (!eng || !eng->plan.client) {
         free(eng);
         tr_model_destroy(o->model);
-        return tr__errf(err, errlen, TR_ENOMEM, "engine: out of memory");
+        tr__errf(err, errlen, TR_ENOMEM, "engine: out of memory");
+        return create_failed(TR_ENOMEM, err);
     }
     eng->model = o->model;
     eng->plan.model = o->model;
@@ -294,7 +357,7 @@ int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *o, char *err, si
     int rc = create(eng, o, err, errlen);
     if (rc < 0) {
         tr_engine_destroy(eng);
-        return rc;
+        return create_failed(rc, err);
     }
     eng->created = true;
     *out = eng;
@@ -349,13 +412,15 @@ static void dump_flight(tr_engine_t *eng)
                eng->flight_path);
 }
 
+static int wait_checkpoint(tr_engine_t *eng);
+
 void tr_engine_destroy(tr_engine_t *eng)
 {
     if (!eng) return;
     if (eng->created && eng->last.window == 0) /* the last save's files and latest (a failure
                                                 * was logged then); not mid-window, where a
                                                 * wait's round could meet a step's collectives */
-        tr_engine_wait_checkpoint(eng);
+        wait_checkpoint(eng);
     if (eng->plan.rt) {
         stop_actors(eng);
         int rc = 0;
@@ -391,11 +456,10 @@ void tr_engine_destroy(tr_engine_t *eng)
 
 static int refuse(tr_engine_t *eng, int rc, const char *what)
 {
-    snprintf(eng->error, sizeof(eng->error), "%s", what);
-    return rc;
+    return explain(eng, rc, "%s", what);
 }
 
-int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
+static int train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
 {
     if (!eng->train)
         return refuse(eng, TR_EINVAL,
@@ -409,15 +473,34 @@ int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
     return rc;
 }
 
+int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats)
+{
+    if (!eng) return no_engine("tr_engine_train_batch");
+    int rc = enter_call(eng, "tr_engine_train_batch");
+    if (rc < 0) return rc;
+    return leave_call(eng, train_batch(eng, stats));
+}
+
+/* The checks and calls below run inside enter_call/leave_call: they write the engine's error,
+ * which belongs to the one running call. */
+static int eval(tr_engine_t *eng, int n_batches, float *loss)
+{
+    if (!loss) return null_arg(eng, "tr_engine_eval", "loss", "a float to receive the mean loss");
+    if (!eng->val || n_batches <= 0)
+        return explain(eng, TR_EINVAL, "%s",
+                       eng->val ? "tr_engine_eval: n_batches must be positive"
+                                : "tr_engine_eval: no dataset to evaluate on");
+    int rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
+    if (rc == 0) *loss = eng->last.loss;
+    return rc;
+}
+
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss)
 {
-    if (!eng->val || n_batches <= 0)
-        return refuse(eng, TR_EINVAL,
-                      eng->val ? "tr_engine_eval: n_batches must be positive"
-                               : "tr_engine_eval: no dataset to evaluate on");
-    int rc = call_simple(eng, eng->plan.executor, TR__REQ_EVAL, (uint32_t)n_batches);
-    if (rc == 0 && loss) *loss = eng->last.loss;
-    return rc;
+    if (!eng) return no_engine("tr_engine_eval");
+    int rc = enter_call(eng, "tr_engine_eval");
+    if (rc < 0) return rc;
+    return leave_call(eng, eval(eng, n_batches, loss));
 }
 
 /* Copies the caller's batch into the registered staging buffers the request names. */
@@ -446,35 +529,53 @@ static int stage_batch(tr_engine_t *eng, const tr_engine_batch_t *b, tr_msg_engi
     return 0;
 }
 
-int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
+static int forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
 {
-    if (!batch) return refuse(eng, TR_EINVAL, "tr_engine_forward: no batch");
+    if (!batch)
+        return null_arg(eng, "tr_engine_forward", "batch", "a micro-batch (tr_engine_batch_t)");
+    if (!loss)
+        return null_arg(eng, "tr_engine_forward", "loss", "a float to receive the batch's loss");
     tr_msg_t *m = tr__request_new(eng->plan.rt, TR__REQ_FORWARD);
     if (!m) return refuse(eng, TR_ENOMEM, "tr_engine_forward: out of memory");
     int rc = stage_batch(eng, batch, TR_MSG_AS(m, engine_req));
     if (rc < 0) {
         tr_msg_free(eng->plan.rt, m);
-        return rc;
+        return tr__error(rc, "%s", eng->error);
     }
     rc = call(eng, eng->plan.executor, m);
-    if (rc == 0 && loss) *loss = eng->last.loss;
+    if (rc == 0) *loss = eng->last.loss;
     return rc;
+}
+
+int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss)
+{
+    if (!eng) return no_engine("tr_engine_forward");
+    int rc = enter_call(eng, "tr_engine_forward");
+    if (rc < 0) return rc;
+    return leave_call(eng, forward(eng, batch, loss));
 }
 
 int tr_engine_backward(tr_engine_t *eng)
 {
-    return call_simple(eng, eng->plan.executor, TR__REQ_BACKWARD, 0);
+    if (!eng) return no_engine("tr_engine_backward");
+    int rc = enter_call(eng, "tr_engine_backward");
+    if (rc < 0) return rc;
+    return leave_call(eng, call_simple(eng, eng->plan.executor, TR__REQ_BACKWARD, 0));
 }
 
 int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats)
 {
-    int rc = call_simple(eng, eng->plan.executor, TR__REQ_STEP, 0);
+    if (!eng) return no_engine("tr_engine_step");
+    int rc = enter_call(eng, "tr_engine_step");
+    if (rc < 0) return rc;
+    rc = call_simple(eng, eng->plan.executor, TR__REQ_STEP, 0);
     if (rc >= 0 && stats) *stats = eng->last.stats;
-    return rc > 0 ? 0 : rc; /* 1: not a boundary, a no-op as in DeepSpeed */
+    return leave_call(eng, rc > 0 ? 0 : rc); /* 1: not a boundary, a no-op as in DeepSpeed */
 }
 
 int tr_engine_is_boundary(const tr_engine_t *eng)
 {
+    if (!eng) return no_engine("tr_engine_is_boundary");
     return eng->last.micro_pos == eng->plan.GAS - 1;
 }
 
@@ -482,17 +583,10 @@ int tr_engine_is_boundary(const tr_engine_t *eng)
 static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *dir, const char *tag)
 {
     const char *what = kind == TR__REQ_SAVE ? "save" : "load";
-    if (!dir || !*dir)
-        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL, "%s: no directory", what);
     if (eng->last.window != 0)
         return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
                         "%s: in the middle of an accumulation window; %s between steps", what,
                         what);
-    if (tag && (strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, "..")))
-        return tr__errf(eng->error, sizeof(eng->error), TR_EINVAL,
-                        "%s: checkpoint tag '%.200s' is not a "
-                        "directory name",
-                        what, tag);
     tr_msg_t *m = tr__request_new(eng->plan.rt, kind);
     if (!m) return refuse(eng, TR_ENOMEM, "checkpoint: out of memory");
     tr_msg_engine_req_t *r = TR_MSG_AS(m, engine_req);
@@ -506,74 +600,148 @@ static int checkpoint_call(tr_engine_t *eng, tr__req_kind_t kind, const char *di
     return call(eng, kind == TR__REQ_SAVE ? eng->plan.executor : eng->plan.checkpointer, m);
 }
 
-int tr_engine_wait_checkpoint(tr_engine_t *eng)
+/* The arguments of a save or load (fn): a directory, and a tag that is one directory name. */
+static int check_checkpoint_args(tr_engine_t *eng, const char *fn, const char *dir, const char *tag)
+{
+    if (!dir) return null_arg(eng, fn, "dir", "the checkpoints' directory");
+    if (!*dir) return explain(eng, TR_EINVAL, "%s: dir is empty; expected a directory", fn);
+    if (tag && (!*tag || strchr(tag, '/') || !strcmp(tag, ".") || !strcmp(tag, "..")))
+        return explain(eng, TR_EINVAL,
+                       "%s: tag '%.200s' is not a directory name; expected a name without '/', "
+                       "other than '.' and '..' (or NULL for global_step<N>)",
+                       fn, tag);
+    return 0;
+}
+
+static int wait_checkpoint(tr_engine_t *eng)
 {
     return call_simple(eng, eng->plan.executor, TR__REQ_WAIT, 0);
+}
+
+int tr_engine_wait_checkpoint(tr_engine_t *eng)
+{
+    if (!eng) return no_engine("tr_engine_wait_checkpoint");
+    int rc = enter_call(eng, "tr_engine_wait_checkpoint");
+    if (rc < 0) return rc;
+    return leave_call(eng, wait_checkpoint(eng));
 }
 
 /* A save or load begins once the last save has finished; its failure was logged when it
  * happened and is not this call's. */
 static void settle_last_save(tr_engine_t *eng)
 {
-    tr_engine_wait_checkpoint(eng);
+    wait_checkpoint(eng);
     eng->error[0] = '\0';
+}
+
+static int save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
+{
+    int rc = check_checkpoint_args(eng, "tr_engine_save_checkpoint", dir, tag);
+    if (rc < 0) return rc;
+    settle_last_save(eng);
+    rc = checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
+    if (rc < 0 || eng->cfg->checkpoint.writer_decoupled) return rc;
+    return wait_checkpoint(eng); /* checkpoint.writer.decoupled false */
 }
 
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
-    settle_last_save(eng);
-    int rc = checkpoint_call(eng, TR__REQ_SAVE, dir, tag);
-    if (rc < 0 || eng->cfg->checkpoint.writer_decoupled) return rc;
-    return tr_engine_wait_checkpoint(eng); /* checkpoint.writer.decoupled false */
+    if (!eng) return no_engine("tr_engine_save_checkpoint");
+    int rc = enter_call(eng, "tr_engine_save_checkpoint");
+    if (rc < 0) return rc;
+    return leave_call(eng, save_checkpoint(eng, dir, tag));
 }
 
-int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
+static int load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
 {
+    int rc = check_checkpoint_args(eng, "tr_engine_load_checkpoint", dir, tag);
+    if (rc < 0) return rc;
     settle_last_save(eng);
     return checkpoint_call(eng, TR__REQ_LOAD, dir, tag);
 }
 
+int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag)
+{
+    if (!eng) return no_engine("tr_engine_load_checkpoint");
+    int rc = enter_call(eng, "tr_engine_load_checkpoint");
+    if (rc < 0) return rc;
+    return leave_call(eng, load_checkpoint(eng, dir, tag));
+}
+
 const char *tr_engine_error(const tr_engine_t *eng)
 {
+    if (!eng) {
+        no_engine("tr_engine_error");
+        return "tr_engine_error: eng is NULL; pass the engine tr_engine_create made";
+    }
     return eng->error;
 }
 
 const tr_model_t *tr_engine_model(const tr_engine_t *eng)
 {
+    if (!eng) {
+        no_engine("tr_engine_model");
+        return NULL;
+    }
     return eng->model;
 }
 
 const tr_config_t *tr_engine_config(const tr_engine_t *eng)
 {
+    if (!eng) {
+        no_engine("tr_engine_config");
+        return NULL;
+    }
     return eng->cfg;
 }
 
 tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 {
+    if (!eng) {
+        no_engine("tr_engine_runtime");
+        return NULL;
+    }
     return eng->plan.rt;
 }
 
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
+    if (!eng) return no_engine("tr_engine_stop_requested");
     return tr__client_stop_requested(eng->plan.client);
 }
 
 uint64_t tr_engine_global_step(const tr_engine_t *eng)
 {
+    if (!eng) {
+        no_engine("tr_engine_global_step");
+        return 0;
+    }
     return eng->last.global_step;
 }
 
 int tr_engine_rank(const tr_engine_t *eng)
 {
+    if (!eng) return no_engine("tr_engine_rank");
     return eng->plan.rank;
 }
 
 int tr_engine_world(const tr_engine_t *eng)
 {
+    if (!eng) return no_engine("tr_engine_world");
     return eng->plan.world;
 }
 
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out)
 {
+    if (!out) {
+        tr__error(TR_EINVAL,
+                  "tr_engine_memory: out is NULL; expected a tr_engine_memory_t to fill");
+        return;
+    }
+    if (!eng) {
+        memset(out, 0, sizeof(*out));
+        no_engine("tr_engine_memory");
+        return;
+    }
     *out = eng->memory;
 }

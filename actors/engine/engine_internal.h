@@ -7,6 +7,7 @@
 #define TR_ACTORS_ENGINE_ENGINE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "actors/ckpt/ckpt.h"
@@ -46,6 +47,10 @@ struct tr_engine {
     bool driving;
     bool created; /* tr_engine_create succeeded: the actors answer calls */
     int driver_rc;
+
+    /* a call that sends requests is running (enter_call in engine.c): another thread's call
+     * meanwhile is refused with TR_EBUSY instead of sharing the reply slot (any thread) */
+    atomic_bool in_call;
 
     /* --- the caller's thread only --- */
     void *stage_in, *stage_targets, *stage_y;

@@ -14,6 +14,12 @@
  * or any other, but never from inside an actor. Failures inside the actors (a layer's forward
  * returning an error, a checkpoint that cannot be written, a loss-scale underflow) come back
  * as the call's error, and tr_engine_error says which actor, layer and step.
+ *
+ * Arguments are checked first: a NULL engine, out-pointer or required input returns TR_EINVAL
+ * (never a crash) with a message naming the function and the argument, in the thread's
+ * tr_last_error() and, when there is an engine, in tr_engine_error too. A call made while
+ * another thread's call on the same engine runs returns TR_EBUSY, explained in the refused
+ * thread's tr_last_error() (tr_engine_error stays the running call's).
  */
 #ifndef TR_INCLUDE_TROUPE_ENGINE_H
 #define TR_INCLUDE_TROUPE_ENGINE_H
@@ -77,9 +83,10 @@ typedef struct tr_engine_opts {
                                 * troupe.trace); NULL: as the config says */
 } tr_engine_opts_t;
 
-/* Creates the engine. Errors (a bad config, a dataset that cannot be opened, a model the
- * config cannot train) return a negative code and, when err is not NULL, a message. The
- * thread that will drive it. */
+/* Creates the engine into *out. Errors (a bad config, a dataset that cannot be opened, a model
+ * the config cannot train; NULL out, opts or opts->model: TR_EINVAL) return a negative code and
+ * a message, in err when it is not NULL (errlen bytes) and in tr_last_error(). The thread
+ * that will drive it. */
 int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *opts, char *err, size_t errlen);
 
 /* Stops the actors and frees everything, the model too. NULL does nothing. */
@@ -104,8 +111,8 @@ typedef struct tr_step_stats {
  * step. stats may be NULL. The caller's thread. */
 int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats);
 
-/* Mean loss over n_batches micro-batches of the val dataset (the train one if none), without
- * touching gradients or optimizer state. The caller's thread. */
+/* Mean loss over n_batches micro-batches of the val dataset (the train one if none), into *loss
+ * (required), without touching gradients or optimizer state. The caller's thread. */
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss);
 
 /* --- DeepSpeed-style -------------------------------------------------------------------- */
@@ -118,7 +125,8 @@ typedef struct tr_engine_batch {
     const float *y;     /* (B, T, y_dim), for one that reads float targets */
 } tr_engine_batch_t;
 
-/* Forward on one micro-batch; *loss gets its mean loss (unscaled, not divided by GAS). */
+/* Forward on one micro-batch (required); *loss (required) gets its mean loss (unscaled, not
+ * divided by GAS). */
 int tr_engine_forward(tr_engine_t *eng, const tr_engine_batch_t *batch, float *loss);
 
 /* Backward for the last forward, accumulating gradients (the loss divided by GAS); at the
@@ -134,7 +142,7 @@ int tr_engine_step(tr_engine_t *eng, tr_step_stats_t *stats);
 /* DeepSpeed's is_gradient_accumulation_boundary(): true when the micro-batch in progress
  * (between its forward and its tr_engine_step), or else the next one, is the last of the
  * accumulation window, so that its tr_engine_step steps. The caller's thread, between calls;
- * it reads what the last call's reply said, never an actor's state. */
+ * it reads what the last call's reply said, never an actor's state. TR_EINVAL for a NULL eng. */
 int tr_engine_is_boundary(const tr_engine_t *eng);
 
 /* --- checkpoints ----------------------------------------------------------------------- */
@@ -154,7 +162,8 @@ int tr_engine_is_boundary(const tr_engine_t *eng);
  * returns when latest names the new tag, with the save's outcome.
  *
  * Every rank must call it at the same step: a call on some ranks only fails the engine on
- * every rank, and no latest is written. */
+ * every rank, and no latest is written. dir is required and not empty; a tag must be one
+ * directory name (not empty, ".", ".." nor containing '/'): otherwise TR_EINVAL naming it. */
 int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
 
 /* Waits until the last save's files are durable on every rank and latest names it; returns
@@ -168,25 +177,28 @@ int tr_engine_wait_checkpoint(tr_engine_t *eng);
  * is an error that says what differs, and leaves the engine as it was. The checkpoint may
  * come from another number of ranks or ZeRO stage: the optimizer states are re-partitioned
  * and the per-rank data position rescaled (then the losses match within float summation
- * order). Every rank must call it; when any rank's checks fail, no rank changes. */
+ * order). Every rank must call it; when any rank's checks fail, no rank changes. dir and tag
+ * as for tr_engine_save_checkpoint. */
 int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag);
 
 /* --- queries --------------------------------------------------------------------------- */
 
-/* The last error's explanation ("" if none). Valid until the next call. */
+/* The last error's explanation ("" if none). Valid until the next call. A NULL eng gets a
+ * static text saying so. */
 const char *tr_engine_error(const tr_engine_t *eng);
 
 /* The engine's model, as a read-only view: the executor owns it. Its parameters may be read
  * between calls (not while a call runs); to change them, load a checkpoint. The caller's
- * thread. */
+ * thread. Both return NULL for a NULL eng (tr_last_error() says so). */
 const tr_model_t *tr_engine_model(const tr_engine_t *eng);
 const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 
-/* The runtime the actors run on (for tracing and counters). */
+/* The runtime the actors run on (for tracing and counters). NULL for a NULL eng. */
 tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
 
 /* Optimizer steps taken so far, skipped ones included (tr_step_stats_t.global_step); after
- * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. */
+ * tr_engine_load_checkpoint, the checkpoint's. The caller's thread, between calls. 0 for a NULL
+ * eng (tr_last_error() says so). */
 uint64_t tr_engine_global_step(const tr_engine_t *eng);
 
 /* The memory this rank holds for training, in bytes, fixed at create (also logged then). On W
@@ -202,13 +214,16 @@ typedef struct tr_engine_memory {
     uint64_t bf16_copies;    /* bf16 mixed precision: the weights' bf16 copies (2 bytes each) */
 } tr_engine_memory_t;
 
+/* Fills *out (required; for a NULL eng, with zeros); tr_last_error() says what was NULL. */
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
 
-/* This process's data-parallel rank and the world size (1 for a single process). Any thread. */
+/* This process's data-parallel rank and the world size (1 for a single process). Any thread.
+ * TR_EINVAL for a NULL eng. */
 int tr_engine_rank(const tr_engine_t *eng);
 int tr_engine_world(const tr_engine_t *eng);
 
-/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. */
+/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. TR_EINVAL
+ * (non-zero: stop) for a NULL eng. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
 
 #ifdef __cplusplus

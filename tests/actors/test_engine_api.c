@@ -5,6 +5,8 @@
  * layer (never an empty one); a dataset whose widths do not match the model is refused at
  * create, naming both widths. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -346,6 +349,207 @@ static void test_engine_log_level_comes_from_the_config(void **state)
     tr_log_set_sink(NULL, NULL);
 }
 
+/* --- refused arguments (issue 40, defects 12 and 13) -------------------------------------- */
+
+static tr_model_t *mlp(void)
+{
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    return model;
+}
+
+/* rc is TR_EINVAL and the thread's tr_last_error names `fn` and `arg`. */
+static void assert_refused(int rc, const char *fn, const char *arg)
+{
+    assert_int_equal(rc, TR_EINVAL);
+    if (!strstr(tr_last_error(), fn) || !strstr(tr_last_error(), arg))
+        fail_msg("%s: tr_last_error '%s' does not name %s", fn, tr_last_error(), arg);
+}
+
+static void test_engine_null_pointers_are_refused_with_a_message(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    char err[512];
+    tr_engine_t *eng = NULL;
+    tr_engine_opts_t o = {.config = cfg, .model = mlp(), .seq_len = 1, .seed = 7};
+    /* create: out, opts and opts->model; the model is the engine's also on failure */
+    assert_int_equal(tr_engine_create(NULL, &o, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "out is NULL"));
+    o.model = NULL; /* destroyed by the call */
+    assert_refused(tr_engine_create(NULL, &o, NULL, 0), "tr_engine_create", "out is NULL");
+    assert_refused(tr_engine_create(&eng, NULL, NULL, 0), "tr_engine_create", "opts is NULL");
+    assert_null(eng);
+    assert_int_equal(tr_engine_create(&eng, NULL, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "opts is NULL"));
+    o.model = NULL;
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), TR_EINVAL);
+    assert_non_null(strstr(err, "opts->model is NULL"));
+    o.model = mlp();
+    assert_refused(tr_engine_create(NULL, &o, err, 0), "tr_engine_create", "out is NULL");
+
+    /* every call on a NULL engine */
+    tr_step_stats_t st;
+    float loss;
+    tr_engine_batch_t b = {0};
+    tr_engine_memory_t mem;
+    assert_refused(tr_engine_train_batch(NULL, &st), "tr_engine_train_batch", "eng is NULL");
+    assert_refused(tr_engine_eval(NULL, 1, &loss), "tr_engine_eval", "eng is NULL");
+    assert_refused(tr_engine_forward(NULL, &b, &loss), "tr_engine_forward", "eng is NULL");
+    assert_refused(tr_engine_backward(NULL), "tr_engine_backward", "eng is NULL");
+    assert_refused(tr_engine_step(NULL, &st), "tr_engine_step", "eng is NULL");
+    assert_refused(tr_engine_is_boundary(NULL), "tr_engine_is_boundary", "eng is NULL");
+    assert_refused(tr_engine_save_checkpoint(NULL, tmpdir, NULL), "tr_engine_save_checkpoint",
+                   "eng is NULL");
+    assert_refused(tr_engine_wait_checkpoint(NULL), "tr_engine_wait_checkpoint", "eng is NULL");
+    assert_refused(tr_engine_load_checkpoint(NULL, tmpdir, NULL), "tr_engine_load_checkpoint",
+                   "eng is NULL");
+    assert_refused(tr_engine_rank(NULL), "tr_engine_rank", "eng is NULL");
+    assert_refused(tr_engine_world(NULL), "tr_engine_world", "eng is NULL");
+    assert_refused(tr_engine_stop_requested(NULL), "tr_engine_stop_requested", "eng is NULL");
+    assert_non_null(strstr(tr_engine_error(NULL), "eng is NULL"));
+    assert_null(tr_engine_model(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_model", "eng is NULL");
+    assert_null(tr_engine_config(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_config", "eng is NULL");
+    assert_null(tr_engine_runtime(NULL));
+    assert_refused(TR_EINVAL, "tr_engine_runtime", "eng is NULL");
+    assert_int_equal(tr_engine_global_step(NULL), 0);
+    assert_refused(TR_EINVAL, "tr_engine_global_step", "eng is NULL");
+    memset(&mem, 0xff, sizeof(mem));
+    tr_engine_memory(NULL, &mem);
+    assert_refused(TR_EINVAL, "tr_engine_memory", "eng is NULL");
+    assert_int_equal(mem.params, 0);
+    tr_engine_destroy(NULL);
+
+    /* the other pointers, on an engine: tr_engine_error says it too */
+    eng = engine(cfg);
+    assert_refused(tr_engine_eval(eng, 1, NULL), "tr_engine_eval", "loss is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "loss is NULL"));
+    assert_refused(tr_engine_forward(eng, NULL, &loss), "tr_engine_forward", "batch is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "batch is NULL"));
+    float x[4 * XD];
+    int t[4];
+    test_mlp_batch(NULL, 0, 4, 1, NULL, x, t, NULL);
+    b = (tr_engine_batch_t){.x = x, .targets = t};
+    assert_refused(tr_engine_forward(eng, &b, NULL), "tr_engine_forward", "loss is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "loss is NULL"));
+    assert_refused(tr_engine_save_checkpoint(eng, NULL, NULL), "tr_engine_save_checkpoint",
+                   "dir is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "dir is NULL"));
+    assert_refused(tr_engine_load_checkpoint(eng, NULL, "t"), "tr_engine_load_checkpoint",
+                   "dir is NULL");
+    assert_non_null(strstr(tr_engine_error(eng), "dir is NULL"));
+    tr_engine_memory(eng, NULL);
+    assert_refused(TR_EINVAL, "tr_engine_memory", "out is NULL");
+    /* still usable */
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_forward(eng, &b, &loss), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+static void test_engine_bad_checkpoint_tags_are_named(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_t *eng = engine(cfg);
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, "", NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_engine_error(eng), "dir is empty"));
+    assert_int_equal(tr_engine_load_checkpoint(eng, "", NULL), TR_EINVAL);
+    assert_non_null(strstr(tr_engine_error(eng), "dir is empty"));
+    const char *bad[] = {"..", ".", "a/b", "../escape", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "tag '%s'", bad[i]);
+        assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, bad[i]), TR_EINVAL);
+        if (!strstr(tr_engine_error(eng), want))
+            fail_msg("save, tag '%s': error '%s'", bad[i], tr_engine_error(eng));
+        assert_non_null(strstr(tr_last_error(), want));
+        assert_int_equal(tr_engine_load_checkpoint(eng, tmpdir, bad[i]), TR_EINVAL);
+        if (!strstr(tr_engine_error(eng), want))
+            fail_msg("load, tag '%s': error '%s'", bad[i], tr_engine_error(eng));
+    }
+    /* nothing escaped the directory */
+    struct stat sb;
+    char path[400];
+    snprintf(path, sizeof(path), "%s/../escape", tmpdir);
+    assert_int_not_equal(stat(path, &sb), 0);
+    assert_int_equal(tr_engine_save_checkpoint(eng, tmpdir, "ok"), 0);
+    assert_int_equal(tr_engine_wait_checkpoint(eng), 0);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
+/* A batch source that holds its first batch until the test opens the gate (10 s at most). */
+static atomic_int gate_entered, gate_open;
+
+static int gated_batch(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                       int *targets, float *y)
+{
+    atomic_store(&gate_entered, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&gate_open); i++)
+        usleep(1000);
+    return test_mlp_batch(user, index, B, T, tokens, x, targets, y);
+}
+
+struct train_arg {
+    tr_engine_t *eng;
+    int rc;
+};
+
+static void *train_thread(void *p)
+{
+    struct train_arg *a = p;
+    a->rc = tr_engine_train_batch(a->eng, NULL);
+    return NULL;
+}
+
+static void test_engine_concurrent_call_is_refused_with_a_message(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = mlp(),
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = gated_batch, .x_dim = XD}};
+    tr_engine_t *eng;
+    char err[512];
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
+    atomic_store(&gate_entered, 0);
+    atomic_store(&gate_open, 0);
+    struct train_arg a = {.eng = eng, .rc = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, train_thread, &a), 0);
+    /* the loader starts at the first train request: once it asks for a batch, the other
+     * thread's call is running */
+    for (int i = 0; i < 10000 && !atomic_load(&gate_entered); i++)
+        usleep(1000);
+    assert_true(atomic_load(&gate_entered));
+    int rc = tr_engine_train_batch(eng, NULL);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", tr_last_error());
+    /* any call, even one with a bad argument: the engine's error is the running call's */
+    assert_int_equal(tr_engine_save_checkpoint(eng, NULL, NULL), TR_EBUSY);
+    assert_int_equal(tr_engine_forward(eng, NULL, NULL), TR_EBUSY);
+    atomic_store(&gate_open, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(rc, TR_EBUSY);
+    if (!strstr(why, "tr_engine_train_batch") || !strstr(why, "another call"))
+        fail_msg("refused call's tr_last_error: '%s'", why);
+    assert_int_equal(a.rc, 0); /* the running call was not disturbed */
+    assert_string_equal(tr_engine_error(eng), "");
+    assert_int_equal(tr_engine_train_batch(eng, NULL), 0);
+    assert_int_equal(tr_engine_global_step(eng), 2);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -373,6 +577,9 @@ int main(void)
         cmocka_unit_test(test_engine_deterministic_mode_trains_and_replays),
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),
         cmocka_unit_test(test_engine_log_level_comes_from_the_config),
+        cmocka_unit_test(test_engine_null_pointers_are_refused_with_a_message),
+        cmocka_unit_test(test_engine_bad_checkpoint_tags_are_named),
+        cmocka_unit_test(test_engine_concurrent_call_is_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
