@@ -45,7 +45,7 @@ enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
 /* Where the executor is in an accumulation window; win_next() holds every transition. A TRAIN
  * goes IDLE -> STEP_PENDING -> IDLE (its micro-batches before the boundary leave it IDLE);
  * the DeepSpeed-style calls go IDLE -> FORWARD (-> BACKWARD_WAITS) -> UNSTEPPED -> ... ->
- * FORWARD -> STEP_PENDING -> IDLE. */
+ * FORWARD -> STEP_PENDING -> IDLE. A TRAIN whose micro-batch fails abandons its window (IDLE). */
 typedef enum {
     WIN_IDLE,           /* nothing half done: the next call may start a micro-batch */
     WIN_FORWARD,        /* a forward is done, its backward not yet */
@@ -64,6 +64,7 @@ typedef enum {
     EV_BACKWARD_REPLY, /* a BACKWARD is answered */
     EV_STEP_DONE,      /* the optimizer's STEP_DONE is handled: no micro-batch awaits a step */
     EV_STEPPED,        /* a STEP is answered at once, or a TRAIN starts */
+    EV_ABANDONED,      /* a TRAIN's micro-batch failed: its window's gradients are zeroed */
 } win_event_t;
 
 /* The window's one transition function. An event that does not apply to the state leaves it
@@ -90,6 +91,8 @@ static win_t win_next(win_t w, win_event_t ev)
         return w == WIN_IDLE ? WIN_UNSTEPPED : w;
     case EV_STEP_DONE:
         return w == WIN_STEP_PENDING || w == WIN_UNSTEPPED ? WIN_IDLE : w;
+    case EV_ABANDONED:
+        return WIN_IDLE;
     }
     return w;
 }
@@ -113,6 +116,7 @@ struct tr__exec {
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
     uint64_t grads_out;      /* ZeRO 2: gradient elements out for reduction, not yet freed */
+    bool grads_sent;         /* the window's gradients have gone (in part) to the bucketer */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -195,19 +199,51 @@ static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offse
     m->micro_step = (uint32_t)x->micro;
     int rc = tr_actor_send(ctx->rt, x->eng->bucketer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
+    x->grads_sent = true; /* even a failed send: the bucketer may hold earlier ranges */
     return rc;
 }
 
 /* --- passes --------------------------------------------------------------------------------- */
 
-/* Ends the request with an error naming the layer, the pass and the step. */
+/* A TRAIN's micro-batch failed (why: the layer's error). When none of the window's gradients
+ * has left the executor, it is abandoned: the gradients its micro-batches accumulated are
+ * zeroed and they are uncounted, so the next TRAIN starts a window of its own on the next
+ * batches, as if the bad batch had never come. Otherwise it cannot be, and the engine fails
+ * with the error: across ranks the others' collectives for this window have no match here
+ * (with ZeRO 2, every micro-step's, whose reductions have already added this rank's earlier
+ * micro-batches into the optimizer's partition); on one rank, a boundary whose backward handed
+ * layers out (overlap_comm) before a lower one failed has put buckets in the bucketer and the
+ * optimizer, which count them towards the step. */
+static void train_failed(struct tr__exec *x, int rc, const char *why)
+{
+    const tr__plan_t *e = x->eng;
+    if (e->world > 1 || e->zero == 2 || x->grads_sent) {
+        tr__engine_fail(e, rc, "%s", why);
+        return;
+    }
+    tr_model_zero_grad(x->model);
+    x->micro_steps -= (uint64_t)x->micro;
+    x->global_samples -= (uint64_t)x->micro * (uint64_t)e->B * (uint64_t)e->replicas;
+    x->micro = 0;
+    x->loss_sum = 0;
+    x->tokens_window = 0;
+    x->win = win_next(x->win, EV_ABANDONED);
+    tr__reply(e, rc, NULL, "%s", why);
+}
+
+/* Ends the request with an error naming the layer, the pass and the step (a TRAIN's:
+ * train_failed). */
 static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
 {
-    tr__reply(x->eng, rc, NULL,
-              "executor: step %llu, micro-step %d: layer %d '%s' %s failed: "
-              "%s (%s)",
-              (unsigned long long)x->global_steps, x->micro, layer,
-              tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+    char why[512];
+    snprintf(why, sizeof(why),
+             "executor: step %llu, micro-step %d: layer %d '%s' %s failed: %s (%s)",
+             (unsigned long long)x->global_steps, x->micro, layer,
+             tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+    if (x->req == TR__REQ_TRAIN)
+        train_failed(x, rc, why);
+    else
+        tr__reply(x->eng, rc, NULL, "%s", why);
     return rc;
 }
 
@@ -409,7 +445,7 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         uint64_t step = x->global_steps;
         int micro = x->micro;
         int rc = micro_batch(ctx, x, &batch, step);
-        if (rc == 0) x->consumed = b.after;
+        x->consumed = b.after; /* a failed one is skipped with its window (train_failed) */
         rc = credit(ctx, x, b.slot, step, micro, rc);
         if (rc < 0) {
             x->req = 0;
@@ -464,6 +500,7 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double
     x->micro = 0;
     x->loss_sum = 0;
     x->tokens_window = 0;
+    x->grads_sent = false;
     x->t_window = tr_now_ns();
 }
 
