@@ -141,18 +141,12 @@ static int slot_array(const tr__plan_t *eng, int s, const char *what, int dtype,
                       void **mem, uint64_t *id)
 {
     if (!width) return 0;
-    size_t bytes = (size_t)eng->B * (size_t)eng->T * (size_t)width * 4;
-    *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!*mem) return TR_ENOMEM;
-    tr_buffer_info_t info = {.base = *mem,
-                             .bytes = bytes,
-                             .alignment = 64,
+    tr_buffer_info_t info = {.bytes = (size_t)eng->B * (size_t)eng->T * (size_t)width * 4,
                              .dtype = (uint8_t)dtype,
-                             .device_type = TR_DEVICE_CPU,
                              .owner = eng->loader,
                              .lifetime = TR_BUFFER_RUNTIME};
     snprintf(info.name, sizeof(info.name), "loader/slot%d/%s", s, what);
-    return tr_buffer_register(eng->rt, &info, id);
+    return tr_buffer_alloc_host(eng->rt, &info, mem, id);
 }
 
 int tr__loader_spawn(const tr__plan_t *eng, tr__dataset_t *train, struct tr__loader **state,

@@ -467,9 +467,9 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
         if (!bytes) continue;
         tr_buffer_info_t bi = {.bytes = bytes, .dtype = (uint8_t)sp->dtype, .owner = l->self};
         snprintf(bi.name, sizeof(bi.name), "pipe-link/%s", k == TR__PIPE_ACT ? "acts" : "grads");
-        if (!(l->mem[k] = bi.base = aligned_alloc(64, (bytes + 63) / 64 * 64)))
-            return tr__errf(err, errlen, TR_ENOMEM, "pipeline link: out of memory");
-        if ((rc = tr_buffer_register(rt, &bi, &l->area_id[k])) < 0)
+        rc = tr_buffer_alloc_host(rt, &bi, &l->mem[k], &l->area_id[k]);
+        if (rc == TR_ENOMEM) return tr__errf(err, errlen, rc, "pipeline link: out of memory");
+        if (rc < 0)
             return tr__errf(err, errlen, rc, "pipeline link: registering: %s", tr_strerror(rc));
     }
     return 0;

@@ -118,18 +118,13 @@ static int stage_array(tr_runtime_t *rt, const char *what, int dtype, size_t byt
                        tr_tensor_ref_t *ref)
 {
     if (!bytes) return 0;
-    *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!*mem) return TR_ENOMEM;
-    tr_buffer_info_t info = {.base = *mem,
-                             .bytes = bytes,
-                             .alignment = 64,
+    tr_buffer_info_t info = {.bytes = bytes,
                              .dtype = (uint8_t)dtype,
-                             .device_type = TR_DEVICE_CPU,
                              .owner = TR_ACTOR_NONE,
                              .lifetime = TR_BUFFER_REQUEST};
     snprintf(info.name, sizeof(info.name), "pipe/%s", what);
     uint64_t id = 0;
-    int rc = tr_buffer_register(rt, &info, &id);
+    int rc = tr_buffer_alloc_host(rt, &info, mem, &id);
     return rc < 0 ? rc : tr_buffer_ref(rt, id, 0, bytes, dtype, ref);
 }
 

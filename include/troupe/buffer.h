@@ -55,6 +55,13 @@ typedef struct tr_buffer_info {
 #define TR_BUFFER_MAX 4096
 int tr_buffer_register(tr_runtime_t *rt, const tr_buffer_info_t *info, uint64_t *id);
 
+/* Allocates info->bytes of host memory aligned to 64 bytes (rounded up to a multiple of 64)
+ * and registers it as info says (name, dtype, owner, lifetime; base, device and alignment are
+ * set here). *mem gets the memory whenever it was allocated, also when the registration
+ * fails: the caller owns it and frees it (after tr_buffer_unregister, once registered).
+ * 0; TR_ENOMEM with *mem NULL; or tr_buffer_register's error. Any thread. */
+int tr_buffer_alloc_host(tr_runtime_t *rt, tr_buffer_info_t *info, void **mem, uint64_t *id);
+
 /* Removes a registration; references to it stop resolving. TR_ENOENT for an unknown id.
  * Any thread. */
 int tr_buffer_unregister(tr_runtime_t *rt, uint64_t id);

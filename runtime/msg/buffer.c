@@ -64,6 +64,17 @@ static uint32_t alignment_of(const void *p)
     return a ? (uint32_t)(a & -a) > 4096u ? 4096u : (uint32_t)(a & -a) : 4096u;
 }
 
+int tr_buffer_alloc_host(tr_runtime_t *rt, tr_buffer_info_t *info, void **mem, uint64_t *id)
+{
+    if (!info || !mem) return TR_EINVAL;
+    *mem = aligned_alloc(64, (info->bytes + 63) & ~(size_t)63);
+    if (!*mem) return TR_ENOMEM;
+    info->base = *mem;
+    info->device_type = TR_DEVICE_CPU;
+    info->alignment = 64;
+    return tr_buffer_register(rt, info, id);
+}
+
 int tr_buffer_register(tr_runtime_t *rt, const tr_buffer_info_t *info, uint64_t *id)
 {
     if (!rt || !info || !id || (!info->base && info->bytes) || !tr_dtype_size(info->dtype) ||
