@@ -104,6 +104,22 @@ static json_t *summary_of(const char *path)
     return doc;
 }
 
+/* The trace at path drawn as SVG (opts may be NULL), in a buffer the caller frees. */
+static char *plot_of(const char *path, const tr_plot_opts_t *opts)
+{
+    tr_trace_t *t;
+    char err[512] = "";
+    int rc = tr_trace_load(path, &t, err, sizeof(err));
+    if (rc) fail_msg("%s", err);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    assert_int_equal(tr_trace_plot_svg(t, mem, opts), 0);
+    fclose(mem);
+    tr_trace_destroy(t);
+    return buf;
+}
+
 static json_t *step_of(json_t *doc, int rank_index, int step_index)
 {
     json_t *r = json_array_get(json_object_get(doc, "per_rank"), (size_t)rank_index);
@@ -310,15 +326,7 @@ static void test_trace_summary_plot_draws_lanes_spans_arrows(void **state)
     tr_monitor_destroy(m);
     char path[300];
     snprintf(path, sizeof(path), "%s/plot", dir);
-    tr_trace_t *t;
-    char err[256];
-    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    assert_int_equal(tr_trace_plot_svg(t, mem, NULL), 0);
-    fclose(mem);
-    tr_trace_destroy(t);
+    char *buf = plot_of(path, NULL);
     /* 6 spans, 2 arrows, 3 lanes, 2 step lines, well-formed enough to end properly */
     int rects = 0, arrows = 0;
     for (char *p = buf; (p = strstr(p, "<title>")); p++)
@@ -330,7 +338,7 @@ static void test_trace_summary_plot_draws_lanes_spans_arrows(void **state)
     assert_non_null(strstr(buf, ">r0 executor</text>"));
     assert_non_null(strstr(buf, "r0 step 1</text>"));
     assert_non_null(strstr(buf, " ms</text>"));
-    assert_string_equal(buf + len - 7, "</svg>\n");
+    assert_string_equal(buf + strlen(buf) - 7, "</svg>\n");
     free(buf);
 }
 
@@ -347,15 +355,7 @@ static void test_trace_summary_plot_groups_subpixel_spans(void **state)
     tr_monitor_destroy(m);
     char path[300];
     snprintf(path, sizeof(path), "%s/dense", dir);
-    tr_trace_t *t;
-    char err[256];
-    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    assert_int_equal(tr_trace_plot_svg(t, mem, &(tr_plot_opts_t){.width = 1000}), 0);
-    fclose(mem);
-    tr_trace_destroy(t);
+    char *buf = plot_of(path, &(tr_plot_opts_t){.width = 1000});
     int titles = 0;
     for (char *p = buf; (p = strstr(p, "<title>")); p++)
         titles++;
@@ -468,15 +468,7 @@ static void test_trace_summary_counts_nested_spans_once(void **state)
 
     /* the plot draws each inner span after (over) its outer span, inset 2 pixels a level
      * within the lane's 16, and the outer span paler */
-    tr_trace_t *t;
-    char err[256];
-    assert_int_equal(tr_trace_load(path, &t, err, sizeof(err)), 0);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    assert_int_equal(tr_trace_plot_svg(t, mem, NULL), 0);
-    fclose(mem);
-    tr_trace_destroy(t);
+    char *buf = plot_of(path, NULL);
     char *outer = strstr(buf, "<title>pipe_xfer step 0/0, 0.100 ms");
     char *fwd = strstr(buf, "<title>ForwardPass step 0/0, 0.040 ms");
     char *bwd = strstr(buf, "<title>BackwardPass step 0/0, 0.040 ms");
