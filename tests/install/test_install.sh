@@ -66,6 +66,16 @@ awk '/^```c$/{n++; on=(n==2); next} /^```$/{if(on) exit; next} on' "$src_dir/REA
 grep -q tr_engine_train_batch "$tmp/eng/eng.c"
 cc -std=c11 -Wall -Wextra -Werror "$tmp/eng/eng.c" $(pkg-config --cflags --libs troupe) \
     -o "$tmp/eng/eng"
+# the same trainer linked statically: libtroupe.a and what `pkg-config --static` says it needs
+# (Libs.private and Requires.private: MPI, oneDNN, libaio, ...), the archive named so that the
+# linker cannot pick the .so; the engine pulls in every part (the comm backends too)
+static_libs=$(pkg-config --static --libs troupe | sed "s|-ltroupe|$libdir/libtroupe.a|")
+cc -std=c11 -Wall -Wextra -Werror "$tmp/eng/eng.c" $(pkg-config --cflags troupe) $static_libs \
+    -o "$tmp/eng/eng_static" ||
+    { echo "install: a static link with pkg-config --static --libs troupe failed"; exit 1; }
+if ldd "$tmp/eng/eng_static" | grep -q libtroupe; then
+    echo "install: the static build still loads libtroupe.so"; exit 1
+fi
 cp "$build_dir/demo-data/text_train.bin" "$tmp/eng/data/train_000.bin"
 cp "$build_dir/demo-data/text_val.bin" "$tmp/eng/data/val_000.bin"
 cat > "$tmp/eng/ds_config.json" <<'JSON'
@@ -78,6 +88,10 @@ JSON
 awk '/^step 100: loss/{ok = $4 + 0 < 4.0 && $6 + 0 < 4.0} END{exit !ok}' "$tmp/eng/out.txt" ||
     { cat "$tmp/eng/out.txt"; exit 1; }
 test -f "$tmp/eng/ckpt/latest"
+rm -rf "$tmp/eng/ckpt"
+(cd "$tmp/eng" && ./eng_static > out_static.txt 2>&1) || { cat "$tmp/eng/out_static.txt"; exit 1; }
+cmp <(grep '^step' "$tmp/eng/out.txt") <(grep '^step' "$tmp/eng/out_static.txt") ||
+    { echo "install: the static build trained differently"; exit 1; }
 cp -r "$src_dir/examples/embed_mlp" "$tmp/embed_mlp"
 make -s -C "$tmp/embed_mlp" >/dev/null
 (cd "$tmp" && LD_LIBRARY_PATH="$libdir" ./embed_mlp/embed_mlp "$tmp/emb_ckpt" > "$tmp/emb.txt" 2>&1) ||
@@ -94,6 +108,6 @@ grep -q '^val MSE .*: ok$' "$tmp/cm.txt" || { cat "$tmp/cm.txt"; exit 1; }
 test -f "$tmp/cm_ckpt/latest"
 echo "install: $how into two prefixes in a row; the second holds the package"
 echo "install: pkg-config and find_package(troupe) builds of the README example ran;"
-echo "install: the README's engine example trained: $(grep '^step 100' "$tmp/eng/out.txt")"
+echo "install: the README's engine example trained, linked shared and static (pkg-config --static): $(grep '^step 100' "$tmp/eng/out.txt")"
 echo "install: examples/embed_mlp built with pkg-config, trained, saved and reloaded"
 echo "install: examples/custom_model built with its Makefile: $(grep '^val MSE' "$tmp/cm.txt")"
