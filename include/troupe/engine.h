@@ -85,8 +85,9 @@ typedef struct tr_engine_opts {
 
 /* Creates the engine into *out. Errors (a bad config, a dataset that cannot be opened, a model
  * the config cannot train; NULL out, opts or opts->model: TR_EINVAL) return a negative code and
- * a message, in err when it is not NULL (errlen bytes) and in tr_last_error(). The thread
- * that will drive it. */
+ * a message, in err when it is not NULL (errlen bytes) and in tr_last_error(). Any thread,
+ * never from inside an actor; the engine is then driven from any thread, one call at a time
+ * (the header's first comment). */
 int tr_engine_create(tr_engine_t **out, const tr_engine_opts_t *opts, char *err, size_t errlen);
 
 /* Stops the actors and frees everything, the model too. NULL does nothing. */

@@ -550,6 +550,47 @@ static void test_engine_concurrent_call_is_refused_with_a_message(void **state)
     tr_config_destroy(cfg);
 }
 
+struct create_arg {
+    tr_engine_opts_t *o;
+    tr_engine_t *eng;
+    int rc;
+};
+
+static void *create_thread(void *p)
+{
+    struct create_arg *a = p;
+    char err[512];
+    a->rc = tr_engine_create(&a->eng, a->o, err, sizeof(err));
+    return NULL;
+}
+
+/* engine.h and docs/embedding.md: created on any thread, then driven from any other, one call
+ * at a time. */
+static void test_engine_created_on_one_thread_is_driven_from_another(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = mlp(),
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    struct create_arg a = {.o = &o, .rc = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, create_thread, &a), 0);
+    pthread_join(th, NULL); /* the creating thread has ended */
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(tr_engine_train_batch(a.eng, NULL), 0);
+    struct train_arg t = {.eng = a.eng, .rc = 1};
+    assert_int_equal(pthread_create(&th, NULL, train_thread, &t), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(t.rc, 0);
+    assert_int_equal(tr_engine_global_step(a.eng), 2);
+    tr_engine_destroy(a.eng);
+    tr_config_destroy(cfg);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -580,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_engine_null_pointers_are_refused_with_a_message),
         cmocka_unit_test(test_engine_bad_checkpoint_tags_are_named),
         cmocka_unit_test(test_engine_concurrent_call_is_refused_with_a_message),
+        cmocka_unit_test(test_engine_created_on_one_thread_is_driven_from_another),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
