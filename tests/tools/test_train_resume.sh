@@ -4,7 +4,8 @@
 # a `latest` naming no tag, another model's (a field of its description: heads, context), and a
 # tag whose model and optimizer files come from different saves (another step, another config,
 # another format version), naming both files and the field. A checkpoint of format version 1
-# (tests/tools/data/ckpt_v1, written before the cross-check fields existed) still resumes.
+# (tests/tools/data/ckpt_v1, written before the cross-check fields existed) still resumes, and so
+# does one of version 3 (tests/tools/data/ckpt_v3, written before the model's description).
 source "$(dirname "$0")/common.sh"
 
 mlp=(--deepspeed_config "$cfg" --model mlp --widths 2,2)
@@ -92,4 +93,10 @@ cp -r "$src_dir/tests/tools/data/ckpt_v1" v1
     { cat v1.txt err.txt; fail "--resume of a version 1 checkpoint"; }
 grep -q "^resume: loaded v1 at step 3" v1.txt || { cat v1.txt; fail "version 1: not resumed at 3"; }
 grep -q "^summary: done at step 5" v1.txt || fail "version 1: the resumed run did not finish"
-echo "train resume: mixed tags (step, config_hash, version) and bad files refused with exit 2; version 1 resumes"
+# --- format version 3 (written before the model's description) still resumes ------------------
+cp -r "$src_dir/tests/tools/data/ckpt_v3" v3
+"$troupe" train "${mlp[@]}" --steps 5 --save-dir v3 --resume > v3.txt 2>err.txt ||
+    { cat v3.txt err.txt; fail "--resume of a version 3 checkpoint"; }
+grep -q "^resume: loaded v3 at step 3" v3.txt || { cat v3.txt; fail "version 3: not resumed at 3"; }
+grep -q "^summary: done at step 5" v3.txt || fail "version 3: the resumed run did not finish"
+echo "train resume: mixed tags (step, config_hash, version) and bad files refused with exit 2; versions 1 and 3 resume"
