@@ -41,13 +41,20 @@ void tr__save_reported(tr__save_track_t *t, int rc, const char *why, const char 
     snprintf(t->latest, sizeof(t->latest), "%s", latest ? latest : "");
 }
 
-/* What a failed save leaves: the tag latest still names, or that there is none yet. */
+/* What a failed save leaves: the tag latest still names, or that there is none yet; after a
+ * failure to write latest, also that the tag's files are whole. */
 static void say_latest(const tr__save_track_t *t, char *buf, size_t cap)
 {
+    bool whole = t->phase == TR__SAVE_LATEST; /* every file of the tag was written: kept */
     if (t->latest[0])
         snprintf(buf, cap, "latest still names %.255s", t->latest);
+    else if (whole)
+        snprintf(buf, cap, "%.300s has no latest", t->dir);
     else
         snprintf(buf, cap, "no checkpoint is saved in %.300s yet (it has no latest)", t->dir);
+    if (whole)
+        snprintf(buf + strlen(buf), cap - strlen(buf),
+                 "; the tag's files are whole (load it by its tag)");
 }
 
 void tr__save_values(const tr__save_track_t *t, double v[2])
@@ -82,7 +89,7 @@ int tr__save_advance(tr__save_track_t *t, int rank, int world, const double v[2]
     }
     if (t->phase == TR__SAVE_NONE || done + failed < world) return 0;
     const char *what = t->phase == TR__SAVE_WRITING ? "write its checkpoint files" : "write latest";
-    char left[400];
+    char left[480];
     say_latest(t, left, sizeof(left));
     if (failed && t->local < 0)
         snprintf(t->outcome_why, sizeof(t->outcome_why), "save of %.300s failed: %.511s; %s",

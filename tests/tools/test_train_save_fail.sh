@@ -5,7 +5,8 @@
 # The failure is reported naming the file, the half-written tag is removed, latest keeps
 # naming the last good save (or, when there is none, the message says so), training goes on,
 # later saves and the final one are still made (and succeed once the limit is lifted), the
-# summary is printed, and the exit status is 1 only when the last save failed.
+# summary is printed, and the exit status is 1 only when the last save failed. A save whose
+# files are all written but whose latest is not keeps its tag.
 source "$(dirname "$0")/common.sh"
 
 latest() { tr -d '\n' < "$1/latest"; }
@@ -44,6 +45,16 @@ grep -q "save of f/global_step5 failed: .*File too large; no checkpoint is saved
 grep -q "latest still names" f.err && { cat f.err; fail "a latest that does not exist is named"; }
 grep -q "^summary: done at step 10" f.txt || { cat f.txt; fail "no summary"; }
 [ ! -e f/latest ] && [ -z "$(ls -A f)" ] || { ls -R f; fail "the failed saves left files in f"; }
+
+# --- latest cannot be written (a directory in its place): the tag is whole, so it is kept ----
+mkdir -p L/latest
+rc=0
+"$troupe" train "${tiny[@]}" --steps 3 --save-dir L --overwrite > L.txt 2> L.err || rc=$?
+[ "$rc" -eq 1 ] || { cat L.txt L.err; fail "latest failing: exit $rc, expected 1"; }
+grep -q "save of L/global_step3 failed: L/latest: .*; L has no latest; the tag's files are whole" \
+    L.err || { cat L.err; fail "latest failing: no clear error"; }
+[ -f L/global_step3/model_states.trck ] && [ -f L/global_step3/optim_states_rank0.trck ] ||
+    { ls -R L; fail "the whole tag was removed when only latest failed"; }
 
 # --- the limit is lifted mid-run: the next saves succeed, exit 0 -------------------------------
 command -v prlimit > /dev/null || { echo "train save fail: prlimit missing, recovery not tested"; exit 0; }
