@@ -41,14 +41,14 @@ typedef struct run {
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
     int have_val, val_failed;
-    double params;       /* the model's parameters, once built */
-    uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
-    char writing[64];    /* the tag being written in the background ("" if none) */
-    uint64_t writing_step;
-    int saves_failed;     /* saves that failed (each reported when it did) */
-    int last_save_failed; /* the last save failed: the run exits 1 */
-    double paused_ms;     /* how long its save call held the training loop */
-    int midline;          /* a terminal's progress line is waiting to be rewritten */
+    double params;         /* the model's parameters, once built */
+    uint64_t saved_step;   /* the step of the last checkpoint written or loaded; -1: none */
+    char writing[64];      /* the tag being written in the background ("" if none) */
+    uint64_t writing_step; /* its step */
+    int saves_failed;      /* saves that failed (each reported when it did) */
+    int last_save_failed;  /* the last save failed: the run exits 1 */
+    double paused_ms;      /* how long its save call held the training loop */
+    int midline;           /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
 /* Ends a terminal's progress line before another line is printed. */
