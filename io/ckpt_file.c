@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,17 +209,43 @@ int tr__ckpt_file_write(const char *path, const void *header, size_t header_len,
     return rc;
 }
 
+/* The lengths the fixed part gives (header_len, payload) against the file's len bytes: 0, or
+ * TR_EFORMAT with err. `whole`: the file ends with its end marker, so it was not cut short and
+ * lengths that do not fit it are a corrupted header (naming the length that is impossible);
+ * without the marker the file is taken for truncated. */
+static int check_lengths(const char *path, uint64_t header_len, uint64_t payload, uint64_t len,
+                         bool whole, char *err, size_t errlen)
+{
+    if (header_len <= len && payload <= len && padded(header_len) + payload + 8 == len) return 0;
+    if (!whole)
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: length: header %llu + payload %llu bytes do not match the file's %llu "
+                        "bytes (truncated?)",
+                        path, (unsigned long long)header_len, (unsigned long long)payload,
+                        (unsigned long long)len);
+    if (header_len > len || payload > len)
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: corrupted header: %s length %llu bytes is more than the whole "
+                        "file's %llu (its end marker is in place: not truncated)",
+                        path, header_len > len ? "header" : "payload",
+                        (unsigned long long)(header_len > len ? header_len : payload),
+                        (unsigned long long)len);
+    return tr__errf(err, errlen, TR_EFORMAT,
+                    "%s: corrupted header: header length %llu + payload length %llu bytes do not "
+                    "add up to the file's %llu (its end marker is in place: not truncated)",
+                    path, (unsigned long long)header_len, (unsigned long long)payload,
+                    (unsigned long long)len);
+}
+
 static int verify(const char *path, unsigned char *m, size_t len, tr_ckpt_file_t *out, char *err,
                   size_t errlen)
 {
     if (len < FIXED + 8 || memcmp(m, MAGIC, 8) != 0)
         return tr__errf(err, errlen, TR_EFORMAT, "%s: magic: not a troupe checkpoint file", path);
     uint64_t header_len = get32(m + 8), payload = get64(m + 16);
-    if (header_len > len || payload > len || padded(header_len) + payload + 8 != len)
-        return tr__errf(err, errlen, TR_EFORMAT,
-                        "%s: length: header %llu + payload %llu bytes do not match the file's %zu "
-                        "bytes (truncated?)",
-                        path, (unsigned long long)header_len, (unsigned long long)payload, len);
+    int rc = check_lengths(path, header_len, payload, len, !memcmp(m + len - 4, END_MAGIC, 4), err,
+                           errlen);
+    if (rc) return rc;
     if (memcmp(m + len - 4, END_MAGIC, 4) != 0)
         return tr__errf(err, errlen, TR_EFORMAT, "%s: trailer: end marker missing (truncated?)",
                         path);
@@ -286,13 +313,11 @@ int tr__ckpt_file_read_header(const char *path, tr_ckpt_file_t *out, char *err, 
                    : tr__errf(err, errlen, rc, "%s: read failed: %s", path, tr_strerror(rc));
     }
     uint64_t header_len = get32(fixed + 8), payload = get64(fixed + 16), len = (uint64_t)st.st_size;
-    if (header_len > len || payload > len || padded(header_len) + payload + 8 != len) {
+    unsigned char end[4] = {0};
+    bool whole = read_at(fd, end, 4, (off_t)(len - 4)) == 0 && !memcmp(end, END_MAGIC, 4);
+    if ((rc = check_lengths(path, header_len, payload, len, whole, err, errlen))) {
         close(fd);
-        return tr__errf(err, errlen, TR_EFORMAT,
-                        "%s: length: header %llu + payload %llu bytes do not match the file's %llu "
-                        "bytes (truncated?)",
-                        path, (unsigned long long)header_len, (unsigned long long)payload,
-                        (unsigned long long)len);
+        return rc;
     }
     unsigned char *m = malloc(header_len ? header_len : 1);
     rc = m ? read_at(fd, m, header_len, FIXED) : TR_ENOMEM;

@@ -68,7 +68,8 @@ typedef struct tr_ckpt_file {
     size_t payload_len;
 } tr_ckpt_file_t;
 
-/* Reads and verifies path. TR_EFORMAT (bad magic, lengths, truncated), TR_ECHECKSUM, or an
+/* Reads and verifies path. TR_EFORMAT (bad magic, a corrupted header: lengths that do not
+ * fit a file whose end marker is in place, or a truncated file), TR_ECHECKSUM, or an
  * errno code; err names the file and the field. Free with tr__ckpt_file_free. Any thread. */
 int tr__ckpt_file_read(const char *path, tr_ckpt_file_t *out, char *err, size_t errlen);
 void tr__ckpt_file_free(tr_ckpt_file_t *f);

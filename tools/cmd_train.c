@@ -4,14 +4,17 @@
  * resume, then step until --steps, saving and validating on the way; at the end (or after
  * SIGINT, which finishes the step) save, validate, export, sample and print a summary.
  *
- * Nothing is lost to a path or a validation: every output path is checked before the model
- * is built (train_outputs.c), and the checkpoint and the llm.c export are written before a
- * failing validation (mid-run or at the end) ends the run with status 1.
+ * Nothing is lost to a path, a validation or a failed save: every output path is checked
+ * before the model is built (train_outputs.c), the checkpoint and the llm.c export are written
+ * before a failing validation (mid-run or at the end) ends the run with status 1, and a save
+ * that fails (a full disk) is reported while training goes on (the engine has removed its
+ * half-written tag; latest names the last good one): the next saves and the one at the end
+ * are still made, and the summary is printed.
  *
  * The engine writes DeepSpeed's Train/Samples/... scalars to the config's csv_monitor and
  * tensorboard outputs; troupe train adds Eval/Samples/val_loss (step = samples trained).
- * Exit status: 0 done, 1 the engine or a validation failed (its explanation is printed), 2 a
- * bad flag, file or config (named), also a checkpoint that --resume cannot load. */
+ * Exit status: 0 done, 1 the engine, a validation or the last save failed (its explanation is
+ * printed), 2 a bad flag, file or config (named), also a checkpoint that --resume cannot load. */
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,11 +41,14 @@ typedef struct run {
     uint64_t first_step, tokens;
     float first_loss, last_loss, val_loss;
     int have_val, val_failed;
-    double params;       /* the model's parameters, once built */
-    uint64_t saved_step; /* the step of the last checkpoint written or loaded; -1: none */
-    char writing[64];    /* the tag being written in the background ("" if none) */
-    double paused_ms;    /* how long its save call held the training loop */
-    int midline;         /* a terminal's progress line is waiting to be rewritten */
+    double params;         /* the model's parameters, once built */
+    uint64_t saved_step;   /* the step of the last checkpoint written or loaded; -1: none */
+    char writing[64];      /* the tag being written in the background ("" if none) */
+    uint64_t writing_step; /* its step */
+    int saves_failed;      /* saves that failed (each reported when it did) */
+    int last_save_failed;  /* the last save failed: the run exits 1 */
+    double paused_ms;      /* how long its save call held the training loop */
+    int midline;           /* a terminal's progress line is waiting to be rewritten */
 } run_t;
 
 /* Ends a terminal's progress line before another line is printed. */
@@ -339,18 +345,31 @@ static int validate(run_t *r, uint64_t step, uint64_t samples)
     return 0;
 }
 
+/* A save failed: said (the engine's message names the file and what latest still names; the
+ * checkpointer has removed the failed tag's files), counted, and training goes on. */
+static void save_failed(run_t *r)
+{
+    endline(r);
+    fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
+    r->saves_failed++;
+    r->last_save_failed = 1;
+}
+
 /* The save being written in the background, if any, has ended: "saved:" once latest names
- * it (then old tags are pruned), else the error. 0 or 1. */
+ * it (then old tags are pruned), else the error. 0 or 1 (it failed). */
 static int settle(run_t *r)
 {
     if (!r->writing[0]) return 0;
     int rc = tr_engine_wait_checkpoint(r->eng);
-    endline(r);
-    if (rc < 0)
-        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
-    else
+    if (rc < 0) {
+        save_failed(r);
+    } else {
+        endline(r);
         printf("saved: %s/%s (latest); the save paused training %.1f ms\n", r->o.save_dir,
                r->writing, r->paused_ms);
+        r->saved_step = r->writing_step;
+        r->last_save_failed = 0;
+    }
     if (rc == 0 && tr_engine_rank(r->eng) == 0) /* one rank prunes old tags */
         train_savedir_saved(&r->o, &r->sd, r->writing);
     r->writing[0] = '\0';
@@ -358,26 +377,27 @@ static int settle(run_t *r)
 }
 
 /* A save: it returns once the state is copied (checkpoint.writer.decoupled), and is settled
- * at the next save or at the end of the run. */
+ * at the next save or at the end of the run. A failed save is reported and training goes on
+ * (the next save, and the one at the end, are still made): 0, or 1 when it failed (so far:
+ * a background write is settled later). */
 static int save(run_t *r)
 {
-    if (settle(r)) return 1; /* the last save failed: the run stops (exit 1) */
-    int rc = 0;
+    settle(r);
     double t0 = tr__now_s();
     if (tr_engine_save_checkpoint(r->eng, r->o.save_dir, NULL) < 0) {
-        endline(r);
-        fprintf(stderr, "troupe train: saving to %s: %s\n", r->o.save_dir, tr_engine_error(r->eng));
+        save_failed(r);
         return 1;
     }
-    r->saved_step = tr_engine_global_step(r->eng);
-    snprintf(r->writing, sizeof(r->writing), "global_step%llu", (unsigned long long)r->saved_step);
+    r->writing_step = tr_engine_global_step(r->eng);
+    snprintf(r->writing, sizeof(r->writing), "global_step%llu",
+             (unsigned long long)r->writing_step);
     r->paused_ms = (tr__now_s() - t0) * 1e3; /* decoupled false: the whole write */
-    return rc | (r->cfg->checkpoint.writer_decoupled ? 0 : settle(r));
+    return r->cfg->checkpoint.writer_decoupled ? 0 : settle(r);
 }
 
 /* After each step: monitors, progress, saving and validation when due, the save first so a
- * failing validation cannot cost it. 0, or 1 (a failed save, or a failed validation with
- * r->val_failed set: finish() still saves and exports). */
+ * failing validation cannot cost it. 0, or 1 (a failed validation, with r->val_failed set:
+ * finish() still saves and exports). A failed save does not stop the run. */
 static int after_step(run_t *r, const tr_step_stats_t *st)
 {
     if (st->global_step == r->first_step + 1)
@@ -388,7 +408,7 @@ static int after_step(run_t *r, const tr_step_stats_t *st)
     }
     r->last_loss = st->loss;
     progress(r, st);
-    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0 && save(r)) return 1;
+    if (r->o.save_every && st->global_step % (uint64_t)r->o.save_every == 0) save(r);
     if (r->o.val_every && st->global_step % (uint64_t)r->o.val_every == 0)
         return validate(r, st->global_step, st->global_samples);
     return 0;
@@ -468,6 +488,9 @@ static void summary(const run_t *r, int stopped)
                tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size,
                log(tr_model_gpt2_config(tr_engine_model(r->eng))->vocab_size));
     if (r->have_val) printf(", val loss %.6f", r->val_loss);
+    if (r->saves_failed)
+        printf(", %d checkpoint save(s) failed (%s)", r->saves_failed,
+               r->last_save_failed ? "the last one too" : "a later one succeeded");
     if (r->compute_ms > 0) printf(", %.0f tokens/s", r->tokens / r->compute_ms * 1e3);
     printf(", %.1f s\n", tr__now_s() - r->t0);
 }
@@ -479,8 +502,14 @@ static int finish(run_t *r)
     int stopped = tr_engine_stop_requested(r->eng);
     uint64_t step = tr_engine_global_step(r->eng);
     int rc = 0;
-    if (r->o.save_dir && r->saved_step != step) rc |= save(r);
-    rc |= settle(r); /* the run ends once its last checkpoint is durable */
+    if (r->o.save_dir) { /* the run ends once its last checkpoint is durable, or failed */
+        settle(r);
+        if (r->saved_step != step) { /* none at this step yet, or it failed: (re)try it */
+            save(r);
+            settle(r);
+        }
+        rc |= r->last_save_failed;
+    }
     if (!stopped && !r->val_failed &&
         !(r->have_val && r->o.val_every && step % (uint64_t)r->o.val_every == 0))
         rc |= validate(r, step, step * (uint64_t)r->cfg->train_batch_size);

@@ -54,7 +54,8 @@ static const flag_t flags[] = {
     {"--save-every", "N", F_LONG, O(save_every), 0, 1L << 40,
      "also save every N steps (needs --save-dir); each save is written in the background "
      "while training goes on (checkpoint.writer.decoupled) and reported as saved once latest "
-     "names it, at the next save or at the end"},
+     "names it, at the next save or at the end; a failed save is reported, its tag removed, "
+     "and training goes on (latest keeps the last good save)"},
     {"--keep-last", "N", F_LONG, O(keep_last), 1, 1L << 30,
      "after each save keep the N newest global_step tags (and always the one latest names)"},
     {"--resume", NULL, F_SWITCH, O(resume), 0, 0,
@@ -81,8 +82,9 @@ void train_usage(FILE *f)
                "shards is checked before the first step. The checkpoint (--save-dir) and the\n"
                "export (--export-llmc) are written at the end even when the validation fails.\n"
                "Exit status: 0 done (also after SIGINT, which finishes the step and saves when\n"
-               "--save-dir is set), 1 training or a validation failed, or memory ran out, 2 a\n"
-               "bad flag, file, config or checkpoint (--resume).\n"
+               "--save-dir is set), 1 training, a validation or the last checkpoint save failed\n"
+               "(an earlier failed save does not stop the run), or memory ran out, 2 a bad\n"
+               "flag, file, config or checkpoint (--resume).\n"
                "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
                "the ranks come from the launcher and rank 0 prints. The config's\n"
                "zero_optimization.stage (0-2) and overlap_comm say what is partitioned and\n"

@@ -2,10 +2,11 @@
  * housekeeping of its save dir.
  *
  * Checked at start-up, so that a run is never lost to a path found unusable after training:
- * --save-dir and --trace (a directory, or one that can be made: the nearest existing ancestor
- * is a writable directory), --export-llmc (not a directory; its folder exists and is
- * writable). A --save-dir that already holds checkpoints (a `latest`, or global_stepN tags)
- * is refused unless the run continues from them (--resume) or replaces them (--overwrite).
+ * --save-dir and --trace (made now with their parents, then a probe file created, written and
+ * removed in them: /proc/x or a read-only folder is refused, naming errno's text), --export-llmc
+ * (not a directory; its folder exists and is writable). A --save-dir that already holds checkpoints
+ * (a `latest`, or global_stepN tags) is refused unless the run continues from them (--resume) or
+ * replaces them (--overwrite).
  *
  * After each save: with --overwrite, the tags the earlier run left are removed at this run's
  * first save (so a run that fails before saving loses nothing); with --keep-last N only the N
@@ -15,6 +16,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,24 +27,20 @@
 
 /* --- checks before the run ---------------------------------------------------------------- */
 
-/* dir is made with its parents at the first save: it must be a writable directory, or the
- * nearest existing ancestor must be. 0, or -1 after naming the flag, the path and why. */
-static int dir_usable(const char *flag, const char *dir)
+/* The nearest existing ancestor of dir (dir itself if it exists) into p: 0, or -1 after naming
+ * the flag, the path and why (not a directory, or stat's errno). */
+static int existing_ancestor(const char *flag, const char *dir, char *p, size_t cap)
 {
-    char p[4096];
-    if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) {
-        fprintf(stderr, "troupe train: %s %s: path longer than %zu bytes\n", flag, dir,
-                sizeof(p) - 1);
+    if (snprintf(p, cap, "%s", dir) >= (int)cap) {
+        fprintf(stderr, "troupe train: %s %s: path longer than %zu bytes\n", flag, dir, cap - 1);
         return -1;
     }
     for (;;) {
         struct stat st;
         if (stat(p, &st) == 0) {
-            const char *why = !S_ISDIR(st.st_mode)         ? "is not a directory"
-                              : access(p, W_OK | X_OK) < 0 ? "is not writable"
-                                                           : NULL;
-            if (why) fprintf(stderr, "troupe train: %s %s: %s %s\n", flag, dir, p, why);
-            return why ? -1 : 0;
+            if (S_ISDIR(st.st_mode)) return 0;
+            fprintf(stderr, "troupe train: %s %s: %s is not a directory\n", flag, dir, p);
+            return -1;
         }
         if (errno != ENOENT && errno != ENOTDIR) {
             fprintf(stderr, "troupe train: %s %s: %s: %s\n", flag, dir, p, strerror(errno));
@@ -52,12 +50,79 @@ static int dir_usable(const char *flag, const char *dir)
         while (slash && slash > p && slash[-1] == '/') /* "a//b" */
             slash--;
         if (!slash)
-            snprintf(p, sizeof(p), ".");
+            snprintf(p, cap, ".");
         else if (slash == p)
             p[1] = '\0'; /* "/" */
         else
             *slash = '\0';
     }
+}
+
+/* Makes dir with its parents (mkdir -p): 0, or errno. */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", dir);
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c) continue;
+        char was = *c;
+        *c = '\0';
+        if (mkdir(p, 0777) < 0 && errno != EEXIST) return errno;
+        if (!was) return 0;
+        *c = was;
+    }
+}
+
+/* Creates, writes and removes a probe file in dir: 0, or errno. */
+static int probe(const char *dir, char *file, size_t cap)
+{
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(file, cap, "%s/.troupe-probe.%s.%ld", dir, host, (long)getpid());
+    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return errno;
+    int err = write(fd, "t", 1) == 1 ? 0 : errno ? errno : EIO;
+    if (close(fd) < 0 && !err) err = errno;
+    unlink(file);
+    return err;
+}
+
+/* Undoes make_dirs: removes dir and its parents up to (not including) the ancestor that
+ * existed before (only empty folders: rmdir). */
+static void unmake_dirs(const char *dir, const char *existed)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", dir);
+    while (strcmp(p, existed) && rmdir(p) == 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) return;
+        *slash = '\0';
+    }
+}
+
+/* dir must be a directory this process can create and write files in: it is made now with its
+ * missing parents (mkdir -p) and a probe file is created, written and removed in it, so a
+ * path that only looks usable (/proc/x, a read-only mount or folder) is refused before the
+ * model is built. When the probe fails, the folders made for it are removed again. 0, or -1
+ * after naming the flag, the path and errno's text. */
+static int dir_usable(const char *flag, const char *dir)
+{
+    char existed[4096], file[4400];
+    if (existing_ancestor(flag, dir, existed, sizeof(existed)) < 0) return -1;
+    int err = make_dirs(dir);
+    if (err) {
+        fprintf(stderr, "troupe train: %s %s: cannot create %s: %s\n", flag, dir, dir,
+                strerror(err));
+        unmake_dirs(dir, existed);
+        return -1;
+    }
+    if ((err = probe(dir, file, sizeof(file)))) {
+        fprintf(stderr, "troupe train: %s %s: cannot write in %s (a probe file %s): %s\n", flag,
+                dir, dir, file, strerror(err));
+        unmake_dirs(dir, existed);
+        return -1;
+    }
+    return 0;
 }
 
 /* The export is written to FILE.tmp in FILE's folder and renamed: the folder must exist. */

@@ -6,13 +6,14 @@
  * CRC and written to a temporary name, fsynced and renamed; latest is written last, so a crash
  * at any instant leaves the previous checkpoint whole and latest pointing at it.
  *
- * The model header carries: format and version, the layer and parameter table (names and
- * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
- * position, the seed, world size and ZeRO stage, how many optimizer files the tag has, the
- * resolved config (JSON) and its hash, and the optimizer's own state (step, beta powers,
- * scheduler position, loss scaler). An optimizer file's header repeats what ties it to its
- * model file (version, global step, world size, config hash) and says which slice [lo, hi)
- * of the N flat parameters its arrays hold.
+ * The model header carries: format and version, the model's description (kind, a GPT-2's
+ * config, each layer's kind and widths: a load refuses another model's, naming the field), the
+ * layer and parameter table (names and shapes), the counters (global steps and samples, skipped
+ * steps, micro-steps), the data position, the seed, world size and ZeRO stage, how many optimizer
+ * files the tag has, the resolved config (JSON) and its hash, and the optimizer's own state (step,
+ * beta powers, scheduler position, loss scaler). An optimizer file's header repeats what ties it to
+ * its model file (version, global step, world size, config hash) and says which slice [lo, hi) of
+ * the N flat parameters its arrays hold.
  *
  * A save on W ranks, as messages (the save chain executor -> optimizer ends here):
  *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
@@ -61,6 +62,7 @@ struct tr__ckpt_actor {
     /* a save: its snapshot, the files assembled in memory, written after the reply */
     tr_ckpt_image_t model, optim;
     bool has_model, has_optim;
+    bool wrote_model, wrote_optim; /* renamed into place by this save (DISCARD removes them) */
     char tagdir[4400];
     tr_aio_t *aio; /* the writer (the config's aio section), made at the first save */
 };
@@ -86,6 +88,35 @@ static void pack_layers(msgpack_packer *pk, const tr_model_t *model)
     }
 }
 
+/* The model's description (checkpoint.h): its kind, a GPT-2's config, and each layer's kind,
+ * widths and targets; what a load compares before anything else. */
+static void pack_model_desc(msgpack_packer *pk, const tr_model_t *model)
+{
+    const tr_gpt2_config_t *g = tr_model_gpt2_config(model);
+    int n = tr_model_num_layers(model);
+    msgpack_pack_map(pk, g ? 8 : 2);
+    tr__mp_pack_kv_str(pk, "kind", g ? "gpt2" : "layers");
+    if (g) {
+        tr__mp_pack_kv_int(pk, "vocab", g->vocab_size);
+        tr__mp_pack_kv_int(pk, "padded_vocab", g->padded_vocab_size);
+        tr__mp_pack_kv_int(pk, "context", g->max_seq_len);
+        tr__mp_pack_kv_int(pk, "channels", g->channels);
+        tr__mp_pack_kv_int(pk, "layers", g->num_layers);
+        tr__mp_pack_kv_int(pk, "heads", g->num_heads);
+    }
+    tr__mp_pack_str(pk, "blocks");
+    msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const tr_layer_t *l = tr_model_layer(model, i);
+        msgpack_pack_array(pk, 5);
+        tr__mp_pack_str(pk, l->ops && l->ops->kind ? l->ops->kind : "");
+        msgpack_pack_int(pk, l->in_dim);
+        msgpack_pack_int(pk, l->out_dim);
+        msgpack_pack_int(pk, l->targets);
+        msgpack_pack_int(pk, l->y_dim);
+    }
+}
+
 /* How many optimizer files a save writes: one per rank when the state is partitioned, else
  * rank 0's alone. */
 static int optim_files(const tr__plan_t *e)
@@ -96,10 +127,12 @@ static int optim_files(const tr__plan_t *e)
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json)
 {
-    msgpack_pack_map(pk, 16);
+    msgpack_pack_map(pk, 17);
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
     tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
     tr__mp_pack_kv_str(pk, "kind", "model_states");
+    tr__mp_pack_str(pk, "model");
+    pack_model_desc(pk, e->model);
     tr__mp_pack_kv_uint(pk, "n_params", e->n_params);
     tr__mp_pack_str(pk, "layers");
     pack_layers(pk, e->model);
@@ -228,6 +261,8 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
 {
     const tr__plan_t *e = c->eng;
     c->has_model = c->has_optim = false;
+    c->wrote_model = c->wrote_optim = false;
+    c->tagdir[0] = '\0';
     if (strchr(c->tag, '/') || !strcmp(c->tag, ".") || !strcmp(c->tag, ".."))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "tag '%s' is not a directory name",
                         c->tag);
@@ -239,6 +274,16 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     free(config_json);
     if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
     return rc;
+}
+
+static void model_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/model_states.trck", c->tagdir);
+}
+
+static void optim_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/optim_states_rank%d.trck", c->tagdir, c->eng->rank);
 }
 
 /* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */
@@ -258,15 +303,41 @@ static int write_files(struct tr__ckpt_actor *c)
     char path[4500];
     if (c->has_model) {
         tr__ckpt_image_end(&c->model);
-        snprintf(path, sizeof(path), "%s/model_states.trck", c->tagdir);
+        model_path(c, path, sizeof(path));
         rc = tr__ckpt_image_write(&c->model, c->aio, path, c->err, sizeof(c->err));
+        c->wrote_model = rc == 0;
     }
     if (rc == 0 && c->has_optim) {
         tr__ckpt_image_end(&c->optim);
-        snprintf(path, sizeof(path), "%s/optim_states_rank%d.trck", c->tagdir, e->rank);
+        optim_path(c, path, sizeof(path));
         rc = tr__ckpt_image_write(&c->optim, c->aio, path, c->err, sizeof(c->err));
+        c->wrote_optim = rc == 0;
     }
     return rc;
+}
+
+/* A save that failed on some rank (DISCARD, or this rank's own write failing): the files this
+ * rank renamed into place for it are removed, and the tag folder when nothing else is left in
+ * it (rmdir: whatever another rank or an earlier save put there stays), so the half-written
+ * tag does not look like a checkpoint. latest, written only after every rank's files, still
+ * names the last good save. Removing twice does nothing. */
+static void discard_files(struct tr__ckpt_actor *c)
+{
+    char path[4500];
+    int removed = 0;
+    if (c->wrote_model) {
+        model_path(c, path, sizeof(path));
+        removed += unlink(path) == 0;
+    }
+    if (c->wrote_optim) {
+        optim_path(c, path, sizeof(path));
+        removed += unlink(path) == 0;
+    }
+    c->wrote_model = c->wrote_optim = false;
+    bool gone = c->tagdir[0] && rmdir(c->tagdir) == 0;
+    if (removed || gone)
+        tr_log(TR_LOG_INFO, "checkpoint: rank %d removed %d file(s) of the failed save%s %s",
+               c->eng->rank, removed, gone ? " and its folder" : " from", c->tagdir);
 }
 
 /* --- the ranks' agreement ------------------------------------------------------------------ */
@@ -331,6 +402,9 @@ static void report(tr_ctx_t *ctx, struct tr__ckpt_actor *c, int rc)
     s->rc = rc;
     s->global_step = c->step;
     if (rc < 0) snprintf(s->error, sizeof(s->error), "%.511s", c->err);
+    char why[256]; /* the tag latest names now, for a failure's message ("": none, unreadable) */
+    if (tr__ckpt_latest_read(c->dir, s->tag, sizeof(s->tag), why, sizeof(why)) < 0)
+        s->tag[0] = '\0';
     m->step = c->step;
     if (tr_actor_send(ctx->rt, c->eng->executor, m) < 0) {
         tr_msg_free(ctx->rt, m);
@@ -522,8 +596,11 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         if (s->kind == TR__STATE_SAVE) save(ctx, c, s);
         if (s->kind == TR__STATE_WRITE) {
             write_gate();
-            report(ctx, c, write_files(c));
+            int rc = write_files(c);
+            if (rc < 0) discard_files(c); /* the save has failed: its tag goes now */
+            report(ctx, c, rc);
         }
+        if (s->kind == TR__STATE_DISCARD) discard_files(c);
         if (s->kind == TR__STATE_LATEST) report(ctx, c, write_latest(c));
         return 0;
     }

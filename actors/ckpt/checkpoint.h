@@ -20,8 +20,12 @@
 
 #define TR__CKPT_FORMAT "troupe-checkpoint"
 /* 2: config_hash in both files; version, step, world in the optimizer's.
- * 3: the model file's zero_stage and optim_files; each optimizer file's lo, hi (its slice). */
-#define TR__CKPT_VERSION 3
+ * 3: the model file's zero_stage and optim_files; each optimizer file's lo, hi (its slice).
+ * 4: the model file's "model", the model's description: {kind: "gpt2" (then vocab,
+ *    padded_vocab, context, channels, layers, heads: its tr_gpt2_config_t) or "layers" (any
+ *    other model), blocks: per layer [kind (its ops' kind), in_dim, out_dim, targets, y_dim]};
+ *    a load compares it field by field (files before 4 are loaded on the parameter table). */
+#define TR__CKPT_VERSION 4
 
 /* A tag read and checked for this rank; nothing in the engine has changed. */
 typedef struct tr__ckpt_tag {

@@ -1,7 +1,10 @@
 /* ckpt_read.c: a checkpoint tag read back for this rank, every check made before anything is
  * used (see checkpoint.h for the layout).
  *
- * The model file is read whole. This rank then needs the optimizer moments of its own slice
+ * The model file is read whole and its model description (version 4 on) compared with this
+ * model's field by field, before the parameter table: a GPT-2's heads or vocab change no
+ * parameter's shape, so only the description tells another model's checkpoint apart. This
+ * rank then needs the optimizer moments of its own slice
  * [lo', hi') of the flat parameters under this run's world size W', which may differ from the
  * saving run's W: it reads the header of every optimizer file of the tag, checks each against
  * the model file (one save: version, step, world, config hash) and against this optimizer
@@ -100,9 +103,9 @@ static int check_layers(const tr__plan_t *e, const char *path, const msgpack_obj
     return 0;
 }
 
-/* Unpacks a file's header, which must be a troupe `kind` file of this model's n_params. */
-static int unpack(const tr__plan_t *e, const char *path, const tr_ckpt_file_t *f,
-                  msgpack_unpacked *u, const char *kind, char *err, size_t errlen)
+/* Unpacks a file's header, which must be a troupe `kind` file. */
+static int unpack(const char *path, const tr_ckpt_file_t *f, msgpack_unpacked *u, const char *kind,
+                  char *err, size_t errlen)
 {
     msgpack_unpacked_init(u);
     size_t off = 0;
@@ -110,8 +113,15 @@ static int unpack(const tr__plan_t *e, const char *path, const tr_ckpt_file_t *f
         !str_is(tr__mp_field(&u->data, "format"), TR__CKPT_FORMAT) ||
         !str_is(tr__mp_field(&u->data, "kind"), kind))
         return tr__errf(err, errlen, TR_EFORMAT, "%s: header: not a troupe %s file", path, kind);
+    return 0;
+}
+
+/* A file's n_params must be this model's. */
+static int check_n_params(const tr__plan_t *e, const char *path, const msgpack_object *h, char *err,
+                          size_t errlen)
+{
     uint64_t n = 0;
-    if (!u64_field(&u->data, "n_params", &n) || n != e->n_params)
+    if (!u64_field(h, "n_params", &n) || n != e->n_params)
         return tr__errf(err, errlen, TR_EMISMATCH,
                         "%s: n_params: checkpoint has %llu parameters, the model has %zu", path,
                         (unsigned long long)n, e->n_params);
@@ -170,6 +180,87 @@ static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt
 
 /* --- the model file ---------------------------------------------------------------------- */
 
+/* An integer of the saved description (from version 4: checkpoint.h) against this model's. */
+static int desc_int(const char *path, const msgpack_object *d, const char *field, int has,
+                    char *err, size_t errlen)
+{
+    const msgpack_object *o = tr__mp_field(d, field);
+    if (!o ||
+        (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER && o->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: model: %s: missing or not an integer", path,
+                        field);
+    if (o->via.i64 != has)
+        return tr__errf(err, errlen, TR_EMISMATCH,
+                        "%s: %s %lld, this model has %d (the checkpoint is another model's)", path,
+                        field, (long long)o->via.i64, has);
+    return 0;
+}
+
+/* One layer's saved [kind, in_dim, out_dim, targets, y_dim] against this model's layer i. */
+static int desc_block(const char *path, const msgpack_object *b, int i, const tr_layer_t *l,
+                      char *err, size_t errlen)
+{
+    static const char *const fields[] = {"kind", "in_dim", "out_dim", "targets", "y_dim"};
+    const char *kind = l->ops && l->ops->kind ? l->ops->kind : "";
+    const int has[5] = {0, l->in_dim, l->out_dim, l->targets, l->y_dim};
+    if (b->type != MSGPACK_OBJECT_ARRAY || b->via.array.size != 5 ||
+        b->via.array.ptr[0].type != MSGPACK_OBJECT_STR)
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: model: blocks: layer %d malformed", path, i);
+    const msgpack_object *f = b->via.array.ptr;
+    if (!str_is(&f[0], kind))
+        return tr__errf(err, errlen, TR_EMISMATCH,
+                        "%s: layer %d ('%s') kind '%.*s', this model's is '%s' (the checkpoint is "
+                        "another model's)",
+                        path, i, l->name, (int)f[0].via.str.size, f[0].via.str.ptr, kind);
+    for (int k = 1; k < 5; k++)
+        if ((f[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
+             f[k].type != MSGPACK_OBJECT_NEGATIVE_INTEGER) ||
+            f[k].via.i64 != has[k])
+            return tr__errf(err, errlen, TR_EMISMATCH,
+                            "%s: layer %d ('%s') %s %lld, this model has %d (the checkpoint is "
+                            "another model's)",
+                            path, i, l->name, fields[k], (long long)f[k].via.i64, has[k]);
+    return 0;
+}
+
+/* The saved model description (version 4 on) must be this model's, field by field: the kind,
+ * a GPT-2's config (heads and vocab change no parameter's shape), then each layer. */
+static int check_model_desc(const tr__plan_t *e, const char *path, const msgpack_object *d,
+                            char *err, size_t errlen)
+{
+    const tr_gpt2_config_t *g = tr_model_gpt2_config(e->model);
+    const char *kind = g ? "gpt2" : "layers";
+    const msgpack_object *k = d && d->type == MSGPACK_OBJECT_MAP ? tr__mp_field(d, "kind") : NULL;
+    if (!k || k->type != MSGPACK_OBJECT_STR)
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: model: missing or malformed", path);
+    if (!str_is(k, kind))
+        return tr__errf(err, errlen, TR_EMISMATCH,
+                        "%s: model kind '%.*s', this model is '%s' (the checkpoint is another "
+                        "model's)",
+                        path, (int)k->via.str.size, k->via.str.ptr, kind);
+    int rc = 0;
+    if (g) {
+        const char *const names[] = {"vocab",    "padded_vocab", "context",
+                                     "channels", "layers",       "heads"};
+        const int has[] = {g->vocab_size, g->padded_vocab_size, g->max_seq_len,
+                           g->channels,   g->num_layers,        g->num_heads};
+        for (int i = 0; i < 6 && !rc; i++)
+            rc = desc_int(path, d, names[i], has[i], err, errlen);
+    }
+    const msgpack_object *b = tr__mp_field(d, "blocks");
+    int n = tr_model_num_layers(e->model);
+    if (!rc && (!b || b->type != MSGPACK_OBJECT_ARRAY))
+        rc = tr__errf(err, errlen, TR_EFORMAT, "%s: model: blocks: missing", path);
+    if (!rc && b->via.array.size != (uint32_t)n)
+        rc = tr__errf(err, errlen, TR_EMISMATCH,
+                      "%s: model: %u layers, this model has %d (the checkpoint is another "
+                      "model's)",
+                      path, b->via.array.size, n);
+    for (int i = 0; i < n && !rc; i++)
+        rc = desc_block(path, &b->via.array.ptr[i], i, tr_model_layer(e->model, i), err, errlen);
+    return rc;
+}
+
 /* Reads model_states.trck whole and checks it; *n_files: the optimizer files it names. */
 static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, uint64_t *n_files,
                       char *err, size_t errlen)
@@ -178,8 +269,13 @@ static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t
     snprintf(path, sizeof(path), "%s/model_states.trck", tagdir);
     int rc = tr__ckpt_file_read(path, &t->model, err, errlen);
     if (rc) return rc;
-    if ((rc = unpack(e, path, &t->model, &t->mh, "model_states", err, errlen))) return rc;
+    if ((rc = unpack(path, &t->model, &t->mh, "model_states", err, errlen))) return rc;
     const msgpack_object *h = &t->mh.data;
+    uint64_t version;
+    if ((rc = header_version(tagdir, "model_states.trck", h, &version, err, errlen))) return rc;
+    if (version >= 4 && (rc = check_model_desc(e, path, tr__mp_field(h, "model"), err, errlen)))
+        return rc;
+    if ((rc = check_n_params(e, path, h, err, errlen))) return rc;
     uint64_t world = 0;
     if (!u64_field(h, "world", &world) || world < 1 || world > INT32_MAX)
         return tr__errf(err, errlen, TR_EFORMAT, "%s: world: missing or not a positive integer",
@@ -264,8 +360,9 @@ static int read_part(const tr__plan_t *e, const char *tagdir, const tr__ckpt_tag
     msgpack_unpacked_init(&u);
     int rc = tr__ckpt_file_read_header(p->path, &f, err, errlen);
     if (rc) return rc;
-    rc = unpack(e, p->path, &f, &u, "optim_states", err, errlen);
+    rc = unpack(p->path, &f, &u, "optim_states", err, errlen);
     if (rc == TR_EFORMAT) rc = damaged_or(rc, p->path, err, errlen);
+    if (!rc) rc = check_n_params(e, p->path, &u.data, err, errlen);
     if (!rc) rc = check_same_save(tagdir, p->name, t, &u.data, err, errlen);
     const msgpack_object *h = &u.data;
     p->lo = 0; /* before version 3: the whole state */

@@ -65,8 +65,9 @@
 /* ENGINE_STATE's kinds: a save collects state on its way executor -> optimizer ->
  * checkpointer, which copies it (the caller's reply), writes it (WRITE, to itself) and reports
  * to the executor (WRITTEN); once every rank's files are durable the executor asks rank 0's
- * checkpointer for latest (LATEST, reported as WRITTEN). A restore hands the state out
- * checkpointer -> optimizer -> executor -> checkpointer (RESTORED). */
+ * checkpointer for latest (LATEST, reported as WRITTEN); when some rank's files could not be
+ * written, every rank's checkpointer removes those it wrote (DISCARD). A restore hands the state
+ * out checkpointer -> optimizer -> executor -> checkpointer (RESTORED). */
 typedef enum {
     TR__STATE_SAVE = 1,
     TR__STATE_RESTORE,
@@ -74,6 +75,7 @@ typedef enum {
     TR__STATE_WRITE,
     TR__STATE_WRITTEN,
     TR__STATE_LATEST,
+    TR__STATE_DISCARD, /* a save failed on some rank: remove the files this rank wrote for it */
 } tr__state_kind_t;
 
 /* COMM_SCALAR `what` tags for checkpoints: the comm actor names them when the ranks diverge (a

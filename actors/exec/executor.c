@@ -773,6 +773,20 @@ static void save_answer(struct tr__exec *x)
         reply_ok(x, 0, (tr__reply_t){0});
 }
 
+/* An ENGINE_STATE of `kind` (LATEST, DISCARD) for the save to this rank's checkpointer. */
+static void ask_checkpointer(tr_ctx_t *ctx, struct tr__exec *x, int kind, const char *what)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
+    if (m) {
+        TR_MSG_AS(m, engine_state)->kind = kind;
+        m->step = x->save.step;
+    }
+    if (!m || tr_actor_send(ctx->rt, x->eng->checkpointer, m) < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_fail(x->eng, TR_ENOMEM, "executor: cannot %s", what);
+    }
+}
+
 /* Every rank's progress (v: the sums; on one rank this rank's own): the next phase, the end,
  * or another round for a waiting WAIT. TR_EFAILED when the ranks are not all in the save:
  * the engine has failed (the waiting call gets it). */
@@ -785,16 +799,12 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
         return r;
     }
     if (r == TR__SAVE_LATEST) {
-        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
-        if (m) {
-            TR_MSG_AS(m, engine_state)->kind = TR__STATE_LATEST;
-            m->step = x->save.step;
-        }
-        if (!m || tr_actor_send(ctx->rt, e->checkpointer, m) < 0) {
-            tr_msg_free(ctx->rt, m);
-            tr__engine_fail(e, TR_ENOMEM, "executor: cannot ask for latest to be written");
-        }
+        ask_checkpointer(ctx, x, TR__STATE_LATEST, "ask for latest to be written");
         return 0;
+    }
+    if (r == 1 && x->save.discard) { /* before the next save's SAVE reaches the checkpointer */
+        x->save.discard = false;
+        ask_checkpointer(ctx, x, TR__STATE_DISCARD, "ask for a failed save's files to go");
     }
     if (!x->wait_t0) return 0; /* no WAIT to answer */
     if (x->save.phase == TR__SAVE_NONE)
@@ -807,7 +817,7 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2])
 /* WRITTEN: this rank's checkpointer ended its part of the phase. */
 static void save_reported(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_state_t *s)
 {
-    tr__save_reported(&x->save, s->rc, s->error);
+    tr__save_reported(&x->save, s->rc, s->error, s->tag);
     if (x->eng->world == 1) {
         double v[2];
         tr__save_values(&x->save, v);

@@ -21,6 +21,8 @@ void tr__save_begin(tr__save_track_t *t, const char *dir, const char *tag, uint6
     t->phase = TR__SAVE_WRITING;
     t->local = 0;
     t->why[0] = '\0';
+    t->latest[0] = '\0';
+    t->discard = false;
     t->step = step;
     snprintf(t->dir, sizeof(t->dir), "%s", dir);
     char step_tag[40];
@@ -32,10 +34,27 @@ void tr__save_begin(tr__save_track_t *t, const char *dir, const char *tag, uint6
         snprintf(t->where, sizeof(t->where), "%.300s/%.60s (path too long)", dir, name);
 }
 
-void tr__save_reported(tr__save_track_t *t, int rc, const char *why)
+void tr__save_reported(tr__save_track_t *t, int rc, const char *why, const char *latest)
 {
     t->local = rc < 0 ? rc : 1;
     snprintf(t->why, sizeof(t->why), "%s", rc < 0 && why ? why : "");
+    snprintf(t->latest, sizeof(t->latest), "%s", latest ? latest : "");
+}
+
+/* What a failed save leaves: the tag latest still names, or that there is none yet; after a
+ * failure to write latest, also that the tag's files are whole. */
+static void say_latest(const tr__save_track_t *t, char *buf, size_t cap)
+{
+    bool whole = t->phase == TR__SAVE_LATEST; /* every file of the tag was written: kept */
+    if (t->latest[0])
+        snprintf(buf, cap, "latest still names %.255s", t->latest);
+    else if (whole)
+        snprintf(buf, cap, "%.300s has no latest", t->dir);
+    else
+        snprintf(buf, cap, "no checkpoint is saved in %.300s yet (it has no latest)", t->dir);
+    if (whole)
+        snprintf(buf + strlen(buf), cap - strlen(buf),
+                 "; the tag's files are whole (load it by its tag)");
 }
 
 void tr__save_values(const tr__save_track_t *t, double v[2])
@@ -70,17 +89,17 @@ int tr__save_advance(tr__save_track_t *t, int rank, int world, const double v[2]
     }
     if (t->phase == TR__SAVE_NONE || done + failed < world) return 0;
     const char *what = t->phase == TR__SAVE_WRITING ? "write its checkpoint files" : "write latest";
+    char left[480];
+    say_latest(t, left, sizeof(left));
     if (failed && t->local < 0)
-        snprintf(t->outcome_why, sizeof(t->outcome_why),
-                 "save of %.300s failed: %.511s; latest still "
-                 "names the previous checkpoint",
-                 t->where, t->why);
+        snprintf(t->outcome_why, sizeof(t->outcome_why), "save of %.300s failed: %.511s; %s",
+                 t->where, t->why, left);
     else if (failed)
         snprintf(t->outcome_why, sizeof(t->outcome_why),
                  "save of %.300s failed: %d rank(s) could "
-                 "not %s (their own errors say why); latest still names the previous "
-                 "checkpoint",
-                 t->where, failed, what);
+                 "not %s (their own errors say why); %s",
+                 t->where, failed, what, left);
+    if (failed) t->discard = t->phase == TR__SAVE_WRITING; /* a whole tag, latest aside, stays */
     if (failed) return finish(t, TR_EFAILED);
     if (t->phase == TR__SAVE_LATEST) return finish(t, 0);
     t->phase = TR__SAVE_LATEST;

@@ -25,15 +25,18 @@ typedef struct tr__save_track {
     char where[4400]; /* <dir>/<tag>, for the messages */
     char dir[4096];
     uint64_t step;
-    int outcome; /* the last finished save's: 0 or TR_E* (with outcome_why) */
-    char outcome_why[1024];
+    char latest[256]; /* the tag <dir>/latest named at this rank's last report ("": none) */
+    bool discard;     /* the writing phase failed: the checkpointer removes the tag's files */
+    int outcome;      /* the last finished save's: 0 or TR_E* (with outcome_why) */
+    char outcome_why[1536];
 } tr__save_track_t;
 
 /* A save of dir/tag at step begins (WRITING, nothing reported yet). */
 void tr__save_begin(tr__save_track_t *t, const char *dir, const char *tag, uint64_t step);
 
-/* This rank's checkpointer reported its part of the phase: rc, and why when it failed. */
-void tr__save_reported(tr__save_track_t *t, int rc, const char *why);
+/* This rank's checkpointer reported its part of the phase: rc, why when it failed, and the tag
+ * <dir>/latest names now ("" or NULL: none), for the failure's message. */
+void tr__save_reported(tr__save_track_t *t, int rc, const char *why, const char *latest);
 
 /* The two values this rank adds to an all-reduce (sum) that tells how far every rank is. */
 void tr__save_values(const tr__save_track_t *t, double v[2]);
@@ -42,7 +45,8 @@ void tr__save_values(const tr__save_track_t *t, double v[2]);
  * every rank's part has, and the next begins. Returns TR__SAVE_LATEST when this rank
  * (rank 0) is to have latest written now, 1 when the save finished (t->outcome says how; a
  * failure is logged), 0 when nothing changed, TR_EFAILED (with t->outcome_why) when some
- * ranks are in a save and others are not. */
+ * ranks are in a save and others are not. After a save whose writing failed on some rank,
+ * t->discard is set: every rank's checkpointer is to remove the files it wrote for the tag. */
 int tr__save_advance(tr__save_track_t *t, int rank, int world, const double v[2]);
 
 /* Whether this rank's part of the current phase is over (its values will not change). */

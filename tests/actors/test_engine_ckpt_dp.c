@@ -14,6 +14,10 @@
  *                             ZeRO 0 load the 2-rank ZeRO 1 checkpoint and save it (rank 0 alone
  *                             writes an optimizer file: every rank's state is the same then):
  *                             the 2-rank losses within TOL again.
+ *   failing (2 ranks)         a save that rank 1 cannot write (RLIMIT_FSIZE, EFBIG) fails on
+ *                             both ranks, naming rank 1's file there and latest's tag; rank 0
+ *                             removes its files of the tag, the folder goes, latest stays on
+ *                             the last good save, and the next save succeeds.
  *   partial (2 ranks)         rank 0 saves while rank 1 trains: both calls fail at once with
  *                             the ranks and what each was doing named, latest is not written;
  *                             then the MPI job ends (the collectives left cannot complete).
@@ -33,7 +37,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -213,6 +219,71 @@ static void test_engine_ckpt_dp_resume_on_2_ranks_and_on_1(void **state)
     assert_true(exists("w2s0/optim_states_rank0.trck") && !exists("w2s0/optim_states_rank1.trck"));
 }
 
+/* Whether name is gone within 5 s: a rank removes its files of a failed save when it hears of
+ * the failure, which may be just after another rank's wait has returned it. */
+static bool gone_soon(const char *name)
+{
+    for (int i = 0; i < 500 && exists(name); i++)
+        usleep(10000);
+    return !exists(name);
+}
+
+/* The tag latest names. */
+static void read_latest(char *tag, size_t cap)
+{
+    FILE *f = fopen(path("latest"), "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, (int)cap, f));
+    fclose(f);
+}
+
+static void test_engine_ckpt_dp_failed_save_is_removed_on_every_rank(void **state)
+{
+    (void)state;
+    tr_config_t *cfg;
+    tr_engine_t *eng = engine(0, 1, &cfg); /* 2 ranks, ZeRO 1: each writes its partition */
+    assert_int_equal(tr_engine_world(eng), 2);
+    int rank = tr_engine_rank(eng);
+    train(eng, K, NULL);
+    save(eng, "good");
+    if (tr_engine_wait_checkpoint(eng)) fail_msg("good: %s", tr_engine_error(eng));
+    train(eng, 1, NULL);
+    /* rank 1 alone cannot write a file past 1 byte (EFBIG: SIGXFSZ ignored); rank 0's files
+     * of the save are written whole */
+    struct rlimit was, one = {1, 0};
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+    one.rlim_max = was.rlim_max;
+    if (rank == 1) assert_int_equal(setrlimit(RLIMIT_FSIZE, &one), 0);
+    save(eng, "bad");
+    int rc = tr_engine_wait_checkpoint(eng);
+    const char *why = tr_engine_error(eng);
+    printf("rank %d: the failed save: %d: %s\n", rank, rc, why);
+    assert_int_equal(rc, TR_EFAILED);
+    assert_non_null(strstr(why, "save of "));
+    assert_non_null(strstr(why, "latest still names good"));
+    if (rank == 1) {
+        assert_non_null(strstr(why, "/bad/optim_states_rank1.trck"));
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+    } else {
+        assert_non_null(strstr(why, "1 rank(s) could not write its checkpoint files"));
+    }
+    /* rank 0's whole files of the failed tag are removed too, and the folder */
+    assert_true(gone_soon("bad/model_states.trck"));
+    assert_true(gone_soon("bad/optim_states_rank0.trck"));
+    assert_true(gone_soon("bad"));
+    char tag[64] = "";
+    read_latest(tag, sizeof(tag));
+    assert_string_equal(tag, "good");
+    /* the engine goes on: training, and a save that succeeds */
+    train(eng, 1, NULL);
+    save(eng, "after");
+    if (tr_engine_wait_checkpoint(eng)) fail_msg("after: %s", tr_engine_error(eng));
+    done(eng, cfg);
+    read_latest(tag, sizeof(tag));
+    assert_string_equal(tag, "after");
+}
+
 /* Not a cmocka test: the job cannot end cleanly (the ranks' last collectives differ), so each
  * rank checks what it was told, says so on stdout, and the script checks the job's output.
  * Rank 0 saves (in the background: its call returns once the state is copied), then every
@@ -274,7 +345,8 @@ static int idle_save(void)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s save|resume|partial|idle DIR (see test_engine_ckpt_dp.sh)\n",
+        fprintf(stderr,
+                "usage: %s save|resume|failing|partial|idle DIR (see test_engine_ckpt_dp.sh)\n",
                 argv[0]);
         return 2;
     }
@@ -286,6 +358,10 @@ int main(int argc, char **argv)
         rc = partial_save();
     } else if (!strcmp(argv[1], "idle")) {
         rc = idle_save();
+    } else if (!strcmp(argv[1], "failing")) {
+        const struct CMUnitTest failing[] = {
+            cmocka_unit_test(test_engine_ckpt_dp_failed_save_is_removed_on_every_rank)};
+        rc = cmocka_run_group_tests(failing, NULL, NULL);
     } else {
         const struct CMUnitTest save[] = {
             cmocka_unit_test(test_engine_ckpt_dp_4_ranks_save_and_continue)};

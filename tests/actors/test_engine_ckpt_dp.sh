@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints on several ranks (test_engine_ckpt_dp.c says what each job checks): 4 ranks save
 # and continue; 2 ranks, then 1, then 2 at stage 0 resume from it with the same losses; a save
+# that rank 1 cannot write fails on both, its tag removed on both, the next one works; a save
 # called on rank 0 only is reported on both ranks at the next step (or, when rank 1 calls
 # nothing, by the watchdog 2 s into rank 0's wait for it), writes no latest, and the job ends
 # instead of hanging. $1: mpiexec, $2: the test program.
@@ -14,6 +15,7 @@ mpi() { local np=$1; shift; "$mpiexec" --oversubscribe -np "$np" "$prog" "$@"; }
 
 mpi 4 save "$tmp/ck" || fail "4 ranks: save and continue"
 mpi 2 resume "$tmp/ck" || fail "resume on 2 ranks, then 1, then 2 at stage 0"
+mpi 2 failing "$tmp/f" || fail "a save rank 1 cannot write: removed on both ranks, then one that works"
 
 rc=0
 start=$(date +%s)

@@ -2,7 +2,9 @@
 # `troupe train`'s save dir: a new run into a folder holding checkpoints is refused (exit 2,
 # saying how to continue or replace) and leaves them untouched; --overwrite replaces them at
 # its first save; --keep-last N keeps the N newest tags and never the one `latest` names; the
-# temporary file of a process killed during a save is removed at the next save of the folder.
+# temporary file of a process killed during a save is removed at the next save of the folder;
+# a --save-dir that cannot be created or written (/proc/ck, a read-only folder) is refused
+# before the first step, naming the path and errno's text.
 source "$(dirname "$0")/common.sh"
 
 mlp=(--deepspeed_config "$cfg" --model mlp --widths 2,2)
@@ -50,6 +52,36 @@ grep -q "^resume: loaded kl2 at step 2" kl2.txt || { cat kl2.txt; fail "kl2: not
 grep -q "warning: kept kl2/global_step1: it holds notes.txt" kl2.txt ||
     { cat kl2.txt; fail "no warning for the tag with a foreign file"; }
 test -f kl2/global_step1/notes.txt || fail "a foreign file was removed"
+
+# --- a save dir that cannot be written: refused before step 1 -------------------------------
+# The check makes the folder and writes a probe file in it: a path that only looks usable (the
+# nearest existing ancestor is a directory root can write) is refused, naming errno's text.
+expect_exit 2 "--save-dir /proc/ck: cannot create /proc/ck: No such file or directory" \
+    "${mlp[@]}" --steps 2 --save-dir /proc/ck --print-every 1
+grep -q '^step' out.txt && fail "--save-dir /proc/ck was found only after training"
+expect_exit 2 "--trace /proc/tr: cannot create /proc/tr: No such file or directory" \
+    "${mlp[@]}" --steps 2 --trace /proc/tr
+# a read-only folder (root writes anywhere: the run drops CAP_DAC_OVERRIDE with setpriv)
+mkdir ro && chmod 555 ro
+as_user=()
+[ "$(id -u)" -eq 0 ] && as_user=(setpriv --bounding-set=-dac_override,-dac_read_search)
+if [ "$(id -u)" -ne 0 ] || command -v setpriv > /dev/null; then
+    rc=0
+    "${as_user[@]}" "$troupe" train "${mlp[@]}" --steps 2 --save-dir ro --print-every 1 \
+        > ro.txt 2> ro.err || rc=$?
+    [ "$rc" -eq 2 ] || { cat ro.txt ro.err; fail "read-only --save-dir: exit $rc, expected 2"; }
+    grep -q "^troupe train: --save-dir ro: cannot write in ro (a probe file ro/.troupe-probe.*): Permission denied" \
+        ro.err || { cat ro.err; fail "read-only --save-dir: no clear error"; }
+    grep -q '^step' ro.txt && fail "a read-only --save-dir was found only after training"
+    rc=0
+    "${as_user[@]}" "$troupe" train "${mlp[@]}" --steps 2 --save-dir ro/deep/ck > ro.txt 2> ro.err ||
+        rc=$?
+    [ "$rc" -eq 2 ] && grep -q "cannot create ro/deep/ck: Permission denied" ro.err ||
+        { cat ro.err; fail "--save-dir under a read-only folder: exit $rc"; }
+fi
+# a usable one keeps no probe file
+"$troupe" train "${mlp[@]}" --steps 1 --save-dir pr/deep > /dev/null 2>&1 || fail "pr/deep"
+[ -z "$(find pr -name '.troupe-probe*')" ] || fail "the probe file was left in pr/deep"
 
 # --- a save killed in the middle -----------------------------------------------------------
 # Under a 16 KiB file-size limit the first checkpoint file (the tiny GPT's 30 KB of weights)
