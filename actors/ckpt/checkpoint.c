@@ -9,7 +9,8 @@
  * The model header carries: format and version, the layer and parameter table (names and
  * shapes), the counters (global steps and samples, skipped steps, micro-steps), the data
  * position, the seed, world size and ZeRO stage, how many optimizer files the tag has, the
- * resolved config (JSON) and its hash, and the optimizer's own state (step, beta powers,
+ * resolved config (JSON) and the hash of the part every rank agreed on at start (all but its
+ * per-process keys: runtime/config/agree.h), and the optimizer's own state (step, beta powers,
  * scheduler position, loss scaler). An optimizer file's header repeats what ties it to its
  * model file (version, global step, world size, config hash) and says which slice [lo, hi)
  * of the N flat parameters its arrays hold.
@@ -45,6 +46,7 @@
 #include "base/errf.h"
 #include "base/file.h"
 #include "runtime/comm/comm.h"
+#include "runtime/config/agree.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/aio.h"
 
@@ -94,7 +96,8 @@ static int optim_files(const tr__plan_t *e)
 }
 
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
-                              const tr_msg_engine_state_t *st, const char *config_json)
+                              const tr_msg_engine_state_t *st, const char *config_json,
+                              uint64_t hash)
 {
     msgpack_pack_map(pk, 16);
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
@@ -125,7 +128,7 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     msgpack_pack_int(pk, e->T);
     msgpack_pack_int(pk, e->GAS);
     tr__mp_pack_kv_str(pk, "config", config_json ? config_json : "");
-    tr__mp_pack_kv_uint(pk, "config_hash", tr__ckpt_config_hash(config_json));
+    tr__mp_pack_kv_uint(pk, "config_hash", hash);
     tr__mp_pack_str(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
@@ -185,7 +188,7 @@ static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *
 
 /* Rank 0's model file: the parameters, copied. */
 static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
-                      const char *config_json)
+                      const char *config_json, uint64_t hash)
 {
     const tr__plan_t *e = c->eng;
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
@@ -196,7 +199,7 @@ static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    pack_model_header(&pk, &sb, e, st, config_json);
+    pack_model_header(&pk, &sb, e, st, config_json, hash);
     c->has_model = true;
     return snap(c, &c->model, &sb, params, 1, e->n_params * sizeof(float), 0);
 }
@@ -233,10 +236,13 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
                         c->tag);
     if (tr__path_join(c->tagdir, sizeof(c->tagdir), c->dir, c->tag))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir, c->tag);
-    char *config_json = tr_config_dump(e->cfg, 0);
-    uint64_t hash = tr__ckpt_config_hash(config_json);
-    int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
+    /* the hash is of what the ranks agreed on at start (runtime/config/agree.h): the same in
+     * every rank's file, whatever per-process keys (workers, tracing, ...) differ */
+    char *config_json = tr_config_dump(e->cfg, 0), *shared = tr__config_shared_json(e->cfg);
+    uint64_t hash = tr__ckpt_config_hash(shared);
+    int rc = e->rank == 0 ? snap_model(c, st, config_json, hash) : 0;
     free(config_json);
+    free(shared);
     if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
     return rc;
 }
