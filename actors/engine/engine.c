@@ -707,6 +707,8 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
     if (!eng) return no_engine("tr_engine_stop_requested");
+    if (eng->plan.world > 1) /* the ranks' agreement (client.h), the same step on every rank */
+        return tr__client_stop_agreed(eng->plan.client);
     return tr__client_stop_requested(eng->plan.client);
 }
 

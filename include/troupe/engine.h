@@ -222,8 +222,10 @@ void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
 int tr_engine_rank(const tr_engine_t *eng);
 int tr_engine_world(const tr_engine_t *eng);
 
-/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. TR_EINVAL
- * (non-zero: stop) for a NULL eng. */
+/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. On several
+ * ranks, true on every rank after the same step: the one after which the ranks learned (in
+ * that step's loss all-reduce) that a signal reached one of them. TR_EINVAL (non-zero: stop)
+ * for a NULL eng. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
 
 #ifdef __cplusplus
