@@ -43,7 +43,8 @@ static const flag_t flags[] = {
     {"--val-every", "N", F_LONG, O(val_every), 0, 1L << 40,
      "measure the validation loss every N steps (default 0: only at the end)"},
     {"--val-batches", "K", F_LONG, O(val_batches), 1, 1L << 30,
-     "micro-batches per validation (default 8)"},
+     "micro-batches per validation (default 8): the first K of the validation data, the "
+     "same ones on any number of ranks (the ranks split them)"},
     {"--seq-len", "T", F_INT, O(seq_len), 1, 1 << 20,
      "gpt2: positions per training sequence (default: the context length)"},
     {"--steps", "N", F_LONG, O(steps), 0, 1L << 40,

@@ -155,8 +155,14 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
         rc = tr__dataset_open(&eng->train, &o->train, &eng->plan, c->troupe.data.shuffle,
                               eng->plan.seed, err, errlen);
     const tr_dataset_t *v = o->val.shards || o->val.batch ? &o->val : &o->train;
-    if (rc == 0 && (v->shards || v->batch)) /* eval reads in order, from the start */
-        rc = tr__dataset_open(&eng->val, v, &eng->plan, false, eng->plan.seed, err, errlen);
+    /* eval reads in order, from the start, the stream one process reads: rank r evaluates its
+     * share of those batches (the executor's serve_eval), so the N batches of an evaluation are
+     * the same at any world size */
+    tr__plan_t whole = eng->plan;
+    whole.replica = 0;
+    whole.replicas = 1;
+    if (rc == 0 && (v->shards || v->batch))
+        rc = tr__dataset_open(&eng->val, v, &whole, false, eng->plan.seed, err, errlen);
     return rc;
 }
 

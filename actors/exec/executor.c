@@ -676,15 +676,31 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
 
+/* The validation stream (one process's: engine.c's open_data) at its batch i. */
+static void seek_val(struct tr__exec *x, uint64_t i)
+{
+    uint64_t per_epoch = tr__dataset_samples_per_epoch(x->val), s = i * (uint64_t)x->eng->B;
+    tr__data_pos_t p = {.batch_index = i};
+    if (per_epoch) { /* shards: sample s of the stream, which wraps at the epoch's end */
+        p.epoch = s / per_epoch;
+        p.cursor = s % per_epoch;
+    }
+    tr__dataset_seek(x->val, p);
+}
+
+/* An evaluation of n batches: the first n of the validation stream at any world size, replica
+ * r of R taking batches r, R + r, 2R + r, ... (the stages of a replica all take them); the
+ * mean over the ranks is their losses' sum over their count, so one checkpoint gives the same
+ * validation loss on 1, 2 or 3 ranks (up to the summation order). */
 static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
     const tr__plan_t *e = x->eng;
-    tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
-    double sum = 0;
+    double sum = 0, count = 0;
     char err[512];
     tr_model_set_training(x->model, 0);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = (uint32_t)e->replica; i < n; i += (uint32_t)e->replicas) {
         bool wrapped;
+        seek_val(x, i);
         int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
                                   e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL, &wrapped,
                                   err, sizeof(err));
@@ -702,14 +718,15 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
             return;
         }
         sum += loss;
+        count++;
     }
     tr_model_set_training(x->model, 1);
     if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
-        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, n}, 2,
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, count}, 2,
                        "for the loss over the ranks");
         return;
     }
-    reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+    reply_ok(x, 0, (tr__reply_t){.loss = count ? (float)(sum / count) : 0.0f});
 }
 
 static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);

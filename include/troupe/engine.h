@@ -111,8 +111,10 @@ typedef struct tr_step_stats {
  * step. stats may be NULL. The caller's thread. */
 int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats);
 
-/* Mean loss over n_batches micro-batches of the val dataset (the train one if none), into *loss
- * (required), without touching gradients or optimizer state. The caller's thread. */
+/* Mean loss over the first n_batches micro-batches of the val dataset (the train one if none),
+ * into *loss (required), without touching gradients or optimizer state. The same batches at
+ * any world size: rank r of W evaluates batches r, W + r, ... and the mean is over all of
+ * them. Every rank calls it. The caller's thread. */
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss);
 
 /* --- DeepSpeed-style -------------------------------------------------------------------- */
