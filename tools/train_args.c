@@ -43,7 +43,8 @@ static const flag_t flags[] = {
     {"--val-every", "N", F_LONG, O(val_every), 0, 1L << 40,
      "measure the validation loss every N steps (default 0: only at the end)"},
     {"--val-batches", "K", F_LONG, O(val_batches), 1, 1L << 30,
-     "micro-batches per validation (default 8)"},
+     "micro-batches per validation (default 8): the first K of the validation data, the "
+     "same ones on any number of ranks (the ranks split them)"},
     {"--seq-len", "T", F_INT, O(seq_len), 1, 1 << 20,
      "gpt2: positions per training sequence (default: the context length)"},
     {"--steps", "N", F_LONG, O(steps), 0, 1L << 40,
@@ -82,14 +83,17 @@ void train_usage(FILE *f)
                "shards is checked before the first step. The checkpoint (--save-dir) and the\n"
                "export (--export-llmc) are written at the end even when the validation fails.\n"
                "Exit status: 0 done (also after SIGINT, which finishes the step and saves when\n"
-               "--save-dir is set), 1 training, a validation or the last checkpoint save failed\n"
-               "(an earlier failed save does not stop the run), or memory ran out, 2 a bad\n"
-               "flag, file, config or checkpoint (--resume).\n"
+               "--save-dir is set; under mpirun send SIGUSR1 to mpirun, which forwards it to\n"
+               "every rank, as SIGINT to mpirun aborts the job), 1 training, a validation or the\n"
+               "last checkpoint save failed (an earlier failed save does not stop the run), or\n"
+               "memory ran out, 2 a bad flag, file, config or checkpoint (--resume).\n"
                "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
                "the ranks come from the launcher and rank 0 prints. The config's\n"
                "zero_optimization.stage (0-2) and overlap_comm say what is partitioned and\n"
                "when the gradients travel; each rank's memory is logged at start. A rank that\n"
-               "diverges or hangs is named (troupe.comm.timeout_s). Every rank writes its part\n"
+               "diverges or hangs is named (troupe.comm.timeout_s); every rank needs the same\n"
+               "config (checked before step 1: the keys that differ are named), and every rank\n"
+               "ends with the same exit status. Every rank writes its part\n"
                "of a checkpoint (with ZeRO stage >= 1 its optimizer partition); --resume works\n"
                "with another number of ranks than the save's (the optimizer state is split\n"
                "anew; keep train_batch_size the same so the data stream continues).\n"

@@ -10,10 +10,11 @@
  * config, each layer's kind and widths: a load refuses another model's, naming the field), the
  * layer and parameter table (names and shapes), the counters (global steps and samples, skipped
  * steps, micro-steps), the data position, the seed, world size and ZeRO stage, how many optimizer
- * files the tag has, the resolved config (JSON) and its hash, and the optimizer's own state (step,
- * beta powers, scheduler position, loss scaler). An optimizer file's header repeats what ties it to
- * its model file (version, global step, world size, config hash) and says which slice [lo, hi) of
- * the N flat parameters its arrays hold.
+ * files the tag has, the resolved config (JSON) and the hash of the part every rank agreed on at
+ * start (all but its per-process keys: runtime/config/agree.h), and the optimizer's own state
+ * (step, beta powers, scheduler position, loss scaler). An optimizer file's header repeats what
+ * ties it to its model file (version, global step, world size, config hash) and says which slice
+ * [lo, hi) of the N flat parameters its arrays hold.
  *
  * A save on W ranks, as messages (the save chain executor -> optimizer ends here):
  *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
@@ -31,9 +32,12 @@
  * A load reads and checks everything this rank needs (ckpt_read.c, which re-partitions the
  * optimizer state for this world size), then COMM_SCALAR TR__SCALAR_CKPT_LOAD: only when
  * every rank's checks passed does the restore chain (optimizer -> executor -> back here)
- * change anything, so a refused checkpoint changes no rank.
+ * change anything, so a refused checkpoint changes no rank. When some rank failed, every rank
+ * returns the first failing rank's error code (so every rank of a job ends with the same exit
+ * status) and that rank's explanation, which crosses the ranks as a COMM_REDUCE of its text.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +50,17 @@
 #include "base/errf.h"
 #include "base/file.h"
 #include "runtime/comm/comm.h"
+#include "runtime/config/agree.h"
 #include "runtime/msg/mpack.h"
 #include "troupe/aio.h"
+
+/* A failed load's explanation crosses the ranks as WHY_DOUBLES doubles, each holding 6 bytes
+ * of text (an integer below 2^48: exact in a double and in a sum with zeros). */
+#define WHY_DOUBLES 128
+#define WHY_BYTES   (WHY_DOUBLES * 6)
+/* A failing rank's answer to an agreement packs (world - rank) and its error's magnitude: MAX
+ * over the ranks picks the first failing rank, and its error with it. */
+#define CODE_SPAN 8192.0
 
 struct tr__ckpt_actor {
     const tr__plan_t *eng;
@@ -65,6 +78,11 @@ struct tr__ckpt_actor {
     bool wrote_model, wrote_optim; /* renamed into place by this save (DISCARD removes them) */
     char tagdir[4400];
     tr_aio_t *aio; /* the writer (the config's aio section), made at the first save */
+    /* a load that failed on some rank: the failure everyone returns, and the first failing
+     * rank's explanation, summed over the ranks (only that rank's is not zeros) */
+    int load_rc, load_first;
+    double why[WHY_DOUBLES];
+    uint64_t why_id; /* its registry id while the sum is in flight */
 };
 
 /* --- writing ------------------------------------------------------------------------------ */
@@ -125,7 +143,8 @@ static int optim_files(const tr__plan_t *e)
 }
 
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
-                              const tr_msg_engine_state_t *st, const char *config_json)
+                              const tr_msg_engine_state_t *st, const char *config_json,
+                              uint64_t hash)
 {
     msgpack_pack_map(pk, 17);
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
@@ -158,7 +177,7 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
     msgpack_pack_int(pk, e->T);
     msgpack_pack_int(pk, e->GAS);
     tr__mp_pack_kv_str(pk, "config", config_json ? config_json : "");
-    tr__mp_pack_kv_uint(pk, "config_hash", tr__ckpt_config_hash(config_json));
+    tr__mp_pack_kv_uint(pk, "config_hash", hash);
     tr__mp_pack_str(pk, "optimizer"); /* the optimizer's own msgpack map, as it packed it */
     msgpack_sbuffer_write(sb, (const char *)st->optim.data, st->optim.len);
 }
@@ -218,7 +237,7 @@ static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *
 
 /* Rank 0's model file: the parameters, copied. */
 static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
-                      const char *config_json)
+                      const char *config_json, uint64_t hash)
 {
     const tr__plan_t *e = c->eng;
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
@@ -229,7 +248,7 @@ static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    pack_model_header(&pk, &sb, e, st, config_json);
+    pack_model_header(&pk, &sb, e, st, config_json, hash);
     c->has_model = true;
     return snap(c, &c->model, &sb, params, 1, e->n_params * sizeof(float), 0);
 }
@@ -268,10 +287,13 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
                         c->tag);
     if (tr__path_join(c->tagdir, sizeof(c->tagdir), c->dir, c->tag))
         return tr__errf(c->err, sizeof(c->err), TR_EINVAL, "%s/%s: path too long", c->dir, c->tag);
-    char *config_json = tr_config_dump(e->cfg, 0);
-    uint64_t hash = tr__ckpt_config_hash(config_json);
-    int rc = e->rank == 0 ? snap_model(c, st, config_json) : 0;
+    /* the hash is of what the ranks agreed on at start (runtime/config/agree.h): the same in
+     * every rank's file, whatever per-process keys (workers, tracing, ...) differ */
+    char *config_json = tr_config_dump(e->cfg, 0), *shared = tr__config_shared_json(e->cfg);
+    uint64_t hash = tr__ckpt_config_hash(shared);
+    int rc = e->rank == 0 ? snap_model(c, st, config_json, hash) : 0;
     free(config_json);
+    free(shared);
     if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
     return rc;
 }
@@ -355,11 +377,12 @@ static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
         return 0;
     }
     bool failed = rc < 0;
+    double code = -rc > 0 && -rc < CODE_SPAN ? -rc : -TR_EFAILED;
     *TR_MSG_AS(m, comm_scalar) = (tr_msg_comm_scalar_t){
         .op = TR_REDUCE_MAX,
         .n = 2,
         .what = what,
-        .values = {failed ? e->world - e->rank : 0, failed ? e->rank + 1 : 0}};
+        .values = {failed ? (e->world - e->rank) * CODE_SPAN + code : 0, failed ? e->rank + 1 : 0}};
     m->step = c->step;
     int sent = tr_actor_send(ctx->rt, e->comm, m);
     if (sent < 0) {
@@ -369,21 +392,91 @@ static int agree(tr_ctx_t *ctx, struct tr__ckpt_actor *c, uint32_t what, int rc)
     return 0;
 }
 
-/* The answer to agree(): 0 when every rank succeeded; else this rank's own code (its reason
- * stays in c->err) or, when only others failed, TR_EFAILED with c->err naming them. */
-static int agreed(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, const char *doing)
+/* The first failing rank of an agreement's answer s, and its error (TR_E*); -1 and 0 when
+ * every rank succeeded. */
+static int first_failure(const struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s, int *rc)
 {
-    int first = c->eng->world - (int)s->values[0], last = (int)s->values[1] - 1;
-    if (s->values[0] <= 0) return 0;
-    if (c->local_rc < 0) return c->local_rc;
+    if (s->values[0] <= 0) {
+        *rc = 0;
+        return -1;
+    }
+    double span = floor(s->values[0] / CODE_SPAN);
+    *rc = -(int)(s->values[0] - span * CODE_SPAN);
+    return c->eng->world - (int)span;
+}
+
+/* The answer to agree() when some rank failed, before the explanation has crossed: the error
+ * every rank returns (the first failing rank's, so every rank's exit status is the same) and,
+ * on a rank that did not fail, c->err naming the ranks that did (the first one's explanation
+ * is added once it arrives: why_arrived). */
+static int agreed_failure(struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s,
+                          const char *doing)
+{
+    int code, first = first_failure(c, s, &code), last = (int)s->values[1] - 1;
+    c->load_first = first;
+    if (c->local_rc < 0) return code;
     if (first == last)
-        snprintf(c->err, sizeof(c->err), "rank %d could not %s (its own error says why)", first,
-                 doing);
+        snprintf(c->err, sizeof(c->err), "rank %d could not %s", first, doing);
     else
-        snprintf(c->err, sizeof(c->err),
-                 "ranks %d to %d (some or all) could not %s (their own errors say why)", first,
-                 last, doing);
-    return TR_EFAILED;
+        snprintf(c->err, sizeof(c->err), "ranks %d to %d (some or all) could not %s", first, last,
+                 doing);
+    return code;
+}
+
+/* The first failing rank's explanation to every rank: its text in c->why (zeros elsewhere),
+ * summed over the ranks (COMM_REDUCE). 0 once asked. */
+static int ask_why(tr_ctx_t *ctx, struct tr__ckpt_actor *c)
+{
+    const tr__plan_t *e = c->eng;
+    unsigned char text[WHY_BYTES] = {0};
+    if (e->rank == c->load_first) /* text keeps a NUL: at most WHY_BYTES - 1 bytes */
+        memcpy(text, c->err, strnlen(c->err, WHY_BYTES - 1));
+    for (int i = 0; i < WHY_DOUBLES; i++) {
+        uint64_t v = 0;
+        for (int k = 5; k >= 0; k--)
+            v = v << 8 | text[i * 6 + k];
+        c->why[i] = (double)v;
+    }
+    tr_buffer_info_t info = {.base = c->why,
+                             .bytes = sizeof(c->why),
+                             .dtype = TR_DTYPE_F64,
+                             .device_type = TR_DEVICE_CPU,
+                             .owner = e->checkpointer,
+                             .lifetime = TR_BUFFER_REQUEST};
+    snprintf(info.name, sizeof(info.name), "checkpointer/why");
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_REDUCE);
+    int rc = m ? tr_buffer_register(e->rt, &info, &c->why_id) : TR_ENOMEM;
+    if (rc == 0)
+        rc = tr_buffer_ref(e->rt, c->why_id, 0, sizeof(c->why), TR_DTYPE_F64,
+                           &TR_MSG_AS(m, comm_reduce)->buf);
+    if (rc == 0) {
+        TR_MSG_AS(m, comm_reduce)->op = TR_REDUCE_SUM;
+        TR_MSG_AS(m, comm_reduce)->what = TR__SCALAR_CKPT_LOAD;
+        m->step = c->step;
+        rc = tr_actor_send(ctx->rt, e->comm, m);
+    }
+    if (rc < 0 && m) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* The first failing rank's explanation arrived: a rank that did not fail adds it to c->err. */
+static void why_arrived(struct tr__ckpt_actor *c, int rc)
+{
+    char text[WHY_BYTES + 1];
+    for (int i = 0; i < WHY_DOUBLES; i++) {
+        uint64_t v = (uint64_t)c->why[i];
+        for (int k = 0; k < 6; k++, v >>= 8)
+            text[i * 6 + k] = (char)(v & 0xff);
+    }
+    text[WHY_BYTES] = '\0';
+    tr_buffer_unregister(c->eng->rt, c->why_id);
+    c->why_id = 0;
+    if (c->local_rc < 0) return; /* its own explanation stays */
+    size_t n = strlen(c->err);
+    if (rc < 0 || !text[0])
+        snprintf(c->err + n, sizeof(c->err) - n, " (its own error says why)");
+    else
+        snprintf(c->err + n, sizeof(c->err) - n, "; rank %d's error: %s", c->load_first, text);
 }
 
 /* --- saving -------------------------------------------------------------------------------- */
@@ -555,9 +648,14 @@ static int load(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_engine_req
     return agree(ctx, c, TR__SCALAR_CKPT_LOAD, rc);
 }
 
+/* Every rank read its part (then the restore begins), or some failed: every rank returns the
+ * first failing rank's error, with its explanation (ask_why, then load_failed). */
 static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_comm_scalar_t *s)
 {
-    int rc = agreed(c, s, "read its part of the checkpoint");
+    int rc = s->values[0] > 0 ? agreed_failure(c, s, "read its part of the checkpoint") : 0;
+    c->load_rc = rc;
+    if (rc < 0 && c->eng->world > 1 && ask_why(ctx, c) == 0) return;
+    if (rc < 0 && c->local_rc >= 0) why_arrived(c, TR_EFAILED); /* it could not be asked */
     if (rc == 0) {
         rc = tr_actor_send(ctx->rt, c->eng->optimizer, c->restore);
         if (rc == 0)
@@ -569,6 +667,14 @@ static void on_load_agreed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg
         end_restore(ctx, c);
         tr__reply(c->eng, rc, NULL, "load: %s", c->err);
     }
+}
+
+/* A failed load's explanation crossed the ranks (COMM_REDUCE): the load's reply. */
+static void load_failed(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr_msg_comm_reduce_t *v)
+{
+    why_arrived(c, v->rc);
+    end_restore(ctx, c);
+    tr__reply(c->eng, c->load_rc, NULL, "load: %s", c->err);
 }
 
 /* The end of a restore: the executor has taken the state (or the optimizer refused it). */
@@ -587,6 +693,11 @@ static int checkpointer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_COMM_SCALAR) { /* an agreement's answer: c->err is still ours */
         const tr_msg_comm_scalar_t *s = TR_MSG_AS(msg, comm_scalar);
         if (s->what == TR__SCALAR_CKPT_LOAD) on_load_agreed(ctx, c, s);
+        return 0;
+    }
+    if (msg->type == TR_MSG_COMM_REDUCE) { /* a failed load's explanation */
+        if (TR_MSG_AS(msg, comm_reduce)->what == TR__SCALAR_CKPT_LOAD)
+            load_failed(ctx, c, TR_MSG_AS(msg, comm_reduce));
         return 0;
     }
     c->err[0] = '\0';

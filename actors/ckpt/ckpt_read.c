@@ -149,7 +149,9 @@ static int header_version(const char *tagdir, const char *name, const msgpack_ob
 
 /* The files of a tag come from one save: same version, and from version 2 on the same global
  * step, world size and config hash. A mix is refused naming the tag, both files and the
- * field where they differ. */
+ * field where they differ; files of one step and world whose config hashes differ are said to
+ * be of different configs (ranks that ran with different ones before the ranks' configs were
+ * agreed on at start, or two runs), not of different saves. */
 static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt_tag_t *t,
                            const msgpack_object *oh, char *err, size_t errlen)
 {
@@ -168,7 +170,17 @@ static int check_same_save(const char *tagdir, const char *oname, const tr__ckpt
                             (unsigned long long)m[0]);
     }
     for (int i = 0; i < 4 && (i == 0 || m[0] >= 2); i++)
-        if (m[i] != o[i])
+        if (m[i] != o[i] && i == 3) /* one step of one world: the configs differ */
+            return tr__errf(
+                err, errlen, TR_EMISMATCH,
+                "%s: model_states.trck and %s are of the same step %llu and world size %llu but "
+                "of different configs (config_hash %llu and %llu): the rank that wrote %s ran "
+                "with another config than rank 0 (a job whose ranks' configs were not checked "
+                "at start), or the files are of different runs; this tag cannot be resumed, "
+                "resume an earlier one or start again with one config on every rank",
+                tagdir, oname, (unsigned long long)m[1], (unsigned long long)m[2],
+                (unsigned long long)m[3], (unsigned long long)o[3], oname);
+        else if (m[i] != o[i])
             return tr__errf(
                 err, errlen, TR_EMISMATCH,
                 "%s: model_states.trck has %s %llu but %s has %s %llu: the tag mixes the "

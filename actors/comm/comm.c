@@ -37,6 +37,7 @@
 #include "actors/comm/comm_internal.h"
 #include "base/errf.h"
 #include "kernels/cpu/vec.h"
+#include "runtime/config/agree.h"
 
 /* comms_logger: one completed operation, and its verbose line on rank 0; the trace: its span
  * on the collectives lane. */
@@ -523,6 +524,18 @@ static void faults_from_env(struct tr__comm *c)
     c->fault_kill_step = fault ? strtoull(fault, NULL, 10) : 1;
 }
 
+/* Before the first step, on more than one rank: every rank's resolved config is the same
+ * (runtime/config/agree.h), else every rank fails with the keys that differ. */
+static int agree_config(struct tr__comm *c, char *err, size_t errlen)
+{
+    const tr_config_t *cfg = c->eng->cfg;
+    char why[2048] = "";
+    if (c->eng->world < 2) return 0;
+    int rc =
+        tr__config_agree(cfg, c->backend, (double)cfg->troupe.comm.timeout_s, why, sizeof(why));
+    return rc < 0 ? tr__errf(err, errlen, rc, "%s: %s", cfg->source, why) : 0;
+}
+
 /* The backend, and on more than one rank the headers' communicator and the watchdog's control
  * channel (groups split off it: every rank does this at create, in the same order). */
 static int open_comms(struct tr__comm *c, char *err, size_t errlen)
@@ -545,7 +558,7 @@ static int open_comms(struct tr__comm *c, char *err, size_t errlen)
     }
     rc = tr__watch_create(c->backend, control_done, c, &c->watch, why, sizeof(why));
     if (rc < 0) return tr__errf(err, errlen, rc, "comm: the watchdog's control channel: %s", why);
-    return 0;
+    return agree_config(c, err, errlen);
 }
 
 int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *self,

@@ -30,6 +30,7 @@ struct tr__client {
     int n_children, exits;         /* actors to hear from at destroy; exit notices heard */
     _Atomic uint64_t bucket_bytes; /* a gauge for the trace (relaxed; any actor) */
     _Atomic int stop_requested;    /* the supervisor saw a signal's STOP */
+    _Atomic int stop_agreed;       /* on several ranks: a step's sum said some rank's had */
 };
 
 void *tr__resolve(const tr__plan_t *eng, const tr_tensor_ref_t *ref, char *why, size_t whylen)
@@ -220,4 +221,14 @@ const char *tr__client_error(const tr__client_t *c)
 int tr__client_stop_requested(tr__client_t *c)
 {
     return atomic_load(&c->stop_requested);
+}
+
+void tr__client_stop_agree(tr__client_t *c)
+{
+    atomic_store(&c->stop_agreed, 1); /* before the step's reply: the caller reads it after */
+}
+
+int tr__client_stop_agreed(tr__client_t *c)
+{
+    return atomic_load(&c->stop_agreed);
 }

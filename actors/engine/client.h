@@ -102,4 +102,11 @@ const char *tr__client_error(const tr__client_t *c);
 /* The supervisor saw a signal's STOP. Any thread. */
 int tr__client_stop_requested(tr__client_t *c);
 
+/* On several ranks a stop is agreed on: each rank adds whether it saw a signal to its step's
+ * loss all-reduce, and when the sum says some rank did, the executor sets the flag before that
+ * step's reply, so every rank stops after the same step (a signal reaches the ranks at
+ * different instants). Any thread. */
+void tr__client_stop_agree(tr__client_t *c);
+int tr__client_stop_agreed(tr__client_t *c);
+
 #endif

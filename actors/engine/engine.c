@@ -155,8 +155,14 @@ static int open_data(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
         rc = tr__dataset_open(&eng->train, &o->train, &eng->plan, c->troupe.data.shuffle,
                               eng->plan.seed, err, errlen);
     const tr_dataset_t *v = o->val.shards || o->val.batch ? &o->val : &o->train;
-    if (rc == 0 && (v->shards || v->batch)) /* eval reads in order, from the start */
-        rc = tr__dataset_open(&eng->val, v, &eng->plan, false, eng->plan.seed, err, errlen);
+    /* eval reads in order, from the start, the stream one process reads: rank r evaluates its
+     * share of those batches (the executor's serve_eval), so the N batches of an evaluation are
+     * the same at any world size */
+    tr__plan_t whole = eng->plan;
+    whole.replica = 0;
+    whole.replicas = 1;
+    if (rc == 0 && (v->shards || v->batch))
+        rc = tr__dataset_open(&eng->val, v, &whole, false, eng->plan.seed, err, errlen);
     return rc;
 }
 
@@ -707,6 +713,8 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng)
 int tr_engine_stop_requested(const tr_engine_t *eng)
 {
     if (!eng) return no_engine("tr_engine_stop_requested");
+    if (eng->plan.world > 1) /* the ranks' agreement (client.h), the same step on every rank */
+        return tr__client_stop_agreed(eng->plan.client);
     return tr__client_stop_requested(eng->plan.client);
 }
 

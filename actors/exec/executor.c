@@ -20,6 +20,7 @@
  * accumulate to the mean over the window (DeepSpeed's division by GAS). Every reply carries
  * the executor's view (global step, accumulation window) for the client.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,11 @@ typedef struct queued {
 
 /* What a COMM_SCALAR answers (its `what`). */
 enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
+
+/* A rank that saw a signal adds STOP_MARK to its step's micro-batch count in the loss
+ * all-reduce: the sum's multiple of it says how many did (the counts stay far below it, and
+ * the sum is exact in a double). */
+#define STOP_MARK 4294967296.0
 
 /* Where the executor is in an accumulation window; win_next() holds every transition. A TRAIN
  * goes IDLE -> STEP_PENDING -> IDLE (its micro-batches before the boundary leave it IDLE);
@@ -573,6 +579,7 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     if (x->pipe && tr_pipe_model_stage(x->pipe) >= 0 &&
         tr_pipe_model_stage(x->pipe) < x->eng->stages - 1)
         v[0] = v[1] = 0; /* across ranks the loss is the last stage's: the others add nothing */
+    if (tr__client_stop_requested(x->eng->client)) v[1] += STOP_MARK;
     tr__save_values(&x->save, v + 2);
     reduce_scalars(ctx, x, SCALAR_STEP_LOSS, v, 4, "for the loss over the ranks");
 }
@@ -669,15 +676,31 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
 
+/* The validation stream (one process's: engine.c's open_data) at its batch i. */
+static void seek_val(struct tr__exec *x, uint64_t i)
+{
+    uint64_t per_epoch = tr__dataset_samples_per_epoch(x->val), s = i * (uint64_t)x->eng->B;
+    tr__data_pos_t p = {.batch_index = i};
+    if (per_epoch) { /* shards: sample s of the stream, which wraps at the epoch's end */
+        p.epoch = s / per_epoch;
+        p.cursor = s % per_epoch;
+    }
+    tr__dataset_seek(x->val, p);
+}
+
+/* An evaluation of n batches: the first n of the validation stream at any world size, replica
+ * r of R taking batches r, R + r, 2R + r, ... (the stages of a replica all take them); the
+ * mean over the ranks is their losses' sum over their count, so one checkpoint gives the same
+ * validation loss on 1, 2 or 3 ranks (up to the summation order). */
 static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
     const tr__plan_t *e = x->eng;
-    tr__dataset_seek(x->val, (tr__data_pos_t){0}); /* every eval measures the same batches */
-    double sum = 0;
+    double sum = 0, count = 0;
     char err[512];
     tr_model_set_training(x->model, 0);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = (uint32_t)e->replica; i < n; i += (uint32_t)e->replicas) {
         bool wrapped;
+        seek_val(x, i);
         int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
                                   e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL, &wrapped,
                                   err, sizeof(err));
@@ -695,14 +718,15 @@ static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
             return;
         }
         sum += loss;
+        count++;
     }
     tr_model_set_training(x->model, 1);
     if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
-        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, n}, 2,
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, count}, 2,
                        "for the loss over the ranks");
         return;
     }
-    reply_ok(x, 0, (tr__reply_t){.loss = n ? (float)(sum / n) : 0.0f});
+    reply_ok(x, 0, (tr__reply_t){.loss = count ? (float)(sum / count) : 0.0f});
 }
 
 static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);
@@ -711,10 +735,16 @@ static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);
  * evaluation, or a wait's round. */
 static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scalar_t *s)
 {
-    double mean = s->values[1] > 0 ? s->values[0] / s->values[1] : 0.0;
+    double count = s->values[1], stops = 0;
+    if (s->what == SCALAR_STEP_LOSS) { /* some rank saw a signal: every rank stops after it */
+        stops = floor(count / STOP_MARK);
+        count -= stops * STOP_MARK;
+    }
+    double mean = count > 0 ? s->values[0] / count : 0.0;
     if (s->what == TR__SCALAR_CKPT_SAVE) {
         save_moved(ctx, x, s->values);
     } else if (s->what == SCALAR_STEP_LOSS) {
+        if (stops > 0) tr__client_stop_agree(x->eng->client);
         if (save_moved(ctx, x, s->values + 2) == 0) finish_step(ctx, x, &x->done, mean);
     } else {
         reply_ok(x, 0, (tr__reply_t){.loss = (float)mean});

@@ -112,8 +112,10 @@ typedef struct tr_step_stats {
  * step. stats may be NULL. The caller's thread. */
 int tr_engine_train_batch(tr_engine_t *eng, tr_step_stats_t *stats);
 
-/* Mean loss over n_batches micro-batches of the val dataset (the train one if none), into *loss
- * (required), without touching gradients or optimizer state. The caller's thread. */
+/* Mean loss over the first n_batches micro-batches of the val dataset (the train one if none),
+ * into *loss (required), without touching gradients or optimizer state. The same batches at
+ * any world size: rank r of W evaluates batches r, W + r, ... and the mean is over all of
+ * them. Every rank calls it. The caller's thread. */
 int tr_engine_eval(tr_engine_t *eng, int n_batches, float *loss);
 
 /* --- DeepSpeed-style -------------------------------------------------------------------- */
@@ -223,8 +225,10 @@ void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
 int tr_engine_rank(const tr_engine_t *eng);
 int tr_engine_world(const tr_engine_t *eng);
 
-/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. TR_EINVAL
- * (non-zero: stop) for a NULL eng. */
+/* True once SIGINT/SIGTERM arrived (with handle_signals): finish the step and stop. On several
+ * ranks, true on every rank after the same step: the one after which the ranks learned (in
+ * that step's loss all-reduce) that a signal reached one of them. TR_EINVAL (non-zero: stop)
+ * for a NULL eng. */
 int tr_engine_stop_requested(const tr_engine_t *eng);
 
 #ifdef __cplusplus

@@ -21,11 +21,12 @@
  *     kept across tr_actor_restart, freed when the actor stops. tr_actor_lookup and
  *     tr_actor_send_name always reach the current generation.
  *
- * Signals (handle_signals): the first SIGINT or SIGTERM sends TR_MSG_STOP to every actor and
+ * Signals (handle_signals): the first SIGINT, SIGTERM or SIGUSR1 (which Open MPI's mpirun
+ * forwards to every rank, where it turns SIGINT into an abort) sends TR_MSG_STOP to every actor and
  * gives the process signal_grace_ms to finish; then it exits with status 128 + the signal.
  * A second signal exits at once (as a second Ctrl-C does in PyTorch and DeepSpeed), and so
  * does a signal when no actor is alive (nothing could stop gracefully). One SIGTERM always
- * ends the process. The runtime's own threads start with both signals blocked: the kernel
+ * ends the process. The runtime's own threads start with these signals blocked: the kernel
  * delivers them to the application's threads.
  */
 #ifndef TR_INCLUDE_TROUPE_RUNTIME_H
@@ -58,7 +59,7 @@ typedef struct tr_runtime_opts {
     uint64_t seed;            /* deterministic mode's seed; 0 = pick one (printed to stderr) */
     unsigned batch;           /* most messages an actor handles before yielding; 0 = 64 */
     uint64_t batch_ns;        /* most time an actor runs before yielding; 0 = 1 ms */
-    int handle_signals;       /* SIGINT/SIGTERM -> graceful stop (see signal_grace_ms) */
+    int handle_signals;       /* SIGINT/SIGTERM/SIGUSR1 -> graceful stop (signal_grace_ms) */
     unsigned signal_grace_ms; /* after the first signal, how long the graceful stop may take
                                * before the process exits anyway (128 + the signal); a second
                                * signal, or a signal when no actor is alive, exits at once;

@@ -113,7 +113,7 @@ struct tr__loop {
     pthread_t thread;
     uv_loop_t uv;
     uv_async_t async;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sigusr1;
     uv_timer_t grace; /* armed by the first signal: exit when it fires */
     uv_poll_t tpoll;
 };
@@ -475,7 +475,7 @@ static void on_async(uv_async_t *a)
 
 static const char *signal_name(int signum)
 {
-    return signum == SIGINT ? "SIGINT" : "SIGTERM";
+    return signum == SIGINT ? "SIGINT" : signum == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 static unsigned grace_ms(const tr__loop_t *l)
@@ -549,10 +549,12 @@ int tr__loop_start(tr_runtime_t *rt)
     if (rt->opts.handle_signals) {
         uv_signal_init(&l->uv, &l->sigint);
         uv_signal_init(&l->uv, &l->sigterm);
+        uv_signal_init(&l->uv, &l->sigusr1);
         uv_timer_init(&l->uv, &l->grace);
-        l->sigint.data = l->sigterm.data = l->grace.data = l;
+        l->sigint.data = l->sigterm.data = l->sigusr1.data = l->grace.data = l;
         uv_signal_start(&l->sigint, on_signal, SIGINT);
         uv_signal_start(&l->sigterm, on_signal, SIGTERM);
+        uv_signal_start(&l->sigusr1, on_signal, SIGUSR1); /* what mpirun forwards */
     }
     rt->loop = l;
     rc = -tr__thread_create(rt, &l->thread, loop_main, l, "tr-loop");

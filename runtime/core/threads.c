@@ -99,6 +99,7 @@ int tr__thread_create(const tr_runtime_t *rt, pthread_t *thread, void *(*fn)(voi
     if (rt->opts.handle_signals) {
         sigaddset(&block, SIGINT);
         sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGUSR1);
     }
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = pthread_create(thread, NULL, start, s);
