@@ -18,6 +18,7 @@
 #include "runtime/msg/mpack.h"
 #include "troupe/error.h"
 #include "troupe/log.h"
+#include "troupe/types.h"
 
 #define CTL_TAG   1
 #define CTL_BYTES 16384 /* a table of TR__WATCH_MAX_OPS operations is ~4 KiB */
@@ -59,9 +60,10 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
         snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
-    snprintf(out, len, "%scollective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
+    snprintf(out, len, "%scollective #%llu, %s, %llu bytes of %s, step %llu, micro-step %u",
              o->exchange ? "the header exchange before " : "", (unsigned long long)o->seq, what,
-             (unsigned long long)o->bytes, o->dtype, (unsigned long long)o->step, o->micro_step);
+             (unsigned long long)o->bytes, tr_dtype_name((int)o->dtype),
+             (unsigned long long)o->step, o->micro_step);
 }
 
 /* --- encoding ----------------------------------------------------------------------------- */

@@ -64,7 +64,7 @@ typedef struct tr__watch_table {
 
 typedef struct tr__watch tr__watch_t;
 
-/* "collective #3, the all-reduce of bucket 0, 244 bytes of dtype 0, step 1, micro-step 0";
+/* "collective #3, the all-reduce of bucket 0, 244 bytes of f32, step 1, micro-step 0";
  * with exchange, "the header exchange before ..." instead. */
 void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len);
 

@@ -423,14 +423,15 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
         : t->elements != want            ? "another element count"
                                          : NULL;
     if (bad)
-        return fail(
-            ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
-            "stage %d received from stage %u %s %s of %llu "
-            "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
-            "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
-            g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
-            (unsigned long long)t->elements, t->dtype, t->micro_batch, (unsigned long long)t->step,
-            bad, k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->dtype, g->batch);
+        return fail(ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
+                    "stage %d received from stage %u %s %s of %llu "
+                    "elements of %s for micro-batch %u of step %llu: %s; its schedule "
+                    "expects %s from stage %d of %llu elements of %s for step %llu",
+                    g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
+                    (unsigned long long)t->elements, tr_dtype_name((int)t->dtype), t->micro_batch,
+                    (unsigned long long)t->step, bad,
+                    k == TR__PIPE_ACT ? "activations" : "gradients", from, want,
+                    tr_dtype_name(g->dtype), g->batch);
     if (g->send_mem) { /* the tensor, through the registry, which checks its range */
         void *p = NULL;
         char why[256] = "no tensor";
