@@ -37,6 +37,7 @@
 #include "actors/pipe/link.h"
 #include "actors/pipe/schedule.h"
 #include "base/errf.h"
+#include "runtime/comm/comm.h"
 #include "troupe/buffer.h"
 #include "troupe/error.h"
 #include "troupe/monitor.h"
@@ -693,6 +694,17 @@ void tr_pipe_stop(tr_pipe_t *p)
         send_stop(p, p->ids[s]);
     send_stop(p, p->link_id);
     send_stop(p, p->runner);
+}
+
+int tr_pipe_watch(tr_pipe_t *p, tr_actor_t watchdog)
+{
+    if (!p->link) return 0; /* in one process no transfer can wait on another rank */
+    tr_msg_t *m = tr_msg_new(p->rt, TR_MSG_COMM_WATCH);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_watch) = (tr_msg_comm_watch_t){.what = TR_COMM_WATCH_BY, .actor = watchdog};
+    int rc = tr_actor_send(p->rt, p->link_id, m);
+    if (rc < 0) tr_msg_free(p->rt, m);
+    return rc;
 }
 
 void tr_pipe_destroy(tr_pipe_t *p)
