@@ -55,7 +55,7 @@ wait "$job" || rc=$?
 job=
 [ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "the job ended with exit 0 after rank 1 stopped"; }
 # rank 0 waits in a transfer with rank 1 (most often), or in a collective it had started
-diag="^troupe train: comm: watchdog: rank 1 diverged: it did not answer within 3 s \(dead, or its comm actor is blocked\); rank 0 has waited [0-9.]* s in (the pipeline's (receive from|send to) rank 1 \(stage [01] to stage [01]\) of the (activation|gradient) of micro-batch [0-9]*, step [0-9]* \(its (header|tensor, [0-9]* bytes of f32)\)|the header exchange before collective|collective); the job ends on every rank"
+diag="^troupe train: comm: watchdog: rank 1 diverged: it did not answer within 3 s \(dead, or its comm actor is blocked\); rank 0 has waited [0-9.]* s in (the pipeline's (receive from|send to) rank 1 \(stage [01] to stage [01]\) of the (activation|gradient) of micro-batch [0-9]*, step [0-9]* \(its (header|tensor, [0-9]* bytes of f32)\)|(the header exchange before )?collective #[0-9]*, [^;]*); the job ends on every rank"
 grep -Eq "$diag" err.txt || { cat err.txt; fail "rank 0's watchdog did not name the stopped rank 1"; }
 echo "mpi: a stopped pipeline rank is named and the job ends (exit $rc) in $took s:"
 grep -Eo "rank 0 has waited .* in [^;]*" err.txt | head -1
