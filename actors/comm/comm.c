@@ -304,6 +304,9 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
     case TR__COLL_ALL_REDUCE:
     case TR__COLL_REDUCE_SCATTER:
         break;
+    case TR__COLL_PIPE_SEND:
+    case TR__COLL_PIPE_RECV: /* the links' transfers are never in the pending table */
+        return TR_EINVAL;
     }
     return bucket_done(ctx, c, p);
 }
@@ -352,70 +355,141 @@ static int schedule_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     return rc;
 }
 
-/* This rank's table for the watchdog: the last collective started and the pending ones,
- * oldest first (at most TR__WATCH_MAX_OPS). */
-static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *t)
+/* Adds op, pending for age seconds, to t, kept oldest first (at most TR__WATCH_MAX_OPS: the
+ * youngest is dropped). */
+static void table_add(tr__watch_table_t *t, const tr__watch_op_t *op, double age)
 {
-    *t = (tr__watch_table_t){.rank = c->eng->rank, .started = c->seq, .last = c->last};
-    for (size_t i = 0; i < c->cap; i++) { /* insertion, oldest first, the youngest dropped */
-        const pending_t *p = &c->pending[i];
-        double age = (double)(now - p->t_start) / 1e9;
-        if (!p->req || p->hdr || /* a collective's header exchange: listed as the collective */
-            (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s))
-            continue;
-        int at = t->n < TR__WATCH_MAX_OPS ? t->n++ : TR__WATCH_MAX_OPS - 1;
-        t->ops[at] = p->op;
-        t->ops[at].exchange = !p->agreed; /* still waiting for every rank's header */
-        t->ops[at].pending_s = age;
-        for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
-            tr__watch_op_t older = t->ops[at];
-            t->ops[at] = t->ops[at - 1];
-            t->ops[at - 1] = older;
-        }
+    if (t->n == TR__WATCH_MAX_OPS && age <= t->ops[t->n - 1].pending_s) return;
+    int at = t->n < TR__WATCH_MAX_OPS ? t->n++ : TR__WATCH_MAX_OPS - 1;
+    t->ops[at] = *op;
+    t->ops[at].pending_s = age;
+    for (; at > 0 && t->ops[at - 1].pending_s < age; at--) {
+        tr__watch_op_t older = t->ops[at];
+        t->ops[at] = t->ops[at - 1];
+        t->ops[at - 1] = older;
     }
 }
 
-/* The engine fails for the watchdog's reason (the diagnosis on rank 0): collectives still
- * pending then end the job at shutdown (the backend aborts it). */
+/* This rank's table for the watchdog: the last collective started, and the pending
+ * collectives and pipeline transfers, oldest first (at most TR__WATCH_MAX_OPS). */
+static void my_table(const struct tr__comm *c, uint64_t now, tr__watch_table_t *t)
+{
+    *t = (tr__watch_table_t){.rank = c->eng->rank, .started = c->seq, .last = c->last};
+    for (size_t i = 0; i < c->cap; i++) {
+        const pending_t *p = &c->pending[i];
+        if (!p->req || p->hdr) continue; /* a collective's header exchange: listed as it */
+        tr__watch_op_t op = p->op;
+        op.exchange = !p->agreed; /* still waiting for every rank's header */
+        table_add(t, &op, (double)(now - p->t_start) / 1e9);
+    }
+    for (size_t i = 0; i < c->xfers_cap; i++)
+        if (c->xfers[i].id)
+            table_add(t, &c->xfers[i].op, (double)(now - c->xfers[i].t_start) / 1e9);
+}
+
+/* The link is told that the job ends (its batch fails, so that the executor waiting in the
+ * pipeline returns). */
+static void tell_link(struct tr__comm *c)
+{
+    if (tr_actor_is_none(c->link)) return;
+    tr_msg_t *m = tr_msg_new(c->rt, TR_MSG_COMM_WATCH);
+    if (!m) return; /* the link's own failure, or the job's end, stops it */
+    TR_MSG_AS(m, comm_watch)->what = TR_COMM_WATCH_END_JOB;
+    if (tr_actor_send(c->rt, c->link, m) < 0) tr_msg_free(c->rt, m);
+}
+
+/* COMM_WATCH from a pipeline link: a transfer enters the table of watched ones, or leaves it
+ * (id 0: all of them). */
+static int on_watch(struct tr__comm *c, const tr_msg_t *msg)
+{
+    const tr_msg_comm_watch_t *w = TR_MSG_AS((tr_msg_t *)msg, comm_watch);
+    if (w->what == TR_COMM_WATCH_ENDED) {
+        for (size_t i = 0; i < c->xfers_cap; i++)
+            if (c->xfers[i].id && (!w->id || c->xfers[i].id == w->id)) c->xfers[i].id = 0;
+        return 0;
+    }
+    if (w->what != TR_COMM_WATCH_STARTED || !w->id) return 0;
+    c->link = msg->sender;
+    size_t at = 0;
+    while (at < c->xfers_cap && c->xfers[at].id)
+        at++;
+    if (at == c->xfers_cap) {
+        size_t cap = c->xfers_cap ? 2 * c->xfers_cap : 16;
+        watched_t *x = realloc(c->xfers, cap * sizeof(*x));
+        if (!x) return TR_ENOMEM;
+        memset(x + c->xfers_cap, 0, (cap - c->xfers_cap) * sizeof(*x));
+        c->xfers = x;
+        c->xfers_cap = cap;
+    }
+    c->xfers[at] = (watched_t){.id = w->id,
+                               .t_start = tr_now_ns(),
+                               .op = {.op = w->recv ? TR__COLL_PIPE_RECV : TR__COLL_PIPE_SEND,
+                                      .dtype = w->dtype,
+                                      .bytes = w->bytes,
+                                      .step = w->step,
+                                      .micro_step = w->micro_batch,
+                                      .peer = w->peer,
+                                      .stage = w->stage,
+                                      .peer_stage = w->peer_stage,
+                                      .grad = w->grad,
+                                      .tensor = w->tensor}};
+    return 0;
+}
+
+/* The engine fails for the watchdog's reason (the diagnosis on rank 0), and the pipeline's
+ * link its batch: collectives still pending then end the job at shutdown (the backend aborts
+ * it), and so does the rank that ended the job itself (the rank it names may be stopped,
+ * which would keep MPI_Finalize waiting). */
 static void watch_fail(struct tr__comm *c, const char *why)
 {
     tr__engine_fail(c->eng, TR_ETIMEDOUT, "%s", why);
     c->broken = true;
+    c->backend->abort_job = tr__watch_ended_here(c->watch);
+    tell_link(c);
 }
 
-/* The watchdog: when the oldest pending collective has waited past troupe.comm.timeout_s,
- * the diagnosis across ranks starts (watchdog.c), or with no control channel the engine
- * fails at once naming the collective; the backend then ends the job at shutdown (its
- * collectives cannot complete). */
+/* The watchdog: when the oldest pending collective or pipeline transfer has waited past
+ * troupe.comm.timeout_s, the diagnosis across ranks starts (watchdog.c), or with no control
+ * channel the engine fails at once naming the operation; the backend then ends the job at
+ * shutdown (its collectives cannot complete). */
 static int watchdog(struct tr__comm *c)
 {
     const pending_t *old = NULL;
+    const watched_t *oldx = NULL;
     for (size_t i = 0; i < c->cap; i++)
         if (c->pending[i].req && (!old || c->pending[i].t_start < old->t_start))
             old = &c->pending[i];
-    uint64_t now = tr_now_ns();
-    if (!old || now - old->t_start < c->timeout_ns) return 0;
+    for (size_t i = 0; i < c->xfers_cap; i++)
+        if (c->xfers[i].id && (!oldx || c->xfers[i].t_start < oldx->t_start)) oldx = &c->xfers[i];
+    if (old && oldx && old->t_start <= oldx->t_start) oldx = NULL;
+    uint64_t now = tr_now_ns(), t_start = oldx ? oldx->t_start : old ? old->t_start : now;
+    if (!(old || oldx) || now - t_start < c->timeout_ns) return 0;
     if (c->watch) {
         tr__watch_table_t t;
         my_table(c, now, &t);
         tr__watch_alarm(c->watch, &t, now);
         return 0;
     }
-    const char *what = old->hdr ? "a header exchange" : tr__comm_op_name(old->head.op);
-    char before[200] = ""; /* a header exchange: the collective it comes before */
-    if (old->hdr) {
-        char d[160];
+    char what[320];
+    if (oldx) {
+        tr__watch_describe(&oldx->op, what, sizeof(what));
+    } else if (old->hdr) { /* a header exchange: the collective it comes before */
+        char d[200];
         tr__comm_describe(&old->hdr[c->eng->world], d, sizeof(d));
-        snprintf(before, sizeof(before), " before %s", d);
+        snprintf(what, sizeof(what), "a header exchange (step %llu) before %s",
+                 (unsigned long long)old->step, d);
+    } else {
+        snprintf(what, sizeof(what), "%s (step %llu)", tr__comm_op_name(old->head.op),
+                 (unsigned long long)old->step);
     }
     tr__engine_fail(c->eng, TR_ETIMEDOUT,
-                    "comm: rank %d: %s (step %llu)%s has been pending for %.1f s, past "
+                    "comm: rank %d: %s has been pending for %.1f s, past "
                     "troupe.comm.timeout_s %lld: another rank diverged, stopped or died; the job "
                     "ends on every rank",
-                    c->eng->rank, what, (unsigned long long)old->step, before,
-                    (double)(now - old->t_start) / 1e9,
+                    c->eng->rank, what, (double)(now - t_start) / 1e9,
                     (long long)c->eng->cfg->troupe.comm.timeout_s);
     c->broken = true;
+    tell_link(c);
     return TR_ETIMEDOUT;
 }
 
@@ -497,6 +571,7 @@ static int comm_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_TIMER && c->watch) return on_tick(ctx, c);
     if (msg->type == TR_MSG_COMM_DONE && TR_MSG_AS(msg, comm_done)->channel == 1)
         return on_control_done(c, TR_MSG_AS(msg, comm_done));
+    if (msg->type == TR_MSG_COMM_WATCH) return on_watch(c, msg);
     if (msg->type == TR_MSG_BUCKET && c->fault_kill >= 0) inject_kill(c, msg);
     if (msg->type == TR_MSG_COMM_GATHER) rc = on_gather(c, msg);
     if (msg->type == TR_MSG_BUCKET) rc = on_bucket(c, msg);
@@ -618,6 +693,7 @@ void tr__comm_free(struct tr__comm *c)
         free(c->pending[i].hdr);
     }
     free(c->pending);
+    free(c->xfers);
     free(c->wire16);
     free(c);
 }

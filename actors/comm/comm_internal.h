@@ -50,6 +50,14 @@ typedef struct pending {
     tr__watch_op_t op;           /* its header, for the watchdog's table */
 } pending_t;
 
+/* A pipeline link's transfer with another rank, pending from its COMM_WATCH start until its
+ * end: in the watchdog's table beside the collectives (the link moves it on itself). */
+typedef struct watched {
+    uint64_t id;       /* the link's id for it; 0: a free entry */
+    uint64_t t_start;  /* when the comm actor heard of it */
+    tr__watch_op_t op; /* what it is, for the table */
+} watched_t;
+
 struct tr__comm {
     const tr__plan_t *eng;
     tr_runtime_t *rt;
@@ -77,6 +85,9 @@ struct tr__comm {
     uint64_t fault_kill_step; /* ... on the first bucket of TROUPE_FAULT_KILL_STEP */
     tr__watch_op_t last;      /* the last collective's header (seq == seq) */
     tr__watch_t *watch;       /* the diagnosis across ranks (NULL: a group of one) */
+    watched_t *xfers;         /* the pipeline link's transfers in flight (grows) */
+    size_t xfers_cap;
+    tr_actor_t link; /* the link that reports them: told when the watchdog ends the job */
 };
 
 /* Records operation op under header h and starts it: at once in a group of one, else once

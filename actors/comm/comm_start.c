@@ -57,6 +57,10 @@ const char *tr__comm_op_name(tr__coll_op_t op)
         return "a bucket's reduce-scatter";
     case TR__COLL_VECTOR:
         return "a vector all-reduce";
+    case TR__COLL_PIPE_SEND:
+        return "a pipeline send";
+    case TR__COLL_PIPE_RECV:
+        return "a pipeline receive";
     }
     return "an unknown collective";
 }
@@ -273,6 +277,10 @@ static int start(struct tr__comm *c, pending_t *p)
         free(counts); /* the backend keeps its own copy */
         break;
     }
+    case TR__COLL_PIPE_SEND:
+    case TR__COLL_PIPE_RECV: /* the links' transfers: never submitted */
+        rc = TR_EINVAL;
+        break;
     }
     return track(c, p, rc, req, tr__comm_op_name(p->head.op));
 }

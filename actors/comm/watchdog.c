@@ -3,7 +3,8 @@
  * A control message is one msgpack map: "k" (its kind: "alarm", "ask", "table", "verdict"),
  * "rank" (the sender), and for a table "started", "last" (an operation) and "ops" (an array of
  * operations, oldest first), an operation being a map of the header's fields ("op", "seq",
- * "bytes", "dtype", "step", "micro_step", "bucket"), "exchange" and "pending_s". Receives go
+ * "bytes", "dtype", "step", "micro_step", "bucket"), "exchange" and "pending_s", and a
+ * pipeline transfer's "peer", "stage", "peer_stage", "grad" and "tensor". Receives go
  * into one fixed buffer; msgpack delimits the message, so its length need not travel.
  */
 #include "actors/comm/watchdog.h"
@@ -18,9 +19,10 @@
 #include "runtime/msg/mpack.h"
 #include "troupe/error.h"
 #include "troupe/log.h"
+#include "troupe/types.h"
 
 #define CTL_TAG   1
-#define CTL_BYTES 16384 /* a table of TR__WATCH_MAX_OPS operations is ~4 KiB */
+#define CTL_BYTES 16384 /* a table of TR__WATCH_MAX_OPS operations is ~5 KiB */
 
 typedef struct outgoing {
     uint64_t req; /* 0: free */
@@ -34,6 +36,7 @@ struct tr__watch {
     unsigned char in[CTL_BYTES];
     outgoing_t out[64];
     bool alarmed, asked, ended;
+    bool verdict;      /* it ended on rank 0's verdict */
     uint64_t alarm_ns; /* when this rank alarmed or was asked */
     bool diagnosing;   /* rank 0: gathering tables until deadline */
     uint64_t deadline;
@@ -43,8 +46,29 @@ struct tr__watch {
 
 /* --- describing an operation ------------------------------------------------------------ */
 
+/* "the pipeline's receive from rank 1 (stage 1 to stage 0) of the gradient of micro-batch 0,
+ * step 5 (its tensor, 2048 bytes of f32)". */
+static void describe_pipe(const tr__watch_op_t *o, char *out, size_t len)
+{
+    bool recv = o->op == TR__COLL_PIPE_RECV;
+    char part[64] = "its header";
+    if (o->tensor)
+        snprintf(part, sizeof(part), "its tensor, %llu bytes of %s", (unsigned long long)o->bytes,
+                 tr_dtype_name((int)o->dtype));
+    snprintf(out, len,
+             "the pipeline's %s rank %d (stage %u to stage %u) of the %s of micro-batch %u, "
+             "step %llu (%s)",
+             recv ? "receive from" : "send to", o->peer, recv ? o->peer_stage : o->stage,
+             recv ? o->stage : o->peer_stage, o->grad ? "gradient" : "activation", o->micro_step,
+             (unsigned long long)o->step, part);
+}
+
 void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
 {
+    if (tr__watch_is_pipe(o)) {
+        describe_pipe(o, out, len);
+        return;
+    }
     char what[64];
     if (o->op == TR__COLL_ALL_REDUCE || o->op == TR__COLL_REDUCE_SCATTER)
         snprintf(what, sizeof(what), "the %s of bucket %u",
@@ -59,16 +83,17 @@ void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len)
         snprintf(what, sizeof(what), "a checkpoint load (every rank must call it)");
     else
         snprintf(what, sizeof(what), "a scalar all-reduce");
-    snprintf(out, len, "%scollective #%llu, %s, %llu bytes of dtype %u, step %llu, micro-step %u",
+    snprintf(out, len, "%scollective #%llu, %s, %llu bytes of %s, step %llu, micro-step %u",
              o->exchange ? "the header exchange before " : "", (unsigned long long)o->seq, what,
-             (unsigned long long)o->bytes, o->dtype, (unsigned long long)o->step, o->micro_step);
+             (unsigned long long)o->bytes, tr_dtype_name((int)o->dtype),
+             (unsigned long long)o->step, o->micro_step);
 }
 
 /* --- encoding ----------------------------------------------------------------------------- */
 
 static void pack_op(msgpack_packer *pk, const tr__watch_op_t *o)
 {
-    msgpack_pack_map(pk, 9);
+    msgpack_pack_map(pk, 14);
     tr__mp_pack_kv_uint(pk, "op", o->op);
     tr__mp_pack_kv_uint(pk, "seq", o->seq);
     tr__mp_pack_kv_uint(pk, "bytes", o->bytes);
@@ -78,6 +103,11 @@ static void pack_op(msgpack_packer *pk, const tr__watch_op_t *o)
     tr__mp_pack_kv_uint(pk, "bucket", o->bucket);
     tr__mp_pack_kv_uint(pk, "exchange", o->exchange);
     tr__mp_pack_kv_double(pk, "pending_s", o->pending_s);
+    tr__mp_pack_kv_uint(pk, "peer", o->peer < 0 ? 0 : (uint64_t)o->peer);
+    tr__mp_pack_kv_uint(pk, "stage", o->stage);
+    tr__mp_pack_kv_uint(pk, "peer_stage", o->peer_stage);
+    tr__mp_pack_kv_uint(pk, "grad", o->grad);
+    tr__mp_pack_kv_uint(pk, "tensor", o->tensor);
 }
 
 /* The message of kind k from this rank (with a table: mine) into sb. */
@@ -120,6 +150,11 @@ static bool unpack_op(const msgpack_object *m, tr__watch_op_t *o)
     o->micro_step = (uint32_t)get_u64(m, "micro_step", &ok);
     o->bucket = (uint32_t)get_u64(m, "bucket", &ok);
     o->exchange = get_u64(m, "exchange", &ok) != 0;
+    o->peer = (int)(uint32_t)get_u64(m, "peer", &ok);
+    o->stage = (uint32_t)get_u64(m, "stage", &ok);
+    o->peer_stage = (uint32_t)get_u64(m, "peer_stage", &ok);
+    o->grad = get_u64(m, "grad", &ok) != 0;
+    o->tensor = get_u64(m, "tensor", &ok) != 0;
     const msgpack_object *p = tr__mp_field(m, "pending_s");
     if (!p || (p->type != MSGPACK_OBJECT_FLOAT64 && p->type != MSGPACK_OBJECT_FLOAT32))
         return false;
@@ -211,6 +246,11 @@ void tr__watch_destroy(tr__watch_t *w)
     free(w);
 }
 
+bool tr__watch_ended_here(const tr__watch_t *w)
+{
+    return w && w->ended && !w->verdict;
+}
+
 bool tr__watch_busy(const tr__watch_t *w)
 {
     return w && (w->alarmed || w->asked || w->diagnosing);
@@ -246,23 +286,33 @@ static void start_diagnosis(tr__watch_t *w, const tr__watch_table_t *mine, uint6
 /* The operation a rank waits in longest: its oldest pending one. */
 static void name_wait(const tr__watch_table_t *t, char *out, size_t len, size_t *used)
 {
-    char d[200];
+    char d[240];
     tr__watch_describe(&t->ops[0], d, sizeof(d));
     ADD("rank %d has waited %.1f s in %s", t->rank, t->ops[0].pending_s, d);
 }
 
+/* Whether rank r answered and waits longest in a pipeline transfer: it waits on one peer
+ * (named in the transfer), not on every rank. */
+static bool waits_in_pipe(const tr__watch_t *w, int r)
+{
+    return w->answered[r] && w->tables[r].n && tr__watch_is_pipe(&w->tables[r].ops[0]);
+}
+
 /* Names the ranks that did not answer, and those whose last started collective is behind the
- * others' (with what they last started and whether anything is pending on them), then the
- * operation the others wait in. */
+ * others' (with what they last started and whether anything is pending on them); then each
+ * rank that waits in a pipeline transfer, with the transfer (its peer rank and stage: a
+ * point-to-point wait, so such a rank is not named as diverged even when it is behind in
+ * collectives), and the collective the others wait in. */
 static void diagnose(const tr__watch_t *w, char *out, size_t len)
 {
     size_t used0 = 0, *used = &used0;
     uint64_t most = 0;
-    int ahead = -1, named = 0;
+    int ahead = -1, named = 0, piped = 0;
     for (int r = 0; r < w->world; r++)
         if (w->answered[r] && w->tables[r].started >= most) most = w->tables[r].started;
     for (int r = 0; r < w->world; r++)
         if (w->answered[r] && w->tables[r].started == most && w->tables[r].n &&
+            !waits_in_pipe(w, r) &&
             (ahead < 0 || w->tables[r].ops[0].pending_s > w->tables[ahead].ops[0].pending_s))
             ahead = r;
     ADD("comm: watchdog: ");
@@ -273,6 +323,8 @@ static void diagnose(const tr__watch_t *w, char *out, size_t len)
             ADD("%srank %d diverged: it did not answer within %.0f s (dead, or its comm actor is "
                 "blocked)",
                 named++ ? "; " : "", r, TR__WATCH_GRACE_NS / 1e9);
+        } else if (waits_in_pipe(w, r)) {
+            piped++; /* named with its transfer below */
         } else if (t->started < most) {
             if (t->started) tr__watch_describe(&t->last, d, sizeof(d));
             ADD("%srank %d diverged: the last collective it started is %s", named++ ? "; " : "", r,
@@ -286,10 +338,17 @@ static void diagnose(const tr__watch_t *w, char *out, size_t len)
             }
         }
     }
-    if (!named)
+    if (!named && piped)
+        ADD("every rank answered: a pipeline transfer between ranks is stuck");
+    else if (!named)
         ADD("no rank is behind (every rank started collective #%llu): the collective "
             "itself is stuck",
             (unsigned long long)most);
+    for (int r = 0; r < w->world; r++)
+        if (waits_in_pipe(w, r)) {
+            ADD("; ");
+            name_wait(&w->tables[r], out, len, used);
+        }
     if (ahead >= 0) {
         ADD("; ");
         name_wait(&w->tables[ahead], out, len, used);
@@ -389,6 +448,7 @@ static int on_message(tr__watch_t *w, const tr__watch_table_t *mine, uint64_t no
         result = conclude(w, now, fail, faillen);
     } else if (IS("verdict") && !w->ended) {
         w->ended = true;
+        w->verdict = true;
         snprintf(fail, faillen,
                  "comm: rank %d: the job ends: rank 0's watchdog diagnosed a hang "
                  "(its message names the rank that diverged)",

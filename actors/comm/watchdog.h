@@ -1,12 +1,16 @@
 /* watchdog.h: the comm actor's hang diagnosis across ranks.
  *
- * When a collective has been pending past troupe.comm.timeout_s on some rank, every rank's
- * table of pending operations is gathered on rank 0, which names the rank that diverged and
- * the operation the others wait in, in one diagnosis; then every rank's engine fails and the
- * job ends. The tables travel as msgpack over a control channel: a group of its own split off
- * the data communicator (so control messages never match a data operation), point to point.
+ * When a collective, or a pipeline link's transfer with another rank (the link reports each
+ * to the comm actor, COMM_WATCH), has been pending past troupe.comm.timeout_s on some rank,
+ * every rank's table of pending operations is gathered on rank 0, which names the rank that
+ * diverged and the operation the others wait in, in one diagnosis; then every rank's engine
+ * fails (and its pipeline link its batch) and the job ends. A rank whose oldest wait is a
+ * transfer waits on one peer, not on every rank: the diagnosis names it with that peer rather
+ * than as diverged, beside the ranks that wait in collectives. The tables travel as msgpack over a
+ * control channel: a group of its own split off the data communicator (so control messages never
+ * match a data operation), point to point.
  *
- *   rank r (its oldest collective timed out) ──alarm──▶ rank 0   (rank 0 itself: no message)
+ *   rank r (its oldest operation timed out) ──alarm──▶ rank 0    (rank 0 itself: no message)
  *   rank 0 ──ask──▶ every rank ──table──▶ rank 0                 (waits GRACE at most)
  *   rank 0: prints the diagnosis ──verdict──▶ every rank: fails its engine
  *
@@ -40,6 +44,10 @@ typedef enum {
     TR__COLL_ALL_GATHER = 3,     /* the parameter all-gather (ZeRO 1, 2) */
     TR__COLL_REDUCE_SCATTER = 4, /* a bucket's reduce-scatter (ZeRO 2) */
     TR__COLL_VECTOR = 5,         /* a vector all-reduce (COMM_REDUCE) */
+    /* the tables only, never a header's: a pipeline link's point-to-point transfer with the
+     * neighbouring stage's rank (COMM_WATCH), which another rank's stage waits on */
+    TR__COLL_PIPE_SEND = 6,
+    TR__COLL_PIPE_RECV = 7,
 } tr__coll_op_t;
 
 /* One operation as the header exchange and the watchdog name it. */
@@ -51,7 +59,18 @@ typedef struct tr__watch_op {
     uint32_t micro_step, bucket;
     bool exchange;    /* the header exchange before the collective, not the collective */
     double pending_s; /* how long it has been pending (0 for a rank's last started one) */
+    /* a pipeline transfer (TR__COLL_PIPE_*): micro_step is its micro-batch, seq 0 */
+    int peer;                   /* the rank it goes to or comes from */
+    uint32_t stage, peer_stage; /* this rank's stage and the peer's */
+    bool grad;                  /* a gradient (else an activation) */
+    bool tensor;                /* the tensor's bytes (else the frame with its header) */
 } tr__watch_op_t;
+
+/* Whether o is a pipeline transfer (point to point with o->peer), not a collective. */
+static inline bool tr__watch_is_pipe(const tr__watch_op_t *o)
+{
+    return o->op == TR__COLL_PIPE_SEND || o->op == TR__COLL_PIPE_RECV;
+}
 
 /* A rank's table: what it started last and what is pending on it, oldest first. */
 typedef struct tr__watch_table {
@@ -64,8 +83,10 @@ typedef struct tr__watch_table {
 
 typedef struct tr__watch tr__watch_t;
 
-/* "collective #3, the all-reduce of bucket 0, 244 bytes of dtype 0, step 1, micro-step 0";
- * with exchange, "the header exchange before ..." instead. */
+/* "collective #3, the all-reduce of bucket 0, 244 bytes of f32, step 1, micro-step 0";
+ * with exchange, "the header exchange before ..." instead; a pipeline transfer: "the
+ * pipeline's receive from rank 1 (stage 1 to stage 0) of the gradient of micro-batch 0, step
+ * 5 (its tensor, 2048 bytes of f32)". */
 void tr__watch_describe(const tr__watch_op_t *o, char *out, size_t len);
 
 /* Splits data into the control channel (collective over data's ranks: every rank calls it at
@@ -89,6 +110,11 @@ int tr__watch_tick(tr__watch_t *w, const tr__watch_table_t *mine, uint64_t now_n
  * tr__watch_tick does. */
 int tr__watch_done(tr__watch_t *w, uint64_t req, int rc, const tr__watch_table_t *mine,
                    uint64_t now_ns, char *fail, size_t faillen);
+
+/* Whether this rank ended the job itself (rank 0's diagnosis, or no verdict came), not on
+ * rank 0's verdict: the rank that aborts the MPI job at shutdown, since the rank the diagnosis
+ * names may be stopped, and MPI_Finalize would wait for it. */
+bool tr__watch_ended_here(const tr__watch_t *w);
 
 /* Whether a diagnosis is under way on this rank (it alarmed, or was asked): its own watchdog
  * then waits for the verdict instead of failing alone. */

@@ -133,6 +133,7 @@ struct tr__exec {
     tr__save_track_t save; /* a background checkpoint save (see save_track.h) */
     uint64_t wait_t0;      /* since when a WAIT request waits for it to finish (0: none) */
     tr_pipe_model_t *pipe; /* pipeline.stages > 1: the stage actors a step runs through */
+    bool pipe_watched;     /* its link reports its transfers to the comm actor's watchdog */
 };
 
 /* --- replies ----------------------------------------------------------------------------- */
@@ -404,6 +405,8 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     int across = tr_pipe_model_stage(x->pipe) >= 0 ? e->stages : 1;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale * across / M));
     tr_pipe_run_result_t r;
+    if (!x->pipe_watched) /* the comm actor's watchdog watches the transfers across ranks */
+        x->pipe_watched = tr_pipe_model_watch(x->pipe, e->comm) == 0;
     rc = tr_pipe_model_run(x->pipe, b, losses, step, &r, why, sizeof(why));
     if (rc == 0) { /* DeepSpeed's timers: the batch's wall time, split as the stages' compute */
         uint64_t t1 = tr_now_ns(), all = r.forward_ms + r.backward_ms > 0 ? t1 - t0 : 0;

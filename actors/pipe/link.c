@@ -47,6 +47,7 @@ typedef struct op {
     uint64_t req; /* 0: free */
     int kind;     /* 1 activation, 2 gradient */
     bool recv;
+    bool watched;   /* the watchdog was told it started (COMM_WATCH) */
     tr_msg_t *held; /* a receive: the decoded transfer whose tensor is being received */
     void *scratch;  /* ... into this, when it does not fit a slot */
     unsigned char frame[FRAME];
@@ -70,8 +71,10 @@ struct tr__pipe_link {
     bool polling;
     int pending;
     op_t *ops;
-    op_t abort_in[3]; /* the abort frames by the kind its sender sends (sender_of), posted at
-                       * the start and cancelled at the end if none came */
+    op_t abort_in[3];    /* the abort frames by the kind its sender sends (sender_of), posted at
+                          * the start and cancelled at the end if none came */
+    tr_actor_t watchdog; /* told of each transfer (COMM_WATCH); none: no one */
+    int watched;         /* transfers it was told of that have not ended */
     char err[512];
     int rc;
 };
@@ -87,11 +90,59 @@ static void done_cb(void *arg, uint64_t req, uint64_t tag, int rc)
     if (tr_actor_send(l->rt, l->self, m) < 0) tr_msg_free(l->rt, m);
 }
 
+/* Tells the watchdog (when there is one) that transfer o started: to or from `peer`, the
+ * micro-batch mb of `step`, its tensor's bytes of dtype dt or (dt < 0) the frame with its
+ * header. A transfer it was not told of is only unwatched, so a message that cannot be sent is
+ * let go. */
+static void watch_start(tr__pipe_link_t *l, op_t *o, int peer, unsigned long long step, uint32_t mb,
+                        uint64_t bytes, int dt)
+{
+    if (tr_actor_is_none(l->watchdog)) return;
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_COMM_WATCH);
+    if (!m) return;
+    bool grad = o->kind == TR__PIPE_GRAD, tensor = dt >= 0;
+    int peer_stage = o->recv ? (grad ? l->me + 1 : l->me - 1) : (grad ? l->me - 1 : l->me + 1);
+    *TR_MSG_AS(m, comm_watch) =
+        (tr_msg_comm_watch_t){.what = TR_COMM_WATCH_STARTED,
+                              .id = o->req,
+                              .recv = o->recv,
+                              .tensor = tensor,
+                              .grad = grad,
+                              .peer = peer,
+                              .stage = (uint32_t)l->me,
+                              .peer_stage = (uint32_t)peer_stage,
+                              .step = step,
+                              .micro_batch = mb,
+                              .bytes = bytes,
+                              .dtype = (uint32_t)(tensor ? dt : TR_DTYPE_U8)};
+    if (tr_actor_send(l->rt, l->watchdog, m) < 0) {
+        tr_msg_free(l->rt, m);
+        return;
+    }
+    o->watched = true;
+    l->watched++;
+}
+
+/* Tells the watchdog that the transfer with id `req` ended (0: every one it was told of: a
+ * failed batch abandons them). */
+static void watch_end(tr__pipe_link_t *l, uint64_t req)
+{
+    if (tr_actor_is_none(l->watchdog) || !l->watched) return;
+    tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_COMM_WATCH);
+    if (!m) return;
+    *TR_MSG_AS(m, comm_watch) = (tr_msg_comm_watch_t){.what = TR_COMM_WATCH_ENDED, .id = req};
+    if (tr_actor_send(l->rt, l->watchdog, m) < 0) tr_msg_free(l->rt, m);
+    l->watched = req ? l->watched - 1 : 0;
+    for (int i = 0; !req && i < MAX_OPS; i++)
+        l->ops[i].watched = false;
+}
+
 /* The batch's report to the runner: done, or (l->rc) why not. Once per batch. */
 static void report(tr__pipe_link_t *l)
 {
     if (l->reported) return;
     l->reported = true;
+    if (l->rc) watch_end(l, 0); /* its transfers are abandoned: no longer a wait */
     tr_msg_t *m = tr_msg_new(l->rt, TR_MSG_PIPE_DONE);
     if (m) {
         *TR_MSG_AS(m, pipe_done) = (tr_msg_pipe_done_t){
@@ -173,6 +224,9 @@ static int post(tr_ctx_t *ctx, tr__pipe_link_t *l, int k)
         o->req = 0;
         return failed(l, rc, "posting a receive");
     }
+    /* the n-th of its kind in the step: the schedules send each kind in micro-batch order */
+    watch_start(l, o, sender_of(l, k), l->batch, (uint32_t)(l->expect0[k] - l->expect[k]), FRAME,
+                -1);
     l->posted[k] = true;
     l->pending++;
     return poll_soon(ctx, l, 0);
@@ -211,6 +265,7 @@ static int send_out(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_t *msg)
         o->req = 0;
         return failed(l, rc, "sending a transfer");
     }
+    watch_start(l, o, to, t->step, t->micro_batch, FRAME, -1);
     l->pending++;
     if (t->data.buffer_id) { /* the tensor's bytes, from the stage's registered send area */
         void *p = NULL;
@@ -228,6 +283,7 @@ static int send_out(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_t *msg)
             d->req = 0;
             return failed(l, rc, "sending a tensor");
         }
+        watch_start(l, d, to, t->step, t->micro_batch, t->data.length, (int)t->data.dtype);
         l->pending++;
     }
     return poll_soon(ctx, l, 0);
@@ -240,6 +296,7 @@ static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
     tr_msg_pipe_xfer_t *t = TR_MSG_AS(m, pipe_xfer);
     const tr__pipe_link_area_t *a = &l->area[k];
     uint64_t len = t->data.length;
+    int dt = (int)t->data.dtype; /* the reference is rewritten below */
     if (len > MAX_PAYLOAD) {
         tr_msg_free(ctx->rt, m);
         return failed(l, TR_EDECODE, "a transfer's header names a tensor of more than 2 GiB");
@@ -270,6 +327,7 @@ static int post_payload(tr_ctx_t *ctx, tr__pipe_link_t *l, int k, tr_msg_t *m)
         d->req = 0;
         return failed(l, rc, "posting a tensor's receive");
     }
+    watch_start(l, d, sender_of(l, k), t->step, t->micro_batch, len, dt);
     l->pending++;
     return poll_soon(ctx, l, 0);
 }
@@ -364,6 +422,8 @@ static int on_done(tr_ctx_t *ctx, tr__pipe_link_t *l, const tr_msg_comm_done_t *
     for (int i = 0; i < MAX_OPS; i++) {
         op_t *o = &l->ops[i];
         if (o->req != d->req) continue;
+        if (o->watched) watch_end(l, o->req);
+        o->watched = false;
         o->req = 0;
         l->pending--;
         if (d->rc < 0) return failed(l, d->rc, o->recv ? "a receive" : "a send");
@@ -405,6 +465,24 @@ static void start(tr_ctx_t *ctx, tr__pipe_link_t *l, unsigned long long step)
     post(ctx, l, TR__PIPE_GRAD);
 }
 
+/* COMM_WATCH: the watchdog to tell of the transfers from now on; or the watchdog ended the
+ * job: the batch fails at once (the stage is told, so that the pipeline's caller returns) and
+ * so does every later one. */
+static int on_watch(tr__pipe_link_t *l, const tr_msg_comm_watch_t *w)
+{
+    if (w->what == TR_COMM_WATCH_BY) l->watchdog = w->actor;
+    if (w->what != TR_COMM_WATCH_END_JOB || l->rc) return 0;
+    l->rc = TR_ETIMEDOUT;
+    snprintf(l->err, sizeof(l->err),
+             "rank %d's pipeline link: stopped: the comm watchdog ended the job (its diagnosis "
+             "names the rank that stopped or diverged)",
+             l->rank);
+    if (l->reported) return 0; /* between batches: the next start fails at once */
+    tell_stage(l);
+    report(l);
+    return 0;
+}
+
 static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     tr__pipe_link_t *l = ctx->state;
@@ -415,6 +493,7 @@ static int link_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         l->stop_after = true;
         if (l->reported) return tr_actor_stop(ctx->rt, ctx->self);
     }
+    if (msg->type == TR_MSG_COMM_WATCH) return on_watch(l, TR_MSG_AS(msg, comm_watch));
     if (msg->type == TR_MSG_PIPE_XFER) {
         const tr_msg_pipe_xfer_t *t = TR_MSG_AS(msg, pipe_xfer);
         if (t->kind == TR__PIPE_START) {
@@ -450,6 +529,7 @@ int tr__pipe_link_spawn(tr_runtime_t *rt, const tr__pipe_link_spec_t *sp, tr_act
         .me = sp->stage,
         .stages = sp->stages,
         .replicas = sp->replicas > 0 ? sp->replicas : 1,
+        .watchdog = TR_ACTOR_NONE,
         .area = {[TR__PIPE_ACT] = sp->act, [TR__PIPE_GRAD] = sp->grad},
         .expect0 = {[TR__PIPE_ACT] = sp->expect_act, [TR__PIPE_GRAD] = sp->expect_grad},
         .ops = l->ops};

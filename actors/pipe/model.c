@@ -244,6 +244,11 @@ void tr_pipe_model_stop(tr_pipe_model_t *pm)
     if (pm) tr_pipe_stop(pm->pipe);
 }
 
+int tr_pipe_model_watch(tr_pipe_model_t *pm, tr_actor_t watchdog)
+{
+    return tr_pipe_watch(pm->pipe, watchdog);
+}
+
 void tr_pipe_model_destroy(tr_pipe_model_t *pm)
 {
     if (!pm) return;

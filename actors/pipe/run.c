@@ -37,6 +37,7 @@
 #include "actors/pipe/link.h"
 #include "actors/pipe/schedule.h"
 #include "base/errf.h"
+#include "runtime/comm/comm.h"
 #include "troupe/buffer.h"
 #include "troupe/error.h"
 #include "troupe/monitor.h"
@@ -423,14 +424,15 @@ static int arrived(tr_ctx_t *ctx, stage_t *g, const tr_msg_pipe_xfer_t *t)
         : t->elements != want            ? "another element count"
                                          : NULL;
     if (bad)
-        return fail(
-            ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
-            "stage %d received from stage %u %s %s of %llu "
-            "elements (dtype %u) for micro-batch %u of step %llu: %s; its schedule "
-            "expects %s from stage %d of %llu elements (dtype %d) for step %llu",
-            g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
-            (unsigned long long)t->elements, t->dtype, t->micro_batch, (unsigned long long)t->step,
-            bad, k == TR__PIPE_ACT ? "activations" : "gradients", from, want, g->dtype, g->batch);
+        return fail(ctx, g, TR_ACTOR_NONE, false, TR_EMISMATCH,
+                    "stage %d received from stage %u %s %s of %llu "
+                    "elements of %s for micro-batch %u of step %llu: %s; its schedule "
+                    "expects %s from stage %d of %llu elements of %s for step %llu",
+                    g->s, t->from_stage, k == TR__PIPE_ACT ? "an" : "a", kind_name(k),
+                    (unsigned long long)t->elements, tr_dtype_name((int)t->dtype), t->micro_batch,
+                    (unsigned long long)t->step, bad,
+                    k == TR__PIPE_ACT ? "activations" : "gradients", from, want,
+                    tr_dtype_name(g->dtype), g->batch);
     if (g->send_mem) { /* the tensor, through the registry, which checks its range */
         void *p = NULL;
         char why[256] = "no tensor";
@@ -692,6 +694,17 @@ void tr_pipe_stop(tr_pipe_t *p)
         send_stop(p, p->ids[s]);
     send_stop(p, p->link_id);
     send_stop(p, p->runner);
+}
+
+int tr_pipe_watch(tr_pipe_t *p, tr_actor_t watchdog)
+{
+    if (!p->link) return 0; /* in one process no transfer can wait on another rank */
+    tr_msg_t *m = tr_msg_new(p->rt, TR_MSG_COMM_WATCH);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, comm_watch) = (tr_msg_comm_watch_t){.what = TR_COMM_WATCH_BY, .actor = watchdog};
+    int rc = tr_actor_send(p->rt, p->link_id, m);
+    if (rc < 0) tr_msg_free(p->rt, m);
+    return rc;
 }
 
 void tr_pipe_destroy(tr_pipe_t *p)

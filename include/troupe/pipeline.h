@@ -225,6 +225,14 @@ void tr_pipe_destroy(tr_pipe_t *p);
  * thread. */
 void tr_pipe_stop(tr_pipe_t *p);
 
+/* Across ranks: from the next batch on, the link tells `watchdog` (an actor: the engine's comm
+ * actor) of each transfer with another rank as it starts and ends (COMM_WATCH messages), so
+ * that one pending past troupe.comm.timeout_s is diagnosed as a collective would be, naming
+ * the rank it waits on; when the watchdog ends the job it tells the link, whose batch then
+ * fails at once (the stages stop waiting and tr_pipe_run returns). In one process: nothing.
+ * 0, or the send's error. The threads tr_pipe_run allows, between batches. */
+int tr_pipe_watch(tr_pipe_t *p, tr_actor_t watchdog);
+
 /* Runs one batch, numbered step (carried by every transfer), and waits for it: losses (M of
  * them; may be NULL) get the last stage's PIPE_LOSS values (copied on this thread once the
  * batch is over; an entry whose loss never came is left as it was), out its timing. The first
@@ -272,6 +280,9 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_runtime_t *rt, tr_model_t *mo
 void tr_pipe_model_destroy(tr_pipe_model_t *pm);
 /* tr_pipe_stop for its stage actors. NULL does nothing. Any thread. */
 void tr_pipe_model_stop(tr_pipe_model_t *pm);
+
+/* tr_pipe_watch for its pipeline. */
+int tr_pipe_model_watch(tr_pipe_model_t *pm, tr_actor_t watchdog);
 
 /* Across ranks: the stage this process runs; -1 in one process (every stage). */
 int tr_pipe_model_stage(const tr_pipe_model_t *pm);

@@ -30,6 +30,15 @@ static inline size_t tr_dtype_size(int dt)
     return dt >= 0 && dt < TR_DTYPE_COUNT_ ? sizes[dt] : 0;
 }
 
+/* dt's short name, as messages print it: "f32", "f16", "bf16", "f64", "i32", "i64", "u16",
+ * "u8"; "an invalid dtype" for any other value (one from another rank or a corrupt header). */
+static inline const char *tr_dtype_name(int dt)
+{
+    static const char *const names[TR_DTYPE_COUNT_] = {"f32", "f16", "bf16", "f64",
+                                                       "i32", "i64", "u16",  "u8"};
+    return dt >= 0 && dt < TR_DTYPE_COUNT_ ? names[dt] : "an invalid dtype";
+}
+
 typedef enum {
     TR_DEVICE_CPU = 0,
     TR_DEVICE_CUDA = 1,

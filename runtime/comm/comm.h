@@ -15,6 +15,7 @@
 #ifndef TR_RUNTIME_COMM_COMM_H
 #define TR_RUNTIME_COMM_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,16 @@
 typedef struct tr_comm tr_comm_t;
 
 typedef enum { TR_REDUCE_SUM = 0, TR_REDUCE_MAX = 1, TR_REDUCE_COUNT_ } tr_reduce_op_t;
+
+/* COMM_WATCH's `what` (troupe/msg_types.def): point-to-point transfers that a comm actor's
+ * watchdog counts as pending beside its collectives (a pipeline link's, actors/pipe/link.c),
+ * and the watchdog's word back when it ends the job. The values travel in messages. */
+typedef enum {
+    TR_COMM_WATCH_STARTED = 1, /* link -> watchdog: a transfer is pending from now */
+    TR_COMM_WATCH_ENDED = 2,   /* link -> watchdog: it completed (id 0: all of the link's) */
+    TR_COMM_WATCH_BY = 3,      /* the pipeline's caller -> link: tell `actor` from now on */
+    TR_COMM_WATCH_END_JOB = 4, /* watchdog -> link: the job ends; fail the batch */
+} tr_comm_watch_t;
 
 /* recv's peer: a message from any rank of the group. */
 #define TR_COMM_ANY_SOURCE (-1)
@@ -88,6 +99,9 @@ struct tr_comm {
                         * it at the start and hands it back to done (the comm actor puts the
                         * step there, so a completion is classed with its step) */
     char error[256];   /* the last failing operation's explanation (the backend's words) */
+    bool abort_job;    /* set by the owner when a rank is known dead or stopped: destroy ends
+                        * the job (mpi: MPI_Abort) instead of leaving MPI_Finalize, collective
+                        * over the job, to wait for that rank forever */
     void *impl;
 };
 

@@ -419,6 +419,13 @@ static void mpi_destroy(tr_comm_t *c)
                c->rank, m->n);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (m && c->abort_job) { /* MPI_Finalize would wait for the stopped rank */
+        tr_log(TR_LOG_ERROR,
+               "comm 'mpi': rank %d: a rank is dead or stopped (the watchdog ended the job): "
+               "aborting the MPI job so that no rank waits for it",
+               c->rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (m) {
         int finalized = 0;
         MPI_Finalized(&finalized);

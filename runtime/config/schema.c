@@ -613,9 +613,10 @@ static const tr__cfg_key_t troupe_comm_keys[] = {
             "the comm backend by name: auto (local at world size 1, mpi above), local, mpi, or "
             "one a program registered")),
     ACT(INT("timeout_s", troupe.comm.timeout_s, 300, 1, 86400,
-            "the watchdog: a collective pending longer than this many seconds makes rank 0 "
-            "gather every rank's pending operations and name the rank that diverged; the job "
-            "then ends on every rank instead of hanging")),
+            "the watchdog: a collective (or a pipeline's transfer across ranks) pending longer "
+            "than this many seconds makes rank 0 gather every rank's pending operations and "
+            "name the rank that diverged or stopped; the job then ends on every rank instead "
+            "of hanging")),
 };
 SECTION(troupe_comm_sec, "troupe.comm", troupe_comm_keys);
 

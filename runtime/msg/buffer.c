@@ -167,10 +167,10 @@ int tr_buffer_resolve(tr_runtime_t *rt, const tr_tensor_ref_t *ref, void **out, 
     if (ref->dtype != info.dtype || ref->device_type != info.device_type ||
         ref->device_index != info.device_index)
         return tr__errf(why, whylen, TR_EMISMATCH,
-                        "buffer '%s': the reference says dtype %u on device %u:%d, the buffer "
-                        "is dtype %u on device %u:%d",
-                        info.name, ref->dtype, ref->device_type, ref->device_index, info.dtype,
-                        info.device_type, info.device_index);
+                        "buffer '%s': the reference says %s on device %u:%d, the buffer "
+                        "is %s on device %u:%d",
+                        info.name, tr_dtype_name(ref->dtype), ref->device_type, ref->device_index,
+                        tr_dtype_name(info.dtype), info.device_type, info.device_index);
     *out = (char *)info.base + ref->offset;
     return 0;
 }

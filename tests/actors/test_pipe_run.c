@@ -121,9 +121,9 @@ static void test_header_mismatch_names_both_stages(void **state)
     printf("mismatch: %s\n", err);
     assert_int_equal(rc, TR_EMISMATCH);
     assert_non_null(strstr(err, "received from stage 1"));
-    assert_non_null(strstr(err, "of 4097 elements"));
+    assert_non_null(strstr(err, "of 4097 elements of f32"));
     assert_non_null(strstr(err, "another element count"));
-    assert_non_null(strstr(err, "of 4096 elements"));
+    assert_non_null(strstr(err, "of 4096 elements of f32"));
     free(r);
 }
 

@@ -292,6 +292,7 @@ static void test_buffer_registry_resolves_only_what_is_registered(void **state)
     r.dtype = TR_DTYPE_I32;
     assert_int_equal(tr_buffer_resolve(rt, &r, &p, why, sizeof(why)), TR_EMISMATCH);
     assert_non_null(strstr(why, "test/data"));
+    assert_non_null(strstr(why, "the reference says i32 on device 0:0, the buffer is f32 on"));
     r.dtype = TR_DTYPE_F32;
     assert_int_equal(tr_buffer_unregister(rt, id), 0);
     assert_int_equal(tr_buffer_resolve(rt, &r, &p, why, sizeof(why)), TR_ENOENT);

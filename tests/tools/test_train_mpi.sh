@@ -83,7 +83,7 @@ rc=0
 TROUPE_FAULT_HEADER_RANK=1 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 > out.txt \
     2> err.txt || rc=$?
 [ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "a divergence was not noticed"; }
-grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0, 30660 bytes of dtype 0, step 0, micro-step 0; rank 0 is at collective #1, the all-reduce of bucket 0, 30656 bytes" \
+grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0, 30660 bytes of f32, step 0, micro-step 0; rank 0 is at collective #1, the all-reduce of bucket 0, 30656 bytes" \
     err.txt || { cat err.txt; fail "the divergence was not named with both headers"; }
 # a rank that goes silent (stops posting collectives after step 0): after troupe.comm.timeout_s
 # rank 0 gathers every rank's table of pending operations and prints one diagnosis naming the
@@ -105,7 +105,7 @@ took=$(( $(date +%s) - start ))
 # (rank 1's last collective is step 0's last; rank 0 waits in step 1's first)
 diag="comm: watchdog: rank 1 diverged: the last collective it started is collective #[0-9]*, .*, step 0, micro-step 0, and nothing is pending on it"
 grep -q "^troupe train: $diag" err.txt || { cat err.txt; fail "rank 0's diagnosis does not name the silent rank"; }
-grep -q "rank 0 has waited [0-9.]* s in the header exchange before collective #[0-9]*, the all-reduce of bucket 0, 30656 bytes of dtype 0, step 1, micro-step 0; the job ends on every rank" \
+grep -q "rank 0 has waited [0-9.]* s in the header exchange before collective #[0-9]*, the all-reduce of bucket 0, 30656 bytes of f32, step 1, micro-step 0; the job ends on every rank" \
     err.txt || { cat err.txt; fail "the diagnosis does not name the collective rank 0 waits in"; }
 [ "$(grep -c "^troupe train: comm: watchdog:" err.txt)" -eq 1 ] || { cat err.txt; fail "not one diagnosis"; }
 grep -q "^troupe train: comm: rank 1: the job ends: rank 0's watchdog diagnosed a hang" err.txt ||
