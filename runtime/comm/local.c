@@ -117,8 +117,9 @@ int tr_comm_check_p2p(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt
     if (!bad) return 0;
     snprintf(c->error, sizeof(c->error),
              "comm '%s': %s: bad %s (peer %d of %d ranks, tag %d, "
-             "dtype %d, %zu elements)",
-             c->name, is_recv ? "recv" : "send", bad, peer, c->world, tag, (int)dt, count);
+             "dtype %s (%d), %zu elements)",
+             c->name, is_recv ? "recv" : "send", bad, peer, c->world, tag, tr_dtype_name((int)dt),
+             (int)dt, count);
     return TR_EINVAL;
 }
 

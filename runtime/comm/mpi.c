@@ -111,12 +111,12 @@ static int check(tr_comm_t *c, const void *buf, size_t count, tr_dtype_t dt, int
 {
     if (tr_comm_check(c, buf, count, dt, v, is_root) < 0)
         return tr__errf(c->error, sizeof(c->error), TR_EINVAL,
-                        "comm 'mpi': bad arguments (buffer, dtype %d, %s %d)", (int)dt,
-                        is_root ? "root" : "op", v);
+                        "comm 'mpi': bad arguments (buffer, dtype %s (%d), %s %d)",
+                        tr_dtype_name((int)dt), (int)dt, is_root ? "root" : "op", v);
     if (mpi_type(dt) == MPI_DATATYPE_NULL)
         return tr__errf(c->error, sizeof(c->error), TR_ECOMM,
-                        "comm 'mpi': dtype %d: MPI could not create its datatype or reduction",
-                        (int)dt);
+                        "comm 'mpi': dtype %s (%d): MPI could not create its datatype or reduction",
+                        tr_dtype_name((int)dt), (int)dt);
     if (count > INT_MAX)
         return tr__errf(c->error, sizeof(c->error), TR_EOVERFLOW,
                         "comm 'mpi': %zu elements in one operation, more than MPI's int count (%d)",

@@ -120,6 +120,7 @@ static void test_comm_local_send_and_recv_match_by_tag_in_either_order(void **st
     int n = log.n;
     assert_int_equal(c->ops->send(c, a, 3, TR_DTYPE_I32, 1, 0, &rs), TR_EINVAL);
     assert_non_null(strstr(c->error, "send: bad peer"));
+    assert_non_null(strstr(c->error, "dtype i32 (4)")); /* named, its number beside */
     assert_int_equal(c->ops->send(c, a, 3, TR_DTYPE_I32, TR_COMM_ANY_SOURCE, 0, &rs), TR_EINVAL);
     assert_int_equal(c->ops->recv(c, got, 3, TR_DTYPE_I32, 0, -1, &rr), TR_EINVAL);
     assert_non_null(strstr(c->error, "recv: bad tag"));
