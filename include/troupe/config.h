@@ -98,6 +98,10 @@ typedef struct tr_config_offload_param {
     bool pin_memory;
 } tr_config_offload_param_t;
 
+/* The smallest zero_optimization.reduce_bucket_size used: a smaller one but 0 (one bucket) is
+ * raised to it, with a warning. */
+#define TR_CONFIG_BUCKET_MIN 16
+
 typedef struct tr_config_zero {
     int64_t stage;
     bool contiguous_gradients, reduce_scatter, allgather_partitions, overlap_comm;

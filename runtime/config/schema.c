@@ -160,7 +160,8 @@ static const tr__cfg_key_t zero_keys[] = {
     ACT(BOOL("reduce_scatter", zero.reduce_scatter, 1,
              "stage 2: reduce-scatter each bucket (else all-reduce it and keep this rank's part)")),
     ACT(INT("reduce_bucket_size", zero.reduce_bucket_size, 5e8, 0, BIG,
-            "gradient elements per bucket; 0 = one bucket")),
+            "gradient elements per bucket; 0 = one bucket; 1 to 15 are raised to 16 "
+            "(TR_CONFIG_BUCKET_MIN), with a warning")),
     NOEFF(W_GATHER,
           BOOL("allgather_partitions", zero.allgather_partitions, 1, "all-gather, not broadcast")),
     NOEFF(W_GATHER, INT("allgather_bucket_size", zero.allgather_bucket_size, 5e8, 0, BIG,

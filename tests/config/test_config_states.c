@@ -33,11 +33,17 @@ static source_t *sources;
 static size_t n_sources, cap_sources;
 
 /* The loader: it reads every field to validate, resolve, dump and document it. */
-static const char *const loader_files[] = {
-    "runtime/config/schema.c", "runtime/config/walk.c", "runtime/config/config.c",
-    "runtime/config/resolve.c", "runtime/config/dump.c", "runtime/config/docs.c",
-    "runtime/config/diag.c",   "runtime/config/schema.h", "runtime/config/walk.h",
-    "include/troupe/config.h", NULL};
+static const char *const loader_files[] = {"runtime/config/schema.c",
+                                           "runtime/config/walk.c",
+                                           "runtime/config/config.c",
+                                           "runtime/config/resolve.c",
+                                           "runtime/config/dump.c",
+                                           "runtime/config/docs.c",
+                                           "runtime/config/diag.c",
+                                           "runtime/config/schema.h",
+                                           "runtime/config/walk.h",
+                                           "include/troupe/config.h",
+                                           NULL};
 static const char *const skipped_dirs[] = {"build", "tests", "bench", "docs", ".git", NULL};
 
 static void blank_comments(char *s)
@@ -74,7 +80,8 @@ static int add_source(const char *path, const struct stat *st, int type, struct 
         return FTW_CONTINUE;
     }
     size_t len = strlen(path);
-    if (type != FTW_F || len < 2 || path[len - 2] != '.' || (path[len - 1] != 'c' && path[len - 1] != 'h'))
+    if (type != FTW_F || len < 2 || path[len - 2] != '.' ||
+        (path[len - 1] != 'c' && path[len - 1] != 'h'))
         return FTW_CONTINUE;
     for (int i = 0; loader_files[i]; i++)
         if (!strcmp(rel, loader_files[i])) return FTW_CONTINUE;
