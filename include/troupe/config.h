@@ -184,6 +184,9 @@ typedef struct tr_config_comms_logger {
     tr_config_strlist_t prof_ops;
 } tr_config_comms_logger_t;
 
+/* The most pipeline.stages: what a pipeline schedule is built for (TR_PIPE_MAX_STAGES). */
+#define TR_CONFIG_MAX_STAGES 4096
+
 typedef struct tr_config_pipeline {
     int64_t stages; /* 0 = "auto" */
     const char *partition;
