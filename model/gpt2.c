@@ -382,6 +382,8 @@ static int make_layers(tr_layer_t **layers, const tr_gpt2_config_t *g)
         err = tr_layer_add_param(layers[L + 1], "lnfw", 1, (int64_t[]){C});
         err = err ? err : tr_layer_add_param(layers[L + 1], "lnfb", 1, (int64_t[]){C});
         if (!err) tr_layer_set_loss(layers[L + 1], TR_TARGETS_INT, 0);
+        layers[L + 1]->classes = proto.V;
+        layers[L + 1]->ignore_index = TR_IGNORE_INDEX;
         if (!err) err = tr_layer_tie_param(layers[L + 1], 0, "wte"); /* the output projection */
     }
     if (err)

@@ -303,7 +303,11 @@ int tr_layer_crossentropy_create(tr_layer_t **out, const char *name, int V, int 
     if (!s) return V < 1 ? TR_EINVAL : TR_ENOMEM;
     s->ignore_index = ignore_index;
     int err = new_layer(out, &crossentropy_ops, name, V, 1, s);
-    if (!err) tr_layer_set_loss(*out, TR_TARGETS_INT, 0);
+    if (!err) {
+        tr_layer_set_loss(*out, TR_TARGETS_INT, 0);
+        (*out)->classes = V;
+        (*out)->ignore_index = ignore_index;
+    }
     return err;
 }
 

@@ -433,6 +433,15 @@ static int check_targets(tr_model_t *m, const tr_batch_t *b)
                     "batch: loss layer '%s' reads float targets (batch.y, y_dim %d); the batch "
                     "gives integer targets (batch.targets)",
                     loss->name, loss->y_dim);
+    size_t N = (size_t)b->B * (size_t)b->T;
+    for (size_t i = 0; loss->targets == TR_TARGETS_INT && loss->classes && b->targets && i < N; i++)
+        if (b->targets[i] != loss->ignore_index &&
+            (b->targets[i] < 0 || b->targets[i] >= loss->classes))
+            return fail(m, TR_EINVAL,
+                        "batch: target %d at batch index %zu, position %zu is not a class of the "
+                        "%d (expected 0 to %d, or %d to ignore the position; loss layer '%s')",
+                        b->targets[i], i / (size_t)b->T, i % (size_t)b->T, loss->classes,
+                        loss->classes - 1, loss->ignore_index, loss->name);
     if (loss->targets == TR_TARGETS_FLOAT && b->y && b->y_dim != loss->y_dim)
         return fail(m, TR_EINVAL,
                     "batch: y_dim %d, but loss layer '%s' reads %d floats per position", b->y_dim,

@@ -30,6 +30,8 @@ static const char *HELP =
     "forward costs F (default 1), a backward B (default 2), of which the weight gradients are\n"
     "the share W (default 0.5) in zb; transfers cost nothing. It prints each schedule's\n"
     "makespan and bubble (1 - busy / (S makespan)) beside 1F1B's theory (S-1)/(M+S-1).\n"
+    "Its work grows as S^2 (M + S - 1): past 2^23 (a few seconds) it is refused (exit 2).\n"
+    "S is at most 4096 (as the config's pipeline.stages), M at most 65535.\n"
     "Exit status: 0; 1 when a schedule cannot be built or simulated; 2 for a bad flag.\n";
 
 typedef struct opts {
@@ -97,14 +99,15 @@ static int parse(int argc, char **argv, opts_t *o)
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return complain(-1, "%s needs a value\n%s", a, USAGE);
-        int rc = !strcmp(a, "--stages")          ? int_flag(a, v, 1, 4096, &o->stages)
-                 : !strcmp(a, "--micro-batches") ? int_flag(a, v, 1, 65535, &o->micro_batches)
-                 : !strcmp(a, "--stage")         ? int_flag(a, v, 0, 4095, &o->stage)
-                 : !strcmp(a, "--schedule")      ? schedule_flag(v, &o->kind)
-                 : !strcmp(a, "--forward")       ? real_flag(a, v, 0, 1e9, &o->forward)
-                 : !strcmp(a, "--backward")      ? real_flag(a, v, 0, 1e9, &o->backward)
-                 : !strcmp(a, "--weight-share")  ? real_flag(a, v, 0, 1, &o->weight_share)
-                                                 : complain(-1, "unknown flag %s\n%s", a, USAGE);
+        int rc = !strcmp(a, "--stages") ? int_flag(a, v, 1, TR_PIPE_MAX_STAGES, &o->stages)
+                 : !strcmp(a, "--micro-batches")
+                     ? int_flag(a, v, 1, TR_PIPE_MAX_MICRO_BATCHES, &o->micro_batches)
+                 : !strcmp(a, "--stage")    ? int_flag(a, v, 0, TR_PIPE_MAX_STAGES - 1, &o->stage)
+                 : !strcmp(a, "--schedule") ? schedule_flag(v, &o->kind)
+                 : !strcmp(a, "--forward")  ? real_flag(a, v, 0, 1e9, &o->forward)
+                 : !strcmp(a, "--backward") ? real_flag(a, v, 0, 1e9, &o->backward)
+                 : !strcmp(a, "--weight-share") ? real_flag(a, v, 0, 1, &o->weight_share)
+                                                : complain(-1, "unknown flag %s\n%s", a, USAGE);
         if (rc < 0) return -1;
     }
     if (!o->stages || !o->micro_batches)
@@ -157,6 +160,24 @@ static int simulate_kind(const opts_t *o, int kind, const char *name)
     return rc < 0 ? 1 : 0;
 }
 
+/* simulate builds S schedules, and zb's of one stage runs every stage's 1F1B order in unit
+ * time: S^2 (M + S - 1) steps in all. Past this many it would take minutes and gigabytes (at
+ * the flags' maximums, days), so it is refused, naming the flags. About 2 s at the limit. */
+#define SIM_MAX_WORK (1LL << 23)
+
+static int simulate_bounded(const opts_t *o)
+{
+    long long S = o->stages, work = S * S * (o->micro_batches + S - 1);
+    if (work > SIM_MAX_WORK)
+        return complain(2,
+                        "simulate: --stages %d and --micro-batches %d are too large: stages^2 x "
+                        "(micro-batches + stages - 1) is %lld, the limit is %lld (fewer stages "
+                        "or micro-batches; `pipeline schedule --stage s` prints one stage of "
+                        "any size)\n",
+                        o->stages, o->micro_batches, work, SIM_MAX_WORK);
+    return 0;
+}
+
 int tr_cmd_pipeline(int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : "";
@@ -169,6 +190,7 @@ int tr_cmd_pipeline(int argc, char **argv)
     opts_t o;
     if (parse(argc, argv, &o) < 0) return 2;
     if (!strcmp(sub, "simulate")) {
+        if (simulate_bounded(&o)) return 2;
         printf("pipeline.shape: %d stages, %d micro-batches; forward %g, backward %g (weight "
                "share %g)\n",
                o.stages, o.micro_batches, o.forward, o.backward, o.weight_share);

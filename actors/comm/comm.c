@@ -236,7 +236,7 @@ static int answer(tr_ctx_t *ctx, pending_t *p, tr_msg_t *m)
 {
     tr_actor_t to = p->asker;
     m->step = p->step;
-    p->req = 0;
+    tr__comm_pending_free(ctx->state, p);
     int rc = tr_actor_send(ctx->rt, to, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
@@ -279,10 +279,8 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
 
 static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
 {
-    pending_t *p = NULL; /* channel 2: a header exchange; 0: a data collective */
-    for (size_t i = 0; i < c->cap && !p; i++)
-        if (c->pending[i].req == d->req && (c->pending[i].hdr != NULL) == (d->channel == 2))
-            p = &c->pending[i];
+    /* channel 2: a header exchange; 0: a data collective */
+    pending_t *p = tr__comm_pending_find(c, d->req, d->channel == 2);
     if (!p || d->rc < 0) {
         int rc = d->rc < 0 ? d->rc : TR_EINVAL;
         tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
@@ -337,7 +335,7 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     r->covers = count;
     r->first = a;
     m->step = p->step;
-    p->req = 0;
+    tr__comm_pending_free(c, p);
     int rc = tr_actor_send(ctx->rt, e->optimizer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     return rc;
@@ -694,6 +692,9 @@ void tr__comm_free(struct tr__comm *c)
     }
     free(c->pending);
     free(c->xfers);
+    free(c->free_slots);
+    free(c->by_seq);
+    free(c->by_req);
     free(c->wire16);
     free(c);
 }

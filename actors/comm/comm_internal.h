@@ -73,6 +73,12 @@ struct tr__comm {
     int inflight;       /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
+    size_t *free_slots; /* indices of the free entries of pending, a stack (cap of them) */
+    size_t n_free;
+    size_t *by_seq;      /* the entry of submitted data operation s, for started < s <= seq, at
+                          * by_seq[s % cap]: the next to start is found at once, not by a scan */
+    size_t *by_req;      /* 1 + the entry of each started request (open addressing on req, 2 cap
+                          * slots, 0 empty): a completion finds its entry at once */
     tr_comms_log_t *log; /* comms_logger (NULL: off) */
     bool log_verbose;
     uint64_t seq;             /* collectives submitted */
@@ -99,6 +105,12 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h);
 /* A header exchange (p) completed: every rank's header must be ours; then its collective, and
  * any agreed ones after it, start. A mismatch fails the engine naming both headers. */
 int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p);
+
+/* The started operation with backend request req (hdr: a header exchange's), or NULL. */
+pending_t *tr__comm_pending_find(struct tr__comm *c, uint64_t req, bool hdr);
+
+/* p's entry is free again (zeroed; what it pointed to is the caller's to free). */
+void tr__comm_pending_free(struct tr__comm *c, pending_t *p);
 
 /* What a data operation is, in words ("a bucket's all-reduce"), for errors. */
 const char *tr__comm_op_name(tr__coll_op_t op);

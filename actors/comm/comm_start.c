@@ -12,6 +12,109 @@
 #include "actors/comm/comm_internal.h"
 #include "kernels/cpu/half.h"
 
+/* --- the pending table -------------------------------------------------------------------- */
+
+static size_t req_home(uint64_t req, size_t cap)
+{
+    return (size_t)((req * 0x9E3779B97F4A7C15ull) >> 20) & (2 * cap - 1); /* cap: a power of 2 */
+}
+
+static void req_insert(struct tr__comm *c, size_t idx)
+{
+    size_t mask = 2 * c->cap - 1, i = req_home(c->pending[idx].req, c->cap);
+    while (c->by_req[i])
+        i = (i + 1) & mask;
+    c->by_req[i] = idx + 1;
+}
+
+/* Removes entry idx, shifting back the entries probed past it (linear probing's deletion). */
+static void req_remove(struct tr__comm *c, size_t idx)
+{
+    size_t mask = 2 * c->cap - 1, i = req_home(c->pending[idx].req, c->cap);
+    while (c->by_req[i] != idx + 1)
+        i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; c->by_req[j]; j = (j + 1) & mask) {
+        size_t home = req_home(c->pending[c->by_req[j] - 1].req, c->cap);
+        bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            c->by_req[i] = c->by_req[j];
+            i = j;
+        }
+    }
+    c->by_req[i] = 0;
+}
+
+static bool started_req(const pending_t *p)
+{
+    return p->req && p->req != UINT64_MAX;
+}
+
+pending_t *tr__comm_pending_find(struct tr__comm *c, uint64_t req, bool hdr)
+{
+    if (!c->cap || !req || req == UINT64_MAX) return NULL;
+    size_t mask = 2 * c->cap - 1;
+    for (size_t i = req_home(req, c->cap); c->by_req[i]; i = (i + 1) & mask) {
+        pending_t *p = &c->pending[c->by_req[i] - 1];
+        if (p->req == req && (p->hdr != NULL) == hdr) return p;
+    }
+    return NULL;
+}
+
+/* Room for n more entries in the pending table (pointers into it stay valid until the next
+ * call). Free entries are a stack and submitted ones are indexed by seq, so a step of many
+ * buckets costs each of them O(1) here, not a scan of the table. */
+static int pending_reserve(struct tr__comm *c, size_t n)
+{
+    if (c->n_free >= n) return 0;
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    while (cap - c->cap + c->n_free < n)
+        cap *= 2;
+    pending_t *p = realloc(c->pending, cap * sizeof(*p));
+    if (p) c->pending = p;
+    size_t *f = p ? realloc(c->free_slots, cap * sizeof(*f)) : NULL;
+    if (f) c->free_slots = f;
+    size_t *s = f ? malloc(cap * sizeof(*s)) : NULL;
+    size_t *r = s ? calloc(2 * cap, sizeof(*r)) : NULL;
+    if (!r) {
+        free(s);
+        return TR_ENOMEM;
+    }
+    for (uint64_t q = c->started + 1; q <= c->seq && c->by_seq; q++) /* re-placed by seq % cap */
+        s[q % cap] = c->by_seq[q % c->cap];
+    free(c->by_seq);
+    c->by_seq = s;
+    memset(p + c->cap, 0, (cap - c->cap) * sizeof(*p));
+    for (size_t i = cap; i > c->cap; i--) /* the lowest index on top */
+        f[c->n_free++] = i - 1;
+    free(c->by_req);
+    c->by_req = r;
+    c->cap = cap;
+    for (size_t i = 0; i < cap; i++) /* rehashed for the new size */
+        if (started_req(&p[i])) req_insert(c, i);
+    return 0;
+}
+
+/* A free entry; pending_reserve first. */
+static pending_t *pending_slot(struct tr__comm *c)
+{
+    return c->n_free ? &c->pending[c->free_slots[--c->n_free]] : NULL;
+}
+
+void tr__comm_pending_free(struct tr__comm *c, pending_t *p)
+{
+    if (started_req(p)) req_remove(c, (size_t)(p - c->pending));
+    *p = (pending_t){0};
+    c->free_slots[c->n_free++] = (size_t)(p - c->pending);
+}
+
+/* The data operation submitted as collective `seq` (not started yet), or NULL. */
+static pending_t *submitted(struct tr__comm *c, uint64_t seq)
+{
+    if (seq <= c->started || seq > c->seq || !c->cap) return NULL;
+    pending_t *p = &c->pending[c->by_seq[seq % c->cap]];
+    return p->req && !p->hdr && p->head.seq == seq ? p : NULL;
+}
+
 /* After the backend was asked to start p's operation (rc, req): records it as in flight, or
  * frees p and fails the engine naming `what` and the backend's reason. */
 static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const char *what)
@@ -19,12 +122,13 @@ static int track(struct tr__comm *c, pending_t *p, int rc, uint64_t req, const c
     if (rc < 0) {
         free(p->hdr);
         free(p->vals);
-        *p = (pending_t){0};
+        tr__comm_pending_free(c, p);
         tr__engine_fail(c->eng, rc, "comm: %s on backend '%s' failed: %s", what, c->backend->name,
                         c->backend->error[0] ? c->backend->error : tr_strerror(rc));
         return rc;
     }
     p->req = req;
+    if (started_req(p)) req_insert(c, (size_t)(p - c->pending));
     c->inflight++;
     p->lane = -1;
     for (int k = 0; !p->hdr && c->eng->mon && k < TR__COLLECTIVE_LANES && p->lane < 0; k++)
@@ -69,42 +173,6 @@ void tr__comm_describe(const header_t *h, char *out, size_t len)
 {
     tr__watch_op_t o = watch_op(h, false);
     tr__watch_describe(&o, out, len);
-}
-
-/* Room for n more entries in the pending table (pointers into it stay valid until the next
- * call). */
-static int pending_reserve(struct tr__comm *c, size_t n)
-{
-    size_t free_slots = 0;
-    for (size_t i = 0; i < c->cap; i++)
-        free_slots += !c->pending[i].req;
-    if (free_slots >= n) return 0;
-    size_t cap = c->cap ? 2 * c->cap : 64;
-    while (cap - c->cap + free_slots < n)
-        cap *= 2;
-    pending_t *p = realloc(c->pending, cap * sizeof(*p));
-    if (!p) return TR_ENOMEM;
-    memset(p + c->cap, 0, (cap - c->cap) * sizeof(*p));
-    c->pending = p;
-    c->cap = cap;
-    return 0;
-}
-
-/* A free entry; pending_reserve first. */
-static pending_t *pending_slot(struct tr__comm *c)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (!c->pending[i].req) return &c->pending[i];
-    return NULL;
-}
-
-/* The data operation submitted as collective `seq` (not started yet), or NULL. */
-static pending_t *submitted(struct tr__comm *c, uint64_t seq)
-{
-    for (size_t i = 0; i < c->cap; i++)
-        if (c->pending[i].req && !c->pending[i].hdr && c->pending[i].head.seq == seq)
-            return &c->pending[i];
-    return NULL;
 }
 
 static int start(struct tr__comm *c, pending_t *p);
@@ -166,6 +234,7 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
     op.agreed = !c->headers;
     op.t_start = tr_now_ns();
     *p = op;
+    c->by_seq[h.seq % c->cap] = (size_t)(p - c->pending);
     int rc = c->headers ? post_header(c, h) : 0;
     return rc < 0 ? rc : start_agreed(c);
 }
@@ -189,7 +258,7 @@ int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
         }
     uint64_t seq = mine->seq;
     free(all);
-    *p = (pending_t){0};
+    tr__comm_pending_free(c, p);
     pending_t *op = rc < 0 ? NULL : submitted(c, seq);
     if (op) op->agreed = true;
     return rc < 0 ? rc : start_agreed(c);

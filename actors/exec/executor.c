@@ -242,11 +242,13 @@ static void train_failed(struct tr__exec *x, int rc, const char *why)
  * train_failed). */
 static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
 {
-    char why[512];
+    char why[1024];
+    const char *model_why = tr_model_error(x->model); /* what the model knows: which target */
     snprintf(why, sizeof(why),
-             "executor: step %llu, micro-step %d: layer %d '%s' %s failed: %s (%s)",
+             "executor: step %llu, micro-step %d: layer %d '%s' %s failed: %s (%s)%s%s",
              (unsigned long long)x->global_steps, x->micro, layer,
-             tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc));
+             tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc),
+             model_why && model_why[0] ? ": " : "", model_why ? model_why : "");
     if (x->req == TR__REQ_TRAIN)
         train_failed(x, rc, why);
     else

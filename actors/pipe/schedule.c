@@ -323,16 +323,13 @@ int tr_pipe_schedule_create(tr_pipe_schedule_t **out, int kind, int micro_batche
     *out = NULL;
     if (kind != TR_PIPE_TRAIN_1F1B && kind != TR_PIPE_INFERENCE && kind != TR_PIPE_TRAIN_ZB)
         return tr__errf(err, errlen, TR_EINVAL, "pipeline schedule: unknown kind %d", kind);
-    if (stages < 1 || stages > 4096)
+    if (stages < 1 || stages > TR_PIPE_MAX_STAGES)
+        return tr__errf(err, errlen, TR_EINVAL, "pipeline schedule: stages is %d; expected 1 to %d",
+                        stages, TR_PIPE_MAX_STAGES);
+    if (micro_batches < 1 || micro_batches > TR_PIPE_MAX_MICRO_BATCHES)
         return tr__errf(err, errlen, TR_EINVAL,
-                        "pipeline schedule: stages is %d; expected 1 "
-                        "to 4096",
-                        stages);
-    if (micro_batches < 1 || micro_batches > 65535)
-        return tr__errf(err, errlen, TR_EINVAL,
-                        "pipeline schedule: micro-batches is %d; "
-                        "expected 1 to 65535",
-                        micro_batches);
+                        "pipeline schedule: micro-batches is %d; expected 1 to %d", micro_batches,
+                        TR_PIPE_MAX_MICRO_BATCHES);
     if (stage < 0 || stage >= stages)
         return tr__errf(err, errlen, TR_EINVAL,
                         "pipeline schedule: stage is %d; expected 0 to "

@@ -98,6 +98,10 @@ typedef struct tr_config_offload_param {
     bool pin_memory;
 } tr_config_offload_param_t;
 
+/* The smallest zero_optimization.reduce_bucket_size used: a smaller one but 0 (one bucket) is
+ * raised to it, with a warning. */
+#define TR_CONFIG_BUCKET_MIN 16
+
 typedef struct tr_config_zero {
     int64_t stage;
     bool contiguous_gradients, reduce_scatter, allgather_partitions, overlap_comm;
@@ -179,6 +183,9 @@ typedef struct tr_config_comms_logger {
     bool enabled, verbose, prof_all, debug;
     tr_config_strlist_t prof_ops;
 } tr_config_comms_logger_t;
+
+/* The most pipeline.stages: what a pipeline schedule is built for (TR_PIPE_MAX_STAGES). */
+#define TR_CONFIG_MAX_STAGES 4096
 
 typedef struct tr_config_pipeline {
     int64_t stages; /* 0 = "auto" */

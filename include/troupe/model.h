@@ -132,6 +132,8 @@ struct tr_layer {
     int is_loss; /* read-only: set by tr_layer_set_loss */
     int targets; /* read-only: TR_TARGETS_* the layer reads, set by tr_layer_set_loss */
     int y_dim;   /* read-only: floats per position of its float targets (TR_TARGETS_FLOAT) */
+    int classes; /* TR_TARGETS_INT: targets are 0..classes-1 or ignore_index (0: unchecked) */
+    int ignore_index;
     int n_params;
     tr_param_info_t params[TR_LAYER_MAX_PARAMS];
     size_t param_count;  /* floats in the layer's range (the sum of the table) */

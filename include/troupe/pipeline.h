@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 
+#include "troupe/config.h"
 #include "troupe/model.h"
 #include "troupe/msg.h"
 #include "troupe/runtime.h"
@@ -56,6 +57,12 @@ typedef struct tr_pipe_instr {
     int buffer;      /* the activation buffer it uses; -1: none (the step's collectives) */
     int micro_batch; /* the micro-batch it moves or computes; -1: none */
 } tr_pipe_instr_t;
+
+/* The most stages and micro-batches a schedule has: `troupe pipeline` and
+ * tr_pipe_schedule_create check against these, the config's pipeline.stages against the same
+ * TR_CONFIG_MAX_STAGES. */
+#define TR_PIPE_MAX_STAGES        TR_CONFIG_MAX_STAGES
+#define TR_PIPE_MAX_MICRO_BATCHES 65535
 
 /* One stage's schedule, built by tr_pipe_schedule_create. */
 typedef struct tr_pipe_schedule tr_pipe_schedule_t;

@@ -90,6 +90,10 @@ static int walk_root(json_t *root, const char *name, int world, tr_config_t **ou
 static int from_text(const char *json, size_t len, const char *name, int world, tr_config_t **cfg,
                      tr_config_diag_t *diag)
 {
+    if (len >= 3 && !memcmp(json, "\xEF\xBB\xBF", 3)) { /* a UTF-8 BOM, as some editors write */
+        json += 3;
+        len -= 3;
+    }
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) return parse_failed(name, &je, diag);

@@ -213,6 +213,15 @@ static void resolve_zero(tr__cfg_walk_t *w)
         z->overlap_comm = z->stage == 3; /* DeepSpeed: off for stages 0-2, on for 3 */
         tr__cfg_tree_set(w, "zero_optimization.overlap_comm", json_boolean(z->overlap_comm));
     }
+    if (z->reduce_bucket_size > 0 && z->reduce_bucket_size < TR_CONFIG_BUCKET_MIN) {
+        tr__cfg_warn(w, "zero_optimization.reduce_bucket_size",
+                     "%lld is below the floor of %d elements: buckets of %d elements are used "
+                     "(one reduction per handful of elements costs more than it reduces)",
+                     (long long)z->reduce_bucket_size, TR_CONFIG_BUCKET_MIN, TR_CONFIG_BUCKET_MIN);
+        z->reduce_bucket_size = TR_CONFIG_BUCKET_MIN;
+        tr__cfg_tree_set(w, "zero_optimization.reduce_bucket_size",
+                         json_integer(TR_CONFIG_BUCKET_MIN));
+    }
     check_nvme(w, "zero_optimization.offload_optimizer", z->offload_optimizer.device,
                z->offload_optimizer.nvme_path);
     check_nvme(w, "zero_optimization.offload_param", z->offload_param.device,

@@ -13,6 +13,8 @@
 #include <strings.h>
 
 #define OFF(f)                   offsetof(tr_config_t, f)
+#define FIELD_(f)                #f
+#define FIELD(f)                 FIELD_(f) /* f macro-expanded: OP(lr) is optimizer.params.lr */
 #define N(a)                     (sizeof(a) / sizeof((a)[0]))
 #define BIG                      9.2233720368547758e18 /* int64: no bound but the type's */
 #define INF                      DBL_MAX               /* double: no bound but the type's */
@@ -21,25 +23,29 @@
 
 /* Leaf keys: a designator list that a state wrapper, ACT or NOEFF, turns into an entry, so a
  * leaf without a state does not compile. */
-#define BOOL(n, f, d, doc_) .name = n, .kind = TR__K_BOOL, .offset = OFF(f), .def = d, .doc = doc_
+#define BOOL(n, f, d, doc_)                                                                        \
+    .name = n, .kind = TR__K_BOOL, .offset = OFF(f), .field = FIELD(f), .def = d, .doc = doc_
 #define INT(n, f, d, lo, hi, doc_)                                                                 \
-    .name = n, .kind = TR__K_INT, .offset = OFF(f), .def = d, .min = lo, .max = hi, .doc = doc_
+    .name = n, .kind = TR__K_INT, .offset = OFF(f), .field = FIELD(f), .def = d, .min = lo,        \
+    .max = hi, .doc = doc_
 #define INTF(n, f, d, lo, hi, fl, doc_)                                                            \
-    .name = n, .kind = TR__K_INT, .offset = OFF(f), .def = d, .min = lo, .max = hi, .flags = fl,   \
-    .doc = doc_
+    .name = n, .kind = TR__K_INT, .offset = OFF(f), .field = FIELD(f), .def = d, .min = lo,        \
+    .max = hi, .flags = fl, .doc = doc_
 #define DBL(n, f, d, lo, hi, doc_)                                                                 \
-    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi, .doc = doc_
+    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .field = FIELD(f), .def = d, .min = lo,     \
+    .max = hi, .doc = doc_
 #define DBLF(n, f, d, lo, hi, fl, doc_)                                                            \
-    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .def = d, .min = lo, .max = hi,             \
-    .flags = fl, .doc = doc_
+    .name = n, .kind = TR__K_DOUBLE, .offset = OFF(f), .field = FIELD(f), .def = d, .min = lo,     \
+    .max = hi, .flags = fl, .doc = doc_
 #define STR(n, f, d, fl, doc_)                                                                     \
-    .name = n, .kind = TR__K_STRING, .offset = OFF(f), .def_str = d, .flags = fl, .doc = doc_
+    .name = n, .kind = TR__K_STRING, .offset = OFF(f), .field = FIELD(f), .def_str = d,            \
+    .flags = fl, .doc = doc_
 #define ENUM(n, f, d, ch, fl, doc_)                                                                \
-    .name = n, .kind = TR__K_ENUM, .offset = OFF(f), .def = d, .choices = ch, .flags = fl,         \
-    .doc = doc_
+    .name = n, .kind = TR__K_ENUM, .offset = OFF(f), .field = FIELD(f), .def = d, .choices = ch,   \
+    .flags = fl, .doc = doc_
 #define PAIR(n, f, a, b, lo, hi, doc_)                                                             \
-    .name = n, .kind = TR__K_PAIR, .offset = OFF(f), .def = a, .def2 = b, .min = lo, .max = hi,    \
-    .doc = doc_
+    .name = n, .kind = TR__K_PAIR, .offset = OFF(f), .field = FIELD(f), .def = a, .def2 = b,       \
+    .min = lo, .max = hi, .doc = doc_
 #define ACT(...)                                                                                   \
     {                                                                                              \
         __VA_ARGS__, .state = TR__S_ACTED                                                          \
@@ -80,7 +86,7 @@
 #define W_FP32   "the CPU kernels compute in fp32"
 #define W_COMM   "nothing is communicated at world size 1"
 #define W_CALLER "collectives are started by the comm actor, there is no caller to name"
-#define W_AIO    "NVMe offload is not built yet"
+#define W_GDS    "GPUDirect Storage needs a GPU; the aio engine reads and writes host memory"
 #define W_PIPE   "this part of pipeline parallelism is not built yet"
 #define W_ACT    "activation checkpointing is not built yet"
 
@@ -139,6 +145,7 @@ static const tr__cfg_key_t zero_keys[] = {
     {.name = "stage",
      .kind = TR__K_INT,
      .offset = OFF(zero.stage),
+     .field = "zero.stage",
      .def = 0,
      .min = 0,
      .max = 3,
@@ -153,7 +160,8 @@ static const tr__cfg_key_t zero_keys[] = {
     ACT(BOOL("reduce_scatter", zero.reduce_scatter, 1,
              "stage 2: reduce-scatter each bucket (else all-reduce it and keep this rank's part)")),
     ACT(INT("reduce_bucket_size", zero.reduce_bucket_size, 5e8, 0, BIG,
-            "gradient elements per bucket; 0 = one bucket")),
+            "gradient elements per bucket; 0 = one bucket; 1 to 15 are raised to 16 "
+            "(TR_CONFIG_BUCKET_MIN), with a warning")),
     NOEFF(W_GATHER,
           BOOL("allgather_partitions", zero.allgather_partitions, 1, "all-gather, not broadcast")),
     NOEFF(W_GATHER, INT("allgather_bucket_size", zero.allgather_bucket_size, 5e8, 0, BIG,
@@ -161,6 +169,7 @@ static const tr__cfg_key_t zero_keys[] = {
     {.name = "overlap_comm",
      .kind = TR__K_BOOL,
      .offset = OFF(zero.overlap_comm),
+     .field = "zero.overlap_comm",
      .flags = TR__F_DERIVED,
      .doc = "reduce each bucket while the backward goes on (else after it; default: stage == 3)",
      .state = TR__S_ACTED},
@@ -446,14 +455,14 @@ SECTION(scheduler_sec, "scheduler", scheduler_keys);
 /* --- I/O, monitors, pipeline, checkpoints ------------------------------------------------ */
 
 static const tr__cfg_key_t aio_keys[] = {
-    NOEFF(W_AIO, INT("block_size", aio.block_size, 1048576, 512, BIG, "bytes per request")),
-    NOEFF(W_AIO, INT("queue_depth", aio.queue_depth, 8, 1, 65536, "requests in flight")),
-    NOEFF(W_AIO, INT("intra_op_parallelism", aio.intra_op_parallelism, 1, 1, 1024, "I/O threads")),
+    ACT(INT("block_size", aio.block_size, 1048576, 512, BIG,
+            "bytes per request (a multiple of 512; of the O_DIRECT alignment for direct I/O)")),
+    ACT(INT("queue_depth", aio.queue_depth, 8, 1, 65536, "requests in flight")),
+    ACT(INT("intra_op_parallelism", aio.intra_op_parallelism, 1, 1, 1024, "I/O threads")),
     DEPR("thread_count", "intra_op_parallelism"),
-    NOEFF(W_AIO, BOOL("single_submit", aio.single_submit, 0, "submit requests one at a time")),
-    NOEFF(W_AIO,
-          BOOL("overlap_events", aio.overlap_events, 1, "overlap submission and completion")),
-    NOEFF(W_AIO, BOOL("use_gds", aio.use_gds, 0, "GPUDirect Storage")),
+    ACT(BOOL("single_submit", aio.single_submit, 0, "submit requests one at a time")),
+    ACT(BOOL("overlap_events", aio.overlap_events, 1, "overlap submission and completion")),
+    NOEFF(W_GDS, BOOL("use_gds", aio.use_gds, 0, "GPUDirect Storage")),
 };
 SECTION(aio_sec, "aio", aio_keys);
 
@@ -476,6 +485,7 @@ static const tr__cfg_key_t comms_keys[] = {
     {.name = "prof_ops",
      .kind = TR__K_STRLIST,
      .offset = OFF(comms_logger.prof_ops),
+     .field = "comms_logger.prof_ops",
      .doc = "operations to profile when prof_all is false (all_reduce, ...)",
      .state = TR__S_ACTED},
 };
@@ -485,10 +495,11 @@ static const tr__cfg_key_t pipeline_keys[] = {
     {.name = "stages",
      .kind = TR__K_INT,
      .offset = OFF(pipeline.stages),
+     .field = "pipeline.stages",
      .min = 1,
-     .max = 65536,
+     .max = TR_CONFIG_MAX_STAGES,
      .flags = TR__F_AUTO_ZERO,
-     .expect = "an integer between 1 and 65536 or \"auto\"",
+     .expect = "an integer between 1 and " FIELD(TR_CONFIG_MAX_STAGES) " or \"auto\"",
      .doc = "pipeline stages: stage actors in one process, or one rank each under mpirun "
             "(ranks = stages x data-parallel replicas); \"auto\" or 1: none",
      .state = TR__S_ACTED},
@@ -635,8 +646,8 @@ SECTION(troupe_sec, "troupe", troupe_keys);
 
 #define BATCH(n, f, doc_)                                                                          \
     {                                                                                              \
-        .name = n, .kind = TR__K_INT, .offset = OFF(f), .min = -BIG, .max = BIG,                   \
-        .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_,             \
+        .name = n, .kind = TR__K_INT, .offset = OFF(f), .field = FIELD(f), .min = -BIG,            \
+        .max = BIG, .flags = TR__F_BATCH, .expect = "a positive integer or \"auto\"", .doc = doc_, \
         .state = TR__S_ACTED                                                                       \
     }
 
@@ -655,6 +666,7 @@ static const tr__cfg_key_t top_keys[] = {
     {.name = "communication_data_type",
      .kind = TR__K_ENUM,
      .offset = OFF(communication_data_type),
+     .field = "communication_data_type",
      .choices = dtypes,
      .flags = TR__F_NULLABLE | TR__F_DERIVED | TR__F_NOCASE,
      .doc = "fp32, fp16 or bf16: the gradients' type on the wire on more than one rank "

@@ -53,8 +53,9 @@ typedef struct tr__cfg_section tr__cfg_section_t;
 typedef struct tr__cfg_key {
     const char *name;
     tr__cfg_kind_t kind;
-    size_t offset; /* of the field in tr_config_t */
-    double def;    /* bool, int, double, enum default; PAIR: def, def2 */
+    size_t offset;     /* of the field in tr_config_t */
+    const char *field; /* that field as written: "aio.queue_depth" (test_config_states) */
+    double def;        /* bool, int, double, enum default; PAIR: def, def2 */
     double def2;
     const char *def_str;                      /* string default; NULL = null */
     double min, max;                          /* inclusive range of numbers */

@@ -224,6 +224,49 @@ static void test_engine_first_failure_stands(void **state)
     tr_config_destroy(cfg);
 }
 
+/* --- targets ---------------------------------------------------------------------------- */
+
+static int bad_target_cb(void *user, uint64_t index, int B, int T, int *tokens, float *x,
+                         int *targets, float *y)
+{
+    int rc = test_mlp_batch(user, index, B, T, tokens, x, targets, y);
+    if (index == 1) targets[2 * T] = CLASSES + 3; /* row 2, position 0 */
+    return rc;
+}
+
+/* A class target past the model's classes (a custom data file, a callback) names its value,
+ * where it is in the batch and the number of classes; issue 40: it said only TR_EINVAL. */
+static void test_engine_out_of_range_target_is_named(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(1, NULL);
+    int widths[] = {XD, 16, CLASSES};
+    tr_model_t *model;
+    char why[256], err[256];
+    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = model,
+                          .seq_len = 1,
+                          .seed = 7,
+                          .init_params = 1,
+                          .train = {.batch = bad_target_cb, .x_dim = XD}};
+    tr_engine_t *eng;
+    assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
+    int rc = 0;
+    for (int i = 0; i < 4 && rc == 0; i++)
+        rc = tr_engine_train_batch(eng, NULL);
+    assert_int_equal(rc, TR_EINVAL);
+    const char *e = tr_engine_error(eng);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "target %d at batch index 2, position 0 is not a class of the %d (expected 0 to %d",
+             CLASSES + 3, CLASSES, CLASSES - 1);
+    if (!strstr(e, want)) print_message("error: %s\nwanted: %s\n", e, want);
+    assert_non_null(strstr(e, want));
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+}
+
 /* --- widths ----------------------------------------------------------------------------- */
 
 static void test_engine_checks_dataset_widths_at_create(void **state)
@@ -614,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_engine_divergence_names_the_step_and_layer),
         cmocka_unit_test(test_engine_nan_weight_names_a_layer),
         cmocka_unit_test(test_engine_checks_dataset_widths_at_create),
+        cmocka_unit_test(test_engine_out_of_range_target_is_named),
         cmocka_unit_test(test_engine_first_failure_stands),
         cmocka_unit_test(test_engine_deterministic_mode_trains_and_replays),
         cmocka_unit_test(test_engine_second_engine_may_not_overwrite_a_trace),

@@ -611,6 +611,31 @@ static void test_config_load_reads_a_file(void **state)
     unlink(path);
 }
 
+/* A UTF-8 byte-order mark before the text (Windows editors write one) is skipped: issue 40,
+ * it failed with "'[' or '{' expected near ''". */
+static void test_config_a_utf8_bom_is_skipped(void **state)
+{
+    tr_config_t *c = ok("\xEF\xBB\xBF{\"train_batch_size\": 8}");
+    assert_int_equal(c->train_batch_size, 8);
+    tr_config_destroy(c);
+    char path[] = "/tmp/troupe-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "\xEF\xBB\xBF{\"train_micro_batch_size_per_gpu\": 2}\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(tr_config_load(path, 2, &c, &diag), 0);
+    assert_int_equal(c->train_batch_size, 4);
+    tr_config_destroy(c);
+    unlink(path);
+    /* a BOM and nothing else is an empty file; what follows a BOM keeps its line and column */
+    fails("\xEF\xBB\xBF");
+    has("ds.json:1:0: '[' or '{' expected near end of file");
+    tr_config_diag_close(&diag);
+    fails("\xEF\xBB\xBF{\n  \"train_batch_size\": 1,\n}");
+    has("ds.json:3:1: string or '}' expected near '}'");
+}
+
 /* --- getters and dump --------------------------------------------------------------------- */
 
 static void test_config_getters_read_the_resolved_tree(void **state)
@@ -691,6 +716,7 @@ int main(void)
         T(test_config_syntax_errors_give_line_and_column),
         T(test_config_files_that_cannot_be_read),
         T(test_config_load_reads_a_file),
+        T(test_config_a_utf8_bom_is_skipped),
         T(test_config_getters_read_the_resolved_tree),
         T(test_config_dump_marks_defaults_and_loads_back),
     };

@@ -3,7 +3,8 @@
 # line for line, what DeepSpeed's TrainSchedule and InferenceSchedule yield (the files in
 # data/ were printed from deepspeed/runtime/pipe/schedule.py, buffers included); one stage's
 # list is the lines of its section; the issue's examples appear as written; bad flags exit 2
-# naming the flag. `troupe pipeline simulate`: 1f1b's bubble is theory's, zb's below it.
+# naming the flag. `troupe pipeline simulate`: 1f1b's bubble is theory's, zb's below it; at
+# the flags' maximums it is refused at once. pipeline.stages and --stages share one maximum.
 source "$(dirname "$0")/cli.sh"
 data=$2/tests/tools/data
 
@@ -37,4 +38,24 @@ expect_cmd 2 "--schedule: expected 1f1b, zb or inference, got 'gpipe'" pipeline 
 expect_cmd 2 "--weight-share: expected a number from 0 to 1" pipeline simulate --stages 2 --micro-batches 2 --weight-share 2
 expect_cmd 2 "unknown flag --stagez" pipeline schedule --stagez 2
 expect_cmd 2 "--stage needs a value" pipeline schedule --stages 2 --micro-batches 2 --stage
+# issue 40: the flags' maximums (4096 stages, 65535 micro-batches) reached 16 GB in simulate
+# without finishing; now the work is bounded, refused with the flags and the limit named
+ulimit -v 4000000 # 4 GB: unfixed, the run fails here instead of taking the machine's memory
+rc=0
+timeout 30 "$troupe" pipeline simulate --stages 4096 --micro-batches 65535 > max.txt 2> max.err || rc=$?
+[ "$rc" -eq 2 ] || { cat max.err; fail "simulate at the maximums: exit $rc, expected 2"; }
+grep -qF -- "simulate: --stages 4096 and --micro-batches 65535 are too large: stages^2 x (micro-batches + stages - 1) is 1168197550080, the limit is 8388608" max.err ||
+    { cat max.err; fail "simulate at the maximums: no error naming the flags and the limit"; }
+timeout 30 "$troupe" pipeline simulate --stages 8 --micro-batches 65535 > big.txt ||
+    fail "simulate 8 x 65535 (under the limit) failed or took over 30 s"
+grep -q '^pipeline.zb.bubble: ' big.txt || { cat big.txt; fail "simulate 8 x 65535: no result"; }
+# the schedule's stages and the config's pipeline.stages share one maximum, 4096
+"$troupe" pipeline schedule --stages 4096 --micro-batches 1 --stage 4095 > last.txt ||
+    fail "--stages 4096 refused"
+expect_cmd 2 "--stages: expected an integer from 1 to 4096, got '4097'" pipeline schedule --stages 4097 --micro-batches 1
+echo '{"train_batch_size": 8, "pipeline": {"stages": 4096}}' > stages_max.json
+"$troupe" config check stages_max.json > /dev/null 2>&1 || fail "pipeline.stages 4096 refused"
+echo '{"train_batch_size": 8, "pipeline": {"stages": 4097}}' > stages_over.json
+expect_cmd 2 'stages_over.json: pipeline.stages: must be an integer between 1 and 4096 or "auto", got 4097' config check stages_over.json
+
 echo "pipeline schedules: DeepSpeed's lists for 3x4, 4x8, 2x1 (train and inference); simulate: 1f1b at theory, zb $zb"
