@@ -357,9 +357,12 @@ static void discard_files(struct tr__ckpt_actor *c)
     }
     c->wrote_model = c->wrote_optim = false;
     bool gone = c->tagdir[0] && rmdir(c->tagdir) == 0;
-    if (removed || gone)
+    if (removed)
         tr_log(TR_LOG_INFO, "checkpoint: rank %d removed %d file(s) of the failed save%s %s",
                c->eng->rank, removed, gone ? " and its folder" : " from", c->tagdir);
+    else if (gone)
+        tr_log(TR_LOG_INFO, "checkpoint: rank %d removed the failed save's empty folder %s",
+               c->eng->rank, c->tagdir);
 }
 
 /* --- the ranks' agreement ------------------------------------------------------------------ */
