@@ -41,18 +41,31 @@ static tr_config_t *config(int gas, const char *optimizer)
     return test_config(json, "api.json");
 }
 
-static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, size_t errlen)
+static tr_model_t *mlp(void)
 {
     int widths[] = {XD, 16, CLASSES};
     tr_model_t *model;
     char why[256];
     assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = model,
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .train = {.batch = test_mlp_batch, .x_dim = x_dim}};
+    return model;
+}
+
+/* The options of every engine here: a fresh MLP (XD -> 16 -> CLASSES), seed 7, initialised,
+ * trained on batch's micro-batches. */
+static tr_engine_opts_t mlp_opts(tr_config_t *cfg, tr_batch_cb batch)
+{
+    return (tr_engine_opts_t){.config = cfg,
+                              .model = mlp(),
+                              .seq_len = 1,
+                              .seed = 7,
+                              .init_params = 1,
+                              .train = {.batch = batch, .x_dim = XD}};
+}
+
+static int create(tr_config_t *cfg, int x_dim, tr_engine_t **eng, char *err, size_t errlen)
+{
+    tr_engine_opts_t o = mlp_opts(cfg, test_mlp_batch);
+    o.train.x_dim = x_dim;
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -196,16 +209,8 @@ static void test_engine_first_failure_stands(void **state)
 {
     (void)state;
     tr_config_t *cfg = config(1, NULL);
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256], err[256];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = model,
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .train = {.batch = failing_cb, .x_dim = XD}};
+    char err[256];
+    tr_engine_opts_t o = mlp_opts(cfg, failing_cb);
     tr_engine_t *eng;
     assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
     int rc = 0;
@@ -240,16 +245,8 @@ static void test_engine_out_of_range_target_is_named(void **state)
 {
     (void)state;
     tr_config_t *cfg = config(1, NULL);
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256], err[256];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = model,
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .train = {.batch = bad_target_cb, .x_dim = XD}};
+    char err[256];
+    tr_engine_opts_t o = mlp_opts(cfg, bad_target_cb);
     tr_engine_t *eng;
     assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
     int rc = 0;
@@ -325,17 +322,8 @@ static void test_engine_deterministic_mode_trains_and_replays(void **state)
 static int create_traced(tr_config_t *cfg, const char *trace_dir, tr_engine_t **eng, char *err,
                          size_t errlen)
 {
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = model,
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .trace_dir = trace_dir,
-                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_opts_t o = mlp_opts(cfg, test_mlp_batch);
+    o.trace_dir = trace_dir;
     return tr_engine_create(eng, &o, err, errlen);
 }
 
@@ -393,15 +381,6 @@ static void test_engine_log_level_comes_from_the_config(void **state)
 }
 
 /* --- refused arguments (issue 40, defects 12 and 13) -------------------------------------- */
-
-static tr_model_t *mlp(void)
-{
-    int widths[] = {XD, 16, CLASSES};
-    tr_model_t *model;
-    char why[256];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
-    return model;
-}
 
 /* rc is TR_EINVAL and the thread's tr_last_error names `fn` and `arg`. */
 static void assert_refused(int rc, const char *fn, const char *arg)
@@ -555,12 +534,7 @@ static void test_engine_concurrent_call_is_refused_with_a_message(void **state)
 {
     (void)state;
     tr_config_t *cfg = config(1, NULL);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = mlp(),
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .train = {.batch = gated_batch, .x_dim = XD}};
+    tr_engine_opts_t o = mlp_opts(cfg, gated_batch);
     tr_engine_t *eng;
     char err[512];
     assert_int_equal(tr_engine_create(&eng, &o, err, sizeof(err)), 0);
@@ -613,12 +587,7 @@ static void test_engine_created_on_one_thread_is_driven_from_another(void **stat
 {
     (void)state;
     tr_config_t *cfg = config(1, NULL);
-    tr_engine_opts_t o = {.config = cfg,
-                          .model = mlp(),
-                          .seq_len = 1,
-                          .seed = 7,
-                          .init_params = 1,
-                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_opts_t o = mlp_opts(cfg, test_mlp_batch);
     struct create_arg a = {.o = &o, .rc = 1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, create_thread, &a), 0);

@@ -1,5 +1,5 @@
 # Shared by the `troupe train` tests: a tiny byte-level GPT on a shard packed from the README.
-# Sourced with $1 = build dir, $2 = source dir; sets what cli.sh sets, and cfg, data, tiny.
+# Sourced with $1 = build dir, $2 = source dir; sets what cli.sh sets, and cfg, data, tiny, z1.
 source "$(dirname "${BASH_SOURCE[0]}")/cli.sh"
 src_dir=$(cd "$2" && pwd)
 "$build_dir/tools/pack_text" train.bin val.bin 10 "$src_dir/README.md" "$src_dir/docs/runtime.md" >/dev/null
@@ -12,6 +12,16 @@ JSON
 # the tiny model and data, for every run
 tiny=(--deepspeed_config "$cfg" --train-data "$tmp/train.bin" --val-data "$tmp/val.bin"
       --context 16 --channels 16 --layers 1 --heads 2 --val-batches 2)
+
+# z1: the tiny model at ZeRO 1 (ds_z1.json), for the runs on several ranks
+cat > "$tmp/ds_z1.json" <<'JSON'
+{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
+  "zero_optimization": { "stage": 1 },
+  "troupe": { "runtime": { "workers": 2 } } }
+JSON
+z1=("${tiny[@]}")
+z1[1]=$tmp/ds_z1.json
 
 # expect_exit CODE PATTERN ARGS...: troupe train ARGS exits CODE and stderr matches PATTERN.
 expect_exit() { expect_cmd "$1" "$2" train "${@:3}"; }

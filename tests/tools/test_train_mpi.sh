@@ -46,14 +46,6 @@ close "$zero2" "$one" || fail "2 ranks at ZeRO 2 ended at loss $zero2, one proce
 # checkpoints: 2 ranks save at step 3 (each rank its optimizer partition at ZeRO 1); one
 # process with GAS 2 (the same global batch) resumes there and ends at the loss the 2-rank run
 # without a break ends at; 2 ranks resume the 1-process checkpoint and end there as well
-cat > ds_z1.json <<'JSON'
-{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
-  "zero_optimization": { "stage": 1 },
-  "troupe": { "runtime": { "workers": 2 } } }
-JSON
-z1=("${tiny[@]}")
-z1[1]=$tmp/ds_z1.json
 "${mpi[@]}" "$troupe" train "${z1[@]}" --steps 3 --save-dir ck > out.txt 2> err.txt ||
     { cat out.txt err.txt; fail "2 ranks did not save"; }
 [ -f ck/global_step3/optim_states_rank1.trck ] && [ "$(cat ck/latest)" = global_step3 ] ||

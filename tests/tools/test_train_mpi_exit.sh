@@ -4,14 +4,6 @@
 # rank 1 reads its payload) is a bad checkpoint, status 2, on both ranks, and both name the file.
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cat > ds_z1.json <<'JSON'
-{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
-  "zero_optimization": { "stage": 1 },
-  "troupe": { "runtime": { "workers": 2 } } }
-JSON
-z1=("${tiny[@]}")
-z1[1]=$tmp/ds_z1.json
 # each rank's status and stderr in status.R and err.R (mpirun reports only one status; told not
 # to abort the job at the first non-zero one, it lets every rank end by itself)
 cat > rank.sh <<'SH'

@@ -7,14 +7,6 @@
 # the ranks and SIGKILL a second later, exit 1; see README.)
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cat > ds_z1.json <<'JSON'
-{ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "optimizer": { "type": "AdamW", "params": { "lr": 3e-3 } },
-  "zero_optimization": { "stage": 1 },
-  "troupe": { "runtime": { "workers": 2 } } }
-JSON
-z1=("${tiny[@]}")
-z1[1]=$tmp/ds_z1.json
 
 # stop_at_step3 DIR HOW: 2 ranks train into DIR; once step 3 is printed, HOW is "usr1" (SIGUSR1
 # to mpirun) or "rank1" (SIGINT to rank 1's process). mpirun must exit 0 with the run stopped
