@@ -46,7 +46,7 @@ urllib.request.urlopen(sys.argv[1].rstrip("/") + "/deepspeed/", timeout=15).read
 PY
 
 say "peers: creating $venv (torch and deepspeed as pinned in bench/peers/requirements.txt;" \
-    "PyPI's torch brings the CUDA libraries: about 5.4 GB and 5 minutes)"
+    "PyPI's torch brings the CUDA libraries: about 5.4 GB, and 5 to 15 minutes)"
 rm -rf "$venv" "$dir/stamp"
 mkdir -p "$dir"
 t0=$(date +%s)
@@ -61,6 +61,15 @@ if ! DS_ACCELERATOR=cpu "$venv/bin/python" -c 'import torch, deepspeed' >> "$log
     rm -rf "$venv"
     skip "the installed deepspeed does not import ($(tail -1 "$log" | cut -c1-160)); log: $log"
 fi
+# DeepSpeed's CPU ops are JIT-built at first use (minutes on a small machine): build the ones
+# the benches load now, into torch's extension cache (~/.cache/torch_extensions), so no bench
+# times a compiler. A failure here is not fatal: the first use builds them, or says why.
+say "peers: building DeepSpeed's CPU ops (deepspeed_shm_comm, fused_adam, cpu_adam) with ninja"
+PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu "$venv/bin/python" - >> "$log" 2>&1 << 'PY' || say "peers: warning: the CPU ops did not build now (log: $log); their first use will"
+from deepspeed.accelerator import get_accelerator
+for name in ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder"):
+    get_accelerator().create_op_builder(name).load()
+PY
 echo "$want" > "$dir/stamp"
 say "peers: ready: $venv ($(grep -E '^(torch|deepspeed)==' "$req" | tr '\n' ' ')" \
     "installed in $(($(date +%s) - t0)) s, $(du -sh "$venv" | cut -f1) on disk)"
