@@ -40,10 +40,14 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$dir/stamp" 2> /dev/null)" = "$want" ]
 fi
 
 index=${PIP_INDEX_URL:-https://pypi.org/simple}
-"$py" - "$index" << 'PY' || skip "cannot reach the package index $index; DeepSpeed and PyTorch 2 are not installed"
+why=$("$py" - "$index" 2>&1 << 'PY'
 import sys, urllib.request
-urllib.request.urlopen(sys.argv[1].rstrip("/") + "/deepspeed/", timeout=15).read(1)
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/deepspeed/", timeout=15).read(1)
+except Exception as e:
+    sys.exit(str(getattr(e, "reason", e)))
 PY
+) || skip "cannot reach the package index $index ($why); DeepSpeed and PyTorch 2 are not installed"
 
 say "peers: creating $venv (torch and deepspeed as pinned in bench/peers/requirements.txt;" \
     "PyPI's torch brings the CUDA libraries: about 5.4 GB, and 5 to 15 minutes)"

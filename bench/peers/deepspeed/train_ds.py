@@ -12,12 +12,13 @@ unshuffled order (gpt2_llmc.Shards). One micro-batch per engine.forward/backward
 DeepSpeed steps the optimizer at each gradient-accumulation boundary.
 
 Rank 0 prints, per global step, one line:
-    ds_step: STEP loss LOSS lr LR next_lr NEXT scale SCALE skipped SKIPPED
+    ds_step: STEP loss LOSS lr LR next_lr NEXT scale SCALE skipped SKIPPED mom B1,B2
 LOSS is the mean of the step's micro-batch losses over every rank (what Troupe reports as a
 step's loss), printed with repr so no digit is lost; LR the learning rate the step used (read
 before engine.step), NEXT the one after it (what DeepSpeed's monitor and Troupe's write as
 Train/Samples/lr); SCALE the fp16 loss scale after the step (1 without fp16); SKIPPED
-DeepSpeed's count of steps skipped so far. A failure prints `ds_error: <one line>`, exit 1.
+DeepSpeed's count of steps skipped so far; B1,B2 the optimizer's betas after the step ("-" for
+an optimizer without betas). A failure prints `ds_error: <one line>`, exit 1.
 """
 import argparse
 import json
@@ -78,9 +79,11 @@ def main():
         opt = engine.optimizer
         scale = getattr(opt, "cur_scale", None) or getattr(opt, "loss_scale", None) or 1.0
         if rank == 0:
-            print("ds_step: %d loss %r lr %r next_lr %r scale %r skipped %d"
+            mom = (engine.get_mom() or [None])[0]
+            mom = ",".join("%r" % float(b) for b in mom) if isinstance(mom, (tuple, list)) else "-"
+            print("ds_step: %d loss %r lr %r next_lr %r scale %r skipped %d mom %s"
                   % (step, total.item() / (gas * world), lr, engine.get_lr()[0], float(scale),
-                     engine.skipped_steps), flush=True)
+                     engine.skipped_steps, mom), flush=True)
     dist.barrier()
 
 
