@@ -12,6 +12,12 @@
 #                    their validation losses; bench-dp: data-parallel training and collectives against MPI and
 #                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
+#   make peers       the benchmark peers' Python environment: pinned PyTorch 2 and DeepSpeed 0.19
+#                    from the Python index, in ~/.cache/troupe/peers (TROUPE_PEERS_DIR), kept
+#                    by `make clean` (bench/peers/setup.sh; about 5.4 GB). Never called by
+#                    test: Troupe's build and tests use Debian packages only
+#   make bench-peers Troupe beside DeepSpeed on CPU: per config, the per-step losses from the
+#                    same weights, data and JSON compared (bench/peers/equivalence.py)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -26,7 +32,7 @@ CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
 .PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme \
-        bench-pipeline install clean fuzz-config check format
+        bench-pipeline peers bench-peers install clean fuzz-config check format
 
 all: build
 
@@ -145,6 +151,15 @@ bench-dp: build
 	@scripts/install-deps.sh python3-torch || echo "bench-dp: python3-torch could not be installed; the PyTorch peer will be skipped"
 	$(CMAKE) --build build -j $(JOBS) --target bench-dp-all
 	bench/dp/run.sh build $(BENCH_ARGS)
+
+# The peers' environment; exit status 3 when it cannot be had (no network), said in one line.
+peers:
+	bench/peers/setup.sh
+
+# Equivalence with DeepSpeed (bench/peers/equivalence.py runs setup.sh itself and, without the
+# environment, prints why and no table). BENCH_ARGS="--only zero0_1r_adamw --verbose".
+bench-peers: build
+	bench/peers/equivalence.py build $(BENCH_ARGS)
 
 # The aio engine (`troupe nvme-bench`) against fio (libaio, direct=1) writing then reading the
 # same size in a fresh file, same block size, queue depth and jobs, interleaved repetitions,

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Troupe beside DeepSpeed, step by step: the same config, weights and data, the losses compared.
+
+    bench/peers/equivalence.py BUILD_DIR [--steps 20] [--only NAME[,NAME]] [--list] [--verbose] [--keep]
+
+A small GPT-2 (vocab 256, bytes; context 64, channels 64, 2 layers, 4 heads) starts from one
+llm.c checkpoint that Troupe writes (`troupe train --steps 0 --export-llmc`), and trains
+--steps steps on BUILD_DIR/demo-data/text_train.bin, per configuration:
+  - Troupe: `troupe train --load-llmc` (under `mpirun -np N` on N ranks), its per-step loss,
+    learning rate and fp16 loss scale from the config's csv_monitor (full precision), the
+    skipped count from its DeepSpeed-style `[Rank 0] step=..., skipped=...` line;
+  - DeepSpeed 0.19 on PyTorch 2 on CPU (bench/peers/deepspeed/train_ds.py under the
+    `deepspeed` launcher, the environment of bench/peers/setup.sh) with the same JSON file
+    minus its "troupe" section.
+The data order is Troupe's unshuffled one (troupe.data.shuffle false; docs/engine.md). Every
+row clips the gradient norm at 1.0 (gradient_clipping's default on both sides) unless it says
+otherwise; the optimizers get Troupe's weight-decay groups (matrices only).
+
+Per configuration it prints the largest relative difference of the per-step losses
+|troupe - deepspeed| / |deepspeed| and the step where it occurs, the same for the learning
+rate after each step, the first step whose learning rate (as used) or betas differ, and for
+fp16 whether the skipped steps and loss scales agree; `ok` when
+the loss stays within the row's tolerance (fp32 2e-4), `DIFF` when not. A side that fails
+shows its error in one line instead. Then `name: value unit` lines.
+
+Without the peer environment (no network, bench/peers/setup.sh exits 3) it says so in one
+line and prints no table.
+"""
+import argparse
+import copy
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DIMS = ["--vocab", "256", "--context", "64", "--channels", "64", "--layers", "2", "--heads", "4"]
+MICRO = 4  # sequences per rank per micro-step
+FP32_TOL = 2e-4
+# bf16: both keep fp32 master weights, but round in different places. Troupe rounds only the
+# inputs of the matrix products (docs/engine.md "bf16 mixed precision"): its bf16 losses stay
+# within 6e-5 of its fp32 ones here. DeepSpeed casts every parameter of the module to bf16
+# (runtime/engine.py:2080-2088, _cast_module_mixed_precision), so LayerNorm, GELU, softmax, the
+# residual stream and the gains as the forward reads them are bf16 (8 bits of mantissa: 2^-8
+# = 3.9e-3 relative; a LayerNorm gain of 1.0 moves in steps of 2^-7, wider than a 1e-3 update).
+# Measured here: 9e-3 relative after one step, 9.5e-3 at most in 20; 1e-2 is the bound stated.
+BF16_TOL = 1e-2
+ADAMW = {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}
+
+
+def row(name, ranks, gas=1, stage=0, tol=FP32_TOL, **over):
+    cfg = {"train_batch_size": MICRO * gas * ranks, "train_micro_batch_size_per_gpu": MICRO,
+           "gradient_accumulation_steps": gas, "steps_per_print": 1,
+           "optimizer": copy.deepcopy(ADAMW), "zero_optimization": {"stage": stage}}
+    for k, v in over.items():
+        cfg[k] = v
+    return {"name": name, "ranks": ranks, "tol": tol, "cfg": cfg}
+
+
+def configs():
+    adam = lambda w: {"type": "Adam", "params": {"lr": 1e-3, "weight_decay": 0.1, "adam_w_mode": w}}
+    sgd = {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0}}
+    return [
+        row("zero0_1r_adamw", 1),
+        row("zero0_2r", 2),
+        row("zero1_2r", 2, stage=1),
+        row("zero2_2r", 2, stage=2),
+        row("zero2_4r", 4, stage=2),
+        row("zero2_2r_overlap", 2, stage=2,
+            zero_optimization={"stage": 2, "overlap_comm": True, "reduce_bucket_size": 50000}),
+        row("gas3_1r", 1, gas=3),
+        row("gas3_2r_zero2", 2, gas=3, stage=2),
+        row("adam_w_mode_true", 1, optimizer=adam(True)),
+        row("adam_w_mode_false", 1, optimizer=adam(False)),
+        row("sgd_momentum", 1, optimizer=sgd),
+        row("warmuplr_log", 1, scheduler={"type": "WarmupLR", "params": {
+            "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 10}}),
+        row("warmupdecaylr", 1, scheduler={"type": "WarmupDecayLR", "params": {
+            "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,
+            "total_num_steps": 20}}),
+        row("warmupcosinelr", 1, scheduler={"type": "WarmupCosineLR", "params": {
+            "warmup_min_ratio": 0.0, "warmup_num_steps": 5, "total_num_steps": 20,
+            "cos_min_ratio": 0.1}}),
+        row("onecycle", 1, scheduler={"type": "OneCycle", "params": {
+            "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 5,
+            "cycle_second_step_size": 5, "decay_step_size": 5, "decay_lr_rate": 0.1,
+            "cycle_min_mom": 0.85, "cycle_max_mom": 0.95}}),
+        row("onecycle_no_mom", 1, scheduler={"type": "OneCycle", "params": {
+            "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 5,
+            "cycle_second_step_size": 5, "decay_step_size": 5, "decay_lr_rate": 0.1,
+            "cycle_momentum": False}}),
+        row("onecycle_beta2_0.99", 1, optimizer={"type": "AdamW", "params": {
+            "lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.99]}}, scheduler={
+            "type": "OneCycle", "params": {
+                "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 5,
+                "cycle_second_step_size": 5, "decay_step_size": 5, "decay_lr_rate": 0.1,
+                "cycle_min_mom": 0.85, "cycle_max_mom": 0.95}}),
+        row("clip_off_2r", 2, gradient_clipping=0.0),
+        row("sgd_clip_0.5_2r", 2, optimizer=sgd, gradient_clipping=0.5),
+        row("fp16_dynamic_2r", 2, fp16={"enabled": True, "loss_scale": 0,
+                                        "initial_scale_power": 24, "loss_scale_window": 4,
+                                        "hysteresis": 2, "min_loss_scale": 1}),
+        row("bf16_2r", 2, tol=BF16_TOL, bf16={"enabled": True}),
+    ]
+
+
+def one_line(text, limit=160):
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [float(r[1]) for r in list(csv.reader(f))[1:]]
+
+
+def run_troupe(build, c, cfg_path, init, data, steps, work):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = [os.path.join(build, "troupe"), "train", "--deepspeed_config", cfg_path,
+           "--load-llmc", init, "--train-data", data, "--steps", str(steps), "--val-batches", "1",
+           "--print-every", "1"]
+    if c["ranks"] > 1:
+        cmd = ["mpirun", "-np", str(c["ranks"]), "--oversubscribe", "--bind-to", "none"] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0:
+        err = [l for l in (p.stderr + p.stdout).splitlines() if l.strip()]
+        return {"error": one_line(err[-1] if err else "exit %d" % p.returncode)}
+    mon = os.path.join(work, "csv", "troupe")
+    ranks = re.findall(r"\[Rank 0\] step=\d+, skipped=(\d+), lr=\[[^]]*\], mom=\[\[([^]]*)\]\]", p.stdout)
+    # the progress line (--print-every 1), its lr at %.3g: "step N/M loss L lr X" or, under
+    # mpirun's pseudo-terminal, "step N/M | loss L | lr X"
+    used = re.findall(r"step \d+/\d+ \|? ?loss \S+ \|? ?lr (\S+)", p.stdout)
+    return {"loss": read_csv(os.path.join(mon, "Train_Samples_train_loss.csv")),
+            "next_lr": read_csv(os.path.join(mon, "Train_Samples_lr.csv")),
+            "scale": read_csv(os.path.join(mon, "Train_Samples_loss_scale.csv")),
+            "skipped": [int(k) for k, _ in ranks],
+            "mom": [tuple(round(float(b), 6) for b in m.split(",")) for _, m in ranks],
+            "lr": [float(x) for x in used]}
+
+
+def run_deepspeed(py, c, cfg_path, init, data, steps, port):
+    env = dict(os.environ, DS_ACCELERATOR="cpu",
+               PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
+    cmd = [os.path.join(os.path.dirname(py), "deepspeed"), "--num_accelerators", str(c["ranks"]),
+           "--master_port", str(port), os.path.join(HERE, "deepspeed", "train_ds.py"),
+           "--config", cfg_path, "--checkpoint", init, "--train-data", data, "--steps", str(steps)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    out = {"loss": [], "lr": [], "next_lr": [], "scale": [], "skipped": [], "mom": []}
+    for m in re.finditer(r"^ds_step: \d+ loss (\S+) lr (\S+) next_lr (\S+) scale (\S+) skipped (\d+) mom (\S+)",
+                         p.stdout, re.M):
+        out["loss"].append(float(m.group(1)))
+        out["lr"].append(float(m.group(2)))
+        out["next_lr"].append(float(m.group(3)))
+        out["scale"].append(float(m.group(4)))
+        out["skipped"].append(int(m.group(5)))
+        out["mom"].append(tuple(round(float(b), 6) for b in m.group(6).split(",")) if m.group(6) != "-" else None)
+    err = re.search(r"^ds_error: (.*)$", p.stdout, re.M)
+    if err or p.returncode != 0 or len(out["loss"]) != steps:
+        lines = [l for l in (p.stderr + p.stdout).splitlines() if "Error" in l or "error" in l]
+        out["error"] = one_line(err.group(1) if err else (lines[-1] if lines else
+                                "exit %d after %d steps" % (p.returncode, len(out["loss"]))))
+    return out
+
+
+def max_rel(a, b):
+    """(largest |a-b|/|b|, 1-based step) over the common steps."""
+    best, at = -1.0, 0
+    for i, (x, y) in enumerate(zip(a, b)):
+        d = abs(x - y) / abs(y) if y else abs(x - y)
+        if d > best:
+            best, at = d, i + 1
+    return max(best, 0.0), at
+
+
+def compare(c, t, d, steps):
+    if "error" in t:
+        return "troupe failed: " + t["error"]
+    if "error" in d:
+        return "deepspeed failed: " + d["error"]
+    if len(t["loss"]) != steps:
+        return "troupe wrote %d of %d losses" % (len(t["loss"]), steps)
+    rel, at = max_rel(t["loss"], d["loss"])
+    lr_rel, lr_at = max_rel(t["next_lr"], d["next_lr"])
+    verdict = "ok" if rel <= c["tol"] else "DIFF"
+    extra = ""
+    if c["cfg"].get("fp16", {}).get("enabled"):
+        same_skip = t["skipped"] == d["skipped"]
+        same_scale = [float(x) for x in t["scale"]] == d["scale"]
+        extra = " skipped %s scales %s" % ("same" if same_skip else "DIFFER", "same" if same_scale else "DIFFER")
+        if not (same_skip and same_scale):
+            verdict = "DIFF"
+    # the lr each step used (Troupe's printed at %.3g, so only a mismatch beyond 1e-2 counts)
+    for i, (x, y) in enumerate(zip(t["lr"], d["lr"])):
+        if abs(x - y) > 1e-2 * max(abs(x), abs(y)):
+            extra += "; lr used at step %d: %.3g vs %.3g" % (i + 1, x, y)
+            break
+    # the optimizer's betas after each step (OneCycle cycles them), where both have betas
+    for i, (x, y) in enumerate(zip(t["mom"], d["mom"])):
+        if y is not None and x != y:
+            extra += "; printed betas after step %d: (%s) vs (%s)" % (
+                i + 1, ", ".join("%g" % b for b in x), ", ".join("%g" % b for b in y))
+            break
+    c["result"] = {"rel": rel, "at": at, "lr_rel": lr_rel, "lr_at": lr_at, "verdict": verdict}
+    return "%-4s loss %.3e at step %2d (tol %.0e); next lr %.1e; final %.6f vs %.6f%s" % (
+        verdict, rel, at, c["tol"], lr_rel, t["loss"][-1], d["loss"][-1], extra)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--only", default="", help="comma-separated config names")
+    ap.add_argument("--list", action="store_true", help="print the config names and exit")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder and print it")
+    ap.add_argument("--verbose", action="store_true", help="per-step losses of both sides")
+    args = ap.parse_args()
+    rows = configs()
+    if args.list:
+        print("\n".join(c["name"] for c in rows))
+        return 0
+    if args.only:
+        names = args.only.split(",")
+        rows = [c for c in rows if c["name"] in names]
+    build = os.path.abspath(args.build)
+    data = os.path.join(build, "demo-data", "text_train.bin")
+    setup = subprocess.run([os.path.join(HERE, "setup.sh"), "--python"], capture_output=True, text=True)
+    if setup.returncode != 0:
+        why = [l for l in setup.stderr.splitlines() if l.startswith("peers: skipped: ")]
+        print("equivalence: skipped, no DeepSpeed peer: %s"
+              % (why[-1][len("peers: skipped: "):] if why else one_line(setup.stderr or "setup.sh failed")))
+        return 0 if setup.returncode == 3 else 1
+    py = setup.stdout.strip().splitlines()[-1]
+    work = tempfile.mkdtemp(prefix="troupe-equiv.")
+    try:
+        init = os.path.join(work, "init.bin")
+        base = row("init", 1)["cfg"]
+        base["troupe"] = {"data": {"shuffle": False}}
+        with open(os.path.join(work, "init.json"), "w") as f:
+            json.dump(base, f)
+        p = subprocess.run([os.path.join(build, "troupe"), "train", "--deepspeed_config",
+                            os.path.join(work, "init.json"), *DIMS, "--train-data", data,
+                            "--steps", "0", "--val-batches", "1", "--export-llmc", init],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            print("equivalence: troupe cannot write the initial checkpoint: " + one_line(p.stderr))
+            return 1
+        ver = subprocess.run([py, "-c", "import torch, deepspeed; print(torch.__version__, deepspeed.__version__)"],
+                             capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+        print("machine: %s, %d CPUs" % (one_line(subprocess.run(
+            "lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout),
+            os.cpu_count()))
+        print("date: %s" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        print("peer: DeepSpeed %s on PyTorch %s, CPU accelerator (gloo), launched by `deepspeed"
+              " --num_accelerators N`" % tuple(reversed(ver.stdout.split()[:2] or ["?", "?"])))
+        print("model: GPT-2 V=256 T=64 C=64 L=2 NH=4, %d sequences per rank per micro-step, %d steps,"
+              " from one llm.c checkpoint" % (MICRO, args.steps))
+        print("%-20s %5s  %s" % ("config", "ranks", "largest relative difference (troupe vs deepspeed)"))
+        port = 29600 + os.getpid() % 200
+        for c in rows:
+            cfg = copy.deepcopy(c["cfg"])
+            cfg["csv_monitor"] = {"enabled": True, "output_path": os.path.join(work, "csv"), "job_name": "troupe"}
+            cfg["troupe"] = {"data": {"shuffle": False}}
+            cfg_path = os.path.join(work, c["name"] + ".json")
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f, indent=1)
+            shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
+            t = run_troupe(build, c, cfg_path, init, data, args.steps, work)
+            shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
+            port += 1
+            d = run_deepspeed(py, c, cfg_path, init, data, args.steps, port)
+            shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
+            print("%-20s %5d  %s" % (c["name"], c["ranks"], compare(c, t, d, args.steps)), flush=True)
+            if args.verbose:
+                for i in range(args.steps):
+                    g = lambda s, k: ("%.7g" % s[k][i]) if i < len(s.get(k, [])) else "-"
+                    print("    step %2d loss %s %s lr %s %s next_lr %s %s scale %s %s" % (
+                        i + 1, g(t, "loss"), g(d, "loss"), g(t, "lr"), g(d, "lr"),
+                        g(t, "next_lr"), g(d, "next_lr"), g(t, "scale"), g(d, "scale")))
+        verdicts = [c.get("result", {}).get("verdict", "failed") for c in rows]
+        print("equivalence: %d within tolerance, %d differ, %d did not run on a side (of %d)" % (
+            verdicts.count("ok"), verdicts.count("DIFF"), verdicts.count("failed"), len(rows)))
+        for c in rows:
+            if "result" in c:
+                print("equiv_%s_loss_max_rel_diff: %.3e" % (c["name"], c["result"]["rel"]))
+                print("equiv_%s_loss_max_rel_diff_step: %d" % (c["name"], c["result"]["at"]))
+    finally:
+        if args.keep:
+            print("work: " + work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
