@@ -31,23 +31,23 @@ static double loss_scale(const tr__optim_t *o)
     return o->fp16 ? tr_loss_scaler_scale(&o->scaler) : 1.0;
 }
 
+/* The scheduler's rate at its last_batch_iteration (sched_steps - 1). Before its first step
+ * that is iteration -1, the value DeepSpeed's constructors write into the optimizer (0.19,
+ * runtime/lr_schedules.py): warmup_min_lr for WarmupLR and WarmupDecayLR, 0 for
+ * WarmupCosineLR, cycle_min_lr for OneCycle, lr_range_test_min_lr for LRRangeTest; so the
+ * first step trains at it, not at the optimizer's lr. */
 static double current_lr(const tr__optim_t *o)
 {
     if (!o->has_schedule) return o->base_lr;
-    if (o->sched_steps == 0) { /* DeepSpeed: before the scheduler's first step */
-        if (o->sched.type == TR_LR_ONE_CYCLE) return o->sched.cycle_min_lr;
-        if (o->sched.type == TR_LR_RANGE_TEST) return o->sched.lr_range_test_min_lr;
-        return o->base_lr;
-    }
     return tr_lr_schedule_lr(&o->sched, o->sched_steps - 1);
 }
 
-/* Adam and Lamb beta1 follow OneCycle's momentum cycle when it has one. */
+/* Adam and Lamb beta1 follow OneCycle's momentum cycle when it has one, from the first step
+ * (DeepSpeed's OneCycle sets the betas to cycle_min_mom when it is made). */
 static void apply_momentum(tr__optim_t *o)
 {
     double beta1;
-    if (o->has_schedule && o->sched_steps > 0 &&
-        tr_lr_schedule_momentum(&o->sched, o->sched_steps - 1, &beta1) == 1) {
+    if (o->has_schedule && tr_lr_schedule_momentum(&o->sched, o->sched_steps - 1, &beta1) == 1) {
         o->adam.beta1 = (float)beta1;
         o->lamb.beta1 = (float)beta1;
     }

@@ -39,11 +39,16 @@ void tr_adam_state_init(tr_adam_state_t *st)
     st->beta2_pow = 1.0;
 }
 
+/* The bias corrections use the betas of this step raised to the step count, as torch's Adam
+ * and DeepSpeed's CPU Adam (ops/csrc/includes/cpu_adam.h: pow(beta, step) again whenever the
+ * betas change) do: OneCycle's momentum cycle changes beta1 every step, and a product of the
+ * betas used so far would be another correction. A function of (beta, step) only, so a resumed
+ * run computes it as the uninterrupted one did. */
 void tr_adam_state_advance(const tr_adam_opts_t *o, tr_adam_state_t *st)
 {
     st->step++;
-    st->beta1_pow *= (double)o->beta1;
-    st->beta2_pow *= (double)o->beta2;
+    st->beta1_pow = pow((double)o->beta1, (double)st->step);
+    st->beta2_pow = pow((double)o->beta2, (double)st->step);
 }
 
 static coef_t make_coef(const tr_adam_opts_t *o, const tr_adam_state_t *st, float grad_mul)

@@ -253,6 +253,50 @@ static void test_engine_config_last_batch_iteration_resumes_the_schedule(void **
     assert_true(fabs(lr[1][0] - 0.1 * 3 / 10) < 1e-12); /* lr(3), linear warmup */
 }
 
+/* Step 1 trains at the rate each of DeepSpeed's schedulers writes into the optimizer when it
+ * is made (its iteration -1; DeepSpeed 0.19, runtime/lr_schedules.py), not at the optimizer's
+ * lr (0.1 here): warmup_min_lr for WarmupLR and WarmupDecayLR, 0 for WarmupCosineLR,
+ * cycle_min_lr for OneCycle. Step 3 (iteration 1) is past it. */
+static void test_engine_config_first_step_uses_the_schedulers_initial_rate(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sched;
+        double first;
+    } cases[] = {
+        {"\"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.002, \"warmup_max_lr\": 0.05, "
+         "\"warmup_num_steps\": 10}",
+         0.002},
+        {"\"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0.003, \"warmup_max_lr\": 0.05, "
+         "\"warmup_num_steps\": 10, \"total_num_steps\": 20}",
+         0.003},
+        {"\"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 10, \"total_num_steps\": 20}",
+         0.0},
+        {"\"OneCycle\", \"params\": {\"cycle_min_lr\": 0.004, \"cycle_max_lr\": 0.05, "
+         "\"cycle_first_step_size\": 5}",
+         0.004},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.1}}, "
+                 "\"scheduler\": {\"type\": %s}",
+                 cases[c].sched);
+        tr_config_t *cfg = config(body);
+        tr_engine_t *eng = engine(cfg, -1);
+        tr_step_stats_t st;
+        assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+        if (fabs(st.lr - cases[c].first) > 1e-12)
+            fail_msg("%s: step 1 trained at lr %g, expected %g", cases[c].sched, st.lr,
+                     cases[c].first);
+        for (int i = 0; i < 2; i++) /* steps 2 and 3: iterations 0 and 1, warming up */
+            assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+        assert_true(st.lr > cases[c].first);
+        tr_engine_destroy(eng);
+        tr_config_destroy(cfg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_engine_config_amsgrad_is_applied),
         cmocka_unit_test(test_engine_config_lion_and_onebit_names_train),
         cmocka_unit_test(test_engine_config_last_batch_iteration_resumes_the_schedule),
+        cmocka_unit_test(test_engine_config_first_step_uses_the_schedulers_initial_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -275,6 +275,26 @@ static void test_adam_first_step_moves_by_lr_and_state_tracks_powers(void **stat
     assert_float_equal(st.beta2_pow, pow(0.999, 3), 1e-7);
 }
 
+/* Betas that change from step to step (OneCycle's momentum cycle): each step's bias
+ * corrections use that step's betas raised to the step count, as torch's Adam and DeepSpeed's
+ * CPU Adam do, not the product of the betas used so far. */
+static void test_adam_changing_betas_correct_with_this_steps_betas(void **state)
+{
+    (void)state;
+    tr_adam_opts_t o = {.lr = 0.01f, .beta1 = 0.95f, .beta2 = 0.999f, .eps = 1e-8f};
+    tr_adam_state_t st;
+    tr_adam_state_init(&st);
+    const float b1[4] = {0.95f, 0.93f, 0.9f, 0.85f}, b2[4] = {0.999f, 0.999f, 0.99f, 0.99f};
+    for (int t = 1; t <= 4; t++) {
+        o.beta1 = b1[t - 1];
+        o.beta2 = b2[t - 1];
+        tr_adam_state_advance(&o, &st);
+        assert_int_equal(st.step, t);
+        assert_true(st.beta1_pow == pow((double)b1[t - 1], t));
+        assert_true(st.beta2_pow == pow((double)b2[t - 1], t));
+    }
+}
+
 /* AMSGrad as PyTorch's Adam(amsgrad=True) computes it, in float, element by element:
  * v̂ = max(v̂, v); denominator √v̂ / √(1−β2^t) + eps. The gradients shrink step after step,
  * so v falls below its maximum and the AMSGrad denominator differs from Adam's. */
@@ -372,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_adam_half_copy_is_rounded_param),
         cmocka_unit_test(test_adam_threads_give_identical_bits),
         cmocka_unit_test(test_adam_first_step_moves_by_lr_and_state_tracks_powers),
+        cmocka_unit_test(test_adam_changing_betas_correct_with_this_steps_betas),
     };
     return cmocka_run_group_tests_name("adam", tests, NULL, NULL);
 }
