@@ -290,7 +290,13 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     /* the hash is of what the ranks agreed on at start (runtime/config/agree.h): the same in
      * every rank's file, whatever per-process keys (workers, tracing, ...) differ */
     char *config_json = tr_config_dump(e->cfg, 0), *shared = tr__config_shared_json(e->cfg);
-    uint64_t hash = tr__ckpt_config_hash(shared);
+    if (!config_json || !shared) {
+        free(config_json);
+        free(shared);
+        return tr__errf(c->err, sizeof(c->err), TR_ENOMEM,
+                        "%s: out of memory for the config's text", c->tagdir);
+    }
+    uint64_t hash = tr__config_hash_text(shared); /* ties a tag's files to one config */
     int rc = e->rank == 0 ? snap_model(c, st, config_json, hash) : 0;
     free(config_json);
     free(shared);

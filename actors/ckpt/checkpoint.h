@@ -40,9 +40,6 @@ typedef struct tr__ckpt_tag {
     size_t moments_bytes;
 } tr__ckpt_tag_t;
 
-/* FNV-1a, 64 bits, of the resolved config's JSON: ties a tag's files to one config. */
-uint64_t tr__ckpt_config_hash(const char *json);
-
 /* Reads <tagdir>'s files for this rank and checks everything: checksums of what it uses, the
  * files against each other (one save), the parameter table against the model, the optimizer
  * files' arrays against this optimizer, their slices tiling [0, n_params); assembles this

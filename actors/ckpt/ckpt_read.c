@@ -30,14 +30,6 @@
 #include "base/file.h"
 #include "runtime/msg/mpack.h"
 
-uint64_t tr__ckpt_config_hash(const char *json)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)(json ? json : ""); *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
-    return h;
-}
-
 static bool u64_array(const msgpack_object *o, uint64_t *out, uint32_t n)
 {
     if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n) return false;
@@ -225,9 +217,12 @@ static int desc_block(const char *path, const msgpack_object *b, int i, const tr
                         "another model's)",
                         path, i, l->name, (int)f[0].via.str.size, f[0].via.str.ptr, kind);
     for (int k = 1; k < 5; k++)
-        if ((f[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-             f[k].type != MSGPACK_OBJECT_NEGATIVE_INTEGER) ||
-            f[k].via.i64 != has[k])
+        if (f[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
+            f[k].type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            return tr__errf(err, errlen, TR_EFORMAT,
+                            "%s: model: layer %d ('%s') %s: not an integer (a corrupted header)",
+                            path, i, l->name, fields[k]);
+        else if (f[k].via.i64 != has[k])
             return tr__errf(err, errlen, TR_EMISMATCH,
                             "%s: layer %d ('%s') %s %lld, this model has %d (the checkpoint is "
                             "another model's)",

@@ -73,7 +73,7 @@ static int pending_reserve(struct tr__comm *c, size_t n)
     if (p) c->pending = p;
     size_t *f = p ? realloc(c->free_slots, cap * sizeof(*f)) : NULL;
     if (f) c->free_slots = f;
-    size_t *s = f ? malloc(cap * sizeof(*s)) : NULL;
+    size_t *s = f ? calloc(cap, sizeof(*s)) : NULL;
     size_t *r = s ? calloc(2 * cap, sizeof(*r)) : NULL;
     if (!r) {
         free(s);
@@ -221,12 +221,12 @@ static int post_header(struct tr__comm *c, header_t h)
  * before any mismatched collective is posted (MPI could only fail it, or hang). */
 int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
 {
-    h.seq = ++c->seq;
-    c->last = watch_op(&h, false);
-    if (pending_reserve(c, 2) < 0) {
+    if (pending_reserve(c, 2) < 0) { /* before the seq is taken: no seq without an entry */
         free(op.vals);
         return TR_ENOMEM;
     }
+    h.seq = ++c->seq;
+    c->last = watch_op(&h, false);
     pending_t *p = pending_slot(c);
     op.req = UINT64_MAX;
     op.head = h;
