@@ -75,6 +75,21 @@ __attribute__((format(printf, 3, 4))) static int fail(tr_model_t *m, int err, co
 
 /* ---- layers ------------------------------------------------------------------------------ */
 
+int tr__layer_check_targets(const tr_layer_t *loss, const int *targets, int B, int T, char *why,
+                            size_t whylen)
+{
+    size_t N = (size_t)B * (size_t)T;
+    for (size_t i = 0; loss->classes && i < N; i++)
+        if (targets[i] != loss->ignore_index && (targets[i] < 0 || targets[i] >= loss->classes))
+            return tr__errf(why, whylen, TR_EINVAL,
+                            "batch: target %d at batch index %zu, position %zu is not a class of "
+                            "the %d (expected 0 to %d, or %d to ignore the position; loss layer "
+                            "'%s')",
+                            targets[i], i / (size_t)T, i % (size_t)T, loss->classes,
+                            loss->classes - 1, loss->ignore_index, loss->name);
+    return 0;
+}
+
 int tr_layer_init(tr_layer_t *layer, const tr_layer_ops_t *ops, const char *name, int in_dim,
                   int out_dim, void *state)
 {
@@ -433,15 +448,9 @@ static int check_targets(tr_model_t *m, const tr_batch_t *b)
                     "batch: loss layer '%s' reads float targets (batch.y, y_dim %d); the batch "
                     "gives integer targets (batch.targets)",
                     loss->name, loss->y_dim);
-    size_t N = (size_t)b->B * (size_t)b->T;
-    for (size_t i = 0; loss->targets == TR_TARGETS_INT && loss->classes && b->targets && i < N; i++)
-        if (b->targets[i] != loss->ignore_index &&
-            (b->targets[i] < 0 || b->targets[i] >= loss->classes))
-            return fail(m, TR_EINVAL,
-                        "batch: target %d at batch index %zu, position %zu is not a class of the "
-                        "%d (expected 0 to %d, or %d to ignore the position; loss layer '%s')",
-                        b->targets[i], i / (size_t)b->T, i % (size_t)b->T, loss->classes,
-                        loss->classes - 1, loss->ignore_index, loss->name);
+    if (loss->targets == TR_TARGETS_INT && b->targets &&
+        tr__layer_check_targets(loss, b->targets, b->B, b->T, m->why, sizeof(m->why)) < 0)
+        return TR_EINVAL;
     if (loss->targets == TR_TARGETS_FLOAT && b->y && b->y_dim != loss->y_dim)
         return fail(m, TR_EINVAL,
                     "batch: y_dim %d, but loss layer '%s' reads %d floats per position", b->y_dim,

@@ -30,6 +30,13 @@ float tr__model_loss_scale(const tr_model_t *model);
 /* The bf16 copies of the parameters; NULL when the model computes in fp32 (tr_model_set_bf16). */
 const uint16_t *tr__model_params_bf16(const tr_model_t *model);
 
+/* A batch's integer targets (B x T) against the loss layer's classes (a target is one of them
+ * or the layer's ignore index): 0, or TR_EINVAL with why naming the value, its batch index and
+ * position, and the classes. The whole model and a pipeline's last stage check before the
+ * forward. */
+int tr__layer_check_targets(const tr_layer_t *loss, const int *targets, int B, int T, char *why,
+                            size_t whylen);
+
 /* Records the GPT-2 config on a model tr_model_gpt2_create built. */
 void tr__model_set_gpt2(tr_model_t *model, const tr_gpt2_config_t *config);
 

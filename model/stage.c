@@ -303,15 +303,8 @@ static int take(tr_model_stage_t *s, slot_t *t, const tr_batch_t *b, const float
         t->has_targets = 1;
     }
     if (last->targets == TR_TARGETS_INT && b->targets) {
-        for (size_t i = 0; last->classes && i < N; i++) /* as the whole model's check_targets */
-            if (b->targets[i] != last->ignore_index &&
-                (b->targets[i] < 0 || b->targets[i] >= last->classes))
-                return fail(s, TR_EINVAL,
-                            "batch: target %d at batch index %zu, position %zu is not a class of "
-                            "the %d (expected 0 to %d, or %d to ignore the position; loss layer "
-                            "'%s')",
-                            b->targets[i], i / (size_t)s->T, i % (size_t)s->T, last->classes,
-                            last->classes - 1, last->ignore_index, last->name);
+        if (tr__layer_check_targets(last, b->targets, s->B, s->T, s->why, sizeof(s->why)) < 0)
+            return TR_EINVAL;
         memcpy(t->targets, b->targets, N * sizeof(int));
         t->has_targets = 1;
     }
