@@ -465,6 +465,10 @@ static int ask_why(tr_ctx_t *ctx, struct tr__ckpt_actor *c)
         rc = tr_actor_send(ctx->rt, e->comm, m);
     }
     if (rc < 0 && m) tr_msg_free(ctx->rt, m);
+    if (rc < 0 && c->why_id) { /* registered, but not sent: nothing will unregister it */
+        tr_buffer_unregister(e->rt, c->why_id);
+        c->why_id = 0;
+    }
     return rc;
 }
 
@@ -478,7 +482,7 @@ static void why_arrived(struct tr__ckpt_actor *c, int rc)
             text[i * 6 + k] = (char)(v & 0xff);
     }
     text[WHY_BYTES] = '\0';
-    tr_buffer_unregister(c->eng->rt, c->why_id);
+    if (c->why_id) tr_buffer_unregister(c->eng->rt, c->why_id);
     c->why_id = 0;
     if (c->local_rc < 0) return; /* its own explanation stays */
     size_t n = strlen(c->err);
