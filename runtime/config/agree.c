@@ -22,6 +22,7 @@
 
 #include "base/errf.h"
 #include "runtime/config/walk.h"
+#include "troupe/runtime.h"
 
 /* The keys (dotted paths of the resolved tree) a rank may set on its own. */
 static const char *const PER_PROCESS[] = {
@@ -151,13 +152,6 @@ static void op_done(void *arg, uint64_t req, uint64_t tag, int rc)
     if (rc < 0 && !w->rc) w->rc = rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Polls c until the operation started (rc) completes, for up to timeout_s. */
 static int finish(tr_comm_t *c, waiter_t *w, int rc, double timeout_s, const char *what, char *err,
                   size_t errlen)
@@ -165,13 +159,13 @@ static int finish(tr_comm_t *c, waiter_t *w, int rc, double timeout_s, const cha
     if (rc < 0)
         return tr__errf(err, errlen, rc, "config agreement: %s: %s", what,
                         c->error[0] ? c->error : tr_strerror(rc));
-    double t0 = now_s();
+    uint64_t t0 = tr_now_ns();
     while (w->pending > 0) {
         int left = c->ops->progress ? c->ops->progress(c) : 0;
         if (left < 0)
             return tr__errf(err, errlen, left, "config agreement: %s: %s", what, c->error);
         if (w->pending <= 0) break;
-        if (now_s() - t0 > timeout_s)
+        if ((double)(tr_now_ns() - t0) * 1e-9 > timeout_s)
             return tr__errf(err, errlen, TR_ETIMEDOUT,
                             "config agreement: %s: a rank did not take part within %.0f s "
                             "(troupe.comm.timeout_s)",
