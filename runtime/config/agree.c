@@ -175,15 +175,16 @@ static int finish(tr_comm_t *c, waiter_t *w, int rc, double timeout_s, const cha
     return w->rc < 0 ? tr__errf(err, errlen, w->rc, "config agreement: %s: %s", what, c->error) : 0;
 }
 
-/* Every rank's shared text, gathered on g (lens: each one's length with its NUL), explained. */
-static int gather_and_explain(tr_comm_t *g, waiter_t *w, const char *mine, const uint64_t *lens,
+/* Every rank's shared text, gathered on g and explained; hash_len: each rank's (hash, length
+ * with its NUL), as the hashes' all-gather left them. */
+static int gather_and_explain(tr_comm_t *g, waiter_t *w, const char *mine, const uint64_t *hash_len,
                               double timeout_s, char *err, size_t errlen)
 {
     int world = g->world;
     size_t *counts = calloc((size_t)world, sizeof(size_t)), total = 0, at = 0;
     const char **texts = calloc((size_t)world, sizeof(char *));
     for (int r = 0; counts && r < world; r++) {
-        counts[r] = (size_t)lens[r];
+        counts[r] = (size_t)hash_len[2 * r + 1];
         total += counts[r];
     }
     char *all = counts && texts ? malloc(total) : NULL;
@@ -232,14 +233,7 @@ static int agree_on(tr_comm_t *g, waiter_t *w, const char *mine, double timeout_
     bool same = true;
     for (int r = 0; rc == 0 && r < world; r++)
         same = same && all[2 * r] == me[0];
-    if (rc == 0 && !same) {
-        uint64_t *lens = calloc((size_t)world, sizeof(uint64_t));
-        for (int r = 0; lens && r < world; r++)
-            lens[r] = all[2 * r + 1];
-        rc = lens ? gather_and_explain(g, w, mine, lens, timeout_s, err, errlen)
-                  : tr__errf(err, errlen, TR_ENOMEM, "config agreement: out of memory");
-        free(lens);
-    }
+    if (rc == 0 && !same) rc = gather_and_explain(g, w, mine, all, timeout_s, err, errlen);
     free(all);
     return rc;
 }
