@@ -45,7 +45,6 @@ struct tr__dsmon {
     double scale0;
     uint64_t bwd0, bwd1; /* the boundary micro-step's backward, finished at STEP_DONE */
     int optimizer_type;
-    const double *betas;
     bool quiet;       /* not rank 0: DeepSpeed prints and writes its monitors on rank 0 only */
     bool pipelined;   /* pipeline.stages > 1: PipelineEngine's line at steps_per_print too */
     uint64_t t_print; /* its iter time counts from here */
@@ -135,7 +134,6 @@ int tr__dsmon_create(const tr__plan_t *eng, struct tr__dsmon **out, char *err, s
     d->fp16 = c->fp16.enabled;
     d->scale0 = eng->loss_scale0;
     d->optimizer_type = c->optimizer.type;
-    d->betas = c->optimizer.params.betas;
     tr_throughput_init(&d->tput, d->train_batch, d->spp, 0);
     if (c->wall_clock_breakdown && tr_walltimers_create(&d->timers) < 0) return TR_ENOMEM;
     d->quiet = eng->rank != 0;
@@ -185,7 +183,7 @@ void tr__dsmon_backward(struct tr__dsmon *d, uint64_t t0, uint64_t t1, bool boun
 static void progress(struct tr__dsmon *d, const tr_msg_step_done_t *done)
 {
     double lr = done->next_lr;
-    const double(*mom)[2] = (const double(*)[2])d->betas;
+    const double mom[1][2] = {{done->next_beta1, done->next_beta2}};
     /* DeepSpeed prints the betas of every optimizer that has them (all but SGD) */
     size_t n_mom = d->optimizer_type != TR_OPTIMIZER_SGD && d->optimizer_type != TR_OPTIMIZER_NONE;
     char buf[512];

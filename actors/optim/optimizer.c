@@ -53,6 +53,16 @@ static void apply_momentum(tr__optim_t *o)
     }
 }
 
+/* The betas the next step uses (DeepSpeed's get_mom() after a step): the config's, beta1
+ * following OneCycle's momentum cycle when it has one; in double, as the config holds them. */
+static void next_betas(const tr__optim_t *o, tr_msg_step_done_t *d)
+{
+    const double *b = o->eng->cfg->optimizer.params.betas;
+    d->next_beta1 = b[0];
+    d->next_beta2 = b[1];
+    if (o->has_schedule) tr_lr_schedule_momentum(&o->sched, o->sched_steps - 1, &d->next_beta1);
+}
+
 /* The reduced gradient of flat parameter `at` (ZeRO 2 keeps only this rank's partition). */
 static float *grad_at(const tr__optim_t *o, size_t at)
 {
@@ -328,6 +338,7 @@ static int take_step(tr_ctx_t *ctx, tr__optim_t *o)
     d->global_step = o->global_steps;
     d->skipped_steps = o->skipped_steps;
     d->next_lr = current_lr(o);
+    next_betas(o, d);
     d->next_loss_scale = loss_scale(o);
     o->sumsq = 0;
     o->covered = 0;

@@ -354,6 +354,32 @@ static void test_engine_wall_clock_breakdown_and_csv_monitor(void **state)
     tr_config_destroy(cfg);
 }
 
+/* The progress line's mom is the betas the next step uses, as DeepSpeed's get_mom() after
+ * engine.step(): OneCycle cycles beta1 (from 0.75 down to 0.5 over 2 steps and back; values
+ * exact in binary), beta2 stays the config's. */
+static void test_engine_progress_line_prints_the_cycled_betas(void **state)
+{
+    (void)state;
+    tr_config_t *cfg = config(
+        "", ", \"steps_per_print\": 1, \"scheduler\": {\"type\": \"OneCycle\", \"params\": "
+            "{\"cycle_min_lr\": 0.001, \"cycle_max_lr\": 0.01, \"cycle_first_step_size\": 2, "
+            "\"cycle_min_mom\": 0.5, \"cycle_max_mom\": 0.75}}");
+    char *out = path_in(tmpdir, "betas.txt");
+    run_captured(cfg, 4, out);
+    char *text = slurp(out);
+    static const char *const mom[] = {"0.625", "0.5", "0.625", "0.75"};
+    for (int i = 0; i < 4; i++) {
+        char head[64], want[64];
+        snprintf(head, sizeof(head), "[Rank 0] step=%d, ", i + 1);
+        snprintf(want, sizeof(want), ", mom=[[%s, 0.999]]\n", mom[i]);
+        const char *line = strstr(text, head), *end = line ? strchr(line, '\n') : NULL;
+        const char *at = line ? strstr(line, want) : NULL;
+        if (!end || !at || at > end)
+            fail_msg("step %d: no line \"%s...%s\" in:\n%s", i + 1, head, want, text);
+    }
+    tr_config_destroy(cfg);
+}
+
 /* --- failure --------------------------------------------------------------------------- */
 
 static void test_engine_failure_dumps_the_flight_recorder(void **state)
@@ -386,6 +412,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_trace_has_every_actor_and_honours_the_window),
         cmocka_unit_test(test_engine_wall_clock_breakdown_and_csv_monitor),
+        cmocka_unit_test(test_engine_progress_line_prints_the_cycled_betas),
         cmocka_unit_test(test_engine_failure_dumps_the_flight_recorder),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
