@@ -13,16 +13,16 @@ set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR [--steps N]}
 shift
 here=$(dirname "$0")
-err=$(mktemp)
-trap 'rm -f "$err"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 peer=1
-if py=$("$here/../peers/setup.sh" --python 2> "$err"); then
-    cat "$err" >&2
+if py=$("$here/../peers/setup.sh" --python 2> "$tmp/setup.err"); then
+    cat "$tmp/setup.err" >&2
     export TR_BENCH_PYTHON=$py
 else
     rc=$?
-    [ $rc -eq 3 ] || { cat "$err" >&2; exit $rc; }
-    echo "peer: skipped: $(sed -n 's/^peers: skipped: //p' "$err" | tail -1)" \
+    [ $rc -eq 3 ] || { cat "$tmp/setup.err" >&2; exit $rc; }
+    echo "peer: skipped: $(sed -n 's/^peers: skipped: //p' "$tmp/setup.err" | tail -1)" \
         "(Troupe's figures follow, without the ratios to PyTorch)"
     unset TR_BENCH_PYTHON
     peer=0
@@ -35,9 +35,9 @@ echo "$out"
 threads=$(sed -n 's/^threads: //p' <<<"$out")
 [ $peer -eq 1 ] || exit 0
 # PyTorch at its best: every configuration a PyTorch user could pick (eager or compiled,
-# precision, threads, ATen's CPU capability), measured here, the best kept
-search=$("$here/../peers/torch_best.sh" "$threads" "$@")
-echo "$search"
+# precision, threads, ATen's CPU capability), measured here, the best kept; each line as it comes
+"$here/../peers/torch_best.sh" "$threads" "$@" | tee "$tmp/search"
+search=$(cat "$tmp/search")
 # Head to head: the search above ran PyTorch minutes after Troupe's step, on a machine whose
 # speed drifts; so PyTorch's best configurations and Troupe's step now run in turn, ROUNDS
 # times, and the ratios are of the medians (each side's runs are printed).
