@@ -9,7 +9,8 @@
 # autocast; torch.set_num_threads 1 or THREADS; ATEN_CPU_CAPABILITY as detected or avx512
 # (where the CPU has AVX-512). (PyPI's torch multiplies with MKL and oneDNN, so OpenBLAS's
 # settings, searched for Debian's torch 1.13, no longer apply.) Prints torch_version, each
-# configuration's `torch_config: ... tokens/s` line (or its error in one line), then
+# configuration's `torch_config: ... tokens/s` line with its warm-up (compilation included) and
+# timed steps, or its error in one line, then
 #   torch_best_fp32_config / torch_best_fp32_tokens_per_s  (the best fp32 configuration)
 #   torch_best_config / torch_best_tokens_per_s            (the best of all)
 # and, for running them again (bench/kernels/run.sh does, in turn with Troupe's step):
@@ -24,6 +25,7 @@ caps=("")
 grep -qw avx512f /proc/cpuinfo && caps+=(avx512)
 ts=(1)
 [ "$threads" != 1 ] && ts+=("$threads")
+num() { sed -n "s/^$1: \([0-9.]*\).*/\1/p" <<<"$out"; } # NAME: the number of its line in $out
 best_fp32=0 best=0 best_fp32_cfg="" best_cfg="" best_fp32_run="" best_run=""
 for mode in eager compile; do
     for prec in none bf16; do
@@ -34,15 +36,16 @@ for mode in eager compile; do
                 a=(--threads "$t" --autocast "$prec")
                 [ $mode = compile ] && a+=(--compile)
                 run="${env[*]:+${env[*]} }${a[*]}"
-                cfg="$mode precision=$([ $prec = bf16 ] && echo bf16-autocast || echo fp32)"
+                cfg="mode=$mode precision=$([ $prec = bf16 ] && echo bf16-autocast || echo fp32)"
                 cfg+=" torch_threads=$t aten_cpu_capability=${cap:-detected}"
                 out=$(env "${env[@]}" "$py" "$here/torch_gpt2_step.py" "${a[@]}" "$@" 2>&1) || true
-                tps=$(sed -n 's/^torch_train_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
+                tps=$(num torch_train_tokens_per_s)
                 if [ -z "$tps" ]; then
                     echo "torch_config: $cfg: failed: $(tail -1 <<<"$out")"
                     continue
                 fi
-                echo "torch_config: $cfg: $tps tokens/s"
+                echo "torch_config: $cfg: $tps tokens/s (warm-up $(num torch_train_warmup) s," \
+                    "best of $(num torch_train_timed_steps) timed steps)"
                 if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
                     best=$tps best_cfg=$cfg best_run=$run
                 fi
