@@ -139,7 +139,8 @@ bench-demo-bf16: build
 # Adam against its memory bound, the thread budget's GEMMs beside the gradient norm, and a GPT-2
 # step in fp32 and bf16, each beside PyTorch 2 at its best (its Adam implementations; eager or
 # torch.compile x fp32 or bf16 autocast x threads x ATen's CPU capability), then head-to-head
-# rounds (bench/kernels/run.sh; ROUNDS=3; about 12 minutes on 2 cores). PyTorch 2 is the
+# rounds (bench/kernels/run.sh; ROUNDS=3; about 12 minutes on 2 cores, most of it torch.compile
+# compiling and bf16 autocast where it is emulated). PyTorch 2 is the
 # environment of bench/peers/setup.sh (`make peers`), which run.sh calls: without it, one line
 # says why and Troupe's figures print without the ratios.
 bench-kernels: build
