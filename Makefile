@@ -8,7 +8,9 @@
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels, bench-demo-bf16, bench-engine,
 #                    bench-dp, bench-nvme, bench-pipeline
-#                    one group (bench-demo-bf16: the demo's training in fp32 and in bf16,
+#                    one group (bench-kernels: Adam and a GPT-2 step against PyTorch 2 at its
+#                    best, the `make peers` environment, skipped without it; bench-demo-bf16:
+#                    the demo's training in fp32 and in bf16,
 #                    their validation losses; bench-dp: data-parallel training and collectives against MPI and
 #                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
@@ -134,8 +136,14 @@ bench-actors: build
 bench-demo-bf16: build
 	bench/kernels/demo_bf16.sh build $(DEMO_STEPS) $(DEMO_MODEL)
 
+# Adam against its memory bound, the thread budget's GEMMs beside the gradient norm, and a GPT-2
+# step in fp32 and bf16, each beside PyTorch 2 at its best (its Adam implementations; eager or
+# torch.compile x fp32 or bf16 autocast x threads x ATen's CPU capability), then head-to-head
+# rounds (bench/kernels/run.sh; ROUNDS=3; about 12 minutes on 2 cores, most of it torch.compile
+# compiling and bf16 autocast where it is emulated). PyTorch 2 is the
+# environment of bench/peers/setup.sh (`make peers`), which run.sh calls: without it, one line
+# says why and Troupe's figures print without the ratios.
 bench-kernels: build
-	@scripts/install-deps.sh python3-torch
 	$(CMAKE) --build build -j $(JOBS) --target bench-kernels-all
 	bench/kernels/run.sh build
 

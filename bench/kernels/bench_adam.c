@@ -5,11 +5,15 @@
  *   bound     a streaming loop with Adam's traffic and no arithmetic: per parameter it
  *             reads p, g, m, v and writes p, m, v (28 bytes), with the same ISA, tiles and
  *             thread pool, and ordinary stores as Adam uses
- *   torch     torch.optim.Adam from bench/peers/torch_adam.py (Debian's python3-torch),
- *             when TR_BENCH_PYTHON (default /usr/bin/python3) can import torch
+ *   torch     torch.optim.Adam from bench/peers/torch_adam.py, run by the python named in
+ *             TR_BENCH_PYTHON (bench/kernels/run.sh sets it to PyTorch 2's, the peers'
+ *             environment of bench/peers/setup.sh); each implementation (for-loop, foreach,
+ *             fused) is printed in a '#' line and the fastest is kept. With TR_BENCH_PYTHON
+ *             unset there is no peer, said in one line; a peer that fails prints its error.
  * Each figure is the best of several repetitions after a warm-up (the first touch and
  * page faults are not timed). Output: `name: value unit` lines; per size, also PyTorch at its
- * best (foreach or not, 1 or 2 threads) against Troupe at its best (adam_vs_torch_best_*).
+ * best (its fastest implementation, 1 or 2 threads) against Troupe at its best
+ * (adam_vs_torch_best_*).
  * Usage: bench_adam [peer-script]   (default: bench/peers/torch_adam.py next to the source)
  */
 #include <stdint.h>
@@ -153,21 +157,29 @@ static void best_times(arrays_t *a, int reps, double *t_adam, double *t_bound)
     }
 }
 
-/* Runs the PyTorch peer for n parameters and `threads` threads; its rate, or 0. */
-static double torch_rate(const char *script, size_t n, int threads)
+/* Runs the PyTorch peer with `py` for n parameters and `threads` threads: its best rate and
+ * implementation, or 0 and its last line of output (its error) in `impl`. */
+static double torch_rate(const char *py, const char *script, size_t n, int threads, char *impl,
+                         size_t impl_size)
 {
-    const char *py = getenv("TR_BENCH_PYTHON");
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s %s %zu %d 2>/dev/null", py ? py : "/usr/bin/python3", script, n,
-             threads);
+    snprintf(cmd, sizeof(cmd), "'%s' '%s' %zu %d 2>&1", py, script, n, threads);
+    snprintf(impl, impl_size, "could not run %.200s", py);
     FILE *f = popen(cmd, "r");
     if (!f) return 0.0;
-    char line[256];
+    char line[512], name[32];
     double rate = 0.0;
     while (fgets(line, sizeof(line), f)) {
         double r;
-        if (sscanf(line, "torch_adam_best: %lf", &r) == 1) rate = r;
-        fputs(line[0] == '#' ? line : "", stdout); /* pass the peer's settings through */
+        if (sscanf(line, "torch_adam_best: %lf %31s", &r, name) == 2) {
+            rate = r;
+            snprintf(impl, impl_size, "%s", name);
+        } else if (line[0] == '#') {
+            fputs(line, stdout); /* pass the peer's settings and each implementation through */
+        } else if (rate == 0.0 && line[0] != '\n') {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(impl, impl_size, "%.200s", line);
+        }
     }
     pclose(f);
     return rate;
@@ -176,6 +188,10 @@ static double torch_rate(const char *script, size_t n, int threads)
 int main(int argc, char **argv)
 {
     const char *script = argc > 1 ? argv[1] : TR_SOURCE_DIR "/bench/peers/torch_adam.py";
+    const char *py = getenv("TR_BENCH_PYTHON");
+    if (!py || !*py)
+        printf("# no PyTorch peer: TR_BENCH_PYTHON is unset (bench/kernels/run.sh sets it to the "
+               "peers' python)\n");
     size_t sizes[] = {10000000, 50000000};
     printf("# isa %s; best of repetitions; bytes per parameter 28\n", tr__isa_name(tr__isa_get()));
     for (int s = 0; s < 2; s++) {
@@ -183,6 +199,7 @@ int main(int argc, char **argv)
         int reps = n > 20000000 ? 8 : 20;
         double best_adam = 0, best_torch = 0; /* each side at its best thread count */
         int at_adam = 0, at_torch = 0;
+        char impl[256], best_impl[256] = "";
         for (int threads = 1; threads <= 2; threads++) {
             tr_parallel_set_threads(threads);
             arrays_t a = {alloc_floats(n), alloc_floats(n), alloc_floats(n), alloc_floats(n), n};
@@ -204,27 +221,29 @@ int main(int argc, char **argv)
             printf("bound_%dM_%dt: %.4g params/s\n", mp, threads, bound);
             printf("bound_bandwidth_%dM_%dt: %.2f GB/s\n", mp, threads, bound * 28e-9);
             printf("adam_of_bound_%dM_%dt: %.1f %%\n", mp, threads, 100.0 * adam / bound);
-            double torch = torch_rate(script, n, threads);
             if (adam > best_adam) {
                 best_adam = adam;
                 at_adam = threads;
             }
+            if (!py || !*py) continue;
+            double torch = torch_rate(py, script, n, threads, impl, sizeof(impl));
             if (torch > best_torch) {
                 best_torch = torch;
                 at_torch = threads;
+                snprintf(best_impl, sizeof(best_impl), "%s", impl);
             }
             if (torch > 0.0) {
-                printf("torch_adam_%dM_%dt: %.4g params/s\n", mp, threads, torch);
+                printf("torch_adam_%dM_%dt: %.4g params/s (%s)\n", mp, threads, torch, impl);
                 printf("adam_over_torch_%dM_%dt: %.2f x\n", mp, threads, adam / torch);
             } else {
-                printf("torch_adam_%dM_%dt: unavailable (no python3 with torch)\n", mp, threads);
+                printf("torch_adam_%dM_%dt: failed: %s\n", mp, threads, impl);
             }
             fflush(stdout);
         }
-        if (best_torch > 0.0) /* PyTorch at its best (foreach or not, 1 or 2 threads) */
-            printf("torch_adam_best_%dM: %.4g params/s (%d thread%s)\n"
+        if (best_torch > 0.0) /* PyTorch at its best (its fastest implementation, 1 or 2 threads) */
+            printf("torch_adam_best_%dM: %.4g params/s (%s, %d thread%s)\n"
                    "adam_vs_torch_best_%dM: %.2f x (Troupe at %d thread%s)\n",
-                   (int)(n / 1000000), best_torch, at_torch, at_torch > 1 ? "s" : "",
+                   (int)(n / 1000000), best_torch, best_impl, at_torch, at_torch > 1 ? "s" : "",
                    (int)(n / 1000000), best_adam / best_torch, at_adam, at_adam > 1 ? "s" : "");
     }
     tr_parallel_shutdown();
