@@ -25,6 +25,9 @@ shows its error in one line instead. Then `name: value unit` lines.
 
 Without the peer environment (no network, bench/peers/setup.sh exits 3) it says so in one
 line and prints no table.
+
+`make bench-peers` runs it (bench/peers/run.sh), then speed.py; what the two share (the
+environment, the header, the initial checkpoint, launching each side) is in peerlib.py.
 """
 import argparse
 import copy
