@@ -29,6 +29,7 @@ def header(py, model):
     lscpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True)
     print("machine: %s, %d CPUs" % (one_line(lscpu.stdout), os.cpu_count()))
     print("date: %s" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print("load_average_at_start: %.2f %.2f %.2f" % os.getloadavg())
     if py:
         ver = subprocess.run([py, "-c", "import torch, deepspeed; print(torch.__version__, deepspeed.__version__)"],
                              capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))

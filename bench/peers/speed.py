@@ -38,6 +38,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 from peerlib import header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
 
@@ -128,7 +129,7 @@ def main():
         print("speed: DeepSpeed peer skipped: %s; Troupe's figures alone" % why)
         if rc != 3:
             return 1
-    work = tempfile.mkdtemp(prefix="troupe-speed.")
+    t0, work = time.monotonic(), tempfile.mkdtemp(prefix="troupe-speed.")
     nvme = tempfile.mkdtemp(prefix="peers-nvme.", dir=build)
     try:
         try:
@@ -183,6 +184,7 @@ def main():
                      if "error" in r and (py or s == "troupe")]
             notes += ["troupe: " + t["note"]] if "note" in t else []
             print(line + ("  " + "; ".join(notes) if notes else ""))
+        print("speed_wall_s: %.0f s" % (time.monotonic() - t0))
     finally:
         shutil.rmtree(nvme, ignore_errors=True)
         if args.keep:
