@@ -21,8 +21,10 @@ micro-batches), reduce_bucket_size 6553600, per configuration (a row):
 The rows: ZeRO 0, 1 and 2 on 1, 2 and 4 ranks; ZeRO 2 with offload_optimizer device cpu and
 device nvme (nvme_path a folder under BUILD_DIR) on 1 and 2 ranks; the pipeline engine, 2
 stages on 2 ranks (Troupe `"pipeline": {"stages": 2}`, DeepSpeed a PipelineModule and
-train_batch); ZeRO 3 on 2 ranks, DeepSpeed's figure only: Troupe runs stage 3 as stage 2, and
-its row prints Troupe's warning instead of a figure.
+train_batch); ZeRO 3 on 2 ranks, without offload and with offload_optimizer nvme (DeepSpeed
+swaps optimizer state to NVMe at ZeRO 3 only: at 1 and 2 it takes nvme for cpu, which the
+ZeRO 2 nvme rows say), DeepSpeed's figures only: Troupe runs stage 3 as stage 2, and those
+rows print Troupe's warning instead of a figure.
 
 Per row, `name: value unit` lines as it goes (speed_ROW_troupe_tokens_per_s, ..._deepspeed_...,
 ..._peak_rss_per_rank, ..._vs_deepspeed_tokens_per_s (troupe / deepspeed), ..._vs_deepspeed_
@@ -46,23 +48,32 @@ DIMS = ["--vocab", "8192", "--context", "128", "--channels", "384", "--layers", 
 T, BATCH, BUCKET = 128, 8, 6553600
 
 
-def row(name, ranks, stage, gas=1, troupe=True, **over):
+# DeepSpeed 0.19.8 at ZeRO 1 and 2 takes offload_optimizer device nvme for cpu offload: no
+# swapper, the nvme_path unused (runtime/zero/stage_1_and_2.py:220-222); it swaps optimizer
+# state to NVMe at ZeRO 3 only, hence the ZeRO 3 nvme row.
+NVME_AT_2 = ("at ZeRO 1/2 DeepSpeed takes device nvme as cpu (runtime/zero/stage_1_and_2.py:220,"
+             " cpu_offload = device != none), nvme_path unused; its NVMe swapping is ZeRO 3's")
+
+
+def row(name, ranks, stage, gas=1, troupe=True, ds_note=None, **over):
     zero = {"stage": stage, "reduce_bucket_size": BUCKET}
     zero.update(over.pop("zero", {}))
     cfg = {"train_batch_size": BATCH, "train_micro_batch_size_per_gpu": BATCH // ranks if gas == 1 else BATCH // gas,
            "gradient_accumulation_steps": gas, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
            "zero_optimization": zero, "troupe": {"data": {"shuffle": False}}}
     cfg.update(over)
-    return {"name": name, "ranks": ranks, "cfg": cfg, "troupe": troupe}
+    return {"name": name, "ranks": ranks, "cfg": cfg, "troupe": troupe, "ds_note": ds_note}
 
 
 def configs():
     rows = [row("zero%d_%dr" % (s, n), n, s) for n in (1, 2, 4) for s in (0, 1, 2)]
     for dev in ("cpu", "nvme"):
         for n in (1, 2):
-            rows.append(row("offload_%s_zero2_%dr" % (dev, n), n, 2, zero={"offload_optimizer": {"device": dev}}))
+            rows.append(row("offload_%s_zero2_%dr" % (dev, n), n, 2, zero={"offload_optimizer": {"device": dev}},
+                            ds_note=NVME_AT_2 if dev == "nvme" else None))
     rows.append(row("pipe2_2r", 2, 0, gas=2, pipeline={"stages": 2}))
     rows.append(row("zero3_2r", 2, 3, troupe=False))
+    rows.append(row("offload_nvme_zero3_2r", 2, 3, troupe=False, zero={"offload_optimizer": {"device": "nvme"}}))
     return rows
 
 
@@ -166,6 +177,8 @@ def main():
                     print("%s%s_error: %s" % (pre, side, r["error"]))
             if "how" in d and "tps" in d:
                 print(pre + "deepspeed_config: " + d["how"])
+            if c["ds_note"] and py:
+                print(pre + "deepspeed_note: " + c["ds_note"])
             if "tps" in t and "tps" in d:
                 print("%svs_deepspeed_tokens_per_s: %.2f x" % (pre, t["tps"] / d["tps"]))
                 print("%svs_deepspeed_peak_rss: %.2f x" % (pre, t["rss"] / d["rss"]))
@@ -183,6 +196,7 @@ def main():
             notes = [s + ": " + r["error"] for s, r in (("troupe", t), ("deepspeed", d))
                      if "error" in r and (py or s == "troupe")]
             notes += ["troupe: " + t["note"]] if "note" in t else []
+            notes += ["deepspeed: " + c["ds_note"]] if c["ds_note"] and py else []
             print(line + ("  " + "; ".join(notes) if notes else ""))
         print("speed_wall_s: %.0f s" % (time.monotonic() - t0))
     finally:
