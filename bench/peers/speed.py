@@ -48,9 +48,7 @@ DIMS = ["--vocab", "8192", "--context", "128", "--channels", "384", "--layers", 
 T, BATCH, BUCKET = 128, 8, 6553600
 
 
-# DeepSpeed 0.19.8 at ZeRO 1 and 2 takes offload_optimizer device nvme for cpu offload: no
-# swapper, the nvme_path unused (runtime/zero/stage_1_and_2.py:220-222); it swaps optimizer
-# state to NVMe at ZeRO 3 only, hence the ZeRO 3 nvme row.
+# DeepSpeed 0.19.8's ZeRO 1/2 optimizer has no swapper: device nvme is offload to cpu there.
 NVME_AT_2 = ("at ZeRO 1/2 DeepSpeed takes device nvme as cpu (runtime/zero/stage_1_and_2.py:220,"
              " cpu_offload = device != none), nvme_path unused; its NVMe swapping is ZeRO 3's")
 
@@ -58,7 +56,7 @@ NVME_AT_2 = ("at ZeRO 1/2 DeepSpeed takes device nvme as cpu (runtime/zero/stage
 def row(name, ranks, stage, gas=1, troupe=True, ds_note=None, **over):
     zero = {"stage": stage, "reduce_bucket_size": BUCKET}
     zero.update(over.pop("zero", {}))
-    cfg = {"train_batch_size": BATCH, "train_micro_batch_size_per_gpu": BATCH // ranks if gas == 1 else BATCH // gas,
+    cfg = {"train_batch_size": BATCH, "train_micro_batch_size_per_gpu": BATCH // ranks,
            "gradient_accumulation_steps": gas, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
            "zero_optimization": zero, "troupe": {"data": {"shuffle": False}}}
     cfg.update(over)
@@ -71,6 +69,7 @@ def configs():
         for n in (1, 2):
             rows.append(row("offload_%s_zero2_%dr" % (dev, n), n, 2, zero={"offload_optimizer": {"device": dev}},
                             ds_note=NVME_AT_2 if dev == "nvme" else None))
+    # 2 stages on 2 ranks are one replica: 2 micro-batches of 8 / 2 make the batch of 8
     rows.append(row("pipe2_2r", 2, 0, gas=2, pipeline={"stages": 2}))
     rows.append(row("zero3_2r", 2, 3, troupe=False))
     rows.append(row("offload_nvme_zero3_2r", 2, 3, troupe=False, zero={"offload_optimizer": {"device": "nvme"}}))
