@@ -2,6 +2,7 @@
 header, the initial checkpoint, and launching `troupe train` and DeepSpeed's train_ds.py."""
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -53,6 +54,20 @@ def write_init(build, work, cfg, dims, data):
     return init
 
 
+def run(cmd, env, timeout):
+    """cmd's finished process; past timeout seconds its whole process group (the launcher and
+    its ranks) is killed and the process ends with status 124 and a TimeoutError line."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return subprocess.CompletedProcess(cmd, 124, out, err + "\nTimeoutError: killed after %d s" % timeout)
+
+
 def mpirun(ranks, bind):
     """The launcher prefix for `troupe train` on ranks ranks. bind false: unbound (the
     equivalence runs); true: bench/dp/run.sh's placement, cores / ranks cores each (one rank:
@@ -71,7 +86,7 @@ def run_troupe(build, ranks, cfg_path, args, bind=False, wrap=(), timeout=600):
     rank runs troupe under, e.g. /usr/bin/time); the finished process."""
     cmd = mpirun(ranks, bind) + list(wrap) + [os.path.join(build, "troupe"), "train", "--deepspeed_config",
                                                cfg_path, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=TROUPE_ENV, timeout=timeout)
+    return run(cmd, TROUPE_ENV, timeout)
 
 
 def run_deepspeed(py, ranks, port, args, launcher=(), timeout=1200):
@@ -80,7 +95,7 @@ def run_deepspeed(py, ranks, port, args, launcher=(), timeout=1200):
     env = dict(os.environ, DS_ACCELERATOR="cpu", PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
     cmd = [os.path.join(os.path.dirname(py), "deepspeed"), "--num_accelerators", str(ranks),
            "--master_port", str(port), *launcher, os.path.join(HERE, "deepspeed", "train_ds.py"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return run(cmd, env, timeout)
 
 
 def last_error(p):
