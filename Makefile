@@ -19,7 +19,8 @@
 #                    by `make clean` (bench/peers/setup.sh; about 5.4 GB). Never called by
 #                    test: Troupe's build and tests use Debian packages only
 #   make bench-peers Troupe beside DeepSpeed on CPU: per config, the per-step losses from the
-#                    same weights, data and JSON compared (bench/peers/equivalence.py)
+#                    same weights, data and JSON compared (bench/peers/equivalence.py), then
+#                    tokens/s and peak RSS per rank side by side (bench/peers/speed.py)
 #   make fuzz-config the config parser under libFuzzer for FUZZ_SECONDS (600) seconds
 #                    (BENCH_ARGS passes options on, e.g. BENCH_ARGS="--reps 9 --only skynet")
 #   make install     install libtroupe, headers, troupe.pc and the CMake package (PREFIX)
@@ -164,10 +165,13 @@ bench-dp: build
 peers:
 	bench/peers/setup.sh
 
-# Equivalence with DeepSpeed (bench/peers/equivalence.py runs setup.sh itself and, without the
-# environment, prints why and no table). BENCH_ARGS="--only zero0_1r_adamw --verbose".
+# DeepSpeed beside Troupe (bench/peers/run.sh): the equivalence table, then speed and memory.
+# Each script runs setup.sh itself; without the environment the equivalence prints why and no
+# table, the speed table Troupe's figures alone. numactl: DeepSpeed's --bind_cores_to_rank.
+# One table: BENCH_ARGS="--equiv-only --only zero0_1r_adamw --verbose" or "--speed-only --steps 5".
 bench-peers: build
-	bench/peers/equivalence.py build $(BENCH_ARGS)
+	@scripts/install-deps.sh numactl || echo "bench-peers: numactl could not be installed; DeepSpeed's --bind_cores_to_rank runs will fail"
+	bench/peers/run.sh build $(BENCH_ARGS)
 
 # The aio engine (`troupe nvme-bench`) against fio (libaio, direct=1) writing then reading the
 # same size in a fresh file, same block size, queue depth and jobs, interleaved repetitions,

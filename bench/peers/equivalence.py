@@ -25,6 +25,9 @@ shows its error in one line instead. Then `name: value unit` lines.
 
 Without the peer environment (no network, bench/peers/setup.sh exits 3) it says so in one
 line and prints no table.
+
+`make bench-peers` runs it (bench/peers/run.sh), then speed.py; what the two share (the
+environment, the header, the initial checkpoint, launching each side) is in peerlib.py.
 """
 import argparse
 import copy
@@ -33,12 +36,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from peerlib import header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
+
 DIMS = ["--vocab", "256", "--context", "64", "--channels", "64", "--layers", "2", "--heads", "4"]
 MICRO = 4  # sequences per rank per micro-step
 FP32_TOL = 2e-4
@@ -109,11 +111,6 @@ def configs():
     ]
 
 
-def one_line(text, limit=160):
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def read_csv(path):
     if not os.path.exists(path):
         return []
@@ -121,14 +118,9 @@ def read_csv(path):
         return [float(r[1]) for r in list(csv.reader(f))[1:]]
 
 
-def run_troupe(build, c, cfg_path, init, data, steps, work):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = [os.path.join(build, "troupe"), "train", "--deepspeed_config", cfg_path,
-           "--load-llmc", init, "--train-data", data, "--steps", str(steps), "--val-batches", "1",
-           "--print-every", "1"]
-    if c["ranks"] > 1:
-        cmd = ["mpirun", "-np", str(c["ranks"]), "--oversubscribe", "--bind-to", "none"] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+def troupe_side(build, c, cfg_path, init, data, steps, work):
+    p = run_troupe(build, c["ranks"], cfg_path, ["--load-llmc", init, "--train-data", data, "--steps",
+                                                 str(steps), "--val-batches", "1", "--print-every", "1"])
     if p.returncode != 0:
         err = [l for l in (p.stderr + p.stdout).splitlines() if l.strip()]
         return {"error": one_line(err[-1] if err else "exit %d" % p.returncode)}
@@ -145,13 +137,9 @@ def run_troupe(build, c, cfg_path, init, data, steps, work):
             "lr": [float(x) for x in used]}
 
 
-def run_deepspeed(py, c, cfg_path, init, data, steps, port):
-    env = dict(os.environ, DS_ACCELERATOR="cpu",
-               PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [os.path.join(os.path.dirname(py), "deepspeed"), "--num_accelerators", str(c["ranks"]),
-           "--master_port", str(port), os.path.join(HERE, "deepspeed", "train_ds.py"),
-           "--config", cfg_path, "--checkpoint", init, "--train-data", data, "--steps", str(steps)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+def deepspeed_side(py, c, cfg_path, init, data, steps, port):
+    p = run_deepspeed(py, c["ranks"], port, ["--config", cfg_path, "--checkpoint", init,
+                                             "--train-data", data, "--steps", str(steps)])
     out = {"loss": [], "lr": [], "next_lr": [], "scale": [], "skipped": [], "mom": []}
     for m in re.finditer(r"^ds_step: \d+ loss (\S+) lr (\S+) next_lr (\S+) scale (\S+) skipped (\d+) mom (\S+)",
                          p.stdout, re.M):
@@ -161,11 +149,9 @@ def run_deepspeed(py, c, cfg_path, init, data, steps, port):
         out["scale"].append(float(m.group(4)))
         out["skipped"].append(int(m.group(5)))
         out["mom"].append(tuple(round(float(b), 6) for b in m.group(6).split(",")) if m.group(6) != "-" else None)
-    err = re.search(r"^ds_error: (.*)$", p.stdout, re.M)
-    if err or p.returncode != 0 or len(out["loss"]) != steps:
-        lines = [l for l in (p.stderr + p.stdout).splitlines() if "Error" in l or "error" in l]
-        out["error"] = one_line(err.group(1) if err else (lines[-1] if lines else
-                                "exit %d after %d steps" % (p.returncode, len(out["loss"]))))
+    if "ds_error: " in p.stdout or p.returncode != 0 or len(out["loss"]) != steps:
+        out["error"] = last_error(p) if p.returncode != 0 or "ds_error: " in p.stdout else \
+            "exit 0 after %d of %d steps" % (len(out["loss"]), steps)
     return out
 
 
@@ -230,37 +216,21 @@ def main():
         rows = [c for c in rows if c["name"] in names]
     build = os.path.abspath(args.build)
     data = os.path.join(build, "demo-data", "text_train.bin")
-    setup = subprocess.run([os.path.join(HERE, "setup.sh"), "--python"], capture_output=True, text=True)
-    if setup.returncode != 0:
-        why = [l for l in setup.stderr.splitlines() if l.startswith("peers: skipped: ")]
-        print("equivalence: skipped, no DeepSpeed peer: %s"
-              % (why[-1][len("peers: skipped: "):] if why else one_line(setup.stderr or "setup.sh failed")))
-        return 0 if setup.returncode == 3 else 1
-    py = setup.stdout.strip().splitlines()[-1]
+    py, why, rc = peer_python()
+    if py is None:
+        print("equivalence: skipped, no DeepSpeed peer: " + why)
+        return 0 if rc == 3 else 1
     work = tempfile.mkdtemp(prefix="troupe-equiv.")
     try:
-        init = os.path.join(work, "init.bin")
         base = row("init", 1)["cfg"]
         base["troupe"] = {"data": {"shuffle": False}}
-        with open(os.path.join(work, "init.json"), "w") as f:
-            json.dump(base, f)
-        p = subprocess.run([os.path.join(build, "troupe"), "train", "--deepspeed_config",
-                            os.path.join(work, "init.json"), *DIMS, "--train-data", data,
-                            "--steps", "0", "--val-batches", "1", "--export-llmc", init],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            print("equivalence: troupe cannot write the initial checkpoint: " + one_line(p.stderr))
+        try:
+            init = write_init(build, work, base, DIMS, data)
+        except RuntimeError as e:
+            print("equivalence: %s" % e)
             return 1
-        ver = subprocess.run([py, "-c", "import torch, deepspeed; print(torch.__version__, deepspeed.__version__)"],
-                             capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))
-        print("machine: %s, %d CPUs" % (one_line(subprocess.run(
-            "lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout),
-            os.cpu_count()))
-        print("date: %s" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-        print("peer: DeepSpeed %s on PyTorch %s, CPU accelerator (gloo), launched by `deepspeed"
-              " --num_accelerators N`" % tuple(reversed(ver.stdout.split()[:2] or ["?", "?"])))
-        print("model: GPT-2 V=256 T=64 C=64 L=2 NH=4, %d sequences per rank per micro-step, %d steps,"
-              " from one llm.c checkpoint" % (MICRO, args.steps))
+        header(py, "GPT-2 V=256 T=64 C=64 L=2 NH=4, %d sequences per rank per micro-step, %d steps,"
+               " from one llm.c checkpoint" % (MICRO, args.steps))
         print("%-20s %5s  %s" % ("config", "ranks", "largest relative difference (troupe vs deepspeed)"))
         port = 29600 + os.getpid() % 200
         for c in rows:
@@ -271,10 +241,10 @@ def main():
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=1)
             shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
-            t = run_troupe(build, c, cfg_path, init, data, args.steps, work)
+            t = troupe_side(build, c, cfg_path, init, data, args.steps, work)
             shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
             port += 1
-            d = run_deepspeed(py, c, cfg_path, init, data, args.steps, port)
+            d = deepspeed_side(py, c, cfg_path, init, data, args.steps, port)
             shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
             print("%-20s %5d  %s" % (c["name"], c["ranks"], compare(c, t, d, args.steps)), flush=True)
             if args.verbose:

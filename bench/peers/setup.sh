@@ -68,10 +68,11 @@ fi
 # DeepSpeed's CPU ops are JIT-built at first use (minutes on a small machine): build the ones
 # the benches load now, into torch's extension cache (~/.cache/torch_extensions), so no bench
 # times a compiler. A failure here is not fatal: the first use builds them, or says why.
-say "peers: building DeepSpeed's CPU ops (deepspeed_shm_comm, fused_adam, cpu_adam) with ninja"
+say "peers: building DeepSpeed's CPU ops (deepspeed_shm_comm, fused_adam, cpu_adam, async_io," \
+    "pin_memory: NVMe offload, libaio-dev) with ninja"
 PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu "$venv/bin/python" - >> "$log" 2>&1 << 'PY' || say "peers: warning: the CPU ops did not build now (log: $log); their first use will"
 from deepspeed.accelerator import get_accelerator
-for name in ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder"):
+for name in ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder", "AsyncIOBuilder", "PinMemoryBuilder"):
     get_accelerator().create_op_builder(name).load()
 PY
 echo "$want" > "$dir/stamp"

@@ -5,7 +5,8 @@ embeddings, L pre-LayerNorm blocks (LayerNorm eps 1e-5; causal attention scaled 
 1/sqrt(C/NH); an MLP of width 4C with GELU's tanh approximation), a final LayerNorm, and the
 logits as lnf @ wte^T with wte tied, over the padded vocabulary Vp of which the loss reads the
 first V (llm.c's softmax ignores the padding). The loss is llm.c's: the mean cross-entropy over
-the B*T positions.
+the B*T positions. pipeline_layers gives the same model as the layers of DeepSpeed's
+PipelineModule (the embedding tied between the first and last stages).
 
 The parameters are llm.c's tensors, one nn.Parameter each, in the checkpoint's order (each kind
 for all L layers at once: wte (Vp, C), wpe (maxT, C), ln1w (L, C), ln1b (L, C), qkvw (L, 3C, C),
@@ -85,26 +86,81 @@ class GPT2(torch.nn.Module):
     def forward(self, idx, targets):
         d = self.dims
         B, T = idx.shape
-        C, NH, L, V = d["C"], d["NH"], d["L"], d["V"]
         x = self.wte[idx] + self.wpe[:T]  # (B, T, C)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        for l in range(L):
-            h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], 1e-5)
-            qkv = h @ self.qkvw[l].t() + self.qkvb[l]  # (B, T, 3C)
-            q, k, v = qkv.split(C, dim=2)
-            q = q.view(B, T, NH, C // NH).transpose(1, 2)  # (B, NH, T, hs)
-            k = k.view(B, T, NH, C // NH).transpose(1, 2)
-            v = v.view(B, T, NH, C // NH).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // NH))  # (B, NH, T, T)
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-            x = x + y @ self.attprojw[l].t() + self.attprojb[l]
-            h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], 1e-5)
-            h = F.gelu(h @ self.fcw[l].t() + self.fcb[l], approximate="tanh")  # (B, T, 4C)
-            x = x + h @ self.fcprojw[l].t() + self.fcprojb[l]
-        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, 1e-5)
-        logits = (x @ self.wte.t())[:, :, :V]  # (B, T, V): the padded rows are not in the softmax
-        return F.cross_entropy(logits.reshape(B * T, V).float(), targets.reshape(B * T))
+        for l in range(d["L"]):
+            x = block(x, d["NH"], *(getattr(self, n)[l] for n in BLOCK))
+        x = F.layer_norm(x, (d["C"],), self.lnfw, self.lnfb, 1e-5)
+        return loss(x @ self.wte.t(), targets, d["V"])
+
+
+BLOCK = NAMES[2:14]  # one layer's tensors, in the checkpoint's order
+
+
+def block(x, NH, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb):
+    """One pre-LayerNorm transformer block of llm.c's GPT-2 on x (B, T, C)."""
+    B, T, C = x.shape
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    h = F.layer_norm(x, (C,), ln1w, ln1b, 1e-5)
+    qkv = h @ qkvw.t() + qkvb  # (B, T, 3C)
+    q, k, v = qkv.split(C, dim=2)
+    q = q.view(B, T, NH, C // NH).transpose(1, 2)  # (B, NH, T, hs)
+    k = k.view(B, T, NH, C // NH).transpose(1, 2)
+    v = v.view(B, T, NH, C // NH).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // NH))  # (B, NH, T, T)
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+    x = x + y @ attprojw.t() + attprojb
+    h = F.layer_norm(x, (C,), ln2w, ln2b, 1e-5)
+    h = F.gelu(h @ fcw.t() + fcb, approximate="tanh")  # (B, T, 4C)
+    return x + h @ fcprojw.t() + fcprojb
+
+
+def loss(logits, targets, V):
+    """llm.c's loss: the mean cross-entropy over B*T, the padded vocabulary rows left out."""
+    logits = logits[:, :, :V]
+    return F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
+
+
+def pipeline_layers(path):
+    """The same model as DeepSpeed's PipelineModule wants it: (dims, layer specs, loss_fn).
+    The embedding is a TiedLayerSpec ("wte"), built on the first and last stages and kept
+    equal by DeepSpeed (ReduceTiedGrads), the head reusing its wte; each block a LayerSpec
+    holding its layer's slices of the checkpoint; the final LayerNorm its own layer."""
+    from deepspeed.pipe import LayerSpec, TiedLayerSpec
+
+    dims, t = read_checkpoint(path)
+    param = lambda a: torch.nn.Parameter(torch.from_numpy(a.copy()))
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = param(t["wte"]), param(t["wpe"])
+
+        def forward(self, idx):
+            return self.wte[idx] + self.wpe[: idx.shape[1]]
+
+    class Block(torch.nn.Module):
+        def __init__(self, l):
+            super().__init__()
+            for n in BLOCK:
+                self.register_parameter(n, param(t[n][l]))
+
+        def forward(self, x):
+            return block(x, dims["NH"], *(getattr(self, n) for n in BLOCK))
+
+    class FinalNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lnfw, self.lnfb = param(t["lnfw"]), param(t["lnfb"])
+
+        def forward(self, x):
+            return F.layer_norm(x, (dims["C"],), self.lnfw, self.lnfb, 1e-5)
+
+    layers = [TiedLayerSpec("wte", Embed, tied_weight_attr=["wte"])]
+    layers += [LayerSpec(Block, l) for l in range(dims["L"])]
+    layers += [LayerSpec(FinalNorm),
+               TiedLayerSpec("wte", Embed, forward_fn=lambda m, x: x @ m.wte.t(), tied_weight_attr=["wte"])]
+    return dims, layers, lambda logits, targets: loss(logits, targets, dims["V"])
 
 
 class Shards:

@@ -1,0 +1,107 @@
+"""What the DeepSpeed benches (equivalence.py, speed.py) share: the peer's environment, the
+header, the initial checkpoint, and launching `troupe train` and DeepSpeed's train_ds.py."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TROUPE_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def one_line(text, limit=160):
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def peer_python():
+    """(python of bench/peers/setup.sh's environment, None) or (None, why it cannot be had,
+    setup.sh's exit status: 3 when there is no network)."""
+    p = subprocess.run([os.path.join(HERE, "setup.sh"), "--python"], capture_output=True, text=True)
+    if p.returncode == 0:
+        return p.stdout.strip().splitlines()[-1], None, 0
+    why = [l for l in p.stderr.splitlines() if l.startswith("peers: skipped: ")]
+    return None, (why[-1][len("peers: skipped: "):] if why else one_line(p.stderr or "setup.sh failed")), p.returncode
+
+
+def header(py, model):
+    """The machine, the date, the peer's versions (py None: no peer) and the model line."""
+    lscpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True)
+    print("machine: %s, %d CPUs" % (one_line(lscpu.stdout), os.cpu_count()))
+    print("date: %s" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print("load_average_at_start: %.2f %.2f %.2f" % os.getloadavg())
+    if py:
+        ver = subprocess.run([py, "-c", "import torch, deepspeed; print(torch.__version__, deepspeed.__version__)"],
+                             capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+        print("peer: DeepSpeed %s on PyTorch %s, CPU accelerator (gloo), launched by `deepspeed"
+              " --num_accelerators N`" % tuple(reversed(ver.stdout.split()[:2] or ["?", "?"])))
+    print("model: " + model)
+
+
+def write_init(build, work, cfg, dims, data):
+    """Troupe writes the llm.c checkpoint both sides start from (`troupe train --steps 0
+    --export-llmc`) with the config cfg and the model flags dims; its path, or raises
+    RuntimeError with troupe's error in one line."""
+    init, cfg_path = os.path.join(work, "init.bin"), os.path.join(work, "init.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    p = subprocess.run([os.path.join(build, "troupe"), "train", "--deepspeed_config", cfg_path, *dims,
+                        "--train-data", data, "--steps", "0", "--val-batches", "1", "--export-llmc", init],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("troupe cannot write the initial checkpoint: " + one_line(p.stderr))
+    return init
+
+
+def run(cmd, env, timeout):
+    """cmd's finished process; past timeout seconds its whole process group (the launcher and
+    its ranks) is killed and the process ends with status 124 and a TimeoutError line."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return subprocess.CompletedProcess(cmd, 124, out, err + "\nTimeoutError: killed after %d s" % timeout)
+
+
+def mpirun(ranks, bind):
+    """The launcher prefix for `troupe train` on ranks ranks. bind false: unbound (the
+    equivalence runs); true: bench/dp/run.sh's placement, cores / ranks cores each (one rank:
+    unbound, every core; more ranks than cores: bound, oversubscribed)."""
+    if not bind:
+        return [] if ranks == 1 else ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
+    if ranks == 1:
+        return ["mpirun", "-np", "1", "--bind-to", "none"]
+    if ranks <= (os.cpu_count() or 1):
+        return ["mpirun", "-np", str(ranks), "--map-by", "core", "--bind-to", "core"]
+    return ["mpirun", "--oversubscribe", "-np", str(ranks), "--map-by", "core", "--bind-to", "core:overload-allowed"]
+
+
+def run_troupe(build, ranks, cfg_path, args, bind=False, wrap=(), timeout=600):
+    """`troupe train --deepspeed_config cfg_path ARGS` on ranks ranks (wrap: a command each
+    rank runs troupe under, e.g. /usr/bin/time); the finished process."""
+    cmd = mpirun(ranks, bind) + list(wrap) + [os.path.join(build, "troupe"), "train", "--deepspeed_config",
+                                               cfg_path, *args]
+    return run(cmd, TROUPE_ENV, timeout)
+
+
+def run_deepspeed(py, ranks, port, args, launcher=(), timeout=1200):
+    """bench/peers/deepspeed/train_ds.py ARGS under `deepspeed --num_accelerators ranks` on
+    the CPU accelerator (launcher: more launcher options); the finished process."""
+    env = dict(os.environ, DS_ACCELERATOR="cpu", PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
+    cmd = [os.path.join(os.path.dirname(py), "deepspeed"), "--num_accelerators", str(ranks),
+           "--master_port", str(port), *launcher, os.path.join(HERE, "deepspeed", "train_ds.py"), *args]
+    return run(cmd, env, timeout)
+
+
+def last_error(p):
+    """One line saying why a failed run failed: train_ds.py's `ds_error:` line, else the last
+    line naming an error, else its last line or its exit status."""
+    mine = [l[len("ds_error: "):] for l in p.stdout.splitlines() if l.startswith("ds_error: ")]
+    lines = [l for l in (p.stderr + p.stdout).splitlines() if l.strip()]
+    errs = [l for l in lines if "Error" in l or "error" in l]
+    return one_line((mine or errs or lines or ["exit %d" % p.returncode])[-1])
