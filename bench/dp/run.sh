@@ -33,7 +33,9 @@
 # 1-rank runs are stage 0 only); FSDP1 only if FSDP2 fails. PyPI's torch does its matrix
 # products with MKL and oneDNN (the `torch_*_blas` line), not OpenBLAS, so no OpenBLAS setting
 # is searched; ATEN_CPU_CAPABILITY is torch's choice (the `torch_*_cpu_capability` line)
-# unless set in the environment, which is passed on.
+# unless set in the environment, which is passed on. A configuration whose timed steps pass
+# 30 s is timed on fewer steps (torch_ddp.py --max-seconds; its config line says so): where
+# oneDNN has no bf16 (CPUs without AVX-512) autocast's bf16 runs 10-20x slower than fp32.
 #
 # Placement: ranks get cores / ranks threads each, at least one, by the launcher's binding
 # (one rank: unbound, both cores; two: one core each; four: two per core, oversubscribed);
@@ -179,7 +181,9 @@ peer_best() { # n prec mode
                 if peer_once "$n" "$th" "$prec" "$v" "$comp"; then
                     variants=("$v") # FSDP: the variant that ran, for the other configurations
                     tps=$(sed -n 's/^torch_.*_tokens_per_s: \([0-9.]*\).*/\1/p' "$tmp/pout")
-                    echo "${name}_config: $cfg: $tps tokens/s"
+                    echo "${name}_config: $cfg: $tps tokens/s (warm-up $(sed -n \
+                        's/^torch_.*_warmup: //p' "$tmp/pout"); timed steps $(sed -n \
+                        's/^torch_.*_timed_steps: //p' "$tmp/pout"))"
                     if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
                         best=$tps best_th=$th
                         sed "s/^torch_[a-z0-9]*_[a-z0-9]*_/${name}_/" "$tmp/pout" > "$tmp/pbest"

@@ -16,8 +16,11 @@ Launched by mpirun: the rank and world come from OMPI_COMM_WORLD_RANK / OMPI_COM
 the rendezvous is MASTER_ADDR=127.0.0.1 and --port. Threads per rank: --threads.
 
 Tokens/s: after --warmup steps, the global tokens of the --steps timed steps over their wall
-time, between two barriers. Memory: each rank's peak resident set (getrusage). Rank 0 prints
-`name: value unit` lines. A failure (a mode or torch.compile refusing) prints one line
+time, between two barriers. A configuration slow enough to pass --max-seconds (30) stops
+timing after that step (at least one), and its warm-up stops after one step (two with
+--compile) once a step takes over a third of that: this bounds the search's time on CPUs where
+one is pathological (bf16 autocast where oneDNN has no bf16, an AVX2 CPU: 24 tokens/s).
+Memory: each rank's peak resident set (getrusage). Rank 0 prints `name: value unit` lines. A failure (a mode or torch.compile refusing) prints one line
 `torch_error: Type: message` and exits 1, which ends the other ranks through mpirun.
 """
 import argparse
@@ -43,6 +46,8 @@ def parse():
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     ap.add_argument("--steps", type=int, default=4, help="timed steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--max-seconds", type=float, default=30.0,
+                    help="fewer timed steps (at least one) once they have taken this long")
     ap.add_argument("--batch", type=int, default=8, help="global batch (sequences)")
     ap.add_argument("--port", type=int, default=29517)
     return ap.parse_args()
@@ -105,14 +110,26 @@ def run(args, rank, world):
         opt.step()
         return loss
 
-    t0 = time.perf_counter()
-    for _ in range(args.warmup):
+    def agree(flag):  # every rank stops after the same step: any rank's flag decides
+        t = torch.tensor([float(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item() > 0
+
+    t0, i = time.perf_counter(), -1
+    for i in range(args.warmup):  # a step slower than a third of the cap needs no more warm-up
+        t = time.perf_counter()
         step()
-    warm = time.perf_counter() - t0
+        if i >= args.compile and agree(time.perf_counter() - t > args.max_seconds / 3):
+            break
+    warm_steps, warm = i + 1, time.perf_counter() - t0
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(args.steps):
+    done = 0
+    while done < args.steps:
         loss = step()
+        done += 1
+        if agree(time.perf_counter() - t0 > args.max_seconds):
+            break
     dist.barrier()
     dt = time.perf_counter() - t0
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
@@ -127,10 +144,16 @@ def run(args, rank, world):
         blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
         print("%s_blas: %s" % (name, blas.group(1) if blas else "unknown"))
         print("%s_cpu_capability: %s" % (name, torch.backends.cpu.get_cpu_capability()))
-        print("%s_warmup: %.1f s (%d steps, compilation included)" % (name, warm, args.warmup))
+        if args.bf16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            print("%s_note: oneDNN has no bf16 on this CPU (it needs AVX-512): autocast's bf16"
+                  " matrix products run in ATen's reference kernels" % name)
+        print("%s_warmup: %.1f s (%d steps%s)" % (name, warm, warm_steps,
+                                                 ", compilation included" if args.compile else ""))
         print("%s_loss: %.4f" % (name, loss.item()))
-        print("%s_step: %.2f ms" % (name, dt / args.steps * 1e3))
-        print("%s_tokens_per_s: %.0f tokens/s" % (name, args.batch * T * args.steps / dt))
+        print("%s_timed_steps: %d of %d%s" % (name, done, args.steps, "" if done == args.steps
+                                               else " (stopped at --max-seconds %g)" % args.max_seconds))
+        print("%s_step: %.2f ms" % (name, dt / done * 1e3))
+        print("%s_tokens_per_s: %.0f tokens/s" % (name, args.batch * T * done / dt))
         print("%s_maxrss_per_rank: %s MiB" % (name, " ".join("%.0f" % r.item() for r in all_rss)))
         print("%s_maxrss_max: %.0f MiB" % (name, max(r.item() for r in all_rss)))
 
