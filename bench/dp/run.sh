@@ -26,11 +26,13 @@
 #                             [--no-peer] [--long]
 # --long: 30 training steps and 20 collective repetitions instead of 8 and 10.
 #
-# The peer's search, restricted to keep a whole run near 20 minutes on 2 cores (of which
-# PyTorch about 12, compilations included: inductor's first compile of each graph takes about
-# a minute here, later ones hit its cache): torch.compile only at the best eager thread
-# count; 1 rank runs DDP only (ZeRO-1 and FSDP partition nothing over one rank, as Troupe's
-# 1-rank runs are stage 0 only); FSDP1 only if FSDP2 fails. PyPI's torch does its matrix
+# The peer's search, restricted to keep a whole run near 20 minutes on 2 cores: torch.compile
+# only at the best eager thread count, and on 4 ranks (2 per core, the 2-rank program on
+# smaller shards) only where it beat eager on 2 ranks; 1 rank runs DDP only (ZeRO-1 and FSDP
+# partition nothing over one rank, as Troupe's 1-rank runs are stage 0 only); FSDP1 only if
+# FSDP2 fails. Inductor's first compilation of each graph (per mode, precision and rank
+# count; ZeRO-1 reuses DDP's) takes minutes on 2 cores; its cache (/tmp/torchinductor_$USER)
+# makes a second run of the bench much shorter. PyPI's torch does its matrix
 # products with MKL and oneDNN (the `torch_*_blas` line), not OpenBLAS, so no OpenBLAS setting
 # is searched; ATEN_CPU_CAPABILITY is torch's choice (the `torch_*_cpu_capability` line)
 # unless set in the environment, which is passed on. A configuration whose timed steps pass
@@ -169,11 +171,15 @@ peer_once() { # n threads prec mode compile(0|1)
 # The peer's best in one mode and precision: each configuration's line, the best's lines, and
 # theirs="tokens/s rss_MiB" (empty, with $perr, when no configuration ran).
 peer_best() { # n prec mode
-    local n=$1 prec=$2 mode=$3 th comp cfg tps best=0 best_th="" variants=("$3") v errs=""
+    local n=$1 prec=$2 mode=$3 th comp cfg tps best=0 best_th="" best_comp=0 variants=("$3") v errs=""
     local name=torch_${n}r_${mode}_${prec}
     [ "$mode" = fsdp ] && variants=(fsdp2 fsdp1)
     theirs=""
     for comp in 0 1; do
+        if [ "$comp" -eq 1 ] && [ "$n" -gt 2 ] && [ -e "$tmp/eager_won_${mode}_${prec}" ]; then
+            echo "${name}_config: ${variants[0]} torch_threads=$best_th torch.compile: not tried (slower than eager on 2 ranks)"
+            break
+        fi
         for th in $( [ "$comp" -eq 1 ] && echo "$best_th" ||
                      seq 1 "$(threads_per_rank "$n")" | sed -n '1p;$p' | sort -u); do
             for v in "${variants[@]}"; do
@@ -185,7 +191,7 @@ peer_best() { # n prec mode
                         's/^torch_.*_warmup: //p' "$tmp/pout"); timed steps $(sed -n \
                         's/^torch_.*_timed_steps: //p' "$tmp/pout"))"
                     if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
-                        best=$tps best_th=$th
+                        best=$tps best_th=$th best_comp=$comp
                         sed "s/^torch_[a-z0-9]*_[a-z0-9]*_/${name}_/" "$tmp/pout" > "$tmp/pbest"
                         echo "${name}_best_config: $cfg" >> "$tmp/pbest"
                     fi
@@ -197,6 +203,7 @@ peer_best() { # n prec mode
             [ -n "$best_th" ] || { perr=$errs; return 0; } # eager failed: compile is not tried
         done
     done
+    [ "$n" -ne 2 ] || [ "$best_comp" -eq 1 ] || touch "$tmp/eager_won_${mode}_${prec}"
     cat "$tmp/pbest"
     theirs="$best $(sed -n 's/^torch_.*_maxrss_max: \([0-9.]*\).*/\1/p' "$tmp/pbest")"
 }
