@@ -12,7 +12,8 @@
 #                    best, the `make peers` environment, skipped without it; bench-demo-bf16:
 #                    the demo's training in fp32 and in bf16,
 #                    their validation losses; bench-dp: data-parallel training and collectives against MPI and
-#                    PyTorch DDP; bench-nvme: the aio engine against fio on the same file, then
+#                    PyTorch 2's DDP, ZeRO-1 and FSDP (the `make peers` environment; skipped
+#                    without it); bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
 #   make peers       the benchmark peers' Python environment: pinned PyTorch 2 and DeepSpeed 0.19
 #                    from the Python index, in ~/.cache/troupe/peers (TROUPE_PEERS_DIR), kept
@@ -154,10 +155,12 @@ bench-engine: build
 	./build/bench/engine/bench_engine $(BENCH_ARGS)
 
 # Data parallelism: the comm actor against bare MPI collectives, then `troupe train` on 1, 2
-# and 4 ranks x ZeRO 0/1/2 x overlap_comm beside PyTorch DDP and ZeRO-1 (bench/dp/run.sh; a
-# few minutes; BENCH_ARGS="--long" for longer runs). python3-torch is installed if missing.
+# and 4 ranks x ZeRO 0/1/2 x overlap_comm beside PyTorch 2's DDP, ZeroRedundancyOptimizer and
+# FSDP, each at its best of threads x eager/torch.compile (bench/dp/run.sh; about 20 minutes
+# on 2 cores; BENCH_ARGS="--long" for longer runs, "--no-peer" without PyTorch). PyTorch 2 is
+# the venv of bench/peers/setup.sh (`make peers`), which run.sh calls: without it, one line
+# says why and Troupe's figures print alone.
 bench-dp: build
-	@scripts/install-deps.sh python3-torch || echo "bench-dp: python3-torch could not be installed; the PyTorch peer will be skipped"
 	$(CMAKE) --build build -j $(JOBS) --target bench-dp-all
 	bench/dp/run.sh build $(BENCH_ARGS)
 

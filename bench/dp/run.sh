@@ -5,24 +5,45 @@
 #  2. training: `troupe train` on the kernels benchmark's GPT-2 (V=8192, T=128, C=384, L=6,
 #     NH=6; bench/kernels/bench_gpt2_step.c), global batch 8 sequences split over the ranks,
 #     on 1, 2 and 4 ranks x ZeRO stage 0/1/2 x overlap_comm on/off (1 rank: stage 0 only,
-#     since nothing is partitioned or communicated there): tokens/s in steady state
-#     (DeepSpeed's RunningAvgSamplesPerSec, which leaves out the first two steps, x T), the
-#     engine's memory per rank (its start-up line), peak RSS per rank, and the fraction of
-#     communication hidden behind compute (`troupe trace summary` on the last steps);
-#  3. the peer: PyTorch DDP (gloo) and ZeroRedundancyOptimizer on the same model, batch and
-#     ranks, fp32 and bf16 autocast (bench/peers/torch_ddp.py), each at its best thread
-#     setting, then our tokens/s over theirs in the same precision (Troupe's bf16 runs: ZeRO 0
-#     and 1, the stages the peer's two modes compare with).
+#     since nothing is partitioned or communicated there), fp32 and bf16: tokens/s in steady
+#     state (DeepSpeed's RunningAvgSamplesPerSec, which leaves out the first two steps, x T),
+#     the engine's memory per rank (its start-up line), peak RSS per rank, and the fraction
+#     of communication hidden behind compute (`troupe trace summary` on the last steps);
+#  3. the peer: PyTorch 2 (the venv of bench/peers/setup.sh, `make peers`; without it one line
+#     `peer: skipped: <why>` and Troupe's figures alone) on the same model, batch and ranks
+#     (bench/peers/torch_ddp.py), in three modes over gloo: DDP, ZeroRedundancyOptimizer
+#     (ZeRO-1) and FSDP full shard (FSDP2 fully_shard; FSDP1 if FSDP2 fails; both failing,
+#     their errors in one line). Each mode and precision (fp32, bf16 autocast) at its best
+#     configuration: torch threads 1 or the rank's cores, eager, then torch.compile
+#     (inductor) at the best eager thread count. Then per mode Troupe's tokens/s over the
+#     peer's in the same precision, and Troupe's peak RSS per rank over the peer's (largest
+#     rank each side), Troupe's run being its fastest at the stage the mode compares with:
+#     DDP vs ZeRO 0, ZeRO-1 vs ZeRO 1, FSDP (ZeRO-3) vs the best of ZeRO 0-2 (Troupe's
+#     stage 3 runs as 2 for now). A configuration the peer refuses prints its error in one
+#     line; torch.compile's compilation falls in warm-up steps, untimed.
 #
 #   bench/dp/run.sh BUILD_DIR [--steps N] [--ranks "1 2 4"] [--sizes 1,4,16,64] [--reps R]
 #                             [--no-peer] [--long]
 # --long: 30 training steps and 20 collective repetitions instead of 8 and 10.
 #
+# The peer's search, restricted to keep a whole run near 20 minutes on 2 cores: torch.compile
+# only at the best eager thread count, and on 4 ranks (2 per core, the 2-rank program on
+# smaller shards) only where it beat eager on 2 ranks; 1 rank runs DDP only (ZeRO-1 and FSDP
+# partition nothing over one rank, as Troupe's 1-rank runs are stage 0 only); FSDP1 only if
+# FSDP2 fails. Inductor's first compilation of each graph (per mode, precision and rank
+# count; ZeRO-1 reuses DDP's) takes minutes on 2 cores; its cache (/tmp/torchinductor_$USER)
+# makes a second run of the bench much shorter. PyPI's torch does its matrix
+# products with MKL and oneDNN (the `torch_*_blas` line), not OpenBLAS, so no OpenBLAS setting
+# is searched; ATEN_CPU_CAPABILITY is torch's choice (the `torch_*_cpu_capability` line)
+# unless set in the environment, which is passed on. A configuration whose timed steps pass
+# 30 s is timed on fewer steps (torch_ddp.py --max-seconds; its config line says so): where
+# oneDNN has no bf16 (CPUs without AVX-512) autocast's bf16 runs 10-20x slower than fp32.
+#
 # Placement: ranks get cores / ranks threads each, at least one, by the launcher's binding
 # (one rank: unbound, both cores; two: one core each; four: two per core, oversubscribed);
-# Troupe's compute budget follows the affinity mask (docs/threads.md) and PyTorch is given
-# the same count. Bucket size: 6553600 elements (25 MiB, DDP's default bucket_cap_mb) for
-# both. Runs as root in CI, hence OMPI_ALLOW_RUN_AS_ROOT.
+# Troupe's compute budget follows the affinity mask (docs/threads.md). Bucket size: 6553600
+# elements (25 MiB, DDP's default bucket_cap_mb) for both. Runs as root in CI, hence
+# OMPI_ALLOW_RUN_AS_ROOT.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [--steps N] [--ranks LIST] [--sizes LIST] [--reps R] [--no-peer] [--long]}" && pwd)
 shift
@@ -103,74 +124,123 @@ r = [x for x in r if x is not None]
 print("%.1f" % (100 * sum(r) / len(r)) if r else "n/a")')
     echo "${tag}_tokens_per_s: $tps tokens/s"
     echo "${tag}_engine_memory_per_rank: $mem MiB"
-    echo "${tag}_maxrss_per_rank: $(awk -v k="$rss" 'BEGIN { printf "%.0f", k / 1024 }') MiB"
+    rss=$(awk -v k="$rss" 'BEGIN { printf "%.0f", k / 1024 }')
+    echo "${tag}_maxrss_per_rank: $rss MiB"
     echo "${tag}_comm_hidden: $hidden %"
-    echo "$tps" > "$tmp/tps_${prec}_${n}_${stage}_${ov}"
+    echo "$tps $rss stage $stage, overlap_comm $ov" > "$tmp/run_${prec}_${n}_${stage}_${ov}"
     grep -h "warning" "$tmp/err" | sed 's|^troupe: warning: ||; s|^[^ ]*ds.json: ||' | sort -u |
         sed "s/^/${tag}_note: /" | head -3 || true
 }
 
 # --- 3. the peer -----------------------------------------------------------------------------
-best_ours() { # prec n stage: the better of overlap_comm off and on
-    cat "$tmp/tps_${1}_${2}_${3}_"* 2>/dev/null | sort -n | tail -1
+best_ours() { # prec n stage...: "tokens/s rss_MiB stage S, overlap_comm O" of the fastest run
+    local prec=$1 n=$2 s
+    shift 2
+    for s in "$@"; do cat "$tmp/run_${prec}_${n}_${s}_"* 2>/dev/null || true; done | sort -n | tail -1
 }
-if [ "$peer" -eq 1 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    echo "peer: skipped: PyTorch is not installed for /usr/bin/python3 (make bench-dp installs" \
-         "Debian's python3-torch; or scripts/install-deps.sh python3-torch)"
-    peer=0
+if [ "$peer" -eq 1 ]; then
+    if py=$("$here/../peers/setup.sh" --python 2> "$tmp/setup.err"); then
+        case $py in /*) ;; *) py=$PWD/$py ;; esac # mpirun gets an absolute path
+        echo "peer: $(sed -n 's/^peers: ready: //p' "$tmp/setup.err" | tail -1)"
+    else
+        echo "peer: skipped: $(sed -n 's/^peers: skipped: //p' "$tmp/setup.err" | tail -1 |
+            grep . || tail -1 "$tmp/setup.err")"
+        peer=0
+    fi
 fi
-core=$("$build/bench/dp/bench_collectives" --blas-info | sed -n 's/^blas_best_core: //p')
-# ATen's widest kernels this CPU runs (torch 1.13: avx512 measured faster than avx2 here);
-# ATEN_CPU_CAPABILITY in the environment overrides.
-cap=${ATEN_CPU_CAPABILITY:-$(grep -qw avx512f /proc/cpuinfo && echo avx512 || echo avx2)}
 port=29517
-# The peer on n ranks at its best: each precision and mode under every thread setting a
-# PyTorch user could pick (torch threads 1 or as many as the rank's cores; OpenBLAS's threads
-# matched to torch's or unset), the best kept and printed, then our tokens/s over it (Troupe's
-# run in the same precision).
-peer_once() { # n th obt prec mode: the peer's output
-    local n=$1 th=$2 obt=$3 prec=$4 mode=$5 flags fwd=(-x OPENBLAS_CORETYPE -x OMP_NUM_THREADS)
+# One run of the peer on n ranks: its output in $tmp/pout, or its error in one line in $perr.
+peer_once() { # n threads prec mode compile(0|1)
+    local n=$1 th=$2 prec=$3 mode=$4 comp=$5 flags fwd=(-x PATH -x OMP_NUM_THREADS) rc=0
     port=$((port + 1))
-    flags=(--threads "$th" --steps $((steps - 2)) --warmup 2 --batch $batch --port $port)
+    flags=(--mode "$mode" --threads "$th" --steps $((steps - 2)) --batch $batch --port $port)
     [ "$prec" = bf16 ] && flags+=(--bf16)
-    [ "$mode" = zero1 ] && flags+=(--zero)
-    [ -n "$obt" ] && fwd+=(-x OPENBLAS_NUM_THREADS)
-    ( export OPENBLAS_CORETYPE=$core OMP_NUM_THREADS=$th ATEN_CPU_CAPABILITY=$cap
-      if [ -n "$obt" ]; then export OPENBLAS_NUM_THREADS=$obt; else unset OPENBLAS_NUM_THREADS; fi
-      launch "$n" "${fwd[@]}" -x ATEN_CPU_CAPABILITY \
-          /usr/bin/python3 "$here/../peers/torch_ddp.py" "${flags[@]}" 2> "$tmp/perr" ) ||
-        { cat "$tmp/perr" >&2; echo "run.sh: torch $mode $prec on $n ranks failed" >&2; exit 1; }
+    [ "$comp" -eq 1 ] && flags+=(--compile --warmup 3) || flags+=(--warmup 2)
+    [ -n "${ATEN_CPU_CAPABILITY:-}" ] && fwd+=(-x ATEN_CPU_CAPABILITY)
+    ( export PATH=$(dirname "$py"):$PATH OMP_NUM_THREADS=$th # inductor's compiler calls too
+      launch "$n" --timeout 900 "${fwd[@]}" "$py" "$here/../peers/torch_ddp.py" "${flags[@]}" ) \
+        > "$tmp/pout" 2> "$tmp/perr" || rc=$?
+    perr=""
+    [ "$rc" -eq 0 ] && grep -q '_tokens_per_s:' "$tmp/pout" && return 0
+    perr=$(sed -n 's/^torch_error: //p' "$tmp/pout" | head -1)
+    [ -n "$perr" ] || perr=$(grep -E '^[A-Za-z.]*(Error|Exception)' "$tmp/perr" | tail -1)
+    [ -n "$perr" ] || perr=$(grep -q 'time limit' "$tmp/perr" && echo "timed out after 900 s" ||
+        echo "exit status $rc: $(grep . "$tmp/perr" | tail -1)")
+    return 1
+}
+# The peer's best in one mode and precision: each configuration's line, the best's lines, and
+# theirs="tokens/s rss_MiB" (empty, with $perr, when no configuration ran).
+peer_best() { # n prec mode
+    local n=$1 prec=$2 mode=$3 th comp cfg tps best=0 best_th="" best_comp=0 variants=("$3") v errs=""
+    local name=torch_${n}r_${mode}_${prec}
+    [ "$mode" = fsdp ] && variants=(fsdp2 fsdp1)
+    theirs=""
+    for comp in 0 1; do
+        if [ "$comp" -eq 1 ] && [ "$n" -gt 2 ] && [ -e "$tmp/eager_won_${mode}_${prec}" ]; then
+            echo "${name}_config: ${variants[0]} torch_threads=$best_th torch.compile: not tried (slower than eager on 2 ranks)"
+            break
+        fi
+        for th in $( [ "$comp" -eq 1 ] && echo "$best_th" ||
+                     seq 1 "$(threads_per_rank "$n")" | sed -n '1p;$p' | sort -u); do
+            for v in "${variants[@]}"; do
+                cfg="$v torch_threads=$th $([ "$comp" -eq 1 ] && echo torch.compile || echo eager)"
+                if peer_once "$n" "$th" "$prec" "$v" "$comp"; then
+                    variants=("$v") # FSDP: the variant that ran, for the other configurations
+                    tps=$(sed -n 's/^torch_.*_tokens_per_s: \([0-9.]*\).*/\1/p' "$tmp/pout")
+                    echo "${name}_config: $cfg: $tps tokens/s (warm-up $(sed -n \
+                        's/^torch_.*_warmup: //p' "$tmp/pout"); timed steps $(sed -n \
+                        's/^torch_.*_timed_steps: //p' "$tmp/pout"))"
+                    if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+                        best=$tps best_th=$th best_comp=$comp
+                        sed "s/^torch_[a-z0-9]*_[a-z0-9]*_/${name}_/" "$tmp/pout" > "$tmp/pbest"
+                        echo "${name}_best_config: $cfg" >> "$tmp/pbest"
+                    fi
+                    break
+                fi
+                echo "${name}_config: $cfg: failed: $perr"
+                errs+="${errs:+; }$v: $perr"
+            done
+            [ -n "$best_th" ] || { perr=$errs; return 0; } # eager failed: compile is not tried
+        done
+    done
+    [ "$n" -ne 2 ] || [ "$best_comp" -eq 1 ] || touch "$tmp/eager_won_${mode}_${prec}"
+    cat "$tmp/pbest"
+    theirs="$best $(sed -n 's/^torch_.*_maxrss_max: \([0-9.]*\).*/\1/p' "$tmp/pbest")"
+}
+# Troupe over the peer, one mode and precision: tokens/s and peak RSS.
+ratios() { # n prec mode line-name-stem note ours...
+    local n=$1 prec=$2 mode=$3 stem=$4 note=$5 ours tps rss why
+    ours=$6
+    [ -n "$ours" ] || return 0
+    if [ -z "$theirs" ]; then
+        echo "${stem}_vs_torch_${mode}_${prec}_tokens_per_s: failed: $perr"
+        return 0
+    fi
+    read -r tps rss <<<"$theirs"
+    why="target >= 1.5: met"
+    awk -v a="${ours%% *}" -v b="$tps" 'BEGIN { exit !(a / b < 1.5) }' && why="target >= 1.5: NOT met"
+    [ "$prec" = bf16 ] && ! grep -qw avx512_bf16 /proc/cpuinfo &&
+        why="bf16 emulated on both sides: no AVX512-BF16 here"
+    set -- $ours # tokens/s rss_MiB stage S, overlap_comm O
+    echo "${stem}_vs_torch_${mode}_${prec}_tokens_per_s: $(awk -v a="$1" -v b="$tps" \
+        'BEGIN { printf "%.2f", a / b }') x ($1 / $tps tokens/s; same precision; Troupe's ${*:3}$note; $why)"
+    echo "${stem}_vs_torch_${mode}_${prec}_peak_rss: $(awk -v a="$2" -v b="$rss" \
+        'BEGIN { printf "%.2f", a / b }') x ($2 / $rss MiB, largest rank each side)"
 }
 peer_runs() {
-    local n=$1 cores_each prec mode out theirs stage ours best best_out best_cfg th obt tps
-    cores_each=$(threads_per_rank "$n")
-    echo "== PyTorch, $n rank(s), $cores_each core(s) each, OPENBLAS_CORETYPE=$core, ATEN_CPU_CAPABILITY=$cap"
+    local n=$1 prec mode modes=(ddp zero1 fsdp)
+    [ "$n" -eq 1 ] && modes=(ddp)
+    echo "== PyTorch 2, $n rank(s), $(threads_per_rank "$n") core(s) each"
     for prec in fp32 bf16; do
-        for mode in ddp zero1; do
-            best=0 best_out="" best_cfg=""
-            for th in $(seq 1 "$cores_each" | sed -n '1p;$p' | sort -u); do
-                for obt in "$th" ""; do
-                    out=$(peer_once "$n" "$th" "$obt" "$prec" "$mode")
-                    tps=$(sed -n 's/^torch_.*_tokens_per_s: \([0-9.]*\).*/\1/p' <<<"$out")
-                    echo "torch_${n}r_${mode}_${prec}_config: torch_threads=$th openblas_num_threads=${obt:-unset}: $tps tokens/s"
-                    if awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then
-                        best=$tps best_out=$out best_cfg="torch_threads=$th openblas_num_threads=${obt:-unset}"
-                    fi
-                done
-            done
-            echo "$best_out" | sed "s/^torch_/torch_${n}r_/"
-            echo "torch_${n}r_${mode}_${prec}_best_config: $best_cfg"
-            theirs=$best
-            stage=$([ $mode = ddp ] || [ "$n" -eq 1 ] && echo 0 || echo 1) # 1 rank: stage 0 only
-            ours=$(best_ours "$prec" "$n" "$stage")
-            [ -n "$ours" ] || continue
-            why="(same precision; target >= 1.5: met)"
-            awk -v a="$ours" -v b="$theirs" 'BEGIN { exit !(a / b < 1.5) }' &&
-                why="(same precision; target >= 1.5: NOT met)"
-            [ $prec = bf16 ] && ! grep -qw avx512_bf16 /proc/cpuinfo &&
-                why="(same precision; bf16 emulated on both sides: no AVX512-BF16 here)"
-            echo "dp_${n}r_stage${stage}_vs_torch_${mode}_${prec}: $(awk -v a="$ours" -v b="$theirs" \
-                'BEGIN { printf "%.2f", a / b }') x $why"
+        for mode in "${modes[@]}"; do
+            peer_best "$n" "$prec" "$mode"
+            case $mode in
+                ddp) ratios "$n" "$prec" ddp "dp_${n}r_stage0" "" "$(best_ours "$prec" "$n" 0)" ;;
+                zero1) ratios "$n" "$prec" zero1 "dp_${n}r_stage1" "" "$(best_ours "$prec" "$n" 1)" ;;
+                fsdp) ratios "$n" "$prec" fsdp "dp_${n}r_best_stage0to2" \
+                    " (the best of ZeRO 0-2: FSDP's full shard is ZeRO-3, which Troupe runs as stage 2 for now)" \
+                    "$(best_ours "$prec" "$n" 0 1 2)" ;;
+            esac
         done
     done
 }
@@ -188,7 +258,7 @@ for n in $ranks; do
     for stage in 0 1 2; do
         for ov in false true; do train_run "$n" "$stage" "$ov"; done
     done
-    for stage in 0 1; do # the stages the peer's DDP and ZeroRedundancyOptimizer compare with
+    for stage in 0 1 2; do # DDP, ZeroRedundancyOptimizer and FSDP compare with these
         for ov in false true; do train_run "$n" "$stage" "$ov" bf16; done
     done
     [ "$peer" -eq 0 ] || peer_runs "$n"
