@@ -19,7 +19,9 @@ otherwise; the optimizers get Troupe's weight-decay groups (matrices only).
 Per configuration it prints the largest relative difference of the per-step losses
 |troupe - deepspeed| / |deepspeed| and the step where it occurs, the same for the learning
 rate after each step, the first step whose learning rate (as used) or betas differ, and for
-fp16 whether the skipped steps and loss scales agree; `ok` when
+fp16 whether the skipped steps and loss scales agree (where DeepSpeed refuses fp16, as its CPU
+accelerator does without AVX512-FP16/AMX-FP16, its own loss scaler class is fed the overflows
+of Troupe's run and the scales compared: deepspeed/scaler_ds.py); `ok` when
 the loss stays within the row's tolerance (fp32 2e-4), `DIFF` when not, `KNOWN` when not for a
 difference docs/config.md records as kept on purpose (the row says which; a companion row
 without it must be `ok`). A side that fails shows its error in one line instead. Then `name: value unit` lines.
@@ -37,10 +39,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
-from peerlib import header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
+from peerlib import HERE, header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
 
 DIMS = ["--vocab", "256", "--context", "64", "--channels", "64", "--layers", "2", "--heads", "4"]
 MICRO = 4  # sequences per rank per micro-step
@@ -157,6 +160,23 @@ def deepspeed_side(py, c, cfg_path, init, data, steps, port):
     return out
 
 
+def scaler_check(py, cfg_path, t):
+    """Where DeepSpeed refuses fp16: its own loss scaler (deepspeed/scaler_ds.py) fed the
+    overflows of Troupe's run, its scales against Troupe's; one phrase for the row."""
+    flags = ["1" if k > (t["skipped"][i - 1] if i else 0) else "0" for i, k in enumerate(t["skipped"])]
+    p = subprocess.run([py, os.path.join(HERE, "deepspeed", "scaler_ds.py"), "--config", cfg_path,
+                        "--overflows", ",".join(flags)], capture_output=True, text=True,
+                       env=dict(os.environ, DS_ACCELERATOR="cpu"), timeout=300)
+    scales = [float(x) for x in re.findall(r"^ds_scale: \d+ (\S+)$", p.stdout, re.M)]
+    if p.returncode != 0 or len(scales) != len(flags):
+        return "DeepSpeed's loss scaler failed: " + last_error(p)
+    same = [float(x) for x in t["scale"]] == scales
+    c = flags.count("1")
+    return ("DeepSpeed's own DynamicLossScaler fed Troupe's %d overflow step%s: scales %s (%s)"
+            % (c, "" if c == 1 else "s", "same" if same else "DIFFER",
+               ", ".join("%g" % x for x in scales[:8]) + (", ..." if len(scales) > 8 else "")))
+
+
 def max_rel(a, b):
     """(largest |a-b|/|b|, 1-based step) over the common steps."""
     best, at = -1.0, 0
@@ -171,7 +191,7 @@ def compare(c, t, d, steps):
     if "error" in t:
         return "troupe failed: " + t["error"]
     if "error" in d:
-        return "deepspeed failed: " + d["error"]
+        return "deepspeed failed: " + d["error"] + ("; " + d["scaler"] if "scaler" in d else "")
     if len(t["loss"]) != steps:
         return "troupe wrote %d of %d losses" % (len(t["loss"]), steps)
     rel, at = max_rel(t["loss"], d["loss"])
@@ -249,6 +269,8 @@ def main():
             shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
             port += 1
             d = deepspeed_side(py, c, cfg_path, init, data, args.steps, port)
+            if "error" in d and "error" not in t and c["cfg"].get("fp16", {}).get("enabled"):
+                d["scaler"] = scaler_check(py, cfg_path, t)
             shutil.rmtree(os.path.join(work, "csv"), ignore_errors=True)
             print("%-20s %5d  %s" % (c["name"], c["ranks"], compare(c, t, d, args.steps)), flush=True)
             if args.verbose:

@@ -81,7 +81,11 @@ static void good_step(tr_loss_scaler_t *s)
     const tr_loss_scaler_opts_t *o = &s->opts;
     s->message[0] = '\0';
     if (o->consecutive_hysteresis) s->cur_hysteresis = o->hysteresis;
-    if ((s->cur_iter - s->last_overflow_iter) % o->loss_scale_window == 0) {
+    /* DeepSpeed 0.19's stable interval: the good steps before this one since the last
+     * overflow (runtime/fp16/loss_scaler.py:282-283), so the first doubling comes at the
+     * window + 1st good step, the next ones every window steps */
+    int64_t stable = s->cur_iter - s->last_overflow_iter - 1;
+    if (stable > 0 && stable % o->loss_scale_window == 0) {
         if (!o->consecutive_hysteresis) s->cur_hysteresis = o->hysteresis;
         s->cur_scale *= SCALE_FACTOR;
     }

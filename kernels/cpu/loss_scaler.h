@@ -8,10 +8,12 @@
  *   overflow, hysteresis left:  cur_hysteresis −= 1; skip the step
  *   (either overflow: the window restarts at this iteration)
  *   no overflow: if consecutive_hysteresis, cur_hysteresis = hysteresis;
- *       if (iter − last_overflow_iter) % loss_scale_window == 0: refill cur_hysteresis
+ *       stable = iter − last_overflow_iter − 1 (the good steps before this one);
+ *       if stable > 0 and stable % loss_scale_window == 0: refill cur_hysteresis
  *       (when not consecutive) and scale *= 2
  *   iter += 1
- * which is DeepSpeed's DynamicLossScaler.update_scale, branch for branch.
+ * which is DeepSpeed 0.19's DynamicLossScaler.update_scale, branch for branch: the scale
+ * first doubles at the window + 1st step without overflow, then every window steps.
  */
 #ifndef TR_KERNELS_CPU_LOSS_SCALER_H
 #define TR_KERNELS_CPU_LOSS_SCALER_H

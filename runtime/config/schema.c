@@ -245,7 +245,8 @@ static const tr__cfg_key_t fp16_keys[] = {
     ACT(INT("initial_scale_power", fp16.initial_scale_power, 16, 0, 63,
             "dynamic scaling starts at 2^power")),
     ACT(INT("loss_scale_window", fp16.loss_scale_window, 1000, -IMAX - 1, IMAX,
-            "steps without overflow before the scale grows (> 0 when dynamic)")),
+            "the scale doubles at the window + 1st step without overflow, then every window steps, "
+            "as in DeepSpeed 0.19 (> 0 when dynamic)")),
     ACT(INT("hysteresis", fp16.hysteresis, 2, -IMAX - 1, IMAX,
             "overflows tolerated before shrinking (>= 1 when dynamic)")),
     ACT(BOOL("consecutive_hysteresis", fp16.consecutive_hysteresis, 0,
