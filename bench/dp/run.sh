@@ -115,7 +115,7 @@ JSON
     sps=$(sed -n 's/.*RunningAvgSamplesPerSec=\([0-9.e+-]*\),.*/\1/p' "$tmp/out" | tail -1)
     tps=$(awk -v s="$sps" -v t=$T 'BEGIN { printf "%.0f", s * t }')
     mem=$(sed -n 's/.*engine: memory on rank .*; total \([0-9.]*\) MiB.*/\1/p' "$tmp/err" | sort -n | tail -1)
-    rss=$(sed -n 's/^maxrss_kb: //p' "$tmp/err" | sort -n | tail -1)
+    rss=$(sed -n 's/.*maxrss_kb: \([0-9]*\).*/\1/p' "$tmp/err" | sort -n | tail -1) # a rank's line can follow another's unfinished one
     hidden=n/a # one rank communicates nothing: its comm lane holds only local no-ops
     [ "$n" -eq 1 ] || hidden=$("$build/troupe" trace summary "$tmp/trace" --json | python3 -c '
 import json, sys

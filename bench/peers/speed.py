@@ -89,9 +89,14 @@ def troupe_side(build, c, cfg_path, init, data, steps):
                                                  "--val-batches", "1"],
                    bind=True, wrap=["/usr/bin/time", "-f", "maxrss_kb: %M"])
     sps = re.findall(r"RunningAvgSamplesPerSec=([0-9.eE+-]+),", p.stdout + p.stderr)
-    rss = [int(k) for k in re.findall(r"^maxrss_kb: (\d+)$", p.stderr, re.M)]
-    if p.returncode != 0 or not sps or len(rss) != c["ranks"]:
+    # not anchored: mpirun forwards each rank's stderr as it comes, so a rank's line can follow
+    # another's unfinished one
+    rss = [int(k) for k in re.findall(r"maxrss_kb: (\d+)", p.stderr)]
+    if p.returncode != 0:
         return {"error": last_error(p)}
+    if not sps or len(rss) != c["ranks"]:
+        return {"error": "exit 0, but %s" % ("no RunningAvgSamplesPerSec line" if not sps else
+                                             "%d of %d ranks' peak RSS lines" % (len(rss), c["ranks"]))}
     return {"tps": float(sps[-1]) * T, "rss": max(rss) / 1024.0}
 
 
