@@ -32,7 +32,6 @@ line and prints no table.
 `make bench-peers` runs it (bench/peers/run.sh), then speed.py; what the two share (the
 environment, the header, the initial checkpoint, launching each side) is in peerlib.py.
 """
-import argparse
 import copy
 import csv
 import json
@@ -43,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 
-from peerlib import HERE, header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
+from peerlib import HERE, arguments, chosen, header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
 
 DIMS = ["--vocab", "256", "--context", "64", "--channels", "64", "--layers", "2", "--heads", "4"]
 MICRO = 4  # sequences per rank per micro-step
@@ -223,21 +222,12 @@ def compare(c, t, d, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("build")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="", help="comma-separated config names")
-    ap.add_argument("--list", action="store_true", help="print the config names and exit")
-    ap.add_argument("--keep", action="store_true", help="keep the work folder and print it")
+    ap = arguments(__doc__, 20)
     ap.add_argument("--verbose", action="store_true", help="per-step losses of both sides")
     args = ap.parse_args()
-    rows = configs()
-    if args.list:
-        print("\n".join(c["name"] for c in rows))
+    rows = chosen(args, configs())
+    if rows is None:
         return 0
-    if args.only:
-        names = args.only.split(",")
-        rows = [c for c in rows if c["name"] in names]
     build = os.path.abspath(args.build)
     data = os.path.join(build, "demo-data", "text_train.bin")
     py, why, rc = peer_python()

@@ -1,6 +1,7 @@
 """What the DeepSpeed benches (equivalence.py, speed.py) share: the peer's environment, the
 header, the initial checkpoint, and launching `troupe train` and DeepSpeed's train_ds.py."""
 import json
+import argparse
 import os
 import signal
 import subprocess
@@ -105,3 +106,24 @@ def last_error(p):
     lines = [l for l in (p.stderr + p.stdout).splitlines() if l.strip()]
     errs = [l for l in lines if "Error" in l or "error" in l]
     return one_line((mine or errs or lines or ["exit %d" % p.returncode])[-1])
+
+
+def arguments(doc, steps):
+    """The options both tables take (BUILD_DIR, --steps, --only, --list, --keep); a table adds
+    its own to the parser returned."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("build")
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--only", default="", help="comma-separated row names")
+    ap.add_argument("--list", action="store_true", help="print the row names and exit")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder and print it")
+    return ap
+
+
+def chosen(args, rows):
+    """The rows --only names (all without it); None after --list printed every name."""
+    if args.list:
+        print("\n".join(c["name"] for c in rows))
+        return None
+    names = args.only.split(",") if args.only else None
+    return [c for c in rows if names is None or c["name"] in names]

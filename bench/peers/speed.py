@@ -32,7 +32,6 @@ peak_rss (troupe / deepspeed)); a side that fails prints `speed_ROW_SIDE_error: 
 instead. Then the table. Without the peer environment (bench/peers/setup.sh exits 3) it says
 why in one line and prints Troupe's figures alone.
 """
-import argparse
 import copy
 import json
 import os
@@ -42,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from peerlib import header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
+from peerlib import arguments, chosen, header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
 
 DIMS = ["--vocab", "8192", "--context", "128", "--channels", "384", "--layers", "6", "--heads", "6"]
 T, BATCH, BUCKET = 128, 8, 6553600
@@ -122,21 +121,13 @@ def deepspeed_side(py, c, cfg_path, init, data, steps, port):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("build")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--only", default="", help="comma-separated row names")
-    ap.add_argument("--list", action="store_true", help="print the row names and exit")
-    ap.add_argument("--keep", action="store_true", help="keep the work folder and print it")
+    ap = arguments(__doc__, 10)
     args = ap.parse_args()
-    rows = configs()
-    if args.list:
-        print("\n".join(c["name"] for c in rows))
+    rows = chosen(args, configs())
+    if rows is None:
         return 0
     if args.steps < 3:
         ap.error("--steps must be 3 or more (tokens/s over steps 3..N)")
-    if args.only:
-        rows = [c for c in rows if c["name"] in args.only.split(",")]
     build = os.path.abspath(args.build)
     data = os.path.join(build, "demo-data", "text_train.bin")
     py, why, rc = peer_python()
