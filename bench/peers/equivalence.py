@@ -38,11 +38,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-from peerlib import HERE, arguments, chosen, header, last_error, one_line, peer_python, run_deepspeed, run_troupe, write_init
+from peerlib import HERE, arguments, chosen, header, last_error, one_line, peer_python, run, run_deepspeed, run_troupe, write_init
 
 DIMS = ["--vocab", "256", "--context", "64", "--channels", "64", "--layers", "2", "--heads", "4"]
 MICRO = 4  # sequences per rank per micro-step
@@ -163,9 +162,8 @@ def scaler_check(py, cfg_path, t):
     """Where DeepSpeed refuses fp16: its own loss scaler (deepspeed/scaler_ds.py) fed the
     overflows of Troupe's run, its scales against Troupe's; one phrase for the row."""
     flags = ["1" if k > (t["skipped"][i - 1] if i else 0) else "0" for i, k in enumerate(t["skipped"])]
-    p = subprocess.run([py, os.path.join(HERE, "deepspeed", "scaler_ds.py"), "--config", cfg_path,
-                        "--overflows", ",".join(flags)], capture_output=True, text=True,
-                       env=dict(os.environ, DS_ACCELERATOR="cpu"), timeout=300)
+    p = run([py, os.path.join(HERE, "deepspeed", "scaler_ds.py"), "--config", cfg_path, "--overflows",
+             ",".join(flags)], dict(os.environ, DS_ACCELERATOR="cpu"), 300)
     scales = [float(x) for x in re.findall(r"^ds_scale: \d+ (\S+)$", p.stdout, re.M)]
     if p.returncode != 0 or len(scales) != len(flags):
         return "DeepSpeed's loss scaler failed: " + last_error(p)

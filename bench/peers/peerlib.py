@@ -1,7 +1,7 @@
 """What the DeepSpeed benches (equivalence.py, speed.py) share: the peer's environment, the
 header, the initial checkpoint, and launching `troupe train` and DeepSpeed's train_ds.py."""
-import json
 import argparse
+import json
 import os
 import signal
 import subprocess
