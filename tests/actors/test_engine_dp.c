@@ -266,11 +266,11 @@ static void test_engine_dp_16_bit_wire(void **state)
 
 /* The DeepSpeed-style loop (forward, backward, step) at ZeRO 2 with accumulation: rank r feeds
  * the batches the loader would (r, W + r, 2W + r, ...), each backward waits for the previous
- * micro-step's reductions, and the steps are those of tr_engine_train_batch. */
-static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
+ * micro-step's reductions (and, with buckets of 16, for room in its window: the call returns
+ * once the pass is through), and the steps are those of tr_engine_train_batch. */
+static void deepspeed_style_loop(int bucket)
 {
-    (void)state;
-    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2};
+    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2, .bucket = bucket};
     tr_config_t *cfg;
     tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
     float ref[STEPS], got[STEPS];
@@ -301,6 +301,13 @@ static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
     tr_config_destroy(cfg);
     for (int i = 0; i < STEPS; i++)
         assert_true(fabsf(got[i] - ref[i]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[i])));
+}
+
+static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
+{
+    (void)state;
+    deepspeed_style_loop(60);
+    deepspeed_style_loop(16);
 }
 
 /* An idle engine of several ranks (between steps: nothing pending, only the watchdog's control

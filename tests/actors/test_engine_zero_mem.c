@@ -140,8 +140,7 @@ static void test_zero2_holds_less_than_zero1_within_its_prediction(void **state)
            z1.rank, z1.world, z1.peak / mib, z1.predicted / mib, z2.peak / mib, z2.predicted / mib,
            z2.saved / mib, SLACK / mib);
     for (int s = 0; s < STEPS; s++) /* the same training, whatever the stage */
-        assert_true(z1.loss[s] == z2.loss[s] ||
-                    (z1.loss[s] - z2.loss[s]) / z1.loss[s] < 1e-5f);
+        assert_true(z1.loss[s] == z2.loss[s] || (z1.loss[s] - z2.loss[s]) / z1.loss[s] < 1e-5f);
     assert_true(z2.predicted < z1.predicted);
     assert_true(z1.peak <= z1.predicted + SLACK);
     assert_true(z2.peak <= z2.predicted + SLACK);
