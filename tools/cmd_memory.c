@@ -255,7 +255,8 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
             if (tr_engine_memory_predict(&v, m, 0, 1, &e, NULL, 0) < 0) continue;
             uint64_t total = tr_engine_memory_total(&e);
             int own = stage == cfg->zero.stage && dev == cfg->zero.offload_optimizer.device;
-            int fits = total <= budget;
+            int refused = cfg->pipeline.stages > 1 && stage >= 2; /* DeepSpeed's rule too */
+            int fits = total <= budget && !refused;
             if (own) own_fits = fits;
             if (dev == TR_OFFLOAD_NVME && e.swap > e.optimizer) {
                 tr_config_t mem_v = variant(cfg, stage, TR_OFFLOAD_NONE);
@@ -269,12 +270,19 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
                    size_text(e.params, b[0], 32), size_text(e.grads + e.grad_partition, b[1], 32),
                    size_text(e.optimizer + e.swap, b[2], 32), size_text(e.activations, b[3], 32),
                    size_text(e.comm + e.batches + e.bf16_copies, b[4], 32),
-                   size_text(total, b[5], 32), fits ? "yes" : "no", own ? "  <- the config" : "");
+                   size_text(total, b[5], 32),
+                   refused ? "refused with a pipeline"
+                   : fits  ? "yes"
+                           : "no",
+                   own ? "  <- the config" : "");
         }
     printf("\noptimizer: the moments in memory, or with nvme the swap buffers they pass through; "
            "other: communication buffers, batches and bf16 copies. Stage 3 runs as stage 2 in "
            "this build; cpu keeps the moments in host memory as none does (the optimizer runs "
            "on the CPU either way).\n");
+    printf("Not counted: a checkpoint save's file images (from the first save on, one more "
+           "copy of the parameters on rank 0 and of each rank's moments) and the runtime's own "
+           "threads and mailboxes (a few MiB).\n");
     if (cfg->ranks == 1)
         printf("On one rank ZeRO partitions nothing: every stage takes stage 0's memory; "
                "--world-size N shows N ranks.\n");
