@@ -207,18 +207,6 @@ static void param_figures(const tr_memory_model_t *m, size_t *n, size_t *largest
     }
 }
 
-/* ZeRO 2's resident gradient, plan.h's tr__grad_window: the backward starts a layer only while
- * the ranges out for reduction fit k buckets (two with overlap_comm: one reducing while the
- * next fills) and the largest layer, never more than the whole; a reduce_bucket_size of 0 is
- * one bucket of everything. The tied ranges (written by one layer, handed out with another's)
- * come on top, as the engine counts them. */
-static size_t stage2_window(const tr_config_t *c, size_t n, size_t largest)
-{
-    size_t b = c->zero.reduce_bucket_size > 0 ? (size_t)c->zero.reduce_bucket_size : n;
-    size_t w = (c->zero.overlap_comm ? 2 : 1) * b + largest;
-    return w < n ? w : n;
-}
-
 /* actors/optim/swapper.c's layout(): the rank's partition in sub-groups of sub_group_size,
  * each slot the moment arrays and a 64-byte trailer rounded up to 4096 x
  * intra_op_parallelism, and buffer_count slots in memory (one without a read or write
@@ -286,7 +274,11 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     bool swaps = c->zero.offload_optimizer.device == TR_OFFLOAD_NVME && n_arrays > 0;
     memset(out, 0, sizeof(*out));
     out->params = (uint64_t)n * sizeof(float);
-    size_t window = zero == 2 ? stage2_window(c, n, largest) : 0;
+    /* ZeRO 2's resident gradient (plan.h): k buckets in flight and the largest layer, at most
+     * the whole; the tied ranges come on top, as the engine counts them */
+    size_t window =
+        zero == 2 ? tr__grad_window_of(n, largest, c->zero.reduce_bucket_size, c->zero.overlap_comm)
+                  : 0;
     out->grads = (uint64_t)(window ? window + tied : n) * sizeof(float);
     out->grad_partition = zero == 2 && partitioned ? (uint64_t)(hi - lo) * sizeof(float) : 0;
     out->optimizer = swaps ? 0 : (uint64_t)n_arrays * (hi - lo) * sizeof(float);

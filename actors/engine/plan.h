@@ -153,24 +153,32 @@ static inline size_t tr__zero_slice(size_t n, int world)
     return (n + q - 1) / q * q / (size_t)world;
 }
 
-/* ZeRO 2's gradient window, in elements: the backward hands each layer's gradient out as soon
- * as it is done and starts a layer only while the ranges out for reduction (handed out, not
- * yet freed by the optimizer) and the layer's own stay within k buckets (k = 2 with
- * overlap_comm: one reducing while the next fills; else 1) and the largest layer, so a rank
- * never holds the whole gradient when the buckets are smaller than the model. A window of at
- * least one bucket beyond the layer always has a whole bucket out when the backward waits, so
- * the wait ends. bucket: reduce_bucket_size (<= 0: the whole model). Tied tensors (GPT-2's
- * wte, written by the head early in the backward and handed out with its owner's layer) come
- * on top: tr__tied_floats. */
+/* ZeRO 2's gradient window, in elements, for n parameters whose largest layer has `largest`:
+ * the backward hands each layer's gradient out as soon as it is done and starts a layer only
+ * while the ranges out for reduction (handed out, not yet freed by the optimizer) and the
+ * layer's own stay within k buckets (k = 2 with overlap_comm: one reducing while the next
+ * fills; else 1) and the largest layer, so a rank never holds the whole gradient when the
+ * buckets are smaller than the model. A window of at least one bucket beyond the layer always
+ * has a whole bucket out when the backward waits, so the wait ends. bucket: reduce_bucket_size (<=
+ * 0: the whole model). Tied tensors (GPT-2's wte, written by the head early in the backward and
+ * handed out with its owner's layer) come on top: tr__tied_floats. */
+static inline size_t tr__grad_window_of(size_t n, size_t largest, int64_t bucket, bool overlap)
+{
+    size_t b = bucket > 0 ? (size_t)bucket : n;
+    size_t w = (overlap ? 2 : 1) * b + largest;
+    return w < n ? w : n;
+}
+
+/* The same for a model: n its parameters, largest its largest layer's (memory_plan.c predicts
+ * it from the layer table through tr__grad_window_of). */
 static inline size_t tr__grad_window(const tr_model_t *m, int64_t bucket, bool overlap)
 {
-    size_t n = tr_model_num_params(m), largest = 0, b = bucket > 0 ? (size_t)bucket : n;
+    size_t largest = 0;
     for (int i = 0; i < tr_model_num_layers(m); i++) {
         size_t c = tr_model_layer(m, i)->param_count;
         largest = c > largest ? c : largest;
     }
-    size_t w = (overlap ? 2 : 1) * b + largest;
-    return w < n ? w : n;
+    return tr__grad_window_of(tr_model_num_params(m), largest, bucket, overlap);
 }
 
 /* The elements of tied tensors: written by one layer, handed out with another's range. */
