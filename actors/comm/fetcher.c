@@ -390,9 +390,7 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
         unit_t *u = &f->u[i];
         u->off = l->param_offset;
         u->count = l->param_count;
-        u->persistent = u->count && (int64_t)u->count <= c->zero.param_persistence_threshold &&
-                        (int64_t)(kept + u->count) <= c->zero.model_persistence_threshold;
-        /* (tr__persistent_floats counts the same layers, for the memory figures) */
+        u->persistent = tr__persists(u->count, kept, c);
         if (u->persistent) { /* the initial parameters are whole: version 0's copy */
             u->state = U_LIVE;
             kept += u->count;

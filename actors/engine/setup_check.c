@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "actors/engine/engine_internal.h"
+#include "actors/engine/memory_plan.h"
 #include "actors/engine/setup_check.h"
 #include "runtime/comm/ranks.h"
 
@@ -255,6 +256,11 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
         return tr__errf(err, errlen, TR_ECONFIG,
                         "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->plan.prefetch);
+    /* before the first big allocation (the bf16 copies, the parameters' initialisation, the
+     * actors), with rank 0's figures (the largest partition) so that every rank refuses alike */
+    bool training = o->train.shards || o->train.batch;
+    rc = tr__memory_check(c, eng->model, eng->plan.B, eng->plan.T, 0, training, err, errlen);
+    if (rc < 0) return rc;
     if ((rc = set_precision(eng, err, errlen)) < 0) return rc;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->plan.T > g->max_seq_len)
