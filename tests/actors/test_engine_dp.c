@@ -4,7 +4,7 @@
  * overlap_comm on and off: the same losses within float summation order (1e-5 relative per
  * step: the ranks' sums are added in another order than one process's), the same evaluation
  * loss, parameters bit-identical on every rank after every step, and each rank's memory what
- * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1 and 2 are bitwise their
+ * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1, 2 and 3 are bitwise their
  * runs in memory. */
 #include <math.h>
 #include <mpi.h>
@@ -255,7 +255,7 @@ static void test_engine_dp_nvme_offload_is_bitwise_in_memory(void **state)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) assert_non_null(mkdtemp(dir));
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
-    for (int stage = 1; stage <= 2; stage++) {
+    for (int stage = 1; stage <= 3; stage++) {
         float mem_loss[STEPS], nvme_loss[STEPS];
         uint64_t mem_hash[STEPS], nvme_hash[STEPS];
         train_offload(stage, NULL, mem_loss, mem_hash);
@@ -300,9 +300,14 @@ static void test_engine_dp_16_bit_wire(void **state)
  * the batches the loader would (r, W + r, 2W + r, ...), each backward waits for the previous
  * micro-step's reductions (and, with buckets of 16, for room in its window: the call returns
  * once the pass is through), and the steps are those of tr_engine_train_batch. */
-static void deepspeed_style_loop(int bucket)
+static void deepspeed_style_loop(int stage, int bucket)
 {
-    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2, .bucket = bucket};
+    dp_case_t k = {.stage = stage,
+                   .overlap = 1,
+                   .gas = 2,
+                   .bucket = bucket,
+                   .zero3 = stage == 3 ? "\"stage3_param_persistence_threshold\": 0" : NULL,
+                   .deep = stage == 3};
     tr_config_t *cfg;
     tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
     float ref[STEPS], got[STEPS];
@@ -338,8 +343,9 @@ static void deepspeed_style_loop(int bucket)
 static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
 {
     (void)state;
-    deepspeed_style_loop(60);
-    deepspeed_style_loop(16);
+    deepspeed_style_loop(2, 60);
+    deepspeed_style_loop(2, 16);
+    deepspeed_style_loop(3, 16); /* each forward and backward also waits for its layers */
 }
 
 /* An idle engine of several ranks (between steps: nothing pending, only the watchdog's control
