@@ -1,7 +1,7 @@
-/* Data parallelism over MPI (run by mpirun on 2 and 4 ranks): each rank trains its share of the
- * same global batch, and the run matches a one-process run with the same global batch (the
- * accumulation steps times the ranks) step by step, at ZeRO stages 0, 1 and 2, with
- * overlap_comm on and off: the same losses within float summation order (1e-5 relative per
+/* Data parallelism over MPI (run by mpirun on 2, 3 and 4 ranks: 3 cuts the partitions unevenly):
+ * each rank trains its share of the same global batch, and the run matches a one-process run with
+ * the same global batch (the accumulation steps times the ranks) step by step, at ZeRO stages 0 to
+ * 3, with overlap_comm on and off: the same losses within float summation order (1e-5 relative per
  * step: the ranks' sums are added in another order than one process's), the same evaluation
  * loss, parameters bit-identical on every rank after every step, and each rank's memory what
  * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1, 2 and 3 are bitwise their
