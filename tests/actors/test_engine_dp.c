@@ -3,7 +3,8 @@
  * the same global batch (the accumulation steps times the ranks) step by step, at ZeRO stages 0 to
  * 3, with overlap_comm on and off: the same losses within float summation order (1e-5 relative per
  * step: the ranks' sums are added in another order than one process's), the same evaluation
- * loss, parameters bit-identical on every rank after every step, and each rank's memory what
+ * loss, parameters bit-identical on every rank after every step (below stage 3, where each
+ * rank keeps its slice), and each rank's memory what
  * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1, 2 and 3 are bitwise their
  * runs in memory. */
 #include <math.h>
