@@ -241,10 +241,9 @@ static void write_note(const tr_config_t *c, int world, char *note, size_t len)
     if (param_device && strcmp(param_device, "none"))
         SAY("zero_optimization.offload_param has no effect yet: the parameters stay in "
             "memory. ");
-    if (c->zero.stage == 3 && world > 1 &&
-        (c->bf16.enabled || c->pipeline.activation_checkpoint_interval > 0))
-        SAY("zero_optimization.stage 3 with %s is refused in this build (not built yet). ",
-            c->bf16.enabled ? "bf16.enabled" : "activation checkpointing");
+    if (c->zero.stage == 3 && world > 1 && c->bf16.enabled)
+        SAY("zero_optimization.stage 3 with bf16.enabled is refused in this build (not built "
+            "yet). ");
     if (c->zero.stage >= 1 && world == 1)
         SAY("On one rank ZeRO partitions nothing: the figures are stage 0's. ");
     if (c->pipeline.stages > 1)

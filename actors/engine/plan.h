@@ -190,10 +190,22 @@ static inline int tr__layer_tie(const tr_model_t *m, int i)
     return l->tie_count ? l->tie_layer : -1;
 }
 
-/* ZeRO 3: layer i reads parameters, so the executor waits for the fetcher's PARAM_READY. */
-static inline bool tr__layer_fetched(const tr_model_t *m, int i)
+/* The first layer whose forward layer i's backward runs (activation checkpointing: the
+ * backward of a kept group's last layer runs the group's forward again, model.c), or i. */
+static inline int tr__backward_from(const tr_model_t *m, int i)
 {
-    return tr_model_layer(m, i)->param_count > 0 || tr__layer_tie(m, i) >= 0;
+    int k = tr_model_checkpoint_interval(m), n = tr_model_num_layers(m);
+    return k && i % k == k - 1 && i / k < (n - 1) / k ? i / k * k : i;
+}
+
+/* ZeRO 3: layer i's forward (or backward) reads parameters, of layers [first, i] (first: i, or
+ * tr__backward_from) or of their tied tensors' owners, so the executor waits for the
+ * fetcher's PARAM_READY. */
+static inline bool tr__layer_fetched(const tr_model_t *m, int i, bool backward)
+{
+    for (int j = backward ? tr__backward_from(m, i) : i; j <= i; j++)
+        if (tr_model_layer(m, j)->param_count > 0 || tr__layer_tie(m, j) >= 0) return true;
+    return false;
 }
 
 /* ZeRO 3: a layer of n parameters stays whole on every rank (the fetcher's persistent layers:

@@ -141,13 +141,8 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
     const tr_config_t *c = eng->cfg;
     int64_t k = c->pipeline.activation_checkpoint_interval;
     if (k <= 0) return 0;
-    if (p->zero == 3)
-        return tr__errf(err, errlen, TR_ECONFIG,
-                        "%s: pipeline.activation_checkpoint_interval %lld with "
-                        "zero_optimization.stage 3: not built yet (the backward's recomputed "
-                        "forward would need each group's parameters gathered again); use "
-                        "stage 2, or no activation checkpointing",
-                        c->source, (long long)k);
+    (void)err;
+    (void)errlen;
     if (p->stages > 1) { /* each stage counts its groups from its first layer */
         tr_model_set_checkpoint_interval(eng->model, (int)(k < 1 << 30 ? k : 1 << 30));
         if (p->rank == 0)

@@ -38,6 +38,7 @@ typedef struct dp_case {
     int bucket;            /* reduce_bucket_size (0: 60) */
     const char *zero3;     /* more zero_optimization keys (stage 3's), or NULL */
     bool deep;             /* the MLP 8 -> 16 -> 24 -> 12 -> 16 -> 3 (else 8 -> 16 -> 3) */
+    int ckpt;              /* pipeline.activation_checkpoint_interval (0: none) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
 } dp_case_t;
 
@@ -53,10 +54,11 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
              " \"overlap_comm\": %s%s%s}, \"communication_data_type\": \"%s\","
+             " \"pipeline\": {\"activation_checkpoint_interval\": %d},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
              k->bucket ? k->bucket : 60, k->overlap ? "true" : "false", k->zero3 ? ", " : "",
-             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32");
+             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32", k->ckpt);
     static const int deep[] = {XD, 16, 24, 12, 16, CLASSES}, shallow[] = {XD, 16, CLASSES};
     return test_mlp_engine_widths(json, "dp.json", world, cfg, k->deep ? deep : shallow,
                                   k->deep ? 6 : 3);
@@ -215,6 +217,12 @@ static void test_engine_dp_zero3_matches_one_process(void **state)
     check_case(&(dp_case_t){.stage = 3, .overlap = 1, .gas = 1, .zero3 = NULL, .deep = true});
     check_case(&(dp_case_t){
         .stage = 3, .overlap = 1, .gas = 3, .zero3 = tight, .deep = true, .optimizer = "Lamb"});
+    /* activation checkpointing: the backward of a group's last layer runs the group's forward
+     * again, so it waits for every layer of the group (groups of 2 and of 4 layers) */
+    check_case(
+        &(dp_case_t){.stage = 3, .overlap = 1, .gas = 2, .zero3 = tight, .deep = true, .ckpt = 2});
+    check_case(
+        &(dp_case_t){.stage = 3, .overlap = 0, .gas = 1, .zero3 = mixed, .deep = true, .ckpt = 4});
 }
 
 /* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
