@@ -295,7 +295,7 @@ void tr_model_destroy(tr_model_t *model)
     free(model->layers);
     tr__vmem_free(model->params, model->n_params * sizeof(float));
     tr__vmem_free(model->grads, model->n_params * sizeof(float));
-    free(model->params_bf16);
+    tr__vmem_free(model->params_bf16, model->n_params * sizeof(uint16_t));
     free(model);
 }
 
@@ -634,12 +634,12 @@ int tr_model_targets(const tr_model_t *model, int *y_dim)
 int tr_model_set_bf16(tr_model_t *model, int on)
 {
     if (!on) {
-        free(model->params_bf16);
+        tr__vmem_free(model->params_bf16, model->n_params * sizeof(uint16_t));
         model->params_bf16 = NULL;
         return 0;
     }
-    if (!model->params_bf16) {
-        model->params_bf16 = malloc((model->n_params ? model->n_params : 1) * sizeof(uint16_t));
+    if (!model->params_bf16) { /* like the fp32 buffers: ZeRO 3 keeps only what it gathered */
+        model->params_bf16 = tr__vmem_alloc(model->n_params * sizeof(uint16_t));
         if (!model->params_bf16) return TR_ENOMEM;
     }
     tr_model_params_changed(model);

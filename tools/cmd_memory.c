@@ -256,8 +256,7 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
             uint64_t total = tr_engine_memory_total(&e);
             int own = stage == cfg->zero.stage && dev == cfg->zero.offload_optimizer.device;
             int refused = cfg->pipeline.stages > 1 && stage >= 2; /* DeepSpeed's rule too */
-            int refused3 = !refused && stage == 3 && cfg->ranks > 1 && cfg->bf16.enabled;
-            int fits = total <= budget && !refused && !refused3;
+            int fits = total <= budget && !refused;
             if (own) own_fits = fits;
             if (dev == TR_OFFLOAD_NVME && e.swap > e.optimizer) {
                 tr_config_t mem_v = variant(cfg, stage, TR_OFFLOAD_NONE);
@@ -272,10 +271,9 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
                    size_text(e.optimizer + e.swap, b[2], 32), size_text(e.activations, b[3], 32),
                    size_text(e.comm + e.batches + e.bf16_copies, b[4], 32),
                    size_text(total, b[5], 32),
-                   refused    ? "refused with a pipeline"
-                   : refused3 ? "refused with bf16"
-                   : fits     ? "yes"
-                              : "no",
+                   refused ? "refused with a pipeline"
+                   : fits  ? "yes"
+                           : "no",
                    own ? "  <- the config" : "");
         }
     printf("\noptimizer: the moments in memory, or with nvme the swap buffers they pass through; "

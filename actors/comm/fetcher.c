@@ -38,6 +38,7 @@
 #include "actors/comm/comm_spawn.h"
 #include "actors/engine/plan.h"
 #include "base/vmem.h"
+#include "kernels/cpu/half.h"
 
 enum { U_ABSENT, U_FLIGHT, U_LIVE };
 
@@ -52,6 +53,7 @@ typedef struct unit { /* a layer's parameter range */
 struct tr__fetcher {
     const tr__plan_t *eng;
     float *params;
+    uint16_t *bf16; /* the model's bf16 copies (bf16 mixed precision), or NULL */
     int L;
     unit_t *u;
     /* per direction (0: a forward, 1: a backward): the layers that read parameters
@@ -111,6 +113,8 @@ static void release_pages(struct tr__fetcher *f, const unit_t *u)
     size_t x = b < f->lo ? b : f->lo, y = a > f->hi ? a : f->hi;
     if (x > a) tr__vmem_release(f->params + a, (x - a) * sizeof(float));
     if (b > y) tr__vmem_release(f->params + y, (b - y) * sizeof(float));
+    if (f->bf16 && x > a) tr__vmem_release(f->bf16 + a, (x - a) * sizeof(uint16_t));
+    if (f->bf16 && b > y) tr__vmem_release(f->bf16 + y, (b - y) * sizeof(uint16_t));
 }
 
 /* Drops a gathered copy (never one in flight: MPI is writing it). */
@@ -337,6 +341,8 @@ static int on_gathered(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_comm_g
         return TR_EINVAL;
     }
     u->state = U_LIVE; /* of its version: an older one's is dropped by the next pump */
+    if (f->bf16)       /* bf16 mixed precision: the layer's products read bf16 copies */
+        tr_half_from_float_array(f->bf16 + u->off, f->params + u->off, u->count, TR_HALF_BF16);
     return pump(ctx, f);
 }
 
@@ -432,6 +438,14 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
         return rc;
     }
     f->params = info.base;
+    if (eng->buf_params_bf16) {
+        tr_buffer_info_t b16;
+        if ((rc = tr_buffer_info(eng->rt, eng->buf_params_bf16, &b16)) < 0) {
+            free_fetcher(f);
+            return rc;
+        }
+        f->bf16 = b16.base;
+    }
     tr__zero_owned(eng->n_params, eng->world, eng->rank, &f->lo, &f->hi);
     f->prefetch = (size_t)c->zero.prefetch_bucket_size;
     f->limit = (size_t)c->zero.max_live_parameters;

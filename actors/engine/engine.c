@@ -29,6 +29,7 @@
 #include "actors/engine/setup_check.h"
 #include "base/errf.h"
 #include "base/file.h"
+#include "model/model_internal.h"
 
 /* --- explaining a refused call ------------------------------------------------------------ */
 
@@ -201,7 +202,7 @@ static int register_buffers(tr_engine_t *eng)
         eng->memory.params =
             tr__zero3_params_of(p->n_params, p->world, kept, largest, eng->cfg) * sizeof(float);
     }
-    eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
+    eng->memory.bf16_copies = tr_model_bf16(eng->model) ? eng->memory.params / 2 : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
     eng->stage_in = malloc(in);
     eng->stage_targets = malloc(bt * sizeof(int));
@@ -212,6 +213,10 @@ static int register_buffers(tr_engine_t *eng)
     if (!rc)
         rc = register_buffer(eng, "grads", tr_model_grads(eng->model), np, TR_DTYPE_F32,
                              TR_BUFFER_RUNTIME, &p->buf_grads);
+    if (!rc && tr_model_bf16(eng->model))
+        rc = register_buffer(eng, "params_bf16", (void *)tr__model_params_bf16(eng->model),
+                             p->n_params * sizeof(uint16_t), TR_DTYPE_BF16, TR_BUFFER_RUNTIME,
+                             &p->buf_params_bf16);
     if (!rc)
         rc = register_buffer(eng, "client/inputs", eng->stage_in, in,
                              p->x_dim ? TR_DTYPE_F32 : TR_DTYPE_I32, TR_BUFFER_REQUEST,

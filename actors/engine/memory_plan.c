@@ -13,7 +13,7 @@
  *   comm            on W > 1: 2N with a 16-bit wire      the comm actor's wire copy
  *                   + MPI's copies of what is in flight  the window (ZeRO 2) or N, 2 or 4 B
  *   batches         one batch x (1 + prefetch)           the client's staging, loader slots
- *   bf16_copies     2N with bf16                         the model's bf16 weights
+ *   bf16_copies     2N with bf16 (ZeRO 3: of those held)  the model's bf16 weights
  *   activations     model.c's layout at (B, T)           kept activations, scratch, dbufs
  * with N parameters, a optimizer arrays, [lo, hi) this rank's ZeRO partition (tr__zero_owned),
  * b = reduce_bucket_size, k = 2 with overlap_comm else 1 (buckets in flight), Lmax the largest
@@ -241,9 +241,6 @@ static void write_note(const tr_config_t *c, int world, char *note, size_t len)
     if (param_device && strcmp(param_device, "none"))
         SAY("zero_optimization.offload_param has no effect yet: the parameters stay in "
             "memory. ");
-    if (c->zero.stage == 3 && world > 1 && c->bf16.enabled)
-        SAY("zero_optimization.stage 3 with bf16.enabled is refused in this build (not built "
-            "yet). ");
     if (c->zero.stage >= 1 && world == 1)
         SAY("On one rank ZeRO partitions nothing: the figures are stage 0's. ");
     if (c->pipeline.stages > 1)
@@ -301,7 +298,7 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     if (c->pipeline.stages > 1 && prefetch < c->gradient_accumulation_steps)
         prefetch = c->gradient_accumulation_steps; /* setup_check.c's check_pipeline */
     out->batches = (uint64_t)batch * (uint64_t)(1 + (training ? prefetch : 0));
-    out->bf16_copies = c->bf16.enabled ? (uint64_t)n * 2 : 0;
+    out->bf16_copies = c->bf16.enabled ? out->params / 2 : 0; /* of the parameters held */
     int64_t k = c->pipeline.activation_checkpoint_interval;
     int interval = k > 0 && k < m->n_layers ? (int)k : 0; /* one group: nothing recomputed */
     out->activations = (uint64_t)activation_floats(m, interval) * sizeof(float);

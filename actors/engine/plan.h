@@ -141,6 +141,8 @@ typedef struct tr__plan {
     tr_actor_t swapper;             /* NONE unless the optimizer's state is offloaded to NVMe */
     tr_actor_t fetcher;             /* ZeRO 3: gathers each layer's parameters; else NONE */
     uint64_t buf_params, buf_grads; /* registry ids */
+    uint64_t buf_params_bf16;       /* the model's bf16 weight copies (bf16 mixed precision;
+                                     * else 0): ZeRO 3's fetcher makes a layer's as it gathers */
     uint64_t buf_stage_in, buf_stage_targets, buf_stage_y; /* the client's staging batch */
     tr__client_t *client;
 } tr__plan_t;

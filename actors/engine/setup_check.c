@@ -196,12 +196,6 @@ static int set_precision(tr_engine_t *eng, char *err, size_t errlen)
 {
     static atomic_flag warned = ATOMIC_FLAG_INIT;
     int on = eng->cfg->bf16.enabled;
-    if (on && eng->plan.zero == 3)
-        return tr__errf(err, errlen, TR_ECONFIG,
-                        "%s: bf16.enabled with zero_optimization.stage 3: not built yet (the "
-                        "gathered layers would need their bf16 copies made per layer); use stage "
-                        "2 with bf16, or stage 3 in fp32",
-                        eng->cfg->source);
     if (tr_model_set_bf16(eng->model, on) < 0)
         return tr__errf(err, errlen, TR_ENOMEM,
                         "%s: bf16.enabled: no memory for the weights' bf16 copies",

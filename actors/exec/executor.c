@@ -679,8 +679,9 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
-    x->version++;                      /* ZeRO 3: gathered copies are stale now */
-    tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
+    x->version++;         /* ZeRO 3: gathered copies are stale now */
+    if (x->eng->zero < 3) /* (ZeRO 3: the fetcher makes a layer's as it gathers it) */
+        tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
     if (x->eng->zero < 2) /* ZeRO 2, 3: the optimizer zeroed each bucket as it took its part */
         tr_model_zero_grad(x->model);
     report_stats(x, d, loss);
@@ -1155,7 +1156,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return 0;
     }
     memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
-    tr_model_params_changed(x->model);
+    if (e->zero < 3) tr_model_params_changed(x->model); /* ZeRO 3: the fetcher's, per layer */
     x->version++; /* ZeRO 3: the fetcher keeps this rank's slice of what was loaded */
     if (e->zero == 3 && ask_fetcher(ctx, x, FETCH_REWRITTEN, 0, 0) < 0) return 0;
     x->global_steps = s->global_step;

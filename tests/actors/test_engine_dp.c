@@ -39,6 +39,7 @@ typedef struct dp_case {
     const char *zero3;     /* more zero_optimization keys (stage 3's), or NULL */
     bool deep;             /* the MLP 8 -> 16 -> 24 -> 12 -> 16 -> 3 (else 8 -> 16 -> 3) */
     int ckpt;              /* pipeline.activation_checkpoint_interval (0: none) */
+    bool bf16;             /* bf16.enabled (bf16 mixed precision) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
 } dp_case_t;
 
@@ -55,10 +56,12 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
              " \"overlap_comm\": %s%s%s}, \"communication_data_type\": \"%s\","
              " \"pipeline\": {\"activation_checkpoint_interval\": %d},"
+             " \"bf16\": {\"enabled\": %s},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
              k->bucket ? k->bucket : 60, k->overlap ? "true" : "false", k->zero3 ? ", " : "",
-             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32", k->ckpt);
+             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32", k->ckpt,
+             k->bf16 ? "true" : "false");
     static const int deep[] = {XD, 16, 24, 12, 16, CLASSES}, shallow[] = {XD, 16, CLASSES};
     return test_mlp_engine_widths(json, "dp.json", world, cfg, k->deep ? deep : shallow,
                                   k->deep ? 6 : 3);
@@ -223,6 +226,34 @@ static void test_engine_dp_zero3_matches_one_process(void **state)
         &(dp_case_t){.stage = 3, .overlap = 1, .gas = 2, .zero3 = tight, .deep = true, .ckpt = 2});
     check_case(
         &(dp_case_t){.stage = 3, .overlap = 0, .gas = 1, .zero3 = mixed, .deep = true, .ckpt = 4});
+}
+
+/* bf16 mixed precision at ZeRO 3: the fetcher makes each layer's bf16 copies as it gathers it
+ * (the products read them), so the training is ZeRO 2's in bf16 on the same ranks, bit for
+ * bit. */
+static void test_engine_dp_zero3_bf16_is_zero2s(void **state)
+{
+    (void)state;
+    const char *tight = "\"stage3_param_persistence_threshold\": 0,"
+                        " \"stage3_max_live_parameters\": 1, \"stage3_max_reuse_distance\": 0";
+    float loss[2][STEPS];
+    for (int stage = 2; stage <= 3; stage++) {
+        dp_case_t k = {.stage = stage, .overlap = 1, .gas = 2, .deep = true, .bf16 = true};
+        k.zero3 = stage == 3 ? tight : NULL;
+        tr_config_t *cfg;
+        tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
+        for (int i = 0; i < STEPS; i++) {
+            tr_step_stats_t st;
+            if (tr_engine_train_batch(eng, &st) != 0)
+                fail_msg("stage %d, step %d: %s", stage, i, tr_engine_error(eng));
+            loss[stage - 2][i] = st.loss;
+        }
+        tr_engine_destroy(eng);
+        tr_config_destroy(cfg);
+    }
+    printf("bf16: ZeRO 2 %.9g -> %.9g, ZeRO 3 %.9g -> %.9g\n", loss[0][0], loss[0][STEPS - 1],
+           loss[1][0], loss[1][STEPS - 1]);
+    assert_memory_equal(loss[0], loss[1], sizeof(loss[0]));
 }
 
 /* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
@@ -518,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_gradient_window),
         cmocka_unit_test(test_engine_dp_zero3_matches_one_process),
+        cmocka_unit_test(test_engine_dp_zero3_bf16_is_zero2s),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_nvme_offload_is_bitwise_in_memory),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
