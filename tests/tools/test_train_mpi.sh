@@ -81,6 +81,23 @@ rm -rf ck0 && "$troupe" train "${one_proc[@]}" --steps 3 --save-dir ck0 > /dev/n
     { cat out.txt err.txt; fail "2 ranks at ZeRO 3 did not resume a 1-process checkpoint"; }
 to3=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
 close "$to3" "$one" || fail "2 ranks at ZeRO 3 resumed from one process end at $to3, unbroken at $one"
+# 3 -> 3 at another world size: 2 ranks with GAS 2 save at step 3, 4 ranks with GAS 1 (the same
+# global batch of 16, the same samples in each step) resume it at stage 3, re-partitioning the
+# parameters and the optimizer's slices, and end where the unbroken 2-rank run ends
+sed 's/"gradient_accumulation_steps": 1/"gradient_accumulation_steps": 2/' ds_z3.json > ds_z3_g2.json
+z3g2=("${tiny[@]}")
+z3g2[1]=$tmp/ds_z3_g2.json
+"${mpi[@]}" "$troupe" train "${z3g2[@]}" --steps 6 > out.txt 2> err.txt ||
+    { cat out.txt err.txt; fail "2 ranks at ZeRO 3 with GAS 2 did not train"; }
+unbroken=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+rm -rf ck33 && "${mpi[@]}" "$troupe" train "${z3g2[@]}" --steps 3 --save-dir ck33 > /dev/null \
+    2>&1 || fail "2 ranks at ZeRO 3 with GAS 2 did not save"
+mpirun --oversubscribe -np 4 "$troupe" train "${z3[@]}" --steps 6 --save-dir ck33 --resume \
+    > out.txt 2> err.txt || { cat out.txt err.txt; fail "4 ranks at ZeRO 3 did not resume"; }
+grep -q "^resume: loaded ck33 at step 3" out.txt || { cat out.txt; fail "4 ranks: not resumed at 3"; }
+on4=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
+close "$on4" "$unbroken" || fail "4 ranks resumed a 2-rank ZeRO 3 save at $on4, unbroken at $unbroken"
+
 # a rank that never answers an all-gather (it stops posting them after step 0): the watchdog
 # names it and the all-gather rank 0 waits in, and the job ends on every rank, well inside the
 # timeout
