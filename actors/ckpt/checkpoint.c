@@ -135,11 +135,20 @@ static void pack_model_desc(msgpack_packer *pk, const tr_model_t *model)
     }
 }
 
-/* How many optimizer files a save writes: one per rank when the state is partitioned, else
- * rank 0's alone. */
+/* How many optimizer files a save writes: one per rank when the ranks' slices are disjoint
+ * (partitioned), one per pipeline stage when a stage's replicas hold the same state (a
+ * pipeline across ranks at ZeRO 0), else rank 0's alone. The files' slices tile the model. */
 static int optim_files(const tr__plan_t *e)
 {
-    return e->optim_slice.partitioned ? e->world : 1;
+    return e->optim_slice.partitioned ? e->world : e->stage >= 0 ? e->stages : 1;
+}
+
+/* This rank's optimizer file's number k (optim_states_rank<k>.trck), -1: it writes none. */
+static int optim_file(const tr__plan_t *e)
+{
+    if (e->optim_slice.partitioned) return e->rank;
+    if (e->stage >= 0) return e->replica == 0 ? e->stage : -1;
+    return e->rank == 0 ? 0 : -1;
 }
 
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
@@ -300,7 +309,7 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
     int rc = e->rank == 0 ? snap_model(c, st, config_json, hash) : 0;
     free(config_json);
     free(shared);
-    if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
+    if (rc == 0 && optim_file(e) >= 0) rc = snap_optim(c, st, hash);
     return rc;
 }
 
@@ -311,7 +320,7 @@ static void model_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
 
 static void optim_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/optim_states_rank%d.trck", c->tagdir, c->eng->rank);
+    snprintf(path, cap, "%s/optim_states_rank%d.trck", c->tagdir, optim_file(c->eng));
 }
 
 /* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */

@@ -179,6 +179,41 @@ static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_
     return tr_buffer_register(eng->plan.rt, &info, id);
 }
 
+/* The elements of tied tensors that layers [first, last] use and another layer owns: a
+ * pipeline stage holds them beside its own range (and their gradients kept apart). */
+static size_t tied_in(const tr_model_t *m, int first, int last)
+{
+    size_t n = 0;
+    for (int i = first; i <= last; i++) {
+        const tr_layer_t *l = tr_model_layer(m, i);
+        if (l->tie_count && (l->tie_layer < first || l->tie_layer > last)) n += l->tie_count;
+    }
+    return n;
+}
+
+/* tr_engine_opts_t.init_params: the whole model's init, or with a pipeline across ranks its
+ * values for the stage's layers and the tied tensors they use only (the rest is never
+ * touched). */
+static int init_params(tr_engine_t *eng)
+{
+    const tr__plan_t *p = &eng->plan;
+    if (p->stage < 0) {
+        tr_model_init_params(eng->model, p->seed);
+        return 0;
+    }
+    int n = tr_model_num_layers(eng->model);
+    unsigned char *keep = calloc((size_t)n, 1);
+    if (!keep) return TR_ENOMEM;
+    for (int i = p->stage_first; i <= p->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(eng->model, i);
+        keep[i] = 1;
+        if (l->tie_count) keep[l->tie_layer] = 1;
+    }
+    int rc = tr_model_init_params_layers(eng->model, p->seed, keep);
+    free(keep);
+    return rc;
+}
+
 /* Parameters and gradients (the executor's), and the client's staging batch. */
 static int register_buffers(tr_engine_t *eng)
 {
@@ -186,7 +221,8 @@ static int register_buffers(tr_engine_t *eng)
     size_t bt = (size_t)p->B * (size_t)p->T, np = p->n_params * sizeof(float);
     size_t in = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4, ty = bt * (size_t)p->y_dim * 4;
     size_t batch = in + (p->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
-    eng->memory.params = eng->memory.grads = np;
+    size_t held = p->own_hi - p->own_lo + tied_in(eng->model, p->stage_first, p->stage_last);
+    eng->memory.params = eng->memory.grads = held * sizeof(float); /* registered: all of it */
     eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
     eng->stage_in = malloc(in);
@@ -274,12 +310,16 @@ static void log_memory(const tr_engine_t *eng)
     char bf16[64] = "";
     if (m->bf16_copies)
         snprintf(bf16, sizeof(bf16), ", bf16 weight copies %.1f MiB", m->bf16_copies / mib);
+    char stage[96] = "";
+    if (eng->plan.stage >= 0)
+        snprintf(stage, sizeof(stage), ", pipeline stage %d of %d: layers %d to %d",
+                 eng->plan.stage, eng->plan.stages, eng->plan.stage_first, eng->plan.stage_last);
     tr_log(TR_LOG_INFO,
-           "engine: memory on rank %d of %d (ZeRO stage %d): parameters %.1f MiB, "
+           "engine: memory on rank %d of %d (ZeRO stage %d%s): parameters %.1f MiB, "
            "gradients %.1f MiB (the backward's) + %.1f MiB (this rank's reduced partition), "
            "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB%s; "
            "total %.1f MiB",
-           eng->plan.rank, eng->plan.world, eng->plan.zero, m->params / mib, m->grads / mib,
+           eng->plan.rank, eng->plan.world, eng->plan.zero, stage, m->params / mib, m->grads / mib,
            m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib, bf16,
            (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm + m->batches +
                     m->bf16_copies) /
@@ -295,7 +335,8 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
         eng->plan.seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = tr__setup_shapes(eng, o, err, errlen);
     }
-    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->plan.seed);
+    if (!rc && o->init_params && (rc = init_params(eng)) < 0)
+        snprintf(err, errlen, "engine: initialising the parameters: %s", tr_strerror(rc));
     if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) rc = create_monitor(eng, o, err, errlen);
     if (!rc) {
