@@ -214,10 +214,25 @@ static void scale(float *x, size_t n, float mul)
         x[i] *= mul;
 }
 
+/* x (n floats) summed over c's ranks in place, CHUNK elements at a time: MPI's reductions
+ * take a temporary buffer as large as what they reduce, which stays that small. */
+#define CHUNK (1u << 20)
+static int sum_over(tr__pipe_own_t *o, tr_comm_t *c, float *x, size_t n, const char *what,
+                    char *err, size_t errlen)
+{
+    int rc = 0;
+    for (size_t at = 0; rc == 0 && at < n; at += CHUNK) {
+        uint64_t req = 0;
+        size_t k = n - at < CHUNK ? n - at : CHUNK;
+        rc = fresh(o, c)->ops->all_reduce(c, x + at, k, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
+        rc = wait_op(o, c, rc, req, what, err, errlen);
+    }
+    return rc;
+}
+
 int tr__pipe_own_reduce(tr__pipe_own_t *o, float *tied, float pre, float post, char *err,
                         size_t errlen)
 {
-    uint64_t req = 0;
     int rc = 0;
     bool owner = o->stage == o->tie_owner, user = o->stage == o->tie_user;
     if (owner || user) { /* the owner's gradient in the model's buffer, the user's kept apart */
@@ -226,19 +241,16 @@ int tr__pipe_own_reduce(tr__pipe_own_t *o, float *tied, float pre, float post, c
             return tr__errf(err, errlen, TR_EINVAL,
                             "pipeline: stage %d uses a tied tensor but kept no gradient of it",
                             o->stage);
-        rc = fresh(o, o->tie)->ops->all_reduce(o->tie, g + o->tie_lo, o->tie_hi - o->tie_lo, TR_DTYPE_F32,
-                                     TR_REDUCE_SUM, &req);
-        rc = wait_op(o, o->tie, rc, req, "the tied gradients' all-reduce between stages", err,
-                     errlen);
+        rc = sum_over(o, o->tie, g + o->tie_lo, o->tie_hi - o->tie_lo,
+                      "the tied gradients' all-reduce between stages", err, errlen);
         if (rc < 0) return rc;
     }
     if (o->replicas == 1) return 0;
     float *g = tr_model_grads(o->model) + o->lo;
     size_t n = o->hi - o->lo;
     scale(g, n, pre);
-    rc = fresh(o, o->dp)->ops->all_reduce(o->dp, g, n, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
-    rc = wait_op(o, o->dp, rc, req, "the stage's gradient all-reduce among its replicas", err,
-                 errlen);
+    rc =
+        sum_over(o, o->dp, g, n, "the stage's gradient all-reduce among its replicas", err, errlen);
     if (rc == 0) scale(g, n, post);
     return rc;
 }
@@ -264,15 +276,15 @@ int tr__pipe_own_sync(tr__pipe_own_t *o, bool partitioned, char *err, size_t err
             counts[r] = zero_count(o->hi - o->lo, o->replicas, r);
         rc = fresh(o, o->dp)->ops->all_gather_v(o->dp, params + o->lo, counts, TR_DTYPE_F32, &req);
         free(counts);
-        rc = wait_op(o, o->dp, rc, req, "the stage's parameter all-gather among its replicas",
-                     err, errlen);
+        rc = wait_op(o, o->dp, rc, req, "the stage's parameter all-gather among its replicas", err,
+                     errlen);
         if (rc < 0) return rc;
     }
     if (o->stage != o->tie_owner && o->stage != o->tie_user) return 0;
     /* the owner is rank 0 of the tie group (split by stage, the owner's the lower) */
     int root = o->tie_owner < o->tie_user ? 0 : 1;
-    rc = fresh(o, o->tie)->ops->broadcast(o->tie, params + o->tie_lo, o->tie_hi - o->tie_lo, TR_DTYPE_F32,
-                                root, &req);
+    rc = fresh(o, o->tie)->ops->broadcast(o->tie, params + o->tie_lo, o->tie_hi - o->tie_lo,
+                                          TR_DTYPE_F32, root, &req);
     rc = wait_op(o, o->tie, rc, req, "the tied parameters' broadcast to the stage that uses them",
                  err, errlen);
     if (rc == 0) tr_model_params_changed(o->model);
@@ -285,9 +297,9 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
     *has_loss = false;
     if (!o->eval) {
         char why[256];
-        int rc = tr_model_stage_create(&o->eval, o->model, o->bounds[o->stage],
-                                       o->bounds[o->stage + 1] - 1, 1, o->B, o->T, why,
-                                       sizeof(why));
+        int rc =
+            tr_model_stage_create(&o->eval, o->model, o->bounds[o->stage],
+                                  o->bounds[o->stage + 1] - 1, 1, o->B, o->T, why, sizeof(why));
         size_t in = tr_model_stage_input_floats(o->eval);
         if (rc == 0 && in && !(o->eval_in = malloc(in * sizeof(float)))) rc = TR_ENOMEM;
         if (rc < 0) return tr__errf(err, errlen, rc, "pipeline: evaluation's slot: %s", why);
@@ -296,10 +308,10 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
     int rc = 0;
     size_t in = tr_model_stage_input_floats(o->eval), out = tr_model_stage_output_floats(o->eval);
     if (o->stage > 0) {
-        rc = fresh(o, o->all)->ops->recv(o->all, o->eval_in, in, TR_DTYPE_F32, o->rank - o->replicas,
-                               TAG_EVAL, &req);
-        rc = wait_op(o, o->all, rc, req, "an evaluation batch's activations from the previous stage",
-                     err, errlen);
+        rc = fresh(o, o->all)->ops->recv(o->all, o->eval_in, in, TR_DTYPE_F32,
+                                         o->rank - o->replicas, TAG_EVAL, &req);
+        rc = wait_op(o, o->all, rc, req,
+                     "an evaluation batch's activations from the previous stage", err, errlen);
         if (rc < 0) return rc;
     }
     float l = 0;
@@ -313,7 +325,7 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
         return 0;
     }
     rc = fresh(o, o->all)->ops->send(o->all, tr_model_stage_output(o->eval, 0), out, TR_DTYPE_F32,
-                           o->rank + o->replicas, TAG_EVAL, &req);
+                                     o->rank + o->replicas, TAG_EVAL, &req);
     return wait_op(o, o->all, rc, req, "an evaluation batch's activations to the next stage", err,
                    errlen);
 }
@@ -327,16 +339,16 @@ int tr__pipe_own_gather_params(tr__pipe_own_t *o, char *err, size_t errlen)
     char what[128];
     if (o->rank != 0) {
         snprintf(what, sizeof(what), "stage %d's parameters to rank 0 for a checkpoint", o->stage);
-        rc = fresh(o, o->all)->ops->send(o->all, params + o->lo, o->hi - o->lo, TR_DTYPE_F32, 0, TAG_PARAMS,
-                               &req);
+        rc = fresh(o, o->all)->ops->send(o->all, params + o->lo, o->hi - o->lo, TR_DTYPE_F32, 0,
+                                         TAG_PARAMS, &req);
         return wait_op(o, o->all, rc, req, what, err, errlen);
     }
     for (int s = 1; rc == 0 && s < o->stages; s++) {
         size_t lo, hi;
         layer_range(o->model, o->bounds[s], o->bounds[s + 1] - 1, &lo, &hi);
         snprintf(what, sizeof(what), "stage %d's parameters for a checkpoint", s);
-        rc = fresh(o, o->all)->ops->recv(o->all, params + lo, hi - lo, TR_DTYPE_F32, s * o->replicas,
-                               TAG_PARAMS, &req);
+        rc = fresh(o, o->all)->ops->recv(o->all, params + lo, hi - lo, TR_DTYPE_F32,
+                                         s * o->replicas, TAG_PARAMS, &req);
         rc = wait_op(o, o->all, rc, req, what, err, errlen);
     }
     return rc;
