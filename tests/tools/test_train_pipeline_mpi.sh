@@ -4,7 +4,9 @@
 # unpipelined one with the same global batch: 2 stages on 2 ranks (1f1b) and 3 on 3 (zb) end
 # at the one-process run's losses, 2 stages x 2 replicas on 4 ranks (ZeRO 1) at the 2-rank
 # data-parallel run's (within 1e-5 relative: float summation order); a pipelined 2-rank
-# checkpoint resumes in one process without a pipeline and ends where the unbroken run ends;
+# checkpoint resumes in one process without a pipeline and ends where the unbroken run ends,
+# and a 2 x 2 one at ZeRO 0 (one optimizer file per stage) on the same pipeline and on 2
+# data-parallel ranks;
 # ranks that are not a multiple of the stages are refused naming the key; a transfer whose
 # header does not match fails the job naming both stages, and no rank hangs.
 source "$(dirname "$0")/common.sh"
@@ -66,6 +68,18 @@ train 2 s2z1 --steps 3 --save-dir ck > /dev/null
     { ls -R ck; fail "the pipelined ranks saved no checkpoint"; }
 r=$(train 1 plain --save-dir ck --resume); same "$one" "$r" ||
     fail "resumed in one process: ended at '$r', the unbroken run at '$one'"
+
+# a 2 x 2 checkpoint at ZeRO 0, where a stage's replicas hold the same optimizer state: one
+# optimizer file per stage; resumed on the same pipeline, and on 2 data-parallel ranks without
+conf s2z0 '"pipeline": { "stages": 2 },'
+train 4 s2z0 --steps 3 --save-dir ck0 > /dev/null
+[ -f ck0/global_step3/optim_states_rank1.trck ] && [ ! -f ck0/global_step3/optim_states_rank2.trck ] ||
+    { ls -R ck0; fail "2 x 2 at ZeRO 0 did not save one optimizer file per stage"; }
+cp -r ck0 ck0dp
+r=$(train 4 s2z0 --save-dir ck0 --resume); same "$dp" "$r" ||
+    fail "2 x 2 resumed on 2 x 2: ended at '$r', 2 data-parallel ranks at '$dp'"
+r=$(train 2 plain --save-dir ck0dp --resume); same "$dp" "$r" ||
+    fail "2 x 2 resumed on 2 data-parallel ranks: ended at '$r', unbroken at '$dp'"
 
 # refused before the first step: 2 stages on 3 ranks
 args s2
