@@ -824,11 +824,6 @@ static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scala
 /* SAVE: the executor's part of the state, on to the optimizer. */
 static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
-    char why[512];
-    if (x->eng->stage >= 0 && tr_pipe_model_gather_params(x->pipe, why, sizeof(why)) < 0) {
-        tr__engine_fail(x->eng, TR_ECOMM, "save: %s", why); /* the ranks are out of step */
-        return;
-    }
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
     if (!m) {
         tr__reply(x->eng, TR_ENOMEM, NULL, "save: out of message memory");
@@ -941,6 +936,21 @@ static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
     if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 
+/* The restored parameters into the model: all of them, or with a pipeline across ranks the
+ * stage's layers and the tied tensors they use only (the rest stays untouched). */
+static void restore_params(struct tr__exec *x, const float *params)
+{
+    const tr__plan_t *e = x->eng;
+    float *p = tr_model_params(x->model);
+    memcpy(p + e->own_lo, params + e->own_lo, (e->own_hi - e->own_lo) * sizeof(float));
+    for (int i = e->stage_first; e->stage >= 0 && i <= e->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(x->model, i);
+        if (l->tie_count && (l->tie_layer < e->stage_first || l->tie_layer > e->stage_last))
+            memcpy(p + l->tie_offset, params + l->tie_offset, l->tie_count * sizeof(float));
+    }
+    tr_model_params_changed(x->model);
+}
+
 /* A restore's executor part: parameters, counters, data position; then the loader moves and
  * the checkpointer hears that the restore is complete. */
 static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
@@ -953,8 +963,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         tr__engine_fail(e, TR_EINVAL, "load: executor: %s", why);
         return 0;
     }
-    memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
-    tr_model_params_changed(x->model);
+    restore_params(x, params);
     x->global_steps = s->global_step;
     x->skipped_steps = s->skipped_steps;
     x->global_samples = s->global_samples;

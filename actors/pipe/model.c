@@ -462,12 +462,6 @@ int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss
     return rc;
 }
 
-int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen)
-{
-    if (!pm->own) return not_across(pm, "gathering the parameters", err, errlen);
-    return tr__pipe_own_gather_params(pm->own, err, errlen);
-}
-
 void tr_pipe_model_zero_grad(tr_pipe_model_t *pm)
 {
     if (!pm->own) {

@@ -13,8 +13,7 @@
  *          summed there (DeepSpeed's TiedLayerSpec all-reduces it over the same pair), and
  *          after the step the owner, whose optimizer alone updates it, sends the new values
  *          to the user, which keeps a copy and no optimizer state for it;
- *   - all: the world, for evaluation's activations (stage to stage, as a forward) and a
- *          checkpoint's parameters (every stage's to rank 0).
+ *   - all: the world, for evaluation's activations (stage to stage, as a forward).
  *
  * Each operation is started and then driven by the backend's progress on this thread until
  * its completion callback runs; one is in flight at a time. A rank that never takes part ends
@@ -34,8 +33,7 @@
 #include "troupe/error.h"
 #include "troupe/runtime.h"
 
-#define TAG_EVAL   101 /* an evaluation batch's activations, stage s to s + 1 */
-#define TAG_PARAMS 102 /* a stage's parameters to rank 0, for a checkpoint */
+#define TAG_EVAL 101 /* an evaluation batch's activations, stage s to s + 1 */
 
 struct tr__pipe_own {
     tr_model_t *model;
@@ -328,30 +326,6 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
                                      o->rank + o->replicas, TAG_EVAL, &req);
     return wait_op(o, o->all, rc, req, "an evaluation batch's activations to the next stage", err,
                    errlen);
-}
-
-int tr__pipe_own_gather_params(tr__pipe_own_t *o, char *err, size_t errlen)
-{
-    if (o->replica != 0) return 0;
-    float *params = tr_model_params(o->model);
-    uint64_t req = 0;
-    int rc = 0;
-    char what[128];
-    if (o->rank != 0) {
-        snprintf(what, sizeof(what), "stage %d's parameters to rank 0 for a checkpoint", o->stage);
-        rc = fresh(o, o->all)->ops->send(o->all, params + o->lo, o->hi - o->lo, TR_DTYPE_F32, 0,
-                                         TAG_PARAMS, &req);
-        return wait_op(o, o->all, rc, req, what, err, errlen);
-    }
-    for (int s = 1; rc == 0 && s < o->stages; s++) {
-        size_t lo, hi;
-        layer_range(o->model, o->bounds[s], o->bounds[s + 1] - 1, &lo, &hi);
-        snprintf(what, sizeof(what), "stage %d's parameters for a checkpoint", s);
-        rc = fresh(o, o->all)->ops->recv(o->all, params + lo, hi - lo, TR_DTYPE_F32,
-                                         s * o->replicas, TAG_PARAMS, &req);
-        rc = wait_op(o, o->all, rc, req, what, err, errlen);
-    }
-    return rc;
 }
 
 void tr__pipe_own_zero_grad(const tr__pipe_own_t *o)

@@ -15,7 +15,7 @@ typedef struct tr__pipe_own tr__pipe_own_t;
  * is kept, and must outlive it) with `replicas` data-parallel replicas, MPI's rank and world,
  * batches of (B, T): its communicators (the stage's
  * data-parallel group; the tie group of the two stages that hold a tied tensor, for each
- * replica; a duplicate of the world for evaluation's and a save's transfers), split off a new
+ * replica; a duplicate of the world for evaluation's transfers), split off a new
  * MPI communicator. Collective over the world: every rank calls it at the same point.
  * TR_EINVAL with err for ties this cannot reduce (tied tensors shared by more than one pair of
  * stages), the backend's error otherwise. */
@@ -48,10 +48,6 @@ int tr__pipe_own_sync(tr__pipe_own_t *o, bool partitioned, char *err, size_t err
  * output to the next stage's rank; *has_loss is set on the last stage, with its loss. */
 int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, bool *has_loss,
                       char *err, size_t errlen);
-
-/* For a checkpoint: every stage's range of the parameters sent by its first replica to rank 0,
- * which then holds the whole model (the model file is rank 0's). */
-int tr__pipe_own_gather_params(tr__pipe_own_t *o, char *err, size_t errlen);
 
 /* Zeroes the stage's gradients: its range of the model's buffer (and the caller zeroes the
  * stage's tied area). */

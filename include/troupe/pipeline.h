@@ -329,9 +329,6 @@ int tr_pipe_model_sync_params(tr_pipe_model_t *pm, int partitioned, char *err, s
  * own ranks; *has_loss is 1 on the last stage, which gets the loss in *loss. */
 int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss, int *has_loss,
                        char *err, size_t errlen);
-/* For a checkpoint: each stage's parameters sent by its first replica to rank 0, which then
- * holds all of them (its model file is the whole model's). */
-int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen);
 /* Zeroes the gradients this process holds (across ranks: its stage's range and tied area). */
 void tr_pipe_model_zero_grad(tr_pipe_model_t *pm);
 

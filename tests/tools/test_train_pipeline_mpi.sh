@@ -70,12 +70,21 @@ r=$(train 1 plain --save-dir ck --resume); same "$one" "$r" ||
     fail "resumed in one process: ended at '$r', the unbroken run at '$one'"
 
 # a 2 x 2 checkpoint at ZeRO 0, where a stage's replicas hold the same optimizer state: one
-# optimizer file per stage; resumed on the same pipeline, and on 2 data-parallel ranks without
+# parameter file and one optimizer file per stage; resumed on the same pipeline, and on 2
+# data-parallel ranks without
 conf s2z0 '"pipeline": { "stages": 2 },'
 train 4 s2z0 --steps 3 --save-dir ck0 > /dev/null
-[ -f ck0/global_step3/optim_states_rank1.trck ] && [ ! -f ck0/global_step3/optim_states_rank2.trck ] ||
-    { ls -R ck0; fail "2 x 2 at ZeRO 0 did not save one optimizer file per stage"; }
+[ -f ck0/global_step3/optim_states_rank1.trck ] && [ ! -f ck0/global_step3/optim_states_rank2.trck ] &&
+    [ -f ck0/global_step3/model_states_stage1.trck ] ||
+    { ls -R ck0; fail "2 x 2 at ZeRO 0 did not save one parameter file and one optimizer file per stage"; }
 cp -r ck0 ck0dp
+cp -r ck0 ck0bad
+rm ck0bad/global_step3/model_states_stage1.trck # a stage's parameters missing: named, refused
+args plain
+if "$troupe" train "${a[@]}" --save-dir ck0bad --resume > miss.out 2> miss.err; then
+    fail "resumed without stage 1's parameter file"
+fi
+grep -q "model_states_stage1.trck" miss.err || { cat miss.err; fail "the missing file was not named"; }
 r=$(train 4 s2z0 --save-dir ck0 --resume); same "$dp" "$r" ||
     fail "2 x 2 resumed on 2 x 2: ended at '$r', 2 data-parallel ranks at '$dp'"
 r=$(train 2 plain --save-dir ck0dp --resume); same "$dp" "$r" ||
