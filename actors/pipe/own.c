@@ -44,7 +44,9 @@ struct tr__pipe_own {
     int tie_owner, tie_user; /* the stages holding the tied range (-1: none crosses stages) */
     tr_comm_t *all, *dp, *tie;
     double timeout_s;
-    uint64_t done_req; /* the last completion reported (one operation in flight) */
+    uint64_t done_req; /* the last completion reported (one operation in flight), reset to 0
+                        * before each start: request ids are per communicator, so another's
+                        * may equal the next */
     int done_rc;
     tr_model_stage_t *eval; /* evaluation's activations (made at the first) */
     float *eval_in;         /* the previous stage's output */
@@ -56,14 +58,6 @@ static void op_done(void *arg, uint64_t req, uint64_t tag, int rc)
     tr__pipe_own_t *o = arg;
     o->done_req = req;
     o->done_rc = rc;
-}
-
-/* Before starting an operation: no completion seen yet (request ids are per communicator, so
- * another one's may equal the next). */
-static tr_comm_t *fresh(tr__pipe_own_t *o, tr_comm_t *c)
-{
-    o->done_req = 0;
-    return c;
 }
 
 /* Drives c until request req completes (rc), or the timeout. */
@@ -222,7 +216,8 @@ static int sum_over(tr__pipe_own_t *o, tr_comm_t *c, float *x, size_t n, const c
     for (size_t at = 0; rc == 0 && at < n; at += CHUNK) {
         uint64_t req = 0;
         size_t k = n - at < CHUNK ? n - at : CHUNK;
-        rc = fresh(o, c)->ops->all_reduce(c, x + at, k, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
+        o->done_req = 0;
+        rc = c->ops->all_reduce(c, x + at, k, TR_DTYPE_F32, TR_REDUCE_SUM, &req);
         rc = wait_op(o, c, rc, req, what, err, errlen);
     }
     return rc;
@@ -272,7 +267,8 @@ int tr__pipe_own_sync(tr__pipe_own_t *o, bool partitioned, char *err, size_t err
         if (!counts) return tr__errf(err, errlen, TR_ENOMEM, "pipeline: out of memory");
         for (int r = 0; r < o->replicas; r++)
             counts[r] = zero_count(o->hi - o->lo, o->replicas, r);
-        rc = fresh(o, o->dp)->ops->all_gather_v(o->dp, params + o->lo, counts, TR_DTYPE_F32, &req);
+        o->done_req = 0;
+        rc = o->dp->ops->all_gather_v(o->dp, params + o->lo, counts, TR_DTYPE_F32, &req);
         free(counts);
         rc = wait_op(o, o->dp, rc, req, "the stage's parameter all-gather among its replicas", err,
                      errlen);
@@ -281,8 +277,9 @@ int tr__pipe_own_sync(tr__pipe_own_t *o, bool partitioned, char *err, size_t err
     if (o->stage != o->tie_owner && o->stage != o->tie_user) return 0;
     /* the owner is rank 0 of the tie group (split by stage, the owner's the lower) */
     int root = o->tie_owner < o->tie_user ? 0 : 1;
-    rc = fresh(o, o->tie)->ops->broadcast(o->tie, params + o->tie_lo, o->tie_hi - o->tie_lo,
-                                          TR_DTYPE_F32, root, &req);
+    o->done_req = 0;
+    rc = o->tie->ops->broadcast(o->tie, params + o->tie_lo, o->tie_hi - o->tie_lo, TR_DTYPE_F32,
+                                root, &req);
     rc = wait_op(o, o->tie, rc, req, "the tied parameters' broadcast to the stage that uses them",
                  err, errlen);
     if (rc == 0) tr_model_params_changed(o->model);
@@ -306,8 +303,9 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
     int rc = 0;
     size_t in = tr_model_stage_input_floats(o->eval), out = tr_model_stage_output_floats(o->eval);
     if (o->stage > 0) {
-        rc = fresh(o, o->all)->ops->recv(o->all, o->eval_in, in, TR_DTYPE_F32,
-                                         o->rank - o->replicas, TAG_EVAL, &req);
+        o->done_req = 0;
+        rc = o->all->ops->recv(o->all, o->eval_in, in, TR_DTYPE_F32, o->rank - o->replicas,
+                               TAG_EVAL, &req);
         rc = wait_op(o, o->all, rc, req,
                      "an evaluation batch's activations from the previous stage", err, errlen);
         if (rc < 0) return rc;
@@ -322,8 +320,9 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
         *has_loss = true;
         return 0;
     }
-    rc = fresh(o, o->all)->ops->send(o->all, tr_model_stage_output(o->eval, 0), out, TR_DTYPE_F32,
-                                     o->rank + o->replicas, TAG_EVAL, &req);
+    o->done_req = 0;
+    rc = o->all->ops->send(o->all, tr_model_stage_output(o->eval, 0), out, TR_DTYPE_F32,
+                           o->rank + o->replicas, TAG_EVAL, &req);
     return wait_op(o, o->all, rc, req, "an evaluation batch's activations to the next stage", err,
                    errlen);
 }
