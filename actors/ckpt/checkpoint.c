@@ -153,6 +153,13 @@ static int optim_file(const tr__plan_t *e)
     return e->rank == 0 ? 0 : -1;
 }
 
+/* The version a save's files say: the first that has what they hold (a pipeline's stage files
+ * need 5; any other save reads as 4, so builds before 5 still load it). */
+static int save_version(const tr__plan_t *e)
+{
+    return e->stage >= 0 ? TR__CKPT_VERSION : 4;
+}
+
 /* This rank's model file: 0 (model_states.trck, rank 0's), s >= 1 (model_states_stage<s>.trck:
  * with a pipeline across ranks each stage's first replica writes its layers' parameters), or
  * -1: none. */
@@ -174,7 +181,7 @@ static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr_
         tr__mp_pack_kv_uint(pk, "step", st->global_step);
     }
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
-    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_int(pk, "version", save_version(e));
     tr__mp_pack_kv_str(pk, "kind", "model_states");
     tr__mp_pack_str(pk, "model");
     pack_model_desc(pk, e->model);
@@ -216,7 +223,7 @@ static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t 
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
     msgpack_pack_map(pk, 12);
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
-    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_int(pk, "version", save_version(e));
     tr__mp_pack_kv_str(pk, "kind", "optim_states");
     tr__mp_pack_kv_uint(pk, "step", step);
     tr__mp_pack_kv_int(pk, "world", e->world);

@@ -29,7 +29,7 @@
  * 5: a pipeline across ranks (stage_files S in the model file) writes its parameters in one
  *    file per stage: model_states.trck holds stage 0's, model_states_stage<s>.trck stage s's,
  *    each with the model file's header plus its slice lo, hi of the flat parameters and the
- *    step; the slices tile [0, n_params). */
+ *    step; the slices tile [0, n_params). Other saves still say 4. */
 #define TR__CKPT_VERSION 5
 
 /* A tag read and checked for this rank; nothing in the engine has changed. */
