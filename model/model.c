@@ -24,12 +24,13 @@
 #include "kernels/cpu/parallel.h"
 #include "troupe/error.h"
 #include "base/errf.h"
+#include "base/vmem.h"
 
 struct tr_model {
     tr_layer_t **layers;
     int n;
     tr_device_t device;
-    float *params, *grads; // (n_params) each
+    float *params, *grads; // (n_params) each, tr__vmem: pages are committed as written
     size_t n_params;
     uint16_t *params_bf16; // (n_params) bf16 copies, in bf16 mixed precision; else NULL
     // for the current (B, T)
@@ -252,8 +253,8 @@ int tr_model_create(tr_model_t **out, tr_layer_t **layers, int n, char *why, siz
         tr_model_destroy(m);
         return err;
     }
-    m->params = calloc(m->n_params ? m->n_params : 1, sizeof(float));
-    m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));
+    m->params = tr__vmem_alloc(m->n_params * sizeof(float));
+    m->grads = tr__vmem_alloc(m->n_params * sizeof(float));
     if (!m->layers || !m->params || !m->grads) {
         if (!m->layers) {
             free_layers(layers, n);
@@ -292,8 +293,8 @@ void tr_model_destroy(tr_model_t *model)
     free_acts(model);
     free_layers(model->layers, model->n);
     free(model->layers);
-    free(model->params);
-    free(model->grads);
+    tr__vmem_free(model->params, model->n_params * sizeof(float));
+    tr__vmem_free(model->grads, model->n_params * sizeof(float));
     free(model->params_bf16);
     free(model);
 }

@@ -222,7 +222,9 @@ static int register_buffers(tr_engine_t *eng)
     size_t in = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4, ty = bt * (size_t)p->y_dim * 4;
     size_t batch = in + (p->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
     size_t held = p->own_hi - p->own_lo + tied_in(eng->model, p->stage_first, p->stage_last);
-    eng->memory.params = eng->memory.grads = held * sizeof(float); /* registered: all of it */
+    eng->memory.params = eng->memory.grads = held * sizeof(float); /* the stage's, or all */
+    if (p->grad_window) /* ZeRO 2: the buckets in flight, and tied tensors written early */
+        eng->memory.grads = (p->grad_window + tr__tied_floats(eng->model)) * sizeof(float);
     eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
     eng->stage_in = malloc(in);
@@ -273,6 +275,12 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
                                 errlen);
     if (!rc) rc = tr__bucketer_spawn(p, &p->bucketer);
     if (!rc) rc = tr__comm_spawn(p, &eng->cm, &p->comm, &mem->comm, err, errlen);
+    /* MPI's nonblocking collectives work in copies of their buffers (Open MPI's libnbc), so a
+     * bucket in flight costs its bytes twice until it completes: at ZeRO 0 and 1 every bucket
+     * of a step may be in flight at once, at ZeRO 2 the backward's window bounds them. */
+    if (!rc && p->world > 1)
+        mem->comm += (p->grad_window ? p->grad_window : p->n_params) *
+                     (p->cfg->communication_data_type == TR_DTYPE_F32 ? 4 : 2);
     if (!rc) rc = tr__checkpointer_spawn(p, &eng->ck, &p->checkpointer);
     if (!rc && eng->train) rc = tr__loader_spawn(p, eng->train, &eng->ld, &p->loader);
     if (rc < 0 && !err[0]) /* the runtime's own explanation names the actor */
@@ -316,10 +324,11 @@ static void log_memory(const tr_engine_t *eng)
                  eng->plan.stage, eng->plan.stages, eng->plan.stage_first, eng->plan.stage_last);
     tr_log(TR_LOG_INFO,
            "engine: memory on rank %d of %d (ZeRO stage %d%s): parameters %.1f MiB, "
-           "gradients %.1f MiB (the backward's) + %.1f MiB (this rank's reduced partition), "
+           "gradients %.1f MiB (%s) + %.1f MiB (this rank's reduced partition), "
            "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB%s; "
            "total %.1f MiB",
            eng->plan.rank, eng->plan.world, eng->plan.zero, stage, m->params / mib, m->grads / mib,
+           eng->plan.grad_window ? "the backward's window: buckets in flight" : "the backward's",
            m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib, bf16,
            (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm + m->batches +
                     m->bf16_copies) /

@@ -130,8 +130,10 @@ typedef struct tr__plan {
     int stage, stage_first, stage_last;
     size_t own_lo, own_hi;
     size_t n_params;
-    int zero;          /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
-    bool overlap_comm; /* buckets leave during the backward (else after it) */
+    int zero;           /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
+    size_t grad_window; /* ZeRO 2: the gradient elements the backward may have out for
+                         * reduction at once (tr__grad_window); 0: the whole buffer stays */
+    bool overlap_comm;  /* buckets leave during the backward (else after it) */
     uint64_t seed;
     double loss_scale0;            /* the loss scale of the first step */
     tr__optim_slice_t optim_slice; /* the optimizer's; checkpoints read it */
@@ -155,6 +157,35 @@ static inline size_t tr__zero_slice(size_t n, int world)
 {
     size_t q = 2 * (size_t)world;
     return (n + q - 1) / q * q / (size_t)world;
+}
+
+/* ZeRO 2's gradient window, in elements: the backward hands each layer's gradient out as soon
+ * as it is done and starts a layer only while the ranges out for reduction (handed out, not
+ * yet freed by the optimizer) and the layer's own stay within k buckets (k = 2 with
+ * overlap_comm: one reducing while the next fills; else 1) and the largest layer, so a rank
+ * never holds the whole gradient when the buckets are smaller than the model. A window of at
+ * least one bucket beyond the layer always has a whole bucket out when the backward waits, so
+ * the wait ends. bucket: reduce_bucket_size (<= 0: the whole model). Tied tensors (GPT-2's
+ * wte, written by the head early in the backward and handed out with its owner's layer) come
+ * on top: tr__tied_floats. */
+static inline size_t tr__grad_window(const tr_model_t *m, int64_t bucket, bool overlap)
+{
+    size_t n = tr_model_num_params(m), largest = 0, b = bucket > 0 ? (size_t)bucket : n;
+    for (int i = 0; i < tr_model_num_layers(m); i++) {
+        size_t c = tr_model_layer(m, i)->param_count;
+        largest = c > largest ? c : largest;
+    }
+    size_t w = (overlap ? 2 : 1) * b + largest;
+    return w < n ? w : n;
+}
+
+/* The elements of tied tensors: written by one layer, handed out with another's range. */
+static inline size_t tr__tied_floats(const tr_model_t *m)
+{
+    size_t t = 0;
+    for (int i = 0; i < tr_model_num_layers(m); i++)
+        t += tr_model_layer(m, i)->tie_count;
+    return t;
 }
 
 static inline void tr__zero_owned(size_t n, int world, int rank, size_t *lo, size_t *hi)

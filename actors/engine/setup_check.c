@@ -318,5 +318,9 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
     else
         eng->plan.loss_scale0 = 1.0;
     set_optimizer_plan(&eng->plan);
+    eng->plan.grad_window =
+        eng->plan.zero == 2
+            ? tr__grad_window(eng->model, c->zero.reduce_bucket_size, c->zero.overlap_comm)
+            : 0;
     return check_widths(eng, o, err, errlen);
 }

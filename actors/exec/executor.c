@@ -40,6 +40,9 @@ typedef struct queued {
     float *y;
 } queued_t;
 
+/* Who waits for the backward in progress. */
+enum { BW_NONE, BW_TRAIN, BW_CLIENT };
+
 /* What a COMM_SCALAR answers (its `what`). */
 enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
 
@@ -122,7 +125,16 @@ struct tr__exec {
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
     uint64_t grads_out;      /* ZeRO 2: gradient elements out for reduction, not yet freed */
-    bool grads_sent;         /* the window's gradients have gone (in part) to the bucketer */
+    struct {                 /* the backward in progress (ZeRO 2 pauses it: backward_run) */
+        int caller;          /* BW_NONE, BW_TRAIN (a TRAIN's batch `b`), BW_CLIENT */
+        int next;            /* the next layer to go back through */
+        bool boundary;
+        int micro;         /* the window's micro-batch it belongs to */
+        uint64_t step, t0; /* its step and when its backward began */
+        float loss;        /* its forward's */
+        queued_t b;        /* BW_TRAIN: the batch, given back to the loader once done */
+    } bw;
+    bool grads_sent; /* the window's gradients have gone (in part) to the bucketer */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -272,6 +284,7 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
 {
     tr_layer_t *l = tr_model_layer(x->model, i);
     int rc = grad_ready(ctx, x, i, l->param_offset, l->param_count);
+    if (x->eng->zero == 2) x->grads_out += l->param_count; /* out until GRADS_FREE */
     if (rc < 0)
         tr__engine_fail(x->eng, rc,
                         "executor: step %llu: cannot send layer %d's gradients to "
@@ -280,25 +293,43 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
     return rc;
 }
 
-/* The backward pass. The gradients go out at the boundary, or at every micro-step with ZeRO 2
- * (whose reductions then own the buffer until the optimizer frees it): with overlap_comm each
- * layer's as soon as its backward is done, so the reduction of the last layers runs while
- * the first are still in backward; without it all of them once the backward is over. */
-static int backward(tr_ctx_t *ctx, struct tr__exec *x, bool boundary)
+/* Starts a micro-batch's backward pass at the last layer; backward_run goes through it. */
+static void backward_begin(struct tr__exec *x, int caller, bool boundary, uint64_t step,
+                           uint64_t t0)
+{
+    x->bw.caller = caller;
+    x->bw.next = tr_model_num_layers(x->model) - 1;
+    x->bw.boundary = boundary;
+    x->bw.micro = x->micro;
+    x->bw.step = step;
+    x->bw.t0 = t0;
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / x->eng->GAS));
+}
+
+/* The backward pass from layer bw.next down. The gradients go out at the boundary: with
+ * overlap_comm each layer's as soon as its backward is done, so the reduction of the last
+ * layers runs while the first are still in backward; without it all of them once the
+ * backward is over. ZeRO 2 reduces at every micro-step and never holds the whole gradient:
+ * each layer's goes out as soon as it is done, and a layer starts only while what is out
+ * (handed out, not yet freed by the optimizer) and its own range fit in grad_window; else
+ * the pass waits, and the optimizer's GRADS_FREE resumes it (on_grads_free). 1: it waits; 0:
+ * done; < 0: failed, reported. */
+static int backward_run(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr__plan_t *e = x->eng;
-    bool send = boundary || e->zero == 2;
-    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / e->GAS));
-    for (int i = tr_model_num_layers(x->model) - 1; i >= 0; i--) {
+    bool send = x->bw.boundary || e->zero == 2, now = e->overlap_comm || e->zero == 2;
+    for (; x->bw.next >= 0; x->bw.next--) {
+        int i = x->bw.next;
+        size_t own = tr_model_layer(x->model, i)->param_count;
+        if (e->grad_window && x->grads_out && x->grads_out + own > e->grad_window) return 1;
         int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
-        if (send && e->overlap_comm && (rc = hand_out(ctx, x, i)) < 0) return rc;
+        if (send && now && (rc = hand_out(ctx, x, i)) < 0) return rc;
     }
-    for (int i = tr_model_num_layers(x->model) - 1; send && !e->overlap_comm && i >= 0; i--) {
+    for (int i = tr_model_num_layers(x->model) - 1; send && !now && i >= 0; i--) {
         int rc = hand_out(ctx, x, i);
         if (rc < 0) return rc;
     }
-    if (send && e->zero == 2) x->grads_out += e->n_params;
     return 0;
 }
 
@@ -339,26 +370,6 @@ static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64
     micro_counted(x, boundary);
 }
 
-/* One micro-batch of step `step`: forward, backward; at the boundary the gradients go out
- * layer by layer. */
-static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const tr_batch_t *b, uint64_t step)
-{
-    float loss;
-    uint64_t t0 = tr_now_ns();
-    int rc = forward(x, b, &loss);
-    uint64_t t1 = tr_now_ns();
-    if (rc == 0) {
-        forward_done(x, step, t0, t1);
-        bool boundary = x->micro == x->eng->GAS - 1;
-        rc = backward(ctx, x, boundary);
-        if (rc == 0) {
-            x->loss_sum += loss;
-            backward_done(x, step, t1, tr_now_ns(), boundary);
-        }
-    }
-    return rc;
-}
-
 static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *targets, const float *y)
 {
     const tr__plan_t *e = x->eng;
@@ -369,6 +380,43 @@ static tr_batch_t batch_of(const struct tr__exec *x, void *in, const int *target
                         .targets = targets,
                         .y = y,
                         .y_dim = e->y_dim};
+}
+
+/* The backward in progress is over (rc: 0, or its failure, already reported): a TRAIN's
+ * micro-batch is counted; a client's BACKWARD is answered. */
+static void backward_finished(struct tr__exec *x, int rc)
+{
+    int caller = x->bw.caller;
+    x->bw.caller = BW_NONE;
+    if (rc < 0) return;
+    if (caller == BW_TRAIN) x->loss_sum += x->bw.loss;
+    backward_done(x, x->bw.step, x->bw.t0, tr_now_ns(), x->bw.boundary);
+    if (caller == BW_CLIENT) {
+        x->win = win_next(x->win, EV_BACKWARD_REPLY);
+        reply_ok(x, 0, (tr__reply_t){0});
+    }
+}
+
+/* A TRAIN's micro-batch of step `step` from the queue: forward, then the backward (at the
+ * boundary the gradients go out layer by layer). 1: the backward waits for gradients to be
+ * freed (ZeRO 2); else its outcome, the batch's slot to be given back (train_batch_done). */
+static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const queued_t *q, uint64_t step)
+{
+    tr_batch_t b = batch_of(x, q->in, q->targets, q->y);
+    float loss;
+    x->bw.b = *q;
+    x->bw.micro = x->micro;
+    x->bw.step = step;
+    uint64_t t0 = tr_now_ns();
+    int rc = forward(x, &b, &loss);
+    uint64_t t1 = tr_now_ns();
+    if (rc < 0) return rc;
+    forward_done(x, step, t0, t1);
+    backward_begin(x, BW_TRAIN, x->micro == x->eng->GAS - 1, step, t1);
+    x->bw.loss = loss;
+    rc = backward_run(ctx, x);
+    if (rc != 1) backward_finished(x, rc);
+    return rc;
 }
 
 /* --- TRAIN ---------------------------------------------------------------------------------- */
@@ -479,6 +527,22 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     x->want -= M;
 }
 
+/* A TRAIN's micro-batch (x->bw.b) is done, or failed (rc < 0): its slot goes back to the
+ * loader and the stream position moves past it (a failed one is skipped with its window:
+ * train_failed). < 0 ends the TRAIN. */
+static int train_batch_done(tr_ctx_t *ctx, struct tr__exec *x, int rc)
+{
+    x->consumed = x->bw.b.after;
+    rc = credit(ctx, x, x->bw.b.slot, x->bw.step, x->bw.micro, rc);
+    if (rc < 0) {
+        x->req = 0;
+        x->want = 0;
+        return rc;
+    }
+    x->want--;
+    return 0;
+}
+
 /* Runs queued batches while a TRAIN wants them. */
 static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
 {
@@ -487,22 +551,13 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && x->win != WIN_STEP_PENDING &&
-           x->grads_out == 0) {
+           x->grads_out == 0 && x->bw.caller == BW_NONE) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
         x->q_n--;
-        tr_batch_t batch = batch_of(x, b.in, b.targets, b.y);
-        uint64_t step = x->global_steps;
-        int micro = x->micro;
-        int rc = micro_batch(ctx, x, &batch, step);
-        x->consumed = b.after; /* a failed one is skipped with its window (train_failed) */
-        rc = credit(ctx, x, b.slot, step, micro, rc);
-        if (rc < 0) {
-            x->req = 0;
-            x->want = 0;
-            return;
-        }
-        x->want--;
+        int rc = micro_batch(ctx, x, &b, x->global_steps);
+        if (rc == 1) return; /* ZeRO 2: on_grads_free goes on with its backward */
+        if (train_batch_done(ctx, x, rc) < 0) return;
     }
 }
 
@@ -695,12 +750,9 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     x->win = win_next(x->win, EV_BACKWARD_BEGIN);
-    bool boundary = x->micro == x->eng->GAS - 1;
-    uint64_t step = x->global_steps, t0 = tr_now_ns();
-    if (backward(ctx, x, boundary) < 0) return;
-    backward_done(x, step, t0, tr_now_ns(), boundary);
-    x->win = win_next(x->win, EV_BACKWARD_REPLY);
-    reply_ok(x, 0, (tr__reply_t){0});
+    backward_begin(x, BW_CLIENT, x->micro == x->eng->GAS - 1, x->global_steps, tr_now_ns());
+    int rc = backward_run(ctx, x);
+    if (rc != 1) backward_finished(x, rc); /* 1: ZeRO 2, on_grads_free goes on */
 }
 
 static void serve_step(struct tr__exec *x)
@@ -726,6 +778,13 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
         return;
     }
     x->grads_out -= f->count;
+    if (x->bw.caller != BW_NONE) { /* a backward waits for room in the window */
+        int caller = x->bw.caller, rc = backward_run(ctx, x);
+        if (rc == 1) return;
+        backward_finished(x, rc);
+        if (caller == BW_TRAIN && train_batch_done(ctx, x, rc) == 0) run_train(ctx, x);
+        return;
+    }
     if (x->grads_out) return;
     if (x->win == WIN_BACKWARD_WAITS) serve_backward(ctx, x);
     run_train(ctx, x);
@@ -745,10 +804,6 @@ static void seek_val(struct tr__exec *x, uint64_t i)
     tr__dataset_seek(x->val, p);
 }
 
-/* An evaluation of n batches: the first n of the validation stream at any world size, replica
- * r of R taking batches r, R + r, 2R + r, ... (the stages of a replica all take them); the
- * mean over the ranks is their losses' sum over their count, so one checkpoint gives the same
- * validation loss on 1, 2 or 3 ranks (up to the summation order). */
 /* A pipeline across ranks: an evaluation batch goes through the replica's stages (each rank
  * forwards its layers); a failure, which leaves the ranks out of step, fails the engine. */
 static int pipe_eval(struct tr__exec *x, const tr_batch_t *b, float *loss, int *has_loss)
@@ -759,6 +814,10 @@ static int pipe_eval(struct tr__exec *x, const tr_batch_t *b, float *loss, int *
     return rc;
 }
 
+/* An evaluation of n batches: the first n of the validation stream at any world size, replica
+ * r of R taking batches r, R + r, 2R + r, ... (the stages of a replica all take them); the
+ * mean over the ranks is their losses' sum over their count, so one checkpoint gives the same
+ * validation loss on 1, 2 or 3 ranks (up to the summation order). */
 static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
     const tr__plan_t *e = x->eng;

@@ -23,6 +23,7 @@
 
 #include "actors/optim/optimizer_internal.h"
 #include "base/errf.h"
+#include "base/vmem.h"
 #include "kernels/cpu/gradnorm.h"
 #include "runtime/msg/mpack.h"
 
@@ -462,14 +463,16 @@ static int on_norm(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_scalar_t *s)
 }
 
 /* ZeRO 2: this rank's part of a reduced bucket is added to its partition; the bucket's range
- * of the gradient buffer is zeroed and given back to the executor's next backward. */
+ * of the gradient buffer is zeroed, its pages handed back to the kernel (the gradient costs
+ * memory only while its buckets are in flight), and the range given back to the executor,
+ * whose backward writes further layers (or the next micro-step) against that credit. */
 static int take_part(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, const float *g)
 {
     size_t count = r->grads.length / sizeof(float);
     float *acc = o->gpart + (r->at - o->lo);
     for (size_t i = 0; i < count; i++)
         acc[i] += g[i];
-    memset(o->grads + r->first, 0, r->covers * sizeof(float));
+    tr__vmem_release(o->grads + r->first, r->covers * sizeof(float));
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRADS_FREE);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, grads_free)->count = r->covers;

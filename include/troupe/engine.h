@@ -206,10 +206,12 @@ uint64_t tr_engine_global_step(const tr_engine_t *eng);
 
 /* The memory this rank holds for training, in bytes, fixed at create (also logged then). On W
  * ranks, zero_optimization.stage 1 cuts the optimizer's states to about 1/W; stage 2 keeps
- * only this rank's 1/W of the reduced gradients between micro-steps (grad_partition), while
- * the backward still writes a whole gradient (grads). docs/engine.md has the formulas. */
+ * only this rank's 1/W of the reduced gradients (grad_partition), and its backward holds only
+ * the gradients of the buckets in flight (grads: at most 2 buckets with overlap_comm, else 1,
+ * plus the largest layer and any tied tensor). docs/engine.md has the formulas. */
 typedef struct tr_engine_memory {
-    uint64_t params, grads;  /* fp32, every parameter: the model's and its backward's */
+    uint64_t params;         /* fp32, every parameter */
+    uint64_t grads;          /* fp32: the backward's (whole, or ZeRO 2's window) */
     uint64_t grad_partition; /* ZeRO 2: the reduced gradients this rank owns, accumulated */
     uint64_t optimizer;      /* the optimizer's moments for the parameters this rank updates */
     uint64_t comm;           /* the communicator's staging (16-bit wire copies, headers) */

@@ -416,7 +416,9 @@ size_t tr_model_checkpoint_recomputed(const tr_model_t *model);
 void tr_model_zero_grad(tr_model_t *model);
 
 /* Introspection: buffers and the size tables. Pointers stay valid until destroy (acts: until
- * the next forward with a different B or T). */
+ * the next forward with a different B or T). The parameter and gradient buffers are mapped
+ * whole but cost memory only where they have been written: the engine at ZeRO 2 hands a
+ * reduced gradient range's pages back, and a pipeline stage writes only its own layers. */
 int tr_model_num_layers(const tr_model_t *model);
 tr_layer_t *tr_model_layer(const tr_model_t *model, int i);
 float *tr_model_params(const tr_model_t *model);

@@ -34,6 +34,7 @@ typedef struct dp_case {
     int gas;               /* accumulation steps per rank */
     const char *optimizer; /* NULL: AdamW */
     const char *wire;      /* communication_data_type (NULL: fp32) */
+    int bucket;            /* reduce_bucket_size (0: 60) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
 } dp_case_t;
 
@@ -47,11 +48,12 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
              " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 60,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
              " \"overlap_comm\": %s}, \"communication_data_type\": \"%s\","
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
-             k->overlap ? "true" : "false", k->wire && world != 1 ? k->wire : "fp32");
+             k->bucket ? k->bucket : 60, k->overlap ? "true" : "false",
+             k->wire && world != 1 ? k->wire : "fp32");
     return test_mlp_engine(json, "dp.json", world, cfg);
 }
 
@@ -65,9 +67,11 @@ static uint64_t params_hash(tr_engine_t *eng)
     return h;
 }
 
-/* This rank's memory as its stage says: parameters and the backward's gradients whole, the
- * optimizer's two moments (AdamW) and (stage 2) the reduced gradients of its partition only:
- * the flat buffer padded to a multiple of 2 W and cut in W equal slices. */
+/* This rank's memory as its stage says: parameters whole; the backward's gradients whole, or
+ * at stage 2 the window of 2 buckets (overlap_comm, else 1) and the largest layer (the MLP's
+ * first, TEST_XD x 16 + 16); the optimizer's two moments (AdamW) and (stage 2) the reduced
+ * gradients of its partition only: the flat buffer padded to a multiple of 2 W and cut in W
+ * equal slices; MPI's copies of the gradients in flight. */
 static void check_memory(tr_engine_t *dp, const dp_case_t *k, int world, int rank)
 {
     tr_engine_memory_t mem;
@@ -76,10 +80,15 @@ static void check_memory(tr_engine_t *dp, const dp_case_t *k, int world, int ran
     size_t S = (n + q - 1) / q * q / (size_t)world, lo = (size_t)rank * S;
     size_t mine = k->stage ? (lo >= n ? 0 : lo + S <= n ? S : n - lo) : n;
     assert_int_equal(mem.params, n * 4);
-    assert_int_equal(mem.grads, n * 4);
+    size_t window = (size_t)(k->overlap ? 2 : 1) * (size_t)(k->bucket ? k->bucket : 60) +
+                    (size_t)(XD * 16 + 16);
+    size_t held = k->stage == 2 && window < n ? window : n; /* gradients, in flight at most */
+    bool wire16 = k->wire && strcmp(k->wire, "fp32");
+    assert_int_equal(mem.grads, held * 4);
     assert_int_equal(mem.optimizer, 2 * mine * 4);
     assert_int_equal(mem.grad_partition, k->stage == 2 ? mine * 4 : 0);
-    assert_int_equal(mem.comm, k->wire && strcmp(k->wire, "fp32") ? n * 2 : 0);
+    /* the 16-bit wire's copy of the gradient, and MPI's working copies of what is in flight */
+    assert_int_equal(mem.comm, (wire16 ? n * 2 : 0) + held * (wire16 ? 2 : 4));
 }
 
 static void check_case(const dp_case_t *k)
@@ -161,6 +170,18 @@ static void test_engine_dp_zero2_matches_one_process(void **state)
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 1});
     check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 3});
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 2});
+}
+
+/* ZeRO 2 with buckets of 16 elements (the smallest; the MLP has 195): the backward's window
+ * (32 + 144 elements with overlap_comm, else 16 + 144) is smaller than the gradient, so the
+ * first layer's backward waits for the last layer's buckets to be reduced and freed, and the
+ * losses are still one process's. */
+static void test_engine_dp_zero2_gradient_window(void **state)
+{
+    (void)state;
+    check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 1, .bucket = 16});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 3, .bucket = 16});
+    check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 2, .bucket = 20});
 }
 
 /* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
@@ -245,11 +266,11 @@ static void test_engine_dp_16_bit_wire(void **state)
 
 /* The DeepSpeed-style loop (forward, backward, step) at ZeRO 2 with accumulation: rank r feeds
  * the batches the loader would (r, W + r, 2W + r, ...), each backward waits for the previous
- * micro-step's reductions, and the steps are those of tr_engine_train_batch. */
-static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
+ * micro-step's reductions (and, with buckets of 16, for room in its window: the call returns
+ * once the pass is through), and the steps are those of tr_engine_train_batch. */
+static void deepspeed_style_loop(int bucket)
 {
-    (void)state;
-    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2};
+    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2, .bucket = bucket};
     tr_config_t *cfg;
     tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
     float ref[STEPS], got[STEPS];
@@ -280,6 +301,13 @@ static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
     tr_config_destroy(cfg);
     for (int i = 0; i < STEPS; i++)
         assert_true(fabsf(got[i] - ref[i]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[i])));
+}
+
+static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
+{
+    (void)state;
+    deepspeed_style_loop(60);
+    deepspeed_style_loop(16);
 }
 
 /* An idle engine of several ranks (between steps: nothing pending, only the watchdog's control
@@ -441,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_matches_one_process_with_the_same_global_batch),
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
+        cmocka_unit_test(test_engine_dp_zero2_gradient_window),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_nvme_offload_is_bitwise_in_memory),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
