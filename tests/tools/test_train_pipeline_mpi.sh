@@ -97,6 +97,15 @@ if timeout 60 mpirun --oversubscribe -np 3 "$troupe" train "${a[@]}" > bad.out 2
 fi
 grep -q "pipeline.stages: 2 stages on 3 ranks: the ranks must be a multiple of the stages" \
     bad.err || { cat bad.err; fail "no error naming pipeline.stages"; }
+# the stages' reductions are fp32: a 16-bit communication_data_type given is refused, named
+conf s2wire '"pipeline": { "stages": 2 }, "communication_data_type": "fp16",'
+args s2wire
+if timeout 60 mpirun --oversubscribe -np 2 "$troupe" train "${a[@]}" > wire.out 2> wire.err; then
+    fail "a pipeline across ranks trained with an fp16 communication_data_type"
+fi
+grep -q "communication_data_type: a pipeline across ranks reduces its stages' gradients in fp32" \
+    wire.err || { cat wire.err; fail "no error naming communication_data_type"; }
+args s2
 # stage 0's rank sends one element too many: rank 1 names both stages, the job ends
 rc=0
 TROUPE_FAULT_PIPE_STAGE=0 timeout 60 mpirun --oversubscribe -np 2 -x TROUPE_FAULT_PIPE_STAGE \
