@@ -112,6 +112,10 @@ static int own_stage(tr_engine_t *eng, char *err, size_t errlen)
                         "stages' gradients in fp32 only for now (remove the key, or set "
                         "\"fp32\")",
                         c->source);
+    if (c->communication_data_type != TR_DTYPE_F32 && p->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "pipeline: the stages' gradients are reduced in fp32 (communication_data_type, "
+               "derived from the precision, applies to data parallelism without a pipeline)");
     const char *method = c->pipeline.partition && strcmp(c->pipeline.partition, "best")
                              ? c->pipeline.partition
                              : "parameters";

@@ -48,6 +48,7 @@ struct tr__pipe_own {
                         * before each start: request ids are per communicator, so another's
                         * may equal the next */
     int done_rc;
+    int fault_silent;       /* TROUPE_FAULT_PIPE_SILENT_RANK: this rank skips its reductions */
     tr_model_stage_t *eval; /* evaluation's activations (made at the first) */
     float *eval_in;         /* the previous stage's output */
 };
@@ -166,6 +167,8 @@ int tr__pipe_own_create(tr__pipe_own_t **out, tr_model_t *model, const int *boun
                           .T = T,
                           .bounds = bounds,
                           .timeout_s = 300};
+    const char *fault = getenv("TROUPE_FAULT_PIPE_SILENT_RANK"); /* the tests' (docs/engine.md) */
+    o->fault_silent = fault ? atoi(fault) : -1;
     layer_range(model, bounds[stage], bounds[stage + 1] - 1, &o->lo, &o->hi);
     int rc = find_ties(o, err, errlen);
     if (rc == 0) rc = make_groups(o, err, errlen);
@@ -228,6 +231,7 @@ int tr__pipe_own_reduce(tr__pipe_own_t *o, float *tied, float pre, float post, c
 {
     int rc = 0;
     bool owner = o->stage == o->tie_owner, user = o->stage == o->tie_user;
+    if (o->rank == o->fault_silent) return 0; /* the others wait for it, then give up */
     if (owner || user) { /* the owner's gradient in the model's buffer, the user's kept apart */
         float *g = owner ? tr_model_grads(o->model) : tied;
         if (!g)

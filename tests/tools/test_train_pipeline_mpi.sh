@@ -113,4 +113,14 @@ TROUPE_FAULT_PIPE_STAGE=0 timeout 60 mpirun --oversubscribe -np 2 -x TROUPE_FAUL
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat fault.err; fail "exit $rc with a bad header (124: hung)"; }
 grep -q "stage 1 received from stage 0 an activation of .* another element count" fault.err ||
     { cat fault.err; fail "the mismatch was not reported naming both stages"; }
+# a rank that never joins its stage's reductions: the others give up after troupe.comm.timeout_s
+# naming the reduction, and the job ends (no rank hangs)
+sed 's/"workers": 1 }/"workers": 1 }, "comm": { "timeout_s": 3 }/' "$tmp/s2.json" > "$tmp/s2silent.json"
+args s2silent
+rc=0
+TROUPE_FAULT_PIPE_SILENT_RANK=1 timeout 60 mpirun --oversubscribe -np 4 \
+    -x TROUPE_FAULT_PIPE_SILENT_RANK "$troupe" train "${a[@]}" > silent.out 2> silent.err || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat silent.err; fail "exit $rc with a silent rank (124: hung)"; }
+grep -Eq "rank [0-9] \(stage [01], replica [01]\): the (stage's gradient all-reduce among its replicas|tied gradients' all-reduce between stages) has been pending for" \
+    silent.err || { cat silent.err; fail "the reduction a rank never joined was not named"; }
 echo "ok: pipelined troupe train across 2, 3 and 2x2 ranks trains as the unpipelined runs"
