@@ -7,8 +7,10 @@
 # checkpoint resumes in one process without a pipeline and ends where the unbroken run ends,
 # and a 2 x 2 one at ZeRO 0 (one optimizer file per stage) on the same pipeline and on 2
 # data-parallel ranks;
-# ranks that are not a multiple of the stages are refused naming the key; a transfer whose
-# header does not match fails the job naming both stages, and no rank hangs.
+# ranks that are not a multiple of the stages are refused naming the key, and so is an fp16
+# communication_data_type; a transfer whose header does not match fails the job naming both
+# stages, a rank that never joins its stage's reductions makes the others name the reduction
+# after troupe.comm.timeout_s, and no rank hangs.
 source "$(dirname "$0")/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
