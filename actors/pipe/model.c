@@ -416,20 +416,12 @@ int tr_pipe_model_stage(const tr_pipe_model_t *pm)
 
 /* --- across ranks: a rank holds only its stage (own.c) ------------------------------------ */
 
-static int not_across(const tr_pipe_model_t *pm, const char *what, char *err, size_t errlen)
+static int not_across(const char *what, char *err, size_t errlen)
 {
-    (void)pm;
     return tr__errf(err, errlen, TR_EINVAL,
                     "pipeline: %s: the pipeline runs in one process (replicas 0), where every "
                     "stage is this process's",
                     what);
-}
-
-int tr_pipe_model_owned(const tr_pipe_model_t *pm, size_t *lo, size_t *hi)
-{
-    if (!pm->own) return TR_EINVAL;
-    tr__pipe_own_range(pm->own, lo, hi);
-    return 0;
 }
 
 void tr_pipe_model_set_timeout(tr_pipe_model_t *pm, double seconds)
@@ -439,7 +431,7 @@ void tr_pipe_model_set_timeout(tr_pipe_model_t *pm, double seconds)
 
 int tr_pipe_model_reduce_grads(tr_pipe_model_t *pm, float pre, float post, char *err, size_t errlen)
 {
-    if (!pm->own) return not_across(pm, "reducing the stages' gradients", err, errlen);
+    if (!pm->own) return not_across("reducing the stages' gradients", err, errlen);
     tr_model_stage_t *st = pm->stage[pm->lo].st;
     int rc = tr__pipe_own_reduce(pm->own, tr_model_stage_tied(st), pre, post, err, errlen);
     tr_model_stage_zero_tied(st); /* the sum is the owner's to step */
@@ -448,14 +440,14 @@ int tr_pipe_model_reduce_grads(tr_pipe_model_t *pm, float pre, float post, char 
 
 int tr_pipe_model_sync_params(tr_pipe_model_t *pm, int partitioned, char *err, size_t errlen)
 {
-    if (!pm->own) return not_across(pm, "syncing the stages' parameters", err, errlen);
+    if (!pm->own) return not_across("syncing the stages' parameters", err, errlen);
     return tr__pipe_own_sync(pm->own, partitioned != 0, err, errlen);
 }
 
 int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss, int *has_loss,
                        char *err, size_t errlen)
 {
-    if (!pm->own) return not_across(pm, "an evaluation through the stages", err, errlen);
+    if (!pm->own) return not_across("an evaluation through the stages", err, errlen);
     bool has = false;
     int rc = tr__pipe_own_eval(pm->own, batch, loss, &has, err, errlen);
     *has_loss = has;

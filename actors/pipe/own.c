@@ -191,12 +191,6 @@ void tr__pipe_own_destroy(tr__pipe_own_t *o)
     free(o);
 }
 
-void tr__pipe_own_range(const tr__pipe_own_t *o, size_t *lo, size_t *hi)
-{
-    *lo = o->lo;
-    *hi = o->hi;
-}
-
 void tr__pipe_own_set_timeout(tr__pipe_own_t *o, double seconds)
 {
     if (seconds > 0) o->timeout_s = seconds;

@@ -24,9 +24,6 @@ int tr__pipe_own_create(tr__pipe_own_t **out, tr_model_t *model, const int *boun
                         size_t errlen);
 void tr__pipe_own_destroy(tr__pipe_own_t *o);
 
-/* The stage's range of the flat parameter and gradient buffers. */
-void tr__pipe_own_range(const tr__pipe_own_t *o, size_t *lo, size_t *hi);
-
 /* How long a collective may wait for the other ranks before it fails (seconds, > 0). */
 void tr__pipe_own_set_timeout(tr__pipe_own_t *o, double seconds);
 
