@@ -286,9 +286,36 @@ static int stage_slice(const tr__plan_t *e, const char *path, const msgpack_obje
     return 0;
 }
 
+/* Copies into params the part of src (the flat parameters [lo, hi)) that lies in [a, b). */
+static void copy_part(float *params, const float *src, uint64_t lo, uint64_t hi, size_t a, size_t b)
+{
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    if (x < y) memcpy(params + x, src + (x - lo), (y - x) * sizeof(float));
+}
+
+/* Whether [lo, hi) of the flat parameters meets what this rank holds: everything, or with a
+ * pipeline across ranks its stage's layers and the tied tensors they use; with params, copies
+ * that part of src into it. */
+static bool held_part(const tr__plan_t *e, float *params, const float *src, uint64_t lo,
+                      uint64_t hi)
+{
+    bool meets = lo < e->own_hi && hi > e->own_lo;
+    if (params) copy_part(params, src, lo, hi, e->own_lo, e->own_hi);
+    for (int i = e->stage_first; e->stage >= 0 && i <= e->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(e->model, i);
+        if (!l->tie_count || (l->tie_layer >= e->stage_first && l->tie_layer <= e->stage_last))
+            continue;
+        meets |= lo < l->tie_offset + l->tie_count && hi > l->tie_offset;
+        if (params) copy_part(params, src, lo, hi, l->tie_offset, l->tie_offset + l->tie_count);
+    }
+    return meets;
+}
+
 /* Version 5 from a pipeline across ranks: model_states.trck holds stage 0's parameters and
  * model_states_stage<s>.trck stage s's, each its slice [lo, hi) of one save; their slices
- * tile [0, n_params) in stage order. Assembles all of them into t->params. */
+ * tile [0, n_params) in stage order. Every file's header is checked; the parameters this rank
+ * holds (held_part) are copied into t->params from the files that have them, which alone are
+ * read whole (and their checksums checked): the rest of t->params is never touched. */
 static int read_stage_files(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, int S,
                             char *err, size_t errlen)
 {
@@ -303,7 +330,7 @@ static int read_stage_files(const tr__plan_t *e, const char *tagdir, tr__ckpt_ta
     if (!(t->assembled = malloc(e->n_params ? e->n_params * sizeof(float) : 1)))
         return tr__errf(err, errlen, TR_ENOMEM, "%s: out of memory for the parameters", tagdir);
     t->params = t->assembled;
-    memcpy(t->params, t->model.payload, t->model.payload_len);
+    held_part(e, t->params, (const float *)t->model.payload, lo, hi);
     for (int s = 1; rc == 0 && s < S; s++) {
         char name[64], path[4500];
         snprintf(name, sizeof(name), "model_states_stage%d.trck", s);
@@ -312,7 +339,7 @@ static int read_stage_files(const tr__plan_t *e, const char *tagdir, tr__ckpt_ta
         tr_ckpt_file_t f;
         msgpack_unpacked u;
         uint64_t at = hi;
-        rc = tr__ckpt_file_read(path, &f, err, errlen);
+        rc = tr__ckpt_file_read_header(path, &f, err, errlen);
         if (rc) return rc;
         rc = unpack(path, &f, &u, "model_states", err, errlen);
         if (!rc) rc = check_same_save(tagdir, name, t, &u.data, err, errlen);
@@ -322,9 +349,15 @@ static int read_stage_files(const tr__plan_t *e, const char *tagdir, tr__ckpt_ta
                           "%s: lo: %llu; stage %d's parameters start where stage %d's end, at "
                           "%llu",
                           path, (unsigned long long)lo, s, s - 1, (unsigned long long)at);
-        if (!rc) memcpy(t->params + lo, f.payload, f.payload_len);
         msgpack_unpacked_destroy(&u);
         tr__ckpt_file_free(&f);
+        if (!rc && held_part(e, NULL, NULL, lo, hi)) { /* this rank needs it: whole, checked */
+            rc = tr__ckpt_file_read(path, &f, err, errlen);
+            if (!rc && f.payload_len != (hi - lo) * sizeof(float))
+                rc = tr__errf(err, errlen, TR_EFORMAT, "%s: changed while it was read", path);
+            if (!rc) held_part(e, t->params, (const float *)f.payload, lo, hi);
+            tr__ckpt_file_free(&f);
+        }
     }
     if (rc == 0 && hi != e->n_params)
         rc = tr__errf(err, errlen, TR_EFORMAT,

@@ -27,6 +27,7 @@
 #include "actors/engine/setup_check.h"
 #include "base/errf.h"
 #include "base/file.h"
+#include "base/vmem.h"
 
 /* --- explaining a refused call ------------------------------------------------------------ */
 
@@ -211,6 +212,18 @@ static int init_params(tr_engine_t *eng)
     }
     int rc = tr_model_init_params_layers(eng->model, p->seed, keep);
     free(keep);
+    /* a layer kept for a tensor tied from it was initialised whole: the rest of its
+     * parameters (GPT-2's wpe beside wte) goes back to the kernel, never to be touched again */
+    float *w = tr_model_params(eng->model);
+    for (int i = p->stage_first; rc == 0 && i <= p->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(eng->model, i);
+        if (!l->tie_count || (l->tie_layer >= p->stage_first && l->tie_layer <= p->stage_last))
+            continue;
+        const tr_layer_t *o = tr_model_layer(eng->model, l->tie_layer);
+        size_t end = l->tie_offset + l->tie_count, o_end = o->param_offset + o->param_count;
+        tr__vmem_release(w + o->param_offset, (l->tie_offset - o->param_offset) * sizeof(float));
+        tr__vmem_release(w + end, (o_end - end) * sizeof(float));
+    }
     return rc;
 }
 

@@ -10,7 +10,11 @@
  *     its optimizer slice), and the process's peak RSS (VmHWM from /proc/self/status, reset
  *     through /proc/self/clear_refs) grows by no more than those figures plus a stated slack,
  *     less than the one-process run's growth for the whole model (not under a sanitizer, whose
- *     shadow memory and quarantines make the resident set meaningless). */
+ *     shadow memory and quarantines make the resident set meaningless);
+ *   - a save writes each stage's parameters from its own ranks, and after a load and a step a
+ *     rank's resident set exceeds its level before the engine by at most its figures plus the
+ *     same slack, and by at most 6 MiB more than a step from scratch (with freed memory handed
+ *     back first: malloc_trim). */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -20,8 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <malloc.h>
 
 #include "troupe.h"
 #include "troupe/pipeline.h"
@@ -152,6 +159,42 @@ static void world_rank(int *world, int *rank)
 {
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
+}
+
+/* Resident pages of the whole pages inside base[lo, hi) (mincore). */
+static size_t resident(const float *base, size_t lo, size_t hi)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)(base + lo) + pg - 1) & ~(pg - 1),
+              b = (uintptr_t)(base + hi) & ~(pg - 1);
+    if (b <= a) return 0;
+    size_t n = (b - a) / pg, count = 0;
+    unsigned char *v = malloc(n);
+    assert_int_equal(mincore((void *)a, b - a, v), 0);
+    for (size_t i = 0; i < n; i++)
+        count += v[i] & 1;
+    free(v);
+    return count;
+}
+
+/* No page of another stage's parameters or gradients was ever touched (the buffers are mapped
+ * whole; a page never written is not resident): the parameters outside the stage's layers and
+ * the tied range it uses, the gradients outside its layers (its tied gradients are kept
+ * apart). */
+static void check_untouched(tr_engine_t *eng, const held_t *h)
+{
+    const tr_model_t *m = tr_engine_model(eng);
+    const float *p = tr_model_params(m), *g = tr_model_grads(m);
+    size_t n = tr_model_num_params(m);
+    size_t tlo = h->thi > h->tlo ? h->tlo : h->lo, thi = h->thi > h->tlo ? h->thi : h->lo;
+    size_t a = tlo < h->lo ? tlo : h->lo;                      /* below both held ranges */
+    size_t gap_lo = thi < h->lo ? thi : h->lo, gap_hi = h->lo; /* between the tie and the layers */
+    assert_int_equal(resident(p, 0, a), 0);
+    assert_int_equal(resident(p, gap_lo, gap_hi), 0);
+    assert_int_equal(resident(p, h->hi, n), 0);
+    assert_int_equal(resident(g, 0, h->lo), 0);
+    assert_int_equal(resident(g, h->hi, n), 0);
+    assert_true(resident(p, h->lo, h->hi) > 0); /* the check can see pages */
 }
 
 /* The engine's figures are the stage's: its layers and the tied tensor (parameters, and
@@ -320,6 +363,7 @@ static double peak_growth(int world, int stages, int gas, const run_case_t *k, h
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         *h = held_by(tr_engine_model(eng), rank, size);
         check_figures(eng, h, k->zero, 2);
+        check_untouched(eng, h);
     }
     tr_engine_destroy(eng);
     tr_config_destroy(cfg);
@@ -351,6 +395,58 @@ static void test_pipe_own_rank_memory_holds_only_its_stage(void **state)
     assert_true(grown + SLACK < whole);
 }
 
+/* A save writes each stage's parameters from its own ranks, and a load into a pipelined
+ * engine leaves each rank holding only its stage: its resident set after the load and a step
+ * exceeds the level before the engine by at most its figures plus SLACK. */
+static void test_pipe_own_checkpoint_leaves_each_rank_its_stage(void **state)
+{
+    (void)state;
+    int world, rank;
+    world_rank(&world, &rank);
+    char dir[64] = "";
+    if (rank == 0 && !mkdtemp(strcpy(dir, "/tmp/tr_pipe_own.XXXXXX"))) fail_msg("mkdtemp");
+    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    run_case_t k = {.zero = 1, .optimizer = "AdamW", .lr = 1e-3, .clip = 0};
+    tr_config_t *cfg;
+    tr_step_stats_t st;
+    malloc_trim(0); /* what is freed goes back: the resident set is what is held */
+    double trained = vm_bytes("VmRSS");
+    tr_engine_t *eng = engine(&big, 0, STAGES, 1, &k, &cfg);
+    assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+    malloc_trim(0);
+    trained = vm_bytes("VmRSS") - trained; /* a step from scratch, before any save */
+    if (tr_engine_save_checkpoint(eng, dir, "t") || tr_engine_wait_checkpoint(eng))
+        fail_msg("save: %s", tr_engine_error(eng));
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    malloc_trim(0);
+    double before = vm_bytes("VmRSS");
+    eng = engine(&big, 0, STAGES, 1, &k, &cfg);
+    if (tr_engine_load_checkpoint(eng, dir, "t")) fail_msg("load: %s", tr_engine_error(eng));
+    assert_int_equal(tr_engine_train_batch(eng, &st), 0);
+    malloc_trim(0); /* the load's reads and staging are freed by now */
+    double now = vm_bytes("VmRSS") - before;
+    held_t h = held_by(tr_engine_model(eng), rank, world);
+    check_untouched(eng, &h); /* the load copied in only the stage's */
+    tr_engine_memory_t mem;
+    tr_engine_memory(eng, &mem);
+    double figures = (double)(mem.params + mem.grads + mem.optimizer);
+    printf("rank %d (stage %d): after a load and a step, resident +%.1f MiB (a step from "
+           "scratch: +%.1f MiB); its figures %.1f MiB (+ %.0f MiB slack)\n",
+           rank, h.stage, now / MIB, trained / MIB, figures / MIB, SLACK / MIB);
+    tr_engine_destroy(eng);
+    tr_config_destroy(cfg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+    if (!SANITIZED) assert_true(now <= figures + SLACK);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -361,6 +457,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pipe_own_losses_zero0),
         cmocka_unit_test(test_pipe_own_losses_zero1),
         cmocka_unit_test(test_pipe_own_tied_gradients_equal_one_process),
+        cmocka_unit_test(test_pipe_own_checkpoint_leaves_each_rank_its_stage),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
