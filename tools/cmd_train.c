@@ -452,9 +452,10 @@ static void print_tokens(const run_t *r, const int *tok, int n)
 static int sample(run_t *r)
 {
     int *tok = malloc((size_t)r->o.sample * sizeof(int));
-    int rc = tok ? train_sample(tr_engine_model(r->eng), NULL, 0, (int)r->o.sample,
-                                r->o.seed ? r->o.seed : 1337, tok)
-                 : TR_ENOMEM;
+    int rc = !tok ? TR_ENOMEM : tr_engine_gather_params(r->eng); /* ZeRO 3: whole, here */
+    if (rc == 0)
+        rc = train_sample(tr_engine_model(r->eng), NULL, 0, (int)r->o.sample,
+                          r->o.seed ? r->o.seed : 1337, tok);
     if (rc == 0)
         print_tokens(r, tok, (int)r->o.sample);
     else
@@ -466,6 +467,11 @@ static int sample(run_t *r)
 static int export_llmc(run_t *r)
 {
     char why[512];
+    if (tr_engine_gather_params(r->eng) < 0) { /* ZeRO 3: every rank's slices, whole here */
+        fprintf(stderr, "troupe train: --export-llmc: %s\n", tr_engine_error(r->eng));
+        return 1;
+    }
+    if (tr_engine_rank(r->eng) != 0) return 0; /* one file: rank 0 writes it */
     if (tr_llmc_gpt2_save(tr_engine_model(r->eng), r->o.export_llmc, why, sizeof(why)) < 0) {
         fprintf(stderr, "troupe train: --export-llmc: %s\n", why);
         return 1;

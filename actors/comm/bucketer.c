@@ -14,14 +14,7 @@
 #include "actors/comm/comm_spawn.h"
 #include "actors/engine/plan.h"
 
-struct tr__bucketer {
-    const tr__plan_t *eng;
-    size_t bucket_size; /* elements */
-    size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
-    uint32_t next_id;   /* bucket number within the step */
-};
-
-static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uint64_t step)
+static int emit(tr_ctx_t *ctx, tr__buckets_t *b, size_t lo, size_t hi, uint64_t step)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_BUCKET);
     if (!m) return TR_ENOMEM;
@@ -38,7 +31,7 @@ static int emit(tr_ctx_t *ctx, struct tr__bucketer *b, size_t lo, size_t hi, uin
 }
 
 /* Sends whole buckets from the top of the open range; with flush, the rest too. */
-static int drain(tr_ctx_t *ctx, struct tr__bucketer *b, bool flush, uint64_t step)
+static int drain(tr_ctx_t *ctx, tr__buckets_t *b, bool flush, uint64_t step)
 {
     while (b->hi - b->lo >= b->bucket_size || (flush && b->hi > b->lo)) {
         size_t n = b->hi - b->lo < b->bucket_size ? b->hi - b->lo : b->bucket_size;
@@ -49,26 +42,35 @@ static int drain(tr_ctx_t *ctx, struct tr__bucketer *b, bool flush, uint64_t ste
     return 0;
 }
 
-static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+void tr__buckets_init(tr__buckets_t *b, const tr__plan_t *eng)
 {
-    struct tr__bucketer *b = ctx->state;
-    if (msg->type != TR_MSG_GRAD_READY) return 0;
-    tr_msg_grad_ready_t *g = TR_MSG_AS(msg, grad_ready);
+    int64_t size = eng->cfg->zero.reduce_bucket_size;
+    *b = (tr__buckets_t){.eng = eng, .bucket_size = size > 0 ? (size_t)size : eng->n_params};
+}
+
+int tr__buckets_add(tr_ctx_t *ctx, tr__buckets_t *b, const tr_msg_grad_ready_t *g, uint64_t step)
+{
     int rc = 0;
     if (g->count) {
         if (b->hi > b->lo && g->offset + g->count != b->lo)
-            rc = drain(ctx, b, true, msg->step); /* not adjacent: close the open bucket */
+            rc = drain(ctx, b, true, step); /* not adjacent: close the open bucket */
         if (rc == 0) {
             if (b->hi == b->lo) b->hi = g->offset + g->count;
             b->lo = g->offset;
-            rc = drain(ctx, b, false, msg->step);
+            rc = drain(ctx, b, false, step);
         }
     }
     if (rc == 0 && g->last) {
-        rc = drain(ctx, b, true, msg->step);
+        rc = drain(ctx, b, true, step);
         b->next_id = 0;
     }
     return rc;
+}
+
+static int bucketer_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    if (msg->type != TR_MSG_GRAD_READY) return 0;
+    return tr__buckets_add(ctx, ctx->state, TR_MSG_AS(msg, grad_ready), msg->step);
 }
 
 /* The runtime's cleanup hook: the state is the bucketer's alone (its buckets are views of the
@@ -81,11 +83,9 @@ static void free_state(tr_ctx_t *ctx, int reason)
 
 int tr__bucketer_spawn(const tr__plan_t *eng, tr_actor_t *self)
 {
-    struct tr__bucketer *b = calloc(1, sizeof(*b));
+    tr__buckets_t *b = malloc(sizeof(*b));
     if (!b) return TR_ENOMEM;
-    b->eng = eng;
-    int64_t size = eng->cfg->zero.reduce_bucket_size;
-    b->bucket_size = size > 0 ? (size_t)size : eng->n_params;
+    tr__buckets_init(b, eng);
     size_t n_buckets = (eng->n_params + b->bucket_size - 1) / b->bucket_size;
     tr_log(TR_LOG_INFO,
            "bucketer: %zu gradient elements in %zu bucket(s) of up to %zu "

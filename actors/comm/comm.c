@@ -132,7 +132,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         return TR_EINVAL;
     }
     size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
-    bool scatter = e->zero == 2 && e->cfg->zero.reduce_scatter;
+    bool scatter = e->zero >= 2 && e->cfg->zero.reduce_scatter;
     pending_t op = {.bucket = b->bucket,
                     .step = msg->step,
                     .grads = b->grads,
@@ -140,7 +140,7 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
                     .mine = count,
                     .mine_at = a,
                     .asker = TR_ACTOR_NONE};
-    if (e->zero == 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
+    if (e->zero >= 2 && !scatter) { /* the all-reduce path: this rank's part of the sum */
         size_t *counts = tr__comm_bucket_parts(e, a, a + count, &op.mine, &op.mine_at);
         if (!counts) return TR_ENOMEM;
         free(counts);
@@ -182,8 +182,9 @@ static int on_scalar(struct tr__comm *c, tr_msg_t *msg)
                                       .bucket = s->what});
 }
 
-/* COMM_GATHER (ZeRO 1, 2): every rank's slice of the parameters (tr__zero_owned) all-gathered
- * in place, in the parameter buffer. */
+/* COMM_GATHER (ZeRO 1, 2: the optimizer's, the whole buffer; ZeRO 3: the fetcher's, a layer's
+ * range): every rank's part of the range inside its slice of the parameters (tr__zero_owned)
+ * all-gathered in place, in the parameter buffer. */
 static int on_gather(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0;
@@ -192,9 +193,13 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
     size_t n = g->buf.length / sizeof(float);
-    if (!buf || g->count != tr__zero_slice(n, e->world)) {
+    if (!buf || g->buf.buffer_id != e->buf_params || g->buf.offset % sizeof(float) ||
+        g->count != tr__zero_slice(e->n_params, e->world)) {
         tr__engine_fail(e, TR_EINVAL, "comm: parameter all-gather: %s",
-                        buf ? "the slices do not cover the buffer" : why);
+                        !buf ? why
+                        : g->buf.buffer_id != e->buf_params || g->buf.offset % sizeof(float)
+                            ? "not a range of the parameters"
+                            : "the slices are not the ranks' partitions");
         return TR_EINVAL;
     }
     pending_t op = {.step = msg->step, .asker = msg->sender, .buf = g->buf, .ptr = buf};
@@ -258,7 +263,7 @@ static int gather_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
     if (!m) return TR_ENOMEM;
     TR_MSG_AS(m, comm_gather)->buf = p->buf;
-    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(p->buf.length / sizeof(float), c->eng->world);
+    TR_MSG_AS(m, comm_gather)->count = tr__zero_slice(c->eng->n_params, c->eng->world);
     return answer(ctx, p, m);
 }
 

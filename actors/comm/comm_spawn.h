@@ -1,4 +1,5 @@
-/* comm_spawn.h: making the gradient bucketer (bucketer.c) and the comm actor (comm.c). */
+/* comm_spawn.h: making the gradient bucketer (bucketer.c), the comm actor (comm.c) and ZeRO 3's
+ * parameter fetcher (fetcher.c). */
 #ifndef TR_ACTORS_COMM_COMM_SPAWN_H
 #define TR_ACTORS_COMM_COMM_SPAWN_H
 
@@ -13,6 +14,25 @@ struct tr__comm;
 
 /* The bucketer's state is freed by the runtime (its cleanup hook), when it stops. */
 int tr__bucketer_spawn(const tr__plan_t *eng, tr_actor_t *self);
+
+/* What the bucketer does, for an actor that packs the buckets itself (ZeRO 3's fetcher, whose
+ * all-gathers must reach the comm actor in the same order as the buckets on every rank): the
+ * open bucket, and each GRAD_READY added to it (full buckets go to the comm actor at once, the
+ * rest at layer 0). */
+typedef struct tr__buckets {
+    const tr__plan_t *eng;
+    size_t bucket_size; /* elements */
+    size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
+    uint32_t next_id;   /* bucket number within the step */
+} tr__buckets_t;
+void tr__buckets_init(tr__buckets_t *b, const tr__plan_t *eng);
+
+/* ZeRO 3: spawns the fetcher (fetcher.c), which from now on owns the parameter buffer outside
+ * this rank's slice: it hands those pages back at once, keeping the layers under
+ * param_persistence_threshold whole. Its state is the runtime's (freed when it stops). The
+ * caller's thread, after the parameters are initialised or loaded. */
+int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t errlen);
+int tr__buckets_add(tr_ctx_t *ctx, tr__buckets_t *b, const tr_msg_grad_ready_t *g, uint64_t step);
 
 /* The comm actor's state is *state, which outlives the actor: the other actors' buffers it
  * reduces may be in flight until all have stopped, and its comms_logger summary prints at the

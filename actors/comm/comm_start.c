@@ -337,11 +337,16 @@ static int start(struct tr__comm *c, pending_t *p)
         rc = ops->all_reduce(c->backend, p->ptr, p->buf.length / sizeof(double), TR_DTYPE_F64,
                              (tr_reduce_op_t)p->reduce_op, &req);
         break;
-    case TR__COLL_ALL_GATHER: {
-        size_t n = p->buf.length / sizeof(float), S = tr__zero_slice(n, e->world);
+    case TR__COLL_ALL_GATHER: { /* rank r's part: its slice within [a, b) */
+        size_t a = p->buf.offset / sizeof(float), b = a + p->buf.length / sizeof(float);
         size_t *counts = malloc((size_t)e->world * sizeof(size_t));
-        for (size_t r = 0; counts && r < (size_t)e->world; r++)
-            counts[r] = r * S >= n ? 0 : (r + 1) * S <= n ? S : n - r * S;
+        for (int r = 0; counts && r < e->world; r++) {
+            size_t lo, hi;
+            tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
+            lo = lo > a ? lo : a;
+            hi = hi < b ? hi : b;
+            counts[r] = hi > lo ? hi - lo : 0;
+        }
         rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req) : TR_ENOMEM;
         free(counts); /* the backend keeps its own copy */
         break;

@@ -29,6 +29,7 @@ typedef enum {
     TR__REQ_LOAD,      /* checkpointer, which starts the restore chain */
     TR__REQ_START,     /* loader: start prefetching */
     TR__REQ_WAIT,      /* executor: the last checkpoint save finished on every rank */
+    TR__REQ_GATHER,    /* executor: the parameters whole on this rank (ZeRO 3) */
 } tr__req_kind_t;
 
 /* What the client learns from a reply. */

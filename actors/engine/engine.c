@@ -234,10 +234,21 @@ static int register_buffers(tr_engine_t *eng)
     size_t bt = (size_t)p->B * (size_t)p->T, np = p->n_params * sizeof(float);
     size_t in = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4, ty = bt * (size_t)p->y_dim * 4;
     size_t batch = in + (p->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
-    size_t held = p->own_hi - p->own_lo + tied_in(eng->model, p->stage_first, p->stage_last);
-    eng->memory.params = eng->memory.grads = held * sizeof(float); /* the stage's, or all */
+    size_t stage = p->own_hi - p->own_lo + tied_in(eng->model, p->stage_first, p->stage_last);
+    eng->memory.params = eng->memory.grads = stage * sizeof(float); /* the stage's, or all */
     if (p->grad_window) /* ZeRO 2: the buckets in flight, and tied tensors written early */
         eng->memory.grads = (p->grad_window + tr__tied_floats(eng->model)) * sizeof(float);
+    if (p->zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
+        size_t kept = tr__persistent_floats(eng->model, eng->cfg), largest = 0;
+        for (int i = 0; i < tr_model_num_layers(eng->model); i++) {
+            size_t c = tr_model_layer(eng->model, i)->param_count;
+            largest = c > largest ? c : largest;
+        }
+        size_t live = (size_t)eng->cfg->zero.max_live_parameters + largest,
+               rest = p->n_params - kept;
+        size_t held = tr__zero_slice(p->n_params, p->world) + kept + (live < rest ? live : rest);
+        eng->memory.params = (held < p->n_params ? held : p->n_params) * sizeof(float);
+    }
     eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
     eng->stage_in = malloc(in);
@@ -286,7 +297,9 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc)
         rc = tr__executor_spawn(p, eng->model, eng->val, eng->ds, &eng->ex, &p->executor, err,
                                 errlen);
-    if (!rc) rc = tr__bucketer_spawn(p, &p->bucketer);
+    if (!rc && p->zero < 3) rc = tr__bucketer_spawn(p, &p->bucketer);
+    if (!rc && p->zero == 3) /* it packs the buckets too (fetcher.c says why) */
+        rc = tr__fetcher_spawn(p, &p->fetcher, err, errlen);
     if (!rc) rc = tr__comm_spawn(p, &eng->cm, &p->comm, &mem->comm, err, errlen);
     /* MPI's nonblocking collectives work in copies of their buffers (Open MPI's libnbc), so a
      * bucket in flight costs its bytes twice until it completes: at ZeRO 0 and 1 every bucket
@@ -444,7 +457,7 @@ static void stop_actors(tr_engine_t *eng)
 {
     const tr__plan_t *p = &eng->plan;
     tr_actor_t all[] = {p->loader,    p->executor,     p->bucketer, p->comm,
-                        p->optimizer, p->checkpointer, p->swapper};
+                        p->optimizer, p->checkpointer, p->swapper,  p->fetcher};
     size_t n = sizeof(all) / sizeof(all[0]);
     int n_children = 0;
     for (size_t i = 0; i < n; i++)
@@ -685,6 +698,14 @@ static int check_checkpoint_args(tr_engine_t *eng, const char *fn, const char *d
 static int wait_checkpoint(tr_engine_t *eng)
 {
     return call_simple(eng, eng->plan.executor, TR__REQ_WAIT, 0);
+}
+
+int tr_engine_gather_params(tr_engine_t *eng)
+{
+    if (!eng) return no_engine("tr_engine_gather_params");
+    int rc = enter_call(eng, "tr_engine_gather_params");
+    if (rc < 0) return rc;
+    return leave_call(eng, call_simple(eng, eng->plan.executor, TR__REQ_GATHER, 0));
 }
 
 int tr_engine_wait_checkpoint(tr_engine_t *eng)

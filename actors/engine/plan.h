@@ -130,7 +130,7 @@ typedef struct tr__plan {
     int stage, stage_first, stage_last;
     size_t own_lo, own_hi;
     size_t n_params;
-    int zero;           /* the ZeRO stage in effect: 0 at world size 1; 3 runs as 2 */
+    int zero;           /* the ZeRO stage in effect: 0 at world size 1 */
     size_t grad_window; /* ZeRO 2: the gradient elements the backward may have out for
                          * reduction at once (tr__grad_window); 0: the whole buffer stays */
     bool overlap_comm;  /* buckets leave during the backward (else after it) */
@@ -145,6 +145,7 @@ typedef struct tr__plan {
     tr_monitor_t *mon;      /* NULL: off; thread-safe */
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
     tr_actor_t swapper;             /* NONE unless the optimizer's state is offloaded to NVMe */
+    tr_actor_t fetcher;             /* ZeRO 3: gathers each layer's parameters; else NONE */
     uint64_t buf_params, buf_grads; /* registry ids */
     uint64_t buf_stage_in, buf_stage_targets, buf_stage_y; /* the client's staging batch */
     tr__client_t *client;
@@ -177,6 +178,34 @@ static inline size_t tr__grad_window(const tr_model_t *m, int64_t bucket, bool o
     }
     size_t w = (overlap ? 2 : 1) * b + largest;
     return w < n ? w : n;
+}
+
+/* ZeRO 3: the layer whose parameters layer i reads besides its own (a tied tensor's owner), or
+ * -1. */
+static inline int tr__layer_tie(const tr_model_t *m, int i)
+{
+    const tr_layer_t *l = tr_model_layer(m, i);
+    return l->tie_count ? l->tie_layer : -1;
+}
+
+/* ZeRO 3: layer i reads parameters, so the executor waits for the fetcher's PARAM_READY. */
+static inline bool tr__layer_fetched(const tr_model_t *m, int i)
+{
+    return tr_model_layer(m, i)->param_count > 0 || tr__layer_tie(m, i) >= 0;
+}
+
+/* ZeRO 3: the parameter elements every rank keeps whole (the fetcher's persistent layers: at
+ * most param_persistence_threshold each, model_persistence_threshold in all, in layer order). */
+static inline size_t tr__persistent_floats(const tr_model_t *m, const tr_config_t *c)
+{
+    size_t kept = 0;
+    for (int i = 0; i < tr_model_num_layers(m); i++) {
+        size_t n = tr_model_layer(m, i)->param_count;
+        if (n && (int64_t)n <= c->zero.param_persistence_threshold &&
+            (int64_t)(kept + n) <= c->zero.model_persistence_threshold)
+            kept += n;
+    }
+    return kept;
 }
 
 /* The elements of tied tensors: written by one layer, handed out with another's range. */

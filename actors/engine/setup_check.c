@@ -192,8 +192,13 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
     const tr_config_t *c = eng->cfg;
     int64_t k = c->pipeline.activation_checkpoint_interval;
     if (k <= 0) return 0;
-    (void)err;
-    (void)errlen;
+    if (p->zero == 3)
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: pipeline.activation_checkpoint_interval %lld with "
+                        "zero_optimization.stage 3: not built yet (the backward's recomputed "
+                        "forward would need each group's parameters gathered again); use "
+                        "stage 2, or no activation checkpointing",
+                        c->source, (long long)k);
     if (p->stages > 1) { /* each stage counts its groups from its first layer */
         tr_model_set_checkpoint_interval(eng->model, (int)(k < 1 << 30 ? k : 1 << 30));
         if (p->rank == 0)
@@ -222,7 +227,7 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
 static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
-    eng->plan.zero = eng->plan.world > 1 ? (int)(c->zero.stage < 2 ? c->zero.stage : 2) : 0;
+    eng->plan.zero = eng->plan.world > 1 ? (int)c->zero.stage : 0;
     eng->plan.overlap_comm = c->zero.overlap_comm;
     if (c->zero.stage >= 2 && c->zero.reduce_scatter && c->gradient_predivide_factor != 1.0)
         return tr__errf(err, errlen, TR_ECONFIG,
@@ -237,11 +242,6 @@ static int check_zero(tr_engine_t *eng, char *err, size_t errlen)
                         "set zero_optimization.reduce_scatter false, or prescale_gradients "
                         "false)",
                         c->source, (long long)c->zero.stage);
-    if (eng->plan.world > 1 && c->zero.stage > 2)
-        tr_log(TR_LOG_WARN,
-               "%s: zero_optimization.stage 3: this build partitions optimizer "
-               "states and gradients (stage 2); parameters stay whole on every rank for now",
-               c->source);
     return 0;
 }
 
@@ -252,6 +252,12 @@ static int set_precision(tr_engine_t *eng, char *err, size_t errlen)
 {
     static atomic_flag warned = ATOMIC_FLAG_INIT;
     int on = eng->cfg->bf16.enabled;
+    if (on && eng->plan.zero == 3)
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: bf16.enabled with zero_optimization.stage 3: not built yet (the "
+                        "gathered layers would need their bf16 copies made per layer); use stage "
+                        "2 with bf16, or stage 3 in fp32",
+                        eng->cfg->source);
     if (tr_model_set_bf16(eng->model, on) < 0)
         return tr__errf(err, errlen, TR_ENOMEM,
                         "%s: bf16.enabled: no memory for the weights' bf16 copies",
@@ -323,7 +329,7 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
         eng->plan.loss_scale0 = 1.0;
     set_optimizer_plan(&eng->plan);
     eng->plan.grad_window =
-        eng->plan.zero == 2
+        eng->plan.zero >= 2
             ? tr__grad_window(eng->model, c->zero.reduce_bucket_size, c->zero.overlap_comm)
             : 0;
     return check_widths(eng, o, err, errlen);

@@ -40,8 +40,13 @@ typedef struct queued {
     float *y;
 } queued_t;
 
-/* Who waits for the backward in progress. */
+/* Who waits for the backward in progress, and for the forward. */
 enum { BW_NONE, BW_TRAIN, BW_CLIENT };
+enum { FW_NONE, FW_TRAIN, FW_CLIENT, FW_EVAL };
+
+/* PARAM_FETCH's kinds and passes (ZeRO 3: the fetcher). */
+enum { FETCH_PASS = 1, FETCH_DONE = 2, FETCH_ALL = 3, FETCH_REWRITTEN = 4 };
+enum { PASS_FORWARD = 1, PASS_BACKWARD = 2, PASS_FORWARD_ALONE = 3 };
 
 /* What a COMM_SCALAR answers (its `what`). */
 enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
@@ -134,7 +139,26 @@ struct tr__exec {
         float loss;        /* its forward's */
         queued_t b;        /* BW_TRAIN: the batch, given back to the loader once done */
     } bw;
-    bool grads_sent; /* the window's gradients have gone (in part) to the bucketer */
+    struct {          /* the forward in progress (ZeRO 3 pauses it: forward_run) */
+        int caller;   /* FW_NONE, FW_TRAIN (then its backward), FW_CLIENT, FW_EVAL */
+        int next;     /* the next layer to run */
+        bool phantom; /* ZeRO 3 evaluation past this rank's batches: fetch, no compute */
+        tr_batch_t batch;
+        uint64_t t0;
+        float loss;
+    } fw;
+    struct { /* the EVAL in progress: its batches i, i + replicas, ... below n */
+        uint32_t i, n, rounds, round;
+        double sum, count;
+    } ev;
+    struct {                         /* ZeRO 3: what the fetcher has answered */
+        uint32_t id;                 /* the pass asked for last */
+        uint8_t *ready;              /* per layer: whole for that pass */
+        int all;                     /* who waits for every layer: 0, TR__REQ_SAVE, _GATHER */
+        tr_msg_engine_req_t request; /* that save's */
+    } fetch;
+    uint64_t version; /* of the parameters: every step and restore moves it (ZeRO 3) */
+    bool grads_sent;  /* the window's gradients have gone (in part) to the bucketer */
     /* counters: global_steps and skipped_steps as the last STEP_DONE said */
     uint64_t global_steps, skipped_steps, global_samples, micro_steps;
     double loss_scale;       /* the next step's */
@@ -216,10 +240,55 @@ static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offse
     g->last = layer == 0;
     m->step = x->global_steps;
     m->micro_step = (uint32_t)x->micro;
-    int rc = tr_actor_send(ctx->rt, x->eng->bucketer, m);
+    /* ZeRO 3: the fetcher packs the buckets, in one stream with its all-gathers */
+    int rc = tr_actor_send(ctx->rt, x->eng->zero == 3 ? x->eng->fetcher : x->eng->bucketer, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
     x->grads_sent = true; /* even a failed send: the bucketer may hold earlier ranges */
     return rc;
+}
+
+/* ZeRO 3: asks the fetcher for something (a pass, a layer done, every layer, a rewrite). A
+ * request that cannot go out fails the engine. */
+static int ask_fetcher(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_t pass, int layer)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PARAM_FETCH);
+    int rc = m ? 0 : TR_ENOMEM;
+    if (m) {
+        *TR_MSG_AS(m, param_fetch) = (tr_msg_param_fetch_t){.kind = kind,
+                                                            .pass = pass,
+                                                            .layer = (uint32_t)layer,
+                                                            .id = x->fetch.id,
+                                                            .version = x->version};
+        m->step = x->global_steps;
+        m->micro_step = (uint32_t)x->micro;
+        if ((rc = tr_actor_send(ctx->rt, x->eng->fetcher, m)) < 0) tr_msg_free(ctx->rt, m);
+    }
+    if (rc < 0)
+        tr__engine_fail(x->eng, rc, "executor: cannot ask the fetcher for parameters: %s",
+                        tr_strerror(rc));
+    return rc;
+}
+
+/* A pass over the layers starts: at ZeRO 3 the fetcher gathers their parameters ahead. */
+static int fetch_pass(tr_ctx_t *ctx, struct tr__exec *x, uint32_t pass)
+{
+    if (x->eng->zero != 3) return 0;
+    x->fetch.id++;
+    memset(x->fetch.ready, 0, (size_t)tr_model_num_layers(x->model));
+    return ask_fetcher(ctx, x, FETCH_PASS, pass, 0);
+}
+
+/* Layer i's parameters are whole (always, below ZeRO 3). */
+static bool here(const struct tr__exec *x, int i)
+{
+    return x->eng->zero != 3 || !tr__layer_fetched(x->model, i) || x->fetch.ready[i];
+}
+
+/* The pass is done with layer i: the fetcher may release its parameters. */
+static int fetch_done(tr_ctx_t *ctx, struct tr__exec *x, int i)
+{
+    if (x->eng->zero != 3 || !tr__layer_fetched(x->model, i)) return 0;
+    return ask_fetcher(ctx, x, FETCH_DONE, 0, i);
 }
 
 /* --- passes --------------------------------------------------------------------------------- */
@@ -236,7 +305,7 @@ static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offse
 static void train_failed(struct tr__exec *x, int rc, const char *why)
 {
     const tr__plan_t *e = x->eng;
-    if (e->world > 1 || e->zero == 2 || x->grads_sent) {
+    if (e->world > 1 || e->zero >= 2 || x->grads_sent) {
         tr__engine_fail(e, rc, "%s", why);
         return;
     }
@@ -268,14 +337,32 @@ static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
     return rc;
 }
 
-/* Forward over every layer; errors name the layer and the step. */
-static int forward(struct tr__exec *x, const tr_batch_t *b, float *loss)
+/* Starts a forward pass over the batch b at the first layer; forward_run goes through it. */
+static int forward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, const tr_batch_t *b,
+                         uint32_t pass)
 {
-    for (int i = 0; i < tr_model_num_layers(x->model); i++) {
-        int rc = tr_model_layer_forward(x->model, i, b);
+    x->fw.caller = caller;
+    x->fw.next = 0;
+    x->fw.phantom = false;
+    x->fw.batch = *b;
+    x->fw.t0 = tr_now_ns();
+    return fetch_pass(ctx, x, pass);
+}
+
+/* The forward pass from layer fw.next on; errors name the layer and the step. At ZeRO 3 a
+ * layer runs only once the fetcher has said its parameters are whole (else the pass waits and
+ * PARAM_READY resumes it), and the fetcher hears when the layer is done with them. 1: it
+ * waits; 0: done (fw.loss); < 0: failed, reported. */
+static int forward_run(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    for (; x->fw.next < tr_model_num_layers(x->model); x->fw.next++) {
+        int i = x->fw.next;
+        if (!here(x, i)) return 1;
+        int rc = x->fw.phantom ? 0 : tr_model_layer_forward(x->model, i, &x->fw.batch);
         if (rc < 0) return layer_failed(x, i, "forward", rc);
+        if ((rc = fetch_done(ctx, x, i)) < 0) return rc;
     }
-    *loss = tr_model_loss(x->model);
+    x->fw.loss = x->fw.phantom ? 0.0f : tr_model_loss(x->model);
     return 0;
 }
 
@@ -284,7 +371,7 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
 {
     tr_layer_t *l = tr_model_layer(x->model, i);
     int rc = grad_ready(ctx, x, i, l->param_offset, l->param_count);
-    if (x->eng->zero == 2) x->grads_out += l->param_count; /* out until GRADS_FREE */
+    if (x->eng->zero >= 2) x->grads_out += l->param_count; /* out until GRADS_FREE */
     if (rc < 0)
         tr__engine_fail(x->eng, rc,
                         "executor: step %llu: cannot send layer %d's gradients to "
@@ -294,8 +381,8 @@ static int hand_out(tr_ctx_t *ctx, struct tr__exec *x, int i)
 }
 
 /* Starts a micro-batch's backward pass at the last layer; backward_run goes through it. */
-static void backward_begin(struct tr__exec *x, int caller, bool boundary, uint64_t step,
-                           uint64_t t0)
+static int backward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, bool boundary,
+                          uint64_t step, uint64_t t0)
 {
     x->bw.caller = caller;
     x->bw.next = tr_model_num_layers(x->model) - 1;
@@ -304,6 +391,7 @@ static void backward_begin(struct tr__exec *x, int caller, bool boundary, uint64
     x->bw.step = step;
     x->bw.t0 = t0;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / x->eng->GAS));
+    return fetch_pass(ctx, x, PASS_BACKWARD);
 }
 
 /* The backward pass from layer bw.next down. The gradients go out at the boundary: with
@@ -312,18 +400,21 @@ static void backward_begin(struct tr__exec *x, int caller, bool boundary, uint64
  * backward is over. ZeRO 2 reduces at every micro-step and never holds the whole gradient:
  * each layer's goes out as soon as it is done, and a layer starts only while what is out
  * (handed out, not yet freed by the optimizer) and its own range fit in grad_window; else
- * the pass waits, and the optimizer's GRADS_FREE resumes it (on_grads_free). 1: it waits; 0:
- * done; < 0: failed, reported. */
+ * the pass waits, and the optimizer's GRADS_FREE resumes it (on_grads_free). At ZeRO 3 it
+ * also waits for each layer's parameters, as forward_run does. 1: it waits; 0: done; < 0:
+ * failed, reported. */
 static int backward_run(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr__plan_t *e = x->eng;
-    bool send = x->bw.boundary || e->zero == 2, now = e->overlap_comm || e->zero == 2;
+    bool send = x->bw.boundary || e->zero >= 2, now = e->overlap_comm || e->zero >= 2;
     for (; x->bw.next >= 0; x->bw.next--) {
         int i = x->bw.next;
         size_t own = tr_model_layer(x->model, i)->param_count;
+        if (!here(x, i)) return 1;
         if (e->grad_window && x->grads_out && x->grads_out + own > e->grad_window) return 1;
         int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
+        if ((rc = fetch_done(ctx, x, i)) < 0) return rc;
         if (send && now && (rc = hand_out(ctx, x, i)) < 0) return rc;
     }
     for (int i = tr_model_num_layers(x->model) - 1; send && !now && i >= 0; i--) {
@@ -397,26 +488,34 @@ static void backward_finished(struct tr__exec *x, int rc)
     }
 }
 
-/* A TRAIN's micro-batch of step `step` from the queue: forward, then the backward (at the
- * boundary the gradients go out layer by layer). 1: the backward waits for gradients to be
- * freed (ZeRO 2); else its outcome, the batch's slot to be given back (train_batch_done). */
+/* A TRAIN's forward is over (rc): its backward starts (at the boundary the gradients go out
+ * layer by layer). 1: a pass waits (ZeRO 2, 3); else the micro-batch's outcome. */
+static int train_forward_done(tr_ctx_t *ctx, struct tr__exec *x, int rc)
+{
+    if (rc < 0) return rc;
+    uint64_t t1 = tr_now_ns();
+    forward_done(x, x->bw.step, x->fw.t0, t1);
+    x->bw.loss = x->fw.loss;
+    rc = backward_begin(ctx, x, BW_TRAIN, x->micro == x->eng->GAS - 1, x->bw.step, t1);
+    if (rc == 0) rc = backward_run(ctx, x);
+    if (rc != 1) backward_finished(x, rc);
+    return rc;
+}
+
+/* A TRAIN's micro-batch of step `step` from the queue: forward, then the backward. 1: a pass
+ * waits for gradients to be freed (ZeRO 2) or parameters gathered (ZeRO 3); else its outcome,
+ * the batch's slot to be given back (train_batch_done). */
 static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const queued_t *q, uint64_t step)
 {
     tr_batch_t b = batch_of(x, q->in, q->targets, q->y);
-    float loss;
     x->bw.b = *q;
     x->bw.micro = x->micro;
     x->bw.step = step;
-    uint64_t t0 = tr_now_ns();
-    int rc = forward(x, &b, &loss);
-    uint64_t t1 = tr_now_ns();
-    if (rc < 0) return rc;
-    forward_done(x, step, t0, t1);
-    backward_begin(x, BW_TRAIN, x->micro == x->eng->GAS - 1, step, t1);
-    x->bw.loss = loss;
-    rc = backward_run(ctx, x);
-    if (rc != 1) backward_finished(x, rc);
-    return rc;
+    int rc = forward_begin(ctx, x, FW_TRAIN, &b, PASS_FORWARD);
+    if (rc == 0) rc = forward_run(ctx, x);
+    if (rc == 1) return 1;
+    x->fw.caller = FW_NONE;
+    return train_forward_done(ctx, x, rc);
 }
 
 /* --- TRAIN ---------------------------------------------------------------------------------- */
@@ -551,12 +650,12 @@ static void run_train(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     while (x->req == TR__REQ_TRAIN && x->want > 0 && x->q_n > 0 && x->win != WIN_STEP_PENDING &&
-           x->grads_out == 0 && x->bw.caller == BW_NONE) {
+           x->grads_out == 0 && x->fw.caller == FW_NONE && x->bw.caller == BW_NONE) {
         queued_t b = x->q[x->q_head];
         x->q_head = (x->q_head + 1) % TR__MAX_PREFETCH;
         x->q_n--;
         int rc = micro_batch(ctx, x, &b, x->global_steps);
-        if (rc == 1) return; /* ZeRO 2: on_grads_free goes on with its backward */
+        if (rc == 1) return; /* ZeRO 2, 3: GRADS_FREE or PARAM_READY goes on with it */
         if (train_batch_done(ctx, x, rc) < 0) return;
     }
 }
@@ -609,7 +708,7 @@ static void report_stats(struct tr__exec *x, const tr_msg_step_done_t *d, double
     x->t_window = tr_now_ns();
 }
 
-static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r);
+static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
 
 /* The step is over: statistics (loss: the mean over the global batch), DeepSpeed's outputs,
  * the waiting call's reply, a FORWARD that waited for the parameters. */
@@ -619,10 +718,11 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     x->global_steps = d->global_step;
     x->skipped_steps = d->skipped_steps;
     x->loss_scale = d->next_loss_scale;
+    x->version++;                      /* ZeRO 3: gathered copies are stale now */
     tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
-    if (x->eng->zero != 2 && x->pipe)  /* across ranks: the stage's gradients only */
+    if (x->eng->zero < 2 && x->pipe)   /* across ranks: the stage's gradients only */
         tr_pipe_model_zero_grad(x->pipe);
-    else if (x->eng->zero != 2) /* ZeRO 2: the optimizer zeroed each bucket as it took its part */
+    else if (x->eng->zero < 2) /* ZeRO 2, 3: the optimizer zeroed each bucket as it took its part */
         tr_model_zero_grad(x->model);
     report_stats(x, d, loss);
     if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
@@ -642,7 +742,7 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     if (x->deferred_msg) {
         tr_msg_t *m = x->deferred_msg;
         x->deferred_msg = NULL;
-        serve_forward(x, TR_MSG_AS(m, engine_req));
+        serve_forward(ctx, x, TR_MSG_AS(m, engine_req));
         tr_msg_free(ctx->rt, m);
     }
 }
@@ -721,22 +821,29 @@ static int copy_client_batch(struct tr__exec *x, const tr_msg_engine_req_t *r)
     return 0;
 }
 
-static void serve_forward(struct tr__exec *x, const tr_msg_engine_req_t *r)
+/* A client's forward is over (rc < 0: failed, reported): its loss is the reply. */
+static void client_forward_done(struct tr__exec *x, int rc)
+{
+    x->fw.caller = FW_NONE;
+    if (rc < 0) return;
+    forward_done(x, x->global_steps, x->fw.t0, tr_now_ns());
+    if (x->micro == 0) x->t_window = x->fw.t0;
+    x->win = win_next(x->win, EV_FORWARD_DONE);
+    x->loss_sum += x->fw.loss;
+    reply_ok(x, 0, (tr__reply_t){.loss = x->fw.loss});
+}
+
+static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
     const tr__plan_t *e = x->eng;
     if (copy_client_batch(x, r) < 0) return;
     tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
                                 e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
-    float loss;
-    uint64_t t0 = tr_now_ns();
-    if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, t0); /* the window opens */
+    if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, tr_now_ns()); /* the window opens */
     x->win = win_next(x->win, EV_FORWARD_BEGIN);
-    if (forward(x, &batch, &loss) < 0) return;
-    forward_done(x, x->global_steps, t0, tr_now_ns());
-    if (x->micro == 0) x->t_window = t0;
-    x->win = win_next(x->win, EV_FORWARD_DONE);
-    x->loss_sum += loss;
-    reply_ok(x, 0, (tr__reply_t){.loss = loss});
+    int rc = forward_begin(ctx, x, FW_CLIENT, &batch, PASS_FORWARD);
+    if (rc == 0) rc = forward_run(ctx, x);
+    if (rc != 1) client_forward_done(x, rc); /* 1: ZeRO 3, PARAM_READY goes on */
 }
 
 static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
@@ -750,9 +857,10 @@ static void serve_backward(tr_ctx_t *ctx, struct tr__exec *x)
         return;
     }
     x->win = win_next(x->win, EV_BACKWARD_BEGIN);
-    backward_begin(x, BW_CLIENT, x->micro == x->eng->GAS - 1, x->global_steps, tr_now_ns());
-    int rc = backward_run(ctx, x);
-    if (rc != 1) backward_finished(x, rc); /* 1: ZeRO 2, on_grads_free goes on */
+    int rc = backward_begin(ctx, x, BW_CLIENT, x->micro == x->eng->GAS - 1, x->global_steps,
+                            tr_now_ns());
+    if (rc == 0) rc = backward_run(ctx, x);
+    if (rc != 1) backward_finished(x, rc); /* 1: ZeRO 2, 3: GRADS_FREE or PARAM_READY goes on */
 }
 
 static void serve_step(struct tr__exec *x)
@@ -768,8 +876,39 @@ static void serve_step(struct tr__exec *x)
     reply_ok(x, ready ? 0 : 1, (tr__reply_t){.stats = ready ? x->stats : (tr_step_stats_t){0}});
 }
 
-/* ZeRO 2: the optimizer has taken its part of a bucket and zeroed the bucket's range; once all
- * are back, a waiting backward (or the next micro-batch) may run. */
+static void eval_run(tr_ctx_t *ctx, struct tr__exec *x);
+
+/* A pass that waited (for room in the gradient window, ZeRO 2; for parameters, ZeRO 3) goes
+ * on, and what waited for the pass after it. */
+static void resume(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (x->fw.caller == FW_EVAL) {
+        eval_run(ctx, x); /* runs the forward, then the next batches */
+        return;
+    }
+    if (x->fw.caller != FW_NONE) {
+        int caller = x->fw.caller, rc = forward_run(ctx, x);
+        if (rc == 1) return;
+        if (caller == FW_CLIENT) {
+            client_forward_done(x, rc);
+            return;
+        }
+        x->fw.caller = FW_NONE;
+        if ((rc = train_forward_done(ctx, x, rc)) == 1) return;
+        if (train_batch_done(ctx, x, rc) == 0) run_train(ctx, x);
+        return;
+    }
+    if (x->bw.caller != BW_NONE) {
+        int caller = x->bw.caller, rc = backward_run(ctx, x);
+        if (rc == 1) return;
+        backward_finished(x, rc);
+        if (caller == BW_TRAIN && train_batch_done(ctx, x, rc) == 0) run_train(ctx, x);
+    }
+}
+
+/* ZeRO 2, 3: the optimizer has taken its part of a bucket and zeroed the bucket's range: a
+ * backward waiting for room in its window goes on; once all are back, a waiting backward (or
+ * the next micro-batch) may run. */
 static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_free_t *f)
 {
     if (f->count > x->grads_out) {
@@ -778,16 +917,32 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
         return;
     }
     x->grads_out -= f->count;
-    if (x->bw.caller != BW_NONE) { /* a backward waits for room in the window */
-        int caller = x->bw.caller, rc = backward_run(ctx, x);
-        if (rc == 1) return;
-        backward_finished(x, rc);
-        if (caller == BW_TRAIN && train_batch_done(ctx, x, rc) == 0) run_train(ctx, x);
+    if (x->fw.caller != FW_NONE || x->bw.caller != BW_NONE) {
+        resume(ctx, x);
         return;
     }
     if (x->grads_out) return;
     if (x->win == WIN_BACKWARD_WAITS) serve_backward(ctx, x);
     run_train(ctx, x);
+}
+
+static void save_chain(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
+
+/* ZeRO 3: the fetcher has gathered a layer's parameters for the pass (or every layer, for the
+ * save waiting). Answers to a pass given up since are dropped. */
+static void on_param_ready(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_param_ready_t *p)
+{
+    int L = tr_model_num_layers(x->model);
+    if (p->id != x->fetch.id || p->layer > (uint32_t)L) return;
+    if (p->layer == (uint32_t)L) {
+        int all = x->fetch.all;
+        x->fetch.all = 0;
+        if (all == TR__REQ_SAVE) save_chain(ctx, x, &x->fetch.request);
+        if (all == TR__REQ_GATHER) reply_ok(x, 0, (tr__reply_t){0});
+        return;
+    }
+    x->fetch.ready[p->layer] = 1;
+    resume(ctx, x);
 }
 
 /* --- EVAL ---------------------------------------------------------------------------------- */
@@ -820,40 +975,80 @@ static int pipe_eval(struct tr__exec *x, const tr_batch_t *b, float *loss, int *
  * validation loss on 1, 2 or 3 ranks (up to the summation order). */
 static void serve_eval(tr_ctx_t *ctx, struct tr__exec *x, uint32_t n)
 {
-    const tr__plan_t *e = x->eng;
-    double sum = 0, count = 0;
-    char err[512];
+    uint32_t R = (uint32_t)x->eng->replicas;
+    memset(&x->ev, 0, sizeof(x->ev));
+    x->ev.i = (uint32_t)x->eng->replica;
+    x->ev.n = n;
+    x->ev.rounds = (n + R - 1) / R; /* rank 0's batches: the most any rank has */
     tr_model_set_training(x->model, 0);
-    for (uint32_t i = (uint32_t)e->replica; i < n; i += (uint32_t)e->replicas) {
-        bool wrapped;
-        seek_val(x, i);
-        int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
-                                  e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL, &wrapped,
-                                  err, sizeof(err));
-        if (rc < 0) {
-            tr_model_set_training(x->model, 1);
-            tr__reply(e, rc, NULL, "eval: %s", err);
-            return;
+    eval_run(ctx, x);
+}
+
+/* The EVAL's forward passes from batch ev.i on, until one waits for parameters (ZeRO 3:
+ * PARAM_READY calls it again). At ZeRO 3 every rank runs as many passes as rank 0 (the
+ * gathers are collectives): past its own batches, a rank's pass only fetches. */
+static void eval_run(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    const tr__plan_t *e = x->eng;
+    char err[512];
+    for (;;) {
+        if (x->fw.caller == FW_EVAL) {
+            int rc = forward_run(ctx, x);
+            if (rc == 1) return;
+            x->fw.caller = FW_NONE;
+            if (rc < 0) {
+                tr_model_set_training(x->model, 1);
+                return;
+            }
+            if (!x->fw.phantom) {
+                x->ev.sum += x->fw.loss;
+                x->ev.count++;
+            }
+            x->ev.i += (uint32_t)e->replicas;
+            x->ev.round++;
+        }
+        bool mine = x->ev.i < x->ev.n, wrapped;
+        if (!mine && (e->zero != 3 || x->ev.round >= x->ev.rounds)) break;
+        if (mine) {
+            seek_val(x, x->ev.i);
+            int rc = tr__dataset_next(x->val, e->x_dim ? NULL : x->tokens, e->x_dim ? x->x : NULL,
+                                      e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL,
+                                      &wrapped, err, sizeof(err));
+            if (rc < 0) {
+                tr_model_set_training(x->model, 1);
+                tr__reply(e, rc, NULL, "eval: %s", err);
+                return;
+            }
         }
         tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
                                     e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
-        float loss = 0;
-        int has_loss = 1, frc = e->stage >= 0 ? pipe_eval(x, &batch, &loss, &has_loss)
-                                              : forward(x, &batch, &loss);
-        if (frc < 0) {
+        if (e->stage >= 0) { /* across ranks: the batch goes through the replica's stages */
+            float loss = 0;
+            int has_loss = 0;
+            if (pipe_eval(x, &batch, &loss, &has_loss) < 0) {
+                tr_model_set_training(x->model, 1);
+                return;
+            }
+            x->ev.sum += has_loss ? loss : 0; /* the loss is the last stage's */
+            x->ev.count += has_loss;
+            x->ev.i += (uint32_t)e->replicas;
+            x->ev.round++;
+            continue;
+        }
+        if (forward_begin(ctx, x, FW_EVAL, &batch, PASS_FORWARD_ALONE) < 0) {
+            x->fw.caller = FW_NONE;
             tr_model_set_training(x->model, 1);
             return;
         }
-        sum += has_loss ? loss : 0; /* across ranks the loss is the last stage's */
-        count += has_loss;
+        x->fw.phantom = !mine;
     }
     tr_model_set_training(x->model, 1);
     if (e->world > 1) { /* the mean over every rank's batches: answered at COMM_SCALAR */
-        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){sum, count}, 2,
+        reduce_scalars(ctx, x, SCALAR_EVAL_LOSS, (double[2]){x->ev.sum, x->ev.count}, 2,
                        "for the loss over the ranks");
         return;
     }
-    reply_ok(x, 0, (tr__reply_t){.loss = count ? (float)(sum / count) : 0.0f});
+    reply_ok(x, 0, (tr__reply_t){.loss = x->ev.count ? (float)(x->ev.sum / x->ev.count) : 0.0f});
 }
 
 static int save_moved(tr_ctx_t *ctx, struct tr__exec *x, const double v[2]);
@@ -881,7 +1076,34 @@ static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scala
 /* --- checkpoints ----------------------------------------------------------------------------- */
 
 /* SAVE: the executor's part of the state, on to the optimizer. */
+/* A save: the chain executor -> optimizer -> checkpointer. At ZeRO 3 the fetcher first gathers
+ * every layer, so the checkpointer copies whole parameters (save_chain follows its answer). */
 static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
+{
+    if (x->eng->zero != 3) {
+        save_chain(ctx, x, r);
+        return;
+    }
+    x->fetch.id++;
+    x->fetch.all = TR__REQ_SAVE;
+    x->fetch.request = *r;
+    ask_fetcher(ctx, x, FETCH_ALL, 0, 0);
+}
+
+/* tr_engine_gather_params: at ZeRO 3 the fetcher gathers every layer; the reply follows its
+ * answer (on_param_ready). */
+static void serve_gather(tr_ctx_t *ctx, struct tr__exec *x)
+{
+    if (x->eng->zero != 3) {
+        reply_ok(x, 0, (tr__reply_t){0});
+        return;
+    }
+    x->fetch.id++;
+    x->fetch.all = TR__REQ_GATHER;
+    ask_fetcher(ctx, x, FETCH_ALL, 0, 0);
+}
+
+static void save_chain(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_ENGINE_STATE);
     if (!m) {
@@ -1023,6 +1245,8 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         return 0;
     }
     restore_params(x, params);
+    x->version++; /* ZeRO 3: the fetcher keeps this rank's slice of what was loaded */
+    if (e->zero == 3 && ask_fetcher(ctx, x, FETCH_REWRITTEN, 0, 0) < 0) return 0;
     x->global_steps = s->global_step;
     x->skipped_steps = s->skipped_steps;
     x->global_samples = s->global_samples;
@@ -1066,6 +1290,9 @@ static const char *busy_reason(struct tr__exec *x, int kind)
                "with tr_engine_step";
     if (kind == TR__REQ_EVAL && x->win == WIN_STEP_PENDING)
         return "the optimizer step is pending; call tr_engine_step first";
+    if (kind == TR__REQ_GATHER && (x->micro || x->win == WIN_STEP_PENDING))
+        return "tr_engine_gather_params: in the middle of an accumulation window; call it "
+               "after a step";
     if (kind == TR__REQ_SAVE && (x->micro || x->win == WIN_STEP_PENDING))
         return "save: in the middle of an accumulation window; save after a step";
     if (kind == TR__REQ_SAVE && x->save.phase != TR__SAVE_NONE)
@@ -1110,7 +1337,7 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         break;
     case TR__REQ_FORWARD:
         if (x->win != WIN_STEP_PENDING) {
-            serve_forward(x, r);
+            serve_forward(ctx, x, r);
             break;
         }
         /* parameters are being updated: keep the request until STEP_DONE */
@@ -1129,6 +1356,9 @@ static int on_request(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         break;
     case TR__REQ_WAIT:
         serve_wait(ctx, x);
+        break;
+    case TR__REQ_GATHER:
+        serve_gather(ctx, x);
         break;
     default:
         tr__reply(x->eng, TR_EINVAL, NULL, "executor: unknown request %u", r->kind);
@@ -1157,6 +1387,9 @@ static int executor_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
         return 0;
     case TR_MSG_GRADS_FREE:
         on_grads_free(ctx, x, TR_MSG_AS(msg, grads_free));
+        return 0;
+    case TR_MSG_PARAM_READY:
+        on_param_ready(ctx, x, TR_MSG_AS(msg, param_ready));
         return 0;
     default:
         return 0;
@@ -1221,7 +1454,8 @@ int tr__executor_spawn(const tr__plan_t *eng, tr_model_t *model, tr__dataset_t *
     x->targets = malloc(bt * sizeof(int));
     x->x = malloc(bt * (size_t)(eng->x_dim ? eng->x_dim : 1) * sizeof(float));
     x->y = malloc(bt * (size_t)(eng->y_dim ? eng->y_dim : 1) * sizeof(float));
-    if (!x->tokens || !x->targets || !x->x || !x->y) return TR_ENOMEM;
+    x->fetch.ready = calloc((size_t)tr_model_num_layers(model) + 1, 1);
+    if (!x->tokens || !x->targets || !x->x || !x->y || !x->fetch.ready) return TR_ENOMEM;
     if (eng->stages > 1) {
         int rc = make_pipeline(x, eng, err, errlen);
         if (rc < 0) return rc;
@@ -1245,5 +1479,6 @@ void tr__executor_free(struct tr__exec *x)
     free(x->targets);
     free(x->x);
     free(x->y);
+    free(x->fetch.ready);
     free(x);
 }

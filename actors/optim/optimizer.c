@@ -306,13 +306,15 @@ static int swap_read_back(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b, float 
 enum { RUN_STEP = 1, RUN_SAVE, RUN_RESTORE, RUN_PREFETCH };
 
 /* The step is taken (or skipped, or failed): STEP_DONE (m) to the executor, after the
- * parameter all-gather when partitioned. */
+ * parameter all-gather when partitioned (ZeRO 3 keeps them partitioned: the fetcher gathers
+ * each layer when it is used). */
 static int step_taken(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     d->t_end = tr_now_ns();
     /* a pipeline across ranks gathers its stage's slices itself (tr_pipe_model_sync_params) */
-    if (o->partitioned && o->eng->stage < 0 && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
+    if (o->partitioned && o->eng->zero < 3 && o->eng->stage < 0 && d->rc >= 0 && !d->skipped)
+        return gather(ctx, o, m);
     return send_or_free(ctx, o->eng->executor, m);
 }
 

@@ -140,7 +140,7 @@ static int partition(tr__optim_t *o)
     }
     if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
-    if (e->zero == 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
+    if (e->zero >= 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
     tr_log(TR_LOG_INFO,
            "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
@@ -148,7 +148,7 @@ static int partition(tr__optim_t *o)
            e->zero, e->rank, o->lo, o->hi, n,
            (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0,
            (double)o->n_arrays * (double)n * 4 / 1048576.0,
-           e->zero == 2 ? "; it keeps the reduced gradients of these parameters only" : "");
+           e->zero >= 2 ? "; it keeps the reduced gradients of these parameters only" : "");
     return 0;
 }
 

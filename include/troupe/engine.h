@@ -174,6 +174,14 @@ int tr_engine_save_checkpoint(tr_engine_t *eng, const char *dir, const char *tag
  * and none failed since the last call. Every rank must call it; between steps. */
 int tr_engine_wait_checkpoint(tr_engine_t *eng);
 
+/* Makes the parameters whole in tr_engine_model's buffer on this rank, for the caller to read
+ * (an export, sampling): at zero_optimization.stage 3 each rank keeps only its slice and the
+ * layers are gathered when used, so this all-gathers every layer (every rank must call it, as
+ * for a save); at other stages they are whole already and it returns at once. Between steps
+ * only (TR_EBUSY inside an accumulation window); they stay whole until the next call that
+ * trains or evaluates. */
+int tr_engine_gather_params(tr_engine_t *eng);
+
 /* Loads <dir>/<tag> (NULL: the tag in <dir>/latest): parameters, optimizer state, step
  * counters, scheduler, loss scaler, data position and RNG, so training resumes bit-exactly.
  * Checks sizes, checksums and compatibility with this engine's model and config; a mismatch

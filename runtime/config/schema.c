@@ -79,7 +79,6 @@
     }
 
 /* Why a key has no effect yet (the warning's words). */
-#define W_STAGE3 "ZeRO stage 3 (partitioned parameters) is not built yet"
 #define W_GATHER "the parameter partitions are all-gathered in place, in one operation"
 #define W_OFFLOAD                                                                                  \
     "not built yet: only the optimizer's state is offloaded (offload_optimizer.device nvme)"
@@ -151,8 +150,8 @@ static const tr__cfg_key_t zero_keys[] = {
      .max = 3,
      .expect = "0, 1, 2 or 3",
      .doc = "ZeRO stage: on more than one rank, 1 partitions the optimizer states, 2 the "
-            "gradients too (reduce-scattered at every micro-step); 3 runs as 2 for now (the "
-            "engine warns)",
+            "gradients too (reduce-scattered at every micro-step), 3 the parameters too (each "
+            "layer all-gathered by the fetcher when used)",
      .state = TR__S_ACTED},
     NOEFF(
         "buckets are views of the one flat gradient buffer: always contiguous",
@@ -186,15 +185,20 @@ static const tr__cfg_key_t zero_keys[] = {
     ACT(INT("sub_group_size", zero.sub_group_size, 1e9, 0, BIG,
             "elements per optimizer sub-group: the unit swapped with offload_optimizer "
             "device nvme (in memory the partition is stepped in one pass)")),
-    NOEFF(W_STAGE3,
-          INT("prefetch_bucket_size", zero.prefetch_bucket_size, 5e7, 0, BIG, "stage 3 prefetch")),
-    NOEFF(W_STAGE3, INT("param_persistence_threshold", zero.param_persistence_threshold, 1e5, 0,
-                        BIG, "stage 3: parameters smaller than this stay whole")),
-    NOEFF(W_STAGE3, INT("model_persistence_threshold", zero.model_persistence_threshold, BIG, 0,
-                        BIG, "stage 3: most elements kept whole")),
-    NOEFF(W_STAGE3, INT("max_live_parameters", zero.max_live_parameters, 1e9, 0, BIG, "stage 3")),
-    NOEFF(W_STAGE3, INT("max_reuse_distance", zero.max_reuse_distance, 1e9, 0, BIG, "stage 3")),
-    NOEFF(W_STAGE3,
+    ACT(INT("prefetch_bucket_size", zero.prefetch_bucket_size, 5e7, 0, BIG,
+            "stage 3: parameter elements the fetcher gathers ahead of the layer running (at "
+            "least one layer)")),
+    ACT(INT("param_persistence_threshold", zero.param_persistence_threshold, 1e5, 0, BIG,
+            "stage 3: a layer with at most this many parameters stays whole on every rank")),
+    ACT(INT("model_persistence_threshold", zero.model_persistence_threshold, BIG, 0, BIG,
+            "stage 3: at most this many elements stay whole in all")),
+    ACT(INT("max_live_parameters", zero.max_live_parameters, 1e9, 0, BIG,
+            "stage 3: gathered parameter elements held at once (at least one layer)")),
+    ACT(INT("max_reuse_distance", zero.max_reuse_distance, 1e9, 0, BIG,
+            "stage 3: a used layer is kept when it is used again within this many elements "
+            "of other layers' fetches")),
+    NOEFF("a save at stage 3 gathers every layer: the model file always holds the whole "
+          "fp32 weights",
           BOOL("gather_16bit_weights_on_model_save", zero.gather_16bit_weights_on_model_save, 0,
                "stage 3: save consolidated 16-bit weights")),
     NOEFF("every layer of a model gives gradients for all its parameters",

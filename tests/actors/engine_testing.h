@@ -45,8 +45,18 @@ static inline int test_mlp_batch(void *user, uint64_t index, int B, int T, int *
 /* An engine for the MLP TEST_XD -> 16 -> TEST_CLASSES on test_mlp_batch, over `world` ranks
  * (0: the launcher's), from json (named `source`); *cfg is its config, to destroy after the
  * engine. The test fails when either does not load. */
+static inline tr_engine_t *test_mlp_engine_widths(const char *json, const char *source, int world,
+                                                  tr_config_t **cfg, const int *widths, int n);
 static inline tr_engine_t *test_mlp_engine(const char *json, const char *source, int world,
                                            tr_config_t **cfg)
+{
+    int widths[] = {TEST_XD, 16, TEST_CLASSES};
+    return test_mlp_engine_widths(json, source, world, cfg, widths, 3);
+}
+
+/* The same for an MLP of the given widths (widths[0] TEST_XD, widths[n - 1] TEST_CLASSES). */
+static inline tr_engine_t *test_mlp_engine_widths(const char *json, const char *source, int world,
+                                                  tr_config_t **cfg, const int *widths, int n)
 {
     tr_config_diag_t d;
     tr_config_diag_init(&d);
@@ -55,10 +65,9 @@ static inline tr_engine_t *test_mlp_engine(const char *json, const char *source,
         fprintf(stderr, "%s\n", d.items[i].text);
     tr_config_diag_close(&d);
     assert_int_equal(rc, 0);
-    int widths[] = {TEST_XD, 16, TEST_CLASSES};
     tr_model_t *model;
     char why[256], err[512];
-    assert_int_equal(tr_model_mlp_create(&model, widths, 3, why, sizeof(why)), 0);
+    assert_int_equal(tr_model_mlp_create(&model, widths, n, why, sizeof(why)), 0);
     tr_engine_opts_t o = {.config = *cfg,
                           .model = model,
                           .seq_len = 1,

@@ -35,6 +35,8 @@ typedef struct dp_case {
     const char *optimizer; /* NULL: AdamW */
     const char *wire;      /* communication_data_type (NULL: fp32) */
     int bucket;            /* reduce_bucket_size (0: 60) */
+    const char *zero3;     /* more zero_optimization keys (stage 3's), or NULL */
+    bool deep;             /* the MLP 8 -> 16 -> 24 -> 12 -> 16 -> 3 (else 8 -> 16 -> 3) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
 } dp_case_t;
 
@@ -42,19 +44,21 @@ typedef struct dp_case {
  * samples. */
 static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t **cfg)
 {
-    char json[768];
+    char json[1024];
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
-             " \"overlap_comm\": %s}, \"communication_data_type\": \"%s\","
+             " \"overlap_comm\": %s%s%s}, \"communication_data_type\": \"%s\","
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
-             k->bucket ? k->bucket : 60, k->overlap ? "true" : "false",
-             k->wire && world != 1 ? k->wire : "fp32");
-    return test_mlp_engine(json, "dp.json", world, cfg);
+             k->bucket ? k->bucket : 60, k->overlap ? "true" : "false", k->zero3 ? ", " : "",
+             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32");
+    static const int deep[] = {XD, 16, 24, 12, 16, CLASSES}, shallow[] = {XD, 16, CLASSES};
+    return test_mlp_engine_widths(json, "dp.json", world, cfg, k->deep ? deep : shallow,
+                                  k->deep ? 6 : 3);
 }
 
 static uint64_t params_hash(tr_engine_t *eng)
@@ -108,7 +112,7 @@ static void check_case(const dp_case_t *k)
     }
     world = (int)cfg->world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    check_memory(dp, k, world, rank);
+    if (k->stage < 3 && !k->deep) check_memory(dp, k, world, rank);
     /* the first 2W batches of the val stream at any world size: the ranks split them */
     assert_int_equal(tr_engine_eval(dp, 2 * (int)cfg->world_size, &dp_val), 0);
     tr_engine_destroy(dp); /* MPI is the test's again from here: no actor calls it */
@@ -140,7 +144,7 @@ static void check_case(const dp_case_t *k)
     uint64_t lo[STEPS], hi[STEPS];
     MPI_Allreduce(hash, lo, STEPS, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(hash, hi, STEPS, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    for (int i = 0; i < STEPS; i++)
+    for (int i = 0; i < STEPS && k->stage < 3; i++) /* stage 3: each rank holds its slice */
         assert_true(lo[i] == hi[i]); /* every rank holds the same parameters, bit for bit */
     assert_true(world > 1);
 }
@@ -182,6 +186,34 @@ static void test_engine_dp_zero2_gradient_window(void **state)
     check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 1, .bucket = 16});
     check_case(&(dp_case_t){.stage = 2, .overlap = 0, .gas = 3, .bucket = 16});
     check_case(&(dp_case_t){.stage = 2, .overlap = 1, .gas = 2, .bucket = 20});
+}
+
+/* ZeRO 3: each rank keeps its slice of the parameters (and whole, the layers under the
+ * persistence threshold); the fetcher all-gathers each layer before the executor runs it and
+ * releases it after, within its prefetch and live windows; gradients and the optimizer as at
+ * stage 2. The losses, the first gradient norm and the evaluation (whose last rounds some
+ * ranks run without a batch of their own) are one process's. */
+static void test_engine_dp_zero3_matches_one_process(void **state)
+{
+    (void)state;
+    const char *none = "\"stage3_param_persistence_threshold\": 0";
+    /* one layer at a time, nothing kept for reuse: every layer gathered twice a micro-step */
+    const char *tight = "\"stage3_param_persistence_threshold\": 0,"
+                        " \"stage3_prefetch_bucket_size\": 1, \"stage3_max_live_parameters\": 1,"
+                        " \"stage3_max_reuse_distance\": 0";
+    /* the small layers (<= 200 elements) whole, the rest fetched two layers ahead */
+    const char *mixed =
+        "\"stage3_param_persistence_threshold\": 200,"
+        " \"stage3_prefetch_bucket_size\": 700, \"stage3_max_live_parameters\": 900,"
+        " \"stage3_max_reuse_distance\": 500";
+    check_case(&(dp_case_t){.stage = 3, .overlap = 1, .gas = 1, .zero3 = none});
+    check_case(&(dp_case_t){.stage = 3, .overlap = 1, .gas = 1, .zero3 = tight, .deep = true});
+    check_case(&(dp_case_t){.stage = 3, .overlap = 0, .gas = 3, .zero3 = mixed, .deep = true});
+    check_case(&(dp_case_t){
+        .stage = 3, .overlap = 1, .gas = 2, .zero3 = none, .deep = true, .bucket = 16});
+    check_case(&(dp_case_t){.stage = 3, .overlap = 1, .gas = 1, .zero3 = NULL, .deep = true});
+    check_case(&(dp_case_t){
+        .stage = 3, .overlap = 1, .gas = 3, .zero3 = tight, .deep = true, .optimizer = "Lamb"});
 }
 
 /* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
@@ -470,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero1_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_matches_one_process),
         cmocka_unit_test(test_engine_dp_zero2_gradient_window),
+        cmocka_unit_test(test_engine_dp_zero3_matches_one_process),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_nvme_offload_is_bitwise_in_memory),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),

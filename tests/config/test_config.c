@@ -474,12 +474,15 @@ static void test_config_deprecated_names_warn_and_apply(void **state)
 static void test_config_aliases_are_silent(void **state)
 {
     tr_config_t *c = ok("{\"train_batch_size\":1,\"zero_optimization\":{\"stage\":3,"
-                        "\"stage3_max_live_parameters\":3e8}}");
+                        "\"stage3_max_live_parameters\":3e8,"
+                        "\"stage3_gather_16bit_weights_on_model_save\":true}}");
     assert_int_equal(c->zero.max_live_parameters, 300000000);
+    assert_true(c->zero.gather_16bit_weights_on_model_save);
     for (size_t i = 0; i < diag.count; i++) /* ZeRO's own no-effect warnings name the key */
         assert_null(strstr(diag.items[i].text, "stage3_"));
-    has("ds.json: zero_optimization.max_live_parameters: warning: accepted: ZeRO stage 3 "
-        "(partitioned parameters) is not built yet; no effect yet");
+    has("ds.json: zero_optimization.gather_16bit_weights_on_model_save: warning: accepted: a "
+        "save at stage 3 gathers every layer: the model file always holds the whole fp32 "
+        "weights; no effect yet");
     tr_config_destroy(c);
 }
 

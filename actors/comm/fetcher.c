@@ -1,0 +1,427 @@
+/* fetcher.c: the parameter actor of ZeRO 3. Each rank keeps its slice of the flat parameters
+ * (tr__zero_owned, the optimizer's) and, whole, the layers under
+ * zero_optimization.param_persistence_threshold (up to model_persistence_threshold elements in
+ * all); every other layer's parameters are all-gathered into the parameter buffer just before
+ * the executor needs them and handed back to the kernel after.
+ *
+ * A pass (the forward of a micro-batch, its backward, or a forward alone) starts with a
+ * PARAM_FETCH from the executor. The fetcher walks the pass's layers in order (the backward's
+ * from the last), asking the comm actor for each layer's all-gather (COMM_GATHER of its range;
+ * with its tied tensor's layer, GPT-2's head reading the embedding's wte) ahead of the
+ * executor, while the layers fetched and not yet used stay within prefetch_bucket_size
+ * elements and the gathered ones within max_live_parameters (always at least one layer). A
+ * layer whose parameters are whole is answered with PARAM_READY; the executor runs it only
+ * then, and says when it is done with it. A used layer's range is released, unless the same
+ * pass or the next one (a forward's backward, a backward's next forward) uses it again within
+ * max_reuse_distance elements of other layers' fetches: GPT-2's last blocks go from the
+ * forward into the backward without a second all-gather. A step or a restore rewrites the
+ * parameters: the executor's next pass carries a new version, and every copy of an older one
+ * is dropped (the persistent layers are gathered again from the new slices).
+ *
+ * MPI wants every rank to post its collectives on a communicator in the same order. The
+ * fetcher's all-gathers and the backward's gradient buckets would reach the comm actor from two
+ * actors, in an order that differs from rank to rank; so at stage 3 the fetcher also packs the
+ * buckets (the bucketer's code, tr__buckets_add): the executor's GRAD_READY and PARAM_FETCH
+ * messages reach it in one stream, in the executor's order, and a gather leaves only in answer
+ * to one of them (never to a gather's completion), so every rank sends the comm actor the same
+ * sequence.
+ *
+ * The fetcher owns the residency of the parameter buffer outside this rank's slice: it alone
+ * gathers and releases there. The executor reads a layer between PARAM_READY and its own
+ * PARAM_FETCH "done"; the optimizer writes only the slice, between the last gradient bucket and
+ * STEP_DONE, when no pass is running.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/comm/comm_spawn.h"
+#include "actors/engine/plan.h"
+#include "base/vmem.h"
+
+enum { U_ABSENT, U_FLIGHT, U_LIVE };
+
+typedef struct unit { /* a layer's parameter range */
+    size_t off, count;
+    bool persistent;  /* stays whole; gathered again after each step */
+    int state;        /* U_ABSENT, U_FLIGHT, U_LIVE */
+    uint64_t version; /* of the copy gathered or in flight */
+    int in_use;       /* layers of the pass that fetched it and are not done with it */
+} unit_t;
+
+struct tr__fetcher {
+    const tr__plan_t *eng;
+    float *params;
+    int L, F; /* layers, and those that read parameters (tr__layer_fetched) */
+    unit_t *u;
+    int *order;             /* the F fetched layers, first to last: a pass's positions */
+    size_t lo, hi;          /* this rank's slice */
+    size_t prefetch, limit; /* prefetch_bucket_size, max_live_parameters (elements) */
+    size_t reuse;           /* max_reuse_distance */
+    size_t live;            /* non-persistent elements gathered or in flight */
+    size_t ahead;           /* elements fetched for layers the executor has not finished */
+    uint64_t version, step;
+    /* the pass */
+    uint32_t id;
+    int pass;       /* 1 forward, 2 backward, 3 forward alone; 0: none */
+    int next, done; /* positions (of the F) fetched, and finished by the executor */
+    bool *answered; /* per position: PARAM_READY sent */
+    bool all;       /* a save waits for every layer */
+    uint32_t all_id;
+    tr__buckets_t buckets; /* the gradient buckets, packed here (see the top) */
+};
+
+static int layer_at(const struct tr__fetcher *f, int pass, int pos)
+{
+    return f->order[pass == 2 ? f->F - 1 - pos : pos];
+}
+
+/* The units layer i reads: its own and its tied tensor's owner's (k of them, 0 to 2). */
+static int needs(const struct tr__fetcher *f, int i, int out[2])
+{
+    int k = 0, t = tr__layer_tie(f->eng->model, i);
+    if (f->u[i].count) out[k++] = i;
+    if (t >= 0 && t != i && f->u[t].count) out[k++] = t;
+    return k;
+}
+
+static size_t layer_size(const struct tr__fetcher *f, int i)
+{
+    int n[2], k = needs(f, i, n);
+    size_t s = 0;
+    for (int j = 0; j < k; j++)
+        s += f->u[n[j]].count;
+    return s;
+}
+
+static bool current(const struct tr__fetcher *f, const unit_t *u)
+{
+    return u->state != U_ABSENT && u->version == f->version;
+}
+
+/* A unit's pages outside this rank's slice go back to the kernel. */
+static void release_pages(struct tr__fetcher *f, const unit_t *u)
+{
+    size_t a = u->off, b = u->off + u->count;
+    size_t x = b < f->lo ? b : f->lo, y = a > f->hi ? a : f->hi;
+    if (x > a) tr__vmem_release(f->params + a, (x - a) * sizeof(float));
+    if (b > y) tr__vmem_release(f->params + y, (b - y) * sizeof(float));
+}
+
+/* Drops a gathered copy (never one in flight: MPI is writing it). */
+static void release(struct tr__fetcher *f, unit_t *u)
+{
+    if (u->state != U_LIVE) return;
+    release_pages(f, u);
+    if (!u->persistent) f->live -= u->count;
+    u->state = U_ABSENT;
+}
+
+static int gather(tr_ctx_t *ctx, struct tr__fetcher *f, int i)
+{
+    const tr__plan_t *e = f->eng;
+    unit_t *u = &f->u[i];
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_COMM_GATHER);
+    if (!m) return TR_ENOMEM;
+    tr_msg_comm_gather_t *g = TR_MSG_AS(m, comm_gather);
+    g->count = tr__zero_slice(e->n_params, e->world);
+    int rc = tr_buffer_ref(e->rt, e->buf_params, u->off * sizeof(float), u->count * sizeof(float),
+                           TR_DTYPE_F32, &g->buf);
+    m->step = f->step;
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        return rc;
+    }
+    if (!u->persistent && u->state == U_ABSENT) f->live += u->count;
+    u->state = U_FLIGHT;
+    u->version = f->version;
+    return 0;
+}
+
+/* Elements of other layers fetched from position pos of `pass` on before unit t is used again
+ * (through the next pass: a forward's backward, a backward's next forward), or SIZE_MAX when
+ * neither uses it. */
+static size_t reuse_distance(const struct tr__fetcher *f, int t, int pass, int pos)
+{
+    int next = pass == 1 ? 2 : pass == 2 ? 1 : 3;
+    size_t d = 0;
+    for (int round = 0; round < 2; round++) {
+        int p = round ? next : pass;
+        for (int k = round ? 0 : pos; k < f->F; k++) {
+            int i = layer_at(f, p, k), n[2], c = needs(f, i, n);
+            for (int j = 0; j < c; j++)
+                if (n[j] == t) return d;
+            d += layer_size(f, i);
+        }
+    }
+    return SIZE_MAX;
+}
+
+/* Room for `want` more live elements: idle copies (no layer of the pass holds them) are
+ * dropped, those used again latest first. */
+static void make_room(struct tr__fetcher *f, size_t want)
+{
+    while (f->live + want > f->limit) {
+        int worst = -1;
+        size_t far = 0;
+        for (int i = 0; i < f->L; i++) {
+            unit_t *u = &f->u[i];
+            if (u->persistent || u->state != U_LIVE || u->in_use) continue;
+            size_t d = reuse_distance(f, i, f->pass, f->next);
+            if (worst < 0 || d > far) {
+                worst = i;
+                far = d;
+            }
+        }
+        if (worst < 0) return;
+        release(f, &f->u[worst]);
+    }
+}
+
+/* Answers every fetched layer whose units are all whole. */
+static int answer(tr_ctx_t *ctx, struct tr__fetcher *f)
+{
+    const tr__plan_t *e = f->eng;
+    for (int p = f->done; f->pass && p < f->next; p++) {
+        int i = layer_at(f, f->pass, p), n[2], k = needs(f, i, n);
+        bool whole = !f->answered[p];
+        for (int j = 0; j < k && whole; j++)
+            whole = f->u[n[j]].state == U_LIVE && current(f, &f->u[n[j]]);
+        if (!whole) continue;
+        f->answered[p] = true;
+        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PARAM_READY);
+        if (!m) return TR_ENOMEM;
+        *TR_MSG_AS(m, param_ready) = (tr_msg_param_ready_t){.layer = (uint32_t)i, .id = f->id};
+        m->step = f->step;
+        int rc = tr_actor_send(ctx->rt, e->executor, m);
+        if (rc < 0) {
+            tr_msg_free(ctx->rt, m);
+            return rc;
+        }
+    }
+    if (f->all) {
+        for (int i = 0; i < f->L; i++)
+            if (f->u[i].count && !(f->u[i].state == U_LIVE && current(f, &f->u[i]))) return 0;
+        f->all = false;
+        tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PARAM_READY);
+        if (!m) return TR_ENOMEM;
+        *TR_MSG_AS(m, param_ready) =
+            (tr_msg_param_ready_t){.layer = (uint32_t)f->L, .id = f->all_id};
+        int rc = tr_actor_send(ctx->rt, e->executor, m);
+        if (rc < 0) tr_msg_free(ctx->rt, m);
+        return rc;
+    }
+    return 0;
+}
+
+/* Fetches the pass's next layers while the windows allow (one layer always). */
+static int pump(tr_ctx_t *ctx, struct tr__fetcher *f)
+{
+    while (f->pass && f->next < f->F) {
+        int i = layer_at(f, f->pass, f->next), n[2], k = needs(f, i, n);
+        size_t size = layer_size(f, i), fresh = 0;
+        bool stale_flight = false; /* an older version's gather still writes there */
+        for (int j = 0; j < k; j++) {
+            const unit_t *u = &f->u[n[j]];
+            if (!current(f, u) && !u->persistent) fresh += u->count;
+            stale_flight |= u->state == U_FLIGHT && !current(f, u);
+        }
+        if (stale_flight) break; /* its COMM_GATHER answer pumps again */
+        if (f->ahead && f->ahead + size > f->prefetch) break;
+        if (fresh) make_room(f, fresh);
+        if (fresh && f->ahead && f->live + fresh > f->limit) break;
+        for (int j = 0; j < k; j++) {
+            unit_t *u = &f->u[n[j]];
+            u->in_use++;
+            if (current(f, u)) continue;
+            release(f, u); /* an older version's copy */
+            int rc = gather(ctx, f, n[j]);
+            if (rc < 0) return rc;
+        }
+        f->ahead += size;
+        f->next++;
+    }
+    return answer(ctx, f);
+}
+
+static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
+{
+    const tr_msg_param_fetch_t *r = TR_MSG_AS(msg, param_fetch);
+    if (r->kind == 1 || r->kind == 3) {
+        f->step = msg->step;
+        if (r->version != f->version) { /* the parameters moved: older copies are stale */
+            f->version = r->version;
+            for (int i = 0; i < f->L; i++)
+                if (f->u[i].state == U_LIVE) release(f, &f->u[i]);
+        }
+    }
+    switch (r->kind) {
+    case 1: /* a pass starts; an unfinished one (a failed layer) is dropped */
+        for (int i = 0; i < f->L; i++)
+            f->u[i].in_use = 0;
+        f->pass = (int)r->pass;
+        f->id = r->id;
+        f->next = f->done = 0;
+        f->ahead = 0;
+        memset(f->answered, 0, (size_t)f->F * sizeof(bool));
+        return pump(ctx, f);
+    case 2: { /* the executor is done with a layer of the pass */
+        if (r->id != f->id || !f->pass || f->done >= f->next ||
+            layer_at(f, f->pass, f->done) != (int)r->layer)
+            return 0; /* of a pass dropped since */
+        int i = (int)r->layer, n[2], k = needs(f, i, n);
+        f->ahead -= layer_size(f, i);
+        f->done++;
+        for (int j = 0; j < k; j++) {
+            unit_t *u = &f->u[n[j]];
+            if (--u->in_use > 0 || u->persistent || u->state != U_LIVE) continue;
+            if (reuse_distance(f, n[j], f->pass, f->done) > f->reuse) release(f, u);
+        }
+        if (f->done == f->F) f->pass = 0;
+        return pump(ctx, f);
+    }
+    case 3: /* a save: every layer whole, outside any window */
+        f->all = true;
+        f->all_id = r->id;
+        for (int i = 0; i < f->L; i++) {
+            unit_t *u = &f->u[i];
+            if (!u->count || current(f, u) || u->state == U_FLIGHT) continue;
+            release(f, u);
+            int rc = gather(ctx, f, i);
+            if (rc < 0) return rc;
+        }
+        return answer(ctx, f);
+    case 4: /* a restore wrote the whole buffer (no pass runs): back to the slice */
+        f->version = r->version;
+        for (int i = 0; i < f->L; i++) {
+            unit_t *u = &f->u[i];
+            if (u->state == U_FLIGHT) continue; /* stale when it lands */
+            if (u->state == U_LIVE && !u->persistent) f->live -= u->count;
+            release_pages(f, u);
+            u->state = U_ABSENT;
+        }
+        return 0;
+    }
+    tr__engine_fail(f->eng, TR_EINVAL, "fetcher: unknown request %u", r->kind);
+    return TR_EINVAL;
+}
+
+static int on_gathered(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_comm_gather_t *g)
+{
+    if (g->rc < 0) return 0; /* the comm actor has failed the engine, naming the collective */
+    size_t off = g->buf.offset / sizeof(float);
+    int lo = 0, hi = f->L - 1; /* the units are in offset order; find the one at off */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (f->u[mid].off + f->u[mid].count <= off ||
+            (f->u[mid].count == 0 && f->u[mid].off <= off))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    unit_t *u = &f->u[lo];
+    if (u->off != off || u->state != U_FLIGHT) {
+        tr__engine_fail(f->eng, TR_EINVAL,
+                        "fetcher: an all-gather of parameters [%zu, +%zu) nobody asked for", off,
+                        (size_t)(g->buf.length / sizeof(float)));
+        return TR_EINVAL;
+    }
+    u->state = U_LIVE; /* of its version: an older one's is dropped by the next pump */
+    return pump(ctx, f);
+}
+
+static int fetcher_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
+{
+    struct tr__fetcher *f = ctx->state;
+    int rc = 0;
+    if (msg->type == TR_MSG_PARAM_FETCH) rc = on_fetch(ctx, f, msg);
+    if (msg->type == TR_MSG_GRAD_READY)
+        rc = tr__buckets_add(ctx, &f->buckets, TR_MSG_AS(msg, grad_ready), msg->step);
+    if (msg->type == TR_MSG_COMM_GATHER) rc = on_gathered(ctx, f, TR_MSG_AS(msg, comm_gather));
+    if (rc < 0)
+        tr__engine_fail(f->eng, rc, "fetcher: cannot fetch parameters: %s", tr_strerror(rc));
+    return 0;
+}
+
+static void free_state(tr_ctx_t *ctx, int reason)
+{
+    (void)reason;
+    struct tr__fetcher *f = ctx->state;
+    free(f->u);
+    free(f->order);
+    free(f->answered);
+    free(f);
+}
+
+int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t errlen)
+{
+    const tr_config_t *c = eng->cfg;
+    const tr_model_t *m = eng->model;
+    struct tr__fetcher *f = calloc(1, sizeof(*f));
+    tr_buffer_info_t info;
+    if (!f) return TR_ENOMEM;
+    f->eng = eng;
+    tr__buckets_init(&f->buckets, eng);
+    f->L = tr_model_num_layers(m);
+    f->u = calloc((size_t)f->L, sizeof(*f->u));
+    f->order = calloc((size_t)f->L, sizeof(int));
+    f->answered = calloc((size_t)f->L, sizeof(bool));
+    int rc = f->u && f->order && f->answered ? tr_buffer_info(eng->rt, eng->buf_params, &info)
+                                             : TR_ENOMEM;
+    if (rc < 0) {
+        free(f->u);
+        free(f->order);
+        free(f->answered);
+        free(f);
+        return rc;
+    }
+    for (int i = 0; i < f->L; i++)
+        if (tr__layer_fetched(m, i)) f->order[f->F++] = i;
+    f->params = info.base;
+    tr__zero_owned(eng->n_params, eng->world, eng->rank, &f->lo, &f->hi);
+    f->prefetch = (size_t)c->zero.prefetch_bucket_size;
+    f->limit = (size_t)c->zero.max_live_parameters;
+    f->reuse = (size_t)c->zero.max_reuse_distance;
+    size_t kept = 0, gathered = 0;
+    int n_kept = 0;
+    for (int i = 0; i < f->L; i++) {
+        const tr_layer_t *l = tr_model_layer(m, i);
+        unit_t *u = &f->u[i];
+        u->off = l->param_offset;
+        u->count = l->param_count;
+        u->persistent = u->count && (int64_t)u->count <= c->zero.param_persistence_threshold &&
+                        (int64_t)(kept + u->count) <= c->zero.model_persistence_threshold;
+        /* (tr__persistent_floats counts the same layers, for the memory figures) */
+        if (u->persistent) { /* the initial parameters are whole: version 0's copy */
+            u->state = U_LIVE;
+            kept += u->count;
+            n_kept++;
+        } else { /* all but this rank's slice back to the kernel */
+            release_pages(f, u);
+            gathered += u->count;
+        }
+    }
+    tr_actor_opts_t o = {.name = "fetcher",
+                         .defer_stop = 1, /* a signal's stop: the step in flight needs it */
+                         .supervisor = eng->supervisor,
+                         .cleanup = free_state,
+                         .lane_kind = TR_LANE_DATA};
+    rc = tr_actor_spawn(eng->rt, fetcher_behaviour, f, &o, self);
+    if (rc < 0) {
+        free(f->u);
+        free(f->order);
+        free(f->answered);
+        free(f);
+        return tr__errf(err, errlen, rc, "fetcher: cannot start: %s", tr_strerror(rc));
+    }
+    if (eng->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "fetcher: ZeRO stage 3: each rank keeps its slice of %zu parameters; %d layer(s) "
+               "of %zu elements stay whole (param_persistence_threshold %lld), %zu elements are "
+               "gathered layer by layer (prefetch_bucket_size %zu, max_live_parameters %zu, "
+               "max_reuse_distance %zu)",
+               eng->n_params, n_kept, kept, (long long)c->zero.param_persistence_threshold,
+               gathered, f->prefetch, f->limit, f->reuse);
+    return 0;
+}
