@@ -1091,9 +1091,16 @@ static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_re
 }
 
 /* tr_engine_gather_params: at ZeRO 3 the fetcher gathers every layer; the reply follows its
- * answer (on_param_ready). */
+ * answer (on_param_ready). A pipeline across ranks broadcasts every stage's. */
 static void serve_gather(tr_ctx_t *ctx, struct tr__exec *x)
 {
+    if (x->eng->stage >= 0) { /* a pipeline across ranks: every stage's, broadcast */
+        char why[512];
+        int rc = tr_pipe_model_gather_params(x->pipe, why, sizeof(why));
+        if (rc < 0) tr__engine_fail(x->eng, rc, "gather: %s", why); /* the ranks are out of step */
+        if (rc == 0) reply_ok(x, 0, (tr__reply_t){0});
+        return;
+    }
     if (x->eng->zero != 3) {
         reply_ok(x, 0, (tr__reply_t){0});
         return;

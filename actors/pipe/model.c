@@ -394,6 +394,7 @@ int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *los
                       unsigned long long step, tr_pipe_run_result_t *result, char *err,
                       size_t errlen)
 {
+    if (pm->own) tr__pipe_own_unwhole(pm->own); /* a gather's other stages go back */
     int rc = stage_batch(pm, batches, err, errlen);
     if (rc < 0) return rc;
     tr_pipe_run_result_t r; /* the start messages publish the copy to the stages */
@@ -448,10 +449,17 @@ int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss
                        char *err, size_t errlen)
 {
     if (!pm->own) return not_across("an evaluation through the stages", err, errlen);
+    tr__pipe_own_unwhole(pm->own);
     bool has = false;
     int rc = tr__pipe_own_eval(pm->own, batch, loss, &has, err, errlen);
     *has_loss = has;
     return rc;
+}
+
+int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen)
+{
+    if (!pm->own) return 0; /* in one process every stage's parameters are here */
+    return tr__pipe_own_gather(pm->own, err, errlen);
 }
 
 void tr_pipe_model_zero_grad(tr_pipe_model_t *pm)

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "base/errf.h"
+#include "base/vmem.h"
 #include "runtime/comm/comm.h"
 #include "troupe/error.h"
 #include "troupe/runtime.h"
@@ -49,6 +50,7 @@ struct tr__pipe_own {
                         * may equal the next */
     int done_rc;
     int fault_silent;       /* TROUPE_FAULT_PIPE_SILENT_RANK: this rank skips its reductions */
+    bool whole;             /* tr__pipe_own_gather made the parameters whole here */
     tr_model_stage_t *eval; /* evaluation's activations (made at the first) */
     float *eval_in;         /* the previous stage's output */
 };
@@ -323,6 +325,48 @@ int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, b
                            o->rank + o->replicas, TAG_EVAL, &req);
     return wait_op(o, o->all, rc, req, "an evaluation batch's activations to the next stage", err,
                    errlen);
+}
+
+int tr__pipe_own_gather(tr__pipe_own_t *o, char *err, size_t errlen)
+{
+    float *params = tr_model_params(o->model);
+    int rc = 0;
+    for (int s = 0; rc == 0 && s < o->stages; s++) { /* from stage s's first replica */
+        size_t lo, hi;
+        uint64_t req = 0;
+        layer_range(o->model, o->bounds[s], o->bounds[s + 1] - 1, &lo, &hi);
+        char what[96];
+        snprintf(what, sizeof(what), "stage %d's parameters broadcast to every rank", s);
+        o->done_req = 0;
+        rc = o->all->ops->broadcast(o->all, params + lo, hi - lo, TR_DTYPE_F32, s * o->replicas,
+                                    &req);
+        rc = wait_op(o, o->all, rc, req, what, err, errlen);
+    }
+    o->whole = true; /* for the caller to read, until the next batch, evaluation or step */
+    if (rc == 0) tr_model_params_changed(o->model);
+    return rc;
+}
+
+/* After a gather: what is not the stage's goes back to the kernel (zeroed), the tied range its
+ * layers use stays. */
+static void release_others(tr__pipe_own_t *o, size_t a, size_t b)
+{
+    float *params = tr_model_params(o->model);
+    bool tie = o->stage == o->tie_user;
+    for (size_t x = a; x < b;) { /* [x, y): up to the next held range */
+        size_t y = b, next = b;
+        if (tie && o->tie_lo >= x && o->tie_lo < y) y = o->tie_lo, next = o->tie_hi;
+        tr__vmem_release(params + x, (y - x) * sizeof(float));
+        x = next;
+    }
+}
+
+void tr__pipe_own_unwhole(tr__pipe_own_t *o)
+{
+    if (!o->whole) return;
+    o->whole = false;
+    release_others(o, 0, o->lo);
+    release_others(o, o->hi, tr_model_num_params(o->model));
 }
 
 void tr__pipe_own_zero_grad(const tr__pipe_own_t *o)

@@ -46,6 +46,12 @@ int tr__pipe_own_sync(tr__pipe_own_t *o, bool partitioned, char *err, size_t err
 int tr__pipe_own_eval(tr__pipe_own_t *o, const tr_batch_t *batch, float *loss, bool *has_loss,
                       char *err, size_t errlen);
 
+/* For a caller that reads the whole model (an export, sampling): every stage's parameters
+ * broadcast from its first replica to every rank. tr__pipe_own_unwhole gives what is not the
+ * stage's back to the kernel again (nothing when no gather came since). */
+int tr__pipe_own_gather(tr__pipe_own_t *o, char *err, size_t errlen);
+void tr__pipe_own_unwhole(tr__pipe_own_t *o);
+
 /* Zeroes the stage's gradients: its range of the model's buffer (and the caller zeroes the
  * stage's tied area). */
 void tr__pipe_own_zero_grad(const tr__pipe_own_t *o);

@@ -331,6 +331,11 @@ int tr_pipe_model_sync_params(tr_pipe_model_t *pm, int partitioned, char *err, s
  * own ranks; *has_loss is 1 on the last stage, which gets the loss in *loss. */
 int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss, int *has_loss,
                        char *err, size_t errlen);
+/* For a caller that reads the whole model (an export, sampling): every stage's parameters
+ * broadcast from its first replica to every rank (in one process: nothing to do). They stay
+ * whole until the next batch or evaluation, which gives the other stages' back to the
+ * kernel. */
+int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen);
 /* Zeroes the gradients this process holds (across ranks: its stage's range and tied area). */
 void tr_pipe_model_zero_grad(tr_pipe_model_t *pm);
 

@@ -6,7 +6,7 @@
 # data-parallel run's (within 1e-5 relative: float summation order); a pipelined 2-rank
 # checkpoint resumes in one process without a pipeline and ends where the unbroken run ends,
 # and a 2 x 2 one at ZeRO 0 (one optimizer file per stage) on the same pipeline and on 2
-# data-parallel ranks;
+# data-parallel ranks; --export-llmc from the pipeline holds the one-process run's weights;
 # ranks that are not a multiple of the stages are refused naming the key, and so is an fp16
 # communication_data_type; a transfer whose header does not match fails the job naming both
 # stages, a rank that never joins its stage's reductions makes the others name the reduction
@@ -63,6 +63,15 @@ r=$(train 3 s3zb); same "$one" "$r" || fail "3 stages (zb) on 3 ranks ended at '
 dp=$(train 2 plain)
 r=$(train 4 s2z1); same "$dp" "$r" ||
     fail "2 stages x 2 replicas (ZeRO 1) ended at '$r', 2 data-parallel ranks at '$dp'"
+
+# --export-llmc from the pipeline (rank 0 writes the file: every stage's parameters gathered)
+# holds the one-process run's weights within 1e-5, none left at zero
+floats() { od -An -v -f -j 1024 "$1" | tr -s ' ' '\n' | grep -v '^$'; }
+train 2 s2 --export-llmc pipe.bin > /dev/null
+train 1 plain --export-llmc one.bin > /dev/null
+paste <(floats pipe.bin) <(floats one.bin) | awk '{ d = $1 - $2; if (d < 0) d = -d
+    m = $2 < 0 ? -$2 : $2; if (m < 1) m = 1; if (d > 1e-5 * m || ($1 == 0 && $2 != 0)) bad++ }
+    END { exit bad > 0 || NR == 0 }' || fail "the pipeline's --export-llmc differs from one process's"
 
 # a checkpoint of the 2-rank pipeline at step 3, resumed in one process without one
 train 2 s2z1 --steps 3 --save-dir ck > /dev/null
