@@ -153,11 +153,8 @@ static int build_model(run_t *r, tr_model_t **model)
     const train_opts_t *o = &r->o;
     char why[512] = "";
     int rc;
-    tr_gpt2_config_t g = {.vocab_size = o->vocab ? o->vocab : 256,
-                          .max_seq_len = o->context ? o->context : 64,
-                          .channels = o->channels ? o->channels : 128,
-                          .num_layers = o->layers ? o->layers : 4,
-                          .num_heads = o->heads ? o->heads : 4};
+    tr_gpt2_config_t g;
+    train_gpt2_config(o, &g);
     if (!r->is_gpt2)
         rc = tr_model_mlp_create(model, o->widths, o->n_widths, why, sizeof(why));
     else if (o->load_llmc)

@@ -33,5 +33,8 @@ int tr_cmd_nvme_bench(int argc, char **argv);
 int tr_cmd_nvme_tune(int argc, char **argv);
 /* `troupe pipeline schedule|simulate --stages S --micro-batches M ...` (cmd_pipeline.c). */
 int tr_cmd_pipeline(int argc, char **argv);
+/* `troupe memory --deepspeed_config FILE [model flags] [--world-size N] [--budget SIZE]`
+ * (cmd_memory.c; exit 1 when the config does not fit the budget). */
+int tr_cmd_memory(int argc, char **argv);
 
 #endif

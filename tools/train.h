@@ -26,6 +26,13 @@ typedef struct train_opts {
  * anything. Returns 0, or -1 after printing to stderr which flag is wrong and what was
  * expected. Sets o->help for --help (the caller prints train_usage). */
 int train_args_parse(int argc, char **argv, train_opts_t *o);
+/* As train_args_parse, for a command that reads train's flags only to describe the model and
+ * the config (`troupe memory`): --steps and --train-data are not required, and messages name
+ * cmd ("troupe memory"). */
+int train_args_parse_model(const char *cmd, int argc, char **argv, train_opts_t *o);
+/* The GPT-2 dimensions the flags give, the defaults for those not given (vocab 256, context
+ * 64, channels 128, layers 4, heads 4); padded_vocab_size 0 (the model pads). */
+void train_gpt2_config(const train_opts_t *o, tr_gpt2_config_t *g);
 /* Prints every flag with its description. */
 void train_usage(FILE *f);
 

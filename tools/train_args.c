@@ -20,6 +20,12 @@ typedef struct flag {
     const char *help;
 } flag_t;
 
+/* The command whose flags these are, for messages, and whether it only describes the model
+ * and config (troupe memory: the run's own requirements, --steps and --train-data, are not
+ * asked for). Set by the entry points; the tools are single-threaded. */
+static const char *prog = "troupe train";
+static int model_only;
+
 #define O(field) offsetof(train_opts_t, field)
 static const flag_t flags[] = {
     {"--deepspeed_config", "FILE", F_STR, O(config), 0, 0,
@@ -90,7 +96,9 @@ void train_usage(FILE *f)
                "Data-parallel: `mpirun -np N troupe train ...` or `troupe launch ... train ...`;\n"
                "the ranks come from the launcher and rank 0 prints. The config's\n"
                "zero_optimization.stage (0-2) and overlap_comm say what is partitioned and\n"
-               "when the gradients travel; each rank's memory is logged at start. A rank that\n"
+               "when the gradients travel; each rank's memory is logged at start (`troupe\n"
+               "memory` with the same flags predicts it before a run, and a config predicted\n"
+               "not to fit this machine is refused at start, naming the knobs). A rank that\n"
                "diverges or hangs is named (troupe.comm.timeout_s); every rank needs the same\n"
                "config (checked before step 1: the keys that differ are named), and every rank\n"
                "ends with the same exit status. Every rank writes its part\n"
@@ -125,8 +133,8 @@ static int parse_long(const flag_t *f, const char *v, long *out)
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < f->min || x > f->max) {
-        fprintf(stderr, "troupe train: %s: expected an integer from %ld to %ld, got '%s'\n",
-                f->name, f->min, f->max, v);
+        fprintf(stderr, "%s: %s: expected an integer from %ld to %ld, got '%s'\n", prog, f->name,
+                f->min, f->max, v);
         return -1;
     }
     *out = x;
@@ -139,8 +147,7 @@ static int parse_u64(const flag_t *f, const char *v, uint64_t *out)
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || end == v || *end || v[0] == '-') {
-        fprintf(stderr, "troupe train: %s: expected a non-negative integer, got '%s'\n", f->name,
-                v);
+        fprintf(stderr, "%s: %s: expected a non-negative integer, got '%s'\n", prog, f->name, v);
         return -1;
     }
     *out = x;
@@ -153,9 +160,9 @@ static int parse_width(const flag_t *f, const char *v, int i, const char *tok, s
     char item[32], *end;
     if (len == 0 || len >= sizeof(item)) {
         fprintf(stderr,
-                "troupe train: %s: width %d is %s in '%s'; expected comma-separated "
+                "%s: %s: width %d is %s in '%s'; expected comma-separated "
                 "integers from %ld to %ld\n",
-                f->name, i, len ? "too long" : "empty", v, f->min, f->max);
+                prog, f->name, i, len ? "too long" : "empty", v, f->min, f->max);
         return -1;
     }
     memcpy(item, tok, len);
@@ -164,9 +171,9 @@ static int parse_width(const flag_t *f, const char *v, int i, const char *tok, s
     long x = strtol(item, &end, 10);
     if (errno || item[0] < '0' || item[0] > '9' || *end || x < f->min || x > f->max) {
         fprintf(stderr,
-                "troupe train: %s: width %d is '%s' in '%s'; expected an integer from "
+                "%s: %s: width %d is '%s' in '%s'; expected an integer from "
                 "%ld to %ld\n",
-                f->name, i, item, v, f->min, f->max);
+                prog, f->name, i, item, v, f->min, f->max);
         return -1;
     }
     *out = (int)x;
@@ -182,7 +189,7 @@ static int parse_widths(const flag_t *f, const char *v, train_opts_t *o)
         const char *comma = strchr(tok, ',');
         size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
         if (o->n_widths == TRAIN_MAX_WIDTHS) {
-            fprintf(stderr, "troupe train: %s: at most %d widths, got more in '%s'\n", f->name,
+            fprintf(stderr, "%s: %s: at most %d widths, got more in '%s'\n", prog, f->name,
                     TRAIN_MAX_WIDTHS, v);
             return -1;
         }
@@ -193,9 +200,9 @@ static int parse_widths(const flag_t *f, const char *v, train_opts_t *o)
     }
     if (o->n_widths < 2) {
         fprintf(stderr,
-                "troupe train: %s: expected at least 2 widths (inputs,classes), got "
+                "%s: %s: expected at least 2 widths (inputs,classes), got "
                 "'%s'\n",
-                f->name, v);
+                prog, f->name, v);
         return -1;
     }
     return 0;
@@ -208,8 +215,7 @@ static int set_value(const flag_t *f, const char *v, train_opts_t *o)
     switch (f->kind) {
     case F_STR:
         if (!v[0]) {
-            fprintf(stderr, "troupe train: %s: expected %s, got an empty string\n", f->name,
-                    f->arg);
+            fprintf(stderr, "%s: %s: expected %s, got an empty string\n", prog, f->name, f->arg);
             return -1;
         }
         *(const char **)field = v;
@@ -238,20 +244,20 @@ static int parse_one(int argc, char **argv, int i, train_opts_t *o)
     const char *a = argv[i], *eq = strchr(a, '=');
     const flag_t *f = a[0] == '-' ? find_flag(a, eq ? (size_t)(eq - a) : strlen(a)) : NULL;
     if (!f) {
-        fprintf(stderr, "troupe train: unknown %s '%s' (see troupe train --help)\n",
-                a[0] == '-' ? "flag" : "argument", a);
+        fprintf(stderr, "%s: unknown %s '%s' (see %s --help)\n", prog,
+                a[0] == '-' ? "flag" : "argument", a, prog);
         return -1;
     }
     if (f->kind == F_SWITCH) {
         if (eq) {
-            fprintf(stderr, "troupe train: %s takes no value\n", f->name);
+            fprintf(stderr, "%s: %s takes no value\n", prog, f->name);
             return -1;
         }
         *(int *)((char *)o + f->offset) = 1;
         return 1;
     }
     if (!eq && i + 1 >= argc) {
-        fprintf(stderr, "troupe train: %s: expected %s after it\n", f->name, f->arg);
+        fprintf(stderr, "%s: %s: expected %s after it\n", prog, f->name, f->arg);
         return -1;
     }
     return set_value(f, eq ? eq + 1 : argv[i + 1], o) < 0 ? -1 : eq ? 1 : 2;
@@ -270,21 +276,21 @@ static int gpt2_only(const train_opts_t *o)
                           : NULL;
     if (bad)
         fprintf(stderr,
-                "troupe train: %s: only for --model gpt2 (the mlp trains on the built-in "
+                "%s: %s: only for --model gpt2 (the mlp trains on the built-in "
                 "synthetic task)\n",
-                bad);
+                prog, bad);
     return bad ? -1 : 0;
 }
 
 static int check(train_opts_t *o)
 {
-    if (!o->config || o->steps < 0) {
-        fprintf(stderr, "troupe train: %s is required (see troupe train --help)\n",
-                !o->config ? "--deepspeed_config FILE" : "--steps N");
+    if (!o->config || (o->steps < 0 && !model_only)) {
+        fprintf(stderr, "%s: %s is required (see %s --help)\n", prog,
+                !o->config ? "--deepspeed_config FILE" : "--steps N", prog);
         return -1;
     }
     if (strcmp(o->model, "gpt2") && strcmp(o->model, "mlp")) {
-        fprintf(stderr, "troupe train: --model: expected gpt2 or mlp, got '%s'\n", o->model);
+        fprintf(stderr, "%s: --model: expected gpt2 or mlp, got '%s'\n", prog, o->model);
         return -1;
     }
     const char *needs_dir = o->resume       ? "--resume"
@@ -293,34 +299,37 @@ static int check(train_opts_t *o)
                             : o->overwrite  ? "--overwrite"
                                             : NULL;
     if (needs_dir && !o->save_dir) {
-        fprintf(stderr, "troupe train: %s needs --save-dir DIR\n", needs_dir);
+        fprintf(stderr, "%s: %s needs --save-dir DIR\n", prog, needs_dir);
         return -1;
     }
     if (o->resume && o->overwrite) {
-        fprintf(stderr, "troupe train: --resume and --overwrite: choose one (continue from the "
-                        "checkpoints in --save-dir, or replace them)\n");
+        fprintf(stderr,
+                "%s: --resume and --overwrite: choose one (continue from the "
+                "checkpoints in --save-dir, or replace them)\n",
+                prog);
         return -1;
     }
     if (o->resume && o->load_llmc) {
         fprintf(stderr,
-                "troupe train: --load-llmc and --resume: a resumed run takes its weights "
+                "%s: --load-llmc and --resume: a resumed run takes its weights "
                 "from the checkpoint, so the llm.c file would be ignored; drop --load-llmc (or "
-                "--resume, to start a new run from the llm.c weights)\n");
+                "--resume, to start a new run from the llm.c weights)\n",
+                prog);
         return -1;
     }
     if (!strcmp(o->model, "mlp")) return gpt2_only(o);
     if (o->n_widths) {
-        fprintf(stderr, "troupe train: --widths: only for --model mlp\n");
+        fprintf(stderr, "%s: --widths: only for --model mlp\n", prog);
         return -1;
     }
-    if (!o->train_data) {
-        fprintf(stderr, "troupe train: --train-data GLOB is required for --model gpt2\n");
+    if (!o->train_data && !model_only) {
+        fprintf(stderr, "%s: --train-data GLOB is required for --model gpt2\n", prog);
         return -1;
     }
     return 0;
 }
 
-int train_args_parse(int argc, char **argv, train_opts_t *o)
+static int parse(int argc, char **argv, train_opts_t *o)
 {
     *o = (train_opts_t){.model = "gpt2", .steps = -1, .val_batches = 8};
     for (int i = 1; i < argc;) {
@@ -336,4 +345,27 @@ int train_args_parse(int argc, char **argv, train_opts_t *o)
         o->n_widths = 3;
     }
     return 0;
+}
+
+int train_args_parse(int argc, char **argv, train_opts_t *o)
+{
+    prog = "troupe train";
+    model_only = 0;
+    return parse(argc, argv, o);
+}
+
+int train_args_parse_model(const char *cmd, int argc, char **argv, train_opts_t *o)
+{
+    prog = cmd;
+    model_only = 1;
+    return parse(argc, argv, o);
+}
+
+void train_gpt2_config(const train_opts_t *o, tr_gpt2_config_t *g)
+{
+    *g = (tr_gpt2_config_t){.vocab_size = o->vocab ? o->vocab : 256,
+                            .max_seq_len = o->context ? o->context : 64,
+                            .num_layers = o->layers ? o->layers : 4,
+                            .num_heads = o->heads ? o->heads : 4,
+                            .channels = o->channels ? o->channels : 128};
 }

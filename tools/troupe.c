@@ -12,6 +12,8 @@ static int cmd_help(int argc, char **argv);
 static const tr_command_t commands[] = {
     {"train", "train a GPT-2 or an MLP from a DeepSpeed config (troupe train --help)",
      tr_cmd_train},
+    {"memory", "predict a config's memory per rank, by kind and for every ZeRO stage and offload",
+     tr_cmd_memory},
     {"launch", "run a command on the ranks of a DeepSpeed hostfile, through mpirun", tr_cmd_launch},
     {"config", "check or show a DeepSpeed config as Troupe resolves it", tr_cmd_config},
     {"version", "print the version and the optional parts this build has", cmd_version},

@@ -190,6 +190,7 @@ static int on_gather(struct tr__comm *c, tr_msg_t *msg)
     if (c->broken) return 0;
     const tr__plan_t *e = c->eng;
     tr_msg_comm_gather_t *g = TR_MSG_AS(msg, comm_gather);
+    if (e->rank == c->fault_gather_silent && msg->step > 0) return 0; /* the test's */
     char why[256];
     float *buf = tr__resolve(e, &g->buf, why, sizeof(why));
     size_t n = g->buf.length / sizeof(float);
@@ -596,6 +597,8 @@ static void faults_from_env(struct tr__comm *c)
     c->fault_rank = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_SILENT_RANK");
     c->fault_silent = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_SILENT_GATHER_RANK");
+    c->fault_gather_silent = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_KILL_RANK");
     c->fault_kill = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_KILL_STEP");

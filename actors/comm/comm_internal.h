@@ -87,6 +87,7 @@ struct tr__comm {
     bool broken;              /* the ranks diverged or a collective failed: start nothing more */
     int fault_rank;           /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
     int fault_silent;         /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
+    int fault_gather_silent;  /* TROUPE_FAULT_SILENT_GATHER_RANK: ... its parameter all-gathers */
     int fault_kill;           /* TROUPE_FAULT_KILL_RANK: this rank kills itself (SIGKILL) ... */
     uint64_t fault_kill_step; /* ... on the first bucket of TROUPE_FAULT_KILL_STEP */
     tr__watch_op_t last;      /* the last collective's header (seq == seq) */

@@ -52,9 +52,14 @@ typedef struct unit { /* a layer's parameter range */
 struct tr__fetcher {
     const tr__plan_t *eng;
     float *params;
-    int L, F; /* layers, and those that read parameters (tr__layer_fetched) */
+    int L;
     unit_t *u;
-    int *order;             /* the F fetched layers, first to last: a pass's positions */
+    /* per direction (0: a forward, 1: a backward): the layers that read parameters
+     * (tr__layer_fetched), in the pass's order (a pass's positions), and for each layer the
+     * units it reads (list[d][off[d][i] .. off[d][i + 1]): its own, and its tied tensor's
+     * owner's; a checkpointed group's, whose backward runs its forward again) and their size */
+    int F[2], *order[2], *off[2], *list[2];
+    size_t *size[2];
     size_t lo, hi;          /* this rank's slice */
     size_t prefetch, limit; /* prefetch_bucket_size, max_live_parameters (elements) */
     size_t reuse;           /* max_reuse_distance */
@@ -64,34 +69,34 @@ struct tr__fetcher {
     /* the pass */
     uint32_t id;
     int pass;       /* 1 forward, 2 backward, 3 forward alone; 0: none */
-    int next, done; /* positions (of the F) fetched, and finished by the executor */
+    int next, done; /* positions (of the pass's F) fetched, and finished by the executor */
     bool *answered; /* per position: PARAM_READY sent */
     bool all;       /* a save waits for every layer */
     uint32_t all_id;
     tr__buckets_t buckets; /* the gradient buckets, packed here (see the top) */
 };
 
+static int dir(int pass)
+{
+    return pass == 2;
+}
+
 static int layer_at(const struct tr__fetcher *f, int pass, int pos)
 {
-    return f->order[pass == 2 ? f->F - 1 - pos : pos];
+    return f->order[dir(pass)][pos];
 }
 
-/* The units layer i reads: its own and its tied tensor's owner's (k of them, 0 to 2). */
-static int needs(const struct tr__fetcher *f, int i, int out[2])
+/* The units layer i reads in `pass` (k of them, at *out). */
+static int needs(const struct tr__fetcher *f, int pass, int i, const int **out)
 {
-    int k = 0, t = tr__layer_tie(f->eng->model, i);
-    if (f->u[i].count) out[k++] = i;
-    if (t >= 0 && t != i && f->u[t].count) out[k++] = t;
-    return k;
+    int d = dir(pass);
+    *out = f->list[d] + f->off[d][i];
+    return f->off[d][i + 1] - f->off[d][i];
 }
 
-static size_t layer_size(const struct tr__fetcher *f, int i)
+static size_t layer_size(const struct tr__fetcher *f, int pass, int i)
 {
-    int n[2], k = needs(f, i, n);
-    size_t s = 0;
-    for (int j = 0; j < k; j++)
-        s += f->u[n[j]].count;
-    return s;
+    return f->size[dir(pass)][i];
 }
 
 static bool current(const struct tr__fetcher *f, const unit_t *u)
@@ -148,11 +153,12 @@ static size_t reuse_distance(const struct tr__fetcher *f, int t, int pass, int p
     size_t d = 0;
     for (int round = 0; round < 2; round++) {
         int p = round ? next : pass;
-        for (int k = round ? 0 : pos; k < f->F; k++) {
-            int i = layer_at(f, p, k), n[2], c = needs(f, i, n);
+        for (int k = round ? 0 : pos; k < f->F[dir(p)]; k++) {
+            const int *n;
+            int i = layer_at(f, p, k), c = needs(f, p, i, &n);
             for (int j = 0; j < c; j++)
                 if (n[j] == t) return d;
-            d += layer_size(f, i);
+            d += layer_size(f, p, i);
         }
     }
     return SIZE_MAX;
@@ -184,7 +190,8 @@ static int answer(tr_ctx_t *ctx, struct tr__fetcher *f)
 {
     const tr__plan_t *e = f->eng;
     for (int p = f->done; f->pass && p < f->next; p++) {
-        int i = layer_at(f, f->pass, p), n[2], k = needs(f, i, n);
+        const int *n;
+        int i = layer_at(f, f->pass, p), k = needs(f, f->pass, i, &n);
         bool whole = !f->answered[p];
         for (int j = 0; j < k && whole; j++)
             whole = f->u[n[j]].state == U_LIVE && current(f, &f->u[n[j]]);
@@ -218,9 +225,10 @@ static int answer(tr_ctx_t *ctx, struct tr__fetcher *f)
 /* Fetches the pass's next layers while the windows allow (one layer always). */
 static int pump(tr_ctx_t *ctx, struct tr__fetcher *f)
 {
-    while (f->pass && f->next < f->F) {
-        int i = layer_at(f, f->pass, f->next), n[2], k = needs(f, i, n);
-        size_t size = layer_size(f, i), fresh = 0;
+    while (f->pass && f->next < f->F[dir(f->pass)]) {
+        const int *n;
+        int i = layer_at(f, f->pass, f->next), k = needs(f, f->pass, i, &n);
+        size_t size = layer_size(f, f->pass, i), fresh = 0;
         bool stale_flight = false; /* an older version's gather still writes there */
         for (int j = 0; j < k; j++) {
             const unit_t *u = &f->u[n[j]];
@@ -264,21 +272,22 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
         f->id = r->id;
         f->next = f->done = 0;
         f->ahead = 0;
-        memset(f->answered, 0, (size_t)f->F * sizeof(bool));
+        memset(f->answered, 0, (size_t)f->L * sizeof(bool));
         return pump(ctx, f);
     case 2: { /* the executor is done with a layer of the pass */
         if (r->id != f->id || !f->pass || f->done >= f->next ||
             layer_at(f, f->pass, f->done) != (int)r->layer)
             return 0; /* of a pass dropped since */
-        int i = (int)r->layer, n[2], k = needs(f, i, n);
-        f->ahead -= layer_size(f, i);
+        const int *n;
+        int i = (int)r->layer, k = needs(f, f->pass, i, &n);
+        f->ahead -= layer_size(f, f->pass, i);
         f->done++;
         for (int j = 0; j < k; j++) {
             unit_t *u = &f->u[n[j]];
             if (--u->in_use > 0 || u->persistent || u->state != U_LIVE) continue;
             if (reuse_distance(f, n[j], f->pass, f->done) > f->reuse) release(f, u);
         }
-        if (f->done == f->F) f->pass = 0;
+        if (f->done == f->F[dir(f->pass)]) f->pass = 0;
         return pump(ctx, f);
     }
     case 3: /* a save: every layer whole, outside any window */
@@ -344,14 +353,60 @@ static int fetcher_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     return 0;
 }
 
+static void free_fetcher(struct tr__fetcher *f)
+{
+    for (int d = 0; d < 2; d++) {
+        free(f->order[d]);
+        free(f->off[d]);
+        free(f->list[d]);
+        free(f->size[d]);
+    }
+    free(f->u);
+    free(f->answered);
+    free(f);
+}
+
+/* The pass orders and what each layer reads (see the state). */
+static int plan_passes(struct tr__fetcher *f, const tr_model_t *m)
+{
+    for (int d = 0; d < 2; d++) {
+        size_t cap = 0;
+        for (int i = 0; i < f->L; i++)
+            cap += 2 * (size_t)(i - (d ? tr__backward_from(m, i) : i) + 1);
+        f->order[d] = calloc((size_t)f->L, sizeof(int));
+        f->off[d] = calloc((size_t)f->L + 1, sizeof(int));
+        f->list[d] = calloc(cap ? cap : 1, sizeof(int));
+        f->size[d] = calloc((size_t)f->L, sizeof(size_t));
+        if (!f->order[d] || !f->off[d] || !f->list[d] || !f->size[d]) return TR_ENOMEM;
+        int k = 0;
+        for (int i = 0; i < f->L; i++) {
+            f->off[d][i] = k;
+            for (int j = d ? tr__backward_from(m, i) : i; j <= i; j++) {
+                int own[2] = {j, tr__layer_tie(m, j)};
+                for (int q = 0; q < 2; q++) {
+                    int t = own[q], seen = 0;
+                    for (int c = f->off[d][i]; c < k && !seen; c++)
+                        seen = f->list[d][c] == t;
+                    if (t < 0 || !f->u[t].count || seen) continue;
+                    f->list[d][k++] = t;
+                    f->size[d][i] += f->u[t].count;
+                }
+            }
+        }
+        f->off[d][f->L] = k;
+        for (int i = 0; i < f->L; i++) {
+            int at = d ? f->L - 1 - i : i; /* a backward's from the last */
+            if (tr__layer_fetched(m, at, d)) f->order[d][f->F[d]++] = at;
+        }
+    }
+    return 0;
+}
+
 static void free_state(tr_ctx_t *ctx, int reason)
 {
     (void)reason;
     struct tr__fetcher *f = ctx->state;
-    free(f->u);
-    free(f->order);
-    free(f->answered);
-    free(f);
+    free_fetcher(f);
 }
 
 int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t errlen)
@@ -365,19 +420,17 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
     tr__buckets_init(&f->buckets, eng);
     f->L = tr_model_num_layers(m);
     f->u = calloc((size_t)f->L, sizeof(*f->u));
-    f->order = calloc((size_t)f->L, sizeof(int));
     f->answered = calloc((size_t)f->L, sizeof(bool));
-    int rc = f->u && f->order && f->answered ? tr_buffer_info(eng->rt, eng->buf_params, &info)
-                                             : TR_ENOMEM;
+    int rc = f->u && f->answered ? tr_buffer_info(eng->rt, eng->buf_params, &info) : TR_ENOMEM;
+    for (int i = 0; rc == 0 && i < f->L; i++) {
+        f->u[i].off = tr_model_layer(m, i)->param_offset;
+        f->u[i].count = tr_model_layer(m, i)->param_count;
+    }
+    if (rc == 0) rc = plan_passes(f, m);
     if (rc < 0) {
-        free(f->u);
-        free(f->order);
-        free(f->answered);
-        free(f);
+        free_fetcher(f);
         return rc;
     }
-    for (int i = 0; i < f->L; i++)
-        if (tr__layer_fetched(m, i)) f->order[f->F++] = i;
     f->params = info.base;
     tr__zero_owned(eng->n_params, eng->world, eng->rank, &f->lo, &f->hi);
     f->prefetch = (size_t)c->zero.prefetch_bucket_size;
@@ -386,13 +439,8 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
     size_t kept = 0, gathered = 0;
     int n_kept = 0;
     for (int i = 0; i < f->L; i++) {
-        const tr_layer_t *l = tr_model_layer(m, i);
         unit_t *u = &f->u[i];
-        u->off = l->param_offset;
-        u->count = l->param_count;
-        u->persistent = u->count && (int64_t)u->count <= c->zero.param_persistence_threshold &&
-                        (int64_t)(kept + u->count) <= c->zero.model_persistence_threshold;
-        /* (tr__persistent_floats counts the same layers, for the memory figures) */
+        u->persistent = tr__persists(u->count, kept, c);
         if (u->persistent) { /* the initial parameters are whole: version 0's copy */
             u->state = U_LIVE;
             kept += u->count;
@@ -409,10 +457,7 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
                          .lane_kind = TR_LANE_DATA};
     rc = tr_actor_spawn(eng->rt, fetcher_behaviour, f, &o, self);
     if (rc < 0) {
-        free(f->u);
-        free(f->order);
-        free(f->answered);
-        free(f);
+        free_fetcher(f);
         return tr__errf(err, errlen, rc, "fetcher: cannot start: %s", tr_strerror(rc));
     }
     if (eng->rank == 0)

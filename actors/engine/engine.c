@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 
 #include "actors/engine/client.h"
 #include "actors/engine/engine_internal.h"
+#include "actors/engine/memory_plan.h"
 #include "actors/engine/setup_check.h"
 #include "base/errf.h"
 #include "base/file.h"
@@ -239,15 +241,14 @@ static int register_buffers(tr_engine_t *eng)
     if (p->grad_window) /* ZeRO 2: the buckets in flight, and tied tensors written early */
         eng->memory.grads = (p->grad_window + tr__tied_floats(eng->model)) * sizeof(float);
     if (p->zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
-        size_t kept = tr__persistent_floats(eng->model, eng->cfg), largest = 0;
+        size_t kept = 0, largest = 0;
         for (int i = 0; i < tr_model_num_layers(eng->model); i++) {
             size_t c = tr_model_layer(eng->model, i)->param_count;
+            kept += tr__persists(c, kept, eng->cfg) ? c : 0;
             largest = c > largest ? c : largest;
         }
-        size_t live = (size_t)eng->cfg->zero.max_live_parameters + largest,
-               rest = p->n_params - kept;
-        size_t held = tr__zero_slice(p->n_params, p->world) + kept + (live < rest ? live : rest);
-        eng->memory.params = (held < p->n_params ? held : p->n_params) * sizeof(float);
+        eng->memory.params =
+            tr__zero3_params_of(p->n_params, p->world, kept, largest, eng->cfg) * sizeof(float);
     }
     eng->memory.bf16_copies = tr_model_bf16(eng->model) ? p->n_params * sizeof(uint16_t) : 0;
     eng->memory.batches = batch * (size_t)(1 + (eng->train ? p->prefetch : 0));
@@ -293,7 +294,8 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
         rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &swap, &swap_bytes, err, errlen);
         if (!rc) p->swap = swap; /* the optimizer steps in it from its first message */
     }
-    mem->optimizer = p->swaps ? swap_bytes : optim_bytes; /* swapped: the rest is on disk */
+    mem->optimizer = p->swaps ? 0 : optim_bytes; /* swapped: the moments are on disk */
+    mem->swap = swap_bytes;
     if (!rc)
         rc = tr__executor_spawn(p, eng->model, eng->val, eng->ds, &eng->ex, &p->executor, err,
                                 errlen);
@@ -337,28 +339,62 @@ static int start_driver(tr_engine_t *eng, char *err, size_t errlen)
     return 0;
 }
 
-static void log_memory(const tr_engine_t *eng)
+/* The kinds where the engine's figures and the prediction differ, in bytes, into buf ("" when
+ * none). */
+static void memory_differences(const tr_engine_memory_t *have, const tr_engine_memory_t *want,
+                               char *buf, size_t len)
 {
-    const tr_engine_memory_t *m = &eng->memory;
-    double mib = 1048576.0;
-    char bf16[64] = "";
-    if (m->bf16_copies)
-        snprintf(bf16, sizeof(bf16), ", bf16 weight copies %.1f MiB", m->bf16_copies / mib);
+    static const struct {
+        const char *name;
+        size_t at;
+    } kinds[] = {{"parameters", offsetof(tr_engine_memory_t, params)},
+                 {"gradients", offsetof(tr_engine_memory_t, grads)},
+                 {"gradient partition", offsetof(tr_engine_memory_t, grad_partition)},
+                 {"optimizer states", offsetof(tr_engine_memory_t, optimizer)},
+                 {"optimizer swap buffers", offsetof(tr_engine_memory_t, swap)},
+                 {"communication buffers", offsetof(tr_engine_memory_t, comm)},
+                 {"batches", offsetof(tr_engine_memory_t, batches)},
+                 {"bf16 weight copies", offsetof(tr_engine_memory_t, bf16_copies)}};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]) && used < len; i++) {
+        uint64_t h, w;
+        memcpy(&h, (const char *)have + kinds[i].at, sizeof(h));
+        memcpy(&w, (const char *)want + kinds[i].at, sizeof(w));
+        if (h != w)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s %llu bytes, predicted %llu",
+                                     used ? "; " : "", kinds[i].name, (unsigned long long)h,
+                                     (unsigned long long)w);
+    }
+}
+
+/* The kinds the model lays out at its first forward (the activations) come from the
+ * prediction; the others are what the actors made. A warning names the kinds where the
+ * prediction (memory_plan.c, what tr_engine_create checked and `troupe memory` prints)
+ * differs: a kind the estimator no longer follows. */
+static void log_memory(tr_engine_t *eng)
+{
+    const tr__plan_t *p = &eng->plan;
+    tr_memory_model_t m;
+    tr_engine_memory_t want;
+    char line[512];
+    int rc = tr_memory_model_of(&m, eng->model, p->B, p->T);
+    if (rc == 0)
+        rc = tr_engine_memory_predict(eng->cfg, &m, p->rank, eng->train != NULL, &want, NULL, 0);
+    tr_memory_model_close(&m);
+    if (rc == 0) eng->memory.activations = want.activations;
+    tr_engine_memory_format(&eng->memory, line, sizeof(line));
     char stage[96] = "";
-    if (eng->plan.stage >= 0)
-        snprintf(stage, sizeof(stage), ", pipeline stage %d of %d: layers %d to %d",
-                 eng->plan.stage, eng->plan.stages, eng->plan.stage_first, eng->plan.stage_last);
-    tr_log(TR_LOG_INFO,
-           "engine: memory on rank %d of %d (ZeRO stage %d%s): parameters %.1f MiB, "
-           "gradients %.1f MiB (%s) + %.1f MiB (this rank's reduced partition), "
-           "optimizer states %.1f MiB, communication buffers %.1f MiB, batches %.1f MiB%s; "
-           "total %.1f MiB",
-           eng->plan.rank, eng->plan.world, eng->plan.zero, stage, m->params / mib, m->grads / mib,
-           eng->plan.grad_window ? "the backward's window: buckets in flight" : "the backward's",
-           m->grad_partition / mib, m->optimizer / mib, m->comm / mib, m->batches / mib, bf16,
-           (double)(m->params + m->grads + m->grad_partition + m->optimizer + m->comm + m->batches +
-                    m->bf16_copies) /
-               mib);
+    if (p->stage >= 0)
+        snprintf(stage, sizeof(stage), ", pipeline stage %d of %d: layers %d to %d", p->stage,
+                 p->stages, p->stage_first, p->stage_last);
+    tr_log(TR_LOG_INFO, "engine: memory on rank %d of %d (ZeRO stage %d%s): %s", p->rank, p->world,
+           p->zero, stage, line);
+    /* a pipeline across ranks holds its stage's, which the estimator does not cut yet */
+    if (rc == 0 && p->stage < 0) memory_differences(&eng->memory, &want, line, sizeof(line));
+    if (rc == 0 && p->stage < 0 && line[0])
+        tr_log(TR_LOG_WARN, "engine: memory on rank %d differs from its prediction: %s", p->rank,
+               line);
 }
 
 static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)

@@ -160,24 +160,32 @@ static inline size_t tr__zero_slice(size_t n, int world)
     return (n + q - 1) / q * q / (size_t)world;
 }
 
-/* ZeRO 2's gradient window, in elements: the backward hands each layer's gradient out as soon
- * as it is done and starts a layer only while the ranges out for reduction (handed out, not
- * yet freed by the optimizer) and the layer's own stay within k buckets (k = 2 with
- * overlap_comm: one reducing while the next fills; else 1) and the largest layer, so a rank
- * never holds the whole gradient when the buckets are smaller than the model. A window of at
- * least one bucket beyond the layer always has a whole bucket out when the backward waits, so
- * the wait ends. bucket: reduce_bucket_size (<= 0: the whole model). Tied tensors (GPT-2's
- * wte, written by the head early in the backward and handed out with its owner's layer) come
- * on top: tr__tied_floats. */
+/* ZeRO 2's gradient window, in elements, for n parameters whose largest layer has `largest`:
+ * the backward hands each layer's gradient out as soon as it is done and starts a layer only
+ * while the ranges out for reduction (handed out, not yet freed by the optimizer) and the
+ * layer's own stay within k buckets (k = 2 with overlap_comm: one reducing while the next
+ * fills; else 1) and the largest layer, so a rank never holds the whole gradient when the
+ * buckets are smaller than the model. A window of at least one bucket beyond the layer always
+ * has a whole bucket out when the backward waits, so the wait ends. bucket: reduce_bucket_size (<=
+ * 0: the whole model). Tied tensors (GPT-2's wte, written by the head early in the backward and
+ * handed out with its owner's layer) come on top: tr__tied_floats. */
+static inline size_t tr__grad_window_of(size_t n, size_t largest, int64_t bucket, bool overlap)
+{
+    size_t b = bucket > 0 ? (size_t)bucket : n;
+    size_t w = (overlap ? 2 : 1) * b + largest;
+    return w < n ? w : n;
+}
+
+/* The same for a model: n its parameters, largest its largest layer's (memory_plan.c predicts
+ * it from the layer table through tr__grad_window_of). */
 static inline size_t tr__grad_window(const tr_model_t *m, int64_t bucket, bool overlap)
 {
-    size_t n = tr_model_num_params(m), largest = 0, b = bucket > 0 ? (size_t)bucket : n;
+    size_t largest = 0;
     for (int i = 0; i < tr_model_num_layers(m); i++) {
         size_t c = tr_model_layer(m, i)->param_count;
         largest = c > largest ? c : largest;
     }
-    size_t w = (overlap ? 2 : 1) * b + largest;
-    return w < n ? w : n;
+    return tr__grad_window_of(tr_model_num_params(m), largest, bucket, overlap);
 }
 
 /* ZeRO 3: the layer whose parameters layer i reads besides its own (a tied tensor's owner), or
@@ -188,24 +196,41 @@ static inline int tr__layer_tie(const tr_model_t *m, int i)
     return l->tie_count ? l->tie_layer : -1;
 }
 
-/* ZeRO 3: layer i reads parameters, so the executor waits for the fetcher's PARAM_READY. */
-static inline bool tr__layer_fetched(const tr_model_t *m, int i)
+/* The first layer whose forward layer i's backward runs (activation checkpointing: the
+ * backward of a kept group's last layer runs the group's forward again, model.c), or i. */
+static inline int tr__backward_from(const tr_model_t *m, int i)
 {
-    return tr_model_layer(m, i)->param_count > 0 || tr__layer_tie(m, i) >= 0;
+    int k = tr_model_checkpoint_interval(m), n = tr_model_num_layers(m);
+    return k && i % k == k - 1 && i / k < (n - 1) / k ? i / k * k : i;
 }
 
-/* ZeRO 3: the parameter elements every rank keeps whole (the fetcher's persistent layers: at
- * most param_persistence_threshold each, model_persistence_threshold in all, in layer order). */
-static inline size_t tr__persistent_floats(const tr_model_t *m, const tr_config_t *c)
+/* ZeRO 3: layer i's forward (or backward) reads parameters, of layers [first, i] (first: i, or
+ * tr__backward_from) or of their tied tensors' owners, so the executor waits for the
+ * fetcher's PARAM_READY. */
+static inline bool tr__layer_fetched(const tr_model_t *m, int i, bool backward)
 {
-    size_t kept = 0;
-    for (int i = 0; i < tr_model_num_layers(m); i++) {
-        size_t n = tr_model_layer(m, i)->param_count;
-        if (n && (int64_t)n <= c->zero.param_persistence_threshold &&
-            (int64_t)(kept + n) <= c->zero.model_persistence_threshold)
-            kept += n;
-    }
-    return kept;
+    for (int j = backward ? tr__backward_from(m, i) : i; j <= i; j++)
+        if (tr_model_layer(m, j)->param_count > 0 || tr__layer_tie(m, j) >= 0) return true;
+    return false;
+}
+
+/* ZeRO 3: a layer of n parameters stays whole on every rank (the fetcher's persistent layers:
+ * at most param_persistence_threshold each, model_persistence_threshold in all, counted in
+ * layer order, `kept` before it). */
+static inline bool tr__persists(size_t n, size_t kept, const tr_config_t *c)
+{
+    return n && (int64_t)n <= c->zero.param_persistence_threshold &&
+           (int64_t)(kept + n) <= c->zero.model_persistence_threshold;
+}
+
+/* ZeRO 3: the parameter floats a rank holds at most, of n: its slice, the `kept` persistent
+ * ones, and the fetcher's gathered layers (max_live_parameters, and one layer beyond it). */
+static inline size_t tr__zero3_params_of(size_t n, int world, size_t kept, size_t largest,
+                                         const tr_config_t *c)
+{
+    size_t rest = n - kept, live = (size_t)c->zero.max_live_parameters + largest;
+    size_t held = tr__zero_slice(n, world) + kept + (live < rest ? live : rest);
+    return held < n ? held : n;
 }
 
 /* The elements of tied tensors: written by one layer, handed out with another's range. */

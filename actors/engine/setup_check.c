@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "actors/engine/engine_internal.h"
+#include "actors/engine/memory_plan.h"
 #include "actors/engine/setup_check.h"
 #include "runtime/comm/ranks.h"
 #include "troupe/pipeline.h"
@@ -192,13 +193,8 @@ static int set_checkpointing(tr_engine_t *eng, char *err, size_t errlen)
     const tr_config_t *c = eng->cfg;
     int64_t k = c->pipeline.activation_checkpoint_interval;
     if (k <= 0) return 0;
-    if (p->zero == 3)
-        return tr__errf(err, errlen, TR_ECONFIG,
-                        "%s: pipeline.activation_checkpoint_interval %lld with "
-                        "zero_optimization.stage 3: not built yet (the backward's recomputed "
-                        "forward would need each group's parameters gathered again); use "
-                        "stage 2, or no activation checkpointing",
-                        c->source, (long long)k);
+    (void)err;
+    (void)errlen;
     if (p->stages > 1) { /* each stage counts its groups from its first layer */
         tr_model_set_checkpoint_interval(eng->model, (int)(k < 1 << 30 ? k : 1 << 30));
         if (p->rank == 0)
@@ -316,6 +312,11 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
         return tr__errf(err, errlen, TR_ECONFIG,
                         "%s: troupe.data.prefetch: must be 1 to %d, got %d", c->source,
                         TR__MAX_PREFETCH, eng->plan.prefetch);
+    /* before the first big allocation (the bf16 copies, the parameters' initialisation, the
+     * actors), with rank 0's figures (the largest partition) so that every rank refuses alike */
+    bool training = o->train.shards || o->train.batch;
+    rc = tr__memory_check(c, eng->model, eng->plan.B, eng->plan.T, 0, training, err, errlen);
+    if (rc < 0) return rc;
     if ((rc = set_precision(eng, err, errlen)) < 0) return rc;
     const tr_gpt2_config_t *g = tr_model_gpt2_config(eng->model);
     if (g && eng->plan.T > g->max_seq_len)

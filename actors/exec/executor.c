@@ -278,16 +278,16 @@ static int fetch_pass(tr_ctx_t *ctx, struct tr__exec *x, uint32_t pass)
     return ask_fetcher(ctx, x, FETCH_PASS, pass, 0);
 }
 
-/* Layer i's parameters are whole (always, below ZeRO 3). */
-static bool here(const struct tr__exec *x, int i)
+/* Layer i's parameters (its forward's, or its backward's) are whole (always, below ZeRO 3). */
+static bool here(const struct tr__exec *x, int i, bool backward)
 {
-    return x->eng->zero != 3 || !tr__layer_fetched(x->model, i) || x->fetch.ready[i];
+    return x->eng->zero != 3 || !tr__layer_fetched(x->model, i, backward) || x->fetch.ready[i];
 }
 
 /* The pass is done with layer i: the fetcher may release its parameters. */
-static int fetch_done(tr_ctx_t *ctx, struct tr__exec *x, int i)
+static int fetch_done(tr_ctx_t *ctx, struct tr__exec *x, int i, bool backward)
 {
-    if (x->eng->zero != 3 || !tr__layer_fetched(x->model, i)) return 0;
+    if (x->eng->zero != 3 || !tr__layer_fetched(x->model, i, backward)) return 0;
     return ask_fetcher(ctx, x, FETCH_DONE, 0, i);
 }
 
@@ -357,10 +357,10 @@ static int forward_run(tr_ctx_t *ctx, struct tr__exec *x)
 {
     for (; x->fw.next < tr_model_num_layers(x->model); x->fw.next++) {
         int i = x->fw.next;
-        if (!here(x, i)) return 1;
+        if (!here(x, i, false)) return 1;
         int rc = x->fw.phantom ? 0 : tr_model_layer_forward(x->model, i, &x->fw.batch);
         if (rc < 0) return layer_failed(x, i, "forward", rc);
-        if ((rc = fetch_done(ctx, x, i)) < 0) return rc;
+        if ((rc = fetch_done(ctx, x, i, false)) < 0) return rc;
     }
     x->fw.loss = x->fw.phantom ? 0.0f : tr_model_loss(x->model);
     return 0;
@@ -410,11 +410,11 @@ static int backward_run(tr_ctx_t *ctx, struct tr__exec *x)
     for (; x->bw.next >= 0; x->bw.next--) {
         int i = x->bw.next;
         size_t own = tr_model_layer(x->model, i)->param_count;
-        if (!here(x, i)) return 1;
+        if (!here(x, i, true)) return 1;
         if (e->grad_window && x->grads_out && x->grads_out + own > e->grad_window) return 1;
         int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
-        if ((rc = fetch_done(ctx, x, i)) < 0) return rc;
+        if ((rc = fetch_done(ctx, x, i, true)) < 0) return rc;
         if (send && now && (rc = hand_out(ctx, x, i)) < 0) return rc;
     }
     for (int i = tr_model_num_layers(x->model) - 1; send && !now && i >= 0; i--) {

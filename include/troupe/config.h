@@ -231,7 +231,8 @@ typedef struct tr_config_troupe {
         const char *backend; /* a registered comm backend; "auto": local at world size 1 */
         int64_t timeout_s;   /* a collective pending longer fails the job (the watchdog) */
     } comm;
-    int log_level; /* TR_LOG_DEBUG..TR_LOG_OFF (troupe/log.h); TROUPE_LOG_LEVEL overrides it */
+    int log_level;     /* TR_LOG_DEBUG..TR_LOG_OFF (troupe/log.h); TROUPE_LOG_LEVEL overrides it */
+    bool memory_check; /* tr_engine_create refuses what is predicted not to fit this machine */
 } tr_config_troupe_t;
 
 typedef struct tr_config {

@@ -212,23 +212,88 @@ tr_runtime_t *tr_engine_runtime(const tr_engine_t *eng);
  * eng (tr_last_error() says so). */
 uint64_t tr_engine_global_step(const tr_engine_t *eng);
 
-/* The memory this rank holds for training, in bytes, fixed at create (also logged then). On W
- * ranks, zero_optimization.stage 1 cuts the optimizer's states to about 1/W; stage 2 keeps
- * only this rank's 1/W of the reduced gradients (grad_partition), and its backward holds only
- * the gradients of the buckets in flight (grads: at most 2 buckets with overlap_comm, else 1,
- * plus the largest layer and any tied tensor). docs/engine.md has the formulas. */
+/* The memory this rank holds for training, in bytes, by kind: fixed at create (also logged
+ * then). On W ranks, zero_optimization.stage 1 cuts the optimizer's states to about 1/W; stage
+ * 2 keeps only this rank's 1/W of the reduced gradients (grad_partition), and its backward
+ * holds only the gradients of the buckets in flight (grads: at most 2 buckets with
+ * overlap_comm, else 1, plus the largest layer and any tied tensor). docs/engine.md has the
+ * formulas; tr_engine_memory_predict computes them from a config and a model's shapes before
+ * anything is allocated. */
 typedef struct tr_engine_memory {
     uint64_t params;         /* fp32, every parameter */
     uint64_t grads;          /* fp32: the backward's (whole, or ZeRO 2's window) */
     uint64_t grad_partition; /* ZeRO 2: the reduced gradients this rank owns, accumulated */
-    uint64_t optimizer;      /* the optimizer's moments for the parameters this rank updates */
-    uint64_t comm;           /* the communicator's staging (16-bit wire copies, headers) */
+    uint64_t optimizer;      /* the optimizer's moments in memory for the parameters this rank
+                              * updates (0 when they are on NVMe: see swap) */
+    uint64_t swap;           /* offload_optimizer nvme: the swap buffers the moments pass
+                              * through (the rest is on disk) */
+    uint64_t comm;           /* the communicator's staging (16-bit wire copies) and MPI's
+                              * copies of the collectives in flight */
     uint64_t batches;        /* the loader's prefetch slots and the client's staging batch */
     uint64_t bf16_copies;    /* bf16 mixed precision: the weights' bf16 copies (2 bytes each) */
+    uint64_t activations;    /* a micro-batch's forward and backward: the activations kept
+                              * (checkpointed: the groups' outputs and one group's), the
+                              * backward's scratch and boundary gradients, the model's copy of
+                              * the batch; laid out at the first forward */
 } tr_engine_memory_t;
 
 /* Fills *out (required; for a NULL eng, with zeros); tr_last_error() says what was NULL. */
 void tr_engine_memory(const tr_engine_t *eng, tr_engine_memory_t *out);
+
+/* --- predicting memory ------------------------------------------------------------------ */
+
+/* A model as the prediction sees it, for micro-batches of B sequences of T positions: each
+ * layer's parameter floats and what it keeps, read from a model's layer table or worked out
+ * from a model's dimensions without allocating anything of the model. */
+typedef struct tr_memory_layer {
+    size_t params;  /* floats of the layer's parameter range (param_count) */
+    size_t tied;    /* floats of another layer's parameter it uses (tie_count; 0: none) */
+    size_t acts;    /* activation floats it keeps at (B, T) (its act_size) */
+    size_t scratch; /* floats of its backward's scratch at (B, T) */
+    int in_dim, out_dim;
+} tr_memory_layer_t;
+
+typedef struct tr_memory_model {
+    int B, T;
+    int n_layers;
+    tr_memory_layer_t *layers; /* n_layers of them; freed by tr_memory_model_close */
+    int x_dim;                 /* the first layer's input floats per position (0: token ids) */
+    int y_dim;                 /* the loss layer's float targets per position (0: integer) */
+} tr_memory_model_t;
+
+/* The shapes of a built model (its layer table), at (B, T). 0, TR_EINVAL (NULL model, B or T
+ * < 1), TR_ENOMEM. Any thread, not while another call on the model runs. */
+int tr_memory_model_of(tr_memory_model_t *out, const tr_model_t *model, int B, int T);
+/* The shapes tr_model_gpt2_create / tr_model_mlp_create would build, worked out from their
+ * dimensions with no model allocated: a GPT-2 of any size can be predicted on any machine.
+ * TR_EINVAL with why for dimensions they would refuse (the same words), TR_ENOMEM. */
+int tr_memory_model_gpt2(tr_memory_model_t *out, const tr_gpt2_config_t *config, int B, int T,
+                         char *why, size_t why_len);
+int tr_memory_model_mlp(tr_memory_model_t *out, const int *widths, int n, int B, int T, char *why,
+                        size_t why_len);
+/* Frees the layer table. NULL does nothing. */
+void tr_memory_model_close(tr_memory_model_t *m);
+
+/* What tr_engine_create would hold on `rank` of the config's world (cfg->ranks) for the model
+ * m, by kind, into *out; `training`: with a train dataset (the loader's prefetch slots). The
+ * figures are the engine's at that stage (docs/engine.md, Memory per rank); what the build
+ * does differently from the config (stage 3 runs as 2, offload_param, a pipeline's stages) is
+ * said in note (may be NULL; "" when nothing). 0, or TR_EINVAL for a NULL argument or a rank
+ * outside the world. Any thread. */
+int tr_engine_memory_predict(const tr_config_t *cfg, const tr_memory_model_t *m, int rank,
+                             int training, tr_engine_memory_t *out, char *note, size_t note_len);
+
+/* The sum of every kind. */
+uint64_t tr_engine_memory_total(const tr_engine_memory_t *m);
+
+/* "parameters 12.0 MiB, gradients ..., total ... MiB": the kinds in the words of the engine's
+ * start-up line and `troupe memory`, into buf (len bytes). */
+void tr_engine_memory_format(const tr_engine_memory_t *m, char *buf, size_t len);
+
+/* The memory this machine can give a new process: MemAvailable from /proc/meminfo, or the
+ * cgroup v2 limit (memory.max less memory.current) when lower. *where names the source(s) for
+ * messages (may be NULL). 0, or a negative code when neither can be read. Any thread. */
+int tr_engine_memory_available(uint64_t *bytes, char *where, size_t where_len);
 
 /* This process's data-parallel rank and the world size (1 for a single process). Any thread.
  * TR_EINVAL for a NULL eng. */

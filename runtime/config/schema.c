@@ -644,6 +644,10 @@ static const tr__cfg_key_t troupe_keys[] = {
     ACT(ENUM("log_level", troupe.log_level, 1, log_levels, TR__F_NOCASE,
              "lines Troupe prints: debug, info (start-up summaries, DeepSpeed's progress and "
              "timer lines), warning, error or off; TROUPE_LOG_LEVEL overrides it")),
+    ACT(BOOL("memory_check", troupe.memory_check, 1,
+             "refuse at start a configuration whose predicted memory per rank (troupe memory), "
+             "times the ranks on this node, exceeds what the machine has available; false "
+             "starts anyway (swap, or memory freed meanwhile)")),
 };
 SECTION(troupe_sec, "troupe", troupe_keys);
 

@@ -1,10 +1,11 @@
-/* Data parallelism over MPI (run by mpirun on 2 and 4 ranks): each rank trains its share of the
- * same global batch, and the run matches a one-process run with the same global batch (the
- * accumulation steps times the ranks) step by step, at ZeRO stages 0, 1 and 2, with
- * overlap_comm on and off: the same losses within float summation order (1e-5 relative per
+/* Data parallelism over MPI (run by mpirun on 2, 3 and 4 ranks: 3 cuts the partitions unevenly):
+ * each rank trains its share of the same global batch, and the run matches a one-process run with
+ * the same global batch (the accumulation steps times the ranks) step by step, at ZeRO stages 0 to
+ * 3, with overlap_comm on and off: the same losses within float summation order (1e-5 relative per
  * step: the ranks' sums are added in another order than one process's), the same evaluation
- * loss, parameters bit-identical on every rank after every step, and each rank's memory what
- * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1 and 2 are bitwise their
+ * loss, parameters bit-identical on every rank after every step (below stage 3, where each
+ * rank keeps its slice), and each rank's memory what
+ * its stage says; with the optimizer state offloaded to NVMe, ZeRO 1, 2 and 3 are bitwise their
  * runs in memory. */
 #include <math.h>
 #include <mpi.h>
@@ -37,6 +38,7 @@ typedef struct dp_case {
     int bucket;            /* reduce_bucket_size (0: 60) */
     const char *zero3;     /* more zero_optimization keys (stage 3's), or NULL */
     bool deep;             /* the MLP 8 -> 16 -> 24 -> 12 -> 16 -> 3 (else 8 -> 16 -> 3) */
+    int ckpt;              /* pipeline.activation_checkpoint_interval (0: none) */
     float tol;             /* relative loss tolerance per step (0: 1e-5) */
 } dp_case_t;
 
@@ -52,10 +54,11 @@ static tr_engine_t *engine(int world, const dp_case_t *k, int gas, tr_config_t *
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
              " \"overlap_comm\": %s%s%s}, \"communication_data_type\": \"%s\","
+             " \"pipeline\": {\"activation_checkpoint_interval\": %d},"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              gas, k->optimizer ? k->optimizer : "AdamW", world == 1 ? 0 : k->stage,
              k->bucket ? k->bucket : 60, k->overlap ? "true" : "false", k->zero3 ? ", " : "",
-             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32");
+             k->zero3 ? k->zero3 : "", k->wire && world != 1 ? k->wire : "fp32", k->ckpt);
     static const int deep[] = {XD, 16, 24, 12, 16, CLASSES}, shallow[] = {XD, 16, CLASSES};
     return test_mlp_engine_widths(json, "dp.json", world, cfg, k->deep ? deep : shallow,
                                   k->deep ? 6 : 3);
@@ -214,6 +217,12 @@ static void test_engine_dp_zero3_matches_one_process(void **state)
     check_case(&(dp_case_t){.stage = 3, .overlap = 1, .gas = 1, .zero3 = NULL, .deep = true});
     check_case(&(dp_case_t){
         .stage = 3, .overlap = 1, .gas = 3, .zero3 = tight, .deep = true, .optimizer = "Lamb"});
+    /* activation checkpointing: the backward of a group's last layer runs the group's forward
+     * again, so it waits for every layer of the group (groups of 2 and of 4 layers) */
+    check_case(
+        &(dp_case_t){.stage = 3, .overlap = 1, .gas = 2, .zero3 = tight, .deep = true, .ckpt = 2});
+    check_case(
+        &(dp_case_t){.stage = 3, .overlap = 0, .gas = 1, .zero3 = mixed, .deep = true, .ckpt = 4});
 }
 
 /* Optimizer state offloaded to NVMe (a swap file per rank under a shared folder, sub-groups
@@ -255,7 +264,7 @@ static void test_engine_dp_nvme_offload_is_bitwise_in_memory(void **state)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) assert_non_null(mkdtemp(dir));
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
-    for (int stage = 1; stage <= 2; stage++) {
+    for (int stage = 1; stage <= 3; stage++) {
         float mem_loss[STEPS], nvme_loss[STEPS];
         uint64_t mem_hash[STEPS], nvme_hash[STEPS];
         train_offload(stage, NULL, mem_loss, mem_hash);
@@ -300,9 +309,14 @@ static void test_engine_dp_16_bit_wire(void **state)
  * the batches the loader would (r, W + r, 2W + r, ...), each backward waits for the previous
  * micro-step's reductions (and, with buckets of 16, for room in its window: the call returns
  * once the pass is through), and the steps are those of tr_engine_train_batch. */
-static void deepspeed_style_loop(int bucket)
+static void deepspeed_style_loop(int stage, int bucket)
 {
-    dp_case_t k = {.stage = 2, .overlap = 1, .gas = 2, .bucket = bucket};
+    dp_case_t k = {.stage = stage,
+                   .overlap = 1,
+                   .gas = 2,
+                   .bucket = bucket,
+                   .zero3 = stage == 3 ? "\"stage3_param_persistence_threshold\": 0" : NULL,
+                   .deep = stage == 3};
     tr_config_t *cfg;
     tr_engine_t *eng = engine(0, &k, k.gas, &cfg);
     float ref[STEPS], got[STEPS];
@@ -338,8 +352,9 @@ static void deepspeed_style_loop(int bucket)
 static void test_engine_dp_zero2_deepspeed_style_loop(void **state)
 {
     (void)state;
-    deepspeed_style_loop(60);
-    deepspeed_style_loop(16);
+    deepspeed_style_loop(2, 60);
+    deepspeed_style_loop(2, 16);
+    deepspeed_style_loop(3, 16); /* each forward and backward also waits for its layers */
 }
 
 /* An idle engine of several ranks (between steps: nothing pending, only the watchdog's control

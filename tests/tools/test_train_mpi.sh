@@ -81,6 +81,22 @@ rm -rf ck0 && "$troupe" train "${one_proc[@]}" --steps 3 --save-dir ck0 > /dev/n
     { cat out.txt err.txt; fail "2 ranks at ZeRO 3 did not resume a 1-process checkpoint"; }
 to3=$(grep '^summary:' out.txt | sed -E 's/.*train loss [0-9.]+ -> ([0-9.]+).*/\1/')
 close "$to3" "$one" || fail "2 ranks at ZeRO 3 resumed from one process end at $to3, unbroken at $one"
+# a rank that never answers an all-gather (it stops posting them after step 0): the watchdog
+# names it and the all-gather rank 0 waits in, and the job ends on every rank, well inside the
+# timeout
+sed 's/"workers": 2 }/"workers": 2 }, "comm": { "timeout_s": 2 }/' ds_z3.json > ds_z3_wd.json
+grep -q timeout_s ds_z3_wd.json || fail "ds_z3_wd.json: no timeout"
+z3wd=("${tiny[@]}")
+z3wd[1]=$tmp/ds_z3_wd.json
+rc=0
+start=$(date +%s)
+TROUPE_FAULT_SILENT_GATHER_RANK=1 timeout -k 5 60 "${mpi[@]}" "$troupe" train "${z3wd[@]}" \
+    --steps 4 > out.txt 2> err.txt || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "silent all-gather: exit $rc"; }
+grep -q "^troupe train: comm: watchdog: rank 1 diverged: .*rank 0 has waited [0-9.]* s in the header exchange before collective #[0-9]*, the parameter all-gather, [0-9]* bytes of f32, step 1" \
+    err.txt || { cat err.txt; fail "the diagnosis does not name the all-gather rank 0 waits in"; }
+[ "$took" -lt 30 ] || fail "the job took $took s to end after a 2 s timeout"
 
 # checkpoints: 2 ranks save at step 3 (each rank its optimizer partition at ZeRO 1); one
 # process with GAS 2 (the same global batch) resumes there and ends at the loss the 2-rank run
