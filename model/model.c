@@ -624,6 +624,28 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed)
     tr_model_params_changed(model);
 }
 
+int tr_model_init_params_layers(tr_model_t *model, uint64_t seed, const unsigned char *keep)
+{
+    int end = 0; /* one past the last kept layer: the layers after it do not run */
+    size_t scratch_n = 0;
+    for (int i = 0; i < model->n; i++)
+        if (keep[i]) end = i + 1;
+    for (int i = 0; i < end; i++)
+        if (!keep[i] && model->layers[i]->param_count > scratch_n)
+            scratch_n = model->layers[i]->param_count;
+    float *scratch = scratch_n ? malloc(scratch_n * sizeof(float)) : NULL;
+    if (scratch_n && !scratch) return TR_ENOMEM;
+    uint64_t rng = seed; /* advanced by every layer before the last kept, as the whole init */
+    for (int i = 0; i < end; i++) {
+        tr_layer_t *l = model->layers[i];
+        if (l->ops->init)
+            l->ops->init(l, keep[i] ? model->params + l->param_offset : scratch, &rng);
+    }
+    free(scratch);
+    tr_model_params_changed(model);
+    return 0;
+}
+
 int tr_model_targets(const tr_model_t *model, int *y_dim)
 {
     const tr_layer_t *last = model->layers[model->n - 1];

@@ -417,9 +417,21 @@ int tr_model_stage_splits(const tr_model_stage_t *s)
     return s->stash_off != NULL;
 }
 
+/* Only the tied ranges are ever written: the rest of the model-sized area stays untouched
+ * (no memory behind it). */
 void tr_model_stage_zero_tied(tr_model_stage_t *s)
 {
-    if (s->tied) memset(s->tied, 0, tr_model_num_params(s->m) * sizeof(float));
+    if (!s->tied) return;
+    for (int i = s->first; i <= s->last; i++) {
+        const tr_layer_t *l = layer(s, i);
+        if (l->tie_count && (l->tie_layer < s->first || l->tie_layer > s->last))
+            memset(s->tied + l->tie_offset, 0, l->tie_count * sizeof(float));
+    }
+}
+
+float *tr_model_stage_tied(tr_model_stage_t *s)
+{
+    return s->tied;
 }
 
 void tr_model_stage_reduce_tied(tr_model_stage_t *s)

@@ -1,6 +1,7 @@
 /* checkpoint.c: the checkpointer actor (pinned: it blocks on file I/O and fsync).
  *
- * Layout, after DeepSpeed's (checkpoint.h): <dir>/<tag>/model_states.trck and
+ * Layout, after DeepSpeed's (checkpoint.h): <dir>/<tag>/model_states.trck (and, from a pipeline
+ * across ranks, model_states_stage<s>.trck for its other stages) and
  * <dir>/<tag>/optim_states_rank<R>.trck, then <dir>/latest holding the tag. Each file is an
  * io/ckpt_file: a msgpack header, then arrays of fp32 (parameters; optimizer moments), with a
  * CRC and written to a temporary name, fsynced and renamed; latest is written last, so a crash
@@ -17,9 +18,10 @@
  * [lo, hi) of the N flat parameters its arrays hold.
  *
  * A save on W ranks, as messages (the save chain executor -> optimizer ends here):
- *   every rank writes its files: rank 0 the model file; with ZeRO >= 1 every rank its
- *     optimizer partition, otherwise rank 0 alone the whole optimizer state (every rank's is
- *     the same then, so the others write none);
+ *   every rank writes its files: rank 0 the model file (a pipeline across ranks: each
+ *     stage's first replica its stage's); with ZeRO >= 1 every rank its optimizer partition,
+ *     otherwise rank 0 alone the whole optimizer state (every rank's is the same then, so the
+ *     others write none; a pipeline: each stage's first replica its stage's);
  *   each rank reports how its part went (WRITTEN) to its executor, which learns every rank's
  *     from values it adds to all-reduces every rank makes anyway (a step's loss, a wait's
  *     rounds: COMM_SCALAR TR__SCALAR_CKPT_SAVE; actors/exec/save_track.h);
@@ -135,20 +137,51 @@ static void pack_model_desc(msgpack_packer *pk, const tr_model_t *model)
     }
 }
 
-/* How many optimizer files a save writes: one per rank when the state is partitioned, else
- * rank 0's alone. */
+/* How many optimizer files a save writes: one per rank when the ranks' slices are disjoint
+ * (partitioned), one per pipeline stage when a stage's replicas hold the same state (a
+ * pipeline across ranks at ZeRO 0), else rank 0's alone. The files' slices tile the model. */
 static int optim_files(const tr__plan_t *e)
 {
-    return e->optim_slice.partitioned ? e->world : 1;
+    return e->optim_slice.partitioned ? e->world : e->stage >= 0 ? e->stages : 1;
+}
+
+/* This rank's optimizer file's number k (optim_states_rank<k>.trck), -1: it writes none. */
+static int optim_file(const tr__plan_t *e)
+{
+    if (e->optim_slice.partitioned) return e->rank;
+    if (e->stage >= 0) return e->replica == 0 ? e->stage : -1;
+    return e->rank == 0 ? 0 : -1;
+}
+
+/* The version a save's files say: the first that has what they hold (a pipeline's stage files
+ * need 5; any other save reads as 4, so builds before 5 still load it). */
+static int save_version(const tr__plan_t *e)
+{
+    return e->stage >= 0 ? TR__CKPT_VERSION : 4;
+}
+
+/* This rank's model file: 0 (model_states.trck, rank 0's), s >= 1 (model_states_stage<s>.trck:
+ * with a pipeline across ranks each stage's first replica writes its layers' parameters), or
+ * -1: none. */
+static int model_file(const tr__plan_t *e)
+{
+    if (e->stage >= 0) return e->replica == 0 ? e->stage : -1;
+    return e->rank == 0 ? 0 : -1;
 }
 
 static void pack_model_header(msgpack_packer *pk, msgpack_sbuffer *sb, const tr__plan_t *e,
                               const tr_msg_engine_state_t *st, const char *config_json,
                               uint64_t hash)
 {
-    msgpack_pack_map(pk, 17);
+    msgpack_pack_map(pk, e->stage >= 0 ? 21 : 17);
+    if (e->stage >= 0) { /* version 5: the parameters in one file per stage */
+        tr__mp_pack_kv_int(pk, "stage_files", e->stages);
+        tr__mp_pack_kv_uint(pk, "lo", e->own_lo);
+        tr__mp_pack_kv_uint(pk, "hi", e->own_hi);
+        tr__mp_pack_kv_uint(pk, "step", st->global_step);
+    }
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
-    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_int(pk, "version", save_version(e));
     tr__mp_pack_kv_str(pk, "kind", "model_states");
     tr__mp_pack_str(pk, "model");
     pack_model_desc(pk, e->model);
@@ -190,7 +223,7 @@ static void pack_optim_header(msgpack_packer *pk, const tr__plan_t *e, uint64_t 
     size_t hi = e->optim_slice.hi < e->n_params ? e->optim_slice.hi : e->n_params;
     msgpack_pack_map(pk, 12);
     tr__mp_pack_kv_str(pk, "format", TR__CKPT_FORMAT);
-    tr__mp_pack_kv_int(pk, "version", TR__CKPT_VERSION);
+    tr__mp_pack_kv_int(pk, "version", save_version(e));
     tr__mp_pack_kv_str(pk, "kind", "optim_states");
     tr__mp_pack_kv_uint(pk, "step", step);
     tr__mp_pack_kv_int(pk, "world", e->world);
@@ -235,14 +268,17 @@ static int snap(struct tr__ckpt_actor *c, tr_ckpt_image_t *im, msgpack_sbuffer *
     return rc;
 }
 
-/* Rank 0's model file: the parameters, copied. */
+/* This rank's model file: the parameters (with a pipeline across ranks, its stage's
+ * layers'), copied. */
 static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
                       const char *config_json, uint64_t hash)
 {
     const tr__plan_t *e = c->eng;
+    size_t n = e->own_hi - e->own_lo;
     tr_tensor_ref_t all = {0}; /* stays empty (refused below) if the registry refuses */
-    tr_buffer_ref(e->rt, e->buf_params, 0, e->n_params * sizeof(float), TR_DTYPE_F32, &all);
-    const float *params = saved_array(c, &all, e->n_params);
+    tr_buffer_ref(e->rt, e->buf_params, e->own_lo * sizeof(float), n * sizeof(float), TR_DTYPE_F32,
+                  &all);
+    const float *params = saved_array(c, &all, n);
     if (!params) return TR_EINVAL;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -250,7 +286,7 @@ static int snap_model(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st,
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     pack_model_header(&pk, &sb, e, st, config_json, hash);
     c->has_model = true;
-    return snap(c, &c->model, &sb, params, 1, e->n_params * sizeof(float), 0);
+    return snap(c, &c->model, &sb, params, 1, n * sizeof(float), 0);
 }
 
 /* This rank's optimizer file: each moment array's part inside [0, n_params), copied. */
@@ -297,21 +333,25 @@ static int snapshot(struct tr__ckpt_actor *c, const tr_msg_engine_state_t *st)
                         "%s: out of memory for the config's text", c->tagdir);
     }
     uint64_t hash = tr__config_hash_text(shared); /* ties a tag's files to one config */
-    int rc = e->rank == 0 ? snap_model(c, st, config_json, hash) : 0;
+    int rc = model_file(e) >= 0 ? snap_model(c, st, config_json, hash) : 0;
     free(config_json);
     free(shared);
-    if (rc == 0 && e->rank < optim_files(e)) rc = snap_optim(c, st, hash);
+    if (rc == 0 && optim_file(e) >= 0) rc = snap_optim(c, st, hash);
     return rc;
 }
 
 static void model_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/model_states.trck", c->tagdir);
+    int k = model_file(c->eng);
+    if (k > 0)
+        snprintf(path, cap, "%s/model_states_stage%d.trck", c->tagdir, k);
+    else
+        snprintf(path, cap, "%s/model_states.trck", c->tagdir);
 }
 
 static void optim_path(const struct tr__ckpt_actor *c, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/optim_states_rank%d.trck", c->tagdir, c->eng->rank);
+    snprintf(path, cap, "%s/optim_states_rank%d.trck", c->tagdir, optim_file(c->eng));
 }
 
 /* The snapshot's files, written (the checkpointer's thread; training goes on meanwhile). */
@@ -632,7 +672,7 @@ static int restore_msg(tr_ctx_t *ctx, struct tr__ckpt_actor *c, const tr__ckpt_t
     }
     msgpack_sbuffer_destroy(&sb);
     if (!rc)
-        rc = stage(c, "params", t->model.payload, t->model.payload_len, &c->stage_params,
+        rc = stage(c, "params", t->params, c->eng->n_params * sizeof(float), &c->stage_params,
                    &s->params);
     if (!rc && t->moments)
         rc = stage(c, "moments", t->moments, t->moments_bytes, &c->stage_moments, &s->moments);

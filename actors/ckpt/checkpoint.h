@@ -2,7 +2,8 @@
  * reads back (ckpt_read.c), and what a read leaves for a restore.
  *
  * A tag folder holds model_states.trck (written by rank 0: parameters, counters, data
- * position, optimizer scalars, and the layout of the optimizer files) and
+ * position, optimizer scalars, and the layout of the optimizer files; from a pipeline across
+ * ranks, stage 0's parameters, each other stage's in model_states_stage<s>.trck) and
  * optim_states_rank<k>.trck for k < optim_files: with ZeRO stage >= 1 on W ranks one per
  * rank, each holding its slice [lo, hi) of the flat optimizer state; otherwise one, rank 0's,
  * holding all of it (every rank's state is identical then). Each optimizer file's header says
@@ -24,12 +25,20 @@
  * 4: the model file's "model", the model's description: {kind: "gpt2" (then vocab,
  *    padded_vocab, context, channels, layers, heads: its tr_gpt2_config_t) or "layers" (any
  *    other model), blocks: per layer [kind (its ops' kind), in_dim, out_dim, targets, y_dim]};
- *    a load compares it field by field (files before 4 are loaded on the parameter table). */
-#define TR__CKPT_VERSION 4
+ *    a load compares it field by field (files before 4 are loaded on the parameter table).
+ * 5: a pipeline across ranks (stage_files S in the model file) writes its parameters in one
+ *    file per stage: model_states.trck holds stage 0's, model_states_stage<s>.trck stage s's,
+ *    each with the model file's header plus its slice lo, hi of the flat parameters and the
+ *    step; the slices tile [0, n_params). Other saves still say 4. */
+#define TR__CKPT_VERSION 5
 
 /* A tag read and checked for this rank; nothing in the engine has changed. */
 typedef struct tr__ckpt_tag {
-    tr_ckpt_file_t model;              /* its payload: the parameters */
+    tr_ckpt_file_t model;              /* its payload: the parameters (version 5 with stage
+                                        * files: stage 0's) */
+    float *params;                     /* all n_params parameters (the model file's payload, or
+                                        * assembled from the stage files: then owned) */
+    float *assembled;                  /* params when assembled (freed with the tag) */
     msgpack_unpacked mh;               /* its header */
     const msgpack_object *optim_state; /* the optimizer's scalars, inside mh */
     uint64_t counters[4];              /* global steps, samples, skipped, micro-steps */

@@ -268,6 +268,105 @@ static int check_model_desc(const tr__plan_t *e, const char *path, const msgpack
     return rc;
 }
 
+/* A model file's slice [*lo, *hi) of the flat parameters (version 5, a pipeline's stage
+ * files), which its payload holds. */
+static int stage_slice(const tr__plan_t *e, const char *path, const msgpack_object *h,
+                       size_t payload_len, uint64_t *lo, uint64_t *hi, char *err, size_t errlen)
+{
+    if (!u64_field(h, "lo", lo) || !u64_field(h, "hi", hi) || *lo > *hi || *hi > e->n_params)
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: lo/hi: expected a slice lo <= hi of the %zu parameters", path,
+                        e->n_params);
+    if (payload_len != (*hi - *lo) * sizeof(float))
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s: payload: %zu bytes, its slice [%llu, %llu) of the parameters needs "
+                        "%llu",
+                        path, payload_len, (unsigned long long)*lo, (unsigned long long)*hi,
+                        (unsigned long long)(*hi - *lo) * sizeof(float));
+    return 0;
+}
+
+/* Copies into params the part of src (the flat parameters [lo, hi)) that lies in [a, b). */
+static void copy_part(float *params, const float *src, uint64_t lo, uint64_t hi, size_t a, size_t b)
+{
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    if (x < y) memcpy(params + x, src + (x - lo), (y - x) * sizeof(float));
+}
+
+/* Whether [lo, hi) of the flat parameters meets what this rank holds: everything, or with a
+ * pipeline across ranks its stage's layers and the tied tensors they use; with params, copies
+ * that part of src into it. */
+static bool held_part(const tr__plan_t *e, float *params, const float *src, uint64_t lo,
+                      uint64_t hi)
+{
+    bool meets = lo < e->own_hi && hi > e->own_lo;
+    if (params) copy_part(params, src, lo, hi, e->own_lo, e->own_hi);
+    for (int i = e->stage_first; e->stage >= 0 && i <= e->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(e->model, i);
+        if (!l->tie_count || (l->tie_layer >= e->stage_first && l->tie_layer <= e->stage_last))
+            continue;
+        meets |= lo < l->tie_offset + l->tie_count && hi > l->tie_offset;
+        if (params) copy_part(params, src, lo, hi, l->tie_offset, l->tie_offset + l->tie_count);
+    }
+    return meets;
+}
+
+/* Version 5 from a pipeline across ranks: model_states.trck holds stage 0's parameters and
+ * model_states_stage<s>.trck stage s's, each its slice [lo, hi) of one save; their slices
+ * tile [0, n_params) in stage order. Every file's header is checked; the parameters this rank
+ * holds (held_part) are copied into t->params from the files that have them, which alone are
+ * read whole (and their checksums checked): the rest of t->params is never touched. */
+static int read_stage_files(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, int S,
+                            char *err, size_t errlen)
+{
+    uint64_t lo, hi;
+    const msgpack_object *h = &t->mh.data;
+    int rc = stage_slice(e, "model_states.trck", h, t->model.payload_len, &lo, &hi, err, errlen);
+    if (rc) return rc;
+    if (lo != 0)
+        return tr__errf(err, errlen, TR_EFORMAT,
+                        "%s/model_states.trck: lo: %llu; stage 0's parameters start at 0", tagdir,
+                        (unsigned long long)lo);
+    if (!(t->assembled = malloc(e->n_params ? e->n_params * sizeof(float) : 1)))
+        return tr__errf(err, errlen, TR_ENOMEM, "%s: out of memory for the parameters", tagdir);
+    t->params = t->assembled;
+    held_part(e, t->params, (const float *)t->model.payload, lo, hi);
+    for (int s = 1; rc == 0 && s < S; s++) {
+        char name[64], path[4500];
+        snprintf(name, sizeof(name), "model_states_stage%d.trck", s);
+        if (tr__path_join(path, sizeof(path), tagdir, name))
+            return tr__errf(err, errlen, TR_EINVAL, "%s/%s: path too long", tagdir, name);
+        tr_ckpt_file_t f;
+        msgpack_unpacked u;
+        uint64_t at = hi;
+        rc = tr__ckpt_file_read_header(path, &f, err, errlen);
+        if (rc) return rc;
+        rc = unpack(path, &f, &u, "model_states", err, errlen);
+        if (!rc) rc = check_same_save(tagdir, name, t, &u.data, err, errlen);
+        if (!rc) rc = stage_slice(e, path, &u.data, f.payload_len, &lo, &hi, err, errlen);
+        if (!rc && lo != at)
+            rc = tr__errf(err, errlen, TR_EFORMAT,
+                          "%s: lo: %llu; stage %d's parameters start where stage %d's end, at "
+                          "%llu",
+                          path, (unsigned long long)lo, s, s - 1, (unsigned long long)at);
+        msgpack_unpacked_destroy(&u);
+        tr__ckpt_file_free(&f);
+        if (!rc && held_part(e, NULL, NULL, lo, hi)) { /* this rank needs it: whole, checked */
+            rc = tr__ckpt_file_read(path, &f, err, errlen);
+            if (!rc && f.payload_len != (hi - lo) * sizeof(float))
+                rc = tr__errf(err, errlen, TR_EFORMAT, "%s: changed while it was read", path);
+            if (!rc) held_part(e, t->params, (const float *)f.payload, lo, hi);
+            tr__ckpt_file_free(&f);
+        }
+    }
+    if (rc == 0 && hi != e->n_params)
+        rc = tr__errf(err, errlen, TR_EFORMAT,
+                      "%s: the %d stage files hold parameters [0, %llu) of %zu (a stage file "
+                      "missing?)",
+                      tagdir, S, (unsigned long long)hi, e->n_params);
+    return rc;
+}
+
 /* Reads model_states.trck whole and checks it; *n_files: the optimizer files it names. */
 static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t, uint64_t *n_files,
                       char *err, size_t errlen)
@@ -301,10 +400,21 @@ static int read_model(const tr__plan_t *e, const char *tagdir, tr__ckpt_tag_t *t
     if (!(t->optim_state = tr__mp_field(h, "optimizer")))
         return tr__errf(err, errlen, TR_EFORMAT, "%s: optimizer: the optimizer's state is missing",
                         path);
-    if (t->model.payload_len != e->n_params * sizeof(float))
+    uint64_t stage_files = 0;
+    if (tr__mp_field(h, "stage_files") &&
+        (!u64_field(h, "stage_files", &stage_files) || stage_files < 1 || stage_files > world))
+        return tr__errf(err, errlen, TR_EFORMAT, "%s: stage_files: expected 1 to %llu (the world)",
+                        path, (unsigned long long)world);
+    if (stage_files) {
+        rc = read_stage_files(e, tagdir, t, (int)stage_files, err, errlen);
+        if (rc) return rc;
+    } else if (t->model.payload_len != e->n_params * sizeof(float)) {
         return tr__errf(err, errlen, TR_EFORMAT,
                         "%s: payload: %zu bytes, the model's %zu parameters need %zu", path,
                         t->model.payload_len, e->n_params, e->n_params * sizeof(float));
+    } else {
+        t->params = (float *)t->model.payload;
+    }
     *n_files = 1; /* before version 3: one optimizer file (world size 1) */
     if (tr__mp_field(h, "optim_files") &&
         (!u64_field(h, "optim_files", n_files) || *n_files < 1 || *n_files > world))
@@ -511,6 +621,7 @@ void tr__ckpt_tag_free(tr__ckpt_tag_t *t)
     if (!t) return;
     msgpack_unpacked_destroy(&t->mh);
     tr__ckpt_file_free(&t->model);
+    free(t->assembled);
     free(t->moments);
     memset(t, 0, sizeof(*t));
 }

@@ -29,6 +29,7 @@
 #include "actors/engine/setup_check.h"
 #include "base/errf.h"
 #include "base/file.h"
+#include "base/vmem.h"
 #include "model/model_internal.h"
 
 /* --- explaining a refused call ------------------------------------------------------------ */
@@ -182,6 +183,53 @@ static int register_buffer(tr_engine_t *eng, const char *name, void *base, size_
     return tr_buffer_register(eng->plan.rt, &info, id);
 }
 
+/* The elements of tied tensors that layers [first, last] use and another layer owns: a
+ * pipeline stage holds them beside its own range (and their gradients kept apart). */
+static size_t tied_in(const tr_model_t *m, int first, int last)
+{
+    size_t n = 0;
+    for (int i = first; i <= last; i++) {
+        const tr_layer_t *l = tr_model_layer(m, i);
+        if (l->tie_count && (l->tie_layer < first || l->tie_layer > last)) n += l->tie_count;
+    }
+    return n;
+}
+
+/* tr_engine_opts_t.init_params: the whole model's init, or with a pipeline across ranks its
+ * values for the stage's layers and the tied tensors they use only (the rest is never
+ * touched). */
+static int init_params(tr_engine_t *eng)
+{
+    const tr__plan_t *p = &eng->plan;
+    if (p->stage < 0) {
+        tr_model_init_params(eng->model, p->seed);
+        return 0;
+    }
+    int n = tr_model_num_layers(eng->model);
+    unsigned char *keep = calloc((size_t)n, 1);
+    if (!keep) return TR_ENOMEM;
+    for (int i = p->stage_first; i <= p->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(eng->model, i);
+        keep[i] = 1;
+        if (l->tie_count) keep[l->tie_layer] = 1;
+    }
+    int rc = tr_model_init_params_layers(eng->model, p->seed, keep);
+    free(keep);
+    /* a layer kept for a tensor tied from it was initialised whole: the rest of its
+     * parameters (GPT-2's wpe beside wte) goes back to the kernel, never to be touched again */
+    float *w = tr_model_params(eng->model);
+    for (int i = p->stage_first; rc == 0 && i <= p->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(eng->model, i);
+        if (!l->tie_count || (l->tie_layer >= p->stage_first && l->tie_layer <= p->stage_last))
+            continue;
+        const tr_layer_t *o = tr_model_layer(eng->model, l->tie_layer);
+        size_t end = l->tie_offset + l->tie_count, o_end = o->param_offset + o->param_count;
+        tr__vmem_release(w + o->param_offset, (l->tie_offset - o->param_offset) * sizeof(float));
+        tr__vmem_release(w + end, (o_end - end) * sizeof(float));
+    }
+    return rc;
+}
+
 /* Parameters and gradients (the executor's), and the client's staging batch. */
 static int register_buffers(tr_engine_t *eng)
 {
@@ -189,7 +237,8 @@ static int register_buffers(tr_engine_t *eng)
     size_t bt = (size_t)p->B * (size_t)p->T, np = p->n_params * sizeof(float);
     size_t in = bt * (size_t)(p->x_dim ? p->x_dim : 1) * 4, ty = bt * (size_t)p->y_dim * 4;
     size_t batch = in + (p->y_dim ? ty : bt * sizeof(int)); /* one batch's arrays */
-    eng->memory.params = eng->memory.grads = np;
+    size_t stage = p->own_hi - p->own_lo + tied_in(eng->model, p->stage_first, p->stage_last);
+    eng->memory.params = eng->memory.grads = stage * sizeof(float); /* the stage's, or all */
     if (p->grad_window) /* ZeRO 2: the buckets in flight, and tied tensors written early */
         eng->memory.grads = (p->grad_window + tr__tied_floats(eng->model)) * sizeof(float);
     if (p->zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
@@ -340,10 +389,15 @@ static void log_memory(tr_engine_t *eng)
     tr_memory_model_close(&m);
     if (rc == 0) eng->memory.activations = want.activations;
     tr_engine_memory_format(&eng->memory, line, sizeof(line));
-    tr_log(TR_LOG_INFO, "engine: memory on rank %d of %d (ZeRO stage %d): %s", p->rank, p->world,
-           p->zero, line);
-    if (rc == 0) memory_differences(&eng->memory, &want, line, sizeof(line));
-    if (rc == 0 && line[0])
+    char stage[96] = "";
+    if (p->stage >= 0)
+        snprintf(stage, sizeof(stage), ", pipeline stage %d of %d: layers %d to %d", p->stage,
+                 p->stages, p->stage_first, p->stage_last);
+    tr_log(TR_LOG_INFO, "engine: memory on rank %d of %d (ZeRO stage %d%s): %s", p->rank, p->world,
+           p->zero, stage, line);
+    /* a pipeline across ranks holds its stage's, which the estimator does not cut yet */
+    if (rc == 0 && p->stage < 0) memory_differences(&eng->memory, &want, line, sizeof(line));
+    if (rc == 0 && p->stage < 0 && line[0])
         tr_log(TR_LOG_WARN, "engine: memory on rank %d differs from its prediction: %s", p->rank,
                line);
 }
@@ -357,7 +411,8 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
         eng->plan.seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = tr__setup_shapes(eng, o, err, errlen);
     }
-    if (!rc && o->init_params) tr_model_init_params(eng->model, eng->plan.seed);
+    if (!rc && o->init_params && (rc = init_params(eng)) < 0)
+        snprintf(err, errlen, "engine: initialising the parameters: %s", tr_strerror(rc));
     if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) rc = create_monitor(eng, o, err, errlen);
     if (!rc) {

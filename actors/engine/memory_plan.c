@@ -244,9 +244,10 @@ static void write_note(const tr_config_t *c, int world, char *note, size_t len)
     if (c->zero.stage >= 1 && world == 1)
         SAY("On one rank ZeRO partitions nothing: the figures are stage 0's. ");
     if (c->pipeline.stages > 1)
-        SAY("pipeline.stages %lld: every rank holds every layer's parameters and gradients in "
-            "this build; the activations shown are one unpipelined pass's (the stages' slots "
-            "are not predicted yet). ",
+        SAY("pipeline.stages %lld: across ranks each rank holds only its stage's layers (and "
+            "the tied tensors they use), their gradients and optimizer state; the figures shown "
+            "are the whole model's, and the activations one unpipelined pass's (the stages' "
+            "cut is not predicted yet). ",
             (long long)c->pipeline.stages);
     if (c->zero.offload_optimizer.device == TR_OFFLOAD_CPU)
         SAY("offload_optimizer cpu: the moments stay in host memory, as without it (the "

@@ -123,6 +123,12 @@ typedef struct tr__plan {
                    * with a pipeline across ranks world / stages (a replica's stages are
                    * consecutive ranks: rank = stage * replicas + replica) */
     int replica;  /* this rank's: rank % replicas */
+    /* With a pipeline across ranks, this rank's stage (rank / replicas) holds only its layers
+     * [stage_first, stage_last], whose parameters and gradients are [own_lo, own_hi) of the
+     * flat buffers, and the tied tensors they use (actors/pipe/model.c): it never touches the
+     * rest. stage -1: the rank holds every layer (own_lo 0, own_hi n_params). */
+    int stage, stage_first, stage_last;
+    size_t own_lo, own_hi;
     size_t n_params;
     int zero;           /* the ZeRO stage in effect: 0 at world size 1 */
     size_t grad_window; /* ZeRO 2: the gradient elements the backward may have out for

@@ -6,11 +6,14 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "actors/engine/engine_internal.h"
 #include "actors/engine/memory_plan.h"
 #include "actors/engine/setup_check.h"
 #include "runtime/comm/ranks.h"
+#include "troupe/pipeline.h"
 
 /* This process's rank and the world size: the caller's, or the launcher's environment. */
 int tr__setup_ranks(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
@@ -96,6 +99,46 @@ static int check_widths(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, 
     return 0;
 }
 
+/* A pipeline across ranks: this rank's stage (the executor cuts the model the same way,
+ * actors/exec/executor.c) and the range of the flat buffers its layers hold. The gradients
+ * are reduced by the pipeline (actors/pipe/model.c) in fp32. */
+static int own_stage(tr_engine_t *eng, char *err, size_t errlen)
+{
+    tr__plan_t *p = &eng->plan;
+    const tr_config_t *c = eng->cfg;
+    if (c->communication_data_type != TR_DTYPE_F32 &&
+        tr_config_origin(c, "communication_data_type") == TR_ORIGIN_GIVEN)
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: communication_data_type: a pipeline across ranks reduces its "
+                        "stages' gradients in fp32 only for now (remove the key, or set "
+                        "\"fp32\")",
+                        c->source);
+    if (c->communication_data_type != TR_DTYPE_F32 && p->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "pipeline: the stages' gradients are reduced in fp32 (communication_data_type, "
+               "derived from the precision, applies to data parallelism without a pipeline)");
+    const char *method = c->pipeline.partition && strcmp(c->pipeline.partition, "best")
+                             ? c->pipeline.partition
+                             : "parameters";
+    int *bounds = malloc(sizeof(int) * (size_t)(p->stages + 1));
+    if (!bounds) return tr__errf(err, errlen, TR_ENOMEM, "engine: out of memory");
+    char why[512];
+    int rc = tr_pipe_partition(eng->model, method, p->stages, bounds, why, sizeof(why));
+    if (rc < 0) {
+        free(bounds);
+        return tr__errf(err, errlen, rc, "%s: pipeline.partition: %s", c->source, why);
+    }
+    p->stage = p->rank / p->replicas;
+    p->stage_first = bounds[p->stage];
+    p->stage_last = bounds[p->stage + 1] - 1;
+    const tr_layer_t *first = tr_model_layer(eng->model, p->stage_first);
+    const tr_layer_t *last = tr_model_layer(eng->model, p->stage_last);
+    p->own_lo = first->param_offset;
+    p->own_hi = last->param_offset + last->param_count;
+    free(bounds);
+    return 0;
+}
+
 /* pipeline.stages > 1: the executor runs each step's micro-batches through stage actors, in
  * this process on one rank, else one stage per rank: world = stages x replicas, stage-major;
  * a step's micro-batches enter the pipeline together, so the loader keeps at least
@@ -107,6 +150,11 @@ static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
     eng->plan.stages = c->pipeline.stages > 1 ? (int)c->pipeline.stages : 1;
     eng->plan.replicas = eng->plan.world;
     eng->plan.replica = eng->plan.rank;
+    eng->plan.stage = -1;
+    eng->plan.stage_first = 0;
+    eng->plan.stage_last = n - 1;
+    eng->plan.own_lo = 0;
+    eng->plan.own_hi = eng->plan.n_params;
     if (eng->plan.stages == 1) return 0;
     if (eng->plan.world > 1) { /* a multiple of the stages: the config's resolution checked it */
         eng->plan.replicas = eng->plan.world / eng->plan.stages;
@@ -117,6 +165,10 @@ static int check_pipeline(tr_engine_t *eng, char *err, size_t errlen)
                         "%s: pipeline.stages %d: the model has %d layers, and each "
                         "stage needs one",
                         c->source, eng->plan.stages, n);
+    if (eng->plan.world > 1) {
+        int rc = own_stage(eng, err, errlen);
+        if (rc < 0) return rc;
+    }
     if (eng->plan.GAS > TR__MAX_PREFETCH)
         return tr__errf(err, errlen, TR_ECONFIG,
                         "%s: gradient_accumulation_steps %d: a pipelined step takes "
@@ -218,6 +270,15 @@ static void set_optimizer_plan(tr__plan_t *p)
     p->n_arrays = tr__optimizer_array_names(c, p->array_names, 3);
     p->swaps = c->zero.offload_optimizer.device == TR_OFFLOAD_NVME && p->n_arrays > 0;
     p->optim_slice = (tr__optim_slice_t){0, p->n_params, false};
+    if (p->stage >= 0 && c->optimizer.type != TR_OPTIMIZER_NONE) {
+        /* a pipeline across ranks: the stage's range, cut at ZeRO 1 among its replicas; the
+         * ranks' slices tile the model when they are disjoint (one replica, or ZeRO 1) */
+        size_t n = p->own_hi - p->own_lo, lo = 0, hi = n;
+        if (p->zero >= 1) tr__zero_owned(n, p->replicas, p->replica, &lo, &hi);
+        p->optim_slice =
+            (tr__optim_slice_t){p->own_lo + lo, p->own_lo + hi, p->zero >= 1 || p->replicas == 1};
+        return;
+    }
     if (p->zero < 1 || c->optimizer.type == TR_OPTIMIZER_NONE) return;
     tr__zero_owned(p->n_params, p->world, p->rank, &p->optim_slice.lo, &p->optim_slice.hi);
     p->optim_slice.partitioned = true;

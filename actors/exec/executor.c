@@ -529,6 +529,47 @@ static void pipe_counted(struct tr__exec *x, const float *losses)
     }
 }
 
+/* A pipeline across ranks, after its batch: the stage's gradients reduced by the pipeline
+ * (the tied ones between the two stages that hold them, the stage's range among its replicas:
+ * DeepSpeed's mean, as the comm actor computes it over the replicas), then handed to the
+ * optimizer as one reduced range. A reduction that fails leaves the ranks out of step: the
+ * engine fails. */
+static int stage_reduced(tr_ctx_t *ctx, struct tr__exec *x, uint64_t step)
+{
+    const tr__plan_t *e = x->eng;
+    const tr_config_t *c = e->cfg;
+    double R = e->replicas, f = c->gradient_predivide_factor;
+    float pre = c->prescale_gradients ? (float)(1.0 / R) : (float)(1.0 / f);
+    float post = c->prescale_gradients ? 1.0f : f != R ? (float)(f / R) : 1.0f;
+    char why[512];
+    int rc = tr_pipe_model_reduce_grads(x->pipe, pre, post, why, sizeof(why));
+    if (rc < 0) {
+        tr__engine_fail(e, rc, "executor: step %llu: %s", (unsigned long long)step, why);
+        return rc;
+    }
+    size_t n = e->own_hi - e->own_lo;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
+    if (!m) return TR_ENOMEM;
+    tr_msg_reduced_t *r = TR_MSG_AS(m, reduced);
+    r->at = r->first = e->own_lo;
+    r->covers = n;
+    m->step = step;
+    rc = tr_buffer_ref(e->rt, e->buf_grads, e->own_lo * sizeof(float), n * sizeof(float),
+                       TR_DTYPE_F32, &r->grads);
+    tr__engine_bucket_bytes(e, (int64_t)(n * sizeof(float))); /* the optimizer takes it back */
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->optimizer, m);
+    if (rc < 0) {
+        tr_msg_free(ctx->rt, m);
+        tr__engine_bucket_bytes(e, -(int64_t)(n * sizeof(float)));
+        tr__engine_fail(e, rc,
+                        "executor: step %llu: cannot hand the stage's gradients to the "
+                        "optimizer: %s",
+                        (unsigned long long)step, tr_strerror(rc));
+    }
+    x->grads_sent = true;
+    return rc;
+}
+
 /* pipeline.stages > 1: once a step's micro-batches are queued they run through the stage
  * actors together (tr_pipe_model_run: a start message to each stage; this thread waits for
  * the stages' reports), then every layer's gradients go out, as at a boundary without
@@ -549,10 +590,7 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
     }
     uint64_t step = x->global_steps, t0 = tr_now_ns();
     char why[1024];
-    /* across ranks a layer's gradient is on its stage's ranks only and the reduction divides
-     * the sum over all stages x replicas ranks by the world: stages times too much */
-    int across = tr_pipe_model_stage(x->pipe) >= 0 ? e->stages : 1;
-    tr_model_set_loss_scale(x->model, (float)(x->loss_scale * across / M));
+    tr_model_set_loss_scale(x->model, (float)(x->loss_scale / M));
     tr_pipe_run_result_t r;
     if (!x->pipe_watched) /* the comm actor's watchdog watches the transfers across ranks */
         x->pipe_watched = tr_pipe_model_watch(x->pipe, e->comm) == 0;
@@ -567,14 +605,15 @@ static void run_pipelined(tr_ctx_t *ctx, struct tr__exec *x)
         tr__dsmon_pipe(x->ds, &r, t1);
     }
     if (rc < 0) { /* the batch's partial gradients go: the next step starts from zero */
-        tr_model_zero_grad(x->model);
+        tr_pipe_model_zero_grad(x->pipe);
         tr__reply(e, rc, NULL, "executor: step %llu: %s", (unsigned long long)step, why);
     }
     if (rc == 0) {
         pass_span(x, "pipeline", step, t0, tr_now_ns());
         pipe_counted(x, losses);
         x->consumed = q[M - 1].after;
-        for (int i = tr_model_num_layers(x->model) - 1; rc == 0 && i >= 0; i--)
+        if (e->stage >= 0) rc = stage_reduced(ctx, x, step);
+        for (int i = tr_model_num_layers(x->model) - 1; e->stage < 0 && rc == 0 && i >= 0; i--)
             rc = hand_out(ctx, x, i);
     }
     for (int k = 0; k < M; k++)
@@ -682,7 +721,9 @@ static void finish_step(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_step_don
     x->version++;         /* ZeRO 3: gathered copies are stale now */
     if (x->eng->zero < 3) /* (ZeRO 3: the fetcher makes a layer's as it gathers it) */
         tr_model_params_changed(x->model); /* the step wrote them: bf16 copies anew */
-    if (x->eng->zero < 2) /* ZeRO 2, 3: the optimizer zeroed each bucket as it took its part */
+    if (x->eng->zero < 2 && x->pipe)       /* across ranks: the stage's gradients only */
+        tr_pipe_model_zero_grad(x->pipe);
+    else if (x->eng->zero < 2) /* ZeRO 2, 3: the optimizer zeroed each bucket as it took its part */
         tr_model_zero_grad(x->model);
     report_stats(x, d, loss);
     if (d->rc < 0) { /* the waiting call (a TRAIN, a STEP, a deferred FORWARD) gets it */
@@ -731,6 +772,17 @@ static void on_step_done(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
 {
     tr_msg_step_done_t *d = TR_MSG_AS(msg, step_done);
     double micro = x->micro ? x->micro : 1;
+    if (x->eng->stage >= 0 && d->rc >= 0) { /* across ranks: the stages' parameters whole again */
+        char why[400];
+        int rc =
+            tr_pipe_model_sync_params(x->pipe, x->eng->optim_slice.partitioned, why, sizeof(why));
+        if (rc < 0) {
+            d->rc = rc;
+            snprintf(d->error, sizeof(d->error), "executor: step %llu: %s",
+                     (unsigned long long)d->global_step, why);
+            tr__engine_fail(x->eng, rc, "%s", d->error);
+        }
+    }
     if (x->eng->world == 1 || d->rc < 0) {
         finish_step(ctx, x, d, x->loss_sum / micro);
         return;
@@ -908,6 +960,16 @@ static void seek_val(struct tr__exec *x, uint64_t i)
     tr__dataset_seek(x->val, p);
 }
 
+/* A pipeline across ranks: an evaluation batch goes through the replica's stages (each rank
+ * forwards its layers); a failure, which leaves the ranks out of step, fails the engine. */
+static int pipe_eval(struct tr__exec *x, const tr_batch_t *b, float *loss, int *has_loss)
+{
+    char why[512];
+    int rc = tr_pipe_model_eval(x->pipe, b, loss, has_loss, why, sizeof(why));
+    if (rc < 0) tr__engine_fail(x->eng, rc, "eval: %s", why);
+    return rc;
+}
+
 /* An evaluation of n batches: the first n of the validation stream at any world size, replica
  * r of R taking batches r, R + r, 2R + r, ... (the stages of a replica all take them); the
  * mean over the ranks is their losses' sum over their count, so one checkpoint gives the same
@@ -961,6 +1023,19 @@ static void eval_run(tr_ctx_t *ctx, struct tr__exec *x)
         }
         tr_batch_t batch = batch_of(x, e->x_dim ? (void *)x->x : (void *)x->tokens,
                                     e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
+        if (e->stage >= 0) { /* across ranks: the batch goes through the replica's stages */
+            float loss = 0;
+            int has_loss = 0;
+            if (pipe_eval(x, &batch, &loss, &has_loss) < 0) {
+                tr_model_set_training(x->model, 1);
+                return;
+            }
+            x->ev.sum += has_loss ? loss : 0; /* the loss is the last stage's */
+            x->ev.count += has_loss;
+            x->ev.i += (uint32_t)e->replicas;
+            x->ev.round++;
+            continue;
+        }
         if (forward_begin(ctx, x, FW_EVAL, &batch, PASS_FORWARD_ALONE) < 0) {
             x->fw.caller = FW_NONE;
             tr_model_set_training(x->model, 1);
@@ -1017,9 +1092,16 @@ static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_re
 }
 
 /* tr_engine_gather_params: at ZeRO 3 the fetcher gathers every layer; the reply follows its
- * answer (on_param_ready). */
+ * answer (on_param_ready). A pipeline across ranks broadcasts every stage's. */
 static void serve_gather(tr_ctx_t *ctx, struct tr__exec *x)
 {
+    if (x->eng->stage >= 0) { /* a pipeline across ranks: every stage's, broadcast */
+        char why[512];
+        int rc = tr_pipe_model_gather_params(x->pipe, why, sizeof(why));
+        if (rc < 0) tr__engine_fail(x->eng, rc, "gather: %s", why); /* the ranks are out of step */
+        if (rc == 0) reply_ok(x, 0, (tr__reply_t){0});
+        return;
+    }
     if (x->eng->zero != 3) {
         reply_ok(x, 0, (tr__reply_t){0});
         return;
@@ -1143,6 +1225,21 @@ static void serve_wait(tr_ctx_t *ctx, struct tr__exec *x)
     if (x->eng->world > 1 && tr__save_local_done(&x->save)) save_round(ctx, x);
 }
 
+/* The restored parameters into the model: all of them, or with a pipeline across ranks the
+ * stage's layers and the tied tensors they use only (the rest stays untouched). */
+static void restore_params(struct tr__exec *x, const float *params)
+{
+    const tr__plan_t *e = x->eng;
+    float *p = tr_model_params(x->model);
+    memcpy(p + e->own_lo, params + e->own_lo, (e->own_hi - e->own_lo) * sizeof(float));
+    for (int i = e->stage_first; e->stage >= 0 && i <= e->stage_last; i++) {
+        const tr_layer_t *l = tr_model_layer(x->model, i);
+        if (l->tie_count && (l->tie_layer < e->stage_first || l->tie_layer > e->stage_last))
+            memcpy(p + l->tie_offset, params + l->tie_offset, l->tie_count * sizeof(float));
+    }
+    if (e->zero < 3) tr_model_params_changed(x->model); /* ZeRO 3: the fetcher's, per layer */
+}
+
 /* A restore's executor part: parameters, counters, data position; then the loader moves and
  * the checkpointer hears that the restore is complete. */
 static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
@@ -1155,8 +1252,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         tr__engine_fail(e, TR_EINVAL, "load: executor: %s", why);
         return 0;
     }
-    memcpy(tr_model_params(x->model), params, e->n_params * sizeof(float));
-    if (e->zero < 3) tr_model_params_changed(x->model); /* ZeRO 3: the fetcher's, per layer */
+    restore_params(x, params);
     x->version++; /* ZeRO 3: the fetcher keeps this rank's slice of what was loaded */
     if (e->zero == 3 && ask_fetcher(ctx, x, FETCH_REWRITTEN, 0, 0) < 0) return 0;
     x->global_steps = s->global_step;
@@ -1325,6 +1421,7 @@ static int make_pipeline(struct tr__exec *x, const tr__plan_t *e, char *err, siz
     if (rc == 0)
         rc = tr_pipe_model_create(&x->pipe, e->rt, x->model, bounds, S, kind, e->GAS, e->B, e->T,
                                   e->world > 1 ? e->replicas : 0, e->mon, err, errlen);
+    if (rc == 0) tr_pipe_model_set_timeout(x->pipe, (double)c->troupe.comm.timeout_s);
     for (int s = 0; rc == 0 && s < S && e->rank == 0; s++) {
         size_t params = 0;
         for (int i = bounds[s]; i < bounds[s + 1]; i++)

@@ -312,7 +312,9 @@ static int step_taken(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *m)
 {
     tr_msg_step_done_t *d = TR_MSG_AS(m, step_done);
     d->t_end = tr_now_ns();
-    if (o->partitioned && o->eng->zero < 3 && d->rc >= 0 && !d->skipped) return gather(ctx, o, m);
+    /* a pipeline across ranks gathers its stage's slices itself (tr_pipe_model_sync_params) */
+    if (o->partitioned && o->eng->zero < 3 && o->eng->stage < 0 && d->rc >= 0 && !d->skipped)
+        return gather(ctx, o, m);
     return send_or_free(ctx, o->eng->executor, m);
 }
 
@@ -440,6 +442,19 @@ static int reduce_norm(tr_ctx_t *ctx, tr__optim_t *o)
     return rc < 0 ? rc : reduce_scalar(ctx, o, 0, SCALAR_SUMSQ, overflow ? 0.0 : local);
 }
 
+/* A pipeline across ranks: each rank holds its stage's reduced gradients, the same on every
+ * replica of the stage, so the norm is the sum over the stages of one replica's (the tied
+ * gradient counted once, on the stage that owns it); the overflow flag as at ZeRO 2. */
+static int reduce_stage_norms(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    double local = o->eng->replica == 0 ? o->sumsq : 0.0;
+    bool overflow = !isfinite(o->sumsq);
+    o->norm_waits = 2;
+    o->overflow_any = false;
+    int rc = reduce_scalar(ctx, o, 1, SCALAR_OVERFLOW, overflow ? 1.0 : 0.0);
+    return rc < 0 ? rc : reduce_scalar(ctx, o, 0, SCALAR_SUMSQ, overflow ? 0.0 : local);
+}
+
 static int on_norm(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_scalar_t *s)
 {
     if (s->what == SCALAR_OVERFLOW) o->overflow_any = s->values[0] > 0;
@@ -489,7 +504,8 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     o->covered += r->covers;
     if (!o->gpart) {
         o->sumsq += tr_grad_sumsq(g, count);
-        return o->covered < e->n_params ? 0 : take_step(ctx, o);
+        if (o->covered < e->own_hi - e->own_lo) return 0;
+        return e->stage >= 0 ? reduce_stage_norms(ctx, o) : take_step(ctx, o);
     }
     int rc = take_part(ctx, o, r, g);
     if (rc < 0 || o->covered < (size_t)e->GAS * e->n_params) return rc;

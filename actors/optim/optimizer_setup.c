@@ -129,6 +129,15 @@ static int partition(tr__optim_t *o)
     o->hi = e->optim_slice.hi;
     o->partitioned = e->optim_slice.partitioned;
     o->slice = n;
+    if (e->stage >= 0) { /* a pipeline across ranks: the stage's range, or a part of it */
+        tr_log(TR_LOG_INFO,
+               "optimizer: pipeline stage %d: rank %d updates parameters [%zu, %zu) of its "
+               "stage's [%zu, %zu)%s; optimizer state %.1f MiB on this rank",
+               e->stage, e->rank, o->lo, o->hi, e->own_lo, e->own_hi,
+               e->zero >= 1 && e->replicas > 1 ? " (ZeRO 1 among the stage's replicas)" : "",
+               (double)o->n_arrays * (double)(o->hi - o->lo) * 4 / 1048576.0);
+        return 0;
+    }
     if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
     if (e->zero >= 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))

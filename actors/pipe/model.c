@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "actors/pipe/link.h"
+#include "actors/pipe/own.h"
 #include "actors/pipe/schedule.h"
 #include "base/errf.h"
 #include "troupe/buffer.h"
@@ -72,7 +73,8 @@ struct tr_pipe_model {
     pstage_t *stage;
     unsigned long long *links; /* each link's elements */
     tr_pipe_t *pipe;
-    staging_t in; /* written by the caller's thread only, between batches */
+    staging_t in;        /* written by the caller's thread only, between batches */
+    tr__pipe_own_t *own; /* across ranks: this rank's groups (own.c), the caller's thread's */
 };
 
 static int check_bounds(const tr_model_t *model, const int *b, int S, char *err, size_t len)
@@ -229,6 +231,9 @@ int tr_pipe_model_create(tr_pipe_model_t **out, tr_runtime_t *rt, tr_model_t *mo
     }
     for (int s = pm->lo; rc == 0 && s < pm->hi; s++)
         rc = make_stage(pm, s, err, errlen);
+    if (rc == 0 && replicas > 0)
+        rc = tr__pipe_own_create(&pm->own, model, pm->bounds, stages, me, replicas, rank, world, B,
+                                 T, err, errlen);
     if (rc == 0) rc = make_staging(pm, rt, err, errlen);
     if (rc == 0) rc = make_pipe(pm, rt, monitor, err, errlen);
     if (rc < 0 && !pm->pipe) { /* no actor holds it yet */
@@ -253,6 +258,7 @@ void tr_pipe_model_destroy(tr_pipe_model_t *pm)
 {
     if (!pm) return;
     tr_pipe_destroy(pm->pipe);
+    tr__pipe_own_destroy(pm->own);
     for (int s = 0; pm->stage && s < pm->S; s++) {
         tr_model_stage_destroy(pm->stage[s].st);
         free(pm->stage[s].acts);
@@ -388,15 +394,17 @@ int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *los
                       unsigned long long step, tr_pipe_run_result_t *result, char *err,
                       size_t errlen)
 {
+    if (pm->own) tr__pipe_own_unwhole(pm->own); /* a gather's other stages go back */
     int rc = stage_batch(pm, batches, err, errlen);
     if (rc < 0) return rc;
     tr_pipe_run_result_t r; /* the start messages publish the copy to the stages */
     rc = tr_pipe_run_batch(pm->pipe, step, &pm->in.refs, losses, &r, err, errlen);
-    for (int s = pm->lo; s < pm->hi; s++) /* ReduceTiedGrads, now that no stage is in backward;
-                                           * a failed batch's tied parts are dropped */
-        if (rc == 0)
+    for (int s = pm->lo; s < pm->hi; s++) /* ReduceTiedGrads, now that no stage is in backward
+                                           * (across ranks: tr_pipe_model_reduce_grads); a
+                                           * failed batch's tied parts are dropped */
+        if (rc == 0 && !pm->own)
             tr_model_stage_reduce_tied(pm->stage[s].st);
-        else
+        else if (rc < 0)
             tr_model_stage_zero_tied(pm->stage[s].st);
     if (rc == 0 && result) *result = r;
     return rc;
@@ -405,4 +413,61 @@ int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *los
 int tr_pipe_model_stage(const tr_pipe_model_t *pm)
 {
     return pm->replicas > 0 ? pm->lo : -1;
+}
+
+/* --- across ranks: a rank holds only its stage (own.c) ------------------------------------ */
+
+static int not_across(const char *what, char *err, size_t errlen)
+{
+    return tr__errf(err, errlen, TR_EINVAL,
+                    "pipeline: %s: the pipeline runs in one process (replicas 0), where every "
+                    "stage is this process's",
+                    what);
+}
+
+void tr_pipe_model_set_timeout(tr_pipe_model_t *pm, double seconds)
+{
+    if (pm->own) tr__pipe_own_set_timeout(pm->own, seconds);
+}
+
+int tr_pipe_model_reduce_grads(tr_pipe_model_t *pm, float pre, float post, char *err, size_t errlen)
+{
+    if (!pm->own) return not_across("reducing the stages' gradients", err, errlen);
+    tr_model_stage_t *st = pm->stage[pm->lo].st;
+    int rc = tr__pipe_own_reduce(pm->own, tr_model_stage_tied(st), pre, post, err, errlen);
+    tr_model_stage_zero_tied(st); /* the sum is the owner's to step */
+    return rc;
+}
+
+int tr_pipe_model_sync_params(tr_pipe_model_t *pm, int partitioned, char *err, size_t errlen)
+{
+    if (!pm->own) return not_across("syncing the stages' parameters", err, errlen);
+    return tr__pipe_own_sync(pm->own, partitioned != 0, err, errlen);
+}
+
+int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss, int *has_loss,
+                       char *err, size_t errlen)
+{
+    if (!pm->own) return not_across("an evaluation through the stages", err, errlen);
+    tr__pipe_own_unwhole(pm->own);
+    bool has = false;
+    int rc = tr__pipe_own_eval(pm->own, batch, loss, &has, err, errlen);
+    *has_loss = has;
+    return rc;
+}
+
+int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen)
+{
+    if (!pm->own) return 0; /* in one process every stage's parameters are here */
+    return tr__pipe_own_gather(pm->own, err, errlen);
+}
+
+void tr_pipe_model_zero_grad(tr_pipe_model_t *pm)
+{
+    if (!pm->own) {
+        tr_model_zero_grad(pm->model);
+        return;
+    }
+    tr__pipe_own_zero_grad(pm->own);
+    tr_model_stage_zero_tied(pm->stage[pm->lo].st);
 }

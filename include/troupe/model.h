@@ -272,6 +272,15 @@ int tr_model_mlp_create(tr_model_t **out, const int *widths, int n, char *why, s
  * from one tr_rng state seeded with seed (deterministic per seed). */
 void tr_model_init_params(tr_model_t *model, uint64_t seed);
 
+/* Fills the parameters of the layers with keep[i] != 0 (keep: one flag per layer) with exactly
+ * the values tr_model_init_params(model, seed) gives them, touching no other layer's
+ * parameters: a layer before the last kept one that is not kept runs its init into a scratch
+ * area (as large as the largest such layer, freed before return) only to advance the random
+ * state as the whole init does; the layers after the last kept one do not run. For a pipeline
+ * stage that holds only its layers (and the tied tensors they use). TR_ENOMEM for the
+ * scratch. The model's thread. */
+int tr_model_init_params_layers(tr_model_t *model, uint64_t seed, const unsigned char *keep);
+
 /* The targets the model's loss layer reads: TR_TARGETS_INT, TR_TARGETS_FLOAT (then *y_dim,
  * when y_dim != NULL, gets its floats per position; 0 otherwise) or TR_TARGETS_NONE when the
  * last layer is not a loss layer. For checking a dataset against the model. Any thread. */
@@ -374,6 +383,10 @@ int tr_model_stage_splits(const tr_model_stage_t *stage);
 void tr_model_stage_reduce_tied(tr_model_stage_t *stage);
 /* Drops the tied gradients kept apart (a batch that failed). */
 void tr_model_stage_zero_tied(tr_model_stage_t *stage);
+/* The gradients of tied tensors owned outside the stage, kept apart, indexed as the model's
+ * buffer (only the tied ranges hold anything); NULL when the stage has none. For a pipeline
+ * across ranks, which reduces them with the owner's stage itself. */
+float *tr_model_stage_tied(tr_model_stage_t *stage);
 const char *tr_model_stage_error(const tr_model_stage_t *stage);
 
 /* Activation checkpointing (DeepSpeed's pipeline.activation_checkpoint_interval, here for

@@ -299,11 +299,45 @@ int tr_pipe_model_stage(const tr_pipe_model_t *pm);
  * area before the stages start (they never read batches itself); losses[i] gets its loss
  * (across ranks, on the last stage's ranks only). TR_EINVAL naming the micro-batch when one
  * has another shape or lacks a field the model reads. Gradients accumulate (zero them
- * before, as for the model). result (may be NULL) gets the run's timing and bubble. Errors
+ * before, as for the model; across ranks a stage's tied gradients stay apart until
+ * tr_pipe_model_reduce_grads). result (may be NULL) gets the run's timing and bubble. Errors
  * name the stage and layer. */
 int tr_pipe_model_run(tr_pipe_model_t *pm, const tr_batch_t *batches, float *losses,
                       unsigned long long step, tr_pipe_run_result_t *result, char *err,
                       size_t errlen);
+
+/* Across ranks, each rank holds only its stage: its layers' range of the model's flat
+ * parameter and gradient buffers, and the tied tensors its layers use (a tensor of another
+ * stage's layer: GPT-2's wte, which the last stage's head reads), and it touches nothing else
+ * of them. What the whole model gave every rank travels in the calls below, on the caller's
+ * thread, between batches; every rank of the pipeline makes the same calls in the same order
+ * (they are collective). Each fails with err naming the operation, and after
+ * tr_pipe_model_set_timeout's seconds (default 300) waiting for another rank. In one process
+ * they are TR_EINVAL (tr_pipe_model_zero_grad zeroes the model's gradients). The thread that
+ * runs the batches (tr_pipe_model_run's), between batches. */
+void tr_pipe_model_set_timeout(tr_pipe_model_t *pm, double seconds);
+/* After a batch: the tied gradients summed between the two stages that hold them (the
+ * owner's stage steps them; the user's part is zeroed), then the stage's range all-reduced
+ * among its replicas (the ranks of the same stage): each value times pre before the sum, the
+ * sum times post (a mean over R replicas: pre 1, post 1 / R). */
+int tr_pipe_model_reduce_grads(tr_pipe_model_t *pm, float pre, float post, char *err,
+                               size_t errlen);
+/* After an optimizer step: partitioned (ZeRO 1): the replicas' slices of the stage's range
+ * (DeepSpeed's cut: its elements padded to a multiple of 2 R, in R equal slices, the last
+ * clipped) all-gathered; then the tied
+ * tensors' new values sent from the stage that owns them to the stage that uses them. */
+int tr_pipe_model_sync_params(tr_pipe_model_t *pm, int partitioned, char *err, size_t errlen);
+/* An evaluation batch (B, T as at create) forwarded through the replica's stages, each on its
+ * own ranks; *has_loss is 1 on the last stage, which gets the loss in *loss. */
+int tr_pipe_model_eval(tr_pipe_model_t *pm, const tr_batch_t *batch, float *loss, int *has_loss,
+                       char *err, size_t errlen);
+/* For a caller that reads the whole model (an export, sampling): every stage's parameters
+ * broadcast from its first replica to every rank (in one process: nothing to do). They stay
+ * whole until the next batch or evaluation, which gives the other stages' back to the
+ * kernel. */
+int tr_pipe_model_gather_params(tr_pipe_model_t *pm, char *err, size_t errlen);
+/* Zeroes the gradients this process holds (across ranks: its stage's range and tied area). */
+void tr_pipe_model_zero_grad(tr_pipe_model_t *pm);
 
 /* DeepSpeed's partition methods over the model's layers into S stages, as bounds (S + 1
  * ints): "uniform" (layer counts), "parameters" (parameter counts, balanced: the largest

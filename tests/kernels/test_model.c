@@ -559,6 +559,38 @@ static void test_model_owns_its_layers_also_on_failure(void **state)
 
 /* GPT-2 as llm.c's train_gpt2.cu decays: wte, wpe, qkvw, attprojw, fcw, fcprojw; never the
  * biases or the LayerNorm weights. The MLP: weights decayed, biases not. */
+/* A pipeline stage's init: the kept layers get exactly the whole init's values (the random
+ * state advanced past the layers before them), and no other layer's parameters are written. */
+static void test_model_init_params_layers_is_the_whole_init_in_part(void **state)
+{
+    (void)state;
+    tr_gpt2_config_t cfg = {
+        .max_seq_len = 8, .vocab_size = 50, .num_layers = 4, .num_heads = 2, .channels = 16};
+    tr_model_t *whole, *part;
+    char why[256];
+    assert_int_equal(tr_model_gpt2_create(&whole, &cfg, why, sizeof(why)), 0);
+    assert_int_equal(tr_model_gpt2_create(&part, &cfg, why, sizeof(why)), 0);
+    tr_model_init_params(whole, 77);
+    int n = tr_model_num_layers(part);          /* embed, h0..h3, head */
+    unsigned char keep[6] = {1, 0, 0, 1, 1, 0}; /* the embedding (tied) and h2, h3 */
+    assert_int_equal(n, 6);
+    const float *pw = tr_model_params(whole);
+    float *pp = tr_model_params(part);
+    for (size_t i = 0; i < tr_model_num_params(part); i++)
+        pp[i] = NAN; /* what no init may touch */
+    assert_int_equal(tr_model_init_params_layers(part, 77, keep), 0);
+    for (int i = 0; i < n; i++) {
+        const tr_layer_t *l = tr_model_layer(part, i);
+        for (size_t k = l->param_offset; k < l->param_offset + l->param_count; k++)
+            if (keep[i])
+                assert_memory_equal(&pp[k], &pw[k], sizeof(float));
+            else
+                assert_true(isnan(pp[k]));
+    }
+    tr_model_destroy(whole);
+    tr_model_destroy(part);
+}
+
 static void test_model_weight_decay_flags_follow_gpt2_recipe(void **state)
 {
     tr_model_t *m = tiny_gpt2();
@@ -614,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_model_owns_its_layers_also_on_failure),
         cmocka_unit_test(test_model_weight_decay_flags_follow_gpt2_recipe),
         cmocka_unit_test(test_model_checkpointing_is_bitwise_with_fewer_activations),
+        cmocka_unit_test(test_model_init_params_layers_is_the_whole_init_in_part),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
