@@ -616,12 +616,26 @@ int tr_model_backward(tr_model_t *model, tr_model_grad_cb cb, void *arg)
 
 void tr_model_init_params(tr_model_t *model, uint64_t seed)
 {
+    tr_model_init_params_each(model, seed, NULL, NULL);
+    tr_model_params_changed(model);
+}
+
+void tr_model_init_params_each(tr_model_t *model, uint64_t seed, void (*done)(void *arg, int layer),
+                               void *arg)
+{
     uint64_t rng = seed;
     for (int i = 0; i < model->n; i++) {
         tr_layer_t *l = model->layers[i];
         if (l->ops->init) l->ops->init(l, model->params + l->param_offset, &rng);
+        if (done) done(arg, i);
     }
-    tr_model_params_changed(model);
+}
+
+void tr_model_params_changed_range(tr_model_t *model, size_t offset, size_t count)
+{
+    if (model->params_bf16 && offset <= model->n_params && count <= model->n_params - offset)
+        tr_half_from_float_array(model->params_bf16 + offset, model->params + offset, count,
+                                 TR_HALF_BF16);
 }
 
 int tr_model_init_params_layers(tr_model_t *model, uint64_t seed, const unsigned char *keep)

@@ -109,12 +109,7 @@ static bool current(const struct tr__fetcher *f, const unit_t *u)
 /* A unit's pages outside this rank's slice go back to the kernel. */
 static void release_pages(struct tr__fetcher *f, const unit_t *u)
 {
-    size_t a = u->off, b = u->off + u->count;
-    size_t x = b < f->lo ? b : f->lo, y = a > f->hi ? a : f->hi;
-    if (x > a) tr__vmem_release(f->params + a, (x - a) * sizeof(float));
-    if (b > y) tr__vmem_release(f->params + y, (b - y) * sizeof(float));
-    if (f->bf16 && x > a) tr__vmem_release(f->bf16 + a, (x - a) * sizeof(uint16_t));
-    if (f->bf16 && b > y) tr__vmem_release(f->bf16 + y, (b - y) * sizeof(uint16_t));
+    tr__release_outside(f->params, f->bf16, u->off, u->off + u->count, f->lo, f->hi);
 }
 
 /* Drops a gathered copy (never one in flight: MPI is writing it). */

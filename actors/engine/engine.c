@@ -198,9 +198,37 @@ static size_t tied_in(const tr_model_t *m, int first, int last)
 /* tr_engine_opts_t.init_params: the whole model's init, or with a pipeline across ranks its
  * values for the stage's layers and the tied tensors they use only (the rest is never
  * touched). */
+/* ZeRO 3's init, layer by layer: a layer's bf16 copies, then (unless it persists) its
+ * parameters outside this rank's slice back to the kernel, before the next layer is written. */
+typedef struct init3 {
+    tr_engine_t *eng;
+    size_t lo, hi, kept;
+} init3_t;
+
+static void init3_layer(void *arg, int i)
+{
+    init3_t *s = arg;
+    tr_model_t *m = s->eng->model;
+    const tr_layer_t *l = tr_model_layer(m, i);
+    size_t a = l->param_offset, b = a + l->param_count;
+    tr_model_params_changed_range(m, a, l->param_count);
+    if (tr__persists(l->param_count, s->kept, s->eng->cfg)) {
+        s->kept += l->param_count;
+        return;
+    }
+    tr__release_outside(tr_model_params(m), (uint16_t *)tr__model_params_bf16(m), a, b, s->lo,
+                        s->hi);
+}
+
 static int init_params(tr_engine_t *eng)
 {
     const tr__plan_t *p = &eng->plan;
+    if (p->zero == 3) { /* the whole model is never resident (the fetcher keeps the rest so) */
+        init3_t s = {.eng = eng};
+        tr__zero_owned(p->n_params, p->world, p->rank, &s.lo, &s.hi);
+        tr_model_init_params_each(eng->model, p->seed, init3_layer, &s);
+        return 0;
+    }
     if (p->stage < 0) {
         tr_model_init_params(eng->model, p->seed);
         return 0;

@@ -40,6 +40,7 @@
 
 #include "actors/engine/client.h"
 #include "base/errf.h"
+#include "base/vmem.h"
 #include "troupe/buffer.h"
 #include "troupe/config.h"
 #include "troupe/engine.h"
@@ -233,6 +234,18 @@ static inline size_t tr__zero3_params_of(size_t n, int world, size_t kept, size_
     size_t rest = n - kept, live = (size_t)c->zero.max_live_parameters + largest;
     size_t held = tr__zero_slice(n, world) + kept + (live < rest ? live : rest);
     return held < n ? held : n;
+}
+
+/* ZeRO 3: the parameters of [a, b) outside this rank's slice [lo, hi) go back to the kernel,
+ * and their bf16 copies (bf16: NULL without); the pages read as zeros until written again. */
+static inline void tr__release_outside(float *params, uint16_t *bf16, size_t a, size_t b, size_t lo,
+                                       size_t hi)
+{
+    size_t x = b < lo ? b : lo, y = a > hi ? a : hi;
+    if (x > a) tr__vmem_release(params + a, (x - a) * sizeof(float));
+    if (b > y) tr__vmem_release(params + y, (b - y) * sizeof(float));
+    if (bf16 && x > a) tr__vmem_release(bf16 + a, (x - a) * sizeof(uint16_t));
+    if (bf16 && b > y) tr__vmem_release(bf16 + y, (b - y) * sizeof(uint16_t));
 }
 
 /* The elements of tied tensors: written by one layer, handed out with another's range. */

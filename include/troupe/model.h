@@ -280,6 +280,15 @@ void tr_model_init_params(tr_model_t *model, uint64_t seed);
  * stage that holds only its layers (and the tied tensors they use). TR_ENOMEM for the
  * scratch. The model's thread. */
 int tr_model_init_params_layers(tr_model_t *model, uint64_t seed, const unsigned char *keep);
+/* tr_model_init_params's values, layer by layer, calling done(arg, i) (if not NULL) once layer
+ * i's parameters are written and before the next layer's: a caller that keeps only part of
+ * each layer (ZeRO 3's slice) hands the rest back at once, so the whole model is never
+ * resident. Makes no bf16 copies: tr_model_params_changed_range makes those of a range. */
+void tr_model_init_params_each(tr_model_t *model, uint64_t seed, void (*done)(void *arg, int layer),
+                               void *arg);
+/* tr_model_params_changed for the floats [offset, offset + count) only (nothing outside bf16
+ * mixed precision, or for a range outside the model). */
+void tr_model_params_changed_range(tr_model_t *model, size_t offset, size_t count);
 
 /* The targets the model's loss layer reads: TR_TARGETS_INT, TR_TARGETS_FLOAT (then *y_dim,
  * when y_dim != NULL, gets its floats per position; 0 otherwise) or TR_TARGETS_NONE when the
