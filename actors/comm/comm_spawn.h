@@ -26,13 +26,13 @@ typedef struct tr__buckets {
     uint32_t next_id;   /* bucket number within the step */
 } tr__buckets_t;
 void tr__buckets_init(tr__buckets_t *b, const tr__plan_t *eng);
+int tr__buckets_add(tr_ctx_t *ctx, tr__buckets_t *b, const tr_msg_grad_ready_t *g, uint64_t step);
 
 /* ZeRO 3: spawns the fetcher (fetcher.c), which from now on owns the parameter buffer outside
  * this rank's slice: it hands those pages back at once, keeping the layers under
  * param_persistence_threshold whole. Its state is the runtime's (freed when it stops). The
  * caller's thread, after the parameters are initialised or loaded. */
 int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t errlen);
-int tr__buckets_add(tr_ctx_t *ctx, tr__buckets_t *b, const tr_msg_grad_ready_t *g, uint64_t step);
 
 /* The comm actor's state is *state, which outlives the actor: the other actors' buffers it
  * reduces may be in flight until all have stopped, and its comms_logger summary prints at the

@@ -70,7 +70,7 @@ struct tr__fetcher {
     uint64_t version, step;
     /* the pass */
     uint32_t id;
-    int pass;       /* 1 forward, 2 backward, 3 forward alone; 0: none */
+    int pass;       /* TR__PASS_*; 0: none */
     int next, done; /* positions (of the pass's F) fetched, and finished by the executor */
     bool *answered; /* per position: PARAM_READY sent */
     bool all;       /* a save waits for every layer */
@@ -80,7 +80,7 @@ struct tr__fetcher {
 
 static int dir(int pass)
 {
-    return pass == 2;
+    return pass == TR__PASS_BACKWARD;
 }
 
 static int layer_at(const struct tr__fetcher *f, int pass, int pos)
@@ -148,7 +148,9 @@ static int gather(tr_ctx_t *ctx, struct tr__fetcher *f, int i)
  * neither uses it. */
 static size_t reuse_distance(const struct tr__fetcher *f, int t, int pass, int pos)
 {
-    int next = pass == 1 ? 2 : pass == 2 ? 1 : 3;
+    int next = pass == TR__PASS_FORWARD    ? TR__PASS_BACKWARD
+               : pass == TR__PASS_BACKWARD ? TR__PASS_FORWARD
+                                           : TR__PASS_FORWARD_ALONE;
     size_t d = 0;
     for (int round = 0; round < 2; round++) {
         int p = round ? next : pass;
@@ -255,7 +257,7 @@ static int pump(tr_ctx_t *ctx, struct tr__fetcher *f)
 static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
 {
     const tr_msg_param_fetch_t *r = TR_MSG_AS(msg, param_fetch);
-    if (r->kind == 1 || r->kind == 3) {
+    if (r->kind == TR__FETCH_PASS || r->kind == TR__FETCH_ALL) {
         f->step = msg->step;
         if (r->version != f->version) { /* the parameters moved: older copies are stale */
             f->version = r->version;
@@ -264,7 +266,7 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
         }
     }
     switch (r->kind) {
-    case 1: /* a pass starts; an unfinished one (a failed layer) is dropped */
+    case TR__FETCH_PASS: /* a pass starts; an unfinished one (a failed layer) is dropped */
         for (int i = 0; i < f->L; i++)
             f->u[i].in_use = 0;
         f->pass = (int)r->pass;
@@ -272,8 +274,9 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
         f->next = f->done = 0;
         f->ahead = 0;
         memset(f->answered, 0, (size_t)f->L * sizeof(bool));
+        make_room(f, 0); /* what a save or a gather of every layer left beyond the limit */
         return pump(ctx, f);
-    case 2: { /* the executor is done with a layer of the pass */
+    case TR__FETCH_DONE: { /* the executor is done with a layer of the pass */
         if (r->id != f->id || !f->pass || f->done >= f->next ||
             layer_at(f, f->pass, f->done) != (int)r->layer)
             return 0; /* of a pass dropped since */
@@ -289,7 +292,7 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
         if (f->done == f->F[dir(f->pass)]) f->pass = 0;
         return pump(ctx, f);
     }
-    case 3: /* a save: every layer whole, outside any window */
+    case TR__FETCH_ALL: /* a save: every layer whole, outside any window */
         f->all = true;
         f->all_id = r->id;
         for (int i = 0; i < f->L; i++) {
@@ -300,7 +303,7 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
             if (rc < 0) return rc;
         }
         return answer(ctx, f);
-    case 4: /* a restore wrote the whole buffer (no pass runs): back to the slice */
+    case TR__FETCH_REWRITTEN: /* a restore wrote the buffer (no pass runs): back to the slice */
         f->version = r->version;
         for (int i = 0; i < f->L; i++) {
             unit_t *u = &f->u[i];

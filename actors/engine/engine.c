@@ -272,9 +272,12 @@ static int register_buffers(tr_engine_t *eng)
     if (p->zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
         size_t kept = 0, largest = 0;
         for (int i = 0; i < tr_model_num_layers(eng->model); i++) {
-            size_t c = tr_model_layer(eng->model, i)->param_count;
+            size_t c = tr_model_layer(eng->model, i)->param_count, group = 0;
             kept += tr__persists(c, kept, eng->cfg) ? c : 0;
-            largest = c > largest ? c : largest;
+            for (int j = tr__backward_from(eng->model, i); j <= i; j++) /* what i's pass reads */
+                group += tr_model_layer(eng->model, j)->param_count +
+                         tr_model_layer(eng->model, j)->tie_count;
+            largest = group > largest ? group : largest;
         }
         eng->memory.params =
             tr__zero3_params_of(p->n_params, p->world, kept, largest, eng->cfg) * sizeof(float);

@@ -274,10 +274,17 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     memset(out, 0, sizeof(*out));
     out->params = (uint64_t)n * sizeof(float);
     if (zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
-        size_t kept = 0;
-        for (int i = 0; i < m->n_layers; i++)
+        int64_t k = c->pipeline.activation_checkpoint_interval, L = m->n_layers;
+        size_t kept = 0, position = 0; /* the most one layer's pass reads (plan.h) */
+        for (int i = 0; i < L; i++) {
             kept += tr__persists(m->layers[i].params, kept, c) ? m->layers[i].params : 0;
-        out->params = (uint64_t)tr__zero3_params_of(n, world, kept, largest, c) * sizeof(float);
+            bool recompute = k > 0 && k < L && i % k == k - 1 && i / k < (L - 1) / k;
+            size_t group = 0;
+            for (int64_t j = recompute ? i / k * k : i; j <= i; j++) /* tr__backward_from */
+                group += m->layers[j].params + m->layers[j].tied;
+            position = group > position ? group : position;
+        }
+        out->params = (uint64_t)tr__zero3_params_of(n, world, kept, position, c) * sizeof(float);
     }
     /* ZeRO 2's resident gradient (plan.h): k buckets in flight and the largest layer, at most
      * the whole; the tied ranges come on top, as the engine counts them */

@@ -79,6 +79,19 @@ typedef enum {
     TR__STATE_DISCARD, /* a save failed on some rank: remove the files this rank wrote for it */
 } tr__state_kind_t;
 
+/* PARAM_FETCH's kinds and passes (ZeRO 3: executor -> fetcher). */
+enum {
+    TR__FETCH_PASS = 1,      /* a pass over the layers starts */
+    TR__FETCH_DONE = 2,      /* the pass is done with a layer */
+    TR__FETCH_ALL = 3,       /* every layer whole (a save, tr_engine_gather_params) */
+    TR__FETCH_REWRITTEN = 4, /* a restore wrote the whole buffer */
+};
+enum {
+    TR__PASS_FORWARD = 1,       /* a training micro-batch's forward (its backward follows) */
+    TR__PASS_BACKWARD = 2,      /* its backward: the layers from the last */
+    TR__PASS_FORWARD_ALONE = 3, /* a forward with no backward (evaluation) */
+};
+
 /* COMM_SCALAR `what` tags for checkpoints: the comm actor names them when the ranks diverge (a
  * save's wait or a load called on some ranks only meets another collective on the others).
  * Other requesters' tags are their own, below these. */
@@ -227,7 +240,8 @@ static inline bool tr__persists(size_t n, size_t kept, const tr_config_t *c)
 }
 
 /* ZeRO 3: the parameter floats a rank holds at most, of n: its slice, the `kept` persistent
- * ones, and the fetcher's gathered layers (max_live_parameters, and one layer beyond it). */
+ * ones, and the fetcher's gathered layers (max_live_parameters, and one position beyond it:
+ * `largest`, the most one layer's pass reads, a checkpointed group's in a backward). */
 static inline size_t tr__zero3_params_of(size_t n, int world, size_t kept, size_t largest,
                                          const tr_config_t *c)
 {

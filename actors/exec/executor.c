@@ -44,10 +44,6 @@ typedef struct queued {
 enum { BW_NONE, BW_TRAIN, BW_CLIENT };
 enum { FW_NONE, FW_TRAIN, FW_CLIENT, FW_EVAL };
 
-/* PARAM_FETCH's kinds and passes (ZeRO 3: the fetcher). */
-enum { FETCH_PASS = 1, FETCH_DONE = 2, FETCH_ALL = 3, FETCH_REWRITTEN = 4 };
-enum { PASS_FORWARD = 1, PASS_BACKWARD = 2, PASS_FORWARD_ALONE = 3 };
-
 /* What a COMM_SCALAR answers (its `what`). */
 enum { SCALAR_STEP_LOSS = 1, SCALAR_EVAL_LOSS = 2 };
 
@@ -275,7 +271,7 @@ static int fetch_pass(tr_ctx_t *ctx, struct tr__exec *x, uint32_t pass)
     if (x->eng->zero != 3) return 0;
     x->fetch.id++;
     memset(x->fetch.ready, 0, (size_t)tr_model_num_layers(x->model));
-    return ask_fetcher(ctx, x, FETCH_PASS, pass, 0);
+    return ask_fetcher(ctx, x, TR__FETCH_PASS, pass, 0);
 }
 
 /* Layer i's parameters (its forward's, or its backward's) are whole (always, below ZeRO 3). */
@@ -288,7 +284,7 @@ static bool here(const struct tr__exec *x, int i, bool backward)
 static int fetch_done(tr_ctx_t *ctx, struct tr__exec *x, int i, bool backward)
 {
     if (x->eng->zero != 3 || !tr__layer_fetched(x->model, i, backward)) return 0;
-    return ask_fetcher(ctx, x, FETCH_DONE, 0, i);
+    return ask_fetcher(ctx, x, TR__FETCH_DONE, 0, i);
 }
 
 /* --- passes --------------------------------------------------------------------------------- */
@@ -320,7 +316,9 @@ static void train_failed(struct tr__exec *x, int rc, const char *why)
 }
 
 /* Ends the request with an error naming the layer, the pass and the step (a TRAIN's:
- * train_failed). */
+ * train_failed). Across ranks, a failed pass whose collectives the other ranks go on with
+ * fails the engine instead, as train_failed does: at ZeRO 3 any pass (the fetcher has asked
+ * for gathers ahead), at ZeRO 2 a backward (its buckets are out). */
 static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
 {
     char why[1024];
@@ -330,10 +328,13 @@ static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
              (unsigned long long)x->global_steps, x->micro, layer,
              tr_model_layer(x->model, layer)->name, pass, tr_err_name(rc), tr_strerror(rc),
              model_why && model_why[0] ? ": " : "", model_why ? model_why : "");
+    const tr__plan_t *e = x->eng;
     if (x->req == TR__REQ_TRAIN)
         train_failed(x, rc, why);
+    else if (e->world > 1 && (e->zero == 3 || (e->zero == 2 && strcmp(pass, "backward") == 0)))
+        tr__engine_fail(e, rc, "%s", why);
     else
-        tr__reply(x->eng, rc, NULL, "%s", why);
+        tr__reply(e, rc, NULL, "%s", why);
     return rc;
 }
 
@@ -391,7 +392,7 @@ static int backward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, bool bo
     x->bw.step = step;
     x->bw.t0 = t0;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / x->eng->GAS));
-    return fetch_pass(ctx, x, PASS_BACKWARD);
+    return fetch_pass(ctx, x, TR__PASS_BACKWARD);
 }
 
 /* The backward pass from layer bw.next down. The gradients go out at the boundary: with
@@ -511,7 +512,7 @@ static int micro_batch(tr_ctx_t *ctx, struct tr__exec *x, const queued_t *q, uin
     x->bw.b = *q;
     x->bw.micro = x->micro;
     x->bw.step = step;
-    int rc = forward_begin(ctx, x, FW_TRAIN, &b, PASS_FORWARD);
+    int rc = forward_begin(ctx, x, FW_TRAIN, &b, TR__PASS_FORWARD);
     if (rc == 0) rc = forward_run(ctx, x);
     if (rc == 1) return 1;
     x->fw.caller = FW_NONE;
@@ -842,7 +843,7 @@ static void serve_forward(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine
                                 e->y_dim ? NULL : x->targets, e->y_dim ? x->y : NULL);
     if (x->micro == 0) tr_monitor_step(e->mon, x->global_steps, tr_now_ns()); /* the window opens */
     x->win = win_next(x->win, EV_FORWARD_BEGIN);
-    int rc = forward_begin(ctx, x, FW_CLIENT, &batch, PASS_FORWARD);
+    int rc = forward_begin(ctx, x, FW_CLIENT, &batch, TR__PASS_FORWARD);
     if (rc == 0) rc = forward_run(ctx, x);
     if (rc != 1) client_forward_done(x, rc); /* 1: ZeRO 3, PARAM_READY goes on */
 }
@@ -1017,7 +1018,10 @@ static void eval_run(tr_ctx_t *ctx, struct tr__exec *x)
                                       &wrapped, err, sizeof(err));
             if (rc < 0) {
                 tr_model_set_training(x->model, 1);
-                tr__reply(e, rc, NULL, "eval: %s", err);
+                if (e->zero == 3) /* the other ranks go on with this pass's gathers */
+                    tr__engine_fail(e, rc, "eval: %s", err);
+                else
+                    tr__reply(e, rc, NULL, "eval: %s", err);
                 return;
             }
         }
@@ -1036,7 +1040,7 @@ static void eval_run(tr_ctx_t *ctx, struct tr__exec *x)
             x->ev.round++;
             continue;
         }
-        if (forward_begin(ctx, x, FW_EVAL, &batch, PASS_FORWARD_ALONE) < 0) {
+        if (forward_begin(ctx, x, FW_EVAL, &batch, TR__PASS_FORWARD_ALONE) < 0) {
             x->fw.caller = FW_NONE;
             tr_model_set_training(x->model, 1);
             return;
@@ -1076,7 +1080,6 @@ static void on_scalar(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_comm_scala
 
 /* --- checkpoints ----------------------------------------------------------------------------- */
 
-/* SAVE: the executor's part of the state, on to the optimizer. */
 /* A save: the chain executor -> optimizer -> checkpointer. At ZeRO 3 the fetcher first gathers
  * every layer, so the checkpointer copies whole parameters (save_chain follows its answer). */
 static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
@@ -1088,7 +1091,7 @@ static void serve_save(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_re
     x->fetch.id++;
     x->fetch.all = TR__REQ_SAVE;
     x->fetch.request = *r;
-    ask_fetcher(ctx, x, FETCH_ALL, 0, 0);
+    ask_fetcher(ctx, x, TR__FETCH_ALL, 0, 0);
 }
 
 /* tr_engine_gather_params: at ZeRO 3 the fetcher gathers every layer; the reply follows its
@@ -1108,7 +1111,7 @@ static void serve_gather(tr_ctx_t *ctx, struct tr__exec *x)
     }
     x->fetch.id++;
     x->fetch.all = TR__REQ_GATHER;
-    ask_fetcher(ctx, x, FETCH_ALL, 0, 0);
+    ask_fetcher(ctx, x, TR__FETCH_ALL, 0, 0);
 }
 
 static void save_chain(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r)
@@ -1231,6 +1234,12 @@ static void restore_params(struct tr__exec *x, const float *params)
 {
     const tr__plan_t *e = x->eng;
     float *p = tr_model_params(x->model);
+    if (e->zero == 3) { /* this rank's slice only; the fetcher gathers the rest when used */
+        size_t lo, hi;
+        tr__zero_owned(e->n_params, e->world, e->rank, &lo, &hi);
+        memcpy(p + lo, params + lo, (hi - lo) * sizeof(float));
+        return;
+    }
     memcpy(p + e->own_lo, params + e->own_lo, (e->own_hi - e->own_lo) * sizeof(float));
     for (int i = e->stage_first; e->stage >= 0 && i <= e->stage_last; i++) {
         const tr_layer_t *l = tr_model_layer(x->model, i);
@@ -1254,7 +1263,7 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
     }
     restore_params(x, params);
     x->version++; /* ZeRO 3: the fetcher keeps this rank's slice of what was loaded */
-    if (e->zero == 3 && ask_fetcher(ctx, x, FETCH_REWRITTEN, 0, 0) < 0) return 0;
+    if (e->zero == 3 && ask_fetcher(ctx, x, TR__FETCH_REWRITTEN, 0, 0) < 0) return 0;
     x->global_steps = s->global_step;
     x->skipped_steps = s->skipped_steps;
     x->global_samples = s->global_samples;

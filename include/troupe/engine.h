@@ -176,10 +176,11 @@ int tr_engine_wait_checkpoint(tr_engine_t *eng);
 
 /* Makes the parameters whole in tr_engine_model's buffer on this rank, for the caller to read
  * (an export, sampling): at zero_optimization.stage 3 each rank keeps only its slice and the
- * layers are gathered when used, so this all-gathers every layer (every rank must call it, as
- * for a save); at other stages they are whole already and it returns at once. Between steps
- * only (TR_EBUSY inside an accumulation window); they stay whole until the next call that
- * trains or evaluates. */
+ * layers are gathered when used, so this all-gathers every layer; on a pipeline across ranks
+ * each stage's ranks hold only their layers, so every stage's are broadcast. Every rank must
+ * call it, as for a save; elsewhere they are whole already and it returns at once. Between
+ * steps only (TR_EBUSY inside an accumulation window); read them before the next call that
+ * trains or evaluates, which hands them back (ZeRO 3: down to max_live_parameters). */
 int tr_engine_gather_params(tr_engine_t *eng);
 
 /* Loads <dir>/<tag> (NULL: the tag in <dir>/latest): parameters, optimizer state, step
@@ -199,8 +200,12 @@ int tr_engine_load_checkpoint(tr_engine_t *eng, const char *dir, const char *tag
 const char *tr_engine_error(const tr_engine_t *eng);
 
 /* The engine's model, as a read-only view: the executor owns it. Its parameters may be read
- * between calls (not while a call runs); to change them, load a checkpoint. The caller's
- * thread. Both return NULL for a NULL eng (tr_last_error() says so). */
+ * between calls (not while a call runs); to change them, load a checkpoint. At
+ * zero_optimization.stage 3 (and on a pipeline's ranks) the buffer holds this rank's part
+ * only, the rest reading as zeros or as a stale copy: call tr_engine_gather_params first, and
+ * read before the next training or evaluation call (after tr_engine_destroy the model keeps
+ * what the rank held). The caller's thread. Both return NULL for a NULL eng (tr_last_error()
+ * says so). */
 const tr_model_t *tr_engine_model(const tr_engine_t *eng);
 const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 
