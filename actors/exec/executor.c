@@ -132,6 +132,8 @@ struct tr__exec {
         bool boundary;
         int micro;         /* the window's micro-batch it belongs to */
         uint64_t step, t0; /* its step and when its backward began */
+        uint64_t seg;      /* when it last started or went on after a wait */
+        bool waiting;      /* paused (ZeRO 2, 3): the trace's span ended at the wait */
         float loss;        /* its forward's */
         queued_t b;        /* BW_TRAIN: the batch, given back to the loader once done */
     } bw;
@@ -140,7 +142,8 @@ struct tr__exec {
         int next;     /* the next layer to run */
         bool phantom; /* ZeRO 3 evaluation past this rank's batches: fetch, no compute */
         tr_batch_t batch;
-        uint64_t t0;
+        uint64_t t0, seg; /* when it began; when it last started or went on after a wait */
+        bool waiting;     /* paused (ZeRO 3): the trace's span ended at the wait */
         float loss;
     } fw;
     struct { /* the EVAL in progress: its batches i, i + replicas, ... below n */
@@ -338,6 +341,31 @@ static int layer_failed(struct tr__exec *x, int layer, const char *pass, int rc)
     return rc;
 }
 
+/* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
+ * message span holds both, and the timeline shows where the gradients leave. */
+static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0, uint64_t t1)
+{
+    if (x->eng->mon)
+        tr_monitor_span(x->eng->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
+                                                  TR__LANE_PASSES, 0, 0});
+}
+
+/* A pass pauses (for room in the gradient window, for parameters): its span so far ends here,
+ * so the trace (and the summary's "comm hidden") shows the wait as no compute; the next
+ * segment starts when it goes on (resumed). */
+static void paused(struct tr__exec *x, const char *name, uint64_t *seg, bool *waiting)
+{
+    uint64_t now = tr_now_ns();
+    if (!*waiting && now > *seg) pass_span(x, name, x->global_steps, *seg, now);
+    *waiting = true;
+}
+
+static void resumed(uint64_t *seg, bool *waiting)
+{
+    if (*waiting) *seg = tr_now_ns();
+    *waiting = false;
+}
+
 /* Starts a forward pass over the batch b at the first layer; forward_run goes through it. */
 static int forward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, const tr_batch_t *b,
                          uint32_t pass)
@@ -346,7 +374,8 @@ static int forward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, const tr
     x->fw.next = 0;
     x->fw.phantom = false;
     x->fw.batch = *b;
-    x->fw.t0 = tr_now_ns();
+    x->fw.t0 = x->fw.seg = tr_now_ns();
+    x->fw.waiting = false;
     return fetch_pass(ctx, x, pass);
 }
 
@@ -356,9 +385,13 @@ static int forward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, const tr
  * waits; 0: done (fw.loss); < 0: failed, reported. */
 static int forward_run(tr_ctx_t *ctx, struct tr__exec *x)
 {
+    resumed(&x->fw.seg, &x->fw.waiting);
     for (; x->fw.next < tr_model_num_layers(x->model); x->fw.next++) {
         int i = x->fw.next;
-        if (!here(x, i, false)) return 1;
+        if (!here(x, i, false)) {
+            if (x->fw.caller != FW_EVAL) paused(x, "forward", &x->fw.seg, &x->fw.waiting);
+            return 1;
+        }
         int rc = x->fw.phantom ? 0 : tr_model_layer_forward(x->model, i, &x->fw.batch);
         if (rc < 0) return layer_failed(x, i, "forward", rc);
         if ((rc = fetch_done(ctx, x, i, false)) < 0) return rc;
@@ -390,7 +423,8 @@ static int backward_begin(tr_ctx_t *ctx, struct tr__exec *x, int caller, bool bo
     x->bw.boundary = boundary;
     x->bw.micro = x->micro;
     x->bw.step = step;
-    x->bw.t0 = t0;
+    x->bw.t0 = x->bw.seg = t0;
+    x->bw.waiting = false;
     tr_model_set_loss_scale(x->model, (float)(x->loss_scale / x->eng->GAS));
     return fetch_pass(ctx, x, TR__PASS_BACKWARD);
 }
@@ -408,11 +442,15 @@ static int backward_run(tr_ctx_t *ctx, struct tr__exec *x)
 {
     const tr__plan_t *e = x->eng;
     bool send = x->bw.boundary || e->zero >= 2, now = e->overlap_comm || e->zero >= 2;
+    resumed(&x->bw.seg, &x->bw.waiting);
     for (; x->bw.next >= 0; x->bw.next--) {
         int i = x->bw.next;
         size_t own = tr_model_layer(x->model, i)->param_count;
-        if (!here(x, i, true)) return 1;
-        if (e->grad_window && x->grads_out && x->grads_out + own > e->grad_window) return 1;
+        if (!here(x, i, true) ||
+            (e->grad_window && x->grads_out && x->grads_out + own > e->grad_window)) {
+            paused(x, "backward", &x->bw.seg, &x->bw.waiting);
+            return 1;
+        }
         int rc = tr_model_layer_backward(x->model, i);
         if (rc < 0) return layer_failed(x, i, "backward", rc);
         if ((rc = fetch_done(ctx, x, i, true)) < 0) return rc;
@@ -425,20 +463,11 @@ static int backward_run(tr_ctx_t *ctx, struct tr__exec *x)
     return 0;
 }
 
-/* A forward or backward pass as a span of the trace's "executor passes" lane: the executor's
- * message span holds both, and the timeline shows where the gradients leave. */
-static void pass_span(struct tr__exec *x, const char *name, uint64_t step, uint64_t t0, uint64_t t1)
-{
-    if (x->eng->mon)
-        tr_monitor_span(x->eng->mon, &(tr_span_t){name, t0, t1, step, (uint32_t)x->micro,
-                                                  TR__LANE_PASSES, 0, 0});
-}
-
 /* A forward pass over [t0, t1) of step `step`: DeepSpeed's timers and the trace's span. */
 static void forward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64_t t1)
 {
     tr__dsmon_forward(x->ds, t0, t1);
-    pass_span(x, "forward", step, t0, t1);
+    pass_span(x, "forward", step, x->fw.seg, t1); /* since its last wait (ZeRO 3) */
 }
 
 /* A backward pass over [t0, t1): timers, span, and the micro-batch counted as done. */
@@ -458,7 +487,7 @@ static void backward_done(struct tr__exec *x, uint64_t step, uint64_t t0, uint64
                           bool boundary)
 {
     tr__dsmon_backward(x->ds, t0, t1, boundary);
-    pass_span(x, "backward", step, t0, t1);
+    pass_span(x, "backward", step, x->bw.seg, t1); /* since its last wait (ZeRO 2, 3) */
     micro_counted(x, boundary);
 }
 
