@@ -11,10 +11,10 @@
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
  * messages, each running the backend's progress once. A poll after one that completed nothing
- * only yields the core first while the youngest pending operation is younger than 20 ms (MPI
- * moves a collective on only inside its calls: a sleep there is added to the collective's
- * time), and sleeps 256 us past that (idle_wait); with nothing pending no poll is sent and the
- * actor parks. The local backend completes at once and needs none of this.
+ * sleeps 1 us first while the youngest pending operation is younger than 20 ms (MPI moves a
+ * collective on only inside its calls: a sleep there is added to the collective's time), and
+ * 256 us past that (idle_wait); with nothing pending no poll is sent and the actor parks. The local
+ * backend completes at once and needs none of this.
  *
  * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
  * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
@@ -28,12 +28,14 @@
  * every TR__WATCH_TICK_NS) so that a rank with nothing pending still answers. A group of one, or
  * a backend without point-to-point, has no channel: its watchdog fails the engine at once.
  */
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "actors/comm/comm_internal.h"
 #include "base/errf.h"
@@ -120,6 +122,14 @@ static void scale(float *x, size_t n, float mul)
     if (mul != 1.0f) tr__vec()->scale(x, mul, n);
 }
 
+/* A bucket's floats [a, a + count) of the gradient buffer (data), ready for the wire: times
+ * `pre` (the mean's share before the sum), then on a 16-bit wire converted into c->wire16. */
+static void prepare_bucket(struct tr__comm *c, float *data, size_t a, size_t count, float pre)
+{
+    scale(data, count, pre);
+    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+}
+
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
@@ -146,16 +156,24 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
-    scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
-    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+    /* The values must be scaled (and on a 16-bit wire converted) before the collective starts.
+     * With a header exchange it never starts inside tr__comm_submit (the exchange's end comes
+     * back as a later COMM_DONE), so the exchange is posted first and this pass overlaps it:
+     * ranks that arrived earlier learn of the agreement while this one still scales, and post
+     * their side of the collective sooner. */
+    bool exchange = c->headers != NULL;
+    float pre = scatter ? 1.0f / (float)e->world : c->pre;
+    if (!exchange) prepare_bucket(c, data, a, count, pre);
     tr__coll_op_t kind = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE;
-    return tr__comm_submit(c, op,
-                           (header_t){.op = kind,
-                                      .dtype = c->wire,
-                                      .bytes = count * tr_dtype_size(c->wire),
-                                      .step = msg->step,
-                                      .micro_step = msg->micro_step,
-                                      .bucket = b->bucket});
+    int rc = tr__comm_submit(c, op,
+                             (header_t){.op = kind,
+                                        .dtype = c->wire,
+                                        .bytes = count * tr_dtype_size(c->wire),
+                                        .step = msg->step,
+                                        .micro_step = msg->micro_step,
+                                        .bucket = b->bucket});
+    if (rc == 0 && exchange) prepare_bucket(c, data, a, count, pre);
+    return rc;
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -529,31 +547,41 @@ static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
     raise(SIGKILL);
 }
 
-/* Operations younger than this are polled without sleeping (MPI_Test's own pace, the core
- * yielded between polls); older ones every SLEEP_NS. */
-#define SPIN_NS  20000000ull
-#define SLEEP_NS 256000L
+/* Operations younger than this are polled every SHORT_NS (in practice every few us), older
+ * ones every LONG_NS. */
+#define YOUNG_NS 20000000ull
+#define SHORT_NS 1000L
+#define LONG_NS  256000L
 
-/* The wait before a poll after one that completed nothing. While the youngest operation in
- * flight is younger than SPIN_NS, none: the core is only yielded (sched_yield), so any other
- * thread that wants it (the executor's compute, another rank's process on an oversubscribed
- * core) runs first, and a poll follows as soon as the core is free. Open MPI moves a
- * collective on only inside its calls and a collective needs several of them (each step of
- * its algorithm, each handshake of a large message); a sleep between them is added to the
- * collective's time at each, which cost the earlier backoff (an eighth of the operation's
- * age) 15-25% of a 1-4 MiB all-reduce, measured against MPI_Test in a loop. Past SPIN_NS (a
- * long collective, or a rank waiting for a late one) a sleep of SLEEP_NS: at most ~4000
- * polls a second, and under 2% of a collective that long per handshake. */
+/* The wait before a poll after one that completed nothing: SHORT_NS while the youngest
+ * operation in flight is younger than YOUNG_NS, LONG_NS past that (a long collective, or a
+ * rank waiting for a late one: at most ~4000 polls a second, and under 2% of a collective that
+ * long per step of it). Open MPI moves a collective on only inside its calls and a collective
+ * needs several of them (each step of its algorithm, each handshake of a large message), so a
+ * sleep between polls is added to the collective's time at each: the earlier backoff (an
+ * eighth of the operation's age, and Linux's default 50 us timer slack on every sleep) cost a
+ * 1-4 MiB all-reduce 15-25% against MPI_Test in a loop. A sleep, not sched_yield: on a core
+ * shared with other processes a yielding thread hands its core over for a whole time slice
+ * (measured at load 8 on 2 cores: 1 MiB in 4.9 ms yielding, 1.2 ms sleeping 1 us, 1.1 ms
+ * spinning), while one that sleeps is woken promptly. The comm actor's thread takes a timer
+ * slack of 1 us (timer_slack) so that a 1 us sleep lasts a few us, not 50. */
 static void idle_wait(const struct tr__comm *c)
 {
     uint64_t now = tr_now_ns(), youngest = UINT64_MAX;
     for (size_t i = 0; i < c->cap; i++)
         if (c->pending[i].req && now - c->pending[i].t_start < youngest)
             youngest = now - c->pending[i].t_start;
-    if (youngest < SPIN_NS)
-        sched_yield();
-    else
-        nanosleep(&(struct timespec){0, SLEEP_NS}, NULL);
+    nanosleep(&(struct timespec){0, youngest < YOUNG_NS ? SHORT_NS : LONG_NS}, NULL);
+}
+
+/* Once, on the comm actor's own thread (it is pinned): sleeps of 1 us there last a few us. */
+static void timer_slack(struct tr__comm *c)
+{
+    if (c->slack_set) return;
+    c->slack_set = true;
+#ifdef __linux__
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* else the default 50 us */
+#endif
 }
 
 /* One progress pass; polls again while anything is pending, after idle_wait when the previous
@@ -562,7 +590,10 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 {
     c->polling = false;
     if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
-    if (idle_polls) idle_wait(c);
+    if (idle_polls) {
+        timer_slack(c);
+        idle_wait(c);
+    }
     int left = c->backend->ops->progress(c->backend);
     int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
     if (left < 0 || hl < 0) {
