@@ -19,11 +19,10 @@ const char *bench_op_name(bench_op_t op);
 
 /* mpi_collectives.c: bare MPI computing what the comm actor computes, the mean over the ranks,
  * as DeepSpeed does: per repetition a barrier, then an all-reduce (MPI_Iallreduce in place,
- * completed by polling MPI_Test with sched_yield between polls as the actor polls, then the
- * whole buffer times 1 / world) or a reduce-scatter
- * (the whole buffer times 1 / world, then MPI_Ireduce_scatter in place with the actor's
- * partitions, polled the same way); `warmup` untimed repetitions first. Fills sum[reps] with
- * the slowest rank's time of the collective alone and mean[reps] with it and its scaling.
+ * completed by polling MPI_Test in a tight loop, then the whole buffer times 1 / world) or a
+ * reduce-scatter (the whole buffer times 1 / world, then MPI_Ireduce_scatter in place with the
+ * actor's partitions, polled the same way); `warmup` untimed repetitions first. Fills sum[reps]
+ * with the slowest rank's time of the collective alone and mean[reps] with it and its scaling.
  * Returns 0, or a negative value when MPI failed (printed). */
 int bench_mpi_times(bench_op_t op, size_t bytes, int warmup, int reps, double *sum, double *mean);
 
