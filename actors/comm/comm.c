@@ -11,10 +11,10 @@
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
  * messages, each running the backend's progress once. A poll after one that completed nothing
- * follows at once while the youngest pending operation is younger than 2 ms (and each pass
- * then tests for up to 20 us), after a 1 us sleep while it is younger than 20 ms (MPI moves a
- * collective on only inside its calls: a sleep there is added to the collective's time), and
- * after 256 us past that (pause_ns); with nothing pending no poll is sent and the actor parks. The
+ * follows a 1 us sleep while the youngest pending operation is younger than 20 ms (MPI moves
+ * a collective on only inside its calls: a sleep there is added to the collective's time; a
+ * COMM_POLL then polls for up to 20 us), and a 256 us one past that (pause_ns); with nothing
+ * pending no poll is sent and the actor parks. The
  * local backend completes at once and needs none of this.
  *
  * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
@@ -548,35 +548,35 @@ static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
     raise(SIGKILL);
 }
 
-/* Operations younger than SPIN_NS are polled without a pause, in passes of up to PASS_NS;
- * younger than YOUNG_NS, every SHORT_NS (in practice every few us); older ones every LONG_NS. */
-#define SPIN_NS  2000000ull
-#define PASS_NS  20000ull
+/* Operations younger than YOUNG_NS are polled every SHORT_NS (in practice every few us), in
+ * passes of up to PASS_NS; older ones every LONG_NS, a pass each. */
 #define YOUNG_NS 20000000ull
+#define PASS_NS  20000ull
 #define SHORT_NS 1000L
 #define LONG_NS  256000L
 
-/* How long the comm actor waits between polls that complete nothing (0: none, it spins),
- * from the age of the youngest operation in flight. Open MPI moves a collective on only inside
- * its calls and a collective needs several of them (each step of its algorithm, each handshake
- * of a large message), so a pause between polls is added to the collective's time at each:
- * the earlier backoff (an eighth of the operation's age, and Linux's default 50 us timer slack
- * on every sleep) cost a 1-4 MiB all-reduce 15-25% against MPI_Test in a loop. Hence none for
- * SPIN_NS (a 1 MiB collective's whole life, at most 2 ms of a core per collective), then
- * SHORT_NS until YOUNG_NS, then LONG_NS (a long collective, or a rank waiting for a late one:
- * at most ~4000 polls a second, and under 2% of a collective that long per step of it). A
- * sleep, not sched_yield: on a core shared with other processes a yielding thread hands its
+/* How long the comm actor sleeps between polls that complete nothing, from the age of the
+ * youngest operation in flight. Open MPI moves a collective on only inside its calls and a
+ * collective needs several of them (each step of its algorithm, each handshake of a large
+ * message), so a pause between polls is added to the collective's time at each: the earlier
+ * backoff (an eighth of the operation's age, and Linux's default 50 us timer slack on every
+ * sleep) cost a 1-4 MiB all-reduce 15-25% against MPI_Test in a loop. Hence SHORT_NS until
+ * YOUNG_NS, then LONG_NS (a long collective, or a rank waiting for a late one: at most ~4000
+ * polls a second, and under 2% of a collective that long per step of it). A sleep, neither
+ * sched_yield nor spinning: on a core shared with other processes a yielding thread hands its
  * core over for a whole time slice (measured at load 8 on 2 cores: a 1 MiB all-reduce took 4.9
- * ms yielding, 1.2 ms sleeping 1 us, 1.1 ms spinning), while one that sleeps is woken
- * promptly. The comm actor's thread takes a timer slack of 1 us (timer_slack) so that a 1 us
- * sleep lasts a few us, not 50. */
+ * ms yielding, 1.2 ms sleeping 1 us, 1.1 ms spinning), and a spinning one holds it from the
+ * rank it waits for when two ranks share a core (4 ranks on 2 cores: a 4 MiB all-reduce took
+ * ~20 ms spinning its first 2 ms, 13-18 ms sleeping), while one that sleeps is woken promptly.
+ * The comm actor's thread takes a timer slack of 1 us (timer_slack) so that a 1 us sleep lasts
+ * a few us, not 50. */
 static long pause_ns(const struct tr__comm *c)
 {
     uint64_t now = tr_now_ns(), youngest = UINT64_MAX;
     for (size_t i = 0; i < c->cap; i++)
         if (c->pending[i].req && now - c->pending[i].t_start < youngest)
             youngest = now - c->pending[i].t_start;
-    return youngest < SPIN_NS ? 0 : youngest < YOUNG_NS ? SHORT_NS : LONG_NS;
+    return youngest < YOUNG_NS ? SHORT_NS : LONG_NS;
 }
 
 /* Once, on the comm actor's own thread (it is pinned): sleeps of 1 us there last a few us. */
@@ -589,24 +589,24 @@ static void timer_slack(struct tr__comm *c)
 #endif
 }
 
-/* One progress pass: the backend's progress, again and again while nothing completes, for up to
- * PASS_NS when nothing should pause (a young operation), else once after the pause (when the
- * previous pass completed nothing). Polls again while anything is pending. A pass is one
- * message, so a spinning comm actor still sees its other messages (a new bucket) within
- * PASS_NS, and its trace holds a span per pass, not per test. */
+/* One progress pass: the backend's progress, after the pause when the previous pass completed
+ * nothing, and while nothing completes again after each pause for up to PASS_NS (SHORT_NS
+ * pauses; a LONG_NS pause makes a pass of one). Polls again while anything is pending. A pass
+ * is one message, so the comm actor still sees its other messages (a new bucket) within
+ * PASS_NS, and its trace holds a span per pass, not one per test. */
 static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 {
     c->polling = false;
     if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
     long pause = pause_ns(c);
-    if (idle_polls && pause) {
-        timer_slack(c);
-        nanosleep(&(struct timespec){0, pause}, NULL);
-    }
-    uint64_t until = pause ? 0 : tr_now_ns() + PASS_NS;
+    uint64_t until = pause == SHORT_NS ? tr_now_ns() + PASS_NS : 0;
     bool progressed;
     int left;
-    do {
+    for (int tests = 0;; tests++) {
+        if (tests || idle_polls) {
+            timer_slack(c);
+            nanosleep(&(struct timespec){0, pause}, NULL);
+        }
         left = c->backend->ops->progress(c->backend);
         int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
         if (left < 0 || hl < 0) {
@@ -617,7 +617,8 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
         left += hl;
         progressed = left < c->inflight; /* the completions sent their COMM_DONE */
         c->inflight = left;
-    } while (!progressed && left > 0 && tr_now_ns() < until);
+        if (progressed || left == 0 || tr_now_ns() >= until) break;
+    }
     return left > 0 ? schedule_poll(ctx, c, progressed ? 0 : idle_polls + 1) : 0;
 }
 
