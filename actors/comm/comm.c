@@ -11,10 +11,11 @@
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
  * messages, each running the backend's progress once. A poll after one that completed nothing
- * sleeps first, an eighth of the youngest pending operation's age (1 to 256 us: backoff_ns), so
- * a short operation is noticed at once and a long one costs little CPU; with nothing pending
- * no poll is sent and the actor parks. The local
- * backend completes at once and needs none of this.
+ * follows a 1 us sleep while the youngest pending operation is younger than 20 ms (MPI moves
+ * a collective on only inside its calls: a sleep there is added to the collective's time; a
+ * COMM_POLL then polls for up to 20 us), and a 256 us one past that (pause_ns); with nothing
+ * pending no poll is sent and the actor parks. The
+ * local backend completes at once and needs none of this.
  *
  * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
  * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
@@ -33,6 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "actors/comm/comm_internal.h"
 #include "base/errf.h"
@@ -119,6 +123,14 @@ static void scale(float *x, size_t n, float mul)
     if (mul != 1.0f) tr__vec()->scale(x, mul, n);
 }
 
+/* A bucket's floats [a, a + count) of the gradient buffer (data), ready for the wire: times
+ * `pre` (the mean's share before the sum), then on a 16-bit wire converted into c->wire16. */
+static void prepare_bucket(struct tr__comm *c, float *data, size_t a, size_t count, float pre)
+{
+    scale(data, count, pre);
+    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+}
+
 static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
 {
     if (c->broken) return 0; /* the engine has failed already: no more collectives */
@@ -145,16 +157,24 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
-    scale(data, count, scatter ? 1.0f / (float)e->world : c->pre);
-    if (c->wire16) tr__comm_to_wire(c, data, a, count);
+    /* The values must be scaled (and on a 16-bit wire converted) before the collective starts.
+     * With a header exchange it never starts inside tr__comm_submit (the exchange's end comes
+     * back as a later COMM_DONE), so the exchange is posted first and this pass overlaps it:
+     * ranks that arrived earlier learn of the agreement while this one still scales, and post
+     * their side of the collective sooner. */
+    bool exchange = c->headers != NULL;
+    float pre = scatter ? 1.0f / (float)e->world : c->pre;
+    if (!exchange) prepare_bucket(c, data, a, count, pre);
     tr__coll_op_t kind = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE;
-    return tr__comm_submit(c, op,
-                           (header_t){.op = kind,
-                                      .dtype = c->wire,
-                                      .bytes = count * tr_dtype_size(c->wire),
-                                      .step = msg->step,
-                                      .micro_step = msg->micro_step,
-                                      .bucket = b->bucket});
+    int rc = tr__comm_submit(c, op,
+                             (header_t){.op = kind,
+                                        .dtype = c->wire,
+                                        .bytes = count * tr_dtype_size(c->wire),
+                                        .step = msg->step,
+                                        .micro_step = msg->micro_step,
+                                        .bucket = b->bucket});
+    if (rc == 0 && exchange) prepare_bucket(c, data, a, count, pre);
+    return rc;
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -534,37 +554,77 @@ static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
     raise(SIGKILL);
 }
 
-/* The sleep before a poll after one that completed nothing: an eighth of the age of the
- * youngest operation in flight, from 1 to 256 us. A header exchange or a short collective is
- * noticed within microseconds of its end, a long one within 1/8 of its time, and a long wait
- * costs at most ~4000 polls a second. */
-static long backoff_ns(const struct tr__comm *c)
+/* Operations younger than YOUNG_NS are polled every SHORT_NS (in practice every few us), in
+ * passes of up to PASS_NS; older ones every LONG_NS, a pass each. */
+#define YOUNG_NS 20000000ull
+#define PASS_NS  20000ull
+#define SHORT_NS 1000L
+#define LONG_NS  256000L
+
+/* How long the comm actor sleeps between polls that complete nothing, from the age of the
+ * youngest operation in flight. Open MPI moves a collective on only inside its calls and a
+ * collective needs several of them (each step of its algorithm, each handshake of a large
+ * message), so a pause between polls is added to the collective's time at each: the earlier
+ * backoff (an eighth of the operation's age, and Linux's default 50 us timer slack on every
+ * sleep) cost a 1-4 MiB all-reduce 15-25% against MPI_Test in a loop. Hence SHORT_NS until
+ * YOUNG_NS, then LONG_NS (a long collective, or a rank waiting for a late one: at most ~4000
+ * polls a second, and under 2% of a collective that long per step of it). A sleep, neither
+ * sched_yield nor spinning: on a core shared with other processes a yielding thread hands its
+ * core over for a whole time slice (measured at load 8 on 2 cores: a 1 MiB all-reduce took 4.9
+ * ms yielding, 1.2 ms sleeping 1 us, 1.1 ms spinning), and a spinning one holds it from the
+ * rank it waits for when two ranks share a core (4 ranks on 2 cores: a 4 MiB all-reduce took
+ * ~20 ms spinning its first 2 ms, 13-18 ms sleeping), while one that sleeps is woken promptly.
+ * The comm actor's thread takes a timer slack of 1 us (timer_slack) so that a 1 us sleep lasts
+ * a few us, not 50. */
+static long pause_ns(const struct tr__comm *c)
 {
     uint64_t now = tr_now_ns(), youngest = UINT64_MAX;
     for (size_t i = 0; i < c->cap; i++)
         if (c->pending[i].req && now - c->pending[i].t_start < youngest)
             youngest = now - c->pending[i].t_start;
-    uint64_t ns = youngest == UINT64_MAX ? 256000 : youngest / 8;
-    return ns < 1000 ? 1000 : ns > 256000 ? 256000 : (long)ns;
+    return youngest < YOUNG_NS ? SHORT_NS : LONG_NS;
 }
 
-/* One progress pass; polls again while anything is pending, after a backoff sleep when the
- * previous pass completed nothing. */
+/* Once, on the comm actor's own thread (it is pinned): sleeps of 1 us there last a few us. */
+static void timer_slack(struct tr__comm *c)
+{
+    if (c->slack_set) return;
+    c->slack_set = true;
+#ifdef __linux__
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* else the default 50 us */
+#endif
+}
+
+/* One progress pass: the backend's progress, after the pause when the previous pass completed
+ * nothing, and while nothing completes again after each pause for up to PASS_NS (SHORT_NS
+ * pauses; a LONG_NS pause makes a pass of one). Polls again while anything is pending. A pass
+ * is one message, so the comm actor still sees its other messages (a new bucket) within
+ * PASS_NS, and its trace holds a span per pass, not one per test. */
 static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
 {
     c->polling = false;
     if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
-    if (idle_polls) nanosleep(&(struct timespec){0, backoff_ns(c)}, NULL);
-    int left = c->backend->ops->progress(c->backend);
-    int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
-    if (left < 0 || hl < 0) {
-        tr__engine_fail(c->eng, left < 0 ? left : hl, "comm: %s",
-                        left < 0 ? c->backend->error : c->headers->error);
-        return left < 0 ? left : hl;
+    long pause = pause_ns(c);
+    uint64_t until = pause == SHORT_NS ? tr_now_ns() + PASS_NS : 0;
+    bool progressed;
+    int left;
+    for (int tests = 0;; tests++) {
+        if (tests || idle_polls) {
+            timer_slack(c);
+            nanosleep(&(struct timespec){0, pause}, NULL);
+        }
+        left = c->backend->ops->progress(c->backend);
+        int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
+        if (left < 0 || hl < 0) {
+            tr__engine_fail(c->eng, left < 0 ? left : hl, "comm: %s",
+                            left < 0 ? c->backend->error : c->headers->error);
+            return left < 0 ? left : hl;
+        }
+        left += hl;
+        progressed = left < c->inflight; /* the completions sent their COMM_DONE */
+        c->inflight = left;
+        if (progressed || left == 0 || tr_now_ns() >= until) break;
     }
-    left += hl;
-    bool progressed = left < c->inflight; /* the completions sent their COMM_DONE */
-    c->inflight = left;
     return left > 0 ? schedule_poll(ctx, c, progressed ? 0 : idle_polls + 1) : 0;
 }
 

@@ -70,6 +70,7 @@ struct tr__comm {
     uint16_t *wire16;   /* a 16-bit wire's copy of the gradients, indexed as the gradient buffer
                          * (buckets are disjoint ranges: no two in flight share any of it) */
     bool polling;       /* a COMM_POLL is on its way */
+    bool slack_set;     /* its thread's timer slack is 1 us (comm.c, timer_slack) */
     int inflight;       /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;

@@ -9,9 +9,9 @@
  *
  * The time comes from the engine's own trace: per step, from the latest of the ranks' BUCKET
  * spans starting on the comm lane to the latest REDUCED span starting on the optimizer lane.
- * That is everything the actor adds on top of the collective (the header exchange posted
- * before it, polling with backoff, the mean's scaling, two mailbox hops), with the ranks'
- * skew taken out as the bare-MPI side takes it out with a barrier.
+ * That is the collective and everything the actor adds to it (the header exchange posted
+ * before it, polling, two mailbox hops) and the mean's scaling, which the bare-MPI side does
+ * too, with the ranks' skew taken out as the bare-MPI side takes it out with a barrier.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -118,8 +118,9 @@ static double latest(const tr_trace_t *t, const char *lane, const char *name, in
     return seen == world ? when : -1;
 }
 
-/* Rank 0: the median over steps warmup.. of the trace's bucket-to-reduced time. */
-static double from_trace(const char *dir, int warmup, int reps, int world)
+/* Rank 0: the trace's bucket-to-reduced time of steps warmup.. in v[reps]; 0, or -1 when a
+ * step misses one. */
+static int from_trace(const char *dir, int warmup, int reps, int world, double *v)
 {
     tr_trace_t *t;
     char err[512];
@@ -127,23 +128,19 @@ static double from_trace(const char *dir, int warmup, int reps, int world)
         fprintf(stderr, "bench_collectives: reading the trace: %s\n", err);
         return -1;
     }
-    double *v = malloc((size_t)reps * sizeof(double)), med = -1;
     int n = 0;
-    for (int s = warmup; v && s < warmup + reps; s++) {
+    for (int s = warmup; s < warmup + reps; s++) {
         double b = latest(t, "comm", "bucket", s, world);
         double r = latest(t, "optimizer", "reduced", s, world);
         if (b >= 0 && r >= b) v[n++] = (r - b) * 1e-6;
     }
-    if (n == reps)
-        med = bench_median(v, n);
-    else
+    if (n != reps)
         fprintf(stderr,
                 "bench_collectives: %s: %d of %d steps have a BUCKET and a REDUCED on "
                 "every rank\n",
                 dir, n, reps);
-    free(v);
     tr_trace_destroy(t);
-    return med;
+    return n == reps ? 0 : -1;
 }
 
 static void remove_traces(const char *dir, int rank)
@@ -155,14 +152,15 @@ static void remove_traces(const char *dir, int rank)
     if (rank == 0) rmdir(dir);
 }
 
-double bench_actor_seconds(int stage, size_t bytes, int warmup, int reps, const char *tmpdir,
-                           int *stage2_as_1)
+int bench_actor_times(int stage, size_t bytes, int warmup, int reps, const char *tmpdir,
+                      int *stage2_as_1, double *t)
 {
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    static int calls; /* a trace folder per call (BENCH_KEEP_TRACES keeps every round's) */
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/stage%d_%zu", tmpdir, stage, bytes);
+    snprintf(dir, sizeof(dir), "%s/stage%d_%zu_%d", tmpdir, stage, bytes, calls++);
     task_t task;
     int warned = 0;
     tr_log_set_sink(watch_log, &warned);
@@ -179,10 +177,10 @@ double bench_actor_seconds(int stage, size_t bytes, int warmup, int reps, const 
     tr_config_destroy(cfg);
     int all_ok;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    double med = -1;
-    if (all_ok && rank == 0) med = from_trace(dir, warmup, reps, world);
-    MPI_Bcast(&med, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    int rc = all_ok && (rank != 0 || from_trace(dir, warmup, reps, world, t) == 0) ? 0 : -1;
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc == 0) MPI_Bcast(t, reps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     MPI_Allreduce(&warned, stage2_as_1, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (!getenv("BENCH_KEEP_TRACES")) remove_traces(dir, rank);
-    return med;
+    return rc;
 }

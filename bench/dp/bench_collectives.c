@@ -1,15 +1,20 @@
 /* bench_collectives: Troupe's comm actor against bare MPI, same collectives, same sizes, same
  * mpirun (`make bench-dp` runs it on 2 and 4 ranks):
  *
- *   mpirun -np N bench_collectives [--sizes 1,4,16,64] [--warmup W] [--reps R]
+ *   mpirun -np N bench_collectives [--sizes 1,4,16,64] [--warmup W] [--reps R] [--rounds N]
  *   bench_collectives --blas-info   (no MPI: OpenBLAS's best core here, for the peer)
  *
- * For each size (MiB of fp32, the whole buffer): a bare MPI_Iallreduce, then the comm actor's
- * bucket all-reduce (an engine at ZeRO stage 0); a bare MPI_Ireduce_scatter_block, then the
- * comm actor's bucket at ZeRO stage 2 (collectives.h says how each is timed). Prints, on rank
- * 0, `name: value unit` lines: the median time, algbw and busbw in Gbps by DeepSpeed's
- * formulas (all-reduce: algbw 2S/t, busbw S/t * 2(n-1)/n; reduce-scatter: S = the buffer,
- * algbw S/t, busbw S/t * (n-1)/n), and the comm actor's busbw over bare MPI's (bound >= 0.90).
+ * For each size (MiB of fp32, the whole buffer): a bare MPI_Iallreduce and the comm actor's
+ * bucket all-reduce (an engine at ZeRO stage 0); a bare MPI_Ireduce_scatter and the comm
+ * actor's bucket at ZeRO stage 2. Both sides compute the mean over the ranks, as the actor
+ * delivers it (collectives.h says how each is timed). The two sides alternate in --rounds
+ * rounds (default 3) of --warmup (3) + --reps (10) repetitions each, and each side's figure is
+ * the median of its rounds * reps times, so a noisy moment of a shared machine falls on both.
+ * Prints, on rank 0, `name: value unit` lines: the median time, algbw and busbw in Gbps by
+ * DeepSpeed's formulas (all-reduce: algbw 2S/t, busbw S/t * 2(n-1)/n; reduce-scatter: S = the
+ * buffer, algbw S/t, busbw S/t * (n-1)/n) of bare MPI (the mean), bare MPI's collective alone
+ * (mpi_sum_only: without the mean's scaling pass) and the comm actor, and the comm actor's
+ * busbw over bare MPI's (bound >= 0.90), and over the sum alone.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -25,18 +30,20 @@
 #define MAX_SIZES 16
 
 typedef struct opts {
-    int sizes_mib[MAX_SIZES], n_sizes, warmup, reps;
+    int sizes_mib[MAX_SIZES], n_sizes, warmup, reps, rounds;
 } opts_t;
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.sizes_mib = {1, 4, 16, 64}, .n_sizes = 4, .warmup = 3, .reps = 10};
+    *o = (opts_t){.sizes_mib = {1, 4, 16, 64}, .n_sizes = 4, .warmup = 3, .reps = 10, .rounds = 3};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--warmup") && v)
             o->warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && v)
             o->reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && v)
+            o->rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && v) {
             o->n_sizes = 0;
             for (char *s = argv[++i]; *s && o->n_sizes < MAX_SIZES; s += *s == ',')
@@ -44,7 +51,7 @@ static int parse(int argc, char **argv, opts_t *o)
         } else {
             fprintf(stderr,
                     "usage: bench_collectives [--sizes MiB,MiB,...] [--warmup W] "
-                    "[--reps R]\n (unknown or incomplete: %s)\n",
+                    "[--reps R] [--rounds N]\n (unknown or incomplete: %s)\n",
                     argv[i]);
             return -1;
         }
@@ -55,8 +62,8 @@ static int parse(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
-    if (o->reps < 1 || o->warmup < 0) {
-        fprintf(stderr, "--reps >= 1\n");
+    if (o->reps < 1 || o->warmup < 0 || o->rounds < 1) {
+        fprintf(stderr, "--reps >= 1, --warmup >= 0, --rounds >= 1\n");
         return -1;
     }
     return 0;
@@ -80,30 +87,59 @@ static double report(const char *who, bench_op_t op, int mib, double s, int worl
     return busbw;
 }
 
+/* Each side's times of op at `bytes` over o->rounds rounds, the two sides alternating (bare
+ * MPI first in even rounds, the actor first in odd ones), so that the machine's drift falls on
+ * both: mpi_sum[], mpi_mean[], actor[] of rounds * reps each. 0, or -1 when a side failed. */
+static int measure(const opts_t *o, bench_op_t op, size_t bytes, const char *tmpdir, int *as_stage1,
+                   double *mpi_sum, double *mpi_mean, double *actor)
+{
+    int stage = op == BENCH_ALL_REDUCE ? 0 : 2;
+    for (int r = 0; r < o->rounds; r++) {
+        size_t at = (size_t)r * (size_t)o->reps;
+        for (int k = 0; k < 2; k++) {
+            int rc = (k + r) % 2 == 0 ? bench_mpi_times(op, bytes, o->warmup, o->reps, mpi_sum + at,
+                                                        mpi_mean + at)
+                                      : bench_actor_times(stage, bytes, o->warmup, o->reps, tmpdir,
+                                                          as_stage1, actor + at);
+            if (rc < 0) return -1;
+        }
+    }
+    return 0;
+}
+
 static void run_size(const opts_t *o, int mib, const char *tmpdir, int rank, int world)
 {
-    size_t bytes = (size_t)mib << 20;
-    for (int k = 0; k < 2; k++) {
+    size_t bytes = (size_t)mib << 20, n = (size_t)o->rounds * (size_t)o->reps;
+    double *t = malloc(3 * n * sizeof(double));
+    for (int k = 0; t && k < 2; k++) {
         bench_op_t op = k == 0 ? BENCH_ALL_REDUCE : BENCH_REDUCE_SCATTER;
         int stage = k == 0 ? 0 : 2, as_stage1 = 0;
-        double bare = bench_mpi_seconds(op, bytes, o->warmup, o->reps);
-        double actor = bench_actor_seconds(stage, bytes, o->warmup, o->reps, tmpdir, &as_stage1);
+        int rc = measure(o, op, bytes, tmpdir, &as_stage1, t, t + n, t + 2 * n);
         if (rank != 0) continue;
+        double sum = rc < 0 ? -1 : bench_median(t, (int)n);
+        double bare = rc < 0 ? -1 : bench_median(t + n, (int)n);
+        double actor = rc < 0 ? -1 : bench_median(t + 2 * n, (int)n);
         double b = report("mpi", op, mib, bare, world);
+        double bs = report("mpi_sum_only", op, mib, sum, world);
         /* a build without ZeRO 2 all-reduced the stage-2 bucket: name it as what it was */
         bench_op_t actor_op = stage == 2 && as_stage1 ? BENCH_ALL_REDUCE : op;
         char who[64];
         snprintf(who, sizeof(who), "actor_stage%d", stage);
         double a = report(who, actor_op, mib, actor, world);
-        if (actor_op != op)
+        if (actor_op != op) {
             printf("actor_stage2_%dMiB_note: this build runs ZeRO stage 2 as stage 1 (bucket "
                    "all-reduced); no reduce-scatter to compare\n",
                    mib);
-        else if (a > 0 && b > 0)
+        } else if (a > 0 && b > 0) {
             printf("actor_%s_%dMiB_vs_mpi: %.3f x (busbw; bound >= 0.90: %s)\n", bench_op_name(op),
                    mib, a / b, a / b >= 0.90 ? "met" : "NOT met");
+            printf("actor_%s_%dMiB_vs_mpi_sum_only: %.3f x (busbw; bare MPI without the mean's "
+                   "scaling)\n",
+                   bench_op_name(op), mib, a / bs);
+        }
         fflush(stdout);
     }
+    free(t);
 }
 
 int main(int argc, char **argv)
@@ -135,7 +171,7 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("world: %d ranks\n", world);
         printf("mpi_thread_level: %d\n", provided);
-        printf("warmup_reps: %d %d\n", o.warmup, o.reps);
+        printf("warmup_reps_rounds: %d %d %d\n", o.warmup, o.reps, o.rounds);
     }
     for (int i = 0; i < o.n_sizes; i++)
         run_size(&o, o.sizes_mib[i], tmpdir, rank, world);

@@ -1,8 +1,11 @@
 /* mpi_collectives.c: the bare-MPI side of bench_collectives, what a program using MPI
  * directly gets: fp32 MPI_Iallreduce and MPI_Ireduce_scatter (both in place, as Troupe's mpi
  * backend posts them: the whole buffer in, each rank's 1/world out at its start), each completed
- * by polling MPI_Test in a loop, as the comm actor completes its operations. Nothing of
- * Troupe's is used here. Timing: see collectives.h.
+ * by polling MPI_Test in a tight loop (bare MPI's best: on a quiet core as fast as polling with
+ * sched_yield or 1 us sleeps between tests, and on a loaded one faster than either), and the
+ * mean's scaling where the actor (and DeepSpeed) scale: the all-reduced buffer after the sum, a
+ * reduce-scatter's input before it. Nothing of Troupe's is used here. Timing: see
+ * collectives.h.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -28,14 +31,22 @@ double bench_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One collective, started and polled to completion: this rank's seconds, or -1. */
-static double one(bench_op_t op, float *send, int *counts, int count)
+/* One collective, started and polled to completion, with the mean's scaling as the actor's:
+ * after an all-reduce, before a reduce-scatter. This rank's seconds for the collective alone
+ * in *sum and with the scaling in *mean; -1 when MPI failed. */
+static int one(bench_op_t op, float *buf, int *counts, int count, float inv_world, double *sum,
+               double *mean)
 {
     MPI_Request r;
-    double t0 = MPI_Wtime();
+    double t0 = MPI_Wtime(), t1 = t0;
+    if (op == BENCH_REDUCE_SCATTER) {
+        for (int i = 0; i < count; i++)
+            buf[i] *= inv_world;
+        t1 = MPI_Wtime();
+    }
     int rc = op == BENCH_ALL_REDUCE
-                 ? MPI_Iallreduce(MPI_IN_PLACE, send, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r)
-                 : MPI_Ireduce_scatter(MPI_IN_PLACE, send, counts, MPI_FLOAT, MPI_SUM,
+                 ? MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r)
+                 : MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM,
                                        MPI_COMM_WORLD, &r);
     int done = 0;
     while (rc == MPI_SUCCESS && !done)
@@ -47,33 +58,43 @@ static double one(bench_op_t op, float *send, int *counts, int count)
         fprintf(stderr, "mpi_collectives: %s of %d floats: %s\n", bench_op_name(op), count, text);
         return -1;
     }
-    return MPI_Wtime() - t0;
+    double t2 = MPI_Wtime();
+    if (op == BENCH_ALL_REDUCE)
+        for (int i = 0; i < count; i++)
+            buf[i] *= inv_world;
+    *sum = t2 - t1;
+    *mean = MPI_Wtime() - t0;
+    return 0;
 }
 
-double bench_mpi_seconds(bench_op_t op, size_t bytes, int warmup, int reps)
+int bench_mpi_times(bench_op_t op, size_t bytes, int warmup, int reps, double *sum, double *mean)
 {
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int count = (int)(bytes / sizeof(float));
-    float *send = malloc(bytes);
-    int *counts = malloc((size_t)world * sizeof(int));
-    double *times = malloc((size_t)reps * sizeof(double)), ok = send && counts && times;
+    float *buf = aligned_alloc(64, (bytes + 63) / 64 * 64); /* as the engine's buffers */
+    int *counts = malloc((size_t)world * sizeof(int)), ok = buf && counts;
     for (int r = 0; ok && r < world; r++) /* the actor's partitions of a one-bucket model */
         counts[r] = count / world + (r < count % world);
-    for (int i = 0; ok && i < count; i++) /* small values: sums stay finite, no denormals */
-        send[i] = (float)(i % 97) * 1e-3f;
     for (int i = 0; ok && i < warmup + reps; i++) {
+        /* the buffer written afresh, as the actor's gradient is by each backward (and no
+         * value halved rep after rep into a denormal by the scaling): small values, finite
+         * sums */
+        for (int j = 0; j < count; j++)
+            buf[j] = (float)(j % 97) * 1e-3f;
         MPI_Barrier(MPI_COMM_WORLD);
-        double mine = one(op, send, counts, count), slowest;
-        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        double failed = mine < 0, any_failed;
-        MPI_Allreduce(&failed, &any_failed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double mine[2] = {-1, -1}, slowest[2];
+        int failed = one(op, buf, counts, count, 1.0f / (float)world, &mine[0], &mine[1]) < 0;
+        MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        int any_failed;
+        MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         ok = !any_failed;
-        if (ok && i >= warmup) times[i - warmup] = slowest;
+        if (ok && i >= warmup) {
+            sum[i - warmup] = slowest[0];
+            mean[i - warmup] = slowest[1];
+        }
     }
-    double med = ok ? bench_median(times, reps) : -1;
-    free(send);
+    free(buf);
     free(counts);
-    free(times);
-    return med;
+    return ok ? 0 : -1;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel benchmarks (`make bench-dp`), everything in one run so the ratios compare
 # figures taken side by side:
-#  1. collectives: bench_collectives on 2 and 4 ranks, the comm actor against bare MPI;
+#  1. collectives: bench_collectives on 2 and 4 ranks, the comm actor against bare MPI, both
+#     computing the mean over the ranks, alternating in 3 rounds (bench_collectives.c);
 #  2. training: `troupe train` on the kernels benchmark's GPT-2 (V=8192, T=128, C=384, L=6,
 #     NH=6; bench/kernels/bench_gpt2_step.c), global batch 8 sequences split over the ranks,
 #     on 1, 2 and 4 ranks x ZeRO stage 0/1/2 x overlap_comm on/off (1 rank: stage 0 only,

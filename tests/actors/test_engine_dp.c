@@ -541,6 +541,173 @@ static void test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere(void
     assert_true(scale[3] == scale[2] / 2);
 }
 
+/* The stress test's layer: out = in * gain (per channel, so it has a gradient of its own),
+ * sleeping a random 0-400 us in each forward and backward (a stream of its own per rank), so
+ * that the ranks reach their buckets at different moments and several collectives (buckets,
+ * header exchanges, the norm's and Lamb's all-reduces, the parameter all-gather) are in flight
+ * at once, in different orders of arrival on each rank. */
+typedef struct jitter {
+    uint64_t rng; /* 0: no sleeps */
+} jitter_t;
+
+static void jitter_sleep(jitter_t *j)
+{
+    if (!j->rng) return;
+    j->rng ^= j->rng << 13;
+    j->rng ^= j->rng >> 7;
+    j->rng ^= j->rng << 17;
+    nanosleep(&(struct timespec){0, (long)(j->rng % 400) * 1000}, NULL);
+}
+
+static int jitter_forward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    jitter_sleep(l->state);
+    return spike_forward(l, c);
+}
+
+static int jitter_backward(tr_layer_t *l, tr_layer_ctx_t *c)
+{
+    jitter_sleep(l->state);
+    size_t n = (size_t)c->B * (size_t)c->T * (size_t)l->in_dim;
+    for (size_t i = 0; i < n; i++) {
+        c->grads[i % (size_t)l->in_dim] += c->dout[i] * c->in[i];
+        if (c->din) c->din[i] += c->dout[i] * c->params[i % (size_t)l->in_dim];
+    }
+    return 0;
+}
+
+static void jitter_destroy(tr_layer_t *l)
+{
+    free(l->state);
+}
+
+static const tr_layer_ops_t jitter_ops = {.kind = "jitter",
+                                          .act_size = spike_acts,
+                                          .forward = jitter_forward,
+                                          .backward = jitter_backward,
+                                          .init = spike_init,
+                                          .destroy = jitter_destroy};
+
+/* fc0 (XD -> 16), jitter, fc1 (16 -> 16), jitter, fc2 (16 -> CLASSES), cross-entropy: 499
+ * parameters. rng 0: no sleeps. */
+static tr_model_t *jitter_model(uint64_t rng)
+{
+    tr_layer_t *layers[6] = {0};
+    for (int k = 1; k <= 3; k += 2) {
+        jitter_t *j = calloc(1, sizeof(*j));
+        layers[k] = calloc(1, sizeof(tr_layer_t));
+        assert_non_null(j);
+        assert_non_null(layers[k]);
+        j->rng = rng ? rng + (uint64_t)k : 0;
+        assert_int_equal(
+            tr_layer_init(layers[k], &jitter_ops, k == 1 ? "jitter0" : "jitter1", 16, 16, j), 0);
+        assert_int_equal(tr_layer_add_param(layers[k], "gain", 1, (int64_t[]){16}), 0);
+    }
+    assert_int_equal(tr_layer_linear_create(&layers[0], "fc0", XD, 16, 1), 0);
+    assert_int_equal(tr_layer_linear_create(&layers[2], "fc1", 16, 16, 1), 0);
+    assert_int_equal(tr_layer_linear_create(&layers[4], "fc2", 16, CLASSES, 1), 0);
+    assert_int_equal(tr_layer_crossentropy_create(&layers[5], "loss", CLASSES, -100), 0);
+    tr_model_t *m;
+    char why[256];
+    if (tr_model_create(&m, layers, 6, why, sizeof(why))) fail_msg("jitter model: %s", why);
+    return m;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* One stress run of `steps` steps on `world` ranks (0: mpirun's; 1: the one-process
+ * reference, no sleeps, GAS times the ranks): the losses, and the parameters' hash per step. */
+static void stress_run(const char *json, int world, uint64_t rng, int steps, float *loss,
+                       uint64_t *hash)
+{
+    tr_config_t *cfg;
+    tr_config_diag_t d;
+    tr_config_diag_init(&d);
+    int rc = tr_config_from_string(json, strlen(json), "stress.json", world, &cfg, &d);
+    for (size_t i = 0; i < d.count; i++)
+        fprintf(stderr, "%s\n", d.items[i].text);
+    tr_config_diag_close(&d);
+    assert_int_equal(rc, 0);
+    tr_engine_opts_t o = {.config = cfg,
+                          .model = jitter_model(rng),
+                          .seq_len = 1,
+                          .seed = 11,
+                          .init_params = 1,
+                          .world = world,
+                          .train = {.batch = test_mlp_batch, .x_dim = XD}};
+    tr_engine_t *eng;
+    char err[512];
+    if (tr_engine_create(&eng, &o, err, sizeof(err))) fail_msg("engine: %s", err);
+    for (int i = 0; i < steps; i++) {
+        tr_step_stats_t st;
+        if (tr_engine_train_batch(eng, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(eng));
+        loss[i] = st.loss;
+        hash[i] = params_hash(eng);
+    }
+    tr_engine_destroy(eng); /* MPI is the test's again from here */
+    tr_config_destroy(cfg);
+}
+
+/* Stress: random configurations (stage, overlap, bucket size from 16 to 200 floats, i.e. 3 to
+ * 31 buckets a micro-step, GAS, AdamW or Lamb, workers) with random per-rank sleeps in the
+ * compute, from a seed printed first (TROUPE_TEST_SEED repeats one). No collective is lost
+ * (the run ends), none is reordered or mixed with another (the header check would fail the
+ * engine, and the sums would differ): every step's loss is the one process's with the same
+ * global batch, and every rank holds the same parameters, bit for bit, after every step. */
+static void test_engine_dp_stress_random_configs_and_skew(void **state)
+{
+    (void)state;
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const char *env = getenv("TROUPE_TEST_SEED");
+    unsigned long long seed = env ? strtoull(env, NULL, 10) : (unsigned long long)tr_now_ns();
+    MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("stress: seed %llu (TROUPE_TEST_SEED=%llu repeats it)\n", seed, seed);
+    fflush(stdout);
+    uint64_t s = seed;
+    for (int run = 0; run < 4; run++) {
+        int stage = (int)(splitmix(&s) % 3), overlap = (int)(splitmix(&s) % 2);
+        int bucket = 16 + (int)(splitmix(&s) % 185), gas = 1 + (int)(splitmix(&s) % 3);
+        int lamb = (int)(splitmix(&s) % 2), workers = 1 + (int)(splitmix(&s) % 2);
+        uint64_t rng = splitmix(&s) + (uint64_t)rank * 0x1000193u;
+        char json[768];
+        float dp_loss[STEPS], ref_loss[STEPS];
+        uint64_t dp_hash[STEPS], ref_hash[STEPS], lo[STEPS], hi[STEPS];
+        const char *fmt =
+            "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
+            " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.01,"
+            " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
+            " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
+            " \"overlap_comm\": %s}, \"troupe\": {\"runtime\": {\"workers\": %d}}}";
+        const char *opt = lamb ? "Lamb" : "AdamW", *ov = overlap ? "true" : "false";
+        if (rank == 0)
+            printf("stress %d: stage %d, overlap %d, bucket %d floats, GAS %d, %s, %d "
+                   "worker(s)\n",
+                   run, stage, overlap, bucket, gas, opt, workers);
+        snprintf(json, sizeof(json), fmt, gas, opt, stage, bucket, ov, workers);
+        stress_run(json, 0, rng | 1, STEPS, dp_loss, dp_hash);
+        snprintf(json, sizeof(json), fmt, gas * world, opt, 0, bucket, ov, workers);
+        stress_run(json, 1, 0, STEPS, ref_loss, ref_hash);
+        MPI_Allreduce(dp_hash, lo, STEPS, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(dp_hash, hi, STEPS, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        for (int i = 0; i < STEPS; i++) {
+            if (rank == 0)
+                printf("stress %d: step %d: %d ranks %.7f, one process %.7f\n", run, i, world,
+                       dp_loss[i], ref_loss[i]);
+            assert_true(fabsf(dp_loss[i] - ref_loss[i]) <= 1e-5f * fmaxf(1.0f, fabsf(ref_loss[i])));
+            assert_true(lo[i] == hi[i]);
+        }
+        (void)ref_hash;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -555,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
         cmocka_unit_test(test_engine_dp_16_bit_wire),
         cmocka_unit_test(test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere),
+        cmocka_unit_test(test_engine_dp_stress_random_configs_and_skew),
         cmocka_unit_test(test_engine_dp_idle_costs_almost_no_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
