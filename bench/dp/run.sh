@@ -137,7 +137,8 @@ JSON
     sps=$(sed -n 's/.*RunningAvgSamplesPerSec=\([0-9.e+-]*\),.*/\1/p' "$tmp/out" | tail -1)
     tps=$(awk -v s="$sps" -v t=$T 'BEGIN { printf "%.0f", s * t }')
     mem=$(sed -n 's/.*engine: memory on rank .*; total \([0-9.]*\) MiB.*/\1/p' "$tmp/err" | sort -n | tail -1)
-    rss=$(sed -n 's/.*maxrss_kb: \([0-9]*\).*/\1/p' "$tmp/err" | sort -n | tail -1) # a rank's line can follow another's unfinished one
+    # not anchored: a rank's line can follow another's unfinished one
+    rss=$(grep -o 'maxrss_kb: [0-9]*' "$tmp/err" | cut -d' ' -f2 | sort -n || true)
     hidden=n/a # one rank communicates nothing: its comm lane holds only local no-ops
     [ "$n" -eq 1 ] || hidden=$("$build/troupe" trace summary "$tmp/trace" --json | python3 -c '
 import json, sys
@@ -146,8 +147,13 @@ r = [x for x in r if x is not None]
 print("%.1f" % (100 * sum(r) / len(r)) if r else "n/a")')
     echo "${tag}_tokens_per_s: $tps tokens/s"
     echo "${tag}_engine_memory_per_rank: $mem MiB"
-    rss=$(awk -v k="$rss" 'BEGIN { printf "%.0f", k / 1024 }')
-    echo "${tag}_maxrss_per_rank: $rss MiB"
+    if [ "$(echo "$rss" | grep -c .)" -eq "$n" ]; then
+        rss=$(awk -v k="$(echo "$rss" | tail -1)" 'BEGIN { printf "%.0f", k / 1024 }')
+        echo "${tag}_maxrss_per_rank: $rss MiB"
+    else # no figure rather than a wrong one; the ratios say n/a
+        echo "${tag}_maxrss_per_rank: n/a (/usr/bin/time's line of $(echo "$rss" | grep -c .) of $n ranks)"
+        rss=n/a
+    fi
     echo "${tag}_comm_hidden: $hidden %"
     # Stage 3: the share hidden per kind of collective, by the compute the executor runs
     # (bench/dp/comm_hidden.py; the summary's comm_hidden above also counts as compute a
@@ -159,6 +165,11 @@ print("%.1f" % (100 * sum(r) / len(r)) if r else "n/a")')
     echo "$tps $rss stage $stage${win:+ ($win window)}, overlap_comm $ov" > "$tmp/run_${prec}_${n}_${stage}_${ov}${win:+_$win}"
     grep -h "warning" "$tmp/err" | sed 's|^troupe: warning: ||; s|^[^ ]*ds.json: ||' | sort -u |
         sed "s/^/${tag}_note: /" | head -3 || true
+}
+
+ratio() { # a b: a / b to 2 decimals, n/a unless both are figures
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) print "n/a"
+                                     else printf "%.2f", a / b }'
 }
 
 # ZeRO 3 beside ZeRO 2 on n ranks, fp32, per window: the fastest run of each side (overlap_comm
@@ -176,8 +187,7 @@ zero3_vs_zero2() { # n
         awk -v a="$tps" -v b="$tps2" 'BEGIN { exit !(a / b < 0.8) }' && why="target >= 0.8: NOT met"
         echo "dp_${n}r_stage3_${win}_vs_stage2_tokens_per_s: $(awk -v a="$tps" -v b="$tps2" \
             'BEGIN { printf "%.2f", a / b }') x ($tps / $tps2 tokens/s: ${z3#* * } / ${z2#* * }; $why)"
-        echo "dp_${n}r_stage3_${win}_vs_stage2_peak_rss: $(awk -v a="$rss" -v b="$rss2" \
-            'BEGIN { printf "%.2f", a / b }') x ($rss / $rss2 MiB, largest rank each side, the same runs)"
+        echo "dp_${n}r_stage3_${win}_vs_stage2_peak_rss: $(ratio "$rss" "$rss2") x ($rss / $rss2 MiB, largest rank each side, the same runs)"
     done
 }
 
@@ -273,8 +283,7 @@ ratios() { # n prec mode line-name-stem note ours...
     set -- $ours # tokens/s rss_MiB stage S, overlap_comm O
     echo "${stem}_vs_torch_${mode}_${prec}_tokens_per_s: $(awk -v a="$1" -v b="$tps" \
         'BEGIN { printf "%.2f", a / b }') x ($1 / $tps tokens/s; same precision; Troupe's ${*:3}$note; $why)"
-    echo "${stem}_vs_torch_${mode}_${prec}_peak_rss: $(awk -v a="$2" -v b="$rss" \
-        'BEGIN { printf "%.2f", a / b }') x ($2 / $rss MiB, largest rank each side)"
+    echo "${stem}_vs_torch_${mode}_${prec}_peak_rss: $(ratio "$2" "$rss") x ($2 / $rss MiB, largest rank each side)"
 }
 peer_runs() {
     local n=$1 prec mode modes=(ddp zero1 fsdp)
