@@ -13,7 +13,9 @@
 #                    the demo's training in fp32 and in bf16,
 #                    their validation losses; bench-dp: data-parallel training and collectives against MPI and
 #                    PyTorch 2's DDP, ZeRO-1 and FSDP (the `make peers` environment; skipped
-#                    without it); bench-nvme: the aio engine against fio on the same file, then
+#                    without it), ZeRO 0-3 (stage 3 in DeepSpeed's default window and a tight
+#                    one: tokens/s and peak RSS over ZeRO 2's, the all-gathers' time hidden);
+#                    bench-nvme: the aio engine against fio on the same file, then
 #                    a GPT-2 step with the optimizer state on NVMe and a save's stall)
 #   make peers       the benchmark peers' Python environment: pinned PyTorch 2 and DeepSpeed 0.19
 #                    from the Python index, in ~/.cache/troupe/peers (TROUPE_PEERS_DIR), kept
@@ -155,11 +157,11 @@ bench-engine: build
 	./build/bench/engine/bench_engine $(BENCH_ARGS)
 
 # Data parallelism: the comm actor against bare MPI collectives, then `troupe train` on 1, 2
-# and 4 ranks x ZeRO 0/1/2 x overlap_comm beside PyTorch 2's DDP, ZeroRedundancyOptimizer and
-# FSDP, each at its best of threads x eager/torch.compile (bench/dp/run.sh; about 20 minutes
-# on 2 cores; BENCH_ARGS="--long" for longer runs, "--no-peer" without PyTorch). PyTorch 2 is
-# the venv of bench/peers/setup.sh (`make peers`), which run.sh calls: without it, one line
-# says why and Troupe's figures print alone.
+# and 4 ranks x ZeRO 0/1/2/3 (stage 3 in two windows, fp32) x overlap_comm beside PyTorch 2's
+# DDP, ZeroRedundancyOptimizer and FSDP, each at its best of threads x eager/torch.compile
+# (bench/dp/run.sh; about 22 minutes on 2 cores; BENCH_ARGS="--long" for longer runs,
+# "--no-peer" without PyTorch). PyTorch 2 is the venv of bench/peers/setup.sh (`make peers`),
+# which run.sh calls: without it, one line says why and Troupe's figures print alone.
 bench-dp: build
 	$(CMAKE) --build build -j $(JOBS) --target bench-dp-all
 	bench/dp/run.sh build $(BENCH_ARGS)

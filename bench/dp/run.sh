@@ -8,8 +8,18 @@
 #     on 1, 2 and 4 ranks x ZeRO stage 0/1/2 x overlap_comm on/off (1 rank: stage 0 only,
 #     since nothing is partitioned or communicated there), fp32 and bf16: tokens/s in steady
 #     state (DeepSpeed's RunningAvgSamplesPerSec, which leaves out the first two steps, x T),
-#     the engine's memory per rank (its start-up line), peak RSS per rank, and the fraction
-#     of communication hidden behind compute (`troupe trace summary` on the last steps);
+#     the engine's memory per rank (its start-up line: the prediction), peak RSS per rank
+#     (VmHWM, /usr/bin/time's maxrss), and the fraction of communication hidden behind
+#     compute (`troupe trace summary` on the last steps); then ZeRO 3 (fp32 only: bf16 is
+#     refused there for now) in two windows, each overlap_comm on/off: "default", DeepSpeed's
+#     stage-3 defaults written out (prefetch 5e7, max_live 1e9, reuse distance 1e9,
+#     persistence 1e5: on this model every layer gathered ahead and kept into the backward),
+#     and "tight" (persistence 0, prefetch and max_live 2e6 elements: about one block at a
+#     time, reuse distance 0), with the same lines plus the share of the all-gathers' time
+#     hidden and of the reduce-scatters' (bench/dp/comm_hidden.py: the summary's "comm
+#     hidden" split by kind, a pass's waits for a gather not counted as compute), and per
+#     window the fastest run's tokens/s and peak RSS over ZeRO 2's fastest
+#     (`dp_Nr_stage3_W_vs_stage2_*`; target >= 0.8x tokens/s);
 #  3. the peer: PyTorch 2 (the venv of bench/peers/setup.sh, `make peers`; without it one line
 #     `peer: skipped: <why>` and Troupe's figures alone) on the same model, batch and ranks
 #     (bench/peers/torch_ddp.py), in three modes over gloo: DDP, ZeroRedundancyOptimizer
@@ -19,15 +29,16 @@
 #     (inductor) at the best eager thread count. Then per mode Troupe's tokens/s over the
 #     peer's in the same precision, and Troupe's peak RSS per rank over the peer's (largest
 #     rank each side), Troupe's run being its fastest at the stage the mode compares with:
-#     DDP vs ZeRO 0, ZeRO-1 vs ZeRO 1, FSDP (ZeRO-3) vs the best of ZeRO 0-2 (Troupe's
-#     stage 3 runs as 2 for now). A configuration the peer refuses prints its error in one
-#     line; torch.compile's compilation falls in warm-up steps, untimed.
+#     DDP vs ZeRO 0, ZeRO-1 vs ZeRO 1, FSDP (ZeRO-3) vs ZeRO 3 (either window) in fp32 and
+#     the best of ZeRO 0-2 in bf16 (Troupe refuses stage 3 with bf16 for now). A
+#     configuration the peer refuses prints its error in one line; torch.compile's
+#     compilation falls in warm-up steps, untimed.
 #
 #   bench/dp/run.sh BUILD_DIR [--steps N] [--ranks "1 2 4"] [--sizes 1,4,16,64] [--reps R]
 #                             [--no-peer] [--long]
 # --long: 30 training steps and 20 collective repetitions instead of 8 and 10.
 #
-# The peer's search, restricted to keep a whole run near 20 minutes on 2 cores: torch.compile
+# The peer's search, restricted to keep a whole run near 22 minutes on 2 cores: torch.compile
 # only at the best eager thread count, and on 4 ranks (2 per core, the 2-rank program on
 # smaller shards) only where it beat eager on 2 ranks; 1 rank runs DDP only (ZeRO-1 and FSDP
 # partition nothing over one rank, as Troupe's 1-rank runs are stage 0 only); FSDP1 only if
@@ -67,6 +78,7 @@ tmp=$(mktemp -d /tmp/troupe-bench-dp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cores=$(nproc)
 T=128 batch=8 bucket=6553600
+s3_tight=2000000 # stage 3's tight window: one transformer block (1.77 M parameters) at a time
 
 # mpirun with this file's placement for n ranks.
 launch() {
@@ -95,15 +107,25 @@ done
 # --- 2. troupe train ------------------------------------------------------------------------
 # One run: n ranks, ZeRO stage, overlap_comm (true|false), precision (fp32, the default, or
 # bf16). Prints its lines and records tokens/s in $tmp/tps_<prec>_<n>_<stage>_<overlap>.
+# Stage 3 takes a fifth argument, its window: default (DeepSpeed's stage-3 defaults, written
+# out) or tight (every layer partitioned, one block or so gathered at a time); the records are
+# then $tmp/run_fp32_<n>_3_<overlap>_<window>.
 train_run() {
-    local n=$1 stage=$2 ov=$3 prec=${4:-fp32} cfg=$tmp/ds.json
-    local tag="dp_${1}r_stage${2}_overlap_${3}$([ "$prec" = bf16 ] && echo _bf16)" wait=$((steps - 3))
+    local n=$1 stage=$2 ov=$3 prec=${4:-fp32} win=${5:-} cfg=$tmp/ds.json
+    local tag="dp_${1}r_stage${2}${win:+_$win}_overlap_${3}$([ "$prec" = bf16 ] && echo _bf16)" wait=$((steps - 3))
+    local knobs=""
+    case $win in
+        default) knobs=', "stage3_prefetch_bucket_size": 50000000, "stage3_max_live_parameters": 1000000000,
+    "stage3_max_reuse_distance": 1000000000, "stage3_param_persistence_threshold": 100000' ;;
+        tight) knobs=', "stage3_prefetch_bucket_size": '$s3_tight', "stage3_max_live_parameters": '$s3_tight',
+    "stage3_max_reuse_distance": 0, "stage3_param_persistence_threshold": 0' ;;
+    esac
     cat > "$cfg" <<JSON
 { "train_batch_size": $batch, "train_micro_batch_size_per_gpu": $((batch / n)),
   "bf16": { "enabled": $([ "$prec" = bf16 ] && echo true || echo false) },
   "gradient_accumulation_steps": 1, "steps_per_print": $steps,
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4 } },
-  "zero_optimization": { "stage": $stage, "overlap_comm": $ov, "reduce_bucket_size": $bucket },
+  "zero_optimization": { "stage": $stage, "overlap_comm": $ov, "reduce_bucket_size": $bucket$knobs },
   "troupe": { "trace": { "steps": { "wait": $wait, "active": 2, "repeat": 1 } } } }
 JSON
     rm -rf "$tmp/trace"
@@ -116,7 +138,8 @@ JSON
     sps=$(sed -n 's/.*RunningAvgSamplesPerSec=\([0-9.e+-]*\),.*/\1/p' "$tmp/out" | tail -1)
     tps=$(awk -v s="$sps" -v t=$T 'BEGIN { printf "%.0f", s * t }')
     mem=$(sed -n 's/.*engine: memory on rank .*; total \([0-9.]*\) MiB.*/\1/p' "$tmp/err" | sort -n | tail -1)
-    rss=$(sed -n 's/.*maxrss_kb: \([0-9]*\).*/\1/p' "$tmp/err" | sort -n | tail -1) # a rank's line can follow another's unfinished one
+    # not anchored: a rank's line can follow another's unfinished one
+    rss=$(grep -o 'maxrss_kb: [0-9]*' "$tmp/err" | cut -d' ' -f2 | sort -n || true)
     hidden=n/a # one rank communicates nothing: its comm lane holds only local no-ops
     [ "$n" -eq 1 ] || hidden=$("$build/troupe" trace summary "$tmp/trace" --json | python3 -c '
 import json, sys
@@ -125,12 +148,48 @@ r = [x for x in r if x is not None]
 print("%.1f" % (100 * sum(r) / len(r)) if r else "n/a")')
     echo "${tag}_tokens_per_s: $tps tokens/s"
     echo "${tag}_engine_memory_per_rank: $mem MiB"
-    rss=$(awk -v k="$rss" 'BEGIN { printf "%.0f", k / 1024 }')
-    echo "${tag}_maxrss_per_rank: $rss MiB"
+    if [ "$(echo "$rss" | grep -c .)" -eq "$n" ]; then
+        rss=$(awk -v k="$(echo "$rss" | tail -1)" 'BEGIN { printf "%.0f", k / 1024 }')
+        echo "${tag}_maxrss_per_rank: $rss MiB"
+    else # no figure rather than a wrong one; the ratios say n/a
+        echo "${tag}_maxrss_per_rank: n/a (/usr/bin/time's line of $(echo "$rss" | grep -c .) of $n ranks)"
+        rss=n/a
+    fi
     echo "${tag}_comm_hidden: $hidden %"
-    echo "$tps $rss stage $stage, overlap_comm $ov" > "$tmp/run_${prec}_${n}_${stage}_${ov}"
+    # Stage 3: the share hidden per kind of collective, by the compute the executor runs
+    # (bench/dp/comm_hidden.py; the summary's comm_hidden above also counts as compute a
+    # pass's waits for the gathers, which its "executor passes" span lasts across)
+    if [ "$stage" -eq 3 ]; then
+        echo "${tag}_allgather_hidden: $(python3 "$here/comm_hidden.py" "$tmp/trace" all_gather) %"
+        echo "${tag}_reduce_hidden: $(python3 "$here/comm_hidden.py" "$tmp/trace" reduce_scatter,all_reduce) %"
+    fi
+    echo "$tps $rss stage $stage${win:+ ($win window)}, overlap_comm $ov" > "$tmp/run_${prec}_${n}_${stage}_${ov}${win:+_$win}"
     grep -h "warning" "$tmp/err" | sed 's|^troupe: warning: ||; s|^[^ ]*ds.json: ||' | sort -u |
         sed "s/^/${tag}_note: /" | head -3 || true
+}
+
+ratio() { # a b: a / b to 2 decimals, n/a unless both are figures
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) print "n/a"
+                                     else printf "%.2f", a / b }'
+}
+
+# ZeRO 3 beside ZeRO 2 on n ranks, fp32, per window: the fastest run of each side (overlap_comm
+# either way), tokens/s and peak RSS per rank over ZeRO 2's.
+zero3_vs_zero2() { # n
+    local n=$1 win z2 z3 tps rss tps2 rss2 why
+    z2=$(cat "$tmp/run_fp32_${n}_2_"* 2>/dev/null | sort -n | tail -1)
+    [ -n "$z2" ] || return 0
+    read -r tps2 rss2 _ <<<"$z2"
+    for win in default tight; do
+        z3=$(cat "$tmp/run_fp32_${n}_3_"*"_$win" 2>/dev/null | sort -n | tail -1)
+        [ -n "$z3" ] || continue
+        read -r tps rss _ <<<"$z3"
+        why="target >= 0.8: met"
+        awk -v a="$tps" -v b="$tps2" 'BEGIN { exit !(a / b < 0.8) }' && why="target >= 0.8: NOT met"
+        echo "dp_${n}r_stage3_${win}_vs_stage2_tokens_per_s: $(awk -v a="$tps" -v b="$tps2" \
+            'BEGIN { printf "%.2f", a / b }') x ($tps / $tps2 tokens/s: ${z3#* * } / ${z2#* * }; $why)"
+        echo "dp_${n}r_stage3_${win}_vs_stage2_peak_rss: $(ratio "$rss" "$rss2") x ($rss / $rss2 MiB, largest rank each side, the same runs)"
+    done
 }
 
 # --- 3. the peer -----------------------------------------------------------------------------
@@ -225,8 +284,7 @@ ratios() { # n prec mode line-name-stem note ours...
     set -- $ours # tokens/s rss_MiB stage S, overlap_comm O
     echo "${stem}_vs_torch_${mode}_${prec}_tokens_per_s: $(awk -v a="$1" -v b="$tps" \
         'BEGIN { printf "%.2f", a / b }') x ($1 / $tps tokens/s; same precision; Troupe's ${*:3}$note; $why)"
-    echo "${stem}_vs_torch_${mode}_${prec}_peak_rss: $(awk -v a="$2" -v b="$rss" \
-        'BEGIN { printf "%.2f", a / b }') x ($2 / $rss MiB, largest rank each side)"
+    echo "${stem}_vs_torch_${mode}_${prec}_peak_rss: $(ratio "$2" "$rss") x ($2 / $rss MiB, largest rank each side)"
 }
 peer_runs() {
     local n=$1 prec mode modes=(ddp zero1 fsdp)
@@ -238,9 +296,13 @@ peer_runs() {
             case $mode in
                 ddp) ratios "$n" "$prec" ddp "dp_${n}r_stage0" "" "$(best_ours "$prec" "$n" 0)" ;;
                 zero1) ratios "$n" "$prec" zero1 "dp_${n}r_stage1" "" "$(best_ours "$prec" "$n" 1)" ;;
-                fsdp) ratios "$n" "$prec" fsdp "dp_${n}r_best_stage0to2" \
-                    " (the best of ZeRO 0-2: FSDP's full shard is ZeRO-3, which Troupe runs as stage 2 for now)" \
-                    "$(best_ours "$prec" "$n" 0 1 2)" ;;
+                fsdp) if [ "$prec" = fp32 ]; then # FSDP's full shard is ZeRO-3
+                          ratios "$n" "$prec" fsdp "dp_${n}r_stage3" "" "$(best_ours "$prec" "$n" 3)"
+                      else
+                          ratios "$n" "$prec" fsdp "dp_${n}r_best_stage0to2" \
+                              " (the best of ZeRO 0-2: Troupe refuses stage 3 with bf16 for now)" \
+                              "$(best_ours "$prec" "$n" 0 1 2)"
+                      fi ;;
             esac
         done
     done
@@ -259,6 +321,10 @@ for n in $ranks; do
     for stage in 0 1 2; do
         for ov in false true; do train_run "$n" "$stage" "$ov"; done
     done
+    for win in default tight; do # stage 3: fp32 only (bf16 is refused there for now)
+        for ov in false true; do train_run "$n" 3 "$ov" fp32 "$win"; done
+    done
+    zero3_vs_zero2 "$n"
     for stage in 0 1 2; do # DDP, ZeroRedundancyOptimizer and FSDP compare with these
         for ov in false true; do train_run "$n" "$stage" "$ov" bf16; done
     done
