@@ -339,14 +339,8 @@ static int start(struct tr__comm *c, pending_t *p)
         break;
     case TR__COLL_ALL_GATHER: { /* rank r's part: its slice within [a, b) */
         size_t a = p->buf.offset / sizeof(float), b = a + p->buf.length / sizeof(float);
-        size_t *counts = malloc((size_t)e->world * sizeof(size_t));
-        for (int r = 0; counts && r < e->world; r++) {
-            size_t lo, hi;
-            tr__zero_owned(e->n_params, e->world, r, &lo, &hi);
-            lo = lo > a ? lo : a;
-            hi = hi < b ? hi : b;
-            counts[r] = hi > lo ? hi - lo : 0;
-        }
+        size_t mine, at;
+        size_t *counts = tr__comm_bucket_parts(e, a, b, &mine, &at);
         rc = counts ? ops->all_gather_v(c->backend, p->ptr, counts, TR_DTYPE_F32, &req) : TR_ENOMEM;
         free(counts); /* the backend keeps its own copy */
         break;

@@ -6,6 +6,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Built with a sanitizer: its shadow memory and quarantines make the resident set
+ * meaningless, so the tests that measure it skip. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+#else
+#define SANITIZED 0
+#endif
+
 /* A config parsed from json (named `source` in its diagnostics, which go to stderr); the test
  * fails when it does not load. */
 static inline tr_config_t *test_config(const char *json, const char *source)

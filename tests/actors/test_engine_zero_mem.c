@@ -32,18 +32,6 @@
 #define STEPS  3
 #define SLACK  (24.0 * 1048576.0) /* bytes the prediction leaves out */
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1 /* shadow memory and quarantines make the resident set meaningless */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#else
-#define SANITIZED 0
-#endif
-#else
-#define SANITIZED 0
-#endif
-
 /* A field of /proc/self/status in bytes (VmRSS, VmHWM). */
 static double status_bytes(const char *field)
 {

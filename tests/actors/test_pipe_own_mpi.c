@@ -33,17 +33,7 @@
 #include "troupe.h"
 #include "troupe/pipeline.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1 /* shadow memory and quarantines make the resident set meaningless */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#else
-#define SANITIZED 0
-#endif
-#else
-#define SANITIZED 0
-#endif
+#include "engine_testing.h"
 
 #define STAGES 2
 #define B      2
