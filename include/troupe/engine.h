@@ -282,7 +282,7 @@ void tr_memory_model_close(tr_memory_model_t *m);
 /* What tr_engine_create would hold on `rank` of the config's world (cfg->ranks) for the model
  * m, by kind, into *out; `training`: with a train dataset (the loader's prefetch slots). The
  * figures are the engine's at that stage (docs/engine.md, Memory per rank); what the build
- * does differently from the config (stage 3 runs as 2, offload_param, a pipeline's stages) is
+ * does differently from the config (offload_param, a pipeline's stages) is
  * said in note (may be NULL; "" when nothing). 0, or TR_EINVAL for a NULL argument or a rank
  * outside the world. Any thread. */
 int tr_engine_memory_predict(const tr_config_t *cfg, const tr_memory_model_t *m, int rank,
