@@ -20,19 +20,25 @@
 #define SANITIZED 0
 #endif
 
-/* A config parsed from json (named `source` in its diagnostics, which go to stderr); the test
- * fails when it does not load. */
-static inline tr_config_t *test_config(const char *json, const char *source)
+/* A config parsed from json for `world` ranks (0: the launcher's; named `source` in its
+ * diagnostics, which go to stderr); the test fails when it does not load. */
+static inline tr_config_t *test_config_world(const char *json, const char *source, int world)
 {
     tr_config_t *cfg;
     tr_config_diag_t d;
     tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), source, 1, &cfg, &d);
+    int rc = tr_config_from_string(json, strlen(json), source, world, &cfg, &d);
     for (size_t i = 0; i < d.count; i++)
         fprintf(stderr, "%s\n", d.items[i].text);
     tr_config_diag_close(&d);
     assert_int_equal(rc, 0);
     return cfg;
+}
+
+/* The same for one process. */
+static inline tr_config_t *test_config(const char *json, const char *source)
+{
+    return test_config_world(json, source, 1);
 }
 
 /* A synthetic classification task for an MLP of TEST_XD inputs and TEST_CLASSES classes (the
@@ -72,13 +78,7 @@ static inline tr_engine_t *test_mlp_engine(const char *json, const char *source,
 static inline tr_engine_t *test_mlp_engine_widths(const char *json, const char *source, int world,
                                                   tr_config_t **cfg, const int *widths, int n)
 {
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), source, world, cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
+    *cfg = test_config_world(json, source, world);
     tr_model_t *model;
     char why[256], err[512];
     assert_int_equal(tr_model_mlp_create(&model, widths, n, why, sizeof(why)), 0);

@@ -626,14 +626,7 @@ static uint64_t splitmix(uint64_t *s)
 static void stress_run(const char *json, int world, uint64_t rng, int steps, float *loss,
                        uint64_t *hash)
 {
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "stress.json", world, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
+    tr_config_t *cfg = test_config_world(json, "stress.json", world);
     tr_engine_opts_t o = {.config = cfg,
                           .model = jitter_model(rng),
                           .seq_len = 1,

@@ -79,14 +79,7 @@ static void train(int stage, run_t *r)
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
              " \"overlap_comm\": true%s}, \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              stage, BUCKET, stage == 3 ? STAGE3_KEYS : "");
-    tr_config_diag_t d;
-    tr_config_t *cfg;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "zero_mem.json", 0, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
+    tr_config_t *cfg = test_config_world(json, "zero_mem.json", 0);
     int widths[LAYERS + 2];
     widths[0] = TEST_XD;
     for (int i = 1; i <= LAYERS; i++)

@@ -28,15 +28,7 @@ static char tmpdir[256];
 /* A config for `world` ranks from json; the test fails when it does not load. */
 static tr_config_t *config_for(const char *json, int world)
 {
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "mem.json", world, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
-    return cfg;
+    return test_config_world(json, "mem.json", world);
 }
 
 static tr_model_t *gpt2(const tr_gpt2_config_t *g)
@@ -320,14 +312,7 @@ static int token_batch(void *user, uint64_t index, int B, int T, int *tokens, fl
  * GPT-2; its tr_engine_memory against the prediction for its rank, kind by kind. */
 static void check_engine(const char *json, int world, int use_gpt2)
 {
-    tr_config_t *cfg;
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "mem.json", world, &cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
+    tr_config_t *cfg = config_for(json, world);
     tr_gpt2_config_t g = {
         .max_seq_len = 8, .vocab_size = 50, .num_layers = 2, .num_heads = 2, .channels = 8};
     int widths[] = {TEST_XD, 16, TEST_CLASSES};

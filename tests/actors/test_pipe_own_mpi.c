@@ -82,13 +82,7 @@ static tr_engine_t *engine(const tr_gpt2_config_t *g, int world, int stages, int
              " \"gradient_clipping\": %g, \"zero_optimization\": {\"stage\": %d}, %s"
              " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
              B, gas, k->optimizer, k->lr, k->clip, world == 1 ? 0 : k->zero, pipe);
-    tr_config_diag_t d;
-    tr_config_diag_init(&d);
-    int rc = tr_config_from_string(json, strlen(json), "pipe_own.json", world, cfg, &d);
-    for (size_t i = 0; i < d.count; i++)
-        fprintf(stderr, "%s\n", d.items[i].text);
-    tr_config_diag_close(&d);
-    assert_int_equal(rc, 0);
+    *cfg = test_config_world(json, "pipe_own.json", world);
     tr_model_t *model;
     char err[512];
     assert_int_equal(tr_model_gpt2_create(&model, g, err, sizeof(err)), 0);
