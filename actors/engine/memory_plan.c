@@ -212,17 +212,27 @@ static void param_figures(const tr_memory_model_t *m, size_t *n, size_t *largest
  * each slot the moment arrays and a 64-byte trailer rounded up to 4096 x
  * intra_op_parallelism, and buffer_count slots in memory (one without a read or write
  * pipeline). */
-static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part)
+static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool swaps, bool params)
 {
     const tr_config_offload_optimizer_t *oo = &c->zero.offload_optimizer;
     size_t sg = c->zero.sub_group_size > 0 ? (size_t)c->zero.sub_group_size : 1;
+    if (params && c->zero.offload_param.buffer_size > 0 &&
+        (size_t)c->zero.offload_param.buffer_size < sg)
+        sg = (size_t)c->zero.offload_param.buffer_size; /* swapper.c's layout */
     size_t group = sg < part ? sg : part;
     if (group == 0) group = 1;
     size_t unit =
         4096 * (size_t)(c->aio.intra_op_parallelism > 0 ? c->aio.intra_op_parallelism : 1);
     size_t slot = ((size_t)n_arrays * group * sizeof(float) + 64 + unit - 1) / unit * unit;
+    size_t pslot = (group * sizeof(float) + 64 + unit - 1) / unit * unit;
     int n_bufs = oo->pipeline_read || oo->pipeline_write ? (int)oo->buffer_count : 1;
-    return (uint64_t)n_bufs * slot;
+    uint64_t bytes = swaps ? (uint64_t)n_bufs * (slot + (params ? pslot : 0)) : 0;
+    if (params) { /* the cache: buffer_count sub-groups, max_in_cpu elements (swapper.c) */
+        size_t n = (size_t)c->zero.offload_param.buffer_count,
+               fit = (size_t)c->zero.offload_param.max_in_cpu / group;
+        bytes += (uint64_t)(n < fit ? n : fit > 1 ? fit : 1) * pslot;
+    }
+    return bytes;
 }
 
 /* What the build does differently from the config, in words. */
@@ -234,13 +244,12 @@ static void write_note(const tr_config_t *c, int world, char *note, size_t len)
     do {                                                                                           \
         if (used < len) used += (size_t)snprintf(note + used, len - used, __VA_ARGS__);            \
     } while (0)
-    /* read by its path: the key has no effect, and only this note says so (the states test
-     * holds struct reads of "no effect yet" keys for acting on them) */
-    const char *param_device = NULL;
-    tr_config_get_string(c, "zero_optimization.offload_param.device", &param_device);
-    if (param_device && strcmp(param_device, "none"))
-        SAY("zero_optimization.offload_param has no effect yet: the parameters stay in "
-            "memory. ");
+    if (c->zero.offload_param.device != TR_OFFLOAD_NONE && (c->zero.stage != 3 || world == 1))
+        SAY("zero_optimization.offload_param takes effect at stage 3 on 2 ranks or more: the "
+            "parameters stay in memory. ");
+    if (c->zero.offload_param.device == TR_OFFLOAD_CPU && c->zero.stage == 3 && world > 1)
+        SAY("offload_param cpu: the partition lives in its own host buffer, the parameter "
+            "buffer holds only the gathered layers. ");
     if (c->zero.stage >= 1 && world == 1)
         SAY("On one rank ZeRO partitions nothing: the figures are stage 0's. ");
     if (c->pipeline.stages > 1)
@@ -271,6 +280,7 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     bool partitioned = zero >= 1 && c->optimizer.type != TR_OPTIMIZER_NONE;
     if (partitioned) tr__zero_owned(n, world, rank, &lo, &hi);
     bool swaps = c->zero.offload_optimizer.device == TR_OFFLOAD_NVME && n_arrays > 0;
+    bool swapped_params = zero == 3 && c->zero.offload_param.device == TR_OFFLOAD_NVME;
     memset(out, 0, sizeof(*out));
     out->params = (uint64_t)n * sizeof(float);
     if (zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
@@ -294,7 +304,12 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     out->grads = (uint64_t)(window ? window + tied : n) * sizeof(float);
     out->grad_partition = zero >= 2 && partitioned ? (uint64_t)(hi - lo) * sizeof(float) : 0;
     out->optimizer = swaps ? 0 : (uint64_t)n_arrays * (hi - lo) * sizeof(float);
-    out->swap = swaps ? swap_bytes(c, n_arrays, hi - lo) : 0;
+    if (swaps || swapped_params) {
+        size_t plo, phi; /* the parameter partition (the optimizer's at stage 3) */
+        tr__zero_owned(n, world, rank, &plo, &phi);
+        out->swap =
+            swap_bytes(c, n_arrays, swapped_params ? phi - plo : hi - lo, swaps, swapped_params);
+    }
     bool wire16 = c->communication_data_type != TR_DTYPE_F32;
     out->comm = world > 1 && wire16 ? (uint64_t)n * 2 : 0;
     if (world > 1) /* MPI's copies of the collectives in flight (libnbc): the window, or all */
@@ -324,7 +339,7 @@ void tr_engine_memory_format(const tr_engine_memory_t *m, char *buf, size_t len)
 {
     double mib = 1048576.0;
     char swap[64] = "", bf16[64] = "";
-    if (m->swap) snprintf(swap, sizeof(swap), ", optimizer swap buffers %.1f MiB", m->swap / mib);
+    if (m->swap) snprintf(swap, sizeof(swap), ", swap buffers %.1f MiB", m->swap / mib);
     if (m->bf16_copies)
         snprintf(bf16, sizeof(bf16), ", bf16 weight copies %.1f MiB", m->bf16_copies / mib);
     snprintf(buf, len,

@@ -70,16 +70,24 @@ static float *grad_at(const tr__optim_t *o, size_t at)
     return o->gpart ? o->gpart + (at - o->lo) : o->grads + at;
 }
 
+/* The parameters from flat element `at` on (this rank's slice; offload_param cpu keeps it in
+ * its own home). */
+static float *param_at(const tr__optim_t *o, size_t at)
+{
+    return o->home ? o->home + (at - o->lo) : o->params + at;
+}
+
 /* The moment arrays of the elements [at, at + n): m, v (Adam) and vmax (AMSGrad). */
 typedef struct moments {
     float *m, *v, *vmax;
 } moments_t;
 
 /* Elements [at, at + n) of one decay range, for the elementwise optimizers (Adam, AdamW,
- * SGD, Lion), weight decay or not; s holds their moments. */
-static void update_piece(tr__optim_t *o, bool decay, size_t at, size_t n, float mul, moments_t s)
+ * SGD, Lion), weight decay or not: their parameters at p; s holds their moments. */
+static void update_piece(tr__optim_t *o, bool decay, size_t at, size_t n, float mul, float *p,
+                         moments_t s)
 {
-    float *p = o->params + at, *g = grad_at(o, at);
+    float *g = grad_at(o, at);
     if (o->runs_as == TR_OPTIMIZER_SGD) {
         tr_sgd_opts_t so = o->sgd;
         so.weight_decay = decay ? so.weight_decay : 0.0f;
@@ -104,7 +112,7 @@ static void update_range(tr__optim_t *o, const decay_range_t *r, float mul)
 {
     size_t k = r->at - o->lo;
     moments_t s = {o->m + k, o->v ? o->v + k : NULL, o->vmax ? o->vmax + k : NULL};
-    update_piece(o, r->decay, r->at, r->n, mul, s);
+    update_piece(o, r->decay, r->at, r->n, mul, param_at(o, r->at), s);
 }
 
 /* Lamb's options for tensor k of layer l: its own weight decay. */
@@ -143,7 +151,7 @@ static int lamb_moments(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_
     sums[0] = sums[1] = 0.0;
     if (b == a) return 0;
     tr_lamb_opts_t lo = lamb_opts(o, l, k);
-    return tr_lamb_moments(&lo, mul, o->params + a, grad_at(o, a), o->m + (a - o->lo),
+    return tr_lamb_moments(&lo, mul, param_at(o, a), grad_at(o, a), o->m + (a - o->lo),
                            o->v + (a - o->lo), b - a, &sums[0], &sums[1]) < 0
                ? TR_ENOMEM
                : 0;
@@ -157,7 +165,8 @@ static int lamb_apply(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_t 
     if (b == a) return 0;
     tr_lamb_opts_t lo = lamb_opts(o, l, k);
     float coeff = tr_lamb_trust_ratio(&lo, o->lamb_sums[2 * t], o->lamb_sums[2 * t + 1]);
-    tr_lamb_apply(&lo, &o->st, coeff, o->params + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a);
+    tr_lamb_apply(&lo, &o->st, coeff, param_at(o, a), o->m + (a - o->lo), o->v + (a - o->lo),
+                  b - a);
     return 0;
 }
 
@@ -597,7 +606,7 @@ static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b
     q->group = g;
     q->tag = (uint32_t)b;
     m->step = o->global_steps;
-    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.slot_bytes, TR_DTYPE_U8, &q->buf);
+    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.buf_bytes, TR_DTYPE_U8, &q->buf);
     if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
@@ -618,10 +627,12 @@ static void copy_group(const tr__optim_t *o, size_t g, float *buf, bool to_block
     }
 }
 
-/* The step's update of sub-group g, its moments in buf: each decay range's part in it. */
+/* The step's update of sub-group g, its moments in buf (and its parameters after them, when
+ * they are swapped too): each decay range's part in it. */
 static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
 {
     size_t G = o->eng->swap.group, a = o->lo + g * G, b = a + group_n(o, g);
+    float *p = o->eng->swap.param_bytes ? (float *)((char *)buf + o->eng->swap.slot_bytes) : NULL;
     for (int i = 0; i < o->n_ranges; i++) {
         const decay_range_t *r = &o->ranges[i];
         size_t x = r->at > a ? r->at : a, y = r->at + r->n < b ? r->at + r->n : b;
@@ -629,7 +640,7 @@ static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
         size_t k = x - a;
         moments_t s = {buf + k, o->n_arrays > 1 ? buf + G + k : NULL,
                        o->amsgrad ? buf + (size_t)(o->n_arrays - 1) * G + k : NULL};
-        update_piece(o, r->decay, x, y - x, o->swap_mul, s);
+        update_piece(o, r->decay, x, y - x, o->swap_mul, p ? p + k : param_at(o, x), s);
     }
 }
 
@@ -639,8 +650,8 @@ static int swap_start_group(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b)
     tr_buffer_info_t info;
     int rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
     if (rc < 0) return rc;
-    copy_group(o, g, info.base, false);
-    return swap_send(ctx, o, TR__SWAP_WRITE, g, b);
+    copy_group(o, g, info.base, false); /* the parameters are the fetcher's to write */
+    return swap_send(ctx, o, TR__SWAP_WRITE_STATE, g, b);
 }
 
 /* Every sub-group of a step is stepped: the parameters are whole, STEP_DONE goes on while the
@@ -665,7 +676,10 @@ static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
     if (mode == RUN_SAVE) rc = send_or_free(ctx, o->eng->checkpointer, m);
     if (mode == RUN_RESTORE) rc = send_or_free(ctx, o->eng->executor, m);
     if (rc < 0) return rc;
-    if (!o->queued.mode) return mode == RUN_PREFETCH ? 0 : swap_prefetch(ctx, o);
+    /* after a restore with the parameters swapped, not yet: the fetcher is writing the
+     * restored ones to the file, and only the first reduced bucket comes surely after that */
+    bool later = mode == RUN_PREFETCH || (mode == RUN_RESTORE && o->eng->swap.param_bytes);
+    if (!o->queued.mode) return later ? 0 : swap_prefetch(ctx, o);
     mode = o->queued.mode;
     m = o->queued.held;
     float *stage = o->queued.stage;

@@ -26,7 +26,9 @@ typedef struct decay_range {
 
 struct tr__optim {
     const tr__plan_t *eng;
-    float *params, *grads;                /* the registered buffers, resolved once */
+    float *params, *grads; /* the registered buffers, resolved once */
+    float *home; /* offload_param cpu: the partition's home (hi - lo floats), where the step
+                  * writes the parameters; NULL: they are in `params` */
     uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
     int type;    /* tr_config_optimizer_type_t, as configured (checkpoints record it) */
     int runs_as; /* the kernel that runs it: OneBitAdam runs as Adam, ... */

@@ -259,6 +259,9 @@ int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0)
         o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
+    if (rc == 0 && eng->param_offload == TR_OFFLOAD_CPU &&
+        (rc = tr_buffer_info(eng->rt, eng->buf_param_home, &info)) == 0)
+        o->home = info.base;
     if (rc == 0) rc = register_moments(o);
     if (rc == 0 && o->runs_as == TR_OPTIMIZER_LAMB) rc = register_lamb_sums(o);
     *state_bytes = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
