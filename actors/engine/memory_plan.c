@@ -212,7 +212,8 @@ static void param_figures(const tr_memory_model_t *m, size_t *n, size_t *largest
  * each slot the moment arrays and a 64-byte trailer rounded up to 4096 x
  * intra_op_parallelism, and buffer_count slots in memory (one without a read or write
  * pipeline). */
-static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool swaps, bool params)
+static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool swaps, bool params,
+                           bool grads)
 {
     const tr_config_offload_optimizer_t *oo = &c->zero.offload_optimizer;
     size_t sg = c->zero.sub_group_size > 0 ? (size_t)c->zero.sub_group_size : 1;
@@ -226,7 +227,9 @@ static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool
     size_t slot = ((size_t)n_arrays * group * sizeof(float) + 64 + unit - 1) / unit * unit;
     size_t pslot = (group * sizeof(float) + 64 + unit - 1) / unit * unit;
     int n_bufs = oo->pipeline_read || oo->pipeline_write ? (int)oo->buffer_count : 1;
-    uint64_t bytes = swaps ? (uint64_t)n_bufs * (slot + (params ? pslot : 0)) : 0;
+    uint64_t bytes =
+        swaps ? (uint64_t)n_bufs * (slot + (params ? pslot : 0) + (grads ? pslot : 0)) : 0;
+    if (grads) bytes += 4 * (uint64_t)pslot; /* the gradient sub-groups filling (swapper.c) */
     if (params) { /* the cache: buffer_count sub-groups, max_in_cpu elements (swapper.c) */
         size_t n = (size_t)c->zero.offload_param.buffer_count,
                fit = (size_t)c->zero.offload_param.max_in_cpu / group;
@@ -281,6 +284,7 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     if (partitioned) tr__zero_owned(n, world, rank, &lo, &hi);
     bool swaps = c->zero.offload_optimizer.device == TR_OFFLOAD_NVME && n_arrays > 0;
     bool swapped_params = zero == 3 && c->zero.offload_param.device == TR_OFFLOAD_NVME;
+    bool swapped_grads = swapped_params && swaps && c->gradient_accumulation_steps == 1;
     memset(out, 0, sizeof(*out));
     out->params = (uint64_t)n * sizeof(float);
     if (zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
@@ -302,13 +306,14 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
         zero >= 2 ? tr__grad_window_of(n, largest, c->zero.reduce_bucket_size, c->zero.overlap_comm)
                   : 0;
     out->grads = (uint64_t)(window ? window + tied : n) * sizeof(float);
-    out->grad_partition = zero >= 2 && partitioned ? (uint64_t)(hi - lo) * sizeof(float) : 0;
+    out->grad_partition =
+        zero >= 2 && partitioned && !swapped_grads ? (uint64_t)(hi - lo) * sizeof(float) : 0;
     out->optimizer = swaps ? 0 : (uint64_t)n_arrays * (hi - lo) * sizeof(float);
     if (swaps || swapped_params) {
         size_t plo, phi; /* the parameter partition (the optimizer's at stage 3) */
         tr__zero_owned(n, world, rank, &plo, &phi);
-        out->swap =
-            swap_bytes(c, n_arrays, swapped_params ? phi - plo : hi - lo, swaps, swapped_params);
+        out->swap = swap_bytes(c, n_arrays, swapped_params ? phi - plo : hi - lo, swaps,
+                               swapped_params, swapped_grads);
     }
     bool wire16 = c->communication_data_type != TR_DTYPE_F32;
     out->comm = world > 1 && wire16 ? (uint64_t)n * 2 : 0;

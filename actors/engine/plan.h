@@ -128,9 +128,12 @@ enum {
     TR__SWAP_WRITE_STATE = 3,  /* its state only (a restore: the parameters come from the model) */
     TR__SWAP_READ_PARAMS = 4,  /* a range of the parameter file into a registered buffer */
     TR__SWAP_WRITE_PARAMS = 5, /* ... from it */
+    TR__SWAP_PUT_GRADS = 6,    /* reduced gradients [group, group + n) into the gradient file */
 };
 typedef struct tr__swap_layout {
     size_t group, n_groups, slot_bytes, param_bytes, buf_bytes;
+    size_t grad_bytes; /* with plan.swap_grads: a buffer's gradient region, after the
+                        * parameters' (a slot of `group` floats); 0 otherwise */
     int n_arrays, n_bufs;
     uint64_t buf_ids[TR__MAX_SWAP_BUFS];
 } tr__swap_layout_t;
@@ -172,7 +175,11 @@ typedef struct tr__plan {
                               * partition lives in buf_param_home) or _NVME (in the swapper's
                               * parameter file); the parameter buffer then holds only gathered layers */
     uint64_t buf_param_home; /* offload_param cpu: this rank's partition, hi - lo floats */
-    tr_monitor_t *mon;       /* NULL: off; thread-safe */
+    bool swap_grads;   /* offload_param nvme with one micro-step per step: the reduced gradient
+                        * partition goes to the swapper's gradient file as it arrives (PUT_GRADS)
+                        * and comes back with each sub-group of the step, instead of staying in
+                        * memory */
+    tr_monitor_t *mon; /* NULL: off; thread-safe */
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
     tr_actor_t swapper; /* NONE unless the optimizer's state or the parameters are on NVMe */
     tr_actor_t fetcher; /* ZeRO 3: gathers each layer's parameters; else NONE */

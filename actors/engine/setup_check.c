@@ -309,6 +309,13 @@ static int set_param_offload(tr__plan_t *p, char *err, size_t errlen)
                         "\"cpu\" works with any optimizer",
                         c->source);
     p->param_offload = device;
+    p->swap_grads = device == TR_OFFLOAD_NVME && p->swaps && p->GAS == 1;
+    if (device == TR_OFFLOAD_NVME && p->swaps && p->GAS > 1 && p->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "%s: offload_param nvme with gradient_accumulation_steps %d: the reduced gradient "
+               "partition stays in memory, where the micro-steps add into it (with one "
+               "micro-step per step it goes to the swap files)",
+               c->source, p->GAS);
     return 0;
 }
 

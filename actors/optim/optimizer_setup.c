@@ -140,7 +140,9 @@ static int partition(tr__optim_t *o)
     }
     if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
-    if (e->zero >= 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
+    o->gswap = e->swap_grads;
+    if (e->zero >= 2 && !o->gswap &&
+        !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
     tr_log(TR_LOG_INFO,
            "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
@@ -276,6 +278,7 @@ void tr__optimizer_free(tr__optim_t *o)
     free(o->m); /* v and vmax are inside m's block */
     free(o->save_stage);
     free(o->gpart);
+    free(o->gputs);
     free(o->lamb_sums);
     free(o->ranges);
     free(o);

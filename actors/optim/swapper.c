@@ -17,6 +17,12 @@
  * goes first): a forward reads each sub-group once, and the backward starts on what the forward
  * left there. An optimizer write replaces a cached sub-group's copy.
  *
+ * With plan.swap_grads the reduced gradient partition has a third file, grads.swp, in the same
+ * sub-groups: the optimizer hands each reduced part over as it arrives (PUT_GRADS, naming its
+ * range of the gradient buffer); a sub-group waits in one of a few open slots until every
+ * element of it came, and is written then. A step's READ brings the sub-group's gradients back
+ * after its parameters.
+ *
  * A slot is the payload (the arrays of `group` floats) and, in its last 64 bytes, a trailer: a
  * magic, the sub-group's index and the payload's CRC32C, written with the payload and checked
  * on every read. A mismatch, a swap file deleted or replaced while in use, or any I/O error
@@ -63,10 +69,21 @@ typedef struct cached {
     uint64_t used; /* the request count when last used */
 } cached_t;
 
+#define OPEN_GRADS 4 /* gradient sub-groups filling at once (the parts come in order: 2) */
+
+/* A gradient sub-group being filled (group -1: free). */
+typedef struct filling {
+    void *buf;
+    int64_t group;
+    size_t have; /* elements received this step */
+} filling_t;
+
 struct tr__swapper {
     const tr__plan_t *eng;
     tr_aio_t *aio;
     swap_file_t state, params; /* params.file: NULL unless the parameters are swapped */
+    swap_file_t grads;         /* NULL file unless plan.swap_grads */
+    filling_t fill[OPEN_GRADS];
     tr__swap_layout_t lay;
     size_t lo, hi; /* the partition, in elements of the flat parameters */
     bool locked;   /* buffers from tr_aio_buffer_alloc (pin_memory), else posix_memalign */
@@ -225,6 +242,47 @@ static int param_range(struct tr__swapper *w, bool write, size_t at, size_t n, f
     return 0;
 }
 
+/* PUT_GRADS: the reduced gradients [at, at + n) (this step's only: one micro-step) at p. A
+ * sub-group is written once all of it has come. */
+static int put_grads(struct tr__swapper *w, size_t at, size_t n, const float *p, char *why,
+                     size_t len)
+{
+    if (at < w->lo || at + n > w->hi || at + n < at)
+        return tr__errf(why, len, TR_EINVAL,
+                        "gradients [%zu, +%zu) lie outside this rank's partition [%zu, %zu)", at, n,
+                        w->lo, w->hi);
+    size_t G = w->lay.group;
+    for (size_t e = at - w->lo; e < at - w->lo + n;) {
+        uint64_t g = e / G;
+        size_t in = e - g * G, k = group_n(w, g) - in;
+        if (k > at - w->lo + n - e) k = at - w->lo + n - e;
+        filling_t *f = NULL;
+        for (int i = 0; i < OPEN_GRADS && !f; i++)
+            if (w->fill[i].group == (int64_t)g) f = &w->fill[i];
+        for (int i = 0; i < OPEN_GRADS && !f; i++)
+            if (w->fill[i].group < 0) {
+                f = &w->fill[i];
+                f->group = (int64_t)g;
+                f->have = 0;
+                memset(f->buf, 0, w->grads.slot);
+            }
+        if (!f)
+            return tr__errf(why, len, TR_EINVAL,
+                            "gradients for sub-group %llu while %d others are still incomplete: "
+                            "the reduced parts did not come in order",
+                            (unsigned long long)g, OPEN_GRADS);
+        memcpy((float *)f->buf + in, p + (e - (at - w->lo)), k * sizeof(float));
+        f->have += k;
+        if (f->have >= group_n(w, g)) {
+            f->group = -1;
+            int rc = write_slot(w, &w->grads, g, f->buf, why, len);
+            if (rc < 0) return rc;
+        }
+        e += k;
+    }
+    return 0;
+}
+
 /* The swapper buffer a reference names (-1 if none). */
 static int buffer_index(const struct tr__swapper *w, const tr_tensor_ref_t *ref)
 {
@@ -238,7 +296,7 @@ static int buffer_index(const struct tr__swapper *w, const tr_tensor_ref_t *ref)
 /* One optimizer request on swap buffer b. */
 static int serve_group(struct tr__swapper *w, uint32_t op, uint64_t g, int b, char *why, size_t len)
 {
-    char *buf = w->bufs[b], *pbuf = buf + w->lay.slot_bytes;
+    char *buf = w->bufs[b], *pbuf = buf + w->lay.slot_bytes, *gbuf = pbuf + w->lay.param_bytes;
     bool params = w->params.file && op != TR__SWAP_WRITE_STATE;
     int rc = 0;
     if (op == TR__SWAP_READ) {
@@ -248,6 +306,7 @@ static int serve_group(struct tr__swapper *w, uint32_t op, uint64_t g, int b, ch
             memcpy(pbuf, c->buf, w->params.slot);
         else if (params && rc == 0)
             rc = read_slot(w, &w->params, g, pbuf, why, len);
+        if (rc == 0 && w->grads.file) rc = read_slot(w, &w->grads, g, gbuf, why, len);
         return rc;
     }
     rc = write_slot(w, &w->state, g, buf, why, len);
@@ -270,7 +329,16 @@ static int on_swap(tr_ctx_t *ctx, struct tr__swapper *w, const tr_msg_t *msg)
     int rc;
     uint64_t t0 = tr_now_ns();
     w->requests++;
-    if (q->op == TR__SWAP_READ_PARAMS || q->op == TR__SWAP_WRITE_PARAMS) {
+    if (q->op == TR__SWAP_PUT_GRADS) {
+        void *p = NULL;
+        if (!w->grads.file)
+            snprintf(why, sizeof(why), "gradients, but the gradients are not swapped");
+        else if (tr_buffer_resolve(w->eng->rt, &q->buf, &p, why, sizeof(why)) != 0)
+            p = NULL;
+        rc = !p ? TR_EINVAL
+                : put_grads(w, (size_t)q->group, (size_t)(q->buf.length / sizeof(float)), p, why,
+                            sizeof(why));
+    } else if (q->op == TR__SWAP_READ_PARAMS || q->op == TR__SWAP_WRITE_PARAMS) {
         void *p = NULL;
         if (!w->params.file)
             snprintf(why, sizeof(why), "a parameter request, but the parameters are not swapped");
@@ -357,7 +425,10 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
     w->params.payload = l->group * sizeof(float);
     w->params.slot = (w->params.payload + TRAILER_BYTES + unit - 1) / unit * unit;
     l->param_bytes = params && e->swaps ? w->params.slot : 0;
-    l->buf_bytes = l->slot_bytes + l->param_bytes;
+    w->grads.payload = w->params.payload;
+    w->grads.slot = w->params.slot;
+    l->grad_bytes = e->swap_grads ? w->grads.slot : 0;
+    l->buf_bytes = l->slot_bytes + l->param_bytes + l->grad_bytes;
     if (params) {
         int64_t n = c->zero.offload_param.buffer_count;
         if (n < 1 || n > 1024)
@@ -451,6 +522,11 @@ static int alloc_buffers(struct tr__swapper *w, tr_actor_t owner)
         rc = tr_buffer_register(w->eng->rt, &info, &w->lay.buf_ids[b]);
         if (rc < 0) return rc;
     }
+    for (int i = 0; i < OPEN_GRADS; i++) {
+        w->fill[i].group = -1;
+        int rc = w->grads.file ? alloc_one(w, w->grads.slot, &w->fill[i].buf) : 0;
+        if (rc < 0) return rc;
+    }
     if (!w->n_cache) return 0;
     if (!(w->cache = calloc((size_t)w->n_cache, sizeof(*w->cache)))) return TR_ENOMEM;
     for (int i = 0; i < w->n_cache; i++) {
@@ -482,6 +558,13 @@ static int initialise_files(struct tr__swapper *w, char *err, size_t errlen)
         int rc = write_slot(w, &w->state, g, w->bufs[0], why, sizeof(why));
         if (rc < 0)
             return full_disk(rc, err, errlen, "offload_optimizer", "this rank's optimizer state",
+                             why);
+    }
+    for (size_t g = 0; w->grads.file && g < w->lay.n_groups; g++) {
+        memset(buf, 0, w->grads.slot);
+        int rc = write_slot(w, &w->grads, g, buf, why, sizeof(why));
+        if (rc < 0)
+            return full_disk(rc, err, errlen, "offload_optimizer", "this rank's reduced gradients",
                              why);
     }
     if (!w->params.file) return 0;
@@ -520,6 +603,10 @@ int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_acto
         (rc = open_file(w, &w->params, "zero_optimization.offload_param",
                         z->offload_param.nvme_path, "params.swp", err, errlen)) < 0)
         return rc;
+    if (eng->swap_grads &&
+        (rc = open_file(w, &w->grads, "zero_optimization.offload_optimizer",
+                        z->offload_optimizer.nvme_path, "grads.swp", err, errlen)) < 0)
+        return rc;
     tr_actor_opts_t o = {.name = "swapper",
                          .pinned = 1,
                          .defer_stop = 1, /* a signal's stop: the engine stops it after the
@@ -533,7 +620,8 @@ int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_acto
     if (rc < 0) return rc;
     *lay = w->lay;
     /* the rest is on disk */
-    *bytes = (uint64_t)w->lay.n_bufs * w->lay.buf_bytes + (uint64_t)w->n_cache * w->params.slot;
+    *bytes = (uint64_t)w->lay.n_bufs * w->lay.buf_bytes + (uint64_t)w->n_cache * w->params.slot +
+             (w->grads.file ? (uint64_t)OPEN_GRADS * w->grads.slot : 0);
     if (eng->swaps)
         tr_log(TR_LOG_INFO,
                "swapper: rank %d: optimizer state in %s: %zu sub-groups of %zu "
@@ -562,6 +650,9 @@ void tr__swapper_free(struct tr__swapper *w)
     if (!w) return;
     close_file(&w->state);
     close_file(&w->params);
+    close_file(&w->grads);
+    for (int i = 0; i < OPEN_GRADS; i++)
+        free_one(w, w->fill[i].buf, w->grads.slot);
     for (int b = 0; b < w->lay.n_bufs; b++)
         free_one(w, w->bufs[b], w->lay.buf_bytes);
     for (int i = 0; w->cache && i < w->n_cache; i++)
