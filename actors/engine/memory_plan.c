@@ -6,11 +6,13 @@
  * a config and a model's shapes (a tr_memory_model_t: per layer, its parameter floats and what
  * it keeps at (B, T)). It follows each allocation in the engine as it is built:
  *   parameters      4N; ZeRO 3: 4 (S + P + min(N - P, M + Lmax))  slice, persistent, window
+ *                   (offload_param nvme: without S, which is on disk)
  *   gradients       4N; ZeRO 2: 4 (min(N, k b + Lmax) + Tt) the backward's window (below)
- *   grad_partition  ZeRO 2: 4 (hi - lo)                  the optimizer's reduced partition
+ *   grad_partition  ZeRO 2: 4 (hi - lo); 0 when swapped  the optimizer's reduced partition
  *   optimizer       4 a (hi - lo), 0 with nvme           the optimizer's moments
- *   swap            nvme: n_bufs x slot_bytes            actors/optim/swapper.c's layout()
- *   comm            on W > 1: 2N with a 16-bit wire      the comm actor's wire copy
+ *   swap            nvme: n_bufs x slot (+ the parameters' and gradients' slots with
+ *                   offload_param nvme) + its cache      actors/optim/swapper.c's layout()
+ *   comm            on W > 1, a 16-bit wire: 2 B x the window (ZeRO 2, 3) or N   its copies
  *                   + MPI's copies of what is in flight  the window (ZeRO 2) or N, 2 or 4 B
  *   batches         one batch x (1 + prefetch)           the client's staging, loader slots
  *   bf16_copies     2N with bf16 (ZeRO 3: of those held)  the model's bf16 weights
@@ -19,9 +21,10 @@
  * b = reduce_bucket_size, k = 2 with overlap_comm else 1 (buckets in flight), Lmax the largest
  * layer's parameters and Tt the tied ranges' total: at stage 2 the backward holds a window of
  * the gradient, not all of it; at stage 3 the parameters are the slice, the persistent layers
- * and the fetcher's window (tr__zero3_params_of). Where this build does less than the config
- * asks (offload_param, a pipeline's stages), the note says so and the figures are what the
- * build does.
+ * and the fetcher's window (tr__zero3_params_of). With offload_param nvme and one micro-step
+ * per step the reduced partition is swapped too (plan.swap_grads). Where this build does less
+ * than the config asks (offload_param on one rank, a pipeline's stages), the note says so and
+ * the figures are what the build does.
  *
  * The engine uses the estimator twice: tr__memory_check before the model's parameters are
  * written and before any actor exists, and at the start-up line, which prints what the
@@ -316,7 +319,8 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
                                swapped_params, swapped_grads);
     }
     bool wire16 = c->communication_data_type != TR_DTYPE_F32;
-    out->comm = world > 1 && wire16 ? (uint64_t)n * 2 : 0;
+    /* the 16-bit wire's copies of the buckets in flight (comm.c hands a bucket's back) */
+    out->comm = world > 1 && wire16 ? (uint64_t)(window ? window : n) * 2 : 0;
     if (world > 1) /* MPI's copies of the collectives in flight (libnbc): the window, or all */
         out->comm += (uint64_t)(window ? window : n) * (wire16 ? 2 : 4);
     size_t bt = (size_t)m->B * m->T;
