@@ -47,6 +47,7 @@
 
 #include "actors/comm/comm_spawn.h"
 #include "actors/engine/plan.h"
+#include "base/fifo.h"
 #include "base/vmem.h"
 #include "kernels/cpu/half.h"
 
@@ -96,9 +97,8 @@ struct tr__fetcher {
     tr__buckets_t buckets; /* the gradient buckets, packed here (see the top) */
     int offload;           /* plan.param_offload: where the slice lives */
     float *home;           /* offload_param cpu: the slice (hi - lo floats) */
-    queued_t *queue;       /* offload_param nvme: collectives in decision order (a ring) */
-    size_t q_head, q_len, q_cap;
-    int writing; /* a restore's slice write to the swapper, not answered yet */
+    tr__fifo_t queue;      /* offload_param nvme: collectives (queued_t) in decision order */
+    int writing;           /* a restore's slice write to the swapper, not answered yet */
 };
 
 static int dir(int pass)
@@ -168,13 +168,12 @@ static int ask_swapper(tr_ctx_t *ctx, struct tr__fetcher *f, uint32_t op, size_t
 /* Sends the queue's collectives from its head while they are ready. */
 static int flush(tr_ctx_t *ctx, struct tr__fetcher *f)
 {
-    while (f->q_len) {
-        queued_t *h = &f->queue[f->q_head];
+    queued_t *h;
+    while ((h = tr__fifo_front(&f->queue))) {
         if (h->unit >= 0 && !f->u[h->unit].loaded) return 0;
         int rc = tr_actor_send(ctx->rt, f->eng->comm, h->m);
         if (rc < 0) return rc; /* the message stays queued: destroy frees it */
-        f->q_head = (f->q_head + 1) % f->q_cap;
-        f->q_len--;
+        tr__fifo_pop(&f->queue);
     }
     return 0;
 }
@@ -184,18 +183,7 @@ static int flush(tr_ctx_t *ctx, struct tr__fetcher *f)
  * destroy). */
 static int enqueue(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *m, int unit)
 {
-    if (f->q_len == f->q_cap) {
-        size_t cap = f->q_cap ? 2 * f->q_cap : 16;
-        queued_t *q = malloc(cap * sizeof(*q));
-        if (!q) return TR_ENOMEM;
-        for (size_t k = 0; k < f->q_len; k++)
-            q[k] = f->queue[(f->q_head + k) % f->q_cap];
-        free(f->queue);
-        f->queue = q;
-        f->q_cap = cap;
-        f->q_head = 0;
-    }
-    f->queue[(f->q_head + f->q_len++) % f->q_cap] = (queued_t){m, unit};
+    if (tr__fifo_push(&f->queue, &(queued_t){m, unit}) < 0) return TR_ENOMEM;
     int rc = flush(ctx, f);
     if (rc < 0)
         tr__engine_fail(f->eng, rc, "fetcher: cannot send a collective to the comm actor: %s",
@@ -505,7 +493,7 @@ static void free_fetcher(struct tr__fetcher *f)
     }
     free(f->u);
     free(f->answered);
-    free(f->queue);
+    tr__fifo_free(&f->queue);
     free(f);
 }
 
@@ -549,8 +537,8 @@ static void free_state(tr_ctx_t *ctx, int reason)
 {
     (void)reason;
     struct tr__fetcher *f = ctx->state;
-    for (; f->q_len; f->q_len--, f->q_head = (f->q_head + 1) % f->q_cap)
-        tr_msg_free(ctx->rt, f->queue[f->q_head].m); /* a failed engine's, never sent */
+    for (queued_t *h; (h = tr__fifo_front(&f->queue)); tr__fifo_pop(&f->queue))
+        tr_msg_free(ctx->rt, h->m); /* a failed engine's, never sent */
     free_fetcher(f);
 }
 
@@ -563,6 +551,7 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
     if (!f) return TR_ENOMEM;
     f->eng = eng;
     tr__buckets_init(&f->buckets, eng);
+    tr__fifo_init(&f->queue, sizeof(queued_t));
     f->L = tr_model_num_layers(m);
     f->u = calloc((size_t)f->L, sizeof(*f->u));
     f->answered = calloc((size_t)f->L, sizeof(bool));

@@ -513,13 +513,13 @@ static int free_grads(tr_ctx_t *ctx, tr__optim_t *o, size_t first, size_t covers
  * its part (its answer to put_grads, in order). */
 static int grads_put(tr_ctx_t *ctx, tr__optim_t *o)
 {
-    if (!o->gput_len) {
+    struct tr__gput *q = tr__fifo_front(&o->gputs);
+    if (!q) {
         tr__engine_fail(o->eng, TR_EINVAL, "optimizer: a gradient write nobody asked for");
         return TR_EINVAL;
     }
-    struct gput p = o->gputs[o->gput_head];
-    o->gput_head = (o->gput_head + 1) % o->gput_cap;
-    o->gput_len--;
+    struct tr__gput p = *q;
+    tr__fifo_pop(&o->gputs);
     return free_grads(ctx, o, p.first, p.covers);
 }
 
@@ -533,17 +533,7 @@ static int put_grads(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, s
     const float *g = count ? tr__resolve(e, &r->grads, why, sizeof(why)) : NULL;
     if (count && g) o->gsumsq += tr_grad_sumsq(g, count);
     if (!count) return free_grads(ctx, o, r->first, r->covers);
-    if (o->gput_len == o->gput_cap) {
-        size_t cap = o->gput_cap ? 2 * o->gput_cap : 16;
-        struct gput *q = malloc(cap * sizeof(*q));
-        if (!q) return TR_ENOMEM;
-        for (size_t k = 0; k < o->gput_len; k++)
-            q[k] = o->gputs[(o->gput_head + k) % o->gput_cap];
-        free(o->gputs);
-        o->gputs = q;
-        o->gput_cap = cap;
-        o->gput_head = 0;
-    }
+    if (tr__fifo_push(&o->gputs, &(struct tr__gput){r->first, r->covers}) < 0) return TR_ENOMEM;
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
     if (!m) return TR_ENOMEM;
     tr_msg_swap_t *q = TR_MSG_AS(m, swap);
@@ -552,12 +542,8 @@ static int put_grads(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, s
     q->buf = r->grads;
     m->step = o->global_steps;
     int rc = tr_actor_send(ctx->rt, e->swapper, m);
-    if (rc < 0) {
-        tr_msg_free(ctx->rt, m);
-        return rc;
-    }
-    o->gputs[(o->gput_head + o->gput_len++) % o->gput_cap] = (struct gput){r->first, r->covers};
-    return 0;
+    if (rc < 0) tr_msg_free(ctx->rt, m); /* the engine fails: the queued range stays out */
+    return rc;
 }
 
 static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)

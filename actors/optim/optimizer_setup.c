@@ -141,6 +141,7 @@ static int partition(tr__optim_t *o)
     if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
     o->gswap = e->swap_grads;
+    tr__fifo_init(&o->gputs, sizeof(struct tr__gput));
     if (e->zero >= 2 && !o->gswap &&
         !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
@@ -278,7 +279,7 @@ void tr__optimizer_free(tr__optim_t *o)
     free(o->m); /* v and vmax are inside m's block */
     free(o->save_stage);
     free(o->gpart);
-    free(o->gputs);
+    tr__fifo_free(&o->gputs);
     free(o->lamb_sums);
     free(o->ranges);
     free(o);
