@@ -251,15 +251,22 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
            "gradients", "optimizer", "activations", "other", "total", "fits");
     /* each stage with the optimizer's state in memory, on the CPU or on NVMe; at stage 3 also
      * the parameters offloaded (+p:): to the CPU, and both on NVMe */
-    static const int rows[][2] = {{TR_OFFLOAD_NONE, TR_OFFLOAD_NONE},
-                                  {TR_OFFLOAD_CPU, TR_OFFLOAD_NONE},
-                                  {TR_OFFLOAD_NVME, TR_OFFLOAD_NONE},
-                                  {TR_OFFLOAD_NONE, TR_OFFLOAD_CPU},
-                                  {TR_OFFLOAD_NVME, TR_OFFLOAD_NVME}};
+    int rows[6][2] = {{TR_OFFLOAD_NONE, TR_OFFLOAD_NONE},
+                      {TR_OFFLOAD_CPU, TR_OFFLOAD_NONE},
+                      {TR_OFFLOAD_NVME, TR_OFFLOAD_NONE},
+                      {TR_OFFLOAD_NONE, TR_OFFLOAD_CPU},
+                      {TR_OFFLOAD_NVME, TR_OFFLOAD_NVME}};
     int config_param =
         cfg->zero.stage == 3 && cfg->ranks > 1 ? cfg->zero.offload_param.device : TR_OFFLOAD_NONE;
+    int n3 = 5, listed = 0; /* stage 3's rows, and the config's own pair when none of them */
+    for (int r = 0; r < n3; r++)
+        listed |= rows[r][0] == cfg->zero.offload_optimizer.device && rows[r][1] == config_param;
+    if (!listed) {
+        rows[n3][0] = cfg->zero.offload_optimizer.device;
+        rows[n3++][1] = config_param;
+    }
     for (int stage = 0; stage <= 3; stage++)
-        for (int r = 0; r < (stage == 3 && cfg->ranks > 1 ? 5 : 3); r++) {
+        for (int r = 0; r < (stage == 3 && cfg->ranks > 1 ? n3 : 3); r++) {
             int dev = rows[r][0], pdev = rows[r][1];
             tr_config_t v = variant(cfg, stage, dev, pdev);
             tr_engine_memory_t e;

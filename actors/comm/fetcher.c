@@ -98,7 +98,6 @@ struct tr__fetcher {
     int offload;           /* plan.param_offload: where the slice lives */
     float *home;           /* offload_param cpu: the slice (hi - lo floats) */
     tr__fifo_t queue;      /* offload_param nvme: collectives (queued_t) in decision order */
-    int writing;           /* a restore's slice write to the swapper, not answered yet */
 };
 
 static int dir(int pass)
@@ -348,11 +347,47 @@ static int pump(tr_ctx_t *ctx, struct tr__fetcher *f)
     return answer(ctx, f);
 }
 
-/* The pages of every unit not gathered go back to the kernel. */
-static void release_absent(struct tr__fetcher *f)
+/* Tells the executor that a restore's slice is stored (PARAM_READY, layer L + 1). */
+static int restored(tr_ctx_t *ctx, struct tr__fetcher *f, uint32_t id)
 {
-    for (int i = 0; i < f->L; i++)
-        if (f->u[i].state == U_ABSENT) release_pages(f, &f->u[i]);
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PARAM_READY);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, param_ready) = (tr_msg_param_ready_t){.layer = (uint32_t)f->L + 1, .id = id};
+    m->step = f->step;
+    int rc = tr_actor_send(ctx->rt, f->eng->executor, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* offload_param: a restore's parameters (r->src, the checkpoint's copy, which stays until the
+ * executor answers the checkpointer) go where the slice lives: its home (cpu), at once, or the
+ * swapper's file (nvme), answered when written. The parameter buffer is not involved, so no
+ * release of its pages can meet the copy. */
+static int store_restored(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_param_fetch_t *r)
+{
+    void *src = NULL;
+    char why[256];
+    if (tr_buffer_resolve(f->eng->rt, &r->src, &src, why, sizeof(why)) != 0 ||
+        r->src.length < f->hi * sizeof(float)) {
+        tr__engine_fail(f->eng, TR_EINVAL, "fetcher: the restored parameters: %s",
+                        src ? "shorter than this rank's slice" : why);
+        return TR_EINVAL;
+    }
+    if (f->offload == TR_OFFLOAD_CPU || f->hi == f->lo) {
+        memcpy(f->home, (const float *)src + f->lo, (f->hi - f->lo) * sizeof(float));
+        return restored(ctx, f, r->id);
+    }
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
+    if (!m) return TR_ENOMEM;
+    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
+    *q = (tr_msg_swap_t){.op = TR__SWAP_WRITE_PARAMS, .group = f->lo, .tag = r->id};
+    q->buf = r->src;
+    q->buf.offset += f->lo * sizeof(float);
+    q->buf.length = (f->hi - f->lo) * sizeof(float);
+    m->step = f->step;
+    int rc = tr_actor_send(ctx->rt, f->eng->swapper, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
 }
 
 static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
@@ -404,22 +439,16 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
             if (rc < 0) return rc;
         }
         return answer(ctx, f);
-    case TR__FETCH_REWRITTEN: /* a restore wrote the buffer (no pass runs): back to the slice */
+    case TR__FETCH_REWRITTEN: /* a restore (no pass runs): back to the slice */
         f->version = r->version;
-        if (f->offload == TR_OFFLOAD_CPU) /* the restored slice to its home */
-            memcpy(f->home, f->params + f->lo, (f->hi - f->lo) * sizeof(float));
         for (int i = 0; i < f->L; i++) {
             unit_t *u = &f->u[i];
             if (u->state == U_FLIGHT) continue; /* stale when it lands */
             if (u->state == U_LIVE && !u->persistent) f->live -= u->count;
+            release_pages(f, u);
             u->state = U_ABSENT;
         }
-        if (f->offload == TR_OFFLOAD_NVME && f->hi > f->lo) { /* released once written */
-            f->writing++;
-            return ask_swapper(ctx, f, TR__SWAP_WRITE_PARAMS, f->lo, f->hi, (uint32_t)f->L);
-        }
-        release_absent(f);
-        return 0;
+        return f->offload ? store_restored(ctx, f, r) : 0;
     }
     tr__engine_fail(f->eng, TR_EINVAL, "fetcher: unknown request %u", r->kind);
     return TR_EINVAL;
@@ -456,10 +485,7 @@ static int on_gathered(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_comm_g
 static int on_swapped(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_swap_t *q)
 {
     if (q->rc < 0) return 0; /* the swapper has failed the engine, naming the file */
-    if (q->op == TR__SWAP_WRITE_PARAMS) {
-        if (--f->writing == 0) release_absent(f);
-        return 0;
-    }
+    if (q->op == TR__SWAP_WRITE_PARAMS) return restored(ctx, f, q->tag);
     if (q->tag >= (uint32_t)f->L || f->u[q->tag].state != U_FLIGHT || f->u[q->tag].loaded) {
         tr__engine_fail(f->eng, TR_EINVAL,
                         "fetcher: a parameter read for layer %u nobody asked for", q->tag);

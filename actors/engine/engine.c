@@ -338,8 +338,10 @@ static int register_buffers(tr_engine_t *eng)
 
 /* The actors. Each spawn reads the plan and returns what it made: its state (freed at
  * destroy), its address and what it fixed for the others (the swapper's layout) into the
- * plan, and its memory. None reads another's output at spawn, so their order is free: this
- * one gives the actors their trace lanes and registry ids in the order they always had. */
+ * plan, and its memory. None reads another's output at spawn, so their order is free but for
+ * one: with offload_param nvme the swapper's spawn writes this rank's parameter slice to its
+ * file, which the fetcher's spawn then hands back to the kernel, so the swapper comes first.
+ * The order also gives the actors their trace lanes and registry ids as they always had. */
 static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
 {
     tr__plan_t *p = &eng->plan;

@@ -232,11 +232,14 @@ static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool
     int n_bufs = oo->pipeline_read || oo->pipeline_write ? (int)oo->buffer_count : 1;
     uint64_t bytes =
         swaps ? (uint64_t)n_bufs * (slot + (params ? pslot : 0) + (grads ? pslot : 0)) : 0;
-    if (grads) bytes += 4 * (uint64_t)pslot; /* the gradient sub-groups filling (swapper.c) */
+    size_t n_groups = (part + group - 1) / group;
+    if (grads) /* the gradient sub-groups filling (swapper.c: OPEN_GRADS, one per sub-group) */
+        bytes += (uint64_t)(n_groups < 4 ? n_groups : 4) * pslot;
     if (params) { /* the cache: buffer_count sub-groups, max_in_cpu elements (swapper.c) */
         size_t n = (size_t)c->zero.offload_param.buffer_count,
                fit = (size_t)c->zero.offload_param.max_in_cpu / group;
-        bytes += (uint64_t)(n < fit ? n : fit > 1 ? fit : 1) * pslot;
+        size_t cache = n < fit ? n : fit > 1 ? fit : 1;
+        bytes += (uint64_t)(cache < n_groups ? cache : n_groups) * pslot;
     }
     return bytes;
 }

@@ -123,6 +123,8 @@ struct tr__exec {
     bool started;           /* the loader has been told to start */
     bool step_ready;        /* STEP_DONE arrived, `stats` not reported yet (DeepSpeed-style) */
     tr_msg_t *deferred_msg; /* a FORWARD that arrived while the step was pending (or NULL) */
+    bool restoring;         /* offload_param: `restored` waits for the fetcher to store the slice */
+    tr_msg_engine_state_t restored;
     tr_step_stats_t stats;
     tr_msg_step_done_t done; /* at world size > 1, a STEP_DONE waiting for the global loss */
     uint64_t grads_out;      /* ZeRO 2: gradient elements out for reduction, not yet freed */
@@ -248,7 +250,8 @@ static int grad_ready(tr_ctx_t *ctx, struct tr__exec *x, int layer, size_t offse
 
 /* ZeRO 3: asks the fetcher for something (a pass, a layer done, every layer, a rewrite). A
  * request that cannot go out fails the engine. */
-static int ask_fetcher(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_t pass, int layer)
+static int ask_fetcher_src(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_t pass,
+                           int layer, tr_tensor_ref_t src)
 {
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_PARAM_FETCH);
     int rc = m ? 0 : TR_ENOMEM;
@@ -257,7 +260,8 @@ static int ask_fetcher(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_
                                                             .pass = pass,
                                                             .layer = (uint32_t)layer,
                                                             .id = x->fetch.id,
-                                                            .version = x->version};
+                                                            .version = x->version,
+                                                            .src = src};
         m->step = x->global_steps;
         m->micro_step = (uint32_t)x->micro;
         if ((rc = tr_actor_send(ctx->rt, x->eng->fetcher, m)) < 0) tr_msg_free(ctx->rt, m);
@@ -266,6 +270,11 @@ static int ask_fetcher(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_
         tr__engine_fail(x->eng, rc, "executor: cannot ask the fetcher for parameters: %s",
                         tr_strerror(rc));
     return rc;
+}
+
+static int ask_fetcher(tr_ctx_t *ctx, struct tr__exec *x, uint32_t kind, uint32_t pass, int layer)
+{
+    return ask_fetcher_src(ctx, x, kind, pass, layer, (tr_tensor_ref_t){0});
 }
 
 /* A pass over the layers starts: at ZeRO 3 the fetcher gathers their parameters ahead. */
@@ -958,12 +967,18 @@ static void on_grads_free(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_grads_
 }
 
 static void save_chain(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_engine_req_t *r);
+static int restore_rest(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_engine_state_t *s);
 
 /* ZeRO 3: the fetcher has gathered a layer's parameters for the pass (or every layer, for the
  * save waiting). Answers to a pass given up since are dropped. */
 static void on_param_ready(tr_ctx_t *ctx, struct tr__exec *x, const tr_msg_param_ready_t *p)
 {
     int L = tr_model_num_layers(x->model);
+    if (p->layer == (uint32_t)L + 1 && x->restoring) { /* the restored slice is stored */
+        x->restoring = false;
+        restore_rest(ctx, x, &x->restored);
+        return;
+    }
     if (p->id != x->fetch.id || p->layer > (uint32_t)L) return;
     if (p->layer == (uint32_t)L) {
         int all = x->fetch.all;
@@ -1290,9 +1305,24 @@ static int restore(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_t *msg)
         tr__engine_fail(e, TR_EINVAL, "load: executor: %s", why);
         return 0;
     }
-    restore_params(x, params);
     x->version++; /* ZeRO 3: the fetcher keeps this rank's slice of what was loaded */
+    if (e->zero == 3 && e->param_offload) { /* it stores the slice from the checkpoint's copy,
+                                             * which the checkpointer keeps until RESTORED */
+        x->restored = *s;
+        x->restoring = true;
+        ask_fetcher_src(ctx, x, TR__FETCH_REWRITTEN, 0, 0, s->params); /* fails the engine */
+        return 0;
+    }
+    restore_params(x, params);
     if (e->zero == 3 && ask_fetcher(ctx, x, TR__FETCH_REWRITTEN, 0, 0) < 0) return 0;
+    return restore_rest(ctx, x, s);
+}
+
+/* The rest of a restore, once the parameters are in: counters, data position; then the loader
+ * moves and the checkpointer hears that the restore is complete. */
+static int restore_rest(tr_ctx_t *ctx, struct tr__exec *x, tr_msg_engine_state_t *s)
+{
+    const tr__plan_t *e = x->eng;
     x->global_steps = s->global_step;
     x->skipped_steps = s->skipped_steps;
     x->global_samples = s->global_samples;

@@ -69,13 +69,15 @@ typedef struct cached {
     uint64_t used; /* the request count when last used */
 } cached_t;
 
-#define OPEN_GRADS 4 /* gradient sub-groups filling at once (the parts come in order: 2) */
+#define OPEN_GRADS                                                                                 \
+    4 /* gradient sub-groups filling in memory at once (the parts come in                          \
+       * backward order: 2; more, and the oldest waits in the file) */
 
 /* A gradient sub-group being filled (group -1: free). */
 typedef struct filling {
     void *buf;
     int64_t group;
-    size_t have; /* elements received this step */
+    uint64_t used; /* the request count when last used */
 } filling_t;
 
 struct tr__swapper {
@@ -84,6 +86,8 @@ struct tr__swapper {
     swap_file_t state, params; /* params.file: NULL unless the parameters are swapped */
     swap_file_t grads;         /* NULL file unless plan.swap_grads */
     filling_t fill[OPEN_GRADS];
+    int n_fill;   /* slots in fill: OPEN_GRADS, at most one per sub-group */
+    size_t *have; /* per gradient sub-group: elements received this step */
     tr__swap_layout_t lay;
     size_t lo, hi; /* the partition, in elements of the flat parameters */
     bool locked;   /* buffers from tr_aio_buffer_alloc (pin_memory), else posix_memalign */
@@ -257,24 +261,31 @@ static int put_grads(struct tr__swapper *w, size_t at, size_t n, const float *p,
         size_t in = e - g * G, k = group_n(w, g) - in;
         if (k > at - w->lo + n - e) k = at - w->lo + n - e;
         filling_t *f = NULL;
-        for (int i = 0; i < OPEN_GRADS && !f; i++)
+        for (int i = 0; i < w->n_fill && !f; i++)
             if (w->fill[i].group == (int64_t)g) f = &w->fill[i];
-        for (int i = 0; i < OPEN_GRADS && !f; i++)
-            if (w->fill[i].group < 0) {
-                f = &w->fill[i];
-                f->group = (int64_t)g;
-                f->have = 0;
-                memset(f->buf, 0, w->grads.slot);
-            }
-        if (!f)
-            return tr__errf(why, len, TR_EINVAL,
-                            "gradients for sub-group %llu while %d others are still incomplete: "
-                            "the reduced parts did not come in order",
-                            (unsigned long long)g, OPEN_GRADS);
-        memcpy((float *)f->buf + in, p + (e - (at - w->lo)), k * sizeof(float));
-        f->have += k;
-        if (f->have >= group_n(w, g)) {
+        if (!f) { /* a free slot, else the one used longest ago, its part written to the file */
+            f = &w->fill[0];
+            for (int i = 1; i < w->n_fill; i++)
+                if (w->fill[i].group < 0 ? f->group >= 0 || w->fill[i].used < f->used
+                                         : f->group >= 0 && w->fill[i].used < f->used)
+                    f = &w->fill[i];
+            int rc =
+                f->group >= 0 ? write_slot(w, &w->grads, (uint64_t)f->group, f->buf, why, len) : 0;
             f->group = -1;
+            /* this step's earlier parts of g are in the file: read them back */
+            if (rc == 0 && w->have[g]) rc = read_slot(w, &w->grads, g, f->buf, why, len);
+            if (rc < 0) return rc;
+            if (!w->have[g]) /* the payload's tail past the sub-group (the last one's) stays 0 */
+                memset((float *)f->buf + group_n(w, g), 0,
+                       w->grads.slot - group_n(w, g) * sizeof(float));
+            f->group = (int64_t)g;
+        }
+        f->used = w->requests;
+        memcpy((float *)f->buf + in, p + (e - (at - w->lo)), k * sizeof(float));
+        w->have[g] += k;
+        if (w->have[g] >= group_n(w, g)) { /* whole: written, and the next step starts afresh */
+            f->group = -1;
+            w->have[g] = 0;
             int rc = write_slot(w, &w->grads, g, f->buf, why, len);
             if (rc < 0) return rc;
         }
@@ -302,9 +313,10 @@ static int serve_group(struct tr__swapper *w, uint32_t op, uint64_t g, int b, ch
     if (op == TR__SWAP_READ) {
         rc = read_slot(w, &w->state, g, buf, why, len);
         cached_t *c = params && rc == 0 ? cached(w, g) : NULL;
-        if (c)
+        if (c) {
             memcpy(pbuf, c->buf, w->params.slot);
-        else if (params && rc == 0)
+            c->used = w->requests;
+        } else if (params && rc == 0)
             rc = read_slot(w, &w->params, g, pbuf, why, len);
         if (rc == 0 && w->grads.file) rc = read_slot(w, &w->grads, g, gbuf, why, len);
         return rc;
@@ -404,7 +416,7 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
     if (sg == 0)
         return tr__errf(err, errlen, TR_ECONFIG,
                         "%s: zero_optimization.sub_group_size is 0; "
-                        "with offload_optimizer.device \"nvme\" it is the number of elements "
+                        "with state or parameters on NVMe it is the number of elements "
                         "swapped at a time and must be at least 1",
                         c->source);
     if (params && (size_t)c->zero.offload_param.buffer_size < sg)
@@ -439,6 +451,7 @@ static int layout(struct tr__swapper *w, const tr_aio_options_t *ao, char *err, 
                             c->source, (long long)n);
         size_t fit = (size_t)c->zero.offload_param.max_in_cpu / l->group; /* max_in_cpu */
         w->n_cache = (size_t)n < fit ? (int)n : fit > 1 ? (int)fit : 1;
+        if ((size_t)w->n_cache > l->n_groups) w->n_cache = (int)l->n_groups; /* one each */
     }
     if (!e->swaps) return 0;
     const tr_config_offload_optimizer_t *oo = &c->zero.offload_optimizer;
@@ -522,9 +535,14 @@ static int alloc_buffers(struct tr__swapper *w, tr_actor_t owner)
         rc = tr_buffer_register(w->eng->rt, &info, &w->lay.buf_ids[b]);
         if (rc < 0) return rc;
     }
-    for (int i = 0; i < OPEN_GRADS; i++) {
+    if (w->grads.file) {
+        w->n_fill = w->lay.n_groups < OPEN_GRADS ? (int)w->lay.n_groups : OPEN_GRADS;
+        if (!(w->have = calloc(w->lay.n_groups ? w->lay.n_groups : 1, sizeof(size_t))))
+            return TR_ENOMEM;
+    }
+    for (int i = 0; i < w->n_fill; i++) {
         w->fill[i].group = -1;
-        int rc = w->grads.file ? alloc_one(w, w->grads.slot, &w->fill[i].buf) : 0;
+        int rc = alloc_one(w, w->grads.slot, &w->fill[i].buf);
         if (rc < 0) return rc;
     }
     if (!w->n_cache) return 0;
@@ -621,7 +639,7 @@ int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_acto
     *lay = w->lay;
     /* the rest is on disk */
     *bytes = (uint64_t)w->lay.n_bufs * w->lay.buf_bytes + (uint64_t)w->n_cache * w->params.slot +
-             (w->grads.file ? (uint64_t)OPEN_GRADS * w->grads.slot : 0);
+             (uint64_t)w->n_fill * w->grads.slot;
     if (eng->swaps)
         tr_log(TR_LOG_INFO,
                "swapper: rank %d: optimizer state in %s: %zu sub-groups of %zu "
@@ -651,8 +669,9 @@ void tr__swapper_free(struct tr__swapper *w)
     close_file(&w->state);
     close_file(&w->params);
     close_file(&w->grads);
-    for (int i = 0; i < OPEN_GRADS; i++)
+    for (int i = 0; i < w->n_fill; i++)
         free_one(w, w->fill[i].buf, w->grads.slot);
+    free(w->have);
     for (int b = 0; b < w->lay.n_bufs; b++)
         free_one(w, w->bufs[b], w->lay.buf_bytes);
     for (int i = 0; w->cache && i < w->n_cache; i++)

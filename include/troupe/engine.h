@@ -202,10 +202,10 @@ const char *tr_engine_error(const tr_engine_t *eng);
 /* The engine's model, as a read-only view: the executor owns it. Its parameters may be read
  * between calls (not while a call runs); to change them, load a checkpoint. At
  * zero_optimization.stage 3 (and on a pipeline's ranks) the buffer holds this rank's part
- * only, the rest reading as zeros or as a stale copy: call tr_engine_gather_params first, and
- * read before the next training or evaluation call (after tr_engine_destroy the model keeps
- * what the rank held). The caller's thread. Both return NULL for a NULL eng (tr_last_error()
- * says so). */
+ * only (with offload_param, not even that: only the layers last gathered), the rest reading as
+ * zeros or as a stale copy: call tr_engine_gather_params first, and read before the next
+ * training or evaluation call (after tr_engine_destroy the model keeps what the rank held). The
+ * caller's thread. Both return NULL for a NULL eng (tr_last_error() says so). */
 const tr_model_t *tr_engine_model(const tr_engine_t *eng);
 const tr_config_t *tr_engine_config(const tr_engine_t *eng);
 
