@@ -218,8 +218,10 @@ static void init3_layer(void *arg, int i)
         s->kept += l->param_count;
         return;
     }
-    tr__release_outside(tr_model_params(m), (uint16_t *)tr__model_params_bf16(m), a, b, s->lo,
-                        s->hi);
+    uint16_t *bf16 = (uint16_t *)tr__model_params_bf16(m);
+    tr__release_outside(tr_model_params(m), bf16, a, b, s->lo, s->hi);
+    if (bf16 && s->eng->plan.param_offload) /* the slice moves out: its copies are made anew */
+        tr__vmem_release(bf16 + a, (b - a) * sizeof(uint16_t));
 }
 
 static int init_params(tr_engine_t *eng)

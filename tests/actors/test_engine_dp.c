@@ -325,7 +325,7 @@ static void test_engine_dp_nvme_offload_is_bitwise_in_memory(void **state)
     "\"stage3_param_persistence_threshold\": 200, \"stage3_prefetch_bucket_size\": 1,"             \
     " \"stage3_max_live_parameters\": 1, \"stage3_max_reuse_distance\": 0"
 
-static tr_engine_t *param_offload_engine(const char *param, const char *nvme, int gas,
+static tr_engine_t *param_offload_engine(const char *param, const char *nvme, int gas, bool bf16,
                                          tr_config_t **cfg)
 {
     char json[1400], off[600] = "";
@@ -343,8 +343,8 @@ static tr_engine_t *param_offload_engine(const char *param, const char *nvme, in
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 60, %s%s},"
-             " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
-             gas, OFFLOAD_ZERO3, off);
+             " \"bf16\": {\"enabled\": %s}, \"troupe\": {\"runtime\": {\"workers\": 1}}}",
+             gas, OFFLOAD_ZERO3, off, bf16 ? "true" : "false");
     static const int deep[] = {XD, 16, 24, 12, 16, CLASSES};
     return test_mlp_engine_widths(json, "dp_param_offload.json", 0, cfg, deep, 6);
 }
@@ -371,14 +371,16 @@ static void test_engine_dp_param_offload_is_bitwise_in_memory(void **state)
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt", dir);
     /* GAS 2: the reduced partition accumulates in memory; GAS 1: it goes to the swap files too
-     * (plan.swap_grads) */
-    for (int gas = 2; gas >= 1; gas--) {
+     * (plan.swap_grads); then GAS 1 in bf16 (the layers' bf16 copies made as they are gathered) */
+    for (int run = 0; run < 3; run++) {
+        int gas = run == 0 ? 2 : 1;
+        bool bf16 = run == 2;
         float loss[3][STEPS];
         uint64_t hash[3][STEPS];
         const char *how[3] = {NULL, "cpu", "nvme"};
         for (int k = 0; k < 3; k++) {
             tr_config_t *cfg;
-            tr_engine_t *eng = param_offload_engine(how[k], dir, gas, &cfg);
+            tr_engine_t *eng = param_offload_engine(how[k], dir, gas, bf16, &cfg);
             tr_engine_memory_t mem;
             tr_engine_memory(eng, &mem);
             if (k == 2) /* the partition: in memory with GAS 2, on disk with GAS 1 */
@@ -389,7 +391,7 @@ static void test_engine_dp_param_offload_is_bitwise_in_memory(void **state)
                     fail_msg("save: %s", tr_engine_error(eng));
                 tr_engine_destroy(eng);
                 tr_config_destroy(cfg);
-                eng = param_offload_engine(how[k], dir, gas, &cfg);
+                eng = param_offload_engine(how[k], dir, gas, bf16, &cfg);
                 if (tr_engine_load_checkpoint(eng, ckpt, "three"))
                     fail_msg("load: %s", tr_engine_error(eng));
                 param_offload_steps(eng, 3, STEPS, loss[k], hash[k]);
@@ -397,10 +399,10 @@ static void test_engine_dp_param_offload_is_bitwise_in_memory(void **state)
             tr_engine_destroy(eng);
             tr_config_destroy(cfg);
             if (rank == 0)
-                printf("GAS %d, offload_param %s: loss %.9g -> %.9g, parameters %.1f KiB, "
+                printf("GAS %d%s, offload_param %s: loss %.9g -> %.9g, parameters %.1f KiB, "
                        "reduced partition %.1f KiB in memory\n",
-                       gas, how[k] ? how[k] : "none", loss[k][0], loss[k][STEPS - 1],
-                       mem.params / 1024.0, mem.grad_partition / 1024.0);
+                       gas, bf16 ? ", bf16" : "", how[k] ? how[k] : "none", loss[k][0],
+                       loss[k][STEPS - 1], mem.params / 1024.0, mem.grad_partition / 1024.0);
         }
         for (int i = 0; i < STEPS && rank == 0; i++)
             printf("GAS %d, step %d: in memory %.9g, cpu %.9g, nvme %.9g%s\n", gas, i, loss[0][i],
