@@ -224,6 +224,44 @@ static void init3_layer(void *arg, int i)
         tr__vmem_release(bf16 + a, (b - a) * sizeof(uint16_t));
 }
 
+/* offload_param nvme: the init hands each layer's part of this rank's slice to the swapper's
+ * file as it is made and gives the layer's pages back (the persistent layers stay whole), so
+ * the slice is never resident whole. In spawn_actors, between the swapper and the fetcher. */
+typedef struct init_swap {
+    tr_engine_t *eng;
+    size_t lo, hi, kept;
+    int rc;
+    char *err;
+    size_t errlen;
+} init_swap_t;
+
+static void init_swap_layer(void *arg, int i)
+{
+    init_swap_t *s = arg;
+    tr_model_t *m = s->eng->model;
+    const tr_layer_t *l = tr_model_layer(m, i);
+    size_t a = l->param_offset, b = a + l->param_count;
+    size_t x = a > s->lo ? a : s->lo, y = b < s->hi ? b : s->hi;
+    float *p = tr_model_params(m);
+    if (s->rc == 0 && y > x)
+        s->rc = tr__swapper_store_params(s->eng->sw, x, y - x, p + x, s->err, s->errlen);
+    if (tr__persists(l->param_count, s->kept, s->eng->cfg)) {
+        s->kept += l->param_count;
+        tr_model_params_changed_range(m, a, l->param_count);
+        return;
+    }
+    tr__vmem_release(p + a, (b - a) * sizeof(float));
+}
+
+static int init_params_streamed(tr_engine_t *eng, char *err, size_t errlen)
+{
+    const tr__plan_t *p = &eng->plan;
+    init_swap_t s = {.eng = eng, .err = err, .errlen = errlen};
+    tr__zero_owned(p->n_params, p->world, p->rank, &s.lo, &s.hi);
+    tr_model_init_params_each(eng->model, p->seed, init_swap_layer, &s);
+    return s.rc;
+}
+
 static int init_params(tr_engine_t *eng)
 {
     const tr__plan_t *p = &eng->plan;
@@ -357,8 +395,10 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
                                  err, errlen);
     if (!rc && (p->swaps || p->param_offload == TR_OFFLOAD_NVME)) {
         tr__swap_layout_t swap;
-        rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &swap, &swap_bytes, err, errlen);
+        rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, eng->init_later, &swap, &swap_bytes, err,
+                               errlen);
         if (!rc) p->swap = swap; /* the optimizer steps in it from its first message */
+        if (!rc && eng->init_later) rc = init_params_streamed(eng, err, errlen);
     }
     mem->optimizer = p->swaps ? 0 : optim_bytes; /* swapped: the moments are on disk */
     mem->swap = swap_bytes;
@@ -472,7 +512,9 @@ static int create(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t
         eng->plan.seed = o->seed ? o->seed : (uint64_t)eng->cfg->troupe.data.seed;
         rc = tr__setup_shapes(eng, o, err, errlen);
     }
-    if (!rc && o->init_params && (rc = init_params(eng)) < 0)
+    eng->init_later = o->init_params && eng->plan.zero == 3 &&
+                      eng->plan.param_offload == TR_OFFLOAD_NVME; /* spawn_actors */
+    if (!rc && o->init_params && !eng->init_later && (rc = init_params(eng)) < 0)
         snprintf(err, errlen, "engine: initialising the parameters: %s", tr_strerror(rc));
     if (!rc) rc = open_data(eng, o, err, errlen);
     if (!rc) rc = create_monitor(eng, o, err, errlen);

@@ -15,12 +15,18 @@ struct tr__swapper;
 /* The moment arrays' names and count (0 when the optimizer keeps none), from the config. */
 int tr__optimizer_array_names(const tr_config_t *c, const char **names, int max);
 
-/* Only with eng->swaps. Creates the swapper's state (*state) and actor (*self) and writes
- * every sub-group's zeroed state, so a full disk is found now. *lay gets the layout the
- * optimizer steps in (the engine's plan.swap, read from the first message on), *bytes the
- * memory its buffers take (the rest is on disk). */
+/* Only with eng->swaps or the parameters on NVMe. Creates the swapper's state (*state) and
+ * actor (*self) and writes every sub-group's zeroed state and (unless `params_later`) this
+ * rank's parameter slice from the parameter buffer, so a full disk is found now. *lay gets the
+ * layout the optimizer steps in (the engine's plan.swap, read from the first message on),
+ * *bytes the memory its buffers take (the rest is on disk). */
 int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_actor_t *self,
-                      tr__swap_layout_t *lay, uint64_t *bytes, char *err, size_t errlen);
+                      bool params_later, tr__swap_layout_t *lay, uint64_t *bytes, char *err,
+                      size_t errlen);
+/* params_later: the engine's thread, before the actors run, stores the initial parameters
+ * [at, at + n) of this rank's slice (from src, indexed from `at`) as the init makes them. */
+int tr__swapper_store_params(struct tr__swapper *w, size_t at, size_t n, const float *src,
+                             char *err, size_t errlen);
 void tr__swapper_free(struct tr__swapper *w);
 
 /* Creates the optimizer's state (*state) and actor (*self); with eng->swaps it steps in

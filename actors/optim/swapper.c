@@ -567,7 +567,7 @@ static int full_disk(int rc, char *err, size_t errlen, const char *key, const ch
 /* Every slot is written once: zeroed state (the optimizer's moments before its first step),
  * and the parameters as the engine made them (initialised or loaded), from the parameter
  * buffer's slice, which the fetcher then hands back to the kernel. */
-static int initialise_files(struct tr__swapper *w, char *err, size_t errlen)
+static int initialise_files(struct tr__swapper *w, bool params_later, char *err, size_t errlen)
 {
     char why[1024];
     void *buf = w->n_cache ? w->cache[0].buf : w->bufs[0];
@@ -590,16 +590,27 @@ static int initialise_files(struct tr__swapper *w, char *err, size_t errlen)
     int rc = tr_buffer_info(w->eng->rt, w->eng->buf_params, &info);
     for (size_t g = 0; rc == 0 && g < w->lay.n_groups; g++) {
         memset(buf, 0, w->params.slot);
-        memcpy(buf, (const float *)info.base + w->lo + g * w->lay.group,
-               group_n(w, g) * sizeof(float));
+        if (!params_later) /* else zeros, until tr__swapper_store_params */
+            memcpy(buf, (const float *)info.base + w->lo + g * w->lay.group,
+                   group_n(w, g) * sizeof(float));
         if ((rc = write_slot(w, &w->params, g, buf, why, sizeof(why))) < 0)
             return full_disk(rc, err, errlen, "offload_param", "this rank's parameters", why);
     }
     return rc;
 }
 
+int tr__swapper_store_params(struct tr__swapper *w, size_t at, size_t n, const float *src,
+                             char *err, size_t errlen)
+{
+    char why[1024];
+    int rc = n ? param_range(w, true, at, n, (float *)src, why, sizeof(why)) : 0;
+    if (rc < 0) return full_disk(rc, err, errlen, "offload_param", "this rank's parameters", why);
+    return 0;
+}
+
 int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_actor_t *self,
-                      tr__swap_layout_t *lay, uint64_t *bytes, char *err, size_t errlen)
+                      bool params_later, tr__swap_layout_t *lay, uint64_t *bytes, char *err,
+                      size_t errlen)
 {
     struct tr__swapper *w = calloc(1, sizeof(*w));
     if (!w) return TR_ENOMEM;
@@ -634,7 +645,7 @@ int tr__swapper_spawn(const tr__plan_t *eng, struct tr__swapper **state, tr_acto
                          .lane_kind = TR_LANE_IO};
     rc = tr_actor_spawn(eng->rt, swapper_behaviour, w, &o, self);
     if (rc == 0) rc = alloc_buffers(w, *self);
-    if (rc == 0) rc = initialise_files(w, err, errlen);
+    if (rc == 0) rc = initialise_files(w, params_later, err, errlen);
     if (rc < 0) return rc;
     *lay = w->lay;
     /* the rest is on disk */
