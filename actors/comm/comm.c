@@ -4,9 +4,12 @@
  * in flight at once. It also serves the scalar and vector all-reduces (losses, norms, Lamb's
  * sums) and ZeRO's parameter all-gather.
  *
- * Every collective is submitted with a header that every rank must agree on before it starts
- * (comm_start.c), so a rank that diverged is named on every rank and no mismatched collective
- * is ever posted.
+ * Every collective is submitted with a header that every rank must agree on before its result
+ * is delivered (comm_start.c): the header's exchange runs beside the collective, so a rank that
+ * diverged is named on every rank and nothing computed by a mismatched collective is used. A
+ * mismatched collective may then have been posted: should the backend fail it (MPI: a message
+ * truncated) while exchanges are in flight, the error is held until they end, so that a
+ * divergence is named as one rather than as MPI's error.
  *
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
@@ -143,11 +146,14 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         tr__engine_fail(e, TR_EINVAL, "comm: bucket %u: %s", b->bucket, why);
         return TR_EINVAL;
     }
-    size_t count = b->grads.length / sizeof(float), a = b->grads.offset / sizeof(float);
+    tr_tensor_ref_t grads = b->grads;
+    if (e->rank == c->fault_count && grads.length > sizeof(float))
+        grads.length -= sizeof(float); /* the test's diverged bucket: one float short */
+    size_t count = grads.length / sizeof(float), a = grads.offset / sizeof(float);
     bool scatter = e->zero >= 2 && e->cfg->zero.reduce_scatter;
     pending_t op = {.bucket = b->bucket,
                     .step = msg->step,
-                    .grads = b->grads,
+                    .grads = grads,
                     .data = data,
                     .mine = count,
                     .mine_at = a,
@@ -157,24 +163,15 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
-    /* The values must be scaled (and on a 16-bit wire converted) before the collective starts.
-     * With a header exchange it never starts inside tr__comm_submit (the exchange's end comes
-     * back as a later COMM_DONE), so the exchange is posted first and this pass overlaps it:
-     * ranks that arrived earlier learn of the agreement while this one still scales, and post
-     * their side of the collective sooner. */
-    bool exchange = c->headers != NULL;
-    float pre = scatter ? 1.0f / (float)e->world : c->pre;
-    if (!exchange) prepare_bucket(c, data, a, count, pre);
-    tr__coll_op_t kind = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE;
-    int rc = tr__comm_submit(c, op,
-                             (header_t){.op = kind,
-                                        .dtype = c->wire,
-                                        .bytes = count * tr_dtype_size(c->wire),
-                                        .step = msg->step,
-                                        .micro_step = msg->micro_step,
-                                        .bucket = b->bucket});
-    if (rc == 0 && exchange) prepare_bucket(c, data, a, count, pre);
-    return rc;
+    /* the values scaled (and on a 16-bit wire converted) before the collective starts */
+    prepare_bucket(c, data, a, count, scatter ? 1.0f / (float)e->world : c->pre);
+    return tr__comm_submit(c, op,
+                           (header_t){.op = scatter ? TR__COLL_REDUCE_SCATTER : TR__COLL_ALL_REDUCE,
+                                      .dtype = c->wire,
+                                      .bytes = count * tr_dtype_size(c->wire),
+                                      .step = msg->step,
+                                      .micro_step = msg->micro_step,
+                                      .bucket = b->bucket});
 }
 
 /* COMM_SCALAR: a few doubles all-reduced for an actor (a loss, a count). */
@@ -303,21 +300,9 @@ static int scalar_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 
 static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p);
 
-static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
+/* A collective that completed and whose header every rank agreed on: its result delivered. */
+static int deliver(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
 {
-    /* channel 2: a header exchange; 0: a data collective */
-    pending_t *p = tr__comm_pending_find(c, d->req, d->channel == 2);
-    if (!p || d->rc < 0) {
-        int rc = d->rc < 0 ? d->rc : TR_EINVAL;
-        tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
-                        p ? tr_strerror(d->rc) : "completed but was never started");
-        return rc;
-    }
-    if (p->hdr) { /* a mismatch fails the engine with the explanation; the actor stays */
-        tr__comm_headers_arrived(c, p);
-        return 0;
-    }
-
     switch (p->head.op) {
     case TR__COLL_ALL_GATHER:
         return gather_done(ctx, c, p);
@@ -333,6 +318,37 @@ static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *
         return TR_EINVAL;
     }
     return bucket_done(ctx, c, p);
+}
+
+/* The backend's error, held while exchanges were in flight (on_poll), now that they have all
+ * arrived and named no divergence. */
+static void fail_held(struct tr__comm *c)
+{
+    tr__engine_fail(c->eng, c->held_rc, "comm: %s", c->held_why);
+    c->held_rc = 0;
+}
+
+static int on_done(tr_ctx_t *ctx, struct tr__comm *c, const tr_msg_comm_done_t *d)
+{
+    /* channel 2: a header exchange; 0: a data collective */
+    pending_t *p = tr__comm_pending_find(c, d->req, d->channel == 2);
+    if (!p || d->rc < 0) {
+        int rc = d->rc < 0 ? d->rc : TR_EINVAL;
+        tr__engine_fail(c->eng, rc, "comm: request %llu %s", (unsigned long long)d->req,
+                        p ? tr_strerror(d->rc) : "completed but was never started");
+        return rc;
+    }
+    if (p->hdr) { /* a mismatch fails the engine with the explanation; the actor stays */
+        pending_t *ready;
+        int rc = tr__comm_headers_arrived(c, p, &ready);
+        if (rc == 0 && c->held_rc && c->exchanges == 0) fail_held(c);
+        return rc == 0 && ready ? deliver(ctx, c, ready) : 0;
+    }
+    if (!p->agreed) { /* its header exchange has not ended yet: delivered when it does */
+        p->ended = true;
+        return 0;
+    }
+    return deliver(ctx, c, p);
 }
 
 /* A bucket's reduction finished: the reduced values (all of the bucket, or this rank's part of
@@ -613,7 +629,14 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
             timer_slack(c);
             nanosleep(&(struct timespec){0, pause}, NULL);
         }
-        left = c->backend->ops->progress(c->backend);
+        left = c->held_rc ? 0 : c->backend->ops->progress(c->backend);
+        if (left < 0 && c->exchanges > 0) { /* held until the exchanges say whether the ranks
+                                             * diverged (fail_held); nothing more starts */
+            c->held_rc = left;
+            snprintf(c->held_why, sizeof(c->held_why), "%s", c->backend->error);
+            c->broken = true;
+            left = 0;
+        }
         int hl = left >= 0 && c->headers ? c->headers->ops->progress(c->headers) : 0;
         if (left < 0 || hl < 0) {
             tr__engine_fail(c->eng, left < 0 ? left : hl, "comm: %s",
@@ -655,6 +678,8 @@ static void faults_from_env(struct tr__comm *c)
 {
     const char *fault = getenv("TROUPE_FAULT_HEADER_RANK");
     c->fault_rank = fault ? atoi(fault) : -1;
+    fault = getenv("TROUPE_FAULT_COUNT_RANK");
+    c->fault_count = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_SILENT_RANK");
     c->fault_silent = fault ? atoi(fault) : -1;
     fault = getenv("TROUPE_FAULT_SILENT_GATHER_RANK");
