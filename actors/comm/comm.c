@@ -14,11 +14,12 @@
  * A backend whose operations need progress (MPI: Open MPI moves a collective on only inside
  * its calls) makes the actor pinned; while anything is pending it sends itself COMM_POLL
  * messages, each running the backend's progress once. A poll after one that completed nothing
- * follows a 1 us sleep while the youngest pending operation is younger than 20 ms (MPI moves
- * a collective on only inside its calls: a sleep there is added to the collective's time; a
- * COMM_POLL then polls for up to 20 us), and a 256 us one past that (pause_ns); with nothing
- * pending no poll is sent and the actor parks. The
- * local backend completes at once and needs none of this.
+ * follows at once (a rank with a core of its own, once the step's backward is over: eager_polls)
+ * or after a 1 us sleep while the youngest pending operation is younger than 20 ms
+ * (MPI moves a collective on only inside its calls: a pause there is added to the collective's
+ * time; a COMM_POLL then polls for up to 20 us), and after a 256 us sleep past that (pause_ns);
+ * with nothing pending no poll is sent and the actor parks. The local backend completes at once
+ * and needs none of this.
  *
  * Scaling follows DeepSpeed's allreduce_bucket: by default the bucket is divided by
  * gradient_predivide_factor before the sum and multiplied by predivide / world after it (a
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -163,6 +165,8 @@ static int on_bucket(struct tr__comm *c, tr_msg_t *msg)
         if (!counts) return TR_ENOMEM;
         free(counts);
     }
+    c->tail =
+        a == 0 && (int64_t)msg->micro_step + 1 >= e->GAS; /* the backward is over (eager_polls) */
     /* the values scaled (and on a 16-bit wire converted) before the collective starts */
     prepare_bucket(c, data, a, count, scatter ? 1.0f / (float)e->world : c->pre);
     return tr__comm_submit(c, op,
@@ -578,7 +582,8 @@ static void inject_kill(const struct tr__comm *c, const tr_msg_t *msg)
 #define LONG_NS  256000L
 
 /* How long the comm actor sleeps between polls that complete nothing, from the age of the
- * youngest operation in flight. Open MPI moves a collective on only inside its calls and a
+ * youngest operation in flight: none while it is young on an eager comm actor in the step's
+ * tail (eager_polls), else as follows. Open MPI moves a collective on only inside its calls and a
  * collective needs several of them (each step of its algorithm, each handshake of a large
  * message), so a pause between polls is added to the collective's time at each: the earlier
  * backoff (an eighth of the operation's age, and Linux's default 50 us timer slack on every
@@ -598,7 +603,36 @@ static long pause_ns(const struct tr__comm *c)
     for (size_t i = 0; i < c->cap; i++)
         if (c->pending[i].req && now - c->pending[i].t_start < youngest)
             youngest = now - c->pending[i].t_start;
-    return youngest < YOUNG_NS ? SHORT_NS : LONG_NS;
+    return youngest >= YOUNG_NS ? LONG_NS : c->eager && c->tail ? 0 : SHORT_NS;
+}
+
+/* Whether young operations may be polled without a pause, in the step's tail (c->tail: from
+ * the bucket of the step's last micro-step that starts the gradients, the backward's last,
+ * until another bucket comes): no other rank of the job shares this rank's cores (the
+ * launcher's ranks on this node, or else all of them, at most the CPUs online) and no ZeRO 3
+ * all-gathers run ahead of the executor. Then nothing of this rank computes beside the
+ * collectives (the executor waits for the step; a bucket that leaves during the backward, at
+ * ZeRO 2 or with overlap_comm, is polled with sleeps, so that the comm thread does not take
+ * half of a core the backward runs on), and the comm actor polls as a program calling MPI_Test
+ * in a loop does: a sleep between polls waits
+ * for the timer (~9 us here for a 1 us sleep) and, on a core that other processes also want,
+ * for the scheduler to hand the core back (2 ranks on 2 cores beside another job's 2 busy
+ * ranks: a bare 1 MiB MPI_Iallreduce took a median 0.86 ms polled in a loop, 1.6 ms with 1 us
+ * sleeps, 3.6 ms with sched_yield). Open MPI itself yields inside its progress when it knows
+ * the node oversubscribed, and with ranks sharing a core a spinning poll holds the core from
+ * the rank it waits for: there the 1 us sleeps stay. */
+static bool eager_polls(const tr__plan_t *e)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+    long node = e->world;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && node == e->world; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long n = v ? strtol(v, &end, 10) : 0;
+        if (v && *v && !*end && n > 0) node = n;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return e->zero < 3 && cpus > 0 && node <= cpus;
 }
 
 /* Once, on the comm actor's own thread (it is pinned): sleeps of 1 us there last a few us. */
@@ -621,11 +655,11 @@ static int on_poll(tr_ctx_t *ctx, struct tr__comm *c, uint32_t idle_polls)
     c->polling = false;
     if (watchdog(c) < 0) return 0; /* the engine has failed; polling stops */
     long pause = pause_ns(c);
-    uint64_t until = pause == SHORT_NS ? tr_now_ns() + PASS_NS : 0;
+    uint64_t until = pause <= SHORT_NS ? tr_now_ns() + PASS_NS : 0;
     bool progressed;
     int left;
     for (int tests = 0;; tests++) {
-        if (tests || idle_polls) {
+        if ((tests || idle_polls) && pause) {
             timer_slack(c);
             nanosleep(&(struct timespec){0, pause}, NULL);
         }
@@ -752,6 +786,7 @@ int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *s
     c->log_verbose = cfg->comms_logger.verbose;
     faults_from_env(c);
     c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
+    c->eager = eager_polls(eng);
     int rc = open_comms(c, err, errlen);
     if (rc < 0) return rc;
     tr_actor_opts_t o = {.name = "comm",

@@ -73,6 +73,8 @@ struct tr__comm {
                          * (buckets are disjoint ranges: no two in flight share any of it) */
     bool polling;       /* a COMM_POLL is on its way */
     bool slack_set;     /* its thread's timer slack is 1 us (comm.c, timer_slack) */
+    bool eager;         /* young operations may be polled without a pause (comm.c, eager_polls) */
+    bool tail;          /* ... and may now: the step's backward is over (its last bucket came) */
     int inflight;       /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
