@@ -610,17 +610,16 @@ static long pause_ns(const struct tr__comm *c)
  * the bucket of the step's last micro-step that starts the gradients, the backward's last,
  * until another bucket comes): no other rank of the job shares this rank's cores (the
  * launcher's ranks on this node, or else all of them, at most the CPUs online) and no ZeRO 3
- * all-gathers run ahead of the executor. Then nothing of this rank computes beside the
- * collectives (the executor waits for the step; a bucket that leaves during the backward, at
- * ZeRO 2 or with overlap_comm, is polled with sleeps, so that the comm thread does not take
- * half of a core the backward runs on), and the comm actor polls as a program calling MPI_Test
- * in a loop does: a sleep between polls waits
- * for the timer (~9 us here for a 1 us sleep) and, on a core that other processes also want,
- * for the scheduler to hand the core back (2 ranks on 2 cores beside another job's 2 busy
- * ranks: a bare 1 MiB MPI_Iallreduce took a median 0.86 ms polled in a loop, 1.6 ms with 1 us
- * sleeps, 3.6 ms with sched_yield). Open MPI itself yields inside its progress when it knows
- * the node oversubscribed, and with ranks sharing a core a spinning poll holds the core from
- * the rank it waits for: there the 1 us sleeps stay. */
+ * all-gathers run ahead of the executor. Then the executor waits for the step (the optimizer
+ * may still step buckets already reduced, sharing the core with the polls), and the comm actor
+ * polls as a program calling MPI_Test in a loop does: a sleep between polls waits for the timer
+ * (~9 us here for a 1 us sleep) and, on a core that other processes also want, for the
+ * scheduler to hand the core back (2 ranks on 2 cores beside another job's 2 busy ranks: a bare
+ * 1 MiB MPI_Iallreduce took a median 0.86 ms polled in a loop, 1.6 ms with 1 us sleeps, 3.6 ms
+ * with sched_yield). A bucket that leaves during the backward (ZeRO 2, overlap_comm) is polled
+ * with sleeps, so that the polls do not take half of the core the backward runs on; and with
+ * ranks sharing a core a spinning poll would hold the core from the rank it waits for (Open MPI
+ * itself yields inside its progress when it knows the node oversubscribed): the sleeps stay. */
 static bool eager_polls(const tr__plan_t *e)
 {
     const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
