@@ -4,6 +4,10 @@
 #                    mixed precision where the CPU has AVX512-BF16, else fp32; DEMO_BF16=0|1)
 #   make demo-pipeline  the same GPT through 4 pipeline stage actors, and 1F1B's and zb's
 #                    bubbles measured with synthetic layers beside theory, with a timeline
+#   make demo-big    a GPT-2 of GPT-2 XL's shape (1.56 B parameters) trained from scratch for
+#                    5 steps on 2 ranks, ZeRO 3 with parameters and optimizer state on NVMe:
+#                    memory per rank predicted and measured, loss, tokens/s, I/O hidden, swap
+#                    space (DEMO_BIG_ARGS="--shape small": a 38.9 M-parameter check, < 1 minute)
 #   make test-asan   the suite under AddressSanitizer + UBSan
 #   make test-tsan   the suite under ThreadSanitizer (TSAN_LABELS selects CTest labels)
 #   make bench       every benchmark; bench-actors, bench-kernels, bench-demo-bf16, bench-engine,
@@ -37,7 +41,7 @@ CMAKE   ?= cmake
 CTEST_ARGS ?=
 TSAN_LABELS ?= unit|stress
 
-.PHONY: all deps build test demo demo-pipeline pingpong test-asan test-tsan bench bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme \
+.PHONY: all deps build test demo demo-pipeline demo-big pingpong test-asan test-tsan bench bench-actors bench-kernels bench-demo-bf16 bench-engine bench-dp bench-nvme \
         bench-pipeline peers bench-peers install clean fuzz-config check format
 
 all: build
@@ -100,6 +104,20 @@ demo-pipeline: build
 	    --train-data build/demo-data/text_train.bin --steps 40 --trace demo-out/pipeline/trace
 	./build/troupe trace plot demo-out/pipeline/trace -o demo-out/pipeline/timeline.svg
 	@echo "demo-pipeline: timeline picture in demo-out/pipeline/timeline.svg"
+
+# The big demo (examples/demo_big/run.sh, which says what it prints): a GPT-2 of GPT-2 XL's
+# shape trained from scratch on the demo's text, 2 ranks, bf16, ZeRO 3 with offload_param and
+# offload_optimizer on NVMe (examples/demo_big/ds_config.json). It refuses up front when
+# mpirun is missing, when `troupe memory` predicts a rank would not fit this machine, or when
+# the disk lacks room for the swap files (up to 20 bytes per parameter and 1 GiB: 30 GiB at
+# XL); the swap folder (under build/demo-big, or --dir DIR) is removed at the end, also after
+# a failure or an interrupt. Logs and the trace stay in build/demo-big/. DEMO_BIG_ARGS passes
+# options on: "--shape small" (4 layers, 512 channels: the harness's check, under a minute),
+# "--steps N", "--seq-len T", "--dir DIR".
+DEMO_BIG_ARGS ?=
+demo-big: build
+	@scripts/install-deps.sh time
+	examples/demo_big/run.sh build $(DEMO_BIG_ARGS)
 
 # The actor runtime's smallest example (two actors exchanging messages).
 pingpong: build

@@ -210,7 +210,7 @@ static void print_kinds(const tr_engine_memory_t *mem, const char *note)
         {"gradients (the backward's)", mem->grads},
         {"gradients (reduced partition)", mem->grad_partition},
         {"optimizer states", mem->optimizer},
-        {"optimizer swap buffers", mem->swap},
+        {"swap buffers", mem->swap},
         {"communication buffers", mem->comm},
         {"batches", mem->batches},
         {"bf16 weight copies", mem->bf16_copies},
@@ -230,11 +230,12 @@ static const char *const device_names[] = {"none", "cpu", "nvme"};
 
 /* The config with another stage and offload device; overlap_comm follows the stage's
  * default (true at 3, as DeepSpeed) unless the file gives it. */
-static tr_config_t variant(const tr_config_t *cfg, int stage, int device)
+static tr_config_t variant(const tr_config_t *cfg, int stage, int device, int param_device)
 {
     tr_config_t v = *cfg;
     v.zero.stage = stage;
     v.zero.offload_optimizer.device = device;
+    v.zero.offload_param.device = param_device;
     if (tr_config_origin(cfg, "zero_optimization.overlap_comm") != TR_ORIGIN_GIVEN)
         v.zero.overlap_comm = stage == 3;
     return v;
@@ -246,27 +247,40 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
 {
     char b[8][32];
     int own_fits = 0, swap_bigger = 0;
-    printf("\n%-5s %-7s %12s %12s %12s %12s %12s %12s  %s\n", "stage", "offload", "parameters",
+    printf("\n%-5s %-11s %12s %12s %12s %12s %12s %12s  %s\n", "stage", "offload", "parameters",
            "gradients", "optimizer", "activations", "other", "total", "fits");
+    /* each stage with the optimizer's state in memory, on the CPU or on NVMe; at stage 3 also
+     * the parameters offloaded (+p:): to the CPU, and both on NVMe */
+    static const int rows[][2] = {{TR_OFFLOAD_NONE, TR_OFFLOAD_NONE},
+                                  {TR_OFFLOAD_CPU, TR_OFFLOAD_NONE},
+                                  {TR_OFFLOAD_NVME, TR_OFFLOAD_NONE},
+                                  {TR_OFFLOAD_NONE, TR_OFFLOAD_CPU},
+                                  {TR_OFFLOAD_NVME, TR_OFFLOAD_NVME}};
+    int config_param =
+        cfg->zero.stage == 3 && cfg->ranks > 1 ? cfg->zero.offload_param.device : TR_OFFLOAD_NONE;
     for (int stage = 0; stage <= 3; stage++)
-        for (int dev = TR_OFFLOAD_NONE; dev <= TR_OFFLOAD_NVME; dev++) {
-            tr_config_t v = variant(cfg, stage, dev);
+        for (int r = 0; r < (stage == 3 && cfg->ranks > 1 ? 5 : 3); r++) {
+            int dev = rows[r][0], pdev = rows[r][1];
+            tr_config_t v = variant(cfg, stage, dev, pdev);
             tr_engine_memory_t e;
             if (tr_engine_memory_predict(&v, m, 0, 1, &e, NULL, 0) < 0) continue;
             uint64_t total = tr_engine_memory_total(&e);
-            int own = stage == cfg->zero.stage && dev == cfg->zero.offload_optimizer.device;
+            int own = stage == cfg->zero.stage && dev == cfg->zero.offload_optimizer.device &&
+                      pdev == config_param;
             int refused = cfg->pipeline.stages > 1 && stage >= 2; /* DeepSpeed's rule too */
             int fits = total <= budget && !refused;
             if (own) own_fits = fits;
             if (dev == TR_OFFLOAD_NVME && e.swap > e.optimizer) {
-                tr_config_t mem_v = variant(cfg, stage, TR_OFFLOAD_NONE);
+                tr_config_t mem_v = variant(cfg, stage, TR_OFFLOAD_NONE, pdev);
                 tr_engine_memory_t in_mem;
                 tr_engine_memory_predict(&mem_v, m, 0, 1, &in_mem, NULL, 0);
                 swap_bigger |= e.swap > in_mem.optimizer;
             }
-            char st[8];
+            char st[8], off[24];
             snprintf(st, sizeof(st), "%d", stage);
-            printf("%-5s %-7s %12s %12s %12s %12s %12s %12s  %s%s\n", st, device_names[dev],
+            snprintf(off, sizeof(off), "%s%s%s", device_names[dev], pdev ? "+p:" : "",
+                     pdev ? device_names[pdev] : "");
+            printf("%-5s %-11s %12s %12s %12s %12s %12s %12s  %s%s\n", st, off,
                    size_text(e.params, b[0], 32), size_text(e.grads + e.grad_partition, b[1], 32),
                    size_text(e.optimizer + e.swap, b[2], 32), size_text(e.activations, b[3], 32),
                    size_text(e.comm + e.batches + e.bf16_copies, b[4], 32),
@@ -280,7 +294,9 @@ static int print_table(const tr_config_t *cfg, const tr_memory_model_t *m, uint6
            "other: communication buffers, batches and bf16 copies. Stage 3 keeps each rank's "
            "slice of the parameters, the persistent layers and the fetcher's window; cpu keeps the "
            "moments in host memory as none does (the optimizer runs "
-           "on the CPU either way).\n");
+           "on the CPU either way). +p: offload_param (stage 3, 2 ranks or more): cpu keeps the "
+           "slice in its own host buffer (the same bytes), nvme on disk (needs the optimizer's "
+           "state on nvme too; the swapper's parameter cache counts under optimizer).\n");
     printf("Not counted: a checkpoint save's file images (from the first save on, one more "
            "copy of the parameters on rank 0 and of each rank's moments) and the runtime's own "
            "threads and mailboxes (a few MiB).\n");

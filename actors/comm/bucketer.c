@@ -22,7 +22,8 @@ static int emit(tr_ctx_t *ctx, tr__buckets_t *b, size_t lo, size_t hi, uint64_t 
     m->step = step;
     int rc = tr_buffer_ref(ctx->rt, b->eng->buf_grads, lo * sizeof(float),
                            (hi - lo) * sizeof(float), TR_DTYPE_F32, &TR_MSG_AS(m, bucket)->grads);
-    if (rc == 0) rc = tr_actor_send(ctx->rt, b->eng->comm, m);
+    if (rc == 0)
+        rc = b->send ? b->send(ctx, b->send_arg, m) : tr_actor_send(ctx->rt, b->eng->comm, m);
     if (rc < 0)
         tr_msg_free(ctx->rt, m);
     else

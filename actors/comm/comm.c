@@ -45,6 +45,7 @@
 
 #include "actors/comm/comm_internal.h"
 #include "base/errf.h"
+#include "base/vmem.h"
 #include "kernels/cpu/vec.h"
 #include "runtime/config/agree.h"
 
@@ -367,8 +368,11 @@ static int bucket_done(tr_ctx_t *ctx, struct tr__comm *c, pending_t *p)
         log_op(c, "reduce_scatter", bytes / e->world, p);
     else
         log_op(c, "all_reduce", bytes, p);
-    if (c->wire16) /* the reduced values (a reduce-scatter's: this rank's part, at the start) */
+    if (c->wire16) { /* the reduced values (a reduce-scatter's: this rank's part, at the start);
+                      * the bucket's wire pages then go back: only the buckets in flight cost */
         tr__comm_from_wire(c, p->data, a, scatter ? p->mine : count);
+        tr__vmem_release(c->wire16 + a, count * sizeof(uint16_t));
+    }
     if (!scatter) scale(p->data, count, c->post);
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_REDUCED);
     if (!m) return TR_ENOMEM;
@@ -779,9 +783,12 @@ int tr__comm_spawn(const tr__plan_t *eng, struct tr__comm **state, tr_actor_t *s
     }
     if (cfg->comms_logger.enabled && tr_comms_log_create(eng->world, &c->log) < 0) return TR_ENOMEM;
     c->wire = eng->world > 1 ? (tr_dtype_t)cfg->communication_data_type : TR_DTYPE_F32;
-    if (c->wire != TR_DTYPE_F32 && !(c->wire16 = malloc(eng->n_params * sizeof(uint16_t))))
+    if (c->wire != TR_DTYPE_F32 && !(c->wire16 = tr__vmem_alloc(eng->n_params * sizeof(uint16_t))))
         return TR_ENOMEM;
-    *comm_bytes = c->wire16 ? eng->n_params * sizeof(uint16_t) : 0;
+    /* mapped whole, resident only for the buckets in flight: at ZeRO 2 and 3 the backward's
+     * window, else every bucket of a step at once */
+    size_t flight = eng->grad_window ? eng->grad_window : eng->n_params;
+    *comm_bytes = c->wire16 ? flight * sizeof(uint16_t) : 0;
     c->log_verbose = cfg->comms_logger.verbose;
     faults_from_env(c);
     c->timeout_ns = (uint64_t)cfg->troupe.comm.timeout_s * 1000000000ull;
@@ -822,6 +829,6 @@ void tr__comm_free(struct tr__comm *c)
     free(c->free_slots);
     free(c->by_seq);
     free(c->by_req);
-    free(c->wire16);
+    if (c->wire16) tr__vmem_free(c->wire16, c->eng->n_params * sizeof(uint16_t));
     free(c);
 }

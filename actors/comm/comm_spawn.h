@@ -24,6 +24,10 @@ typedef struct tr__buckets {
     size_t bucket_size; /* elements */
     size_t lo, hi;      /* the open bucket: [lo, hi) of the gradient buffer */
     uint32_t next_id;   /* bucket number within the step */
+    /* NULL: a bucket goes to the comm actor at once; else through send, which owns the message
+     * unless it fails (the fetcher's queue, when gathers wait for parameters from disk) */
+    int (*send)(tr_ctx_t *ctx, void *arg, tr_msg_t *m);
+    void *send_arg;
 } tr__buckets_t;
 void tr__buckets_init(tr__buckets_t *b, const tr__plan_t *eng);
 int tr__buckets_add(tr_ctx_t *ctx, tr__buckets_t *b, const tr_msg_grad_ready_t *g, uint64_t step);

@@ -30,6 +30,16 @@
  * gathers and releases there. The executor reads a layer between PARAM_READY and its own
  * PARAM_FETCH "done"; the optimizer writes only the slice, between the last gradient bucket and
  * STEP_DONE, when no pass is running.
+ *
+ * With zero_optimization.offload_param the slice lives elsewhere, and the parameter buffer
+ * holds only the gathered layers (and the persistent ones): "cpu", in its own host buffer
+ * (plan.buf_param_home), copied into place before a layer's all-gather; "nvme", in the
+ * swapper's parameter file, read into place by a READ_PARAMS the fetcher sends as it decides
+ * the gather. The gather itself then waits in a queue that also holds the gradient buckets, and
+ * leaves once its slice is read: the comm actor gets every collective in the order it was
+ * decided, the same on every rank, and the read of the next layers overlaps the compute of
+ * this one (prefetch_bucket_size ahead). The optimizer steps the slice where it lives; a restore
+ * writes the restored slice back there (TR__FETCH_REWRITTEN).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +47,7 @@
 
 #include "actors/comm/comm_spawn.h"
 #include "actors/engine/plan.h"
+#include "base/fifo.h"
 #include "base/vmem.h"
 #include "kernels/cpu/half.h"
 
@@ -48,7 +59,15 @@ typedef struct unit { /* a layer's parameter range */
     int state;        /* U_ABSENT, U_FLIGHT, U_LIVE */
     uint64_t version; /* of the copy gathered or in flight */
     int in_use;       /* layers of the pass that fetched it and are not done with it */
+    bool loaded;      /* offload_param nvme: the slice of the gather in flight is read */
 } unit_t;
+
+/* A collective waiting for its turn (offload_param nvme): a gather of unit `unit` until its
+ * slice is read, or a gradient bucket (unit -1) behind one. */
+typedef struct queued {
+    tr_msg_t *m;
+    int unit;
+} queued_t;
 
 struct tr__fetcher {
     const tr__plan_t *eng;
@@ -76,6 +95,10 @@ struct tr__fetcher {
     bool all;       /* a save waits for every layer */
     uint32_t all_id;
     tr__buckets_t buckets; /* the gradient buckets, packed here (see the top) */
+    int offload;           /* plan.param_offload: where the slice lives */
+    float *home;           /* offload_param cpu: the slice (hi - lo floats) */
+    tr__fifo_t queue;      /* offload_param nvme: collectives (queued_t) in decision order */
+    int writing;           /* a restore's slice write to the swapper, not answered yet */
 };
 
 static int dir(int pass)
@@ -106,10 +129,71 @@ static bool current(const struct tr__fetcher *f, const unit_t *u)
     return u->state != U_ABSENT && u->version == f->version;
 }
 
-/* A unit's pages outside this rank's slice go back to the kernel. */
+/* A unit's pages outside this rank's slice go back to the kernel (all of them when the slice
+ * lives elsewhere). */
 static void release_pages(struct tr__fetcher *f, const unit_t *u)
 {
-    tr__release_outside(f->params, f->bf16, u->off, u->off + u->count, f->lo, f->hi);
+    size_t keep = f->offload ? u->off : f->lo, keep_end = f->offload ? u->off : f->hi;
+    tr__release_outside(f->params, f->bf16, u->off, u->off + u->count, keep, keep_end);
+}
+
+/* The part [*a, *b) of unit u in this rank's slice (empty: *a == *b). */
+static void slice_of(const struct tr__fetcher *f, const unit_t *u, size_t *a, size_t *b)
+{
+    *a = u->off > f->lo ? u->off : f->lo;
+    *b = u->off + u->count < f->hi ? u->off + u->count : f->hi;
+    if (*b < *a) *b = *a;
+}
+
+/* offload_param nvme: asks the swapper for parameters [a, b) of the slice (op READ_PARAMS or
+ * WRITE_PARAMS), between the file and the same range of the parameter buffer. */
+static int ask_swapper(tr_ctx_t *ctx, struct tr__fetcher *f, uint32_t op, size_t a, size_t b,
+                       uint32_t tag)
+{
+    const tr__plan_t *e = f->eng;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
+    if (!m) return TR_ENOMEM;
+    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
+    q->op = op;
+    q->group = a;
+    q->tag = tag;
+    m->step = f->step;
+    int rc = tr_buffer_ref(e->rt, e->buf_params, a * sizeof(float), (b - a) * sizeof(float),
+                           TR_DTYPE_F32, &q->buf);
+    if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* Sends the queue's collectives from its head while they are ready. */
+static int flush(tr_ctx_t *ctx, struct tr__fetcher *f)
+{
+    queued_t *h;
+    while ((h = tr__fifo_front(&f->queue))) {
+        if (h->unit >= 0 && !f->u[h->unit].loaded) return 0;
+        int rc = tr_actor_send(ctx->rt, f->eng->comm, h->m);
+        if (rc < 0) return rc; /* the message stays queued: destroy frees it */
+        tr__fifo_pop(&f->queue);
+    }
+    return 0;
+}
+
+/* Queues collective m (unit -1: a bucket), taking it over unless it fails (no memory), and
+ * sends what is ready (a failure to send fails the engine: the message stays queued, freed at
+ * destroy). */
+static int enqueue(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *m, int unit)
+{
+    if (tr__fifo_push(&f->queue, &(queued_t){m, unit}) < 0) return TR_ENOMEM;
+    int rc = flush(ctx, f);
+    if (rc < 0)
+        tr__engine_fail(f->eng, rc, "fetcher: cannot send a collective to the comm actor: %s",
+                        tr_strerror(rc));
+    return 0;
+}
+
+static int queue_bucket(tr_ctx_t *ctx, void *arg, tr_msg_t *m)
+{
+    return enqueue(ctx, arg, m, -1);
 }
 
 /* Drops a gathered copy (never one in flight: MPI is writing it). */
@@ -132,7 +216,17 @@ static int gather(tr_ctx_t *ctx, struct tr__fetcher *f, int i)
     int rc = tr_buffer_ref(e->rt, e->buf_params, u->off * sizeof(float), u->count * sizeof(float),
                            TR_DTYPE_F32, &g->buf);
     m->step = f->step;
-    if (rc == 0) rc = tr_actor_send(ctx->rt, e->comm, m);
+    size_t a, b;
+    slice_of(f, u, &a, &b);
+    if (rc == 0 && f->offload == TR_OFFLOAD_CPU) /* the slice into place first */
+        memcpy(f->params + a, f->home + (a - f->lo), (b - a) * sizeof(float));
+    if (rc == 0 && f->offload == TR_OFFLOAD_NVME) { /* the read, then the gather in turn */
+        u->loaded = b == a;
+        if (!u->loaded) rc = ask_swapper(ctx, f, TR__SWAP_READ_PARAMS, a, b, (uint32_t)i);
+        if (rc == 0) rc = enqueue(ctx, f, m, i);
+    } else if (rc == 0) {
+        rc = tr_actor_send(ctx->rt, e->comm, m);
+    }
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
         return rc;
@@ -254,6 +348,13 @@ static int pump(tr_ctx_t *ctx, struct tr__fetcher *f)
     return answer(ctx, f);
 }
 
+/* The pages of every unit not gathered go back to the kernel. */
+static void release_absent(struct tr__fetcher *f)
+{
+    for (int i = 0; i < f->L; i++)
+        if (f->u[i].state == U_ABSENT) release_pages(f, &f->u[i]);
+}
+
 static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
 {
     const tr_msg_param_fetch_t *r = TR_MSG_AS(msg, param_fetch);
@@ -305,13 +406,19 @@ static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)
         return answer(ctx, f);
     case TR__FETCH_REWRITTEN: /* a restore wrote the buffer (no pass runs): back to the slice */
         f->version = r->version;
+        if (f->offload == TR_OFFLOAD_CPU) /* the restored slice to its home */
+            memcpy(f->home, f->params + f->lo, (f->hi - f->lo) * sizeof(float));
         for (int i = 0; i < f->L; i++) {
             unit_t *u = &f->u[i];
             if (u->state == U_FLIGHT) continue; /* stale when it lands */
             if (u->state == U_LIVE && !u->persistent) f->live -= u->count;
-            release_pages(f, u);
             u->state = U_ABSENT;
         }
+        if (f->offload == TR_OFFLOAD_NVME && f->hi > f->lo) { /* released once written */
+            f->writing++;
+            return ask_swapper(ctx, f, TR__SWAP_WRITE_PARAMS, f->lo, f->hi, (uint32_t)f->L);
+        }
+        release_absent(f);
         return 0;
     }
     tr__engine_fail(f->eng, TR_EINVAL, "fetcher: unknown request %u", r->kind);
@@ -344,6 +451,24 @@ static int on_gathered(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_comm_g
     return pump(ctx, f);
 }
 
+/* offload_param nvme: the swapper read a gather's slice into place (its turn in the queue may
+ * have come), or wrote a restore's slice (the buffer's copy can go). */
+static int on_swapped(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_swap_t *q)
+{
+    if (q->rc < 0) return 0; /* the swapper has failed the engine, naming the file */
+    if (q->op == TR__SWAP_WRITE_PARAMS) {
+        if (--f->writing == 0) release_absent(f);
+        return 0;
+    }
+    if (q->tag >= (uint32_t)f->L || f->u[q->tag].state != U_FLIGHT || f->u[q->tag].loaded) {
+        tr__engine_fail(f->eng, TR_EINVAL,
+                        "fetcher: a parameter read for layer %u nobody asked for", q->tag);
+        return TR_EINVAL;
+    }
+    f->u[q->tag].loaded = true;
+    return flush(ctx, f);
+}
+
 static int fetcher_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
 {
     struct tr__fetcher *f = ctx->state;
@@ -352,6 +477,7 @@ static int fetcher_behaviour(tr_ctx_t *ctx, tr_msg_t *msg)
     if (msg->type == TR_MSG_GRAD_READY)
         rc = tr__buckets_add(ctx, &f->buckets, TR_MSG_AS(msg, grad_ready), msg->step);
     if (msg->type == TR_MSG_COMM_GATHER) rc = on_gathered(ctx, f, TR_MSG_AS(msg, comm_gather));
+    if (msg->type == TR_MSG_SWAP) rc = on_swapped(ctx, f, TR_MSG_AS(msg, swap));
     if (rc < 0)
         tr__engine_fail(f->eng, rc, "fetcher: cannot fetch parameters: %s", tr_strerror(rc));
     return 0;
@@ -367,6 +493,7 @@ static void free_fetcher(struct tr__fetcher *f)
     }
     free(f->u);
     free(f->answered);
+    tr__fifo_free(&f->queue);
     free(f);
 }
 
@@ -410,6 +537,8 @@ static void free_state(tr_ctx_t *ctx, int reason)
 {
     (void)reason;
     struct tr__fetcher *f = ctx->state;
+    for (queued_t *h; (h = tr__fifo_front(&f->queue)); tr__fifo_pop(&f->queue))
+        tr_msg_free(ctx->rt, h->m); /* a failed engine's, never sent */
     free_fetcher(f);
 }
 
@@ -422,6 +551,7 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
     if (!f) return TR_ENOMEM;
     f->eng = eng;
     tr__buckets_init(&f->buckets, eng);
+    tr__fifo_init(&f->queue, sizeof(queued_t));
     f->L = tr_model_num_layers(m);
     f->u = calloc((size_t)f->L, sizeof(*f->u));
     f->answered = calloc((size_t)f->L, sizeof(bool));
@@ -445,6 +575,18 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
         f->bf16 = b16.base;
     }
     tr__zero_owned(eng->n_params, eng->world, eng->rank, &f->lo, &f->hi);
+    f->offload = eng->param_offload;
+    if (f->offload == TR_OFFLOAD_CPU) {
+        if ((rc = tr_buffer_info(eng->rt, eng->buf_param_home, &info)) < 0) {
+            free_fetcher(f);
+            return rc;
+        }
+        f->home = info.base;
+    }
+    if (f->offload == TR_OFFLOAD_NVME) { /* the buckets wait behind gathers in the queue */
+        f->buckets.send = queue_bucket;
+        f->buckets.send_arg = f;
+    }
     f->prefetch = (size_t)c->zero.prefetch_bucket_size;
     f->limit = (size_t)c->zero.max_live_parameters;
     f->reuse = (size_t)c->zero.max_reuse_distance;
@@ -474,11 +616,15 @@ int tr__fetcher_spawn(const tr__plan_t *eng, tr_actor_t *self, char *err, size_t
     }
     if (eng->rank == 0)
         tr_log(TR_LOG_INFO,
-               "fetcher: ZeRO stage 3: each rank keeps its slice of %zu parameters; %d layer(s) "
-               "of %zu elements stay whole (param_persistence_threshold %lld), %zu elements are "
-               "gathered layer by layer (prefetch_bucket_size %zu, max_live_parameters %zu, "
-               "max_reuse_distance %zu)",
-               eng->n_params, n_kept, kept, (long long)c->zero.param_persistence_threshold,
-               gathered, f->prefetch, f->limit, f->reuse);
+               "fetcher: ZeRO stage 3: each rank keeps its slice of %zu parameters%s; %d "
+               "layer(s) of %zu elements stay whole (param_persistence_threshold %lld), %zu "
+               "elements are gathered layer by layer (prefetch_bucket_size %zu, "
+               "max_live_parameters %zu, max_reuse_distance %zu)",
+               eng->n_params,
+               f->offload == TR_OFFLOAD_CPU    ? " in its own host buffer (offload_param cpu)"
+               : f->offload == TR_OFFLOAD_NVME ? " in a swap file (offload_param nvme)"
+                                               : "",
+               n_kept, kept, (long long)c->zero.param_persistence_threshold, gathered, f->prefetch,
+               f->limit, f->reuse);
     return 0;
 }

@@ -13,6 +13,7 @@
  * counter (client.c) and, when an actor failed, the flight recorder's dump at destroy, once
  * the actors have stopped and no thread still records.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "actors/engine/client.h"
@@ -258,6 +260,29 @@ static int init_params(tr_engine_t *eng)
     return rc;
 }
 
+/* offload_param cpu: this rank's partition moves into its own host buffer (locked with
+ * pin_memory, as DeepSpeed pins it; beyond RLIMIT_MEMLOCK unlocked, with a warning), which
+ * the optimizer steps and the fetcher gathers from; the fetcher then hands the parameter
+ * buffer's copy back to the kernel. */
+static int make_param_home(tr_engine_t *eng)
+{
+    tr__plan_t *p = &eng->plan;
+    size_t lo, hi;
+    tr__zero_owned(p->n_params, p->world, p->rank, &lo, &hi);
+    size_t bytes = (hi - lo) * sizeof(float);
+    eng->param_home = tr__vmem_alloc(bytes ? bytes : sizeof(float));
+    if (!eng->param_home) return TR_ENOMEM;
+    eng->param_home_bytes = bytes ? bytes : sizeof(float);
+    memcpy(eng->param_home, tr_model_params(eng->model) + lo, bytes);
+    if (eng->cfg->zero.offload_param.pin_memory && bytes && mlock(eng->param_home, bytes) < 0)
+        tr_log(TR_LOG_WARN,
+               "engine: offload_param.pin_memory: cannot lock the %zu bytes of this rank's "
+               "parameters in memory (%s; raise `ulimit -l`); they stay unlocked",
+               bytes, strerror(errno));
+    return register_buffer(eng, "params/home", eng->param_home, eng->param_home_bytes, TR_DTYPE_F32,
+                           TR_BUFFER_RUNTIME, &p->buf_param_home);
+}
+
 /* Parameters and gradients (the executor's), and the client's staging batch. */
 static int register_buffers(tr_engine_t *eng)
 {
@@ -293,6 +318,7 @@ static int register_buffers(tr_engine_t *eng)
     if (!rc)
         rc = register_buffer(eng, "grads", tr_model_grads(eng->model), np, TR_DTYPE_F32,
                              TR_BUFFER_RUNTIME, &p->buf_grads);
+    if (!rc && p->param_offload == TR_OFFLOAD_CPU) rc = make_param_home(eng);
     if (!rc && tr_model_bf16(eng->model))
         rc = register_buffer(eng, "params_bf16", (void *)tr__model_params_bf16(eng->model),
                              p->n_params * sizeof(uint16_t), TR_DTYPE_BF16, TR_BUFFER_RUNTIME,
@@ -325,7 +351,7 @@ static int spawn_actors(tr_engine_t *eng, char *err, size_t errlen)
     if (!rc)
         rc = tr__optimizer_spawn(p, &eng->op, &p->optimizer, &optim_bytes, &mem->grad_partition,
                                  err, errlen);
-    if (!rc && p->swaps) {
+    if (!rc && (p->swaps || p->param_offload == TR_OFFLOAD_NVME)) {
         tr__swap_layout_t swap;
         rc = tr__swapper_spawn(p, &eng->sw, &p->swapper, &swap, &swap_bytes, err, errlen);
         if (!rc) p->swap = swap; /* the optimizer steps in it from its first message */
@@ -387,7 +413,7 @@ static void memory_differences(const tr_engine_memory_t *have, const tr_engine_m
                  {"gradients", offsetof(tr_engine_memory_t, grads)},
                  {"gradient partition", offsetof(tr_engine_memory_t, grad_partition)},
                  {"optimizer states", offsetof(tr_engine_memory_t, optimizer)},
-                 {"optimizer swap buffers", offsetof(tr_engine_memory_t, swap)},
+                 {"swap buffers", offsetof(tr_engine_memory_t, swap)},
                  {"communication buffers", offsetof(tr_engine_memory_t, comm)},
                  {"batches", offsetof(tr_engine_memory_t, batches)},
                  {"bf16 weight copies", offsetof(tr_engine_memory_t, bf16_copies)}};
@@ -594,6 +620,7 @@ void tr_engine_destroy(tr_engine_t *eng)
     tr__comm_free(eng->cm);
     tr__optimizer_free(eng->op);
     tr__swapper_free(eng->sw);
+    if (eng->param_home) tr__vmem_free(eng->param_home, eng->param_home_bytes);
     tr__checkpointer_free(eng->ck);
     tr__dataset_close(eng->train);
     tr__dataset_close(eng->val);

@@ -38,6 +38,8 @@ struct tr_engine {
     struct tr__comm *cm;
     tr__optim_t *op;
     struct tr__swapper *sw;
+    float *param_home; /* offload_param cpu: this rank's partition (plan.buf_param_home) */
+    size_t param_home_bytes;
     tr__dataset_t *train, *val; /* the loader's and the executor's */
     struct tr__dsmon *ds;       /* the executor's */
 

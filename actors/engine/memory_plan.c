@@ -6,11 +6,13 @@
  * a config and a model's shapes (a tr_memory_model_t: per layer, its parameter floats and what
  * it keeps at (B, T)). It follows each allocation in the engine as it is built:
  *   parameters      4N; ZeRO 3: 4 (S + P + min(N - P, M + Lmax))  slice, persistent, window
+ *                   (offload_param nvme: without S, which is on disk)
  *   gradients       4N; ZeRO 2: 4 (min(N, k b + Lmax) + Tt) the backward's window (below)
- *   grad_partition  ZeRO 2: 4 (hi - lo)                  the optimizer's reduced partition
+ *   grad_partition  ZeRO 2: 4 (hi - lo); 0 when swapped  the optimizer's reduced partition
  *   optimizer       4 a (hi - lo), 0 with nvme           the optimizer's moments
- *   swap            nvme: n_bufs x slot_bytes            actors/optim/swapper.c's layout()
- *   comm            on W > 1: 2N with a 16-bit wire      the comm actor's wire copy
+ *   swap            nvme: n_bufs x slot (+ the parameters' and gradients' slots with
+ *                   offload_param nvme) + its cache      actors/optim/swapper.c's layout()
+ *   comm            on W > 1, a 16-bit wire: 2 B x the window (ZeRO 2, 3) or N   its copies
  *                   + MPI's copies of what is in flight  the window (ZeRO 2) or N, 2 or 4 B
  *   batches         one batch x (1 + prefetch)           the client's staging, loader slots
  *   bf16_copies     2N with bf16 (ZeRO 3: of those held)  the model's bf16 weights
@@ -19,9 +21,10 @@
  * b = reduce_bucket_size, k = 2 with overlap_comm else 1 (buckets in flight), Lmax the largest
  * layer's parameters and Tt the tied ranges' total: at stage 2 the backward holds a window of
  * the gradient, not all of it; at stage 3 the parameters are the slice, the persistent layers
- * and the fetcher's window (tr__zero3_params_of). Where this build does less than the config
- * asks (offload_param, a pipeline's stages), the note says so and the figures are what the
- * build does.
+ * and the fetcher's window (tr__zero3_params_of). With offload_param nvme and one micro-step
+ * per step the reduced partition is swapped too (plan.swap_grads). Where this build does less
+ * than the config asks (offload_param on one rank, a pipeline's stages), the note says so and
+ * the figures are what the build does.
  *
  * The engine uses the estimator twice: tr__memory_check before the model's parameters are
  * written and before any actor exists, and at the start-up line, which prints what the
@@ -212,17 +215,30 @@ static void param_figures(const tr_memory_model_t *m, size_t *n, size_t *largest
  * each slot the moment arrays and a 64-byte trailer rounded up to 4096 x
  * intra_op_parallelism, and buffer_count slots in memory (one without a read or write
  * pipeline). */
-static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part)
+static uint64_t swap_bytes(const tr_config_t *c, int n_arrays, size_t part, bool swaps, bool params,
+                           bool grads)
 {
     const tr_config_offload_optimizer_t *oo = &c->zero.offload_optimizer;
     size_t sg = c->zero.sub_group_size > 0 ? (size_t)c->zero.sub_group_size : 1;
+    if (params && c->zero.offload_param.buffer_size > 0 &&
+        (size_t)c->zero.offload_param.buffer_size < sg)
+        sg = (size_t)c->zero.offload_param.buffer_size; /* swapper.c's layout */
     size_t group = sg < part ? sg : part;
     if (group == 0) group = 1;
     size_t unit =
         4096 * (size_t)(c->aio.intra_op_parallelism > 0 ? c->aio.intra_op_parallelism : 1);
     size_t slot = ((size_t)n_arrays * group * sizeof(float) + 64 + unit - 1) / unit * unit;
+    size_t pslot = (group * sizeof(float) + 64 + unit - 1) / unit * unit;
     int n_bufs = oo->pipeline_read || oo->pipeline_write ? (int)oo->buffer_count : 1;
-    return (uint64_t)n_bufs * slot;
+    uint64_t bytes =
+        swaps ? (uint64_t)n_bufs * (slot + (params ? pslot : 0) + (grads ? pslot : 0)) : 0;
+    if (grads) bytes += 4 * (uint64_t)pslot; /* the gradient sub-groups filling (swapper.c) */
+    if (params) { /* the cache: buffer_count sub-groups, max_in_cpu elements (swapper.c) */
+        size_t n = (size_t)c->zero.offload_param.buffer_count,
+               fit = (size_t)c->zero.offload_param.max_in_cpu / group;
+        bytes += (uint64_t)(n < fit ? n : fit > 1 ? fit : 1) * pslot;
+    }
+    return bytes;
 }
 
 /* What the build does differently from the config, in words. */
@@ -234,13 +250,12 @@ static void write_note(const tr_config_t *c, int world, char *note, size_t len)
     do {                                                                                           \
         if (used < len) used += (size_t)snprintf(note + used, len - used, __VA_ARGS__);            \
     } while (0)
-    /* read by its path: the key has no effect, and only this note says so (the states test
-     * holds struct reads of "no effect yet" keys for acting on them) */
-    const char *param_device = NULL;
-    tr_config_get_string(c, "zero_optimization.offload_param.device", &param_device);
-    if (param_device && strcmp(param_device, "none"))
-        SAY("zero_optimization.offload_param has no effect yet: the parameters stay in "
-            "memory. ");
+    if (c->zero.offload_param.device != TR_OFFLOAD_NONE && (c->zero.stage != 3 || world == 1))
+        SAY("zero_optimization.offload_param takes effect at stage 3 on 2 ranks or more: the "
+            "parameters stay in memory. ");
+    if (c->zero.offload_param.device == TR_OFFLOAD_CPU && c->zero.stage == 3 && world > 1)
+        SAY("offload_param cpu: the partition lives in its own host buffer, the parameter "
+            "buffer holds only the gathered layers. ");
     if (c->zero.stage >= 1 && world == 1)
         SAY("On one rank ZeRO partitions nothing: the figures are stage 0's. ");
     if (c->pipeline.stages > 1)
@@ -271,6 +286,8 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
     bool partitioned = zero >= 1 && c->optimizer.type != TR_OPTIMIZER_NONE;
     if (partitioned) tr__zero_owned(n, world, rank, &lo, &hi);
     bool swaps = c->zero.offload_optimizer.device == TR_OFFLOAD_NVME && n_arrays > 0;
+    bool swapped_params = zero == 3 && c->zero.offload_param.device == TR_OFFLOAD_NVME;
+    bool swapped_grads = swapped_params && swaps && c->gradient_accumulation_steps == 1;
     memset(out, 0, sizeof(*out));
     out->params = (uint64_t)n * sizeof(float);
     if (zero == 3) { /* the slice, the persistent layers, the fetcher's gathered window */
@@ -292,11 +309,18 @@ int tr_engine_memory_predict(const tr_config_t *c, const tr_memory_model_t *m, i
         zero >= 2 ? tr__grad_window_of(n, largest, c->zero.reduce_bucket_size, c->zero.overlap_comm)
                   : 0;
     out->grads = (uint64_t)(window ? window + tied : n) * sizeof(float);
-    out->grad_partition = zero >= 2 && partitioned ? (uint64_t)(hi - lo) * sizeof(float) : 0;
+    out->grad_partition =
+        zero >= 2 && partitioned && !swapped_grads ? (uint64_t)(hi - lo) * sizeof(float) : 0;
     out->optimizer = swaps ? 0 : (uint64_t)n_arrays * (hi - lo) * sizeof(float);
-    out->swap = swaps ? swap_bytes(c, n_arrays, hi - lo) : 0;
+    if (swaps || swapped_params) {
+        size_t plo, phi; /* the parameter partition (the optimizer's at stage 3) */
+        tr__zero_owned(n, world, rank, &plo, &phi);
+        out->swap = swap_bytes(c, n_arrays, swapped_params ? phi - plo : hi - lo, swaps,
+                               swapped_params, swapped_grads);
+    }
     bool wire16 = c->communication_data_type != TR_DTYPE_F32;
-    out->comm = world > 1 && wire16 ? (uint64_t)n * 2 : 0;
+    /* the 16-bit wire's copies of the buckets in flight (comm.c hands a bucket's back) */
+    out->comm = world > 1 && wire16 ? (uint64_t)(window ? window : n) * 2 : 0;
     if (world > 1) /* MPI's copies of the collectives in flight (libnbc): the window, or all */
         out->comm += (uint64_t)(window ? window : n) * (wire16 ? 2 : 4);
     size_t bt = (size_t)m->B * m->T;
@@ -324,7 +348,7 @@ void tr_engine_memory_format(const tr_engine_memory_t *m, char *buf, size_t len)
 {
     double mib = 1048576.0;
     char swap[64] = "", bf16[64] = "";
-    if (m->swap) snprintf(swap, sizeof(swap), ", optimizer swap buffers %.1f MiB", m->swap / mib);
+    if (m->swap) snprintf(swap, sizeof(swap), ", swap buffers %.1f MiB", m->swap / mib);
     if (m->bf16_copies)
         snprintf(bf16, sizeof(bf16), ", bf16 weight copies %.1f MiB", m->bf16_copies / mib);
     snprintf(buf, len,

@@ -112,13 +112,28 @@ typedef struct tr__optim_slice {
 /* The optimizer's state offloaded to NVMe (actors/optim/swapper.c): this rank's partition
  * [lo, hi) is cut into n_groups sub-groups of `group` elements (the last may be shorter).
  * Sub-group g's moment arrays lie in a swap buffer as n_arrays arrays of `group` floats each
- * (m, then v, then vmax), followed by the swapper's trailer; `slot_bytes` is a buffer's size and a
- * sub-group's slot in the swap file. The optimizer steps a sub-group in one of the n_bufs
- * registered buffers buf_ids[] (owner: the swapper), which it names in SWAP messages. */
+ * (m, then v, then vmax), followed by the swapper's trailer; `slot_bytes` is that part's size and
+ * a sub-group's slot in the swap file. With the parameters offloaded to NVMe too
+ * (offload_param.device nvme) they live in a second file cut into the same sub-groups, and a
+ * buffer holds the sub-group's parameters after its state: `param_bytes` more (`group` floats
+ * and their trailer; 0 otherwise), `buf_bytes` in all. The optimizer steps a sub-group in one of
+ * the n_bufs registered buffers buf_ids[] (owner: the swapper), which it names in SWAP
+ * messages. The fetcher reads and writes parameter ranges with TR__SWAP_READ_PARAMS and
+ * TR__SWAP_WRITE_PARAMS, naming any registered buffer's range ([group, group + n) of the flat
+ * parameters, n the reference's floats). */
 #define TR__MAX_SWAP_BUFS 64
-enum { TR__SWAP_READ = 1, TR__SWAP_WRITE = 2 };
+enum {
+    TR__SWAP_READ = 1,         /* a sub-group's state (and parameters) into a swap buffer */
+    TR__SWAP_WRITE = 2,        /* ... from it */
+    TR__SWAP_WRITE_STATE = 3,  /* its state only (a restore: the parameters come from the model) */
+    TR__SWAP_READ_PARAMS = 4,  /* a range of the parameter file into a registered buffer */
+    TR__SWAP_WRITE_PARAMS = 5, /* ... from it */
+    TR__SWAP_PUT_GRADS = 6,    /* reduced gradients [group, group + n) into the gradient file */
+};
 typedef struct tr__swap_layout {
-    size_t group, n_groups, slot_bytes;
+    size_t group, n_groups, slot_bytes, param_bytes, buf_bytes;
+    size_t grad_bytes; /* with plan.swap_grads: a buffer's gradient region, after the
+                        * parameters' (a slot of `group` floats); 0 otherwise */
     int n_arrays, n_bufs;
     uint64_t buf_ids[TR__MAX_SWAP_BUFS];
 } tr__swap_layout_t;
@@ -155,11 +170,19 @@ typedef struct tr__plan {
     const char *array_names[3];    /* their names in checkpoints, n_arrays of them */
     bool swaps; /* the optimizer keeps its state in the swapper's file (offload_optimizer.device
                  * nvme and an optimizer with state) */
-    tr__swap_layout_t swap; /* that file's layout, as the swapper's spawn made it */
-    tr_monitor_t *mon;      /* NULL: off; thread-safe */
+    tr__swap_layout_t swap;  /* that file's layout, as the swapper's spawn made it */
+    int param_offload;       /* ZeRO 3's offload_param.device in effect: TR_OFFLOAD_NONE, _CPU (the
+                              * partition lives in buf_param_home) or _NVME (in the swapper's
+                              * parameter file); the parameter buffer then holds only gathered layers */
+    uint64_t buf_param_home; /* offload_param cpu: this rank's partition, hi - lo floats */
+    bool swap_grads;   /* offload_param nvme with one micro-step per step: the reduced gradient
+                        * partition goes to the swapper's gradient file as it arrives (PUT_GRADS)
+                        * and comes back with each sub-group of the step, instead of staying in
+                        * memory */
+    tr_monitor_t *mon; /* NULL: off; thread-safe */
     tr_actor_t loader, executor, bucketer, comm, optimizer, checkpointer, supervisor;
-    tr_actor_t swapper;             /* NONE unless the optimizer's state is offloaded to NVMe */
-    tr_actor_t fetcher;             /* ZeRO 3: gathers each layer's parameters; else NONE */
+    tr_actor_t swapper; /* NONE unless the optimizer's state or the parameters are on NVMe */
+    tr_actor_t fetcher; /* ZeRO 3: gathers each layer's parameters; else NONE */
     uint64_t buf_params, buf_grads; /* registry ids */
     uint64_t buf_params_bf16;       /* the model's bf16 weight copies (bf16 mixed precision;
                                      * else 0): ZeRO 3's fetcher makes a layer's as it gathers */
@@ -246,7 +269,9 @@ static inline size_t tr__zero3_params_of(size_t n, int world, size_t kept, size_
                                          const tr_config_t *c)
 {
     size_t rest = n - kept, live = (size_t)c->zero.max_live_parameters + largest;
-    size_t held = tr__zero_slice(n, world) + kept + (live < rest ? live : rest);
+    /* offload_param nvme: the slice is on disk (its cache is the swapper's) */
+    size_t slice = c->zero.offload_param.device == TR_OFFLOAD_NVME ? 0 : tr__zero_slice(n, world);
+    size_t held = slice + kept + (live < rest ? live : rest);
     return held < n ? held : n;
 }
 

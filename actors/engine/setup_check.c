@@ -284,6 +284,41 @@ static void set_optimizer_plan(tr__plan_t *p)
     p->optim_slice.partitioned = true;
 }
 
+/* zero_optimization.offload_param at stage 3: where this rank's partition lives. On one rank
+ * ZeRO partitions nothing, so the parameters stay in memory (said once). On NVMe the optimizer
+ * steps them sub-group by sub-group beside its own swapped state, so that must be swapped too. */
+static int set_param_offload(tr__plan_t *p, char *err, size_t errlen)
+{
+    const tr_config_t *c = p->cfg;
+    int device = c->zero.offload_param.device;
+    p->param_offload = TR_OFFLOAD_NONE;
+    if (device == TR_OFFLOAD_NONE || c->zero.stage != 3) return 0; /* the config warned */
+    if (p->world == 1) {
+        tr_log(TR_LOG_WARN,
+               "%s: zero_optimization.offload_param: on one rank ZeRO partitions nothing, so the "
+               "parameters stay in memory; it takes effect from 2 ranks",
+               c->source);
+        return 0;
+    }
+    if (device == TR_OFFLOAD_NVME && !p->swaps && c->optimizer.type != TR_OPTIMIZER_NONE)
+        return tr__errf(err, errlen, TR_ECONFIG,
+                        "%s: zero_optimization.offload_param.device is \"nvme\", which needs "
+                        "the optimizer's state on NVMe too (offload_optimizer.device \"nvme\", "
+                        "and an optimizer that keeps state): the step updates the swapped "
+                        "parameters sub-group by sub-group as it swaps its state; offload_param "
+                        "\"cpu\" works with any optimizer",
+                        c->source);
+    p->param_offload = device;
+    p->swap_grads = device == TR_OFFLOAD_NVME && p->swaps && p->GAS == 1;
+    if (device == TR_OFFLOAD_NVME && p->swaps && p->GAS > 1 && p->rank == 0)
+        tr_log(TR_LOG_INFO,
+               "%s: offload_param nvme with gradient_accumulation_steps %d: the reduced gradient "
+               "partition stays in memory, where the micro-steps add into it (with one "
+               "micro-step per step it goes to the swap files)",
+               c->source, p->GAS);
+    return 0;
+}
+
 int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, size_t errlen)
 {
     const tr_config_t *c = eng->cfg;
@@ -323,6 +358,7 @@ int tr__setup_shapes(tr_engine_t *eng, const tr_engine_opts_t *o, char *err, siz
     else
         eng->plan.loss_scale0 = 1.0;
     set_optimizer_plan(&eng->plan);
+    if ((rc = set_param_offload(&eng->plan, err, errlen)) < 0) return rc;
     eng->plan.grad_window =
         eng->plan.zero >= 2
             ? tr__grad_window(eng->model, c->zero.reduce_bucket_size, c->zero.overlap_comm)

@@ -70,16 +70,24 @@ static float *grad_at(const tr__optim_t *o, size_t at)
     return o->gpart ? o->gpart + (at - o->lo) : o->grads + at;
 }
 
+/* The parameters from flat element `at` on (this rank's slice; offload_param cpu keeps it in
+ * its own home). */
+static float *param_at(const tr__optim_t *o, size_t at)
+{
+    return o->home ? o->home + (at - o->lo) : o->params + at;
+}
+
 /* The moment arrays of the elements [at, at + n): m, v (Adam) and vmax (AMSGrad). */
 typedef struct moments {
     float *m, *v, *vmax;
 } moments_t;
 
 /* Elements [at, at + n) of one decay range, for the elementwise optimizers (Adam, AdamW,
- * SGD, Lion), weight decay or not; s holds their moments. */
-static void update_piece(tr__optim_t *o, bool decay, size_t at, size_t n, float mul, moments_t s)
+ * SGD, Lion), weight decay or not: their parameters at p, their gradients at g; s holds their
+ * moments. */
+static void update_piece(tr__optim_t *o, bool decay, size_t at, size_t n, float mul, float *p,
+                         float *g, moments_t s)
 {
-    float *p = o->params + at, *g = grad_at(o, at);
     if (o->runs_as == TR_OPTIMIZER_SGD) {
         tr_sgd_opts_t so = o->sgd;
         so.weight_decay = decay ? so.weight_decay : 0.0f;
@@ -104,7 +112,7 @@ static void update_range(tr__optim_t *o, const decay_range_t *r, float mul)
 {
     size_t k = r->at - o->lo;
     moments_t s = {o->m + k, o->v ? o->v + k : NULL, o->vmax ? o->vmax + k : NULL};
-    update_piece(o, r->decay, r->at, r->n, mul, s);
+    update_piece(o, r->decay, r->at, r->n, mul, param_at(o, r->at), grad_at(o, r->at), s);
 }
 
 /* Lamb's options for tensor k of layer l: its own weight decay. */
@@ -143,7 +151,7 @@ static int lamb_moments(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_
     sums[0] = sums[1] = 0.0;
     if (b == a) return 0;
     tr_lamb_opts_t lo = lamb_opts(o, l, k);
-    return tr_lamb_moments(&lo, mul, o->params + a, grad_at(o, a), o->m + (a - o->lo),
+    return tr_lamb_moments(&lo, mul, param_at(o, a), grad_at(o, a), o->m + (a - o->lo),
                            o->v + (a - o->lo), b - a, &sums[0], &sums[1]) < 0
                ? TR_ENOMEM
                : 0;
@@ -157,7 +165,8 @@ static int lamb_apply(tr__optim_t *o, const tr_layer_t *l, int k, int t, size_t 
     if (b == a) return 0;
     tr_lamb_opts_t lo = lamb_opts(o, l, k);
     float coeff = tr_lamb_trust_ratio(&lo, o->lamb_sums[2 * t], o->lamb_sums[2 * t + 1]);
-    tr_lamb_apply(&lo, &o->st, coeff, o->params + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a);
+    tr_lamb_apply(&lo, &o->st, coeff, param_at(o, a), o->m + (a - o->lo), o->v + (a - o->lo),
+                  b - a);
     return 0;
 }
 
@@ -216,6 +225,12 @@ static void name_nonfinite(const tr__optim_t *o, char *out, size_t len)
     const tr_model_t *model = o->eng->model;
     int first = -1, count = 0, n = tr_model_num_layers(model), pl = 0;
     int pk = nonfinite_param(o, &pl);
+    if (o->gswap && pk < 0) { /* the gradients are on disk by now */
+        snprintf(out, len,
+                 "this rank's reduced gradients hold Inf or NaN (they were swapped to disk as "
+                 "they came, so the layer is not named)");
+        return;
+    }
     for (int i = n - 1; i >= 0; i--) {
         const tr_layer_t *l = tr_model_layer(model, i);
         size_t a = l->param_offset, b = a + l->param_count;
@@ -434,7 +449,8 @@ enum { SCALAR_OVERFLOW = 1, SCALAR_SUMSQ = 2 };
  * all-reduced with MAX and the squared norm with SUM before the step (DeepSpeed's order). */
 static int reduce_norm(tr_ctx_t *ctx, tr__optim_t *o)
 {
-    double local = tr_grad_sumsq(o->gpart, o->hi - o->lo);
+    double local = o->gswap ? o->gsumsq : tr_grad_sumsq(o->gpart, o->hi - o->lo);
+    o->gsumsq = 0;
     bool overflow = !isfinite(local);
     o->norm_waits = 2;
     o->overflow_any = false;
@@ -464,6 +480,8 @@ static int on_norm(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_comm_scalar_t *s)
     return take_step(ctx, o);
 }
 
+static int free_grads(tr_ctx_t *ctx, tr__optim_t *o, size_t first, size_t covers);
+
 /* ZeRO 2: this rank's part of a reduced bucket is added to its partition; the bucket's range
  * of the gradient buffer is zeroed, its pages handed back to the kernel (the gradient costs
  * memory only while its buckets are in flight), and the range given back to the executor,
@@ -474,13 +492,57 @@ static int take_part(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, c
     float *acc = o->gpart + (r->at - o->lo);
     for (size_t i = 0; i < count; i++)
         acc[i] += g[i];
-    tr__vmem_release(o->grads + r->first, r->covers * sizeof(float));
+    return free_grads(ctx, o, r->first, r->covers);
+}
+
+/* The gradient buffer's [first, first + covers) is spent: its pages go back to the kernel, and
+ * the range back to the executor. */
+static int free_grads(tr_ctx_t *ctx, tr__optim_t *o, size_t first, size_t covers)
+{
+    tr__vmem_release(o->grads + first, covers * sizeof(float));
     tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_GRADS_FREE);
     if (!m) return TR_ENOMEM;
-    TR_MSG_AS(m, grads_free)->count = r->covers;
+    TR_MSG_AS(m, grads_free)->count = covers;
     m->step = o->global_steps;
     int rc = tr_actor_send(ctx->rt, o->eng->executor, m);
     if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
+/* plan.swap_grads: the bucket's range of the gradient buffer goes back once the swapper has
+ * its part (its answer to put_grads, in order). */
+static int grads_put(tr_ctx_t *ctx, tr__optim_t *o)
+{
+    struct tr__gput *q = tr__fifo_front(&o->gputs);
+    if (!q) {
+        tr__engine_fail(o->eng, TR_EINVAL, "optimizer: a gradient write nobody asked for");
+        return TR_EINVAL;
+    }
+    struct tr__gput p = *q;
+    tr__fifo_pop(&o->gputs);
+    return free_grads(ctx, o, p.first, p.covers);
+}
+
+/* plan.swap_grads (one micro-step): this rank's part of a reduced bucket (count floats) goes
+ * to the swapper's gradient file, its squared norm into this step's; the gradient buffer's
+ * range waits for the swapper's answer. */
+static int put_grads(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, size_t count)
+{
+    const tr__plan_t *e = o->eng;
+    char why[256];
+    const float *g = count ? tr__resolve(e, &r->grads, why, sizeof(why)) : NULL;
+    if (count && g) o->gsumsq += tr_grad_sumsq(g, count);
+    if (!count) return free_grads(ctx, o, r->first, r->covers);
+    if (tr__fifo_push(&o->gputs, &(struct tr__gput){r->first, r->covers}) < 0) return TR_ENOMEM;
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
+    if (!m) return TR_ENOMEM;
+    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
+    q->op = TR__SWAP_PUT_GRADS;
+    q->group = r->at;
+    q->buf = r->grads;
+    m->step = o->global_steps;
+    int rc = tr_actor_send(ctx->rt, e->swapper, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m); /* the engine fails: the queued range stays out */
     return rc;
 }
 
@@ -491,8 +553,9 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     size_t count = r->grads.length / sizeof(float);
     char why[256];
     const float *g = count ? tr__resolve(e, &r->grads, why, sizeof(why)) : o->grads;
+    bool part = o->gpart || o->gswap;
     bool inside = r->first + r->covers <= e->n_params &&
-                  (!o->gpart || !count || (r->at >= o->lo && r->at + count <= o->hi));
+                  (!part || !count || (r->at >= o->lo && r->at + count <= o->hi));
     if (!g || !inside) {
         tr__engine_fail(e, TR_EINVAL, "optimizer: bucket %u: %s", r->bucket,
                         g ? "its reduced part lies outside this rank's partition" : why);
@@ -502,6 +565,11 @@ static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
     int prc = o->swaps && !o->run.mode ? swap_prefetch(ctx, o) : 0;
     if (prc < 0) return prc;
     o->covered += r->covers;
+    if (o->gswap) {
+        int rc = put_grads(ctx, o, r, count);
+        if (rc < 0 || o->covered < (size_t)e->GAS * e->n_params) return rc;
+        return reduce_norm(ctx, o);
+    }
     if (!o->gpart) {
         o->sumsq += tr_grad_sumsq(g, count);
         if (o->covered < e->own_hi - e->own_lo) return 0;
@@ -597,7 +665,7 @@ static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b
     q->group = g;
     q->tag = (uint32_t)b;
     m->step = o->global_steps;
-    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.slot_bytes, TR_DTYPE_U8, &q->buf);
+    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.buf_bytes, TR_DTYPE_U8, &q->buf);
     if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
     if (rc < 0) {
         tr_msg_free(ctx->rt, m);
@@ -618,10 +686,14 @@ static void copy_group(const tr__optim_t *o, size_t g, float *buf, bool to_block
     }
 }
 
-/* The step's update of sub-group g, its moments in buf: each decay range's part in it. */
+/* The step's update of sub-group g, its moments in buf (and its parameters after them, when
+ * they are swapped too): each decay range's part in it. */
 static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
 {
     size_t G = o->eng->swap.group, a = o->lo + g * G, b = a + group_n(o, g);
+    const tr__swap_layout_t *l = &o->eng->swap;
+    float *p = l->param_bytes ? (float *)((char *)buf + l->slot_bytes) : NULL;
+    float *gr = l->grad_bytes ? (float *)((char *)buf + l->slot_bytes + l->param_bytes) : NULL;
     for (int i = 0; i < o->n_ranges; i++) {
         const decay_range_t *r = &o->ranges[i];
         size_t x = r->at > a ? r->at : a, y = r->at + r->n < b ? r->at + r->n : b;
@@ -629,7 +701,8 @@ static void swap_step_group(tr__optim_t *o, size_t g, float *buf)
         size_t k = x - a;
         moments_t s = {buf + k, o->n_arrays > 1 ? buf + G + k : NULL,
                        o->amsgrad ? buf + (size_t)(o->n_arrays - 1) * G + k : NULL};
-        update_piece(o, r->decay, x, y - x, o->swap_mul, s);
+        update_piece(o, r->decay, x, y - x, o->swap_mul, p ? p + k : param_at(o, x),
+                     gr ? gr + k : grad_at(o, x), s);
     }
 }
 
@@ -639,8 +712,8 @@ static int swap_start_group(tr_ctx_t *ctx, tr__optim_t *o, size_t g, int b)
     tr_buffer_info_t info;
     int rc = tr_buffer_info(o->eng->rt, o->eng->swap.buf_ids[b], &info);
     if (rc < 0) return rc;
-    copy_group(o, g, info.base, false);
-    return swap_send(ctx, o, TR__SWAP_WRITE, g, b);
+    copy_group(o, g, info.base, false); /* the parameters are the fetcher's to write */
+    return swap_send(ctx, o, TR__SWAP_WRITE_STATE, g, b);
 }
 
 /* Every sub-group of a step is stepped: the parameters are whole, STEP_DONE goes on while the
@@ -665,7 +738,10 @@ static int swap_end(tr_ctx_t *ctx, tr__optim_t *o)
     if (mode == RUN_SAVE) rc = send_or_free(ctx, o->eng->checkpointer, m);
     if (mode == RUN_RESTORE) rc = send_or_free(ctx, o->eng->executor, m);
     if (rc < 0) return rc;
-    if (!o->queued.mode) return mode == RUN_PREFETCH ? 0 : swap_prefetch(ctx, o);
+    /* after a restore with the parameters swapped, not yet: the fetcher is writing the
+     * restored ones to the file, and only the first reduced bucket comes surely after that */
+    bool later = mode == RUN_PREFETCH || (mode == RUN_RESTORE && o->eng->swap.param_bytes);
+    if (!o->queued.mode) return later ? 0 : swap_prefetch(ctx, o);
     mode = o->queued.mode;
     m = o->queued.held;
     float *stage = o->queued.stage;
@@ -693,7 +769,9 @@ static bool prefetch_back(const tr__optim_t *o)
 static int swap_prefetch(tr_ctx_t *ctx, tr__optim_t *o)
 {
     const tr__swap_layout_t *l = &o->eng->swap;
-    if (o->run.mode || l->n_groups == 0) return 0;
+    /* with the gradients swapped a sub-group is whole only once the backward is done: its
+     * read must come after every PUT_GRADS, so the step reads it, none ahead */
+    if (o->run.mode || l->n_groups == 0 || l->grad_bytes) return 0;
     o->run = (struct swap_run){.mode = RUN_PREFETCH};
     int rc = 0;
     for (int b = 0; rc == 0 && b < l->n_bufs && o->run.next < l->n_groups; b++) {
@@ -801,6 +879,7 @@ static int on_swap(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_swap_t *q)
 {
     const tr__plan_t *e = o->eng;
     char why[256];
+    if (q->op == TR__SWAP_PUT_GRADS) return q->rc < 0 ? 0 : grads_put(ctx, o);
     if (!o->run.mode) return 0; /* the rest of a run dropped at a failure: the engine failed */
     float *buf = q->rc < 0 ? NULL : tr__resolve(e, &q->buf, why, sizeof(why));
     if (!buf) { /* the swapper has failed the engine; else this is an engine bug */

@@ -11,12 +11,19 @@
 
 #include "actors/engine/plan.h"
 #include "actors/optim/optim.h"
+#include "base/fifo.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/lamb.h"
 #include "kernels/cpu/lion.h"
 #include "kernels/cpu/loss_scaler.h"
 #include "kernels/cpu/lr_schedule.h"
 #include "kernels/cpu/sgd.h"
+
+/* plan.swap_grads: a reduced part at the swapper; its range of the gradient buffer goes back
+ * to the executor when the swapper answers. */
+struct tr__gput {
+    size_t first, covers;
+};
 
 /* A run of parameters that share a weight-decay rule (tr_param_info_t.no_decay). */
 typedef struct decay_range {
@@ -26,7 +33,9 @@ typedef struct decay_range {
 
 struct tr__optim {
     const tr__plan_t *eng;
-    float *params, *grads;                /* the registered buffers, resolved once */
+    float *params, *grads; /* the registered buffers, resolved once */
+    float *home; /* offload_param cpu: the partition's home (hi - lo floats), where the step
+                  * writes the parameters; NULL: they are in `params` */
     uint64_t global_steps, skipped_steps; /* the optimizer's own counters */
     int type;    /* tr_config_optimizer_type_t, as configured (checkpoints record it) */
     int runs_as; /* the kernel that runs it: OneBitAdam runs as Adam, ... */
@@ -51,6 +60,9 @@ struct tr__optim {
     size_t slice;          /* floats per rank's slice (the last may be shorter) */
     bool partitioned;      /* ZeRO 1, 2 on several ranks: slices all-gathered after a step */
     float *gpart;          /* ZeRO 2: the reduced gradients of [lo, hi), summed over micro-steps */
+    bool gswap;            /* plan.swap_grads: they go to the swapper's file instead (gpart NULL) */
+    double gsumsq;         /* then: the squared norm of the parts sent this step */
+    tr__fifo_t gputs;      /* then: parts at the swapper (struct tr__gput), in order */
     int norm_waits;        /* ZeRO 2: the overflow and norm all-reduces still to come back */
     bool overflow_any;     /* ZeRO 2: a rank's partition held Inf or NaN */
     double *lamb_sums;     /* Lamb: per tensor, the sums of p² and u² over this rank's piece */

@@ -140,7 +140,10 @@ static int partition(tr__optim_t *o)
     }
     if (!o->partitioned) return 0;
     o->slice = tr__zero_slice(n, e->world);
-    if (e->zero >= 2 && !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
+    o->gswap = e->swap_grads;
+    tr__fifo_init(&o->gputs, sizeof(struct tr__gput));
+    if (e->zero >= 2 && !o->gswap &&
+        !(o->gpart = calloc(o->hi - o->lo ? o->hi - o->lo : 1, sizeof(float))))
         return TR_ENOMEM;
     tr_log(TR_LOG_INFO,
            "optimizer: ZeRO stage %d: rank %d updates parameters [%zu, %zu) of "
@@ -259,6 +262,9 @@ int tr__optimizer_spawn(const tr__plan_t *eng, tr__optim_t **state, tr_actor_t *
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_params, &info)) == 0)
         o->params = info.base;
     if (rc == 0 && (rc = tr_buffer_info(eng->rt, eng->buf_grads, &info)) == 0) o->grads = info.base;
+    if (rc == 0 && eng->param_offload == TR_OFFLOAD_CPU &&
+        (rc = tr_buffer_info(eng->rt, eng->buf_param_home, &info)) == 0)
+        o->home = info.base;
     if (rc == 0) rc = register_moments(o);
     if (rc == 0 && o->runs_as == TR_OPTIMIZER_LAMB) rc = register_lamb_sums(o);
     *state_bytes = (uint64_t)o->n_arrays * (o->hi - o->lo) * sizeof(float);
@@ -273,6 +279,7 @@ void tr__optimizer_free(tr__optim_t *o)
     free(o->m); /* v and vmax are inside m's block */
     free(o->save_stage);
     free(o->gpart);
+    tr__fifo_free(&o->gputs);
     free(o->lamb_sums);
     free(o->ranges);
     free(o);

@@ -3,6 +3,7 @@ header, the initial checkpoint, and launching `troupe train` and DeepSpeed's tra
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -57,7 +58,9 @@ def write_init(build, work, cfg, dims, data):
 
 def run(cmd, env, timeout):
     """cmd's finished process; past timeout seconds its whole process group (the launcher and
-    its ranks) is killed and the process ends with status 124 and a TimeoutError line."""
+    its ranks) is killed and the process ends with status 124 and a TimeoutError line. An
+    interrupt (Ctrl-C, which the group in its own session does not see) kills the group too
+    before it goes on up."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
     try:
@@ -67,6 +70,13 @@ def run(cmd, env, timeout):
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         return subprocess.CompletedProcess(cmd, 124, out, err + "\nTimeoutError: killed after %d s" % timeout)
+    except BaseException:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()  # the pipes close when every process of the group has exited
+        raise
 
 
 def mpirun(ranks, bind):
@@ -90,13 +100,77 @@ def run_troupe(build, ranks, cfg_path, args, bind=False, wrap=(), timeout=600):
     return run(cmd, TROUPE_ENV, timeout)
 
 
+SHM_DIR = "/dev/shm"
+
+
+def shm_buffers(port):
+    """{path: mtime_ns} of the shared-memory files DeepSpeed's CPU collectives make for a run
+    whose launcher had master port `port`: ops/csrc/cpu/comm/shm.cpp's
+    deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, one per rank (67 MB
+    each), created when all ranks are local and never unlinked by DeepSpeed."""
+    name = re.compile(r"deepspeed_allreduce_buffer_%d_[^_/]+_%d_[0-9]+\Z" % (os.getuid(), port))
+    found = {}
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return found
+    for n in names:
+        if name.match(n):
+            try:
+                found[os.path.join(SHM_DIR, n)] = os.stat(os.path.join(SHM_DIR, n)).st_mtime_ns
+            except OSError:
+                pass
+    return found
+
+
+def shm_mapped():
+    """The /dev/shm files some live process maps (its /proc/PID/maps; those this user cannot
+    read are another user's, whose buffers carry another uid)."""
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/maps" % pid) as f:
+                for line in f:
+                    i = line.find(SHM_DIR + "/")
+                    if i >= 0:
+                        mapped.add(line[i:].rstrip("\n"))
+        except OSError:
+            pass
+    return mapped
+
+
+def remove_shm_buffers(port, before):
+    """Removes the DeepSpeed buffers of the run on `port` that has ended: those it made or
+    wrote (absent from `before`, shm_buffers' answer taken before the launch, or written
+    since) and that no live process maps (a run of someone else's on the same port). Returns
+    the paths removed."""
+    mapped, removed = shm_mapped(), []
+    for path, mtime in shm_buffers(port).items():
+        if before.get(path) == mtime or path in mapped:
+            continue
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
 def run_deepspeed(py, ranks, port, args, launcher=(), timeout=1200):
     """bench/peers/deepspeed/train_ds.py ARGS under `deepspeed --num_accelerators ranks` on
-    the CPU accelerator (launcher: more launcher options); the finished process."""
+    the CPU accelerator (launcher: more launcher options); the finished process. The
+    shared-memory buffers the run leaves in /dev/shm are removed when it ends, however it
+    ends (DeepSpeed never unlinks them: 67 MB of RAM per rank and run)."""
     env = dict(os.environ, DS_ACCELERATOR="cpu", PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
     cmd = [os.path.join(os.path.dirname(py), "deepspeed"), "--num_accelerators", str(ranks),
            "--master_port", str(port), *launcher, os.path.join(HERE, "deepspeed", "train_ds.py"), *args]
-    return run(cmd, env, timeout)
+    before = shm_buffers(port)
+    try:
+        return run(cmd, env, timeout)
+    finally:
+        remove_shm_buffers(port, before)
 
 
 def last_error(p):

@@ -3,7 +3,9 @@
 # (bench/peers/equivalence.py: per config, the per-step losses from the same weights, data and
 # JSON), then the speed and memory table (bench/peers/speed.py: tokens/s and peak RSS per rank,
 # the ratios troupe / deepspeed). Each script says why in one line when the peer environment
-# (bench/peers/setup.sh) cannot be had.
+# (bench/peers/setup.sh) cannot be had. Each DeepSpeed run's shared-memory buffers
+# (/dev/shm/deepspeed_allreduce_buffer_*, 67 MB of RAM per rank, which DeepSpeed never
+# unlinks) are removed when it ends, also after a failure, a timeout or Ctrl-C (peerlib.py).
 #
 #   bench/peers/run.sh BUILD_DIR                       both tables
 #   bench/peers/run.sh BUILD_DIR --equiv-only [OPTS]   equivalence.py BUILD_DIR OPTS

@@ -225,13 +225,16 @@ uint64_t tr_engine_global_step(const tr_engine_t *eng);
  * formulas; tr_engine_memory_predict computes them from a config and a model's shapes before
  * anything is allocated. */
 typedef struct tr_engine_memory {
-    uint64_t params;         /* fp32, every parameter */
+    uint64_t params;         /* fp32: every parameter; ZeRO 3: the slice (its home with
+                              * offload_param cpu; on disk with nvme), the persistent layers
+                              * and the gathered window */
     uint64_t grads;          /* fp32: the backward's (whole, or ZeRO 2's window) */
     uint64_t grad_partition; /* ZeRO 2: the reduced gradients this rank owns, accumulated */
     uint64_t optimizer;      /* the optimizer's moments in memory for the parameters this rank
                               * updates (0 when they are on NVMe: see swap) */
     uint64_t swap;           /* offload_optimizer nvme: the swap buffers the moments pass
-                              * through (the rest is on disk) */
+                              * through; offload_param nvme: the parameters' too, and the
+                              * swapper's cache of them (the rest is on disk) */
     uint64_t comm;           /* the communicator's staging (16-bit wire copies) and MPI's
                               * copies of the collectives in flight */
     uint64_t batches;        /* the loader's prefetch slots and the client's staging batch */

@@ -125,18 +125,25 @@ static const tr__cfg_key_t offload_optimizer_keys[] = {
 SECTION(offload_optimizer_sec, "zero_optimization.offload_optimizer", offload_optimizer_keys);
 
 static const tr__cfg_key_t offload_param_keys[] = {
-    NOEFF(W_OFFLOAD, ENUM("device", zero.offload_param.device, 0, devices, TR__F_NULLABLE,
-                          "where parameters live (stage 3): none, cpu or nvme")),
-    NOEFF(W_OFFLOAD,
-          STR("nvme_path", zero.offload_param.nvme_path, NULL, TR__F_NULLABLE, "swap folder")),
-    NOEFF(W_OFFLOAD,
-          INT("buffer_count", zero.offload_param.buffer_count, 5, 0, BIG, "swap buffers")),
-    NOEFF(W_OFFLOAD,
-          INT("buffer_size", zero.offload_param.buffer_size, 1e8, 0, BIG, "swap buffer elements")),
-    NOEFF(W_OFFLOAD,
-          INT("max_in_cpu", zero.offload_param.max_in_cpu, 1e9, 0, BIG, "elements kept in CPU")),
-    NOEFF(W_OFFLOAD,
-          BOOL("pin_memory", zero.offload_param.pin_memory, 1, "page-locked host buffers")),
+    ACT(ENUM("device", zero.offload_param.device, 0, devices, TR__F_NULLABLE,
+             "where this rank's parameter partition lives (stage 3, 2 ranks or more): none (the "
+             "parameter buffer), cpu (its own host buffer), nvme (a swap file, "
+             "nvme_path/troupe_swap/rank<R>/params.swp; needs offload_optimizer nvme); the "
+             "parameter buffer then holds only the gathered layers")),
+    ACT(STR("nvme_path", zero.offload_param.nvme_path, NULL, TR__F_NULLABLE,
+            "folder for the parameter swap file (device nvme)")),
+    ACT(INT("buffer_count", zero.offload_param.buffer_count, 5, 0, BIG,
+            "parameter sub-groups the swapper caches (device nvme; 1 to 1024): a forward reads "
+            "each once, the backward starts on what the forward left")),
+    ACT(INT("buffer_size", zero.offload_param.buffer_size, 1e8, 0, BIG,
+            "the most elements swapped at a time (device nvme): the sub-groups are at most this "
+            "and sub_group_size")),
+    ACT(INT("max_in_cpu", zero.offload_param.max_in_cpu, 1e9, 0, BIG,
+            "the most parameter elements the swapper's cache holds (device nvme; at least one "
+            "sub-group)")),
+    ACT(BOOL("pin_memory", zero.offload_param.pin_memory, 1,
+             "page-locked host buffers: the partition (cpu), the cache and the swap buffers "
+             "(nvme, without offload_optimizer's)")),
 };
 SECTION(offload_param_sec, "zero_optimization.offload_param", offload_param_keys);
 

@@ -314,6 +314,110 @@ static void test_engine_dp_nvme_offload_is_bitwise_in_memory(void **state)
     }
 }
 
+/* ZeRO 3 with the parameters offloaded (offload_param): each rank's slice in its own host
+ * buffer (cpu) or in a swap file with the optimizer's state (nvme, sub-groups of 20 elements
+ * cut inside the layers, a cache of 2 of them): the run is bitwise the in-memory run on the same
+ * ranks, losses and the gathered parameters after every step, with a tight window (every
+ * layer read from the file in each pass), persistent layers beside gathered ones, GAS 2 and
+ * clipping; with nvme, a save after 3 steps loaded into a new engine (the slice written back
+ * to the file) goes on bitwise too. */
+#define OFFLOAD_ZERO3                                                                              \
+    "\"stage3_param_persistence_threshold\": 200, \"stage3_prefetch_bucket_size\": 1,"             \
+    " \"stage3_max_live_parameters\": 1, \"stage3_max_reuse_distance\": 0"
+
+static tr_engine_t *param_offload_engine(const char *param, const char *nvme, int gas,
+                                         tr_config_t **cfg)
+{
+    char json[1400], off[600] = "";
+    if (param && !strcmp(param, "cpu"))
+        snprintf(off, sizeof(off), ", \"offload_param\": {\"device\": \"cpu\"}");
+    if (param && !strcmp(param, "nvme"))
+        snprintf(off, sizeof(off),
+                 ", \"sub_group_size\": 20, \"offload_optimizer\": {\"device\": \"nvme\","
+                 " \"nvme_path\": \"%s\", \"buffer_count\": 3, \"pipeline_read\": true,"
+                 " \"pipeline_write\": true}, \"offload_param\": {\"device\": \"nvme\","
+                 " \"nvme_path\": \"%s\", \"buffer_count\": 2, \"buffer_size\": 20}",
+                 nvme, nvme);
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
+             " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 60, %s%s},"
+             " \"troupe\": {\"runtime\": {\"workers\": 1}}}",
+             gas, OFFLOAD_ZERO3, off);
+    static const int deep[] = {XD, 16, 24, 12, 16, CLASSES};
+    return test_mlp_engine_widths(json, "dp_param_offload.json", 0, cfg, deep, 6);
+}
+
+/* Steps [from, to) of eng: losses and the gathered parameters' hash after each. */
+static void param_offload_steps(tr_engine_t *eng, int from, int to, float *loss, uint64_t *hash)
+{
+    for (int i = from; i < to; i++) {
+        tr_step_stats_t st;
+        if (tr_engine_train_batch(eng, &st) != 0) fail_msg("step %d: %s", i, tr_engine_error(eng));
+        loss[i] = st.loss;
+        if (tr_engine_gather_params(eng) != 0) fail_msg("gather: %s", tr_engine_error(eng));
+        hash[i] = params_hash(eng);
+    }
+}
+
+static void test_engine_dp_param_offload_is_bitwise_in_memory(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/tr_dp_poff.XXXXXX", ckpt[96];
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) assert_non_null(mkdtemp(dir));
+    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", dir);
+    /* GAS 2: the reduced partition accumulates in memory; GAS 1: it goes to the swap files too
+     * (plan.swap_grads) */
+    for (int gas = 2; gas >= 1; gas--) {
+        float loss[3][STEPS];
+        uint64_t hash[3][STEPS];
+        const char *how[3] = {NULL, "cpu", "nvme"};
+        for (int k = 0; k < 3; k++) {
+            tr_config_t *cfg;
+            tr_engine_t *eng = param_offload_engine(how[k], dir, gas, &cfg);
+            tr_engine_memory_t mem;
+            tr_engine_memory(eng, &mem);
+            if (k == 2) /* the partition: in memory with GAS 2, on disk with GAS 1 */
+                assert_true(gas == 1 ? mem.grad_partition == 0 : mem.grad_partition > 0);
+            param_offload_steps(eng, 0, k == 2 ? 3 : STEPS, loss[k], hash[k]);
+            if (k == 2) { /* a save, and a new engine that loads it */
+                if (tr_engine_save_checkpoint(eng, ckpt, "three") || tr_engine_wait_checkpoint(eng))
+                    fail_msg("save: %s", tr_engine_error(eng));
+                tr_engine_destroy(eng);
+                tr_config_destroy(cfg);
+                eng = param_offload_engine(how[k], dir, gas, &cfg);
+                if (tr_engine_load_checkpoint(eng, ckpt, "three"))
+                    fail_msg("load: %s", tr_engine_error(eng));
+                param_offload_steps(eng, 3, STEPS, loss[k], hash[k]);
+            }
+            tr_engine_destroy(eng);
+            tr_config_destroy(cfg);
+            if (rank == 0)
+                printf("GAS %d, offload_param %s: loss %.9g -> %.9g, parameters %.1f KiB, "
+                       "reduced partition %.1f KiB in memory\n",
+                       gas, how[k] ? how[k] : "none", loss[k][0], loss[k][STEPS - 1],
+                       mem.params / 1024.0, mem.grad_partition / 1024.0);
+        }
+        for (int i = 0; i < STEPS && rank == 0; i++)
+            printf("GAS %d, step %d: in memory %.9g, cpu %.9g, nvme %.9g%s\n", gas, i, loss[0][i],
+                   loss[1][i], loss[2][i], hash[2][i] != hash[0][i] ? " (parameters differ)" : "");
+        assert_memory_equal(loss[1], loss[0], sizeof(loss[0]));
+        assert_memory_equal(hash[1], hash[0], sizeof(hash[0]));
+        assert_memory_equal(loss[2], loss[0], sizeof(loss[0]));
+        assert_memory_equal(hash[2], hash[0], sizeof(hash[0]));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 /* Lamb's trust ratio is per tensor, and partitions cut tensors: each rank's piece gives its
  * sums of p² and u², added over the ranks before the update, so the ratio is the whole
  * tensor's and the run is the one process's. */
@@ -712,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_engine_dp_zero3_bf16_is_zero2s),
         cmocka_unit_test(test_engine_dp_lamb_across_partitions),
         cmocka_unit_test(test_engine_dp_nvme_offload_is_bitwise_in_memory),
+        cmocka_unit_test(test_engine_dp_param_offload_is_bitwise_in_memory),
         cmocka_unit_test(test_engine_dp_zero2_deepspeed_style_loop),
         cmocka_unit_test(test_engine_dp_16_bit_wire),
         cmocka_unit_test(test_engine_dp_zero2_overflow_in_one_partition_skips_everywhere),

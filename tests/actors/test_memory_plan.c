@@ -223,18 +223,37 @@ static void test_memory_plan_kinds_follow_the_formulas(void **state)
             1, 0, &m, &e, NULL, 0);
     assert_int_equal(e.swap, (2 * N * 4 + 64 + 4095) / 4096 * 4096); /* one buffer, one group */
     /* stage 3: the slice, the persistent layers (none here: threshold 0) and the fetcher's
-     * window (max_live_parameters and the largest layer); offload_param: what this build does,
-     * said */
+     * window (max_live_parameters and the largest layer); offload_param cpu: the slice in its
+     * own host buffer, the same bytes, said */
     predict("{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": {\"type\": \"AdamW\"},"
             " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 100,"
             " \"stage3_param_persistence_threshold\": 0, \"stage3_max_live_parameters\": 10,"
             " \"overlap_comm\": false, \"offload_param\": {\"device\": \"cpu\"}}}",
             2, 1, &m, &e, note, sizeof(note));
-    assert_non_null(strstr(note, "offload_param has no effect"));
+    assert_non_null(strstr(note, "offload_param cpu: the partition lives in its own host buffer"));
     size_t slice = (N + 3) / 4 * 4 / 2, held = slice + 10 + MLP_LMAX;
     assert_int_equal(e.params, 4 * (held < N ? held : N));
     assert_int_equal(e.grads, 4 * (100 + MLP_LMAX));
     assert_int_equal(e.grad_partition, 4 * owned(N, 2, 1));
+    assert_int_equal(e.swap, 0);
+    /* offload_param nvme (with the optimizer's state): the slice is on disk; the swap buffer
+     * holds a sub-group's moments and parameters, and the swapper caches buffer_count (3) of at
+     * most buffer_size (50) parameters, max_in_cpu (100) elements of them: 2 */
+    predict("{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": {\"type\": \"AdamW\"},"
+            " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 100,"
+            " \"stage3_param_persistence_threshold\": 0, \"stage3_max_live_parameters\": 10,"
+            " \"overlap_comm\": false, \"sub_group_size\": 1000,"
+            " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"},"
+            " \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\","
+            " \"buffer_count\": 3, \"buffer_size\": 50, \"max_in_cpu\": 100}}}",
+            2, 1, &m, &e, note, sizeof(note));
+    held = 10 + MLP_LMAX;
+    assert_int_equal(e.params, 4 * (held < N ? held : N));
+    assert_int_equal(e.optimizer, 0);
+    /* one micro-step: the reduced partition is swapped too (a gradient region in the buffer,
+     * 4 sub-groups filling); each slot (2 x 50 x 4 + 64, 50 x 4 + 64) fits a page */
+    assert_int_equal(e.grad_partition, 0);
+    assert_int_equal(e.swap, (3 + 2 + 4) * 4096);
     tr_memory_model_close(&m);
 }
 

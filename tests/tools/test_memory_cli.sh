@@ -23,7 +23,7 @@ grep -q "gpt2 of $N parameters, micro-batch 4 x 16 positions, 1 rank(s)" tiny.tx
 [ "$(bytes 'optimizer states' tiny.txt)" -eq $((8 * N)) ] || fail "AdamW's moments: 8N"
 sum=0
 for k in parameters 'gradients (the backward.s)' 'gradients (reduced partition)' \
-    'optimizer states' 'optimizer swap buffers' 'communication buffers' batches \
+    'optimizer states' 'swap buffers' 'communication buffers' batches \
     'bf16 weight copies' activations; do
     v=$(bytes "$k" tiny.txt)
     [ -n "$v" ] || fail "no line for $k"
@@ -52,8 +52,10 @@ S=$(( (N + 3) / 4 * 2 ))
 sed 's/"stage": 2 }/"stage": 3, "offload_param": { "device": "cpu" } }/' z2.json > z3.json
 "$troupe" memory --deepspeed_config z3.json --context 16 --channels 16 --layers 1 --heads 2 \
     --world-size 2 --budget 1GiB > z3.txt 2> z3.err || { cat z3.txt z3.err; fail "stage 3"; }
-grep -q 'offload_param has no effect' z3.txt || fail "no offload_param note"
-grep -q '^3     none .* yes  <- the config$' z3.txt || { cat z3.txt; fail "the stage-3 row"; }
+grep -q 'offload_param cpu: the partition lives in its own host buffer' z3.txt ||
+    fail "no offload_param note"
+grep -q '^3     none+p:cpu .* yes  <- the config$' z3.txt || { cat z3.txt; fail "the stage-3 row"; }
+grep -q '^3     nvme+p:nvme ' z3.txt || { cat z3.txt; fail "no row with both on NVMe"; }
 
 # the engine's own start-up line for the same flags, kind by kind (MiB, one decimal)
 cat > mid.json <<'JSON'
