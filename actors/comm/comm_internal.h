@@ -14,8 +14,8 @@
 #include "runtime/comm/comm.h"
 
 /* What every collective carries, exchanged (all-gathered, on a communicator of their own)
- * before it is started and compared on arrival: a rank that diverged is named at once, and
- * no mismatched collective is ever posted. */
+ * beside the collective itself and compared on arrival: a rank that diverged is named at once,
+ * and no collective's result is delivered before every rank's header matched. */
 typedef struct header {
     tr__coll_op_t op; /* what the collective is (and, in the pending table, what it does) */
     uint32_t dtype;
@@ -31,7 +31,8 @@ _Static_assert(sizeof(tr__coll_op_t) == sizeof(uint32_t), "a header's op is 4 by
 typedef struct pending {
     uint64_t req;  /* 0: free; UINT64_MAX: not started yet */
     header_t head; /* its header: head.op says what a data entry does (hdr: an exchange) */
-    bool agreed;   /* every rank's header matched: it may start */
+    bool agreed;   /* every rank's header matched: its result may be delivered */
+    bool ended;    /* it completed before the headers arrived: delivered once they match */
     void *ptr;     /* a gather's or vector's buffer */
     uint32_t bucket;
     uint64_t step;
@@ -44,6 +45,7 @@ typedef struct pending {
                                   * may move while the operation is in flight) */
     uint64_t t_start;            /* for the comms logger and the watchdog */
     struct header *hdr;          /* a header exchange: every rank's, then ours (else NULL) */
+    size_t of;                   /* a header exchange: its collective's entry */
     uint32_t reduce_op, what;    /* a vector's reduction and the asker's tag */
     int lane;                    /* its trace lane (TR__LANE_COLLECTIVES - lane), -1: none */
     tr_tensor_ref_t buf;         /* its buffer: the parameters */
@@ -71,6 +73,8 @@ struct tr__comm {
                          * (buckets are disjoint ranges: no two in flight share any of it) */
     bool polling;       /* a COMM_POLL is on its way */
     bool slack_set;     /* its thread's timer slack is 1 us (comm.c, timer_slack) */
+    bool eager;         /* young operations may be polled without a pause (comm.c, eager_polls) */
+    bool tail;          /* ... and may now: the step's backward is over (its last bucket came) */
     int inflight;       /* operations the backend holds, as of the last start or progress */
     pending_t *pending; /* operations in flight (grows; a step's buckets at most) */
     size_t cap;
@@ -86,7 +90,11 @@ struct tr__comm {
     unsigned lanes_busy;      /* trace lanes held by collectives in flight (bit k: lane k) */
     uint64_t timeout_ns;      /* troupe.comm.timeout_s */
     bool broken;              /* the ranks diverged or a collective failed: start nothing more */
+    int exchanges;            /* header exchanges in flight */
+    int held_rc;              /* the backend failed while exchanges were in flight: its error, */
+    char held_why[256];       /* reported once they end unless they name a divergence (0: none) */
     int fault_rank;           /* TROUPE_FAULT_HEADER_RANK: this rank sends a wrong header (tests) */
+    int fault_count;          /* TROUPE_FAULT_COUNT_RANK: this rank's buckets are a float short */
     int fault_silent;         /* TROUPE_FAULT_SILENT_RANK: this rank stops posting after step 0 */
     int fault_gather_silent;  /* TROUPE_FAULT_SILENT_GATHER_RANK: ... its parameter all-gathers */
     int fault_kill;           /* TROUPE_FAULT_KILL_RANK: this rank kills itself (SIGKILL) ... */
@@ -98,15 +106,17 @@ struct tr__comm {
     tr_actor_t link; /* the link that reports them: told when the watchdog ends the job */
 };
 
-/* Records operation op under header h and starts it: at once in a group of one, else once
- * every rank's header has arrived and matches this one (the collectives start in the order
- * submitted). A rank that diverged is then named before any mismatched collective is posted
- * (MPI could only fail it, or hang). */
+/* Records operation op under header h and starts it at once (collectives start in the order
+ * submitted, so every rank posts the same sequence); on more than one rank h's exchange is
+ * posted just before it. Its completion is delivered only once every rank's header has arrived
+ * and matches this one, so a rank that diverged is named before any result of a mismatched
+ * collective is used. */
 int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h);
 
-/* A header exchange (p) completed: every rank's header must be ours; then its collective, and
- * any agreed ones after it, start. A mismatch fails the engine naming both headers. */
-int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p);
+/* A header exchange (p) completed: every rank's header must be ours, and then its collective is
+ * agreed; if that collective has ended already, *ready is it, to deliver now (else NULL). A
+ * mismatch fails the engine naming both headers. */
+int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p, pending_t **ready);
 
 /* The started operation with backend request req (hdr: a header exchange's), or NULL. */
 pending_t *tr__comm_pending_find(struct tr__comm *c, uint64_t req, bool hdr);

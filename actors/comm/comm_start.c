@@ -1,8 +1,12 @@
 /* comm_start.c: how the comm actor's collectives start. Each is submitted with a header that
- * is all-gathered on the headers' own communicator; when every rank's header has arrived and
- * matches, the collective is started on the backend, in the order submitted, so every rank
- * posts the same sequence and no mismatched collective is ever posted. Also the pending table
- * the operations live in, and the bucket-specific parts of a start (ZeRO 2's uneven
+ * is all-gathered on the headers' own communicator, posted just before the collective itself,
+ * which starts at once on the backend, in the order submitted, so every rank posts the same
+ * sequence. The two run side by side: the exchange costs a collective nothing on its critical
+ * path (waiting for it before posting cost a 1 MiB all-reduce one more round of the ranks
+ * meeting, ~30-100 us on 2 ranks and several times that with 2 ranks a core), and a result is
+ * delivered only once every rank's header matched (comm.c), so a divergence is still named on
+ * every rank before anything computed from a mismatched collective is used. Also the pending
+ * table the operations live in, and the bucket-specific parts of a start (ZeRO 2's uneven
  * reduce-scatter, the 16-bit wire).
  */
 #include <stdio.h>
@@ -177,12 +181,12 @@ void tr__comm_describe(const header_t *h, char *out, size_t len)
 
 static int start(struct tr__comm *c, pending_t *p);
 
-/* Starts, in the order submitted, every operation whose header every rank agreed on: all ranks
+/* Starts, in the order submitted, every operation submitted and not started yet: all ranks
  * start the same sequence of collectives on the data communicator. */
-static int start_agreed(struct tr__comm *c)
+static int start_submitted(struct tr__comm *c)
 {
     pending_t *p;
-    while (!c->broken && (p = submitted(c, c->started + 1)) && p->agreed && p->req == UINT64_MAX) {
+    while (!c->broken && (p = submitted(c, c->started + 1)) && p->req == UINT64_MAX) {
         c->started++;
         int rc = start(c, p);
         if (rc < 0) return rc;
@@ -190,8 +194,9 @@ static int start_agreed(struct tr__comm *c)
     return 0;
 }
 
-/* Exchanges h on the headers' communicator (an all-gather of every rank's). */
-static int post_header(struct tr__comm *c, header_t h)
+/* Exchanges h, the header of the collective in entry `of`, on the headers' communicator (an
+ * all-gather of every rank's). */
+static int post_header(struct tr__comm *c, header_t h, size_t of)
 {
     const tr__plan_t *e = c->eng;
     if (e->rank == c->fault_rank) h.bytes += 4; /* the test's injected divergence */
@@ -207,18 +212,20 @@ static int post_header(struct tr__comm *c, header_t h)
                      .step = h.step,
                      .asker = TR_ACTOR_NONE,
                      .hdr = all,
+                     .of = of,
                      .t_start = tr_now_ns(),
                      .op = watch_op(&h, true)};
     c->headers->op_tag = h.step;
     uint64_t req = 0;
     int rc = c->headers->ops->all_gather(c->headers, &all[e->world], all, sizeof(header_t),
                                          TR_DTYPE_U8, &req);
-    return track(c, p, rc, req, "exchanging a collective's header");
+    rc = track(c, p, rc, req, "exchanging a collective's header");
+    if (rc == 0) c->exchanges++;
+    return rc;
 }
 
-/* Records operation op under header h and starts it: at once in a group of one, else once
- * every rank's header has arrived and matches this one. A rank that diverged is then named
- * before any mismatched collective is posted (MPI could only fail it, or hang). */
+/* Records operation op under header h and starts it at once, its header's exchange (on more
+ * than one rank) posted just before it; its result waits for the exchange (comm.c). */
 int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
 {
     if (pending_reserve(c, 2) < 0) { /* before the seq is taken: no seq without an entry */
@@ -234,17 +241,21 @@ int tr__comm_submit(struct tr__comm *c, pending_t op, header_t h)
     op.agreed = !c->headers;
     op.t_start = tr_now_ns();
     *p = op;
-    c->by_seq[h.seq % c->cap] = (size_t)(p - c->pending);
-    int rc = c->headers ? post_header(c, h) : 0;
-    return rc < 0 ? rc : start_agreed(c);
+    size_t at = (size_t)(p - c->pending);
+    c->by_seq[h.seq % c->cap] = at;
+    int rc = c->headers ? post_header(c, h, at) : 0;
+    return rc < 0 ? rc : start_submitted(c);
 }
 
-/* The headers arrived: every rank's must be ours; then the collective may start. */
-int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
+/* The headers arrived: every rank's must be ours; then the collective is agreed, and delivered
+ * now if it has ended. */
+int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p, pending_t **ready)
 {
     const tr__plan_t *e = c->eng;
     header_t *all = p->hdr, *mine = &all[e->world];
     int rc = 0;
+    *ready = NULL;
+    c->exchanges--;
     for (int r = 0; r < e->world && rc == 0; r++)
         if (memcmp(&all[r], mine, sizeof(header_t))) {
             char a[200], b[200];
@@ -257,11 +268,13 @@ int tr__comm_headers_arrived(struct tr__comm *c, pending_t *p)
             c->broken = true;
         }
     uint64_t seq = mine->seq;
+    pending_t *op = &c->pending[p->of]; /* unless its start failed (the engine has failed) */
     free(all);
     tr__comm_pending_free(c, p);
-    pending_t *op = rc < 0 ? NULL : submitted(c, seq);
-    if (op) op->agreed = true;
-    return rc < 0 ? rc : start_agreed(c);
+    if (rc < 0 || !op->req || op->hdr || op->head.seq != seq) return rc;
+    op->agreed = true;
+    if (op->ended) *ready = op;
+    return 0;
 }
 
 /* ZeRO 2: the part of bucket [a, b) that each rank owns, as counts; this rank's part
@@ -316,7 +329,7 @@ void tr__comm_from_wire(const struct tr__comm *c, float *x, size_t a, size_t n)
         x[i] = c->wire == TR_DTYPE_BF16 ? tr_bf16_to_float(w[i]) : tr_half_to_float(w[i]);
 }
 
-/* Starts p's collective on the backend, now that every rank's header agreed. */
+/* Starts p's collective on the backend. */
 static int start(struct tr__comm *c, pending_t *p)
 {
     const tr__plan_t *e = c->eng;

@@ -10,7 +10,8 @@
  * The time comes from the engine's own trace: per step, from the latest of the ranks' BUCKET
  * spans starting on the comm lane to the latest REDUCED span starting on the optimizer lane.
  * That is the collective and everything the actor adds to it (the header exchange posted
- * before it, polling, two mailbox hops) and the mean's scaling, which the bare-MPI side does
+ * beside it, whose end its result waits for, polling, two mailbox hops) and the mean's
+ * scaling, which the bare-MPI side does
  * too, with the ranks' skew taken out as the bare-MPI side takes it out with a barrier.
  */
 #include <mpi.h>

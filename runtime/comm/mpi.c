@@ -61,6 +61,11 @@ static void init_mpi(void)
         return;
     } else {
         atexit(finalize_at_exit);
+        /* Open MPI reports a failed non-blocking collective (a message truncated: the ranks
+         * posted different collectives) on MPI_COMM_WORLD, whose default handler would end the
+         * job before the comm actor names the divergence from the headers. A program that
+         * initialised MPI itself keeps its own handler. */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     }
     if (provided < MPI_THREAD_SERIALIZED) {
         snprintf(init_why, sizeof(init_why),

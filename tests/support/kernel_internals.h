@@ -1,7 +1,8 @@
 /* kernel_internals.h: the CPU kernels' internals that the benchmarks time and the tests check,
  * in one test-only header: Adam (kernels/cpu/adam.h), the gradient norm (gradnorm.h), the
  * kernels' thread pool (parallel.h), fp16/bf16 conversion (half.h), the instruction-set switch
- * (isa.h) and the GEMM back ends (blas_internal.h).
+ * (isa.h), the GEMM back ends (blas_internal.h) and the vectorised loops (vec.h: bench_collectives
+ * scales bare MPI's mean with the comm actor's own kernel).
  *
  * Programs under bench/ include this, never a private header: what they measure is below the
  * public API, and this header is the one place that says so. It lives with the tests because
@@ -17,5 +18,6 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec.h"
 
 #endif

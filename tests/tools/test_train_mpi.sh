@@ -149,6 +149,18 @@ TROUPE_FAULT_HEADER_RANK=1 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 > 
 [ "$rc" -ne 0 ] || { cat out.txt err.txt; fail "a divergence was not noticed"; }
 grep -q "comm: the ranks diverged: rank 1 is at collective #1, the all-reduce of bucket 0, 30660 bytes of f32, step 0, micro-step 0; rank 0 is at collective #1, the all-reduce of bucket 0, 30656 bytes" \
     err.txt || { cat err.txt; fail "the divergence was not named with both headers"; }
+# a rank whose collective really differs (its bucket a float short, TROUPE_FAULT_COUNT_RANK):
+# the collective is posted beside its header's exchange, and MPI fails it on one rank (a
+# message truncated) or completes it; either way every rank names the divergence from the
+# headers, not MPI's error, and the job ends non-zero
+rc=0
+TROUPE_FAULT_COUNT_RANK=1 timeout -k 5 60 "${mpi[@]}" "$troupe" train "${tiny[@]}" --steps 3 \
+    > out.txt 2> err.txt || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat out.txt err.txt; fail "a real divergence: exit $rc"; }
+for r in 0 1; do
+    grep -q "^troupe train: comm: the ranks diverged: rank $((1 - r)) is at collective #1, the all-reduce of bucket 0, $((30652 + 4 * r)) bytes of f32, step 0, micro-step 0; rank $r is at collective #1, the all-reduce of bucket 0, $((30656 - 4 * r)) bytes" \
+        err.txt || { cat err.txt; fail "rank $r did not name the real divergence with both headers"; }
+done
 # a rank that goes silent (stops posting collectives after step 0): after troupe.comm.timeout_s
 # rank 0 gathers every rank's table of pending operations and prints one diagnosis naming the
 # silent rank and the collective the others wait in; the job ends everywhere, non-zero, well
