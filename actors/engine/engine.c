@@ -201,10 +201,18 @@ static size_t tied_in(const tr_model_t *m, int first, int last)
  * values for the stage's layers and the tied tensors they use only (the rest is never
  * touched). */
 /* ZeRO 3's init, layer by layer: a layer's bf16 copies, then (unless it persists) its
- * parameters outside this rank's slice back to the kernel, before the next layer is written. */
+ * parameters outside this rank's slice back to the kernel, before the next layer is written.
+ * With offload_param nvme (`stream`) it hands the layer's part of the slice to the swapper's
+ * file as it is made and gives all of the layer's pages back (the persistent layers stay
+ * whole), so the slice is never resident whole; that runs in spawn_actors, between the
+ * swapper and the fetcher. */
 typedef struct init3 {
     tr_engine_t *eng;
     size_t lo, hi, kept;
+    bool stream;
+    int rc;
+    char *err;
+    size_t errlen;
 } init3_t;
 
 static void init3_layer(void *arg, int i)
@@ -213,52 +221,32 @@ static void init3_layer(void *arg, int i)
     tr_model_t *m = s->eng->model;
     const tr_layer_t *l = tr_model_layer(m, i);
     size_t a = l->param_offset, b = a + l->param_count;
-    tr_model_params_changed_range(m, a, l->param_count);
-    if (tr__persists(l->param_count, s->kept, s->eng->cfg)) {
-        s->kept += l->param_count;
-        return;
-    }
-    uint16_t *bf16 = (uint16_t *)tr__model_params_bf16(m);
-    tr__release_outside(tr_model_params(m), bf16, a, b, s->lo, s->hi);
-    if (bf16 && s->eng->plan.param_offload) /* the slice moves out: its copies are made anew */
-        tr__vmem_release(bf16 + a, (b - a) * sizeof(uint16_t));
-}
-
-/* offload_param nvme: the init hands each layer's part of this rank's slice to the swapper's
- * file as it is made and gives the layer's pages back (the persistent layers stay whole), so
- * the slice is never resident whole. In spawn_actors, between the swapper and the fetcher. */
-typedef struct init_swap {
-    tr_engine_t *eng;
-    size_t lo, hi, kept;
-    int rc;
-    char *err;
-    size_t errlen;
-} init_swap_t;
-
-static void init_swap_layer(void *arg, int i)
-{
-    init_swap_t *s = arg;
-    tr_model_t *m = s->eng->model;
-    const tr_layer_t *l = tr_model_layer(m, i);
-    size_t a = l->param_offset, b = a + l->param_count;
     size_t x = a > s->lo ? a : s->lo, y = b < s->hi ? b : s->hi;
     float *p = tr_model_params(m);
-    if (s->rc == 0 && y > x)
+    uint16_t *bf16 = (uint16_t *)tr__model_params_bf16(m);
+    if (s->stream && s->rc == 0 && y > x)
         s->rc = tr__swapper_store_params(s->eng->sw, x, y - x, p + x, s->err, s->errlen);
-    if (tr__persists(l->param_count, s->kept, s->eng->cfg)) {
+    bool keep = tr__persists(l->param_count, s->kept, s->eng->cfg);
+    if (keep || !s->stream) tr_model_params_changed_range(m, a, l->param_count);
+    if (keep) {
         s->kept += l->param_count;
-        tr_model_params_changed_range(m, a, l->param_count);
         return;
     }
-    tr__vmem_release(p + a, (b - a) * sizeof(float));
+    if (s->stream) {
+        tr__vmem_release(p + a, (b - a) * sizeof(float));
+        return;
+    }
+    tr__release_outside(p, bf16, a, b, s->lo, s->hi);
+    if (bf16 && s->eng->plan.param_offload) /* the slice moves home: its copies are made anew */
+        tr__vmem_release(bf16 + a, (b - a) * sizeof(uint16_t));
 }
 
 static int init_params_streamed(tr_engine_t *eng, char *err, size_t errlen)
 {
     const tr__plan_t *p = &eng->plan;
-    init_swap_t s = {.eng = eng, .err = err, .errlen = errlen};
+    init3_t s = {.eng = eng, .stream = true, .err = err, .errlen = errlen};
     tr__zero_owned(p->n_params, p->world, p->rank, &s.lo, &s.hi);
-    tr_model_init_params_each(eng->model, p->seed, init_swap_layer, &s);
+    tr_model_init_params_each(eng->model, p->seed, init3_layer, &s);
     return s.rc;
 }
 
