@@ -144,24 +144,17 @@ static void slice_of(const struct tr__fetcher *f, const unit_t *u, size_t *a, si
     if (*b < *a) *b = *a;
 }
 
-/* offload_param nvme: asks the swapper for parameters [a, b) of the slice (op READ_PARAMS or
- * WRITE_PARAMS), between the file and the same range of the parameter buffer. */
-static int ask_swapper(tr_ctx_t *ctx, struct tr__fetcher *f, uint32_t op, size_t a, size_t b,
-                       uint32_t tag)
+/* offload_param nvme: asks the swapper to read parameters [a, b) of the slice into the same
+ * range of the parameter buffer, for unit `unit`'s gather. */
+static int read_slice(tr_ctx_t *ctx, struct tr__fetcher *f, size_t a, size_t b, int unit)
 {
     const tr__plan_t *e = f->eng;
-    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
-    if (!m) return TR_ENOMEM;
-    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
-    q->op = op;
-    q->group = a;
-    q->tag = tag;
-    m->step = f->step;
+    tr_tensor_ref_t ref;
     int rc = tr_buffer_ref(e->rt, e->buf_params, a * sizeof(float), (b - a) * sizeof(float),
-                           TR_DTYPE_F32, &q->buf);
-    if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+                           TR_DTYPE_F32, &ref);
+    return rc < 0 ? rc
+                  : tr__swap_ask(ctx, e->swapper, TR__SWAP_READ_PARAMS, a, (uint32_t)unit, ref,
+                                 f->step);
 }
 
 /* Sends the queue's collectives from its head while they are ready. */
@@ -221,7 +214,7 @@ static int gather(tr_ctx_t *ctx, struct tr__fetcher *f, int i)
         memcpy(f->params + a, f->home + (a - f->lo), (b - a) * sizeof(float));
     if (rc == 0 && f->offload == TR_OFFLOAD_NVME) { /* the read, then the gather in turn */
         u->loaded = b == a;
-        if (!u->loaded) rc = ask_swapper(ctx, f, TR__SWAP_READ_PARAMS, a, b, (uint32_t)i);
+        if (!u->loaded) rc = read_slice(ctx, f, a, b, i);
         if (rc == 0) rc = enqueue(ctx, f, m, i);
     } else if (rc == 0) {
         rc = tr_actor_send(ctx->rt, e->comm, m);
@@ -377,17 +370,10 @@ static int store_restored(tr_ctx_t *ctx, struct tr__fetcher *f, const tr_msg_par
         memcpy(f->home, (const float *)src + f->lo, (f->hi - f->lo) * sizeof(float));
         return restored(ctx, f, r->id);
     }
-    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
-    if (!m) return TR_ENOMEM;
-    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
-    *q = (tr_msg_swap_t){.op = TR__SWAP_WRITE_PARAMS, .group = f->lo, .tag = r->id};
-    q->buf = r->src;
-    q->buf.offset += f->lo * sizeof(float);
-    q->buf.length = (f->hi - f->lo) * sizeof(float);
-    m->step = f->step;
-    int rc = tr_actor_send(ctx->rt, f->eng->swapper, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m);
-    return rc;
+    tr_tensor_ref_t slice = r->src;
+    slice.offset += f->lo * sizeof(float);
+    slice.length = (f->hi - f->lo) * sizeof(float);
+    return tr__swap_ask(ctx, f->eng->swapper, TR__SWAP_WRITE_PARAMS, f->lo, r->id, slice, f->step);
 }
 
 static int on_fetch(tr_ctx_t *ctx, struct tr__fetcher *f, tr_msg_t *msg)

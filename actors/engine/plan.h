@@ -130,6 +130,20 @@ enum {
     TR__SWAP_WRITE_PARAMS = 5, /* ... from it */
     TR__SWAP_PUT_GRADS = 6,    /* reduced gradients [group, group + n) into the gradient file */
 };
+/* Sends the swapper a SWAP request (op, group, tag, buf as tr__swap_layout_t says) for step
+ * `step`; 0, or the send's error with the message freed. The caller's actor thread. */
+static inline int tr__swap_ask(tr_ctx_t *ctx, tr_actor_t swapper, uint32_t op, uint64_t group,
+                               uint32_t tag, tr_tensor_ref_t buf, uint64_t step)
+{
+    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
+    if (!m) return TR_ENOMEM;
+    *TR_MSG_AS(m, swap) = (tr_msg_swap_t){.op = op, .group = group, .buf = buf, .tag = tag};
+    m->step = step;
+    int rc = tr_actor_send(ctx->rt, swapper, m);
+    if (rc < 0) tr_msg_free(ctx->rt, m);
+    return rc;
+}
+
 typedef struct tr__swap_layout {
     size_t group, n_groups, slot_bytes, param_bytes, buf_bytes;
     size_t grad_bytes; /* with plan.swap_grads: a buffer's gradient region, after the

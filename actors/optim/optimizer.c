@@ -534,16 +534,8 @@ static int put_grads(tr_ctx_t *ctx, tr__optim_t *o, const tr_msg_reduced_t *r, s
     if (count && g) o->gsumsq += tr_grad_sumsq(g, count);
     if (!count) return free_grads(ctx, o, r->first, r->covers);
     if (tr__fifo_push(&o->gputs, &(struct tr__gput){r->first, r->covers}) < 0) return TR_ENOMEM;
-    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
-    if (!m) return TR_ENOMEM;
-    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
-    q->op = TR__SWAP_PUT_GRADS;
-    q->group = r->at;
-    q->buf = r->grads;
-    m->step = o->global_steps;
-    int rc = tr_actor_send(ctx->rt, e->swapper, m);
-    if (rc < 0) tr_msg_free(ctx->rt, m); /* the engine fails: the queued range stays out */
-    return rc;
+    /* on failure the engine fails: the queued range stays out */
+    return tr__swap_ask(ctx, e->swapper, TR__SWAP_PUT_GRADS, r->at, 0, r->grads, o->global_steps);
 }
 
 static int on_reduced(tr_ctx_t *ctx, tr__optim_t *o, tr_msg_t *msg)
@@ -658,17 +650,10 @@ static size_t group_n(const tr__optim_t *o, size_t g)
 static int swap_send(tr_ctx_t *ctx, tr__optim_t *o, uint32_t op, size_t g, int b)
 {
     const tr__plan_t *e = o->eng;
-    tr_msg_t *m = tr_msg_new(ctx->rt, TR_MSG_SWAP);
-    if (!m) return TR_ENOMEM;
-    tr_msg_swap_t *q = TR_MSG_AS(m, swap);
-    q->op = op;
-    q->group = g;
-    q->tag = (uint32_t)b;
-    m->step = o->global_steps;
-    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.buf_bytes, TR_DTYPE_U8, &q->buf);
-    if (rc == 0) rc = tr_actor_send(ctx->rt, e->swapper, m);
+    tr_tensor_ref_t ref;
+    int rc = tr_buffer_ref(e->rt, e->swap.buf_ids[b], 0, e->swap.buf_bytes, TR_DTYPE_U8, &ref);
+    if (rc == 0) rc = tr__swap_ask(ctx, e->swapper, op, g, (uint32_t)b, ref, o->global_steps);
     if (rc < 0) {
-        tr_msg_free(ctx->rt, m);
         tr__engine_fail(e, rc, "optimizer: cannot ask the swapper for sub-group %zu: %s", g,
                         tr_strerror(rc));
     }
